@@ -1,0 +1,362 @@
+"""Encode, decode and quantize for every :class:`~minifp8.formats.FloatFormat`.
+
+One generic codec serves every format. It comes in two forms that the tests hold equal:
+
+- :func:`encode_scalar` is the *definition*: plain Python on exact rationals, one value at a time,
+  written to be read top to bottom.
+- :func:`encode` is the vectorised NumPy twin people use. Its exact core works in float64 with
+  power-of-two scaling only, so no step rounds; float32 and float16 inputs take a faster route,
+  a 2^16-entry lookup table indexed by the upper half of the float32 bits (the table itself is
+  built by the exact core and proved by the tests).
+
+Semantics (DESIGN.md section 3; OFP8 rev 1.0 section 5; ONNX Cast-19):
+
+- Round first, to the destination precision with an unbounded exponent, then check for overflow
+  (onnx/onnx#4805). E4M3: 464 rounds to 448 (tie to even); the next float32 above 464 overflows.
+- ``saturate=False``: overflow and +-Inf give Inf (E5M2) or NaN (E4M3, FNUZ), as ml_dtypes casts.
+- ``saturate=True``: overflow gives +-max and NaN stays NaN. Inf gives +-max for E4M3 and E5M2;
+  for the FNUZ formats, which cannot spell Inf, Inf gives NaN, as the ONNX Cast-19 table says.
+- FP6/FP4 have no Inf or NaN: overflow and +-Inf always saturate; a NaN input raises ValueError.
+- E8M0 (unsigned, no zero): zero, negative numbers and NaN give 0xFF (NaN); values below 2^-127
+  give 2^-127; overflow gives 0xFF, or 0xFE (2^127) with ``saturate=True``. Ties round up, which
+  is what round-to-nearest-even means for a significand with no fraction bits (ml_dtypes agrees).
+- ``rounding="toward_zero"`` never turns a finite input into Inf/NaN: a finite overflow gives
+  +-max, as IEEE 754-2019 section 7.4 specifies for roundTowardZero.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+from .formats import FloatFormat, get
+
+ROUNDING_MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
+_EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64 exactly
+
+
+# ================================================================================================
+# The scalar reference: the definition, one value at a time, in exact arithmetic.
+# ================================================================================================
+def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=None, random_bit_count=None) -> int:
+    """Encode one number exactly; the readable definition that :func:`encode` must equal.
+
+    Parameters
+    ----------
+    x : float, int or fractions.Fraction
+        The value. Floats (including NaN, Inf and -0.0) are taken exactly.
+    fmt : FloatFormat or str
+    rounding, saturate, random_bits, random_bit_count
+        As in :func:`encode`; ``random_bits`` is one int in ``[0, 2**random_bit_count)``.
+
+    Returns
+    -------
+    int
+        The code.
+    """
+    fmt = get(fmt)
+    _check_rounding(rounding)
+    if rounding == "stochastic" and (random_bits is None or random_bit_count is None):
+        raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
+    if isinstance(x, np.floating):
+        x = float(x)  # exact for float16/32/64
+    elif isinstance(x, np.integer):
+        x = int(x)
+    if isinstance(x, float) and x != x:  # NaN
+        if not fmt.has_nan:
+            raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
+        return fmt.nan_code(negative=np.signbit(x) and fmt.nan_style != "negative_zero")
+    negative = bool(np.signbit(x)) if isinstance(x, float) else x < 0
+    sign = fmt.sign_mask if negative else 0
+    if not fmt.signed and (negative or x == 0):
+        return fmt.nan_code()  # E8M0 has neither zero nor negative numbers
+    if isinstance(x, float) and abs(x) == float("inf"):
+        return _overflow_code(fmt, sign, saturate=saturate or not fmt.has_nan, infinite_input=True)
+    magnitude = abs(Fraction(x))
+    if magnitude == 0:
+        return sign if fmt.has_negative_zero else 0
+
+    # 1. Find the binade: 2**e <= magnitude < 2**(e+1).
+    e = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    if Fraction(2) ** e > magnitude:
+        e -= 1
+    # 2. The spacing of representable values there (subnormals share the spacing of the lowest binade).
+    quantum = Fraction(2) ** (max(e, fmt.emin) - fmt.mantissa_bits)
+    # 3. magnitude = (n + fraction) * quantum, with n an integer and 0 <= fraction < 1.
+    n = int(magnitude // quantum)
+    fraction = magnitude / quantum - n
+    # 4. Round n to an integer: decide whether to move one quantum away from zero.
+    if rounding == "nearest_even":
+        away = fraction > Fraction(1, 2) or (fraction == Fraction(1, 2) and n % 2 == 1)
+    elif rounding == "nearest_away":
+        away = fraction >= Fraction(1, 2)
+    elif rounding == "toward_zero":
+        away = False
+    else:  # stochastic, IEEE P3109: the fraction rounded to k bits, plus k random bits, carries out
+        scaled = fraction * 2**random_bit_count
+        whole = int(scaled)
+        rest = scaled - whole
+        whole += rest > Fraction(1, 2) or (rest == Fraction(1, 2) and whole % 2 == 1)
+        away = whole + random_bits >= 2**random_bit_count
+    rounded = (n + away) * quantum
+    if rounded == 0:
+        return sign if fmt.has_negative_zero else 0  # FNUZ: a negative number that rounds to 0 is +0
+    if not fmt.has_subnormals and rounded < fmt.min_normal:
+        rounded = Fraction(fmt.min_normal)  # E8M0 has no zero: everything tiny is 2**-127
+    # 5. Overflow is checked after rounding.
+    if rounded > Fraction(fmt.max):
+        return _overflow_code(fmt, sign, saturate=saturate or rounding == "toward_zero" or not fmt.has_nan)
+    # 6. The code is the one whose decoded value is the rounded value.
+    return _code_of_value(fmt)[rounded] | sign
+
+
+def _overflow_code(fmt: FloatFormat, sign: int, saturate: bool, infinite_input: bool = False) -> int:
+    """The code for a value beyond the format's range (a finite overflow, or +-Inf)."""
+    if fmt.nan_style == "negative_zero" and infinite_input:
+        return fmt.nan_code()  # ONNX Cast-19: FNUZ has no Inf, so Inf -> NaN even when saturating
+    if not fmt.signed and saturate:
+        return fmt.max_code
+    if not fmt.signed:
+        return fmt.nan_code()
+    if saturate:
+        return fmt.max_code | sign
+    return fmt.inf_code(sign != 0) if fmt.has_infinity else fmt.nan_code(sign != 0 and fmt.nan_style != "negative_zero")
+
+
+@lru_cache(maxsize=None)
+def _code_of_value(fmt: FloatFormat) -> dict:
+    """Exact value -> code for the non-negative finite codes (the reverse of the decode table)."""
+    table = fmt.values()
+    return {Fraction(float(table[c])): c for c in range(fmt.max_code + 1) if table[c] >= 0 or not fmt.signed}
+
+
+# ================================================================================================
+# The vectorised twin.
+# ================================================================================================
+def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None, random_bit_count=None) -> np.ndarray:
+    """Encode numbers to the codes of a low-precision format.
+
+    Parameters
+    ----------
+    x : array_like
+        float16, float32, float64 or integer values (|int| <= 2**53), any shape, views included.
+        float64 is rounded once, exactly (no double rounding through float32).
+    fmt : FloatFormat or str
+        Destination format, e.g. ``"E4M3"`` or ``"float8_e5m2"``.
+    rounding : {"nearest_even", "nearest_away", "toward_zero", "stochastic"}
+        ``nearest_away`` is microxcaling's "nearest". ``stochastic`` needs ``random_bits``.
+    saturate : bool
+        Clamp overflow to +-max instead of producing Inf/NaN (see the module docstring).
+    random_bits : array_like of unsigned int, optional
+        For ``stochastic``: one uniform random integer in ``[0, 2**random_bit_count)`` per element,
+        with x's shape. Rounds away from zero when the discarded fraction, rounded to
+        ``random_bit_count`` bits, plus ``random_bits`` reaches ``2**random_bit_count``
+        (IEEE P3109 "Stochastic"), so the probability is that fraction.
+    random_bit_count : int, optional
+        Width of ``random_bits``; defaults to the width of its unsigned dtype.
+
+    Returns
+    -------
+    numpy.ndarray of uint8
+        One code per element, x's shape, in the low ``fmt.bits`` bits.
+
+    Raises
+    ------
+    TypeError
+        For bool, complex, object or other non-numeric input, or non-unsigned random bits.
+    ValueError
+        For an unknown format or rounding mode, NaN into a format without NaN, integers too large
+        to convert exactly, or random bits of the wrong shape or range.
+    """
+    fmt = get(fmt)
+    _check_rounding(rounding)
+    array = _as_numeric_array(x)
+    if rounding == "stochastic":
+        bits, count = _check_random_bits(random_bits, random_bit_count, array.shape)
+        return _encode_exact(_to_float64(array), fmt, rounding, saturate, bits, count)
+    if random_bits is not None:
+        raise ValueError(f"random_bits is only used with rounding='stochastic', not {rounding!r}")
+    if array.dtype in (np.float32, np.float16):
+        if not fmt.has_nan and array.size and np.isnan(array).any():
+            raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
+        return _encode_float32_by_table(array.astype(np.float32, copy=False), fmt, rounding, saturate)
+    return _encode_exact(_to_float64(array), fmt, rounding, saturate, None, None)
+
+
+def decode(codes, fmt) -> np.ndarray:
+    """Decode codes to float32 values by table lookup (every format's values fit float32 exactly).
+
+    Parameters
+    ----------
+    codes : array_like of unsigned int
+        Codes in ``[0, 2**fmt.bits)``, any shape.
+    fmt : FloatFormat or str
+
+    Returns
+    -------
+    numpy.ndarray of float32
+    """
+    fmt = get(fmt)
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "ui":
+        raise TypeError(f"codes must be an integer array (uint8), got dtype {codes.dtype}")
+    every_code_valid = codes.dtype == np.uint8 and fmt.bits == 8
+    if codes.size and not every_code_valid and (codes.min() < 0 or codes.max() >= (1 << fmt.bits)):
+        raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got values in "
+                         f"[{codes.min()}, {codes.max()}]")
+    return _float32_table(fmt)[codes]
+
+
+def quantize(x, fmt, **encode_options) -> np.ndarray:
+    """Round values to the nearest representable ones: ``decode(encode(x, fmt, ...), fmt)``."""
+    return decode(encode(x, fmt, **encode_options), fmt)
+
+
+# ---- input checking ----------------------------------------------------------------------------
+def _check_rounding(rounding) -> None:
+    if rounding not in ROUNDING_MODES:
+        raise ValueError(f"unknown rounding mode {rounding!r}; choose one of {', '.join(ROUNDING_MODES)}")
+
+
+def _as_numeric_array(x) -> np.ndarray:
+    array = np.asarray(x)
+    kind = array.dtype.kind
+    if kind == "b":
+        raise TypeError("cannot encode a bool array: expected float16/32/64 or integer values")
+    if kind == "c":
+        raise TypeError(f"cannot encode complex values ({array.dtype}): expected real numbers")
+    if kind not in "fiu" or array.dtype.itemsize > 8:
+        raise TypeError(f"cannot encode dtype {array.dtype}: expected float16, float32, float64 or integers")
+    return array
+
+
+def _to_float64(array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind in "iu" and array.size:
+        largest = np.abs(array.astype(np.float64)).max()
+        if largest > _EXACT_INTEGER_LIMIT:
+            raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {array.max()}")
+    return array.astype(np.float64, copy=False)
+
+
+def _check_random_bits(random_bits, random_bit_count, shape):
+    if random_bits is None:
+        raise ValueError("rounding='stochastic' needs random_bits: an unsigned integer array of x's shape")
+    bits = np.asarray(random_bits)
+    if bits.dtype.kind != "u":
+        raise TypeError(f"random_bits must be an unsigned integer array, got dtype {bits.dtype}")
+    if bits.shape != shape:
+        raise ValueError(f"random_bits must have x's shape {shape}, got {bits.shape}")
+    width = bits.dtype.itemsize * 8
+    count = width if random_bit_count is None else random_bit_count
+    if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or not 1 <= count <= min(width, 32):
+        raise ValueError(f"random_bit_count must be an int in [1, {min(width, 32)}] for {bits.dtype} bits, "
+                         f"got {random_bit_count!r}")
+    if bits.size and int(bits.max()) >= 1 << int(count):
+        raise ValueError(f"random_bits must lie in [0, 2**{count}), got a value {int(bits.max())}")
+    return bits.astype(np.int64), int(count)
+
+
+# ---- the exact core ----------------------------------------------------------------------------
+def _encode_exact(x: np.ndarray, fmt: FloatFormat, rounding, saturate, random_bits, random_bit_count) -> np.ndarray:
+    """The vectorised twin of :func:`encode_scalar` on float64 input.
+
+    Every step is exact in float64: frexp/ldexp only move the binary point, and the integer
+    significand and discarded fraction of a float64 need at most 53 bits.
+    """
+    if not fmt.has_nan and np.isnan(x).any():
+        raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
+    negative = np.signbit(x)
+    magnitude = np.abs(x)
+    finite = np.isfinite(magnitude)
+    safe = np.where(finite & (magnitude > 0), magnitude, 1.0)
+
+    # Binade e with 2**e <= |x| < 2**(e+1), then |x| = (n + fraction) * 2**(max(e, emin) - M).
+    _, exponent = np.frexp(safe)
+    e = np.maximum(exponent.astype(np.int64) - 1, fmt.emin)
+    scaled = np.ldexp(safe, (fmt.mantissa_bits - e).astype(np.int32))
+    n = np.floor(scaled)
+    fraction = scaled - n
+    if rounding == "nearest_even":
+        away = (fraction > 0.5) | ((fraction == 0.5) & (np.fmod(n, 2) == 1))
+    elif rounding == "nearest_away":
+        away = fraction >= 0.5
+    elif rounding == "toward_zero":
+        away = np.zeros(x.shape, dtype=bool)
+    else:
+        one = float(1 << random_bit_count)
+        rounded_fraction = np.rint(fraction * one)  # rint rounds half to even; the product is exact
+        away = rounded_fraction + random_bits >= one
+    n = n + away
+    if not fmt.has_subnormals:
+        n = np.maximum(n, float(1 << fmt.mantissa_bits))
+    # Assemble the code magnitude: ((e + bias) << M) + n - 2**M is the usual field layout for a
+    # normal number and gives exactly n for a subnormal; a carry into the next binade just works.
+    magnitude_code = ((e + fmt.bias) << fmt.mantissa_bits) + n.astype(np.int64) - (1 << fmt.mantissa_bits)
+    overflow = magnitude_code > fmt.max_code
+
+    sign = np.where(negative, fmt.sign_mask, 0)
+    if not fmt.has_negative_zero:
+        sign = np.where(magnitude_code == 0, 0, sign)  # FNUZ: what rounds to zero is +0
+    codes = np.where(overflow, 0, magnitude_code) | sign
+    saturate_finite = saturate or rounding == "toward_zero" or not fmt.has_nan
+    codes = np.where(overflow, _overflow_codes(fmt, sign, saturate_finite, infinite_input=False), codes)
+    codes = np.where(~finite & ~np.isnan(x), _overflow_codes(fmt, sign, saturate or not fmt.has_nan, True), codes)
+    zero = magnitude == 0
+    if fmt.signed:
+        codes = np.where(zero, sign if fmt.has_negative_zero else 0, codes)
+    else:
+        codes = np.where(zero | negative, fmt.nan_code(), codes)
+    if fmt.has_nan:
+        nan_codes = fmt.nan_code() if fmt.nan_style == "negative_zero" or not fmt.signed else fmt.nan_code() | sign
+        codes = np.where(np.isnan(x), nan_codes, codes)
+    return codes.astype(np.uint8)
+
+
+def _overflow_codes(fmt: FloatFormat, sign: np.ndarray, saturate: bool, infinite_input: bool):
+    """Vectorised :func:`_overflow_code`."""
+    if fmt.signed:
+        return np.where(sign != 0, _overflow_code(fmt, fmt.sign_mask, saturate, infinite_input),
+                        _overflow_code(fmt, 0, saturate, infinite_input))
+    return _overflow_code(fmt, 0, saturate, infinite_input)
+
+
+# ---- the float32 fast path ---------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _float32_tables(fmt: FloatFormat, rounding: str, saturate: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Codes for every float32 upper half ``u``: when the lower half is zero, and when it is not.
+
+    Every rounding boundary of every format here (midpoints, representable values, the overflow
+    threshold) has at most 5 significant bits, so it is a float32 whose lower 16 bits are zero.
+    Hence all float32s ``(u << 16) | low`` with ``low != 0`` lie strictly inside one rounding
+    interval and share one code, and only ``low == 0`` can sit exactly on a boundary.
+    """
+    upper = np.arange(1 << 16, dtype=np.uint32) << 16
+    with np.errstate(invalid="ignore"):  # the NaN patterns are cast too
+        exact = upper.view(np.float32).astype(np.float64)
+        inside = (upper | 1).view(np.float32).astype(np.float64)
+    if not fmt.has_nan:  # NaN rows are never looked up (NaN input raises first)
+        exact, inside = np.nan_to_num(exact, nan=0.0), np.nan_to_num(inside, nan=0.0)
+    on_boundary = _encode_exact(exact, fmt, rounding, saturate, None, None)
+    inside_interval = _encode_exact(inside, fmt, rounding, saturate, None, None)
+    return on_boundary, inside_interval
+
+
+def _encode_float32_by_table(x: np.ndarray, fmt: FloatFormat, rounding, saturate) -> np.ndarray:
+    on_boundary, inside_interval = _float32_tables(fmt, rounding, saturate)
+    halves = np.ascontiguousarray(x).reshape(-1).view(np.uint16)
+    if np.little_endian:
+        lower, upper = halves[0::2], halves[1::2]
+    else:
+        upper, lower = halves[0::2], halves[1::2]
+    codes = inside_interval[upper]
+    exact = np.flatnonzero(lower == 0)
+    codes[exact] = on_boundary[upper[exact]]
+    return codes.reshape(x.shape)
+
+
+@lru_cache(maxsize=None)
+def _float32_table(fmt: FloatFormat) -> np.ndarray:
+    table = fmt.values().astype(np.float32)
+    table.flags.writeable = False
+    return table

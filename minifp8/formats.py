@@ -1,0 +1,227 @@
+"""Low-precision floating-point formats, described as data.
+
+A :class:`FloatFormat` is a frozen record of the fields a spec gives for a binary format: exponent
+and mantissa widths, the exponent bias, whether the format has a sign bit, subnormals and
+infinities, and how it spells NaN. Everything else (largest value, smallest normal, the table of
+every code's value) is derived from those fields, so one generic codec serves every format.
+
+Sources
+-------
+- OCP 8-bit Floating Point Specification (OFP8), rev 1.0, 2023, section 5 (E4M3, E5M2).
+- OCP Microscaling Formats (MX) Specification v1.0, 2023, sections 5.3 (FP6/FP4 elements)
+  and 5.4 (E8M0 scales).
+- Micikevicius et al., "FP8 Formats for Deep Learning", arXiv:2209.05433, Table 1.
+- The "FNUZ" variants (finite, NaN at 0x80, no negative zero, bias + 1) are those of
+  Graphcore/AMD hardware as named by ml_dtypes and ONNX (Cast-19).
+
+Example
+-------
+>>> from minifp8 import formats
+>>> fmt = formats.get("e4m3")
+>>> fmt.max, fmt.min_normal, fmt.min_subnormal
+(448.0, 0.015625, 0.001953125)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+NAN_STYLES = ("ieee", "all_ones", "negative_zero", "none")
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format given by its spec fields.
+
+    Parameters
+    ----------
+    name : str
+        Our name for the format, e.g. ``"E4M3"``.
+    exponent_bits, mantissa_bits : int
+        Widths of the exponent and (explicit) mantissa fields.
+    bias : int
+        Exponent bias: a normal number with exponent field ``E`` has exponent ``E - bias``.
+    signed : bool
+        Whether there is a sign bit (the top bit of the code). E8M0 is unsigned.
+    has_subnormals : bool
+        Whether exponent field 0 encodes subnormals ``0.m * 2**(1 - bias)``. When False (E8M0),
+        field 0 is an ordinary normal exponent and the format has no zero.
+    has_infinity : bool
+        Whether the all-ones exponent with zero mantissa is infinity (IEEE style, E5M2).
+    nan_style : {"ieee", "all_ones", "negative_zero", "none"}
+        How NaN is spelled: ``"ieee"``: all-ones exponent with a non-zero mantissa (E5M2);
+        ``"all_ones"``: only the all-ones magnitude (E4M3 ``S.1111.111``, E8M0 ``0xFF``);
+        ``"negative_zero"``: the code with only the sign bit set, ``0x80`` (FNUZ, which therefore
+        has no -0); ``"none"``: no NaN at all (FP6, FP4).
+    aliases : tuple of str
+        Other spellings accepted by :func:`get` (ml_dtypes / PyTorch dtype names).
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    signed: bool = True
+    has_subnormals: bool = True
+    has_infinity: bool = False
+    nan_style: str = "all_ones"
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self):
+        if self.nan_style not in NAN_STYLES:
+            raise ValueError(f"nan_style must be one of {NAN_STYLES}, got {self.nan_style!r}")
+        if self.has_infinity and self.nan_style != "ieee":
+            raise ValueError("infinity is only supported with IEEE-style NaNs")
+        if not 1 <= self.bits <= 8:
+            raise ValueError(f"codes are stored in uint8: a format needs 1 to 8 bits, got {self.bits}")
+
+    # ---- layout --------------------------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Total code width in bits."""
+        return int(self.signed) + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def sign_mask(self) -> int:
+        """The sign bit of a code (0 for unsigned formats)."""
+        return 1 << (self.bits - 1) if self.signed else 0
+
+    @property
+    def has_negative_zero(self) -> bool:
+        return self.signed and self.has_subnormals and self.nan_style != "negative_zero"
+
+    @property
+    def has_nan(self) -> bool:
+        return self.nan_style != "none"
+
+    # ---- exponent range ------------------------------------------------------------------------
+    @property
+    def emin(self) -> int:
+        """Exponent of the smallest normal number: ``1 - bias``, or ``-bias`` without subnormals."""
+        return (1 if self.has_subnormals else 0) - self.bias
+
+    @cached_property
+    def max_code(self) -> int:
+        """The largest code magnitude (sign bit clear) that encodes a finite value."""
+        magnitudes = np.arange(1 << (self.bits - int(self.signed)))
+        return int(magnitudes[np.isfinite(self.values()[magnitudes])][-1])
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest finite value (8 for E4M3, 15 for E5M2)."""
+        return (self.max_code >> self.mantissa_bits) - self.bias
+
+    @property
+    def max(self) -> float:
+        """Largest finite value (448 for E4M3, 57344 for E5M2)."""
+        return float(self.values()[self.max_code])
+
+    @property
+    def min_normal(self) -> float:
+        """Smallest positive normal value, ``2**emin``."""
+        return 2.0**self.emin
+
+    @property
+    def min_subnormal(self) -> float:
+        """Smallest positive value: ``2**(emin - mantissa_bits)``, or ``min_normal`` without subnormals."""
+        return 2.0 ** (self.emin - self.mantissa_bits) if self.has_subnormals else self.min_normal
+
+    # ---- special codes -------------------------------------------------------------------------
+    def nan_code(self, negative: bool = False) -> int:
+        """The code this library writes for NaN (the sign is kept where the format allows it)."""
+        if self.nan_style == "none":
+            raise ValueError(f"{self.name} has no NaN encoding")
+        if self.nan_style == "negative_zero":
+            return self.sign_mask
+        magnitude = (1 << (self.bits - int(self.signed))) - 1  # all ones
+        if self.nan_style == "ieee":  # quiet NaN: top mantissa bit set, the rest clear
+            magnitude = (((1 << self.exponent_bits) - 1) << self.mantissa_bits) | (1 << (self.mantissa_bits - 1))
+        return magnitude | (self.sign_mask if negative else 0)
+
+    def inf_code(self, negative: bool = False) -> int:
+        """The code of +Inf or -Inf (formats with infinities only)."""
+        if not self.has_infinity:
+            raise ValueError(f"{self.name} has no infinity")
+        return (((1 << self.exponent_bits) - 1) << self.mantissa_bits) | (self.sign_mask if negative else 0)
+
+    # ---- the decode table ----------------------------------------------------------------------
+    def values(self) -> np.ndarray:
+        """The value of every code, as a read-only float64 array of length ``2**bits``.
+
+        The table is computed from the fields alone (OFP8 section 5.1, MX section 5.3):
+        subnormal ``(-1)**s * 2**emin * m / 2**M``, normal ``(-1)**s * 2**(E - bias) * (1 + m / 2**M)``.
+        """
+        return _decode_table(self)
+
+    def __repr__(self) -> str:
+        return f"FloatFormat({self.name}: E{self.exponent_bits}M{self.mantissa_bits}, bias {self.bias})"
+
+
+_TABLES: dict[FloatFormat, np.ndarray] = {}
+
+
+def _decode_table(fmt: FloatFormat) -> np.ndarray:
+    if fmt in _TABLES:
+        return _TABLES[fmt]
+    codes = np.arange(1 << fmt.bits, dtype=np.int64)
+    magnitude_bits = fmt.bits - int(fmt.signed)
+    negative = (codes >> magnitude_bits).astype(bool) if fmt.signed else np.zeros(codes.shape, bool)
+    exponent_field = (codes >> fmt.mantissa_bits) & ((1 << fmt.exponent_bits) - 1)
+    mantissa_field = codes & ((1 << fmt.mantissa_bits) - 1)
+    if fmt.has_subnormals:
+        subnormal = exponent_field == 0
+        significand = np.where(subnormal, mantissa_field, mantissa_field + (1 << fmt.mantissa_bits))
+        exponent = np.where(subnormal, fmt.emin, exponent_field - fmt.bias)
+    else:
+        significand = mantissa_field + (1 << fmt.mantissa_bits)
+        exponent = exponent_field - fmt.bias
+    values = np.ldexp(significand.astype(np.float64), (exponent - fmt.mantissa_bits).astype(np.int32))
+    values = np.where(negative, -values, values)
+
+    all_ones_exponent = exponent_field == (1 << fmt.exponent_bits) - 1
+    if fmt.nan_style == "ieee":
+        values[all_ones_exponent & (mantissa_field != 0)] = np.nan
+    elif fmt.nan_style == "all_ones":
+        values[(codes & ((1 << magnitude_bits) - 1)) == (1 << magnitude_bits) - 1] = np.nan
+    elif fmt.nan_style == "negative_zero":
+        values[codes == fmt.sign_mask] = np.nan
+    if fmt.has_infinity:
+        infinite = all_ones_exponent & (mantissa_field == 0)
+        values[infinite] = np.where(negative[infinite], -np.inf, np.inf)
+    values.flags.writeable = False
+    _TABLES[fmt] = values
+    return values
+
+
+# ---- the catalogue (DESIGN.md section 2) -------------------------------------------------------
+E4M3 = FloatFormat("E4M3", 4, 3, 7, nan_style="all_ones", aliases=("float8_e4m3fn", "e4m3fn", "fp8_e4m3"))
+E5M2 = FloatFormat("E5M2", 5, 2, 15, has_infinity=True, nan_style="ieee", aliases=("float8_e5m2", "fp8_e5m2"))
+E4M3FNUZ = FloatFormat("E4M3FNUZ", 4, 3, 8, nan_style="negative_zero", aliases=("float8_e4m3fnuz",))
+E5M2FNUZ = FloatFormat("E5M2FNUZ", 5, 2, 16, nan_style="negative_zero", aliases=("float8_e5m2fnuz",))
+E3M2 = FloatFormat("E3M2", 3, 2, 3, nan_style="none", aliases=("float6_e3m2fn", "fp6_e3m2"))
+E2M3 = FloatFormat("E2M3", 2, 3, 1, nan_style="none", aliases=("float6_e2m3fn", "fp6_e2m3"))
+E2M1 = FloatFormat("E2M1", 2, 1, 1, nan_style="none", aliases=("float4_e2m1fn", "fp4_e2m1", "fp4"))
+E8M0 = FloatFormat("E8M0", 8, 0, 127, signed=False, has_subnormals=False, nan_style="all_ones",
+                   aliases=("float8_e8m0fnu", "e8m0fnu"))
+
+CATALOGUE: dict[str, FloatFormat] = {f.name: f for f in (E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, E3M2, E2M3, E2M1, E8M0)}
+
+_BY_SPELLING = {spelling.lower(): f for f in CATALOGUE.values() for spelling in (f.name, *f.aliases)}
+
+
+def get(name: str | FloatFormat) -> FloatFormat:
+    """Look a format up by our name or an ml_dtypes/PyTorch spelling (case-insensitive).
+
+    >>> get("float8_e4m3fn") is get("E4M3")
+    True
+    """
+    if isinstance(name, FloatFormat):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"format must be a FloatFormat or a name (str), got {type(name).__name__}")
+    key = name.lower().removeprefix("torch.")
+    if key not in _BY_SPELLING:
+        raise ValueError(f"unknown format {name!r}; known: {', '.join(sorted(_BY_SPELLING))}")
+    return _BY_SPELLING[key]

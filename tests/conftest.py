@@ -1,0 +1,1 @@
+"""Shared pytest configuration: the `slow` marker holds the exhaustive sweeps."""
