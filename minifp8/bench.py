@@ -53,6 +53,32 @@ def report(label: str, seconds: float, elements: int | None = None, baseline: fl
 
 # ---- sections (each adds itself below) ---------------------------------------------------------
 
+@section("codec")
+def bench_codec(args) -> None:
+    """Encode and decode 2^24 float32 values (E4M3, E5M2); baseline: ml_dtypes ``astype``."""
+    from . import codec
+
+    try:
+        import ml_dtypes
+    except ImportError:
+        ml_dtypes = None
+        print("  (ml_dtypes is not installed: no baseline; pip install ml_dtypes for the ratios)")
+    x = np.random.default_rng(0).standard_normal(1 << 24).astype(np.float32) * 64
+    for name, dtype_name in (("E4M3", "float8_e4m3fn"), ("E5M2", "float8_e5m2")):
+        codes = codec.encode(x, name)
+        encode_baseline = decode_baseline = None
+        if ml_dtypes is not None:
+            dtype = getattr(ml_dtypes, dtype_name)
+            encode_baseline = median_seconds(lambda: x.astype(dtype), args.repeats)
+            decode_baseline = median_seconds(lambda: codes.view(dtype).astype(np.float32), args.repeats)
+            report(f"ml_dtypes astype float32 -> {name}", encode_baseline, x.size)
+            report(f"ml_dtypes astype {name} -> float32", decode_baseline, x.size)
+        report(f"minifp8 encode {name}", median_seconds(lambda: codec.encode(x, name), args.repeats), x.size,
+               encode_baseline)
+        report(f"minifp8 decode {name}", median_seconds(lambda: codec.decode(codes, name), args.repeats), x.size,
+               decode_baseline)
+
+
 # (new sections go above this line)
 
 

@@ -236,7 +236,8 @@ def _to_float64(array: np.ndarray) -> np.ndarray:
         largest = np.abs(array.astype(np.float64)).max()
         if largest > _EXACT_INTEGER_LIMIT:
             raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {array.max()}")
-    return array.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):  # signalling NaNs are quieted, as every cast does
+        return array.astype(np.float64, copy=False)
 
 
 def _check_random_bits(random_bits, random_bit_count, shape):

@@ -1,1 +1,15 @@
-"""Shared pytest configuration: the `slow` marker holds the exhaustive sweeps."""
+"""Shared pytest fixtures. The `slow` marker (deselected by default) holds the exhaustive sweeps."""
+import numpy as np
+import pytest
+
+# Lower 16-bit patterns of the structured float32 sweep: exact ties land on 0x0000 (every rounding
+# boundary of our formats has its lower half zero), and the rest probe both sides of them.
+SWEEP_LOW_HALVES = (0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000)
+
+
+@pytest.fixture(scope="session")
+def structured_sweep() -> np.ndarray:
+    """Every upper-16-bit float32 pattern times the low patterns above (524,288 float32s)."""
+    upper = np.arange(1 << 16, dtype=np.uint32) << 16
+    low = np.array(SWEEP_LOW_HALVES, dtype=np.uint32)
+    return (upper[:, None] | low[None, :]).reshape(-1).view(np.float32)

@@ -1,0 +1,328 @@
+"""The codec against independent references.
+
+References used here, none of them the code under test:
+- ml_dtypes casts (saturate=False semantics), where installed;
+- the ONNX Cast-19 saturate table, built from ml_dtypes' round-to-nearest-even plus the table's rules;
+- a value-grid oracle: nearest / directed rounding by searching the sorted decode table;
+- hand-derived examples from the spec (OFP8 rev 1.0, P3109 stochastic rounding).
+"""
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats
+
+from test_formats import ML_DTYPES_NAMES
+
+FP8 = ("E4M3", "E5M2", "E4M3FNUZ", "E5M2FNUZ")
+SMALL = ("E3M2", "E2M3", "E2M1")
+SIGNED = FP8 + SMALL
+ROUNDINGS = ("nearest_even", "nearest_away", "toward_zero")
+
+
+def ml_dtypes_codes(x, name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.asarray(x).astype(getattr(ml_dtypes, ML_DTYPES_NAMES[name])).view(np.uint8)
+
+
+def onnx_saturate_codes(x, name):
+    """ONNX Cast-19 with saturate=True: +-Inf -> +-max (E4M3FN, E5M2) or NaN (FNUZ); |[x]| > max -> +-max;
+    NaN -> NaN; everything else round-to-nearest-even (taken from ml_dtypes)."""
+    fmt = formats.get(name)
+    codes = ml_dtypes_codes(x, name).copy()
+    negative = np.signbit(x)
+    finite_input = np.isfinite(x)
+    decoded = fmt.values()[codes]
+    overflowed = finite_input & ~np.isfinite(decoded)
+    codes[overflowed] = fmt.max_code | np.where(negative[overflowed], fmt.sign_mask, 0)
+    infinite = np.isinf(x)
+    if fmt.nan_style == "negative_zero":
+        codes[infinite] = fmt.nan_code()
+    else:
+        codes[infinite] = fmt.max_code | np.where(negative[infinite], fmt.sign_mask, 0)
+    return codes
+
+
+def grid_codes(x, fmt, rounding):
+    """Round |x| <= max by searching the sorted grid of non-negative values (independent of the codec)."""
+    table = fmt.values()
+    magnitude_codes = np.arange(fmt.max_code + 1)
+    values = table[magnitude_codes]
+    order = np.argsort(values, kind="stable")
+    values, magnitude_codes = values[order], magnitude_codes[order]
+    magnitude = np.abs(x.astype(np.float64))
+    below = np.searchsorted(values, magnitude, side="right") - 1
+    above = np.minimum(below + 1, len(values) - 1)
+    low, high = values[below], values[above]
+    exact = low == magnitude
+    distance_low, distance_high = magnitude - low, high - magnitude
+    if rounding == "toward_zero":
+        pick_high = np.zeros(x.shape, bool)
+    elif rounding == "nearest_away":
+        pick_high = distance_high <= distance_low
+    else:
+        tie = distance_high == distance_low
+        pick_high = (distance_high < distance_low) | (tie & (magnitude_codes[above] % 2 == 0))
+    pick_high &= ~exact
+    code = np.where(pick_high, magnitude_codes[above], magnitude_codes[below])
+    sign = np.where(np.signbit(x), fmt.sign_mask, 0)
+    if not fmt.has_negative_zero:
+        sign = np.where(code == 0, 0, sign)
+    return (code | sign).astype(np.uint8)
+
+
+# ---- 2. the structured float32 sweep ------------------------------------------------------------
+@pytest.mark.parametrize("name", FP8)
+def test_sweep_equals_ml_dtypes_without_saturation(structured_sweep, name):
+    np.testing.assert_array_equal(codec.encode(structured_sweep, name), ml_dtypes_codes(structured_sweep, name))
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_sweep_equals_ml_dtypes_for_fp6_fp4_on_finite_inputs(structured_sweep, name):
+    finite = structured_sweep[np.isfinite(structured_sweep)]
+    np.testing.assert_array_equal(codec.encode(finite, name), ml_dtypes_codes(finite, name))
+
+
+def test_sweep_equals_ml_dtypes_for_e8m0_except_its_float32_subnormal_rounding(structured_sweep):
+    # ml_dtypes 0.5/0.6 rounds float32 subnormals in (2**-127, 1.5 * 2**-127) up to 2**-126; the
+    # nearest E8M0 value is 2**-127, which is what we give. Documented as ml_dtypes' behaviour.
+    x = structured_sweep
+    theirs, ours = ml_dtypes_codes(x, "E8M0"), codec.encode(x, "E8M0")
+    ml_dtypes_quirk = (x > 2.0**-127) & (x < 1.5 * 2.0**-127)
+    np.testing.assert_array_equal(ours[~ml_dtypes_quirk], theirs[~ml_dtypes_quirk])
+    assert ml_dtypes_quirk.sum() == 255 and (ours[ml_dtypes_quirk] == 0x00).all()
+    assert codec.encode_scalar(float(np.nextafter(np.float32(2.0**-127), np.float32(1))), "E8M0") == 0x00
+
+
+@pytest.mark.parametrize("name", FP8)
+def test_sweep_with_saturation_equals_onnx_table(structured_sweep, name):
+    np.testing.assert_array_equal(codec.encode(structured_sweep, name, saturate=True),
+                                  onnx_saturate_codes(structured_sweep, name))
+
+
+@pytest.mark.parametrize("name", SIGNED)
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_sweep_in_range_equals_the_value_grid(structured_sweep, name, rounding):
+    fmt = formats.get(name)
+    x = structured_sweep[np.isfinite(structured_sweep) & (np.abs(structured_sweep) <= fmt.max)]
+    for saturate in (False, True):
+        np.testing.assert_array_equal(codec.encode(x, fmt, rounding=rounding, saturate=saturate),
+                                      grid_codes(x, fmt, rounding))
+    np.testing.assert_array_equal(codec.encode(x.astype(np.float64), fmt, rounding=rounding),
+                                  grid_codes(x, fmt, rounding))
+
+
+@pytest.mark.parametrize("name", list(formats.CATALOGUE))
+def test_scalar_reference_equals_vectorised_twin_on_a_sample_of_the_sweep(structured_sweep, name):
+    fmt = formats.get(name)
+    rng = np.random.default_rng(1234)
+    x = structured_sweep[rng.choice(structured_sweep.size, 700, replace=False)]
+    x = np.concatenate([x, structured_sweep[:8], structured_sweep[0x7F800000 >> 13:][:8]])  # zeros, Inf/NaN
+    if not fmt.has_nan:
+        x = x[~np.isnan(x)]
+    for rounding in ROUNDINGS:
+        for saturate in (False, True):
+            vectorised = codec.encode(x, fmt, rounding=rounding, saturate=saturate)
+            scalar = [codec.encode_scalar(value, fmt, rounding, saturate) for value in x]
+            np.testing.assert_array_equal(vectorised, np.array(scalar, np.uint8), err_msg=f"{rounding} {saturate}")
+
+
+# ---- overflow, hand-derived from the spec -------------------------------------------------------
+def test_e4m3_rounds_first_then_checks_overflow():
+    above_464 = float(np.nextafter(np.float32(464), np.float32(1000)))
+    x = np.array([448, 464, above_464, 480, -464, 1e6, np.inf, -np.inf], np.float32)
+    # 464 is the midpoint of 448 (0x7E, even mantissa 110) and 480 (would be 0x7F, odd): ties to even.
+    assert codec.encode(x, "E4M3").tolist() == [0x7E, 0x7E, 0x7F, 0x7F, 0xFE, 0x7F, 0x7F, 0xFF]
+    assert codec.encode(x, "E4M3", saturate=True).tolist() == [0x7E, 0x7E, 0x7E, 0x7E, 0xFE, 0x7E, 0x7E, 0xFE]
+
+
+def test_e5m2_overflow_midpoint_rounds_to_infinity():
+    # 57344 = 1.75 * 2**15 is 0x7B (mantissa 11, odd); the midpoint to 65536 is 61440, a tie -> up -> Inf.
+    x = np.array([57344, 61439.99, 61440, -61440], np.float64)
+    assert codec.encode(x, "E5M2").tolist() == [0x7B, 0x7B, 0x7C, 0xFC]
+    assert codec.encode(x, "E5M2", saturate=True).tolist() == [0x7B, 0x7B, 0x7B, 0xFB]
+
+
+def test_toward_zero_overflow_gives_max_as_ieee_754_section_7_4():
+    x = np.array([1e6, -1e6, np.inf], np.float32)
+    assert codec.encode(x, "E4M3", rounding="toward_zero").tolist() == [0x7E, 0xFE, 0x7F]
+    assert codec.encode(x, "E5M2", rounding="toward_zero").tolist() == [0x7B, 0xFB, 0x7C]
+
+
+def test_fp6_fp4_saturate_always_and_reject_nan():
+    x = np.array([100.0, -np.inf, 6.5, 7.0], np.float32)
+    # Spacing in [4, 8) is 2: 6.5 rounds down to 6; 7 is a tie that goes to even 8, which overflows to 6.
+    assert codec.encode(x, "E2M1").tolist() == [0x7, 0xF, 0x7, 0x7]
+    assert codec.encode(np.float32(5.0), "E2M1") == 0x6  # 5 is the midpoint of 4 (0x6) and 6 (0x7): even wins
+    with pytest.raises(ValueError, match="NaN cannot be encoded in E2M1"):
+        codec.encode(np.array([1.0, np.nan], np.float32), "E2M1")
+    with pytest.raises(ValueError, match="NaN cannot be encoded in E3M2"):
+        codec.encode(np.array([np.nan]), "E3M2")
+    with pytest.raises(ValueError, match="no NaN"):
+        codec.encode_scalar(float("nan"), "E2M3")
+
+
+def test_e8m0_special_cases_follow_ml_dtypes_semantics():
+    x = np.array([0.0, -1.0, np.nan, np.inf, 1.5, 0.75, 3.0, 2.0**-140, 2.0**127, 1.5 * 2.0**127], np.float64)
+    # 1.5 and 0.75 are ties and round up; 2**-140 is below 2**-127 and gives it; 1.5 * 2**127 overflows.
+    assert codec.encode(x, "E8M0").tolist() == [0xFF, 0xFF, 0xFF, 0xFF, 0x80, 0x7F, 0x81, 0x00, 0xFE, 0xFF]
+    assert codec.encode(x, "E8M0", saturate=True).tolist()[3] == 0xFE
+
+
+def test_signed_zero_and_fnuz():
+    x = np.array([0.0, -0.0, -1e-30], np.float32)
+    assert codec.encode(x, "E4M3").tolist() == [0x00, 0x80, 0x80]
+    assert codec.encode(x, "E4M3FNUZ").tolist() == [0x00, 0x00, 0x00]  # FNUZ has no -0
+    assert codec.encode(np.array([np.nan, -np.nan]), "E5M2FNUZ").tolist() == [0x80, 0x80]
+    assert codec.encode(np.array([np.nan, -np.nan]), "E4M3").tolist() == [0x7F, 0xFF]
+    assert codec.encode(np.array([np.nan, -np.nan]), "E5M2").tolist() == [0x7E, 0xFE]
+
+
+# ---- 3. float64 is rounded once --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ("E4M3", "E5M2"))
+def test_float64_midpoints_plus_minus_2_pow_minus_40_round_once(name):
+    fmt = formats.get(name)
+    grid = np.sort(fmt.values()[: fmt.max_code + 1])
+    # The midpoints between neighbours, plus the one between max and the next power of the grid.
+    top_spacing = 2.0 ** (fmt.emax - fmt.mantissa_bits)
+    midpoints = np.append((grid[:-1] + grid[1:]) / 2, fmt.max + top_spacing / 2)
+    below, above = midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)
+    for sign in (1.0, -1.0):
+        lower_codes = codec.encode(sign * below, fmt)
+        upper_codes = codec.encode(sign * above, fmt)
+        np.testing.assert_array_equal(np.abs(codec.decode(lower_codes, fmt)), grid)
+        np.testing.assert_array_equal(np.abs(codec.decode(upper_codes[:-1], fmt)), grid[1:])
+        assert np.isnan(codec.decode(upper_codes[-1:], fmt)[0]) or np.isinf(codec.decode(upper_codes[-1:], fmt)[0])
+
+
+@pytest.mark.parametrize("name", ("E4M3", "E5M2"))
+def test_ml_dtypes_double_rounds_float64_through_float32(name):
+    """Documents ml_dtypes' behaviour: float64 -> float32 -> FP8 turns m*(1 +- 2**-40) into the exact
+    midpoint m, which then ties to even, so half of these inputs round the wrong way."""
+    fmt = formats.get(name)
+    grid = np.sort(fmt.values()[: fmt.max_code + 1])
+    midpoints = (grid[:-1] + grid[1:]) / 2
+    inputs = np.concatenate([midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)])
+    wrong = (ml_dtypes_codes(inputs, name) != codec.encode(inputs, fmt)).sum()
+    assert wrong == len(midpoints)  # exactly one of each pair: the side the tie does not go to
+
+
+# ---- 4. stochastic rounding (IEEE P3109) ------------------------------------------------------------
+def test_stochastic_rounding_hand_example():
+    # E4M3 spacing in [1, 2) is 1/8. x = 1 + 1/32 discards a fraction 1/4 of a quantum; with 2 random
+    # bits the fraction is 1 (of 4), so x rounds away only when random_bits + 1 >= 4, i.e. bits == 3.
+    x = np.full(4, 1 + 1 / 32, np.float32)
+    bits = np.arange(4, dtype=np.uint8)
+    codes = codec.encode(x, "E4M3", rounding="stochastic", random_bits=bits, random_bit_count=2)
+    assert codec.decode(codes, "E4M3").tolist() == [1.0, 1.0, 1.0, 1.125]
+    negative = codec.encode(-x, "E4M3", rounding="stochastic", random_bits=bits, random_bit_count=2)
+    assert codec.decode(negative, "E4M3").tolist() == [-1.0, -1.0, -1.0, -1.125]  # away from zero
+
+
+def test_stochastic_rounding_equals_the_p3109_definition_elementwise(structured_sweep):
+    rng = np.random.default_rng(7)
+    for name in ("E4M3", "E5M2", "E2M1"):
+        fmt = formats.get(name)
+        x = structured_sweep[rng.choice(structured_sweep.size, 400, replace=False)]
+        x = x[~np.isnan(x)] if not fmt.has_nan else x
+        for count in (1, 3, 8):
+            bits = rng.integers(0, 2**count, size=x.shape, dtype=np.uint8)
+            for saturate in (False, True):
+                ours = codec.encode(x, fmt, rounding="stochastic", random_bits=bits, random_bit_count=count,
+                                    saturate=saturate)
+                reference = [codec.encode_scalar(v, fmt, "stochastic", saturate, int(b), count) for v, b in zip(x, bits)]
+                np.testing.assert_array_equal(ours, np.array(reference, np.uint8))
+
+
+def test_stochastic_rounding_is_unbiased():
+    # x = 1 + 0.3/8 sits 0.3 of a quantum above 1. With 8 random bits the probability of rounding up is
+    # round(0.3 * 256) / 256 = 77/256, so the mean is 1 + (77/256)/8; it differs from x by at most
+    # 2**-9 of a quantum. Over n = 200,000 draws the mean's standard error is
+    # sqrt(p(1-p)/n)/8 < 1.3e-4, and we allow 5 standard errors.
+    n = 200_000
+    x = np.full(n, 1 + 0.3 / 8)
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 256, size=n, dtype=np.uint16)
+    values = codec.quantize(x, "E4M3", rounding="stochastic", random_bits=bits, random_bit_count=8)
+    p = 77 / 256
+    assert abs(values.mean() - (1 + p / 8)) < 5 * np.sqrt(p * (1 - p) / n) / 8
+    assert abs(values.mean() - x[0]) < 5 * np.sqrt(p * (1 - p) / n) / 8 + 2.0**-9 / 8
+    nearest = codec.quantize(x, "E4M3")
+    assert nearest.mean() == 1.0  # round-to-nearest is biased by the full 0.3 quantum
+
+
+# ---- inputs: dtypes, shapes, views ------------------------------------------------------------------
+def test_every_input_dtype_and_shape():
+    values = [0.5, -3.0, 448.0, 1e-3]
+    expected = codec.encode(np.array(values, np.float64), "E4M3")
+    for dtype in (np.float16, np.float32, np.float64):
+        np.testing.assert_array_equal(codec.encode(np.array(values, dtype), "E4M3"),
+                                      codec.encode(np.array(values, dtype).astype(np.float64), "E4M3"))
+    assert codec.encode(np.array([3, -2, 1000], np.int32), "E4M3").tolist() == [0x44, 0xC0, 0x7F]
+    assert codec.encode(np.array([3, 2], np.uint16), "E5M2").tolist() == [0x42, 0x40]
+    assert codec.encode(2.0, "E4M3").shape == () and int(codec.encode(2.0, "E4M3")) == 0x40
+    assert codec.encode(np.float32(2.0), "E4M3").shape == ()
+    assert codec.encode(np.zeros((0, 3), np.float32), "E4M3").shape == (0, 3)
+    assert codec.encode(values, "E4M3").tolist() == expected.tolist()  # Python lists
+    grid = np.arange(24, dtype=np.float32).reshape(4, 6)
+    view = grid[:, ::2].T  # non-contiguous
+    np.testing.assert_array_equal(codec.encode(view, "E5M2"), codec.encode(np.ascontiguousarray(view), "E5M2"))
+    assert codec.decode(codec.encode(view, "E5M2"), "E5M2").shape == view.shape
+
+
+def test_decode_checks_its_input():
+    with pytest.raises(TypeError, match="integer array"):
+        codec.decode(np.array([1.0]), "E4M3")
+    with pytest.raises(ValueError, match=r"E2M1 codes lie in \[0, 16\)"):
+        codec.decode(np.array([16], np.uint8), "E2M1")
+    assert codec.decode(np.array([[0x40]], np.uint8), "E4M3").dtype == np.float32
+
+
+# ---- 6. bad inputs ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad, error, message", [
+    (np.array([True]), TypeError, "bool"),
+    (np.array([1 + 2j]), TypeError, "complex"),
+    (np.array([object()], dtype=object), TypeError, "dtype object"),
+    (np.array(["1.0"]), TypeError, "dtype <U3"),
+    (np.array([2**60], np.int64), ValueError, "2\\*\\*53"),
+])
+def test_bad_inputs_raise_clear_errors(bad, error, message):
+    with pytest.raises(error, match=message):
+        codec.encode(bad, "E4M3")
+
+
+def test_bad_options_raise_clear_errors():
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="unknown format 'e9m9'"):
+        codec.encode(x, "e9m9")
+    with pytest.raises(ValueError, match="unknown rounding mode 'nearest'"):
+        codec.encode(x, "E4M3", rounding="nearest")
+    with pytest.raises(ValueError, match="needs random_bits"):
+        codec.encode(x, "E4M3", rounding="stochastic")
+    with pytest.raises(ValueError, match=r"x's shape \(4,\), got \(3,\)"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(3, np.uint8))
+    with pytest.raises(TypeError, match="unsigned"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match="random_bit_count must be an int in \\[1, 8\\]"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint8), random_bit_count=9)
+    with pytest.raises(ValueError, match="random_bit_count"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint8), random_bit_count=0)
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*3\), got a value 8"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.full(4, 8, np.uint8), random_bit_count=3)
+    with pytest.raises(ValueError, match="only used with rounding='stochastic'"):
+        codec.encode(x, "E4M3", random_bits=np.zeros(4, np.uint8))
+
+
+# ---- 5. the exhaustive sweep (pytest -m slow) --------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ("E4M3", "E5M2"))
+def test_all_2_pow_32_float32_inputs_equal_ml_dtypes(name):
+    chunk = 1 << 24
+    for start in range(0, 1 << 32, chunk):
+        x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        ours = codec.encode(x, name)
+        theirs = ml_dtypes_codes(x, name)
+        if not np.array_equal(ours, theirs):
+            first = np.flatnonzero(ours != theirs)[0]
+            pytest.fail(f"{name}: float32 bits {start + first:#010x}: ours {ours[first]:#04x}, ml_dtypes {theirs[first]:#04x}")
+        np.testing.assert_array_equal(codec.encode(x, name, saturate=True), onnx_saturate_codes(x, name))

@@ -1,0 +1,108 @@
+"""The format catalogue against the spec tables (OFP8 rev 1.0 Table 1, OCP MX v1.0 Tables 1-2)."""
+import math
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats
+
+# name: (max, min normal, min subnormal, NaN codes, Inf codes, has -0). Numbers from the specs
+# (DESIGN.md section 2), written out by hand, not computed by the code under test.
+SPEC = {
+    "E4M3": (448.0, 2.0**-6, 2.0**-9, {0x7F, 0xFF}, set(), True),
+    "E5M2": (57344.0, 2.0**-14, 2.0**-16, {0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF}, {0x7C, 0xFC}, True),
+    "E4M3FNUZ": (240.0, 2.0**-7, 2.0**-10, {0x80}, set(), False),
+    "E5M2FNUZ": (57344.0, 2.0**-15, 2.0**-17, {0x80}, set(), False),
+    "E3M2": (28.0, 2.0**-2, 2.0**-4, set(), set(), True),
+    "E2M3": (7.5, 1.0, 2.0**-3, set(), set(), True),
+    "E2M1": (6.0, 1.0, 0.5, set(), set(), True),
+    "E8M0": (2.0**127, 2.0**-127, 2.0**-127, {0xFF}, set(), False),
+}
+
+ML_DTYPES_NAMES = {
+    "E4M3": "float8_e4m3fn", "E5M2": "float8_e5m2", "E4M3FNUZ": "float8_e4m3fnuz",
+    "E5M2FNUZ": "float8_e5m2fnuz", "E3M2": "float6_e3m2fn", "E2M3": "float6_e2m3fn",
+    "E2M1": "float4_e2m1fn", "E8M0": "float8_e8m0fnu",
+}
+
+
+@pytest.mark.parametrize("name", SPEC)
+def test_decode_table_matches_spec(name):
+    fmt = formats.get(name)
+    maximum, min_normal, min_subnormal, nan_codes, inf_codes, has_negative_zero = SPEC[name]
+    table = fmt.values()
+    assert len(table) == 2**fmt.bits
+    assert fmt.max == maximum and np.nanmax(table[np.isfinite(table)]) == maximum
+    assert fmt.min_normal == min_normal and fmt.min_subnormal == min_subnormal
+    positive = table[np.isfinite(table) & (table > 0)]
+    assert positive.min() == min_subnormal
+    assert set(np.flatnonzero(np.isnan(table))) == nan_codes
+    assert set(np.flatnonzero(np.isinf(table))) == inf_codes
+    assert fmt.has_negative_zero == has_negative_zero
+    if has_negative_zero:
+        negative_zero = fmt.sign_mask
+        assert table[negative_zero] == 0 and math.copysign(1, table[negative_zero]) == -1
+    for code in nan_codes:
+        assert np.isnan(codec.decode(np.array([code], np.uint8), fmt)[0])
+
+
+@pytest.mark.parametrize("name", SPEC)
+def test_decode_table_matches_ml_dtypes(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    fmt = formats.get(name)
+    codes = np.arange(2**fmt.bits, dtype=np.uint8)
+    theirs = codes.view(getattr(ml_dtypes, ML_DTYPES_NAMES[name])).astype(np.float32)
+    ours = codec.decode(codes, fmt)
+    np.testing.assert_array_equal(ours.view(np.uint32)[~np.isnan(ours)], theirs.view(np.uint32)[~np.isnan(ours)])
+    assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+
+
+@pytest.mark.parametrize("name", SPEC)
+def test_encode_of_decode_is_identity_on_every_non_nan_code(name):
+    fmt = formats.get(name)
+    codes = np.arange(2**fmt.bits, dtype=np.uint8)
+    values = codec.decode(codes, fmt)
+    keep = ~np.isnan(values)
+    np.testing.assert_array_equal(codec.encode(values[keep], fmt), codes[keep])
+    np.testing.assert_array_equal(codec.encode(values[keep].astype(np.float64), fmt), codes[keep])
+    finite = np.isfinite(values)  # saturation changes only what Inf encodes to
+    np.testing.assert_array_equal(codec.encode(values[finite], fmt, saturate=True), codes[finite])
+    for code in codes[keep][:: max(1, len(codes) // 64)]:
+        assert codec.encode_scalar(float(values[code]), fmt) == code
+
+
+def test_emax_matches_mx_spec():
+    # OCP MX v1.0 section 6.3: emax_elem is 8, 15, 4, 2, 2 for E4M3, E5M2, E3M2, E2M3, E2M1.
+    assert [formats.get(n).emax for n in ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")] == [8, 15, 4, 2, 2]
+
+
+@pytest.mark.parametrize("spelling, name", [("e4m3", "E4M3"), ("float8_e4m3fn", "E4M3"), ("FLOAT8_E5M2", "E5M2"),
+                                            ("torch.float8_e5m2fnuz", "E5M2FNUZ"), ("float4_e2m1fn", "E2M1"),
+                                            ("float8_e8m0fnu", "E8M0"), ("float6_e2m3fn", "E2M3")])
+def test_get_accepts_our_and_library_spellings(spelling, name):
+    assert formats.get(spelling) is formats.CATALOGUE[name]
+    assert formats.get(formats.CATALOGUE[name]) is formats.CATALOGUE[name]
+
+
+def test_get_rejects_unknown_names_clearly():
+    with pytest.raises(ValueError, match="unknown format 'e4m4'"):
+        formats.get("e4m4")
+    with pytest.raises(TypeError, match="got int"):
+        formats.get(8)
+
+
+def test_format_fields_are_validated():
+    with pytest.raises(ValueError, match="nan_style"):
+        formats.FloatFormat("X", 4, 3, 7, nan_style="sometimes")
+    with pytest.raises(ValueError, match="1 to 8 bits"):
+        formats.FloatFormat("X", 8, 7, 127)
+    with pytest.raises(ValueError, match="infinity"):
+        formats.FloatFormat("X", 4, 3, 7, has_infinity=True, nan_style="all_ones")
+
+
+def test_a_new_format_is_just_data():
+    # A format nobody catalogued (E3M4, bias 3) decodes from its fields and round-trips.
+    fmt = formats.FloatFormat("E3M4", 3, 4, 3, nan_style="none")
+    assert fmt.max == 2.0**4 * (1 + 15 / 16)
+    codes = np.arange(256, dtype=np.uint8)
+    np.testing.assert_array_equal(codec.encode(codec.decode(codes, fmt), fmt), codes)
