@@ -1,0 +1,376 @@
+"""Tests for minifp8.data: the arithmetic corpus, the tokenizer, text files, batches, task accuracy.
+
+The corpus is checked by parsing every line and redoing the arithmetic with Python ints; the
+accuracy metric against hand-counted examples and against a plain string-walking reference.
+"""
+import math
+import re
+
+import numpy as np
+import pytest
+
+from minifp8 import data as D
+
+LINE = re.compile(r"(0|[1-9]\d*)([+\-*])(0|[1-9]\d*)=(0|-?[1-9]\d*)")  # no leading zeros, no "-0"
+PYTHON_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return D.arithmetic_corpus(0)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return D.load_dataset()
+
+
+def parse_lines(text):
+    """(a, op, b) for every line, checking the format and the answer with Python ints."""
+    assert text.endswith("\n")
+    problems = []
+    for line in text[:-1].split("\n"):
+        match = LINE.fullmatch(line)
+        assert match, f"malformed line {line!r}"
+        a, op, b, answer = int(match[1]), match[2], int(match[3]), int(match[4])
+        assert PYTHON_OPS[op](a, b) == answer, f"wrong arithmetic in {line!r}"
+        problems.append((a, op, b))
+    return problems
+
+
+# ---- corpus ------------------------------------------------------------------------------------
+
+def test_corpus_lines_are_correct_complete_and_held_out(corpus):
+    train_text, val_text = corpus
+    train, val = parse_lines(train_text), parse_lines(val_text)
+    every = {(a, op, b) for op in "+-" for a in range(100) for b in range(100)}
+    assert len(train) == len(set(train)) == 18_000
+    assert len(val) == len(set(val)) == 2_000
+    assert set(train) | set(val) == every
+    assert not set(train) & set(val)                  # validation problems are never trained on
+    assert any(op == "-" and a < b for a, op, b in val)  # negative answers occur
+    assert len(train_text) + len(val_text) == 184_035   # the size stated in the docstring
+    assert sorted(set(train_text + val_text)) == sorted("\n+-0123456789=")
+
+
+def test_corpus_is_deterministic_and_seeded(corpus):
+    assert D.arithmetic_corpus(0) == corpus
+    other = D.arithmetic_corpus(1)
+    assert other != corpus
+    assert sorted(other[0] + other[1]) == sorted(corpus[0] + corpus[1])  # same lines, new order
+
+
+@pytest.mark.parametrize("max_operand, operators", [(1, "+"), (12, "+-*"), (9, "*-")])
+def test_small_corpora_with_every_operator(max_operand, operators):
+    train_text, val_text = D.arithmetic_corpus(3, max_operand=max_operand, operators=operators,
+                                               val_fraction=0.25)
+    problems = parse_lines(train_text) + parse_lines(val_text)
+    every = {(a, op, b) for op in operators for a in range(max_operand + 1) for b in range(max_operand + 1)}
+    assert sorted(problems) == sorted(every)
+    assert len(parse_lines(val_text)) == round(len(every) * 0.25)
+
+
+def test_loss_floor_by_hand(corpus):
+    # "0+0=0\n", "0+1=1\n", "1+0=1\n", "1+1=2\n": 4 equally likely lines of 6 characters.
+    assert D.arithmetic_loss_floor(1, "+") == pytest.approx(math.log(4) / 6, rel=1e-15)
+    # Default: 20,000 lines, 184,035 characters in all (counted from the parsed corpus above).
+    assert D.arithmetic_loss_floor() == pytest.approx(math.log(20_000) / (184_035 / 20_000), rel=1e-15)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"max_operand": 0}, ValueError), ({"max_operand": 1000}, ValueError),
+    ({"max_operand": 2.5}, TypeError), ({"max_operand": True}, TypeError),
+    ({"operators": ""}, ValueError), ({"operators": 5}, TypeError),
+    ({"operators": "/"}, ValueError), ({"operators": "++"}, ValueError),
+    ({"val_fraction": 0}, ValueError), ({"val_fraction": 1.0}, ValueError),
+    ({"val_fraction": "0.1"}, TypeError), ({"val_fraction": 1e-9}, ValueError),
+    ({"val_fraction": float("nan")}, ValueError),
+    ({"seed": -1}, ValueError), ({"seed": 1.5}, TypeError),
+])
+def test_corpus_bad_arguments(kwargs, error):
+    with pytest.raises(error, match=next(iter(kwargs))):
+        D.arithmetic_corpus(**kwargs)
+
+
+# ---- tokenizer ---------------------------------------------------------------------------------
+
+def test_tokenizer_round_trip_and_order(corpus):
+    text = corpus[0]
+    tok = D.CharTokenizer(text)
+    assert tok.chars == "\n+-0123456789=" and tok.vocab_size == 14
+    ids = tok.encode(text)
+    assert ids.dtype == np.int64 and ids.shape == (len(text),)
+    assert ids[:8].tolist() == [11, 12, 2, 11, 9, 13, 6, 0]     # "89-86=3\n" by hand
+    assert tok.decode(ids) == text
+    assert tok.decode(ids.tolist()) == text
+    assert tok.decode(ids.astype(np.uint8)) == text
+    assert tok.encode("").shape == (0,) and tok.decode([]) == ""
+
+
+def test_tokenizer_unicode_and_equality():
+    text = "naïve café, 𝔽𝟠 ≠ fp8!\r\n\t"
+    tok = D.CharTokenizer(text)
+    assert tok.chars == "".join(sorted(set(text)))
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.encode("𝔽")[0] == tok.chars.index("𝔽")
+    assert D.CharTokenizer(tok.chars) == tok and hash(D.CharTokenizer(tok.chars)) == hash(tok)
+    assert D.CharTokenizer("ab") != D.CharTokenizer("abc")
+
+
+def test_tokenizer_errors():
+    tok = D.CharTokenizer("0123456789+=\n")
+    with pytest.raises(ValueError, match=r"'x' \(U\+0078\) at index 3 .*\(2 unknown in all\)"):
+        tok.encode("1+2x=x")
+    with pytest.raises(TypeError, match="str"):
+        tok.encode(b"12")
+    with pytest.raises(TypeError, match="str"):
+        D.CharTokenizer(["a"])
+    with pytest.raises(ValueError, match="non-empty"):
+        D.CharTokenizer("")
+    with pytest.raises(ValueError, match="out of range"):
+        tok.decode([0, 13])
+    with pytest.raises(ValueError, match="out of range"):
+        tok.decode([-1])
+    with pytest.raises(TypeError, match="integer"):
+        tok.decode([0.0, 1.0])
+    with pytest.raises(TypeError, match="integer"):
+        tok.decode(np.array([True]))
+    with pytest.raises(ValueError, match="1-D"):
+        tok.decode(np.zeros((2, 2), dtype=np.int64))
+
+
+# ---- text files --------------------------------------------------------------------------------
+
+def test_load_text_good_files(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes("\ufeffHello, wörld\r\nline 2\rline 3\n".encode("utf-8"))
+    assert D.load_text(path) == "Hello, wörld\nline 2\nline 3\n"
+    assert D.load_text(str(path)) == "Hello, wörld\nline 2\nline 3\n"
+
+
+@pytest.mark.parametrize("content, error, message", [
+    (None, FileNotFoundError, "not found"),
+    (b"", ValueError, "empty"),
+    (b"\xef\xbb\xbf", ValueError, "empty"),                              # a BOM and nothing else
+    (b"PK\x03\x04\x00\x00binary", ValueError, "NUL bytes at offset 4"),
+    ("plain text".encode("utf-16"), ValueError, "NUL bytes"),
+    (b"caf\xe9 au lait", ValueError, "invalid byte 0xE9 at offset 3"),  # Latin-1, not UTF-8
+    ("dir", IsADirectoryError, "directory"),
+])
+def test_load_text_bad_files(tmp_path, content, error, message):
+    path = tmp_path / "input.txt"
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(error, match=message) as info:
+        D.load_text(path)
+    assert str(path) in str(info.value)
+    with pytest.raises(error):                       # load_dataset(--data) surfaces the same error
+        D.load_dataset(path)
+
+
+def test_load_text_special_file_and_bad_type():
+    import os
+    if os.path.exists("/dev/null"):
+        with pytest.raises(ValueError, match="special file: /dev/null"):
+            D.load_text("/dev/null")
+    with pytest.raises(TypeError, match="os.PathLike"):
+        D.load_text(3)
+
+
+# ---- dataset and batches -----------------------------------------------------------------------
+
+def test_default_dataset(dataset, corpus):
+    assert dataset.task == "arithmetic" and dataset.vocab_size == 14
+    assert dataset.tokenizer.decode(dataset.train) == corpus[0]
+    assert dataset.tokenizer.decode(dataset.val) == corpus[1]
+    assert dataset.loss_floor == D.arithmetic_loss_floor()
+
+
+def test_batches_shape_shift_and_source(dataset, corpus):
+    x, y = dataset.get_batch("val", 16, 40, np.random.default_rng(7))
+    for array in (x, y):
+        assert array.shape == (16, 40) and array.dtype == np.int64 and array.flags.c_contiguous
+    assert np.array_equal(x[:, 1:], y[:, :-1])
+    for row_x, row_y in zip(x, y):                   # each window is a piece of the val text
+        window = dataset.tokenizer.decode(np.append(row_x, row_y[-1]))
+        assert window in corpus[1]
+    # The documented draw: starts = rng.integers(0, n - block, size=batch), one call.
+    rng = np.random.default_rng(7)
+    starts = rng.integers(0, dataset.val.size - 40, size=16)
+    for b, start in enumerate(starts):
+        assert x[b].tolist() == dataset.val[start:start + 40].tolist()
+        assert y[b].tolist() == dataset.val[start + 1:start + 41].tolist()
+    rng_used = np.random.default_rng(7)
+    dataset.get_batch("val", 16, 40, rng_used)
+    assert rng_used.bit_generator.state == rng.bit_generator.state
+
+
+def test_batches_are_deterministic(dataset):
+    first = dataset.get_batch("train", 8, 32, np.random.default_rng(123))
+    again = D.load_dataset().get_batch("train", 8, 32, np.random.default_rng(123))
+    other = dataset.get_batch("train", 8, 32, np.random.default_rng(124))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[0], other[0])
+
+
+def test_from_text_split_and_longest_block():
+    data = D.Dataset.from_text("abcdefghij", val_fraction=0.3, name="letters")
+    assert data.tokenizer.decode(data.train) == "abcdefg" and data.tokenizer.decode(data.val) == "hij"
+    x, y = data.get_batch("val", 3, 2, np.random.default_rng(0))  # n=3, block 2: one window only
+    assert x.tolist() == [[7, 8]] * 3 and y.tolist() == [[8, 9]] * 3
+    with pytest.raises(ValueError, match=r"block_size=3 needs at least 4 tokens.*val split of letters has 3"):
+        data.get_batch("val", 1, 3, np.random.default_rng(0))
+
+
+def test_tokenizer_covers_val_only_characters(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("aaaaaaaaab" + "z" * 2, encoding="utf-8")
+    data = D.load_dataset(path, val_fraction=0.2)
+    assert data.tokenizer.chars == "abz" and data.tokenizer.decode(data.val) == "zz"
+    assert data.name == str(path) and data.task is None and data.loss_floor is None
+
+
+@pytest.mark.parametrize("args, error, message", [
+    (("test", 2, 4, np.random.default_rng(0)), ValueError, "split"),
+    (("train", 0, 4, np.random.default_rng(0)), ValueError, "batch_size"),
+    (("train", 2.0, 4, np.random.default_rng(0)), TypeError, "batch_size"),
+    (("train", True, 4, np.random.default_rng(0)), TypeError, "batch_size"),
+    (("train", 2, -1, np.random.default_rng(0)), ValueError, "block_size"),
+    (("train", 2, 4, None), TypeError, "Generator"),
+    (("train", 2, 4, np.random.RandomState(0)), TypeError, "Generator"),
+    (("train", 2, 4, 0), TypeError, "Generator"),
+    (("val", 2, 18_413, np.random.default_rng(0)), ValueError, "block_size=18413"),
+])
+def test_get_batch_errors(dataset, args, error, message):
+    with pytest.raises(error, match=message):
+        dataset.get_batch(*args)
+
+
+def test_dataset_construction_errors():
+    with pytest.raises(ValueError, match="val_text is empty"):
+        D.Dataset("abc", "")
+    with pytest.raises(TypeError, match="train_text"):
+        D.Dataset(b"abc", "d")
+    with pytest.raises(ValueError, match="empty train or val split"):
+        D.Dataset.from_text("abc", val_fraction=0.1)   # round(0.3) = 0 validation characters
+    with pytest.raises(TypeError, match="str"):
+        D.Dataset.from_text(123)
+
+
+# ---- task accuracy -----------------------------------------------------------------------------
+
+TOK = D.CharTokenizer("\n+-0123456789=")
+
+
+def windows(*texts):
+    """(x, y) for whole strings: x = text[:-1], y = text[1:], one row per text (equal lengths)."""
+    ids = np.stack([TOK.encode(t) for t in texts])
+    return ids[:, :-1], ids[:, 1:]
+
+
+def predict(y, wrong_positions=()):
+    """Perfect predictions except at the given (row, t) positions, which get a different token."""
+    pred = y.copy()
+    for row, t in wrong_positions:
+        pred[row, t] = (pred[row, t] + 1) % TOK.vocab_size
+    return pred
+
+
+TEXT = "\n12+5=17\n3-9=-6\n4+"
+#        targets y = TEXT[1:]:  1 2 + 5 = 1 7 \n 3 - 9 = - 6 \n 4 +
+#        index t:               0 1 2 3 4 5 6 7  8 9 ...   12 13 14
+
+
+def test_answer_mask_by_hand():
+    x, y = windows(TEXT)
+    assert D.answer_mask(x, y, TOK)[0].astype(int).tolist() == [int(c) for c in "00000111000011100"]
+    # Cut at the left (no newline before the question) and at the right (no newline after "9").
+    x, y = windows("5=17\n3-9=-6\n4+5=9")
+    assert D.answer_mask(x, y, TOK)[0].astype(int).tolist() == [int(c) for c in "0000000011100000"]
+
+
+@pytest.mark.parametrize("wrong, chars, answers", [
+    ((), (6, 6), (2, 2)),                                   # perfect
+    ([(0, t) for t in range(17)], (0, 6), (0, 2)),          # everything wrong
+    ([(0, 6)], (5, 6), (1, 2)),                             # "17" predicted as "18"
+    ([(0, 12), (0, 14)], (4, 6), (1, 2)),                   # sign and newline of "-6\n"
+    ([(0, 7)], (5, 6), (1, 2)),                             # "17" not stopped: newline wrong
+    ([(0, t) for t in (0, 1, 2, 3, 4, 8, 15, 16)], (6, 6), (2, 2)),  # wrong only outside answers
+])
+def test_answer_accuracy_by_hand(wrong, chars, answers):
+    x, y = windows(TEXT)
+    result = D.answer_accuracy(x, y, predict(y, wrong), TOK)
+    assert (result.correct_chars, result.total_chars) == chars
+    assert (result.correct_answers, result.total_answers) == answers
+    assert result.char_accuracy == chars[0] / chars[1]
+    assert result.exact_match == answers[0] / answers[1]
+
+
+def test_answer_accuracy_batch_rows_are_separate_and_pool():
+    x, y = windows(TEXT, TEXT, "\n99+99=198\n0-0=0\n5")
+    # Row 1: first answer wrong; row 2: the "9" of 198 and the "0" of the second answer wrong.
+    pred = predict(y, [(1, 5), (2, 7), (2, 14)])
+    result = D.answer_accuracy(x, y, pred, TOK)
+    assert (result.correct_chars, result.total_chars) == (6 + 5 + 3 + 1, 6 + 6 + 4 + 2)
+    assert (result.correct_answers, result.total_answers) == (2 + 1 + 0, 6)
+    pooled = sum((D.answer_accuracy(x[i:i + 1], y[i:i + 1], pred[i:i + 1], TOK) for i in range(3)),
+                 D.AnswerAccuracy(0, 0, 0, 0))
+    assert pooled == result
+
+
+def test_answer_accuracy_with_nothing_to_score():
+    x, y = windows("12+5=17")
+    result = D.answer_accuracy(x, y, y, TOK)
+    assert result == D.AnswerAccuracy(0, 0, 0, 0)
+    assert math.isnan(result.char_accuracy) and math.isnan(result.exact_match)
+
+
+def reference_accuracy(x, y, pred):
+    """The metric by walking strings: complete lines between two newlines, chars after '='."""
+    counts = [0, 0, 0, 0]
+    for row in range(x.shape[0]):
+        text = TOK.decode(np.append(x[row, :1], y[row]))
+        newlines = [i for i, c in enumerate(text) if c == "\n"]
+        for start, end in zip(newlines, newlines[1:]):
+            line = text[start + 1:end]
+            if "=" not in line:
+                continue
+            answer = range(start + 1 + line.index("=") + 1, end + 1)  # through the closing newline
+            right = [pred[row, j - 1] == TOK.chars.index(text[j]) for j in answer]
+            counts[0] += sum(right)
+            counts[1] += len(right)
+            counts[2] += all(right)
+            counts[3] += 1
+    return D.AnswerAccuracy(*counts)
+
+
+def test_answer_accuracy_matches_string_reference(dataset):
+    rng = np.random.default_rng(5)
+    for block in (1, 5, 12, 64):
+        x, y = dataset.get_batch("val", 32, block, rng)
+        noisy = np.where(rng.random(y.shape) < 0.1, rng.integers(0, 14, y.shape), y)
+        assert D.answer_accuracy(x, y, noisy, dataset.tokenizer) == reference_accuracy(x, y, noisy)
+
+
+def test_answer_accuracy_errors():
+    x, y = windows(TEXT)
+    with pytest.raises(ValueError, match="shifted by one"):
+        D.answer_accuracy(x, x, y, TOK)
+    with pytest.raises(ValueError, match="logits"):
+        D.answer_accuracy(x, y, np.zeros((*y.shape, 14)).argmax(-1)[..., None], TOK)
+    with pytest.raises(TypeError, match="predictions"):
+        D.answer_accuracy(x, y, y.astype(np.float32), TOK)
+    with pytest.raises(TypeError, match="inputs"):
+        D.answer_accuracy(x.astype(float), y, y, TOK)
+    with pytest.raises(ValueError, match=r"shape \(batch, block\)"):
+        D.answer_accuracy(x[0], y[0], y[0], TOK)
+    with pytest.raises(ValueError, match="same shape"):
+        D.answer_accuracy(x, y[:, :-1], y, TOK)
+    with pytest.raises(ValueError, match="'=' and"):
+        D.answer_accuracy(x, y, y, D.CharTokenizer("abc\n"))
+    with pytest.raises(TypeError, match="CharTokenizer"):
+        D.answer_accuracy(x, y, y, None)
+    with pytest.raises(ValueError, match="'=' and"):
+        D.answer_mask(x, y, D.CharTokenizer("ab="))
