@@ -1,10 +1,10 @@
-"""Encode, decode and quantize for every :class:`~minifp8.formats.FloatFormat`.
+"""Encode, decode and quantize for every `FloatFormat`.
 
 One generic codec serves every format. It comes in two forms that the tests hold equal:
 
-- :func:`encode_scalar` is the *definition*: plain Python on exact rationals, one value at a time,
+- `encode_scalar` is the *definition*: plain Python on exact rationals, one value at a time,
   written to be read top to bottom.
-- :func:`encode` is the vectorised NumPy twin people use. Its exact core works in float64 with
+- `encode` is the vectorised NumPy twin people use. Its exact core works in float64 with
   power-of-two scaling only, so no step rounds; float32 and float16 inputs take a faster route,
   a 2^16-entry lookup table indexed by the upper half of the float32 bits (the table itself is
   built by the exact core and proved by the tests).
@@ -40,7 +40,7 @@ _EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64
 # The scalar reference: the definition, one value at a time, in exact arithmetic.
 # ================================================================================================
 def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=None, random_bit_count=None) -> int:
-    """Encode one number exactly; the readable definition that :func:`encode` must equal.
+    """Encode one number exactly; the readable definition that `encode` must equal.
 
     Parameters
     ----------
@@ -48,7 +48,7 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
         The value. Floats (including NaN, Inf and -0.0) are taken exactly.
     fmt : FloatFormat or str
     rounding, saturate, random_bits, random_bit_count
-        As in :func:`encode`; ``random_bits`` is one int in ``[0, 2**random_bit_count)``.
+        As in `encode`; ``random_bits`` is one int in ``[0, 2**random_bit_count)``.
 
     Returns
     -------
@@ -260,7 +260,7 @@ def _check_random_bits(random_bits, random_bit_count, shape):
 
 # ---- the exact core ----------------------------------------------------------------------------
 def _encode_exact(x: np.ndarray, fmt: FloatFormat, rounding, saturate, random_bits, random_bit_count) -> np.ndarray:
-    """The vectorised twin of :func:`encode_scalar` on float64 input.
+    """The vectorised twin of `encode_scalar` on float64 input.
 
     Every step is exact in float64: frexp/ldexp only move the binary point, and the integer
     significand and discarded fraction of a float64 need at most 53 bits.
@@ -315,7 +315,7 @@ def _encode_exact(x: np.ndarray, fmt: FloatFormat, rounding, saturate, random_bi
 
 
 def _overflow_codes(fmt: FloatFormat, sign: np.ndarray, saturate: bool, infinite_input: bool):
-    """Vectorised :func:`_overflow_code`."""
+    """Vectorised `_overflow_code`."""
     if fmt.signed:
         return np.where(sign != 0, _overflow_code(fmt, fmt.sign_mask, saturate, infinite_input),
                         _overflow_code(fmt, 0, saturate, infinite_input))

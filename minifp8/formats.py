@@ -1,6 +1,6 @@
 """Low-precision floating-point formats, described as data.
 
-A :class:`FloatFormat` is a frozen record of the fields a spec gives for a binary format: exponent
+A `FloatFormat` is a frozen record of the fields a spec gives for a binary format: exponent
 and mantissa widths, the exponent bias, whether the format has a sign bit, subnormals and
 infinities, and how it spells NaN. Everything else (largest value, smallest normal, the table of
 every code's value) is derived from those fields, so one generic codec serves every format.
@@ -14,8 +14,8 @@ Sources
 - The "FNUZ" variants (finite, NaN at 0x80, no negative zero, bias + 1) are those of
   Graphcore/AMD hardware as named by ml_dtypes and ONNX (Cast-19).
 
-Example
--------
+Examples
+--------
 >>> from minifp8 import formats
 >>> fmt = formats.get("e4m3")
 >>> fmt.max, fmt.min_normal, fmt.min_subnormal
@@ -50,13 +50,13 @@ class FloatFormat:
         field 0 is an ordinary normal exponent and the format has no zero.
     has_infinity : bool
         Whether the all-ones exponent with zero mantissa is infinity (IEEE style, E5M2).
-    nan_style : {"ieee", "all_ones", "negative_zero", "none"}
+    nan_style : {"all_ones", "ieee", "negative_zero", "none"}
         How NaN is spelled: ``"ieee"``: all-ones exponent with a non-zero mantissa (E5M2);
         ``"all_ones"``: only the all-ones magnitude (E4M3 ``S.1111.111``, E8M0 ``0xFF``);
         ``"negative_zero"``: the code with only the sign bit set, ``0x80`` (FNUZ, which therefore
         has no -0); ``"none"``: no NaN at all (FP6, FP4).
     aliases : tuple of str
-        Other spellings accepted by :func:`get` (ml_dtypes / PyTorch dtype names).
+        Other spellings accepted by `get` (ml_dtypes / PyTorch dtype names).
     """
 
     name: str

@@ -1,0 +1,149 @@
+"""MkDocs hook: figures from ``minifp8.plots`` rendered at build time, and MathJax served locally.
+
+Figures
+-------
+A page shows a figure with a Markdown image whose target is ``figures/NAME.svg``, followed by a
+caption block (``pymdownx.blocks.caption``) that says what to see in it::
+
+    ![Every positive E4M3 and E5M2 value on a log2 axis](figures/value-grid.svg)
+
+    /// caption
+    E4M3 has finer steps, E5M2 a wider range; subnormals are orange.
+    ///
+
+:data:`FIGURES` maps each ``NAME`` to the ``minifp8.plots`` call that draws it. ``on_files`` renders
+every registered figure to SVG and adds it to the site as ``figures/NAME.svg``; no image file is
+committed. ``on_page_markdown`` warns (an error under ``strict``) about a figure that is not
+registered, has no alt text or has no caption. To add a figure: write the function in
+``minifp8/plots.py``, register it here, reference it from a page.
+
+The SVG is deterministic: matplotlib's ``svg.hashsalt`` is fixed (the ids of clip paths and glyphs
+are hashes), no date is written, text is drawn as paths (no font is needed to view it), and every
+random number comes from a seeded ``numpy.random.Generator`` inside the plots function.
+
+MathJax
+-------
+Math is written as ``$...$`` / ``$$...$$`` and marked up by ``pymdownx.arithmatex`` (generic mode).
+MathJax 3 comes from the ``django-static-mathjax`` package on PyPI, a plain copy of MathJax's
+``es5`` build with no dependencies (it needs no Django to be used this way). ``on_files`` copies
+the SVG-output bundle and the components it loads on demand into ``assets/mathjax/``, so neither
+the build nor a reader's browser fetches anything from the network. The SVG output embeds its
+glyphs, so no font files are needed.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MPLBACKEND", "Agg")  # never open a window, even if something imports pyplot
+
+try:
+    from minifp8 import plots  # plots imports matplotlib lazily, inside each function
+except ImportError:  # not installed: use the checkout this hook lives in (tutorials/_hooks/ -> root)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from minifp8 import plots
+
+log = logging.getLogger("mkdocs.hooks.figures")  # under "mkdocs", so strict mode counts warnings
+
+# ---- the registry: figure name -> a call of minifp8.plots that returns a matplotlib Figure ------
+FIGURES = {
+    "value-grid": lambda: plots.value_grid(("E4M3", "E5M2")),
+    "rounding-error": lambda: plots.rounding_error(("E4M3", "E5M2")),
+    "stochastic-rounding-bias": lambda: plots.stochastic_rounding_bias("E4M3", low=1.0, high=1.5, seed=0),
+}
+
+FIGURE_DIRECTORY = "figures"
+SVG_SETTINGS = {"svg.hashsalt": "minifp8", "svg.fonttype": "path"}
+
+# ![alt](figures/NAME.svg), with any relative prefix (../figures/...) for pages in sub-folders.
+FIGURE_REFERENCE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<target>(?:\.\./)*" + FIGURE_DIRECTORY
+                              + r"/(?P<name>[^)\s/]+)\.svg)\)")
+CAPTION_START = re.compile(r"^\s*/// caption\s*$")
+
+MATHJAX_DESTINATION = "assets/mathjax"
+# The bundle the pages load, and the folders of components it may load on demand: TeX extensions
+# (autoload), the context menu, and the accessibility explorer with its speech rules.
+MATHJAX_PARTS = ("tex-svg.js", "input", "ui", "a11y", "sre", "adaptors")
+
+
+def render_svg(name: str) -> bytes:
+    """Draw the registered figure ``name`` and return it as deterministic SVG bytes."""
+    import matplotlib
+
+    with matplotlib.rc_context(SVG_SETTINGS):
+        figure = FIGURES[name]()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def figure_references(markdown: str) -> list[dict]:
+    """Every figure a page references: name, alt text, line number and whether a caption follows."""
+    lines = markdown.splitlines()
+    references = []
+    for number, line in enumerate(lines):
+        for match in FIGURE_REFERENCE.finditer(line):
+            following = [text for text in lines[number + 1:number + 3] if text.strip()]
+            references.append({"name": match["name"], "alt": match["alt"].strip(), "line": number + 1,
+                               "captioned": bool(following) and bool(CAPTION_START.match(following[0]))})
+    return references
+
+
+def figure_problems(markdown: str) -> list[str]:
+    """What is wrong with a page's figures: unregistered, without alt text, or without a caption."""
+    problems = []
+    for reference in figure_references(markdown):
+        where = f"line {reference['line']}: figure {reference['name']!r}"
+        if reference["name"] not in FIGURES:
+            problems.append(f"{where} is not registered in FIGURES ({', '.join(sorted(FIGURES))})")
+        if not reference["alt"]:
+            problems.append(f"{where} has no alt text: ![what the picture shows](...)")
+        if not reference["captioned"]:
+            problems.append(f"{where} needs a '/// caption' block right after it saying what to see")
+    return problems
+
+
+def mathjax_root() -> Path:
+    """The ``es5`` folder of the MathJax copy installed by ``django-static-mathjax``."""
+    from mkdocs.exceptions import PluginError
+
+    try:
+        import mathjax
+    except ImportError as error:
+        raise PluginError("the site serves MathJax locally from the 'django-static-mathjax' package: "
+                          "pip install -e \".[docs]\" (or pip install django-static-mathjax)") from error
+    root = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+    if not (root / "tex-svg.js").is_file():
+        raise PluginError(f"no MathJax es5 build at {root}: the installed 'mathjax' module is not the one "
+                          "from django-static-mathjax")
+    return root
+
+
+# ---- MkDocs events -------------------------------------------------------------------------------
+def on_files(files, config):
+    from mkdocs.exceptions import PluginError
+    from mkdocs.structure.files import File
+
+    for name in FIGURES:
+        uri = f"{FIGURE_DIRECTORY}/{name}.svg"
+        if files.get_file_from_path(uri) is not None:
+            raise PluginError(f"{uri} is drawn by the figures hook; remove the file from the docs folder")
+        files.append(File.generated(config, uri, content=render_svg(name)))
+
+    root = mathjax_root()
+    for part in MATHJAX_PARTS:
+        paths = [root / part] if (root / part).is_file() else sorted(p for p in (root / part).rglob("*") if p.is_file())
+        for path in paths:
+            uri = f"{MATHJAX_DESTINATION}/{path.relative_to(root).as_posix()}"
+            files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    for problem in figure_problems(markdown):
+        log.warning("%s, %s", page.file.src_uri, problem)
+    return markdown
