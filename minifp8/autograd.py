@@ -1,0 +1,645 @@
+"""A tiny tensor autograd engine: :class:`Tensor` wraps a float32 ndarray and remembers how it was made.
+
+Reverse-mode automatic differentiation in the style of micrograd (Karpathy, 2020), on whole NumPy
+arrays instead of scalars:
+
+* Every op returns a Tensor that records its parent Tensors and a ``backward`` closure, which maps
+  the gradient of the op's output to one gradient per parent.
+* ``loss.backward()`` puts the graph in topological order with an explicit stack (no recursion,
+  so a chain of 100,000 ops is fine), then calls the closures from the loss back to the leaves.
+* The gradient of a broadcast operand is summed back to the operand's shape by the engine.
+* Gradients **accumulate**. ``backward`` *adds* into ``leaf.grad`` (as torch does): a tensor used
+  twice receives the sum of both paths, and calling ``backward`` twice gives twice the gradient.
+  Clear gradients with ``t.grad = None``, ``Module.zero_grad()`` or ``Optimizer.zero_grad()``.
+* Only leaves (tensors made by the user, such as parameters and inputs) keep ``.grad``; call
+  ``t.retain_grad()`` to keep it on an intermediate result too. The graph lives as long as its
+  output, so ``backward`` may be called again on it.
+* Inside ``with no_grad():`` ops compute values only and record nothing.
+
+Data types. A Tensor holds float32 data (floating input is converted: float16/float64 to float32)
+or integer data (token ids, targets: never differentiable). bool, complex and object data raise
+``TypeError``. Gradients are float32 ndarrays shaped like ``.data``. For gradient checking,
+``with default_dtype(np.float64):`` makes new tensors float64 instead; every op here computes in
+the dtype of its operands, so a whole graph can run in float64 (see ``minifp8.testing.gradcheck``).
+
+Defining a new differentiable op
+--------------------------------
+:func:`make_op` is the public way to add an op with a closed-form backward (``functional``,
+``unit`` and ``fp8`` are built on it). Give it the output value, the parent tensors and a
+``backward(grad_out)`` that returns one gradient (or None) per parent::
+
+    from minifp8.autograd import make_op
+
+    def scale_bwd(x, b):
+        "Identity in the forward pass; multiplies the gradient by b in the backward pass."
+        return make_op(x.data, (x,), lambda grad: (grad * b,), name="scale_bwd")
+
+    def scale_fwd(x, a):
+        "Multiplies the value by a; passes the gradient through unchanged."
+        return make_op(x.data * a, (x,), lambda grad: (grad,), name="scale_fwd")
+
+A gradient may have the broadcast shape of the output; the engine sums it down to the parent's
+shape. ``backward`` must not modify arrays it saved (the graph can be walked twice) nor its
+``grad_out`` argument.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Tensor", "as_tensor", "default_dtype", "get_default_dtype", "is_grad_enabled", "make_op", "no_grad",
+]
+
+_grad_enabled = True
+_default_dtype = np.dtype(np.float32)
+
+
+# ---- global switches ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Context manager (or decorator): ops inside compute values only and build no graph."""
+    global _grad_enabled
+    previous = _grad_enabled
+    _grad_enabled = False
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+def is_grad_enabled() -> bool:
+    """True unless inside :func:`no_grad`."""
+    return _grad_enabled
+
+
+@contextlib.contextmanager
+def default_dtype(dtype) -> Iterator[None]:
+    """Context manager: tensors created inside get floating dtype ``dtype`` (float32 or float64).
+
+    float32 is the engine's dtype. float64 exists so that :func:`minifp8.testing.gradcheck` can
+    run the very same ops in double precision against finite differences.
+    """
+    global _default_dtype
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"default_dtype must be float32 or float64, got {dtype}")
+    previous = _default_dtype
+    _default_dtype = dtype
+    try:
+        yield
+    finally:
+        _default_dtype = previous
+
+
+def get_default_dtype() -> np.dtype:
+    """The floating dtype that new tensors get (float32 unless inside :func:`default_dtype`)."""
+    return _default_dtype
+
+
+def _to_array(data, what: str = "Tensor data") -> np.ndarray:
+    """``data`` as an ndarray of the default float dtype or of an integer dtype; never copies needlessly."""
+    if isinstance(data, Tensor):
+        raise TypeError(f"{what} is already a Tensor: use t.detach() to share its data without a graph")
+    array = np.asarray(data)
+    kind = array.dtype.kind
+    if kind == "f":
+        return array if array.dtype == _default_dtype else array.astype(_default_dtype)
+    if kind in "iu":
+        return array
+    if kind == "b":
+        raise TypeError(f"{what} has dtype bool, which is not supported: convert a mask with "
+                        f".astype(np.float32), or use an integer dtype for indices")
+    raise TypeError(f"{what} must be a real floating or integer array, got dtype {array.dtype}")
+
+
+# ---- the Tensor --------------------------------------------------------------------------------
+
+class Tensor:
+    """An ndarray (``.data``) with an optional gradient (``.grad``) and the op that made it.
+
+    Parameters
+    ----------
+    data : array_like
+        Floating data is stored as float32 (or float64 inside ``default_dtype(np.float64)``),
+        without a copy when it already has that dtype. Integer data (token ids) is kept as is and
+        cannot require grad. bool, complex and object data raise ``TypeError``.
+    requires_grad : bool
+        Whether ``backward`` should compute a gradient for this tensor.
+    """
+
+    __slots__ = ("data", "grad", "_requires_grad", "_parents", "_backward", "_op", "_retain_grad", "__weakref__")
+    __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
+
+    def __init__(self, data, requires_grad: bool = False):
+        self.data = _to_array(data)
+        self.grad: np.ndarray | None = None
+        self._parents: tuple[Tensor, ...] = ()
+        self._backward: Callable | None = None
+        self._op = ""
+        self._retain_grad = False
+        self._requires_grad = False
+        self.requires_grad = requires_grad
+
+    @classmethod
+    def _result(cls, data: np.ndarray, parents: tuple, backward: Callable | None, op: str) -> "Tensor":
+        """An op's output, bypassing the input checks of ``__init__`` (data is already an array)."""
+        out = cls.__new__(cls)
+        out.data = data
+        out.grad = None
+        out._parents = parents
+        out._backward = backward
+        out._op = op
+        out._retain_grad = False
+        out._requires_grad = backward is not None
+        return out
+
+    # -- properties --
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        value = bool(value)
+        if value and self.data.dtype.kind != "f":
+            raise TypeError(f"only floating tensors can require grad, this one has dtype {self.data.dtype} "
+                            "(integer tensors are token ids/targets)")
+        self._requires_grad = value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for tensors not produced by a recorded op (their ``.grad`` is kept)."""
+        return self._backward is None
+
+    @property
+    def T(self) -> "Tensor":
+        """All axes reversed (NumPy's ``.T``)."""
+        return self.transpose()
+
+    def __repr__(self) -> str:
+        extra = f", op={self._op!r}" if self._op else ""
+        extra += ", requires_grad=True" if self._requires_grad else ""
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}{extra})"
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __bool__(self) -> bool:
+        return bool(self.data)  # raises for more than one element, like NumPy
+
+    def __float__(self) -> float:
+        return float(self.data)
+
+    def item(self) -> float | int:
+        """The value of a one-element tensor as a Python number."""
+        if self.data.size != 1:
+            raise ValueError(f"item() needs a one-element tensor, got shape {self.shape}")
+        return self.data.item()
+
+    def numpy(self) -> np.ndarray:
+        """The data array itself (not a copy)."""
+        return self.data
+
+    def detach(self) -> "Tensor":
+        """A new leaf sharing this tensor's data, outside any graph."""
+        return Tensor._result(self.data, (), None, "")
+
+    def retain_grad(self) -> "Tensor":
+        """Keep ``.grad`` on this intermediate tensor during ``backward`` (leaves always keep it)."""
+        if not self._requires_grad:
+            raise RuntimeError("retain_grad() on a tensor that does not require grad")
+        self._retain_grad = True
+        return self
+
+    # -- backward --
+
+    def backward(self, grad=None) -> None:
+        """Accumulate d(self)/d(leaf), times ``grad``, into the ``.grad`` of every leaf that requires grad.
+
+        Parameters
+        ----------
+        grad : array_like, optional
+            The gradient flowing into this tensor, shaped like it. Required unless the tensor has
+            exactly one element (a scalar loss), where it defaults to 1.
+        """
+        if not self._requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad: no input requires grad, "
+                               "or it was computed inside no_grad()")
+        if grad is None:
+            if self.data.size != 1:
+                raise RuntimeError(f"backward() without grad needs a one-element tensor (a scalar loss), "
+                                   f"got shape {self.shape}: pass grad= with that shape")
+            grad = np.ones_like(self.data)
+        else:
+            grad = np.asarray(grad.data if isinstance(grad, Tensor) else grad)
+            if grad.dtype.kind not in "fiu":
+                raise TypeError(f"backward(grad=...) must be a real array, got dtype {grad.dtype}")
+            if grad.shape != self.shape:
+                raise ValueError(f"backward(grad=...) must have the tensor's shape {self.shape}, got {grad.shape}")
+            grad = grad.astype(self.data.dtype, copy=False)
+
+        order = self._topological_order()
+        grads: dict[int, np.ndarray] = {id(self): grad}
+        # Arrays the engine allocated itself (keys in `owned`) are referenced nowhere else, so it may
+        # add into them in place; any other gradient may be shared (add hands one array to both
+        # parents) and is never modified.
+        owned: set[int] = set()
+        for node in reversed(order):
+            key = id(node)
+            grad_out = grads.pop(key, None)
+            if grad_out is None:
+                continue
+            if node._backward is None:
+                node._accumulate(grad_out, take=key in owned)
+                continue
+            if node._retain_grad:
+                node._accumulate(grad_out, take=False)
+            parent_grads = node._backward(grad_out)
+            if not isinstance(parent_grads, (tuple, list)) or len(parent_grads) != len(node._parents):
+                raise TypeError(f"backward of op {node._op!r} must return a tuple with one gradient (or None) "
+                                f"per parent ({len(node._parents)}), got {type(parent_grads).__name__}"
+                                + (f" of length {len(parent_grads)}" if isinstance(parent_grads, (tuple, list)) else ""))
+            for parent, parent_grad in zip(node._parents, parent_grads):
+                if parent_grad is None or not parent._requires_grad:
+                    continue
+                key = id(parent)
+                previous = grads.get(key)
+                if isinstance(parent_grad, _SliceGrad):  # zero outside a slice: add into the slice only
+                    if key not in owned:
+                        grads[key] = (np.zeros(parent.data.shape, dtype=parent.data.dtype) if previous is None
+                                      else np.array(previous, dtype=parent.data.dtype, copy=True))
+                        owned.add(key)
+                    grads[key][parent_grad.index] += parent_grad.values
+                    continue
+                parent_grad = np.asarray(parent_grad)
+                if parent_grad.shape != parent.data.shape:
+                    parent_grad = _unbroadcast(parent_grad, parent.data.shape, node._op)
+                if parent_grad.dtype != parent.data.dtype:
+                    parent_grad = parent_grad.astype(parent.data.dtype)
+                if previous is None:
+                    grads[key] = parent_grad
+                elif key in owned:
+                    np.add(previous, parent_grad, out=previous)
+                else:
+                    grads[key] = previous + parent_grad
+                    owned.add(key)
+
+    def _accumulate(self, grad: np.ndarray, take: bool) -> None:
+        """Add ``grad`` into ``.grad``; ``take``: the array is the engine's own and may become ``.grad``."""
+        if self.grad is None:
+            # .grad must be a writable array of our own (optimizers and clipping scale it in place)
+            self.grad = grad if take else np.array(grad, dtype=self.data.dtype, copy=True)
+        else:
+            np.add(self.grad, grad, out=self.grad)
+
+    def _topological_order(self) -> list["Tensor"]:
+        """Nodes that require grad, each after all of its parents (iterative depth-first search)."""
+        order: list[Tensor] = []
+        visited: set[int] = set()
+        stack: list[tuple[Tensor, bool]] = [(self, False)]
+        while stack:
+            node, parents_done = stack.pop()
+            if parents_done:
+                order.append(node)
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            stack.append((node, True))
+            for parent in node._parents:
+                if parent._requires_grad and id(parent) not in visited:
+                    stack.append((parent, False))
+        return order
+
+    # -- arithmetic --
+
+    def _operand(self, other) -> "Tensor":
+        """``other`` as a floating Tensor for an elementwise op with ``self``."""
+        if isinstance(other, Tensor):
+            if other.data.dtype.kind != "f" or self.data.dtype.kind != "f":
+                raise TypeError(f"arithmetic needs floating tensors, got {self.dtype} and {other.dtype} "
+                                "(integer tensors are token ids; convert with Tensor(t.data.astype(np.float32)))")
+            return other
+        if self.data.dtype.kind != "f":
+            raise TypeError(f"arithmetic needs a floating tensor, got dtype {self.dtype} "
+                            "(integer tensors are token ids; convert with Tensor(t.data.astype(np.float32)))")
+        if isinstance(other, (bool, np.bool_)):
+            raise TypeError("a bool operand is ambiguous: use 0.0/1.0")
+        array = np.asarray(other)
+        if array.dtype.kind not in "fiub":
+            raise TypeError(f"unsupported operand of dtype {array.dtype} for a Tensor op")
+        return Tensor._result(array.astype(self.data.dtype, copy=False), (), None, "")
+
+    def __add__(self, other) -> "Tensor":
+        other = self._operand(other)
+        return make_op(self.data + other.data, (self, other), lambda g: (g, g), "add")
+
+    __radd__ = __add__
+
+    def __sub__(self, other) -> "Tensor":
+        other = self._operand(other)
+        return make_op(self.data - other.data, (self, other), lambda g: (g, -g), "sub")
+
+    def __rsub__(self, other) -> "Tensor":
+        return self._operand(other) - self
+
+    def __neg__(self) -> "Tensor":
+        return make_op(-self.data, (self,), lambda g: (-g,), "neg")
+
+    def __mul__(self, other) -> "Tensor":
+        other = self._operand(other)
+        a, b = self, other
+
+        def backward(g):
+            return (g * b.data if a._requires_grad else None, g * a.data if b._requires_grad else None)
+
+        return make_op(a.data * b.data, (a, b), backward, "mul")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other) -> "Tensor":
+        other = self._operand(other)
+        a, b = self, other
+        out_data = a.data / b.data
+
+        def backward(g):
+            grad_a = g / b.data if a._requires_grad else None
+            grad_b = -(g * out_data) / b.data if b._requires_grad else None
+            return grad_a, grad_b
+
+        return make_op(out_data, (a, b), backward, "div")
+
+    def __rtruediv__(self, other) -> "Tensor":
+        return self._operand(other) / self
+
+    def __pow__(self, exponent) -> "Tensor":
+        """``self ** exponent``; a Tensor exponent is differentiable too (needs a positive base)."""
+        if isinstance(exponent, Tensor):
+            exponent = self._operand(exponent)
+            base = self
+            out_data = base.data ** exponent.data
+
+            def backward(g):
+                grad_base = g * exponent.data * base.data ** (exponent.data - 1) if base._requires_grad else None
+                grad_exp = g * out_data * np.log(base.data) if exponent._requires_grad else None
+                return grad_base, grad_exp
+
+            return make_op(out_data, (base, exponent), backward, "pow")
+        if isinstance(exponent, (bool, np.bool_)) or not isinstance(exponent, (int, float, np.integer, np.floating)):
+            raise TypeError(f"exponent must be a real number or a Tensor, got {type(exponent).__name__}")
+        if self.data.dtype.kind != "f":
+            raise TypeError(f"** needs a floating tensor, got dtype {self.dtype}")
+        p = float(exponent)
+        x = self
+
+        def backward_scalar(g):
+            return (g * (p * x.data ** (p - 1.0)),)
+
+        return make_op(x.data ** p, (x,), backward_scalar, "pow")
+
+    def __rpow__(self, base) -> "Tensor":
+        return self._operand(base) ** self
+
+    def __matmul__(self, other) -> "Tensor":
+        return matmul(self, other)
+
+    def __rmatmul__(self, other) -> "Tensor":
+        return matmul(as_tensor(other), self)
+
+    # -- indexing and shape --
+
+    def __getitem__(self, index) -> "Tensor":
+        """Basic and advanced (integer-array, bool-mask) indexing; repeated indices sum their gradients."""
+        index = _plain_index(index)
+        x = self
+        out_data = x.data[index]
+        basic = _is_basic_index(index)
+
+        def backward(g):
+            if basic:  # a view: the engine adds g into that slice of x's gradient
+                return (_SliceGrad(index, g),)
+            grad = np.zeros(x.data.shape, dtype=g.dtype)
+            np.add.at(grad, index, g)
+            return (grad,)
+
+        return make_op(out_data, (x,), backward, "getitem")
+
+    def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
+        """Sum over ``axis`` (None, int or tuple of ints)."""
+        x = self
+        axes = _normalize_axes(axis, x.ndim)
+
+        def backward(g):
+            if not keepdims:
+                g = np.expand_dims(g, axes)
+            return (np.broadcast_to(g, x.data.shape),)
+
+        return make_op(np.asarray(x.data.sum(axis=axes, keepdims=keepdims)), (x,), backward, "sum")
+
+    def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
+        """Mean over ``axis`` (None, int or tuple of ints)."""
+        x = self
+        axes = _normalize_axes(axis, x.ndim)
+        count = math.prod(x.data.shape[a] for a in axes)
+
+        def backward(g):
+            if not keepdims:
+                g = np.expand_dims(g, axes)
+            return (np.broadcast_to(g / count, x.data.shape),)
+
+        return make_op(np.asarray(x.data.mean(axis=axes, keepdims=keepdims)), (x,), backward, "mean")
+
+    def reshape(self, *shape) -> "Tensor":
+        """Reshape like ``ndarray.reshape`` (one -1 allowed); ``t.reshape(2, 3)`` or ``t.reshape((2, 3))``."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        x = self
+        return make_op(x.data.reshape(shape), (x,), lambda g: (g.reshape(x.data.shape),), "reshape")
+
+    def transpose(self, *axes) -> "Tensor":
+        """Permute axes like ``ndarray.transpose`` (NumPy semantics: a full permutation; none reverses)."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        if not axes:
+            axes = tuple(range(self.ndim))[::-1]
+        if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
+            raise ValueError(f"transpose axes {axes} are not a permutation of the {self.ndim} axes of shape {self.shape}")
+        inverse = tuple(np.argsort([a % self.ndim for a in axes]))
+        return make_op(self.data.transpose(axes), (self,), lambda g: (g.transpose(inverse),), "transpose")
+
+    # elementwise functions as methods, for readability: x.exp(), x.log(), ...
+    def exp(self) -> "Tensor":
+        out_data = np.exp(self.data)
+        return make_op(out_data, (self,), lambda g: (g * out_data,), "exp")
+
+    def log(self) -> "Tensor":
+        x = self
+        return make_op(np.log(x.data), (x,), lambda g: (g / x.data,), "log")
+
+    def tanh(self) -> "Tensor":
+        out_data = np.tanh(self.data)
+        return make_op(out_data, (self,), lambda g: (g * (1.0 - out_data * out_data),), "tanh")
+
+
+# ---- making ops --------------------------------------------------------------------------------
+
+def make_op(data, parents: Sequence[Tensor], backward: Callable, name: str = "op") -> Tensor:
+    """The output Tensor of a differentiable op, recording ``parents`` and ``backward``.
+
+    Parameters
+    ----------
+    data : ndarray
+        The op's output value (used as is, not copied).
+    parents : sequence of Tensor
+        The op's tensor inputs.
+    backward : callable
+        ``backward(grad_out) -> tuple`` with one gradient per parent (or None for "no gradient").
+        A gradient may have the broadcast shape of the output: the engine sums it to the parent's
+        shape and casts it to the parent's dtype. Called only if some parent requires grad; it
+        must not modify ``grad_out`` or arrays it saved.
+    name : str
+        Shown in ``repr`` and error messages.
+
+    Returns
+    -------
+    Tensor
+        Requires grad when grad is enabled and any parent requires grad; otherwise a plain
+        tensor with no graph.
+    """
+    data = np.asarray(data)
+    parents = tuple(parents)
+    if _grad_enabled and any(p._requires_grad for p in parents):
+        if data.dtype.kind != "f":
+            raise TypeError(f"op {name!r} produced dtype {data.dtype}; a differentiable output must be floating")
+        return Tensor._result(data, parents, backward, name)
+    return Tensor._result(data, (), None, name)
+
+
+def as_tensor(value) -> Tensor:
+    """``value`` itself if it is a Tensor, else a new constant Tensor (no grad) holding it."""
+    return value if isinstance(value, Tensor) else Tensor(value)
+
+
+def matmul(a, b) -> Tensor:
+    """``a @ b`` with NumPy's rules (1-D operands, broadcast batch dimensions), float32 GEMMs."""
+    a, b = as_tensor(a), as_tensor(b)
+    if a.data.dtype.kind != "f" or b.data.dtype.kind != "f":
+        raise TypeError(f"matmul needs floating tensors, got {a.dtype} and {b.dtype}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul needs at least 1-D operands, got shapes {a.shape} and {b.shape}")
+    inner_a = a.shape[-1]
+    inner_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if inner_a != inner_b:
+        raise ValueError(f"matmul shape mismatch: {a.shape} @ {b.shape}: the last axis of the left operand "
+                         f"({inner_a}) must equal the {'only' if b.ndim == 1 else 'second-to-last'} axis of the "
+                         f"right operand ({inner_b})")
+    try:
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul shape mismatch: {a.shape} @ {b.shape}: batch axes {a.shape[:-2]} and "
+                         f"{b.shape[:-2]} do not broadcast") from None
+    out_data = a.data @ b.data
+
+    def backward(g):
+        # work with >= 2-D views: a vector on the left is a row, on the right a column
+        a2 = a.data if a.ndim > 1 else a.data[None, :]
+        b2 = b.data if b.ndim > 1 else b.data[:, None]
+        g2 = g.reshape(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1]))
+        grad_a = grad_b = None
+        if a._requires_grad:
+            grad_a = g2 @ b2.swapaxes(-1, -2)
+            if grad_a.shape != a2.shape:
+                grad_a = _unbroadcast(grad_a, a2.shape, "matmul")
+            grad_a = grad_a.reshape(a.shape)
+        if b._requires_grad:
+            if b2.ndim == 2 and a2.ndim > 2:  # shared matrix: one GEMM over all the rows
+                grad_b = a2.reshape(-1, a2.shape[-1]).T @ g2.reshape(-1, g2.shape[-1])
+            else:
+                grad_b = a2.swapaxes(-1, -2) @ g2
+                if grad_b.shape != b2.shape:
+                    grad_b = _unbroadcast(grad_b, b2.shape, "matmul")
+            grad_b = grad_b.reshape(b.shape)
+        return grad_a, grad_b
+
+    return make_op(out_data, (a, b), backward, "matmul")
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+class _SliceGrad:
+    """A gradient that is zero except on ``parent[index]`` (basic indexing), where it is ``values``.
+
+    Returned by the backward of slicing so that, e.g., the three slices q, k, v of one projection
+    add into a single gradient buffer instead of three zero-padded copies. Internal to the engine.
+    """
+
+    __slots__ = ("index", "values")
+
+    def __init__(self, index, values: np.ndarray):
+        self.index, self.values = index, values
+
+
+def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...], op: str) -> np.ndarray:
+    """Sum ``grad`` over the axes along which an operand of ``shape`` was broadcast."""
+    extra = grad.ndim - len(shape)
+    if extra < 0 or any(n != 1 and n != m for n, m in zip(shape, grad.shape[extra:])):
+        raise ValueError(f"backward of op {op!r} returned a gradient of shape {grad.shape}, "
+                         f"which does not broadcast to the parent's shape {shape}")
+    axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    return grad.reshape(shape)
+
+
+def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    normalized = []
+    for a in axes:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not -ndim <= a < ndim:
+            raise ValueError(f"axis {a!r} is out of range for a {ndim}-D tensor")
+        normalized.append(int(a) % ndim)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"repeated axis in {axis!r}")
+    return tuple(normalized)
+
+
+def _plain_index(index):
+    """Replace Tensors inside an index by their integer data."""
+    if isinstance(index, Tensor):
+        if index.data.dtype.kind not in "iu":
+            raise IndexError(f"a Tensor used as an index must hold integers, got dtype {index.dtype}")
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(_plain_index(i) for i in index)
+    return index
+
+
+def _is_basic_index(index) -> bool:
+    """True when ``index`` selects a view (ints, slices, None, Ellipsis): no element twice."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer)) and not isinstance(i, bool)
+               for i in items)

@@ -1,0 +1,454 @@
+"""Differentiable standard ops: ``import minifp8.functional as F``.
+
+Shapes follow torch: a linear weight is ``(out_features, in_features)``; attention tensors are
+``(batch, heads, seq, head_dim)``; ``cross_entropy`` takes logits ``(..., V)`` and integer
+targets ``(...)``. Axes are called ``axis`` as in NumPy.
+
+Softmax, log-softmax, cross-entropy, layer norm and attention are *fused*: one graph node each
+with a closed-form backward (derived in each docstring), not a chain of small ops. That is both
+faster and easier to read than the chain. Every op computes in its operands' dtype (float32 in
+training, float64 under gradcheck) and all randomness comes from an explicit
+``np.random.Generator``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from .autograd import Tensor, as_tensor, make_op, matmul
+
+__all__ = [
+    "concat", "cross_entropy", "dropout", "embedding", "exp", "gelu", "layer_norm", "linear", "log",
+    "log_softmax", "matmul", "relu", "scaled_dot_product_attention", "sigmoid", "softmax", "split", "sqrt",
+    "stack", "tanh",
+]
+
+
+def _floating(x, op: str, name: str = "input") -> Tensor:
+    x = as_tensor(x)
+    if x.data.dtype.kind != "f":
+        raise TypeError(f"{op}: {name} must be a floating tensor, got dtype {x.dtype}")
+    return x
+
+
+def _generator(rng, op: str) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"{op}: rng must be a np.random.Generator (e.g. np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    return rng
+
+
+def _axis(axis: int, ndim: int, op: str) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis!r} is out of range for a {ndim}-D tensor")
+    return int(axis) % ndim
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+
+def exp(x) -> Tensor:
+    """Elementwise e^x."""
+    return _floating(x, "exp").exp()
+
+
+def log(x) -> Tensor:
+    """Elementwise natural logarithm."""
+    return _floating(x, "log").log()
+
+
+def tanh(x) -> Tensor:
+    """Elementwise tanh; d tanh = 1 - tanh^2."""
+    return _floating(x, "tanh").tanh()
+
+
+def sqrt(x) -> Tensor:
+    """Elementwise square root; d sqrt(x) = 1 / (2 sqrt(x))."""
+    x = _floating(x, "sqrt")
+    out_data = np.sqrt(x.data)
+    return make_op(out_data, (x,), lambda g: (g * 0.5 / out_data,), "sqrt")
+
+
+def relu(x) -> Tensor:
+    """max(x, 0); the gradient at exactly 0 is taken as 0."""
+    x = _floating(x, "relu")
+    return make_op(np.maximum(x.data, 0.0), (x,), lambda g: (g * (x.data > 0),), "relu")
+
+
+def sigmoid(x) -> Tensor:
+    """1 / (1 + e^-x), computed without overflow; d sigmoid = s (1 - s)."""
+    x = _floating(x, "sigmoid")
+    out_data = 0.5 * (np.tanh(0.5 * x.data) + 1.0)  # identity sigmoid(x) = (1 + tanh(x/2)) / 2
+    return make_op(out_data, (x,), lambda g: (g * out_data * (1.0 - out_data),), "sigmoid")
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+def gelu(x) -> Tensor:
+    """GELU, tanh approximation (Hendrycks & Gimpel 2016, §2; GPT-2's ``gelu``).
+
+    ``y = x/2 (1 + t)`` with ``t = tanh(c (x + a x^3))``, ``c = sqrt(2/pi)``, ``a = 0.044715``.
+    With ``s = 1 + t`` (kept from the forward pass) and ``1 - t^2 = s (2 - s)``:
+    ``dy/dx = s/2 + x/2 (1 - t^2) c (1 + 3 a x^2) = s (1/2 + w (2 - s))``, ``w = x (c/2 + 3 a c x^2 / 2)``.
+    """
+    x = _floating(x, "gelu")
+    xd = x.data
+    s = xd * xd
+    s *= _GELU_C * _GELU_A
+    s += _GELU_C
+    s *= xd
+    np.tanh(s, out=s)
+    s += 1.0
+    out_data = s * xd
+    out_data *= 0.5
+
+    def backward(g):
+        grad = xd * xd
+        grad *= 1.5 * _GELU_C * _GELU_A
+        grad += 0.5 * _GELU_C
+        grad *= xd                # w
+        ws = grad * s
+        grad *= 2.0
+        grad -= ws                # w (2 - s)
+        grad += 0.5
+        grad *= s
+        grad *= g
+        return (grad,)
+
+    return make_op(out_data, (x,), backward, "gelu")
+
+
+# ---- matrix products ---------------------------------------------------------------------------
+
+def linear(x, weight, bias=None) -> Tensor:
+    """``x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
+
+    All leading axes of ``x`` are flattened into one GEMM (forward and both backward GEMMs).
+    """
+    x = _floating(x, "linear", "x")
+    weight = _floating(weight, "linear", "weight")
+    if weight.ndim != 2:
+        raise ValueError(f"linear: weight must be 2-D (out_features, in_features), got shape {weight.shape}")
+    out_features, in_features = weight.shape
+    if x.ndim == 0 or x.shape[-1] != in_features:
+        raise ValueError(f"linear: x has shape {x.shape}, its last axis must be in_features={in_features} "
+                         f"(weight shape {weight.shape})")
+    if bias is not None:
+        bias = _floating(bias, "linear", "bias")
+        if bias.shape != (out_features,):
+            raise ValueError(f"linear: bias must have shape ({out_features},), got {bias.shape}")
+    x2 = x.data.reshape(-1, in_features)
+    out = x2 @ weight.data.T
+    if bias is not None:
+        out += bias.data
+    out = out.reshape(x.shape[:-1] + (out_features,))
+
+    def backward(g):
+        g2 = g.reshape(-1, out_features)
+        grad_x = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None
+        grad_w = g2.T @ x2 if weight.requires_grad else None
+        grad_b = g2.sum(axis=0) if bias is not None and bias.requires_grad else None
+        return (grad_x, grad_w) if bias is None else (grad_x, grad_w, grad_b)
+
+    parents = (x, weight) if bias is None else (x, weight, bias)
+    return make_op(out, parents, backward, "linear")
+
+
+# ---- normalisation -----------------------------------------------------------------------------
+
+def softmax(x, axis: int = -1) -> Tensor:
+    """Softmax along ``axis``, shifted by the max for stability.
+
+    Backward (s = softmax(x)): ``dx = s * (g - sum(g * s, axis))``.
+    """
+    x = _floating(x, "softmax")
+    axis = _axis(axis, x.ndim, "softmax")
+    s = x.data - x.data.max(axis=axis, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=axis, keepdims=True)
+
+    def backward(g):
+        grad = g * s
+        dot = grad.sum(axis=axis, keepdims=True)
+        grad -= s * dot
+        return (grad,)
+
+    return make_op(s, (x,), backward, "softmax")
+
+
+def log_softmax(x, axis: int = -1) -> Tensor:
+    """``x - logsumexp(x)`` along ``axis``. Backward: ``dx = g - softmax(x) * sum(g, axis)``."""
+    x = _floating(x, "log_softmax")
+    axis = _axis(axis, x.ndim, "log_softmax")
+    shifted = x.data - x.data.max(axis=axis, keepdims=True)
+    out_data = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+    def backward(g):
+        return (g - np.exp(out_data) * g.sum(axis=axis, keepdims=True),)
+
+    return make_op(out_data, (x,), backward, "log_softmax")
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+    """Layer normalisation over the last axis (Ba, Kiros & Hinton 2016), biased variance as torch.
+
+    ``xhat = (x - mean) / sqrt(var + eps)``, ``y = xhat * weight + bias``. With ``h = g * weight``
+    and D the axis length, the fused backward is
+    ``dx = (h - mean(h) - xhat * mean(h * xhat)) / sqrt(var + eps)``,
+    ``dweight = sum(g * xhat)``, ``dbias = sum(g)`` over all leading axes.
+    """
+    x = _floating(x, "layer_norm", "x")
+    if x.ndim == 0:
+        raise ValueError("layer_norm: x must have at least one axis")
+    features = x.shape[-1]
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and as_tensor(p).shape != (features,):
+            raise ValueError(f"layer_norm: {name} must have shape ({features},), got {as_tensor(p).shape}")
+    weight = None if weight is None else _floating(weight, "layer_norm", "weight")
+    bias = None if bias is None else _floating(bias, "layer_norm", "bias")
+    if not eps >= 0:
+        raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
+    x2 = x.data.reshape(-1, features)
+    xhat = x2 - x2.mean(axis=1, keepdims=True)
+    var = np.einsum("ij,ij->i", xhat, xhat)[:, None]
+    var /= features
+    var += eps
+    rstd = 1.0 / np.sqrt(var)
+    xhat *= rstd
+    out = xhat * weight.data if weight is not None else xhat.copy()
+    if bias is not None:
+        out += bias.data
+    out = out.reshape(x.shape)
+
+    def backward(g):
+        g2 = g.reshape(-1, features)
+        h = g2 * weight.data if weight is not None else g2
+        grad_x = None
+        if x.requires_grad:
+            h_xhat_mean = np.einsum("ij,ij->i", h, xhat)[:, None]
+            h_xhat_mean /= features
+            grad_x = xhat * h_xhat_mean
+            np.subtract(h, grad_x, out=grad_x)
+            grad_x -= h.mean(axis=1, keepdims=True)
+            grad_x *= rstd
+            grad_x = grad_x.reshape(x.shape)
+        grads = [grad_x]
+        if weight is not None:
+            grads.append(np.einsum("ij,ij->j", g2, xhat) if weight.requires_grad else None)
+        if bias is not None:
+            grads.append(g2.sum(axis=0) if bias.requires_grad else None)
+        return tuple(grads)
+
+    parents = (x,) + tuple(p for p in (weight, bias) if p is not None)
+    return make_op(out, parents, backward, "layer_norm")
+
+
+# ---- lookups and losses ------------------------------------------------------------------------
+
+def _integer_ids(ids, op: str, name: str) -> np.ndarray:
+    data = ids.data if isinstance(ids, Tensor) else np.asarray(ids)
+    if data.dtype.kind not in "iu":
+        raise TypeError(f"{op}: {name} must be an integer array or tensor, got dtype {data.dtype}")
+    return data
+
+
+def embedding(ids, weight) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, dim) picked by integer ``ids`` of any shape: ``(*ids.shape, dim)``.
+
+    Backward: the gradient rows are scattered-added back (a repeated id sums its gradients).
+    """
+    ids = _integer_ids(ids, "embedding", "ids")
+    weight = _floating(weight, "embedding", "weight")
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be 2-D (num_embeddings, dim), got shape {weight.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
+        bad = ids[(ids < 0) | (ids >= weight.shape[0])].flat[0]
+        raise IndexError(f"embedding: id {bad} is out of range for {weight.shape[0]} embeddings")
+
+    def backward(g):
+        grad = np.zeros(weight.shape, dtype=g.dtype)
+        np.add.at(grad, ids.reshape(-1), g.reshape(-1, weight.shape[1]))
+        return (grad,)
+
+    return make_op(weight.data[ids], (weight,), backward, "embedding")
+
+
+def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:
+    """Mean cross-entropy of ``logits`` (..., V) against integer class ``targets`` (...).
+
+    ``loss = mean_n(logsumexp(z_n) - z_n[t_n])`` over the tokens whose target is not
+    ``ignore_index``. Fused backward: ``dz_n = g * (softmax(z_n) - onehot(t_n)) / N``.
+    """
+    logits = _floating(logits, "cross_entropy", "logits")
+    targets = _integer_ids(targets, "cross_entropy", "targets")
+    if logits.ndim == 0 or targets.shape != logits.shape[:-1]:
+        raise ValueError(f"cross_entropy: targets shape {targets.shape} must be the logits shape {logits.shape} "
+                         f"without its last (class) axis")
+    classes = logits.shape[-1]
+    z = logits.data.reshape(-1, classes)
+    t = targets.reshape(-1)
+    valid = t != ignore_index if ignore_index is not None else np.ones(t.shape, dtype=bool)
+    bad = valid & ((t < 0) | (t >= classes))
+    if bad.any():
+        raise IndexError(f"cross_entropy: target {t[bad][0]} is out of range for {classes} classes")
+    count = int(valid.sum())
+    if count == 0:
+        raise ValueError("cross_entropy: no targets to average (empty, or all equal to ignore_index)")
+    rows = np.flatnonzero(valid)
+    picked_targets = t[rows]
+    shifted = z - z.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    total = e.sum(axis=1, keepdims=True)
+    losses = np.log(total[rows, 0]) - shifted[rows, picked_targets]
+    out_data = np.asarray(losses.sum() / count, dtype=z.dtype)
+
+    def backward(g):
+        grad = e / total
+        grad[rows, picked_targets] -= 1.0
+        if count != len(t):
+            grad[~valid] = 0.0
+        grad *= g / count
+        return (grad.reshape(logits.shape),)
+
+    return make_op(out_data, (logits,), backward, "cross_entropy")
+
+
+# ---- randomness ----------------------------------------------------------------------------------
+
+def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` (inverted dropout).
+
+    The keep mask is ``rng.random(x.shape, dtype=float32) >= p``, the same in float32 and float64.
+    ``training=False`` or ``p == 0`` returns ``x`` itself and draws nothing.
+    """
+    x = _floating(x, "dropout")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    _generator(rng, "dropout")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        mask = np.zeros(x.shape, dtype=x.dtype)
+    else:
+        mask = np.multiply(rng.random(x.shape, dtype=np.float32) >= p, 1.0 / (1.0 - p), dtype=x.dtype)
+    return make_op(x.data * mask, (x,), lambda g: (g * mask,), "dropout")
+
+
+# ---- attention ---------------------------------------------------------------------------------
+
+def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | None = None,
+                                 dropout_p: float = 0.0, rng: np.random.Generator | None = None) -> Tensor:
+    """``softmax(q k^T * scale [+ causal mask]) v`` on (..., seq, head_dim) tensors, one fused op.
+
+    Vaswani et al. 2017, eq. 1; ``scale`` defaults to ``1/sqrt(head_dim)``. ``causal`` lets query i
+    see keys j <= i (top-left aligned, as torch's ``is_causal``). ``dropout_p`` drops attention
+    probabilities (needs ``rng``). With P the probabilities, P' = dropout(P) and g the output
+    gradient:
+    ``dV = P'^T g``, ``dP = dropout_mask * (g V^T)``, ``dS = P * (dP - sum(dP * P, -1))``,
+    ``dQ = scale dS K``, ``dK = scale dS^T Q``.
+    """
+    q = _floating(q, "scaled_dot_product_attention", "q")
+    k = _floating(k, "scaled_dot_product_attention", "k")
+    v = _floating(v, "scaled_dot_product_attention", "v")
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ValueError(f"scaled_dot_product_attention: q, k, v must be at least 2-D (..., seq, head_dim), "
+                         f"got {q.shape}, {k.shape}, {v.shape}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"scaled_dot_product_attention: incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}: "
+                         "need equal leading axes, q and k the same head_dim, k and v the same seq")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
+    if dropout_p > 0.0:
+        _generator(rng, "scaled_dot_product_attention")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    q_scaled = q.data * scale
+    k_t = k.data.swapaxes(-1, -2)
+    probs = q_scaled @ k_t
+    if causal:
+        rows, cols = probs.shape[-2:]
+        probs += np.triu(np.full((rows, cols), -np.inf, dtype=probs.dtype), k=1)
+    probs -= probs.max(axis=-1, keepdims=True)
+    np.exp(probs, out=probs)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    if dropout_p > 0.0:
+        mask = np.multiply(rng.random(probs.shape, dtype=np.float32) >= dropout_p, 1.0 / (1.0 - dropout_p),
+                           dtype=probs.dtype)
+        dropped = probs * mask
+    else:
+        mask, dropped = None, probs
+    out_data = dropped @ v.data
+
+    def backward(g):
+        grad_v = dropped.swapaxes(-1, -2) @ g if v.requires_grad else None
+        grad_q = grad_k = None
+        if q.requires_grad or k.requires_grad:
+            grad_s = g @ v.data.swapaxes(-1, -2)
+            if mask is not None:
+                grad_s *= mask
+            dot = np.einsum("...ij,...ij->...i", grad_s, probs)[..., None]
+            grad_s -= dot
+            grad_s *= probs
+            if q.requires_grad:
+                grad_q = grad_s @ k.data
+                grad_q *= scale
+            if k.requires_grad:
+                grad_k = grad_s.swapaxes(-1, -2) @ q_scaled
+        return grad_q, grad_k, grad_v
+
+    return make_op(out_data, (q, k, v), backward, "scaled_dot_product_attention")
+
+
+# ---- joining and splitting ---------------------------------------------------------------------
+
+def concat(tensors: Sequence, axis: int = 0) -> Tensor:
+    """Join tensors along an existing ``axis`` (``np.concatenate``)."""
+    tensors = [_floating(t, "concat") for t in tensors]
+    if not tensors:
+        raise ValueError("concat: needs at least one tensor")
+    axis = _axis(axis, tensors[0].ndim, "concat")
+    try:
+        out_data = np.concatenate([t.data for t in tensors], axis=axis)
+    except ValueError as error:
+        raise ValueError(f"concat along axis {axis}: shapes {[t.shape for t in tensors]} do not fit: {error}") from None
+    bounds = np.cumsum([t.shape[axis] for t in tensors])[:-1]
+    return make_op(out_data, tensors, lambda g: tuple(np.split(g, bounds, axis=axis)), "concat")
+
+
+def stack(tensors: Sequence, axis: int = 0) -> Tensor:
+    """Join same-shape tensors along a new ``axis`` (``np.stack``)."""
+    tensors = [_floating(t, "stack") for t in tensors]
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
+    if len({t.shape for t in tensors}) != 1:
+        raise ValueError(f"stack: all tensors need the same shape, got {[t.shape for t in tensors]}")
+    axis = _axis(axis, tensors[0].ndim + 1, "stack")
+    out_data = np.stack([t.data for t in tensors], axis=axis)
+    return make_op(out_data, tensors, lambda g: tuple(np.moveaxis(g, axis, 0)), "stack")
+
+
+def split(x, split_size_or_sections: int | Sequence[int], axis: int = 0) -> tuple[Tensor, ...]:
+    """Split ``x`` along ``axis`` into chunks, as ``torch.split``.
+
+    An int gives chunks of that size (the last may be smaller); a list gives the chunk sizes,
+    which must add up to the axis length. The chunks are views of ``x``'s data.
+    """
+    x = _floating(x, "split")
+    axis = _axis(axis, x.ndim, "split")
+    length = x.shape[axis]
+    if isinstance(split_size_or_sections, (int, np.integer)) and not isinstance(split_size_or_sections, bool):
+        if split_size_or_sections <= 0:
+            raise ValueError(f"split: chunk size must be positive, got {split_size_or_sections}")
+        sizes = [min(split_size_or_sections, length - start) for start in range(0, length, split_size_or_sections)]
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if any(s < 0 for s in sizes) or sum(sizes) != length:
+            raise ValueError(f"split: sizes {sizes} must be >= 0 and add up to the axis length {length}")
+    chunks, start = [], 0
+    for size in sizes:
+        index = (slice(None),) * axis + (slice(start, start + size),)
+        chunks.append(x[index])
+        start += size
+    return tuple(chunks)

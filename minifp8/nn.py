@@ -1,0 +1,294 @@
+"""Modules and parameters, like a small ``torch.nn``.
+
+A :class:`Module` finds its parameters by looking at its attributes, in the order they were set:
+a :class:`Parameter`, a sub-module, or a list/tuple of either (named ``blocks.0``, ``blocks.1``,
+...). A parameter reachable twice (tied weights) is listed once, under its first name.
+Every constructor that draws random numbers takes an explicit ``rng: np.random.Generator``.
+
+``state_dict()`` maps those dotted names to copies of the parameter arrays;
+``load_state_dict()`` copies them back and raises on missing or unexpected keys and on shape
+mismatches. ``save(path)``/``load(path)`` do the same through a ``.npz`` file, bit-exactly.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from . import functional as F
+from .autograd import Tensor
+
+__all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential"]
+
+
+class Parameter(Tensor):
+    """A leaf Tensor that requires grad and that a Module registers; holds its own copy of ``data``."""
+
+    __slots__ = ()
+
+    def __init__(self, data):
+        super().__init__(np.array(data.data if isinstance(data, Tensor) else data, copy=True), requires_grad=True)
+
+    def __repr__(self) -> str:
+        return f"Parameter(shape={self.shape}, dtype={self.dtype})"
+
+
+def _check_generator(rng, owner: str) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"{owner} needs rng=np.random.Generator (e.g. np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    return rng
+
+
+def _check_size(value, name: str, owner: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+class Module:
+    """Base class: subclasses set parameters/sub-modules as attributes and define ``forward``."""
+
+    training = True
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- discovery --
+
+    def named_children(self) -> Iterator[tuple[str, "Module | Parameter"]]:
+        """Direct parameters and sub-modules, in attribute order (lists expand to ``name.i``)."""
+        for name, value in vars(self).items():
+            if isinstance(value, (Parameter, Module)):
+                yield name, value
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    if isinstance(item, (Parameter, Module)):
+                        yield f"{name}.{i}", item
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
+        """This module and every sub-module, depth first, each once."""
+        seen: set[int] = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            children = [(f"{name}.{child}" if name else child, value)
+                        for child, value in module.named_children() if isinstance(value, Module)]
+            stack.extend(reversed(children))
+
+    def modules(self) -> Iterator["Module"]:
+        for _, module in self.named_modules():
+            yield module
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        """``(dotted name, Parameter)`` pairs in attribute order; a shared parameter appears once."""
+        seen: set[int] = set()
+        stack: list[tuple[str, Module | Parameter]] = [("", self)]
+        while stack:  # depth first, children in attribute order
+            name, value = stack.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, Parameter):
+                yield name, value
+            else:
+                stack.extend(reversed([(f"{name}.{child}" if name else child, item)
+                                       for child, item in value.named_children()]))
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self) -> int:
+        return sum(p.size for p in self.parameters())
+
+    # -- modes and gradients --
+
+    def train(self, mode: bool = True) -> "Module":
+        """Set training mode (dropout active) on this module and all sub-modules."""
+        for module in self.modules():
+            module.training = bool(mode)
+        return self
+
+    def eval(self) -> "Module":
+        """Set evaluation mode (dropout off): ``train(False)``."""
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        """Forget accumulated gradients: ``p.grad = None`` for every parameter."""
+        for p in self.parameters():
+            p.grad = None
+
+    # -- state --
+
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Copies of the parameter arrays, keyed by dotted name, in ``named_parameters`` order."""
+        return OrderedDict((name, p.data.copy()) for name, p in self.named_parameters())
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Copy arrays into the parameters; keys and shapes must match exactly (nothing is loaded otherwise)."""
+        params = dict(self.named_parameters())
+        missing = [name for name in params if name not in state]
+        unexpected = [name for name in state if name not in params]
+        if missing or unexpected:
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        arrays = {}
+        for name, p in params.items():
+            value = np.asarray(state[name])
+            if value.dtype.kind != "f":
+                raise TypeError(f"load_state_dict: {name!r} must be a floating array, got dtype {value.dtype}")
+            if value.shape != p.shape:
+                raise ValueError(f"load_state_dict: {name!r} has shape {value.shape}, the parameter has {p.shape}")
+            arrays[name] = value
+        for name, p in params.items():
+            p.data = np.array(arrays[name], dtype=p.data.dtype, copy=True)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``state_dict()`` to an uncompressed ``.npz`` file."""
+        np.savez(path, **self.state_dict())
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Read a ``.npz`` written by :meth:`save` and ``load_state_dict`` it."""
+        with np.load(path, allow_pickle=False) as archive:
+            self.load_state_dict({name: archive[name] for name in archive.files})
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}("]
+        for name, value in self.named_children():
+            text = repr(value).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {text}")
+        return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}()"
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias``; weight ``(out_features, in_features)``.
+
+    Initialisation: by default torch's ``nn.Linear`` rule, weight and bias drawn from
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (He et al. 2015 uniform with a = sqrt(5)). With ``std``
+    given instead: weight from N(0, std^2) and a zero bias (GPT-2/nanoGPT use std = 0.02).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 rng: np.random.Generator, std: float | None = None):
+        in_features = _check_size(in_features, "in_features", "Linear")
+        out_features = _check_size(out_features, "out_features", "Linear")
+        _check_generator(rng, "Linear")
+        self.in_features, self.out_features = in_features, out_features
+        if std is None:
+            bound = 1.0 / math.sqrt(in_features)
+            self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)))
+            self.bias = Parameter(rng.uniform(-bound, bound, (out_features,))) if bias else None
+        else:
+            if not std >= 0:
+                raise ValueError(f"Linear: std must be >= 0, got {std}")
+            self.weight = Parameter(rng.normal(0.0, std, (out_features, in_features)))
+            self.bias = Parameter(np.zeros(out_features)) if bias else None
+
+    def forward(self, x) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def __repr__(self) -> str:
+        return f"Linear(in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None})"
+
+
+class Embedding(Module):
+    """A lookup table ``weight (num_embeddings, dim)`` indexed by integer ids.
+
+    Initialisation: N(0, std^2) with ``std=1.0`` by default as torch's ``nn.Embedding``
+    (nanoGPT uses 0.02).
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, rng: np.random.Generator, std: float = 1.0):
+        num_embeddings = _check_size(num_embeddings, "num_embeddings", "Embedding")
+        embedding_dim = _check_size(embedding_dim, "embedding_dim", "Embedding")
+        _check_generator(rng, "Embedding")
+        if not std >= 0:
+            raise ValueError(f"Embedding: std must be >= 0, got {std}")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(rng.normal(0.0, std, (num_embeddings, embedding_dim)))
+
+    def forward(self, ids) -> Tensor:
+        return F.embedding(ids, self.weight)
+
+    def __repr__(self) -> str:
+        return f"Embedding({self.num_embeddings}, {self.embedding_dim})"
+
+
+class LayerNorm(Module):
+    """Layer norm over the last axis of size ``features``; weight ones, bias zeros (optional)."""
+
+    def __init__(self, features: int, eps: float = 1e-5, bias: bool = True, elementwise_affine: bool = True):
+        self.features = _check_size(features, "features", "LayerNorm")
+        self.eps = float(eps)
+        self.weight = Parameter(np.ones(features)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
+
+    def forward(self, x) -> Tensor:
+        return F.layer_norm(x, self.weight, self.bias, self.eps)
+
+    def __repr__(self) -> str:
+        return f"LayerNorm({self.features}, eps={self.eps})"
+
+
+class Dropout(Module):
+    """Inverted dropout with probability ``p`` in training mode; identity in eval mode."""
+
+    def __init__(self, p: float = 0.5, *, rng: np.random.Generator):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+        self.p = float(p)
+        self.rng = _check_generator(rng, "Dropout")
+
+    def forward(self, x) -> Tensor:
+        return F.dropout(x, self.p, self.rng, training=self.training)
+
+    def __repr__(self) -> str:
+        return f"Dropout(p={self.p})"
+
+
+class GELU(Module):
+    """GELU, tanh approximation (see ``functional.gelu``)."""
+
+    def forward(self, x) -> Tensor:
+        return F.gelu(x)
+
+
+class ReLU(Module):
+    """max(x, 0)."""
+
+    def forward(self, x) -> Tensor:
+        return F.relu(x)
+
+
+class Sequential(Module):
+    """Apply modules in order; their parameters are named ``0.weight``, ``1.bias``, ... as in torch."""
+
+    def __init__(self, *modules: Module):
+        for i, module in enumerate(modules):
+            if not isinstance(module, Module):
+                raise TypeError(f"Sequential: argument {i} is a {type(module).__name__}, not a Module")
+        self.layers = list(modules)
+
+    def named_children(self):
+        for i, module in enumerate(self.layers):
+            yield str(i), module
+
+    def __getitem__(self, i: int) -> Module:
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def forward(self, x):
+        for module in self.layers:
+            x = module(x)
+        return x

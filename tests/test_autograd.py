@@ -1,0 +1,455 @@
+"""The autograd engine: operators against float64 finite differences, graph semantics, errors."""
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from minifp8.autograd import Tensor, default_dtype, get_default_dtype, is_grad_enabled, make_op, matmul, no_grad
+from minifp8.testing import gradcheck
+
+
+def param(*shape, seed=0, low=None):
+    """A float32 leaf that requires grad, standard normal (or uniform in [low, low + 1])."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal(shape) if low is None else low + rng.random(shape)
+    return Tensor(data, requires_grad=True)
+
+
+# ---- gradcheck of every operator, with broadcasting ---------------------------------------------
+
+BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 1, 4), (2, 4)), ((4,), (2, 3, 4)), ((2, 3), ()), ((1,), (3, 1))]
+
+
+@pytest.mark.parametrize("shape_a, shape_b", BINARY_SHAPES)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_binary_ops_gradcheck_with_broadcasting(op, shape_a, shape_b):
+    a, b = param(*shape_a, seed=1), param(*shape_b, seed=2, low=1.0 if op == "div" else None)
+    fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y,
+          "mul": lambda x, y: x * y, "div": lambda x, y: x / y}[op]
+    report = gradcheck(fn, a, b)
+    assert report.passed and len(report.inputs) == 2
+    assert a.grad is None and b.grad is None  # gradcheck restores the inputs
+
+
+def test_operators_with_constants_and_reflected_forms():
+    x = param(2, 3, low=0.5)
+    c = np.arange(1.0, 4.0)  # a float64 ndarray constant broadcast along rows
+    gradcheck(lambda x: 2.0 + x, x)
+    gradcheck(lambda x: 2.0 - x, x)
+    gradcheck(lambda x: 3 * x, x)
+    gradcheck(lambda x: 1.5 / x, x)
+    gradcheck(lambda x: -x, x)
+    gradcheck(lambda x: x * c + c / x - c, x)
+    gradcheck(lambda x: c * x, x)
+    gradcheck(lambda x: c - x, x)
+    assert (c + x).dtype == np.float32  # the float64 constant does not promote the graph
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -1.5])
+def test_pow_scalar_exponent_gradcheck(exponent):
+    x = param(3, 2, low=0.5)
+    gradcheck(lambda x: x ** exponent, x)
+
+
+def test_pow_tensor_exponent_and_rpow_gradcheck():
+    base, exponent = param(2, 3, low=0.5), param(3, seed=5)
+    gradcheck(lambda b, e: b ** e, base, exponent)
+    gradcheck(lambda e: 2.0 ** e, exponent)
+    # value check against Python floats
+    np.testing.assert_allclose((base ** exponent).data,
+                               [[b ** e for b, e in zip(row, exponent.data.astype(float))]
+                                for row in base.data.astype(float)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [
+    ((3, 4), (4, 5)),          # plain GEMM
+    ((2, 3, 4), (4, 5)),       # batched left, shared right (one GEMM for the right grad)
+    ((4, 5), (2, 5, 3)),       # shared left, batched right
+    ((2, 1, 3, 4), (3, 4, 2)),  # broadcast batch axes on both sides
+    ((4,), (4, 3)),            # vector @ matrix
+    ((2, 3, 4), (4,)),         # matrix @ vector
+    ((4,), (4,)),              # dot product
+])
+def test_matmul_gradcheck(shape_a, shape_b):
+    a, b = param(*shape_a, seed=3), param(*shape_b, seed=4)
+    gradcheck(lambda x, y: x @ y, a, b)
+    np.testing.assert_allclose((a @ b).data, a.data.astype(np.float64) @ b.data.astype(np.float64), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_matmul_with_constant_operand_and_reflected():
+    w = param(4, 3)
+    x = np.random.default_rng(0).standard_normal((2, 4))
+    gradcheck(lambda w: x @ w, w)  # ndarray @ Tensor uses __rmatmul__
+    gradcheck(lambda w: matmul(w.T, x.T), w)
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (1, True), ((0, 2), False), (-1, True)])
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_reductions_gradcheck(reduction, axis, keepdims):
+    x = param(2, 3, 4)
+    gradcheck(lambda x: getattr(x, reduction)(axis=axis, keepdims=keepdims), x)
+    expected = getattr(x.data.astype(np.float64), reduction)(axis=axis, keepdims=keepdims)
+    np.testing.assert_allclose(getattr(x, reduction)(axis=axis, keepdims=keepdims).data, expected, rtol=1e-6)
+
+
+def test_shape_ops_gradcheck():
+    x = param(2, 3, 4)
+    gradcheck(lambda x: x.reshape(6, 4), x)
+    gradcheck(lambda x: x.reshape((4, -1)), x)
+    gradcheck(lambda x: x.transpose(2, 0, 1), x)
+    gradcheck(lambda x: x.transpose((1, 0, 2)), x)
+    gradcheck(lambda x: x.T, x)
+    assert x.T.shape == (4, 3, 2) and x.transpose(2, 0, 1).shape == (4, 2, 3)
+
+
+@pytest.mark.parametrize("index", [
+    1, -1, (slice(None), 1), (Ellipsis, slice(1, 3)), (0, slice(None), None, 1), slice(None, None, -1),
+    np.array([2, 0, 2, 1]),                      # integer array with a repeated index: gradients add
+    (np.array([0, 1, 1]), np.array([3, 3, 0])),  # pairs of integer arrays
+    [1, 1],                                      # a list is an integer-array index
+])
+def test_indexing_gradcheck(index):
+    x = param(3, 4, 2)
+    gradcheck(lambda x: x[index], x)
+    np.testing.assert_array_equal(x[index].data, x.data[index])
+
+
+def test_indexing_with_integer_tensor_and_bool_mask():
+    x = param(3, 4)
+    ids = Tensor(np.array([0, 2, 2]))
+    gradcheck(lambda x: x[ids], x)
+    mask = x.data > 0
+    gradcheck(lambda x: x[mask], x)
+    y = x[ids]
+    y.backward(np.ones(y.shape))
+    np.testing.assert_array_equal(x.grad, [[1] * 4, [0] * 4, [2] * 4])  # row 2 picked twice
+
+
+def test_elementwise_methods_gradcheck():
+    x = param(3, 4, low=0.2)
+    gradcheck(lambda x: x.exp(), x)
+    gradcheck(lambda x: x.log(), x)
+    gradcheck(lambda x: x.tanh(), x)
+
+
+# ---- graph semantics -----------------------------------------------------------------------------
+
+def test_reused_node_gets_summed_gradient():
+    x = Tensor([1.5, -2.0, 3.0], requires_grad=True)
+    y = x * x          # x used twice in one op
+    z = y + x * 3.0    # and again in another
+    z.backward(np.ones(3))
+    np.testing.assert_array_equal(x.grad, 2 * x.data + 3.0)
+    # an intermediate used by two consumers: d/dx (y*2 + y*5) = 7 * 2x
+    x.grad = None
+    y = x * x
+    (y * 2.0 + y * 5.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, 14 * x.data)
+
+
+def test_backward_twice_accumulates():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    loss = (x * x).sum()
+    loss.backward()
+    np.testing.assert_array_equal(x.grad, [2.0, 4.0])
+    loss.backward()  # the graph is kept: a second call adds the same gradient again
+    np.testing.assert_array_equal(x.grad, [4.0, 8.0])
+    x.grad = None
+    loss.backward()
+    np.testing.assert_array_equal(x.grad, [2.0, 4.0])
+
+
+def test_shared_gradient_arrays_are_not_aliased_between_leaves():
+    # add hands the same gradient array to both parents; scaling one leaf's .grad in place
+    # (as clip_grad_norm does) must not change the other's
+    a, b = Tensor([1.0], requires_grad=True), Tensor([2.0], requires_grad=True)
+    (a + b).backward(np.array([1.0]))
+    a.grad *= 10
+    assert b.grad[0] == 1.0
+    # sum's gradient is a read-only broadcast view; .grad must still be writable and owned
+    c = Tensor(np.ones((2, 3)), requires_grad=True)
+    c.sum().backward()
+    c.grad *= 2
+    np.testing.assert_array_equal(c.grad, np.full((2, 3), 2.0))
+
+
+def test_slices_and_whole_uses_of_one_tensor_sum_their_gradients():
+    x = Tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
+    h = x * 1.0  # an intermediate, so that slice gradients meet inside the engine, not in a leaf
+    y = h[:, :2] * 2.0 + h[:, 1:] * 3.0 + h.sum(axis=1, keepdims=True) + h[0, :2] * 10.0  # shape (2, 2)
+    y.sum().backward()
+    # columns 0-1 get 2, columns 1-2 get 3, every element 2 from the row sum (2 columns of y),
+    # and h[0, :2] gets 10 from each of the 2 rows it is broadcast to
+    np.testing.assert_array_equal(x.grad, [[2 + 2 + 20, 2 + 3 + 2 + 20, 3 + 2], [2 + 2, 2 + 3 + 2, 3 + 2]])
+    gradcheck(lambda t: (t * 1.0)[:, :2] * (t * 1.0)[:, 1:] + t.sum(axis=1, keepdims=True), param(3, 3))
+    x.grad *= 0  # the leaf's .grad is its own writable array
+    w = Tensor(np.ones(4), requires_grad=True)
+    (w[:2] * 1.0).sum().backward()  # only a slice of a leaf used
+    np.testing.assert_array_equal(w.grad, [1, 1, 0, 0])
+
+
+def test_ten_thousand_op_chain_has_no_recursion_error():
+    depth = 10_000
+    assert depth > sys.getrecursionlimit()
+    x = Tensor([1.0], requires_grad=True)
+    y = x
+    for _ in range(depth):
+        y = y * 1.0001
+    y.sum().backward()
+    assert x.grad[0] == pytest.approx(1.0001 ** depth, rel=1e-3)  # float32 rounding of 10,000 products
+    del y  # freeing a deep graph must not recurse either
+
+
+def test_only_leaves_keep_grad_unless_retained():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3.0
+    k = (x * 2.0).retain_grad()
+    (h * k).sum().backward()
+    assert h.grad is None and not h.is_leaf and x.is_leaf
+    np.testing.assert_array_equal(k.grad, h.data)  # d(h.k)/dk = h
+    np.testing.assert_array_equal(x.grad, 12 * x.data)
+
+
+def test_no_grad_builds_no_graph():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    assert is_grad_enabled()
+    with no_grad():
+        assert not is_grad_enabled()
+        y = (x * 2.0 + 1.0).sum()
+        z = x @ x
+    assert is_grad_enabled()
+    for t in (y, z):
+        assert not t.requires_grad and t._parents == () and t._backward is None
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            t.backward()
+    np.testing.assert_array_equal(y.data, 8.0)
+
+    @no_grad()
+    def decorated(t):
+        return t * 2.0
+
+    assert not decorated(x).requires_grad
+    assert (x * 2.0).requires_grad  # re-enabled after the decorated call
+
+
+def test_constants_do_not_require_grad_and_detach_cuts_the_graph():
+    x = param(3)
+    c = Tensor([1.0, 2.0, 3.0])
+    assert not (c * 2.0).requires_grad
+    d = (x * 2.0).detach()
+    assert d.is_leaf and not d.requires_grad
+    y = x * d
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad, d.data)  # d is a constant: no gradient through it
+    assert np.shares_memory(d.data, (x * 2.0).data) is False
+
+
+def test_make_op_custom_backward_and_unbroadcast():
+    # scale_bwd: identity forward, gradient times b (the unit-scaling primitive)
+    def scale_bwd(x, b):
+        return make_op(x.data, (x,), lambda grad: (grad * b,), name="scale_bwd")
+
+    def scale_fwd(x, a):
+        return make_op(x.data * a, (x,), lambda grad: (grad,), name="scale_fwd")
+
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = scale_bwd(x, 4.0)
+    np.testing.assert_array_equal(y.data, x.data)
+    (y * y).sum().backward()
+    np.testing.assert_array_equal(x.grad, 4.0 * 2 * x.data)
+    x.grad = None
+    z = scale_fwd(x, 3.0)
+    np.testing.assert_array_equal(z.data, 3.0 * x.data)
+    (z * z).sum().backward()
+    np.testing.assert_array_equal(x.grad, 2 * z.data)  # d(z^2)/dz passed through unscaled
+    # a custom op may return a gradient of the output's broadcast shape; the engine sums it down
+    bias = Tensor([0.5], requires_grad=True)
+    m = Tensor(np.ones((3, 2)), requires_grad=True)
+    out = make_op(m.data + bias.data, (m, bias), lambda g: (g, g), name="add_bias")
+    out.backward(np.ones((3, 2)))
+    np.testing.assert_array_equal(bias.grad, [6.0])
+    # under no_grad the custom op builds no graph
+    with no_grad():
+        assert not scale_bwd(x, 2.0).requires_grad
+
+
+def test_make_op_rejects_a_malformed_backward():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    one_array = make_op(x.data * 2, (x,), lambda g: g * 2, name="bare_array")
+    with pytest.raises(TypeError, match="bare_array.*one gradient"):
+        one_array.sum().backward()
+    wrong_shape = make_op(x.data * 2, (x,), lambda g: (np.ones(3),), name="wrong_shape")
+    with pytest.raises(ValueError, match="wrong_shape.*shape"):
+        wrong_shape.sum().backward()
+    with pytest.raises(TypeError, match="floating"):
+        make_op(np.array([1, 2]), (x,), lambda g: (g,), name="int_output")
+
+
+def test_float64_mode_is_scoped():
+    assert get_default_dtype() == np.float32
+    with default_dtype(np.float64):
+        t = Tensor([1.0, 2.0], requires_grad=True)
+        assert t.dtype == np.float64 and (t * 2.0).dtype == np.float64
+        (t * t).sum().backward()
+        assert t.grad.dtype == np.float64
+    assert get_default_dtype() == np.float32 and Tensor([1.0]).dtype == np.float32
+    with pytest.raises(TypeError, match="float32 or float64"):
+        with default_dtype(np.float16):
+            pass
+
+
+# ---- data types and bad inputs -------------------------------------------------------------------
+
+@pytest.mark.parametrize("data", [np.float16([1, 2]), np.float64([1, 2]), [1.5, 2.5], 3.5,
+                                  np.arange(6.0).reshape(2, 3)[:, ::2]])
+def test_floating_data_becomes_float32(data):
+    t = Tensor(data)
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t.data, np.asarray(data, dtype=np.float32))
+
+
+def test_float32_data_is_not_copied_and_grads_are_float32():
+    data = np.ones((2, 2), dtype=np.float32)
+    t = Tensor(data, requires_grad=True)
+    assert t.data is data
+    (t * 3.0).sum().backward()
+    assert t.grad.dtype == np.float32 and t.grad.shape == (2, 2)
+
+
+def test_integer_tensors_are_non_differentiable_token_ids():
+    ids = Tensor(np.array([1, 2, 3]))
+    assert ids.dtype.kind == "i" and not ids.requires_grad
+    with pytest.raises(TypeError, match="only floating tensors can require grad"):
+        Tensor(np.array([1, 2]), requires_grad=True)
+    with pytest.raises(TypeError, match="integer tensors are token ids"):
+        ids * 2.0
+    with pytest.raises(TypeError, match="integer tensors are token ids"):
+        Tensor([1.0, 2.0, 3.0]) + ids
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.array([True, False]), "bool"), (True, "bool"), (np.array([1 + 2j]), "complex"),
+    (np.array(["a"]), "dtype <U1"), (np.array([object()]), "dtype object"),
+])
+def test_bad_data_types_raise(bad, message):
+    with pytest.raises(TypeError, match=message):
+        Tensor(bad)
+
+
+def test_tensor_of_tensor_and_bool_operand_raise():
+    t = Tensor([1.0])
+    with pytest.raises(TypeError, match="already a Tensor"):
+        Tensor(t)
+    with pytest.raises(TypeError, match="bool operand"):
+        t * True
+    with pytest.raises(TypeError, match="exponent"):
+        t ** "2"
+
+
+def test_matmul_shape_mismatch_raises_clearly():
+    a, b = Tensor(np.ones((2, 3))), Tensor(np.ones((4, 5)))
+    with pytest.raises(ValueError, match=r"matmul shape mismatch: \(2, 3\) @ \(4, 5\).*\(3\).*\(4\)"):
+        a @ b
+    with pytest.raises(ValueError, match="batch axes"):
+        Tensor(np.ones((2, 3, 4))) @ Tensor(np.ones((3, 4, 5)))
+    with pytest.raises(ValueError, match="at least 1-D"):
+        Tensor(2.0) @ b
+
+
+def test_elementwise_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="broadcast"):
+        Tensor(np.ones((2, 3))) + Tensor(np.ones((4,)))
+
+
+def test_backward_on_non_scalar_needs_grad():
+    x = Tensor(np.ones((2, 3)), requires_grad=True)
+    y = x * 2.0
+    with pytest.raises(RuntimeError, match=r"one-element.*shape \(2, 3\).*grad="):
+        y.backward()
+    with pytest.raises(ValueError, match="shape"):
+        y.backward(np.ones(3))
+    y.backward(np.ones((2, 3)))
+    np.testing.assert_array_equal(x.grad, np.full((2, 3), 2.0))
+    one = (x * 1.0)[0:1, 0:1]  # any one-element tensor may omit grad
+    one.backward()
+    assert x.grad[0, 0] == 3.0
+
+
+def test_bad_axes_and_transpose_raise():
+    x = Tensor(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="out of range"):
+        x.sum(axis=2)
+    with pytest.raises(ValueError, match="repeated"):
+        x.sum(axis=(0, -2))
+    with pytest.raises(ValueError, match="permutation"):
+        x.transpose(0, 0)
+    with pytest.raises(ValueError, match="one-element"):
+        x.item()
+
+
+def test_special_values_flow_through():
+    # NaN and Inf propagate (no silent replacement); -0.0 keeps its sign through neg
+    x = Tensor([np.inf, np.nan, 0.0], requires_grad=True)
+    y = -x
+    assert math.copysign(1.0, y.data[2]) == -1.0 and np.isnan(y.data[1]) and y.data[0] == -np.inf
+    (y * 1.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [-1.0, -1.0, -1.0])
+
+
+def test_empty_and_zero_d_tensors():
+    e = Tensor(np.zeros((0, 3)), requires_grad=True)
+    s = e.sum()
+    assert s.data == 0.0
+    s.backward()
+    assert e.grad.shape == (0, 3)
+    z = Tensor(2.0, requires_grad=True)
+    (z * z).backward()
+    assert z.grad == 4.0 and z.grad.shape == ()
+
+
+# ---- gradcheck itself ----------------------------------------------------------------------------
+
+def test_gradcheck_reports_a_wrong_formula_by_input_and_element():
+    x, w = param(3, 2, seed=1), param(2, seed=2)
+
+    def almost_square(t):  # forward t^2, backward 2.001 t: a 0.05% error
+        return make_op(t.data ** 2, (t,), lambda g: (g * 2.001 * t.data,), name="almost_square")
+
+    original, before = x.data, x.data.copy()
+    with pytest.raises(AssertionError) as error:
+        gradcheck(lambda a, b: almost_square(a) * b, x, w, names=["x", "w"])
+    message = str(error.value)
+    assert message.startswith("gradcheck failed for x\n")
+    assert "x (shape (3, 2)): FAILED" in message and "w (shape (2,)): ok" in message
+    assert "worst element (" in message and "analytic" in message and "numeric" in message
+    assert x.data is original and np.array_equal(x.data, before) and x.grad is None  # restored
+    report = gradcheck(lambda a, b: almost_square(a) * b, x, w, raise_on_failure=False)
+    assert not report.passed and not report.inputs[0].passed and report.inputs[1].passed
+    worst = report.inputs[0]
+    assert worst.analytic == pytest.approx(worst.numeric * 1.0005, rel=1e-6)
+
+
+def test_gradcheck_catches_precision_loss_in_the_float32_backward():
+    x = param(4, 3)
+
+    def lossy(t):  # exact formula, but the float32 run rounds its gradient through float16
+        def backward(g):
+            grad = 3.0 * g
+            return (grad.astype(np.float16) if grad.dtype == np.float32 else grad,)
+        return make_op(3.0 * t.data, (t,), backward, name="lossy")
+
+    report = gradcheck(lossy, x, raise_on_failure=False)
+    assert report.inputs[0].error <= 1.0 < report.inputs[0].float32_error
+
+
+def test_gradcheck_rejects_promotion_and_bad_arguments():
+    x = param(2)
+    with pytest.raises(AssertionError, match="dtype float64 from float32 inputs"):
+        gradcheck(lambda t: make_op(t.data.astype(np.float64), (t,), lambda g: (g,)), x)
+    with pytest.raises(ValueError, match="no input is a Tensor that requires grad"):
+        gradcheck(lambda t: t * 2.0, Tensor([1.0]))
+    with pytest.raises(TypeError, match="must return a Tensor"):
+        gradcheck(lambda t: t.data, x)
+    assert x.dtype == np.float32 and x.grad is None

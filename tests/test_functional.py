@@ -1,0 +1,374 @@
+"""minifp8.functional: values against independent float64/Python references, gradients against
+float64 central differences (testing.gradcheck), and clear errors for bad input."""
+import math
+
+import numpy as np
+import pytest
+
+import minifp8.functional as F
+from minifp8.autograd import Tensor
+from minifp8.testing import gradcheck
+
+
+def param(*shape, seed=0, scale=1.0):
+    return Tensor(scale * np.random.default_rng(seed).standard_normal(shape), requires_grad=True)
+
+
+def as64(t):
+    return t.data.astype(np.float64)
+
+
+# ---- elementwise ---------------------------------------------------------------------------------
+
+def gelu_reference(x: float) -> float:
+    """GPT-2's gelu, written from the formula in Hendrycks & Gimpel 2016 (tanh approximation)."""
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def test_gelu_values_and_gradcheck():
+    x = param(4, 5, scale=2.0)
+    expected = np.vectorize(gelu_reference)(as64(x))
+    np.testing.assert_allclose(F.gelu(x).data, expected, rtol=2e-6, atol=1e-7)
+    # the tanh form stays within 1e-3 of the exact erf GELU, x * Phi(x)
+    exact = np.vectorize(lambda v: 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))))(as64(x))
+    np.testing.assert_allclose(F.gelu(x).data, exact, atol=1e-3)
+    gradcheck(F.gelu, x)
+    big = F.gelu(Tensor([-60.0, 60.0, 0.0]))
+    np.testing.assert_array_equal(big.data, [-0.0, 60.0, 0.0])
+
+
+@pytest.mark.parametrize("name, reference, low", [
+    ("exp", math.exp, None), ("log", math.log, 0.1), ("tanh", math.tanh, None), ("sqrt", math.sqrt, 0.1),
+    ("sigmoid", lambda v: 1.0 / (1.0 + math.exp(-v)), None), ("relu", lambda v: max(v, 0.0), None),
+])
+def test_elementwise_values_and_gradcheck(name, reference, low):
+    rng = np.random.default_rng(1)
+    data = low + 2 * rng.random((3, 4)) if low is not None else rng.standard_normal((3, 4))
+    if name == "relu":
+        data[np.abs(data) < 0.05] = 0.3  # stay away from the kink for finite differences
+    x = Tensor(data, requires_grad=True)
+    op = getattr(F, name)
+    np.testing.assert_allclose(op(x).data, np.vectorize(reference)(as64(x)), rtol=2e-6, atol=1e-7)
+    gradcheck(op, x)
+
+
+def test_sigmoid_does_not_overflow():
+    y = F.sigmoid(Tensor([-1000.0, 1000.0]))
+    np.testing.assert_array_equal(y.data, [0.0, 1.0])
+
+
+# ---- linear --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape", [(3, 4), (2, 3, 4), (4,)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_values_and_gradcheck(x_shape, with_bias):
+    x, w = param(*x_shape, seed=1), param(5, 4, seed=2)
+    b = param(5, seed=3) if with_bias else None
+    expected = as64(x) @ as64(w).T + (as64(b) if with_bias else 0.0)
+    np.testing.assert_allclose(F.linear(x, w, b).data, expected, rtol=1e-5, atol=1e-6)
+    inputs = (x, w, b) if with_bias else (x, w)
+    gradcheck(lambda *t: F.linear(*t), *inputs)
+
+
+def test_linear_skips_gradients_not_needed():
+    x, w = Tensor(np.ones((2, 3))), param(4, 3)
+    F.linear(x, w).sum().backward()
+    assert x.grad is None and w.grad.shape == (4, 3)
+    np.testing.assert_array_equal(w.grad, np.full((4, 3), 2.0))
+
+
+def test_linear_bad_shapes_raise():
+    with pytest.raises(ValueError, match="in_features=4"):
+        F.linear(Tensor(np.ones((2, 3))), Tensor(np.ones((5, 4))))
+    with pytest.raises(ValueError, match="2-D"):
+        F.linear(Tensor(np.ones((2, 3))), Tensor(np.ones(3)))
+    with pytest.raises(ValueError, match=r"bias must have shape \(5,\)"):
+        F.linear(Tensor(np.ones((2, 4))), Tensor(np.ones((5, 4))), Tensor(np.ones(4)))
+    with pytest.raises(TypeError, match="floating"):
+        F.linear(Tensor(np.ones((2, 4), dtype=np.int64)), Tensor(np.ones((5, 4))))
+
+
+def test_matmul_is_exported():
+    a, b = param(2, 3), param(3, 2, seed=1)
+    gradcheck(F.matmul, a, b)
+
+
+# ---- softmax family ------------------------------------------------------------------------------
+
+def softmax_reference(row):
+    top = max(row)
+    exps = [math.exp(v - top) for v in row]
+    total = math.fsum(exps)
+    return [e / total for e in exps]
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_and_log_softmax_values_and_gradcheck(axis):
+    x = param(3, 4, 2, scale=3.0)
+    data = np.moveaxis(as64(x), axis, -1)
+    expected = np.moveaxis(np.array([softmax_reference(list(r)) for r in data.reshape(-1, data.shape[-1])])
+                           .reshape(data.shape), -1, axis)
+    np.testing.assert_allclose(F.softmax(x, axis).data, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(F.log_softmax(x, axis).data, np.log(expected), rtol=1e-5, atol=1e-6)
+    gradcheck(lambda t: F.softmax(t, axis), x)
+    gradcheck(lambda t: F.log_softmax(t, axis), x)
+
+
+def test_softmax_large_logits_are_stable():
+    x = Tensor([[1000.0, 1000.0], [-1e4, 0.0]])
+    np.testing.assert_allclose(F.softmax(x).data, [[0.5, 0.5], [0.0, 1.0]])
+    np.testing.assert_allclose(F.log_softmax(x).data, [[-math.log(2), -math.log(2)], [-1e4, 0.0]], rtol=1e-6)
+
+
+def cross_entropy_reference(logits, targets, ignore_index=None):
+    losses = []
+    for row, t in zip(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)):
+        if t == ignore_index:
+            continue
+        top = max(row)
+        losses.append(top + math.log(math.fsum(math.exp(v - top) for v in row)) - row[t])
+    return math.fsum(losses) / len(losses)
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (2, 3, 7), (7,)])
+def test_cross_entropy_values_and_gradcheck(shape):
+    logits = param(*shape, scale=2.0)
+    targets = np.random.default_rng(9).integers(0, 7, shape[:-1])
+    loss = F.cross_entropy(logits, targets)
+    assert loss.shape == () and loss.dtype == np.float32
+    assert loss.item() == pytest.approx(cross_entropy_reference(as64(logits), targets), rel=1e-6)
+    gradcheck(lambda z: F.cross_entropy(z, targets), logits)
+    gradcheck(lambda z: F.cross_entropy(z, Tensor(targets)), logits)  # targets as an integer Tensor
+
+
+def test_cross_entropy_ignore_index_and_gradient_formula():
+    logits = param(2, 4, 5)
+    targets = np.array([[1, -1, 4, 0], [-1, 2, 2, 3]])
+    loss = F.cross_entropy(logits, targets, ignore_index=-1)
+    assert loss.item() == pytest.approx(cross_entropy_reference(as64(logits), targets, -1), rel=1e-6)
+    gradcheck(lambda z: F.cross_entropy(z, targets, ignore_index=-1), logits)
+    loss.backward()
+    assert np.all(logits.grad[0, 1] == 0) and np.all(logits.grad[1, 0] == 0)
+    # closed form: (softmax - onehot) / number of counted tokens
+    probs = np.exp(as64(logits)) / np.exp(as64(logits)).sum(-1, keepdims=True)
+    np.testing.assert_allclose(logits.grad[0, 0], (probs[0, 0] - np.eye(5)[1]) / 6, rtol=1e-5, atol=1e-7)
+
+
+def test_cross_entropy_extreme_logits_finite():
+    loss = F.cross_entropy(Tensor([[1e4, 0.0, -1e4]]), np.array([2]))
+    assert loss.item() == pytest.approx(2e4, rel=1e-6)
+
+
+def test_cross_entropy_bad_inputs_raise():
+    logits = Tensor(np.zeros((3, 4)))
+    with pytest.raises(TypeError, match="targets must be an integer"):
+        F.cross_entropy(logits, np.array([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match="targets shape"):
+        F.cross_entropy(logits, np.array([0, 1]))
+    with pytest.raises(IndexError, match="target 4 is out of range for 4 classes"):
+        F.cross_entropy(logits, np.array([0, 4, 1]))
+    with pytest.raises(IndexError, match="target -2"):
+        F.cross_entropy(logits, np.array([0, -2, 1]), ignore_index=-1)
+    with pytest.raises(ValueError, match="no targets"):
+        F.cross_entropy(logits, np.array([-1, -1, -1]), ignore_index=-1)
+
+
+# ---- layer norm ----------------------------------------------------------------------------------
+
+def layer_norm_reference(x, weight, bias, eps):
+    out = np.empty_like(x)
+    for i, row in enumerate(x.reshape(-1, x.shape[-1])):
+        mean = math.fsum(row) / len(row)
+        var = math.fsum((v - mean) ** 2 for v in row) / len(row)
+        out.reshape(-1, x.shape[-1])[i] = (row - mean) / math.sqrt(var + eps) * weight + bias
+    return out
+
+
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("shape", [(3, 6), (2, 3, 6), (6,)])
+def test_layer_norm_values_and_gradcheck(shape, affine):
+    x = param(*shape, scale=2.0)
+    w = param(6, seed=1) if affine != "none" else None
+    b = param(6, seed=2) if affine == "both" else None
+    expected = layer_norm_reference(as64(x) + 0.5, as64(w) if w is not None else 1.0,
+                                    as64(b) if b is not None else 0.0, 1e-5)
+    np.testing.assert_allclose(F.layer_norm(x + 0.5, w, b).data, expected, rtol=1e-5, atol=1e-5)
+    inputs = [t for t in (x, w, b) if t is not None]
+    gradcheck(lambda x, *wb: F.layer_norm(x, *wb), *inputs)
+
+
+def test_layer_norm_constant_row_is_finite():
+    out = F.layer_norm(Tensor(np.full((2, 4), 3.0)), bias=Tensor(np.arange(4.0)))
+    np.testing.assert_array_equal(out.data, np.tile(np.arange(4.0), (2, 1)))
+
+
+def test_layer_norm_bad_shapes_raise():
+    with pytest.raises(ValueError, match=r"weight must have shape \(4,\)"):
+        F.layer_norm(Tensor(np.ones((2, 4))), Tensor(np.ones(3)))
+    with pytest.raises(ValueError, match="at least one axis"):
+        F.layer_norm(Tensor(1.0))
+
+
+# ---- embedding -----------------------------------------------------------------------------------
+
+def test_embedding_values_and_gradcheck():
+    weight = param(6, 3)
+    ids = np.array([[0, 5, 2], [2, 2, 1]])  # repeated ids must sum their gradients
+    np.testing.assert_array_equal(F.embedding(ids, weight).data, weight.data[ids])
+    gradcheck(lambda w: F.embedding(ids, w), weight)
+    gradcheck(lambda w: F.embedding(Tensor(ids), w), weight)
+    F.embedding(ids, weight).backward(np.ones((2, 3, 3)))
+    np.testing.assert_array_equal(weight.grad[:, 0], [1, 1, 3, 0, 0, 1])
+
+
+def test_embedding_bad_ids_raise():
+    weight = Tensor(np.ones((4, 2)))
+    with pytest.raises(IndexError, match="id 4 is out of range for 4 embeddings"):
+        F.embedding(np.array([0, 4]), weight)
+    with pytest.raises(IndexError, match="id -1"):
+        F.embedding(np.array([-1]), weight)
+    with pytest.raises(TypeError, match="integer"):
+        F.embedding(np.array([0.0, 1.0]), weight)
+
+
+# ---- attention -----------------------------------------------------------------------------------
+
+def attention_reference(q, k, v, causal, scale):
+    """Vaswani et al. eq. 1 by explicit loops in float64."""
+    out = np.zeros(q.shape[:-1] + (v.shape[-1],))
+    for idx in np.ndindex(q.shape[:-2]):
+        for i in range(q.shape[-2]):
+            keys = range(k.shape[-2]) if not causal else range(min(i + 1, k.shape[-2]))
+            logits = [scale * float(np.dot(q[idx][i], k[idx][j])) for j in keys]
+            weights = softmax_reference(logits)
+            out[idx][i] = sum(w * v[idx][j] for w, j in zip(weights, keys))
+    return out
+
+
+@pytest.mark.parametrize("causal, seq_q, seq_k, scale", [
+    (False, 4, 4, None), (True, 4, 4, None), (False, 3, 5, 0.7), (True, 3, 5, None), (True, 5, 3, 2.0),
+])
+def test_attention_values_and_gradcheck(causal, seq_q, seq_k, scale):
+    q, k, v = param(2, 2, seq_q, 3, seed=1), param(2, 2, seq_k, 3, seed=2), param(2, 2, seq_k, 4, seed=3)
+    out = F.scaled_dot_product_attention(q, k, v, causal=causal, scale=scale)
+    expected = attention_reference(as64(q), as64(k), as64(v), causal, scale if scale else 1 / math.sqrt(3))
+    np.testing.assert_allclose(out.data, expected, rtol=1e-5, atol=1e-6)
+    gradcheck(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=causal, scale=scale), q, k, v)
+
+
+def test_attention_with_dropout_gradcheck_and_determinism():
+    q, k, v = param(1, 2, 4, 3, seed=1), param(1, 2, 4, 3, seed=2), param(1, 2, 4, 3, seed=3)
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.4, rng=np.random.default_rng(7))
+
+    gradcheck(attend, q, k, v)
+    assert np.array_equal(attend(q, k, v).data, attend(q, k, v).data)
+    assert not np.array_equal(attend(q, k, v).data, F.scaled_dot_product_attention(q, k, v, causal=True).data)
+
+
+def test_attention_on_strided_views():
+    # heads split from a fused projection arrive as non-contiguous views
+    qkv = param(2, 5, 3, 2, 4)  # (batch, seq, 3, heads, head_dim)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    assert not q.data.flags.c_contiguous
+    out = F.scaled_dot_product_attention(q, k, v, causal=True)
+    np.testing.assert_allclose(out.data, attention_reference(as64(q), as64(k), as64(v), True, 0.5), rtol=1e-5,
+                               atol=1e-6)
+    gradcheck(lambda t: F.scaled_dot_product_attention(
+        *(t[:, :, i].transpose(0, 2, 1, 3) for i in range(3)), causal=True), qkv)
+
+
+def test_attention_bad_inputs_raise():
+    q = Tensor(np.ones((1, 2, 4, 3)))
+    with pytest.raises(ValueError, match="incompatible shapes"):
+        F.scaled_dot_product_attention(q, Tensor(np.ones((1, 2, 4, 5))), q)
+    with pytest.raises(ValueError, match="at least 2-D"):
+        F.scaled_dot_product_attention(Tensor(np.ones(3)), q, q)
+    with pytest.raises(TypeError, match="np.random.Generator"):
+        F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+
+
+# ---- dropout -------------------------------------------------------------------------------------
+
+def test_dropout_statistics_scale_and_determinism():
+    x = Tensor(np.ones((200, 500)))
+    y = F.dropout(x, 0.25, np.random.default_rng(0))
+    kept = y.data != 0
+    assert abs(kept.mean() - 0.75) < 0.01  # 100,000 Bernoulli draws: std of the mean 0.0014
+    np.testing.assert_array_equal(y.data[kept], np.float32(1 / 0.75))
+    again = F.dropout(x, 0.25, np.random.default_rng(0))
+    assert np.array_equal(y.data, again.data)  # same seed, bit-identical
+    assert not np.array_equal(y.data, F.dropout(x, 0.25, np.random.default_rng(1)).data)
+
+
+def test_dropout_gradcheck_and_special_cases():
+    x = param(4, 5)
+    gradcheck(lambda t: F.dropout(t, 0.3, np.random.default_rng(3)), x)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    assert F.dropout(x, 0.5, rng, training=False) is x
+    assert F.dropout(x, 0.0, rng) is x
+    assert rng.bit_generator.state == state  # nothing drawn
+    np.testing.assert_array_equal(F.dropout(x, 1.0, rng).data, np.zeros((4, 5)))
+
+
+def test_dropout_bad_inputs_raise():
+    x = Tensor(np.ones(3))
+    with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):
+        F.dropout(x, 1.5, np.random.default_rng(0))
+    with pytest.raises(TypeError, match="np.random.Generator"):
+        F.dropout(x, 0.5, 0)
+    with pytest.raises(TypeError, match="np.random.Generator"):
+        F.dropout(x, 0.5, np.random.RandomState(0))
+
+
+# ---- joining and splitting -----------------------------------------------------------------------
+
+def test_concat_stack_split_values_and_gradcheck():
+    a, b, c = param(2, 3, seed=1), param(2, 1, seed=2), param(2, 3, seed=3)
+    np.testing.assert_array_equal(F.concat([a, b, c], axis=1).data, np.concatenate([a.data, b.data, c.data], 1))
+    gradcheck(lambda *t: F.concat(t, axis=-1), a, b, c)
+    np.testing.assert_array_equal(F.stack([a, c], axis=1).data, np.stack([a.data, c.data], 1))
+    gradcheck(lambda *t: F.stack(t, axis=1), a, c)
+    x = param(7, 2)
+    parts = F.split(x, 3)
+    assert [p.shape for p in parts] == [(3, 2), (3, 2), (1, 2)]
+    gradcheck(lambda t: F.split(t, 3), x)  # several outputs
+    gradcheck(lambda t: F.split(t, [1, 0, 1], axis=1), x)
+    # round trip
+    np.testing.assert_array_equal(F.concat(F.split(x, [2, 5]), axis=0).data, x.data)
+
+
+def test_concat_stack_split_bad_inputs_raise():
+    with pytest.raises(ValueError, match="do not fit"):
+        F.concat([Tensor(np.ones((2, 3))), Tensor(np.ones((3, 3)))], axis=1)
+    with pytest.raises(ValueError, match="same shape"):
+        F.stack([Tensor(np.ones(2)), Tensor(np.ones(3))])
+    with pytest.raises(ValueError, match="add up"):
+        F.split(Tensor(np.ones(5)), [2, 2])
+    with pytest.raises(ValueError, match="positive"):
+        F.split(Tensor(np.ones(5)), 0)
+    with pytest.raises(ValueError, match="at least one"):
+        F.concat([])
+    with pytest.raises(ValueError, match="out of range"):
+        F.softmax(Tensor(np.ones(3)), axis=1)
+
+
+# ---- the graph of a small transformer layer -------------------------------------------------------
+
+def test_pre_norm_block_gradcheck():
+    """All the ops together, as the GPT uses them: one pre-norm attention + MLP block."""
+    rng = np.random.default_rng(0)
+    batch, seq, d, heads = 2, 3, 4, 2
+    tensors = [Tensor(rng.standard_normal(s) * 0.5, requires_grad=True) for s in
+               [(batch, seq, d), (3 * d, d), (3 * d,), (d, d), (4 * d, d), (d, 4 * d), (d,), (d,)]]
+
+    def block(x, w_qkv, b_qkv, w_proj, w_fc, w_out, ln_w, ln_b):
+        q, k, v = (t.reshape(batch, seq, heads, d // heads).transpose(0, 2, 1, 3)
+                   for t in F.split(F.linear(F.layer_norm(x, ln_w, ln_b), w_qkv, b_qkv), d, axis=-1))
+        y = F.scaled_dot_product_attention(q, k, v, causal=True).transpose(0, 2, 1, 3).reshape(batch, seq, d)
+        h = x + F.linear(y, w_proj)
+        return h + F.linear(F.gelu(F.linear(F.layer_norm(h, ln_w, ln_b), w_fc)), w_out)
+
+    gradcheck(block, *tensors)

@@ -1,0 +1,385 @@
+"""minifp8.nn and minifp8.optim: module gradients, parameter discovery, state round trips, the
+published optimizer equations, schedules and determinism."""
+import math
+
+import numpy as np
+import pytest
+
+import minifp8.functional as F
+from minifp8 import nn, optim
+from minifp8.autograd import Tensor
+from minifp8.testing import gradcheck
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def inputs(*shape, seed=1):
+    return Tensor(rng(seed).standard_normal(shape), requires_grad=True)
+
+
+# ---- modules: gradients ----------------------------------------------------------------------------
+
+def check_module(module, *args):
+    """gradcheck of a module with respect to its inputs and all its parameters."""
+    params = module.parameters()
+    count = len(args)
+    report = gradcheck(lambda *t: module(*t[:count]), *args, *params,
+                       names=[f"arg {i}" for i in range(count)] + [n for n, _ in module.named_parameters()])
+    assert report.passed and len(report.inputs) == sum(isinstance(a, Tensor) and a.requires_grad for a in args) + len(params)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_module_gradcheck(bias):
+    check_module(nn.Linear(4, 3, bias=bias, rng=rng()), inputs(2, 5, 4))
+
+
+def test_embedding_layernorm_dropout_modules_gradcheck():
+    check_module(nn.Embedding(7, 3, rng=rng()), np.array([[1, 6, 1], [0, 0, 2]]))
+    norm = nn.LayerNorm(5)
+    norm.weight.data[:] = rng(2).standard_normal(5)  # away from the trivial ones/zeros
+    norm.bias.data[:] = rng(3).standard_normal(5)
+    check_module(norm, inputs(3, 5))
+    check_module(nn.LayerNorm(5, bias=False), inputs(3, 5))
+    check_module(nn.LayerNorm(5, elementwise_affine=False), inputs(3, 5))
+
+    class FixedDropout(nn.Module):  # a fresh generator per call, so that fn is deterministic
+        def forward(self, x):
+            return nn.Dropout(0.3, rng=rng(5))(x)
+
+    check_module(FixedDropout(), inputs(4, 5))
+
+
+def test_sequential_mlp_gradcheck():
+    generator = rng()
+    mlp = nn.Sequential(nn.Linear(3, 8, rng=generator), nn.GELU(), nn.Linear(8, 8, rng=generator), nn.ReLU(),
+                        nn.Linear(8, 2, rng=generator))
+    check_module(mlp, inputs(4, 3))
+
+
+# ---- modules: structure ----------------------------------------------------------------------------
+
+class Block(nn.Module):
+    def __init__(self, generator):
+        self.norm = nn.LayerNorm(4)
+        self.fc = nn.Linear(4, 4, rng=generator)
+
+
+class Net(nn.Module):
+    def __init__(self, generator):
+        self.embed = nn.Embedding(10, 4, rng=generator)
+        self.blocks = [Block(generator), Block(generator)]
+        self.scale = nn.Parameter(np.ones(1))
+        self.head = nn.Linear(4, 10, bias=False, rng=generator)
+        self.head.weight = self.embed.weight  # tied weights
+        self.drop = nn.Dropout(0.5, rng=generator)
+        self.not_a_param = Tensor(np.ones(3), requires_grad=True)  # plain tensors are not registered
+
+    def forward(self, ids):
+        x = self.drop(self.embed(ids))
+        for block in self.blocks:
+            x = x + block.fc(block.norm(x))
+        return self.head(x * self.scale)
+
+
+def test_named_parameters_in_attribute_order_with_lists_and_tied_weights():
+    net = Net(rng())
+    names = [name for name, _ in net.named_parameters()]
+    assert names == ["embed.weight",
+                     "blocks.0.norm.weight", "blocks.0.norm.bias", "blocks.0.fc.weight", "blocks.0.fc.bias",
+                     "blocks.1.norm.weight", "blocks.1.norm.bias", "blocks.1.fc.weight", "blocks.1.fc.bias",
+                     "scale"]  # head.weight is embed.weight: listed once
+    assert net.num_parameters() == 40 + 2 * (4 + 4 + 16 + 4) + 1
+    assert [n for n, _ in nn.Sequential(nn.Linear(2, 2, rng=rng()), nn.GELU()).named_parameters()] == ["0.weight",
+                                                                                                          "0.bias"]
+
+
+def test_train_eval_reach_every_submodule_and_switch_dropout():
+    net = Net(rng())
+    assert all(m.training for m in net.modules())
+    net.eval()
+    assert not any(m.training for m in net.modules()) and len(list(net.modules())) == 1 + 1 + 2 * 3 + 2
+    ids = np.array([[1, 2, 3]])
+    assert np.array_equal(net(ids).data, net(ids).data)  # no dropout in eval mode
+    net.train()
+    assert not np.array_equal(net(ids).data, net(ids).data)  # dropout draws a new mask each call
+
+
+def test_zero_grad_and_tied_gradients_accumulate():
+    net = Net(rng())
+    net.eval()
+    loss = F.cross_entropy(net(np.array([[1, 2, 3]])), np.array([[2, 3, 4]]))
+    loss.backward()
+    assert all(p.grad is not None for p in net.parameters())
+    # the tied matrix receives both the embedding and the head gradient
+    net2 = Net(rng())
+    net2.eval()
+    net2.head.weight = nn.Parameter(net2.embed.weight)  # untied copy, same values
+    F.cross_entropy(net2(np.array([[1, 2, 3]])), np.array([[2, 3, 4]])).backward()
+    np.testing.assert_allclose(net.embed.weight.grad, net2.embed.weight.grad + net2.head.weight.grad, rtol=1e-6,
+                               atol=1e-7)
+    net.zero_grad()
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_state_dict_round_trips_bit_exactly(tmp_path):
+    source, target = Net(rng(0)), Net(rng(1))
+    state = source.state_dict()
+    assert list(state) == [n for n, _ in source.named_parameters()]
+    target.load_state_dict(state)
+    for (name, p), (_, q) in zip(source.named_parameters(), target.named_parameters()):
+        assert p.data.dtype == q.data.dtype == np.float32
+        assert p.data.tobytes() == q.data.tobytes(), name
+    state["scale"][0] = 5.0  # state_dict holds copies
+    assert source.scale.data[0] == 1.0 and target.scale.data[0] == 1.0
+    # through a .npz file
+    third = Net(rng(2))
+    source.save(tmp_path / "net.npz")
+    third.load(tmp_path / "net.npz")
+    for p, q in zip(source.parameters(), third.parameters()):
+        assert p.data.tobytes() == q.data.tobytes()
+    ids = np.array([[4, 5, 6]])
+    source.eval(), third.eval()
+    assert source(ids).data.tobytes() == third(ids).data.tobytes()
+
+
+def test_load_state_dict_errors_are_clear_and_load_nothing():
+    net = Net(rng())
+    good = net.state_dict()
+    before = net.embed.weight.data.copy()
+    missing = {k: v for k, v in good.items() if k != "scale"}
+    missing["embed.weight"] = np.zeros((10, 4))
+    with pytest.raises(KeyError, match=r"missing keys \['scale'\], unexpected keys \[\]"):
+        net.load_state_dict(missing)
+    with pytest.raises(KeyError, match=r"missing keys \[\], unexpected keys \['extra'\]"):
+        net.load_state_dict({**good, "extra": np.ones(1)})
+    with pytest.raises(ValueError, match=r"'scale' has shape \(2,\), the parameter has \(1,\)"):
+        net.load_state_dict({**good, "scale": np.ones(2), "embed.weight": np.zeros((10, 4))})
+    with pytest.raises(TypeError, match="floating"):
+        net.load_state_dict({**good, "scale": np.ones(1, dtype=np.int64)})
+    assert np.array_equal(net.embed.weight.data, before)  # nothing was half-loaded
+
+
+def test_linear_init_follows_torch_rule_or_normal_std():
+    layer = nn.Linear(400, 300, rng=rng())
+    bound = 1 / math.sqrt(400)
+    for p in (layer.weight, layer.bias):
+        assert p.dtype == np.float32 and np.abs(p.data).max() <= bound
+    # U(-b, b) has variance b^2/3: 120,000 samples put the estimate within ~1%
+    assert np.var(layer.weight.data) == pytest.approx(bound ** 2 / 3, rel=0.03)
+    assert layer.weight.shape == (300, 400) and layer.bias.shape == (300,)
+    gpt = nn.Linear(400, 300, rng=rng(), std=0.02)
+    assert np.std(gpt.weight.data) == pytest.approx(0.02, rel=0.02) and not gpt.bias.data.any()
+    embedding = nn.Embedding(1000, 64, rng=rng())
+    assert np.std(embedding.weight.data) == pytest.approx(1.0, rel=0.02)
+
+
+def test_constructors_need_an_explicit_generator_and_valid_sizes():
+    with pytest.raises(TypeError, match="rng=np.random.Generator"):
+        nn.Linear(2, 3, rng=0)
+    with pytest.raises(TypeError):
+        nn.Linear(2, 3)  # rng is a required keyword
+    with pytest.raises(TypeError, match="rng=np.random.Generator"):
+        nn.Embedding(2, 3, rng=np.random.RandomState(0))
+    with pytest.raises(TypeError, match="rng=np.random.Generator"):
+        nn.Dropout(0.1, rng=None)
+    with pytest.raises(ValueError, match="in_features must be a positive int"):
+        nn.Linear(0, 3, rng=rng())
+    with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):
+        nn.Dropout(-0.1, rng=rng())
+    with pytest.raises(TypeError, match="not a Module"):
+        nn.Sequential(nn.GELU(), F.gelu)
+    with pytest.raises(NotImplementedError):
+        nn.Module()(1)
+
+
+def test_same_seed_gives_bit_identical_training():
+    def run(seed):
+        generator = rng(seed)
+        model = nn.Sequential(nn.Embedding(11, 8, rng=generator), nn.Dropout(0.2, rng=generator),
+                              nn.Linear(8, 16, rng=generator), nn.GELU(), nn.LayerNorm(16),
+                              nn.Linear(16, 11, rng=generator))
+        opt = optim.AdamW(model.parameters(), lr=1e-2)
+        data = rng(seed + 100).integers(0, 11, (4, 6))
+        losses = []
+        for step in range(3):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(data[:, :-1]), data[:, 1:])
+            loss.backward()
+            optim.clip_grad_norm(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.data.tobytes())
+        return losses, [p.data.tobytes() for p in model.parameters()]
+
+    assert run(0) == run(0)
+    assert run(0) != run(1)
+
+
+# ---- optimizers --------------------------------------------------------------------------------------
+
+def test_adamw_hand_checkable_example():
+    """One scalar, two steps, with the update equations of Loshchilov & Hutter 2019 Alg. 2 (torch's form)."""
+    lr, beta1, beta2, eps, wd = 0.1, 0.9, 0.999, 1e-8, 0.1
+    p = Tensor([1.0], requires_grad=True)
+    opt = optim.AdamW([p], lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=wd)
+    theta, m, v = 1.0, 0.0, 0.0
+    for t, g in ((1, 0.5), (2, -0.25)):
+        p.grad = np.array([g], dtype=np.float32)
+        opt.step()
+        theta -= lr * wd * theta
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+        theta -= lr * m_hat / (math.sqrt(v_hat) + eps)
+        assert p.data[0] == pytest.approx(theta, rel=2e-7, abs=0)
+        if t == 1:
+            # by hand: decay 1 -> 0.99; m_hat = g, v_hat = g^2, so the step is lr * sign(g) = 0.1
+            assert p.data[0] == pytest.approx(0.89, rel=1e-7)
+    # by hand, step 2: m = 0.02, v = 0.00031225, m_hat = 0.02/0.19, v_hat = 0.00031225/0.001999,
+    # theta = 0.89 * 0.99 - 0.1 * m_hat / sqrt(v_hat)
+    assert p.data[0] == pytest.approx(0.8811 - 0.1 * (0.02 / 0.19) / math.sqrt(0.00031225 / 0.001999), rel=1e-6)
+
+
+def test_adamw_matches_equations_over_many_steps_and_groups():
+    generator = rng(3)
+    w, b = Tensor(generator.standard_normal((3, 4)), requires_grad=True), Tensor(generator.standard_normal(4),
+                                                                                 requires_grad=True)
+    opt = optim.AdamW([{"params": [w]}, {"params": [b], "weight_decay": 0.0}], lr=0.01, betas=(0.8, 0.95),
+                      eps=1e-6, weight_decay=0.3)
+    reference = {id(p): dict(theta=p.data.astype(np.float64), m=0.0, v=0.0, step=0, wd=wd)
+                 for p, wd in ((w, 0.3), (b, 0.0))}
+    for t in range(1, 21):
+        for p in (w, b):
+            p.grad = generator.standard_normal(p.shape).astype(np.float32)
+        if t == 7:
+            b.grad = None  # no gradient this step: the parameter and its state are left alone
+        opt.step()
+        for p in (w, b):
+            if p.grad is None:
+                continue
+            r = reference[id(p)]
+            g = p.grad.astype(np.float64)
+            r["step"] += 1
+            r["theta"] = r["theta"] - 0.01 * r["wd"] * r["theta"]
+            r["m"] = 0.8 * r["m"] + 0.2 * g
+            r["v"] = 0.95 * r["v"] + 0.05 * g * g
+            m_hat, v_hat = r["m"] / (1 - 0.8 ** r["step"]), r["v"] / (1 - 0.95 ** r["step"])
+            r["theta"] = r["theta"] - 0.01 * m_hat / (np.sqrt(v_hat) + 1e-6)
+            np.testing.assert_allclose(p.data, r["theta"], rtol=1e-5, atol=1e-6)
+    assert opt.state[w]["step"] == 20 and opt.state[b]["step"] == 19
+
+
+def test_sgd_momentum_and_nesterov_match_equations():
+    for nesterov in (False, True):
+        p = Tensor([1.0, -2.0], requires_grad=True)
+        opt = optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=nesterov)
+        theta, buffer = np.array([1.0, -2.0]), None
+        for g in ([0.5, 1.0], [-1.0, 0.25], [2.0, 2.0]):
+            p.grad = np.array(g, dtype=np.float32)
+            opt.step()
+            d = np.array(g) + 0.01 * theta
+            buffer = d if buffer is None else 0.9 * buffer + d
+            theta = theta - 0.1 * (d + 0.9 * buffer if nesterov else buffer)
+            np.testing.assert_allclose(p.data, theta, rtol=1e-6)
+    plain = Tensor([1.0], requires_grad=True)
+    plain.grad = np.array([2.0], dtype=np.float32)
+    optim.SGD([plain], lr=0.5).step()
+    assert plain.data[0] == 0.0
+
+
+def test_optimizer_state_dict_round_trips_bit_exactly():
+    def make(seed):
+        generator = rng(seed)
+        model = nn.Sequential(nn.Linear(5, 7, rng=generator), nn.GELU(), nn.Linear(7, 3, rng=generator))
+        return model, optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+
+    data = rng(9).standard_normal((6, 5))
+
+    def train(model, opt, steps, lr):
+        for _ in range(steps):
+            opt.zero_grad()
+            (model(Tensor(data)) ** 2).mean().backward()
+            opt.set_lr(lr)
+            opt.step()
+
+    model, opt = make(0)
+    train(model, opt, 3, 3e-3)
+    model_state, opt_state = model.state_dict(), opt.state_dict()
+    train(model, opt, 2, 1e-3)
+
+    resumed, resumed_opt = make(1)
+    resumed.load_state_dict(model_state)
+    resumed_opt.load_state_dict(opt_state)
+    assert resumed_opt.state_dict()["param_groups"] == opt_state["param_groups"]
+    train(resumed, resumed_opt, 2, 1e-3)
+    for p, q in zip(model.parameters(), resumed.parameters()):
+        assert p.data.tobytes() == q.data.tobytes()
+    for p, q in zip(model.parameters(), resumed.parameters()):
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert opt.state[p][key].tobytes() == resumed_opt.state[q][key].tobytes()
+    # the saved dict holds copies: later steps did not change it
+    assert opt_state["state"][0]["step"] == 3
+
+
+def test_optimizer_bad_inputs_raise():
+    p = Tensor([1.0], requires_grad=True)
+    with pytest.raises(ValueError, match="empty parameter list"):
+        optim.AdamW([])
+    with pytest.raises(TypeError, match="require grad"):
+        optim.SGD([Tensor([1.0])], lr=0.1)
+    with pytest.raises(ValueError, match="appears twice"):
+        optim.SGD([p, p], lr=0.1)
+    with pytest.raises(ValueError, match="betas"):
+        optim.AdamW([p], betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="lr must be >= 0"):
+        optim.AdamW([p], lr=-1.0)
+    with pytest.raises(ValueError, match="unknown hyperparameter"):
+        optim.AdamW([{"params": [p], "momentum": 0.9}])
+    other = optim.AdamW([p, Tensor([2.0], requires_grad=True)])
+    with pytest.raises(ValueError, match="do not match"):
+        optim.AdamW([p]).load_state_dict(other.state_dict())
+
+
+def test_clip_grad_norm_scales_all_gradients_together():
+    a, b, c = (Tensor(np.zeros(s), requires_grad=True) for s in (2, 1, 3))
+    a.grad, b.grad = np.array([3.0, 4.0], dtype=np.float32), np.array([12.0], dtype=np.float32)
+    total = optim.clip_grad_norm([a, b, c], 6.5)  # c has no grad and is skipped
+    assert total == 13.0
+    np.testing.assert_allclose(a.grad, [1.5, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(b.grad, [6.0], rtol=1e-6)
+    assert optim.clip_grad_norm([a, b], 100.0) == pytest.approx(6.5, rel=1e-6)
+    np.testing.assert_allclose(b.grad, [6.0], rtol=1e-6)  # under the limit: unchanged
+    a.grad[0] = np.inf
+    before = b.grad.copy()
+    assert optim.clip_grad_norm([a, b], 1.0) == np.inf and b.grad[0] == before[0]  # left untouched
+    with pytest.raises(RuntimeError, match="inf"):
+        optim.clip_grad_norm([a, b], 1.0, error_if_nonfinite=True)
+    with pytest.raises(ValueError, match="max_norm"):
+        optim.clip_grad_norm([a], 0.0)
+    big = Tensor(np.zeros(2), requires_grad=True)
+    big.grad = np.array([3e30, 4e30], dtype=np.float32)  # squares overflow float32; the norm does not
+    assert optim.clip_grad_norm([big], 1.0) == pytest.approx(5e30, rel=1e-6)
+
+
+def test_warmup_cosine_schedule():
+    kw = dict(max_lr=1.0, min_lr=0.1, warmup_steps=10, total_steps=110)
+    lrs = [optim.warmup_cosine_lr(s, **kw) for s in range(130)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == 1.0 and lrs[10] == 1.0
+    assert all(later > earlier for earlier, later in zip(lrs[:10], lrs[1:10]))
+    assert lrs[60] == pytest.approx(0.55)  # half way through the decay: (max + min) / 2
+    assert all(later < earlier for earlier, later in zip(lrs[10:110], lrs[11:110]))
+    assert lrs[110] == lrs[129] == 0.1
+    assert optim.warmup_cosine_lr(5, max_lr=2.0, warmup_steps=0, total_steps=10) == pytest.approx(
+        2.0 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    with pytest.raises(ValueError, match="warmup_steps <= total_steps"):
+        optim.warmup_cosine_lr(0, max_lr=1.0, warmup_steps=5, total_steps=4)
+    with pytest.raises(ValueError, match="step must be an int"):
+        optim.warmup_cosine_lr(-1, **kw)
+
+
+def test_module_level_zero_grad():
+    p = Tensor([1.0], requires_grad=True)
+    p.grad = np.ones(1, dtype=np.float32)
+    optim.zero_grad([p])
+    assert p.grad is None
