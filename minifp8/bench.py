@@ -79,6 +79,71 @@ def bench_codec(args) -> None:
                decode_baseline)
 
 
+@section("block")
+def bench_block(args) -> None:
+    """Forward+backward of one GPT-style pre-norm block; baseline: the same GEMMs alone in plain NumPy.
+
+    Batch 16, seq 128, d 256, 4 heads, causal attention, GELU MLP 4x; the block input requires grad
+    (a middle block). The ratio step / matmul measures autograd + elementwise overhead (target <= 2).
+    Both are measured in alternating rounds; each keeps its best round median, so a burst of load
+    from another process does not land on one side only.
+    """
+    from . import functional as F
+    from . import nn
+    from .autograd import Tensor
+
+    batch, seq, d, heads = 16, 128, 256, 4
+    head_dim = d // heads
+    rng = np.random.default_rng(0)
+    ln_1, ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+    attn_in, attn_out = nn.Linear(d, 3 * d, rng=rng), nn.Linear(d, d, rng=rng)
+    mlp_in, mlp_out = nn.Linear(d, 4 * d, rng=rng), nn.Linear(4 * d, d, rng=rng)
+    params = [p for m in (ln_1, attn_in, attn_out, ln_2, mlp_in, mlp_out) for p in m.parameters()]
+    x = Tensor(rng.standard_normal((batch, seq, d)), requires_grad=True)
+    grad_out = rng.standard_normal((batch, seq, d)).astype(np.float32)
+
+    def split_heads(t):
+        return t.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
+
+    def step():
+        for p in params + [x]:
+            p.grad = None
+        q, k, v = F.split(attn_in(ln_1(x)), d, axis=-1)
+        y = F.scaled_dot_product_attention(split_heads(q), split_heads(k), split_heads(v), causal=True)
+        h = x + attn_out(y.transpose(0, 2, 1, 3).reshape(batch, seq, d))
+        out = h + mlp_out(F.gelu(mlp_in(ln_2(h))))
+        out.backward(grad_out)
+
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    rows = batch * seq
+    linears = [(f32(rows, d), f32(3 * d, d), f32(rows, 3 * d)), (f32(rows, d), f32(d, d), f32(rows, d)),
+               (f32(rows, d), f32(4 * d, d), f32(rows, 4 * d)), (f32(rows, 4 * d), f32(d, 4 * d), f32(rows, d))]
+    q, k, v, g = (f32(batch, heads, seq, head_dim) for _ in range(4))
+    probs = f32(batch, heads, seq, seq)
+
+    def matmuls():
+        for inp, weight, grad in linears:  # forward, grad of input, grad of weight
+            inp @ weight.T
+            grad @ weight
+            grad.T @ inp
+        q @ k.swapaxes(-1, -2)                   # scores
+        probs @ v                                # output
+        probs.swapaxes(-1, -2) @ g               # grad v
+        g @ v.swapaxes(-1, -2)                   # grad probs
+        probs @ k                                # grad q
+        probs.swapaxes(-1, -2) @ q               # grad k
+
+    step_seconds = matmul_seconds = float("inf")
+    for _ in range(3):
+        matmul_seconds = min(matmul_seconds, median_seconds(matmuls, args.repeats))
+        step_seconds = min(step_seconds, median_seconds(step, args.repeats))
+    report("block forward+backward (autograd)", step_seconds)
+    report("the same GEMMs alone (NumPy)", matmul_seconds)
+    print(f"  ratio step / matmul: {step_seconds / matmul_seconds:.2f} (target <= 2)", flush=True)
+
+
 # (new sections go above this line)
 
 

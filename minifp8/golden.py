@@ -1,0 +1,179 @@
+"""Golden-vector files for backends in other languages: ``python -m minifp8.golden --out DIR``.
+
+A C++, CUDA or Rust test cannot import minifp8, but it can read ``.npy`` arrays. This module writes
+the oracle's answers to files, deterministically (the same minifp8 version gives byte-identical
+files), together with a ``manifest.json`` that says what every array is.
+
+File layout (schema version 1)
+------------------------------
+``manifest.json``::
+
+    {"schema": "minifp8-golden", "schema_version": 1, "minifp8_version": "...",
+     "entries": [ {entry}, ... ]}
+
+Each entry describes one expected result:
+
+- ``kind``: ``"codec"``, ``"mx"`` or ``"nvfp4"``;
+- ``file``: the ``.npz`` (a zip of ``.npy`` arrays; ``numpy.load`` reads it, and so does any zip +
+  npy reader) and its ``sha256``;
+- ``format``, ``rounding``, ``saturate``, ``input_dtype`` (``codec``);
+  ``format``, ``block_size``, ``axis``, ``scale_mode``, ``rounding`` (``mx``); ``format``, ``axis`` (``nvfp4``);
+- ``arrays``: which array in the file plays which role, e.g. ``{"input": "x", "expected_codes":
+  "codes_nearest_even_nosat", "random_bits": null}``, and ``random_bit_count`` for stochastic
+  rounding;
+- ``shapes``: the shape of every array named.
+
+Codes are uint8, one per element in the low bits. Inputs of ``codec`` entries are every value of the
+format, every midpoint between neighbours and one float32 ulp either side, the overflow threshold,
+zeros, +-Inf and NaN (where the format has NaN), and 4,096 random values spread over every binade;
+``float64`` files add the midpoints times (1 +- 2^-40), which a float32-first cast rounds wrongly.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__, codec, formats
+from .testing import edge_cases
+
+SCHEMA_VERSION = 1
+ROUNDINGS = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
+RANDOM_BIT_COUNT = 8
+SEED = 20231022  # any fixed number: the files must not change between runs
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
+    """Write arrays as an uncompressed ``.npz`` with fixed zip timestamps; return its sha256."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name in sorted(arrays):
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, member.getvalue())
+    data = buffer.getvalue()
+    path.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def codec_inputs(fmt, dtype) -> np.ndarray:
+    """The inputs of a codec file: edge cases, random values over every binade, float64 near-midpoints."""
+    fmt = formats.get(fmt)
+    rng = np.random.default_rng(SEED)
+    exponents = rng.uniform(fmt.emin - fmt.mantissa_bits - 3, fmt.emax + 2, size=4096)
+    signs = rng.choice([-1.0, 1.0], size=4096) if fmt.signed else 1.0
+    with np.errstate(over="ignore"):  # E8M0's top binade is beyond float32: those become Inf
+        random_values = (signs * np.exp2(exponents)).astype(dtype)
+    x = np.concatenate([edge_cases(fmt).astype(dtype), random_values])
+    if dtype == np.float64:
+        table = fmt.values()
+        grid = np.unique(np.abs(table[np.isfinite(table)]))
+        midpoints = (grid[:-1] + grid[1:]) / 2
+        near = np.concatenate([midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)])
+        x = np.concatenate([x, near, -near if fmt.signed else near])
+    return x
+
+
+def codec_entries(fmt, out: Path) -> list[dict]:
+    """Write one file per (format, input dtype) holding the inputs and the codes of every option."""
+    fmt = formats.get(fmt)
+    entries = []
+    for dtype in (np.float32, np.float64):
+        x = codec_inputs(fmt, dtype)
+        rng = np.random.default_rng(SEED)
+        random_bits = rng.integers(0, 1 << RANDOM_BIT_COUNT, size=x.shape, dtype=np.uint8)
+        arrays = {"x": x, "random_bits": random_bits}
+        combos = []
+        for rounding in ROUNDINGS:
+            for saturate in (False, True):
+                name = f"codes_{rounding}_{'sat' if saturate else 'nosat'}"
+                options = {"rounding": rounding, "saturate": saturate}
+                if rounding == "stochastic":
+                    options.update(random_bits=random_bits, random_bit_count=RANDOM_BIT_COUNT)
+                arrays[name] = codec.encode(x, fmt, **options)
+                combos.append((rounding, saturate, name))
+        file_name = f"codec_{fmt.name}_{np.dtype(dtype).name}.npz"
+        digest = write_npz(out / file_name, arrays)
+        for rounding, saturate, name in combos:
+            stochastic = rounding == "stochastic"
+            entries.append({
+                "kind": "codec", "file": file_name, "sha256": digest, "format": fmt.name,
+                "rounding": rounding, "saturate": saturate, "input_dtype": np.dtype(dtype).name,
+                "arrays": {"input": "x", "expected_codes": name, "random_bits": "random_bits" if stochastic else None},
+                "random_bit_count": RANDOM_BIT_COUNT if stochastic else None,
+                "shapes": {"x": list(x.shape), name: list(x.shape)},
+            })
+    return entries
+
+
+def write(out, format_names=None) -> dict:
+    """Write every golden file under ``out`` and return the manifest (also written as manifest.json)."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".minifp8-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise OSError(f"cannot write golden files to {out}: {error.strerror or error}") from error
+    selected = [formats.get(name) for name in (format_names or list(formats.CATALOGUE))]
+    entries = []
+    for fmt in selected:
+        entries += codec_entries(fmt, out)
+    manifest = {"schema": "minifp8-golden", "schema_version": SCHEMA_VERSION, "minifp8_version": __version__,
+                "entries": entries}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def load(directory) -> tuple[dict, dict]:
+    """Read a golden directory with numpy alone: the manifest and ``{file name: {array: ndarray}}``."""
+    directory = Path(directory)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    files = {}
+    for entry in manifest["entries"]:
+        if entry["file"] not in files:
+            with np.load(directory / entry["file"], allow_pickle=False) as archive:
+                files[entry["file"]] = {name: archive[name] for name in archive.files}
+    return manifest, files
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m minifp8.golden",
+        description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
+        epilog=__doc__.split("File layout (schema version 1)\n------------------------------\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    parser.add_argument("--formats", default=None,
+                        help=f"comma-separated formats (default: all: {','.join(formats.CATALOGUE)})")
+    args = parser.parse_args(argv)
+    names = None
+    if args.formats:
+        names = [name.strip() for name in args.formats.split(",") if name.strip()]
+        for name in names:
+            try:
+                formats.get(name)
+            except ValueError as error:
+                parser.error(str(error))
+    try:
+        manifest = write(args.out, names)
+    except OSError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    files = sorted({entry["file"] for entry in manifest["entries"]})
+    print(f"wrote {len(files)} files and manifest.json ({len(manifest['entries'])} entries) to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,481 @@
+"""Test helpers, for our own tests and for other backends that use minifp8 as their oracle.
+
+Each helper returns a report object and raises ``AssertionError`` with a readable message when
+the check fails. Sections:
+
+* ``gradcheck``: the autograd engine's analytic gradients against float64 central differences.
+* ``compare`` / ``assert_codes_equal`` / ``compare_mx`` / ``sweep``: the oracle for other backends.
+  A backend's codes are compared with minifp8's, and every mismatch is explained: the input and
+  its bits, the expected and actual code and value, the distance in codes and a class (tie,
+  near-tie, overflow, subnormal, NaN/Inf, sign-of-zero).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import codec, formats
+
+# ================================================================================================
+# gradcheck: analytic gradients of the autograd engine against float64 central differences
+# ================================================================================================
+
+from .autograd import Tensor, default_dtype, no_grad  # noqa: E402  (this section's own import)
+
+
+@dataclass
+class GradcheckInput:
+    """The comparison for one input tensor of :func:`gradcheck`.
+
+    ``*_error`` are max over elements of ``|difference| / tolerance``: the check passes when
+    both are <= 1. ``index`` is the worst element, with the values compared there.
+    """
+
+    name: str
+    shape: tuple
+    error: float          # float64 analytic vs central differences
+    index: tuple
+    analytic: float
+    numeric: float
+    float32_error: float  # float32 analytic vs float64 analytic
+    float32_index: tuple
+    float32_analytic: float
+    float64_analytic: float
+
+    @property
+    def passed(self) -> bool:
+        return self.error <= 1.0 and self.float32_error <= 1.0
+
+    def describe(self, report: "GradcheckReport") -> str:
+        lines = [f"{self.name} (shape {self.shape}): {'ok' if self.passed else 'FAILED'}"]
+        lines.append(f"  float64 backward vs central differences: worst element {self.index}: "
+                     f"analytic {self.analytic:.10g}, numeric {self.numeric:.10g}, "
+                     f"|difference| {abs(self.analytic - self.numeric):.3g} = {self.error:.3g} x tolerance "
+                     f"(atol {report.atol:g} + rtol {report.rtol:g} * |numeric|, eps {report.eps:g})")
+        lines.append(f"  float32 backward vs float64 backward: worst element {self.float32_index}: "
+                     f"float32 {self.float32_analytic:.8g}, float64 {self.float64_analytic:.10g}, "
+                     f"{self.float32_error:.3g} x tolerance (float32_atol {report.float32_atol:g} * max|grad| "
+                     f"+ float32_rtol {report.float32_rtol:g} * |grad|)")
+        return "\n".join(lines)
+
+
+@dataclass
+class GradcheckReport:
+    """What :func:`gradcheck` compared: one :class:`GradcheckInput` per input that requires grad."""
+
+    inputs: list = field(default_factory=list)
+    eps: float = 0.0
+    atol: float = 0.0
+    rtol: float = 0.0
+    float32_atol: float = 0.0
+    float32_rtol: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(entry.passed for entry in self.inputs)
+
+    def __str__(self) -> str:
+        return "gradcheck " + ("passed" if self.passed else "FAILED") + "\n" + "\n".join(
+            entry.describe(self) for entry in self.inputs)
+
+
+def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol: float = 1e-5,
+              float32_atol: float = 1e-5, float32_rtol: float = 1e-4, seed: int = 271828,
+              names: Sequence[str] | None = None, raise_on_failure: bool = True) -> GradcheckReport:
+    """Check the backward of ``fn(*inputs)`` for every input Tensor that requires grad.
+
+    ``fn`` returns a Tensor or a tuple/list of Tensors; they are reduced to the scalar
+    ``L = sum_k sum(out_k * r_k)`` with fixed random ``r_k`` (from ``seed``), so every output
+    element enters with its own weight. Two comparisons make the check strict:
+
+    1. **Formulas.** The whole computation is re-run in float64 (the inputs' data is temporarily
+       converted and ``fn`` runs inside ``autograd.default_dtype(np.float64)``, so tensors it
+       creates are float64 too). Its analytic gradient must match central differences
+       ``(L(x + eps e_i) - L(x - eps e_i)) / (2 eps)`` within ``atol + rtol * |numeric|`` for every
+       element. In float64 the difference quotient is accurate to ~1e-9, so a wrong formula
+       cannot hide behind float32 rounding.
+    2. **Float32 engine.** The ordinary float32 run must return float32 outputs and gradients that
+       agree with the float64 analytic gradient within
+       ``float32_atol * max|grad| + float32_rtol * |grad|`` (loss of precision shows here).
+
+    Parameters captured by ``fn`` must be passed as inputs too (e.g. ``*module.parameters()``)
+    to be checked. ``fn`` must be deterministic: create any ``np.random.Generator`` inside it.
+    Inputs are restored (data and ``.grad``) afterwards. The default ``seed`` is deliberately
+    not 0, so that the projection ``r`` is not the same stream as test data drawn with seed 0
+    (a projection parallel to the data can make a gradient vanish by symmetry).
+
+    Returns
+    -------
+    GradcheckReport
+        Raises ``AssertionError`` naming the input and its worst element on failure
+        (unless ``raise_on_failure=False``).
+    """
+    if names is not None and len(names) != len(inputs):
+        raise ValueError(f"gradcheck: {len(names)} names for {len(inputs)} inputs")
+    names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
+    checked, seen = [], set()
+    for i, x in enumerate(inputs):
+        if isinstance(x, Tensor) and x.requires_grad and id(x) not in seen:
+            seen.add(id(x))
+            checked.append((names[i], x))
+    if not checked:
+        raise ValueError("gradcheck: no input is a Tensor that requires grad")
+    floating = list({id(x): x for x in inputs if isinstance(x, Tensor) and x.dtype.kind == "f"}.values())
+    saved = [(x, x.data, x.grad) for x in floating]
+    report = GradcheckReport(eps=eps, atol=atol, rtol=rtol, float32_atol=float32_atol, float32_rtol=float32_rtol)
+    try:
+        # float32: the engine as used in training
+        for x in floating:
+            x.data, x.grad = np.array(x.data, dtype=np.float32, order="C"), None
+        outputs = _as_outputs(fn(*inputs))
+        rng = np.random.default_rng(seed)
+        weights = [rng.standard_normal(out.shape).astype(np.float32) for out in outputs]
+        for out in outputs:
+            if out.dtype != np.float32:
+                raise AssertionError(f"gradcheck: fn returned dtype {out.dtype} from float32 inputs: "
+                                     "some op promotes to another dtype")
+        _backward_all(outputs, weights)
+        grads32 = [_grad_of(x, np.float32) for _, x in checked]
+
+        # float64: analytic gradient and central differences
+        for x in floating:
+            x.data, x.grad = np.array(x.data, dtype=np.float64, order="C"), None
+        weights64 = [w.astype(np.float64) for w in weights]
+        with default_dtype(np.float64):
+            outputs = _as_outputs(fn(*inputs))
+            for out in outputs:
+                if out.dtype != np.float64:
+                    raise AssertionError(f"gradcheck: fn returned dtype {out.dtype} in float64 mode: some op "
+                                         "does not compute in its operands' dtype, so it cannot be checked strictly")
+            _backward_all(outputs, weights64)
+            grads64 = [_grad_of(x, np.float64) for _, x in checked]
+            with no_grad():
+                numerics = [_central_differences(fn, inputs, x, weights64, eps) for _, x in checked]
+
+        for (name, x), g32, g64, numeric in zip(checked, grads32, grads64, numerics):
+            report.inputs.append(_compare(name, x.shape, g32, g64, numeric, report))
+    finally:
+        for x, data, grad in saved:
+            x.data, x.grad = data, grad
+    if raise_on_failure and not report.passed:
+        failed = ", ".join(entry.name for entry in report.inputs if not entry.passed)
+        raise AssertionError(f"gradcheck failed for {failed}\n{report}")
+    return report
+
+
+def _as_outputs(result) -> list[Tensor]:
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for out in outputs:
+        if not isinstance(out, Tensor):
+            raise TypeError(f"gradcheck: fn must return a Tensor or a tuple of Tensors, got {type(out).__name__}")
+    return [out for out in outputs if out.dtype.kind == "f"]
+
+
+def _backward_all(outputs: list[Tensor], weights: list[np.ndarray]) -> None:
+    for out, weight in zip(outputs, weights):
+        if out.requires_grad:
+            out.backward(weight)
+
+
+def _grad_of(x: Tensor, dtype) -> np.ndarray:
+    if x.grad is None:  # no path from this input to the outputs: the gradient is zero
+        return np.zeros(x.shape, dtype=dtype)
+    if x.grad.dtype != dtype or x.grad.shape != x.shape:
+        raise AssertionError(f"gradcheck: gradient has dtype {x.grad.dtype} and shape {x.grad.shape}, "
+                             f"expected {np.dtype(dtype)} and {x.shape}")
+    return x.grad
+
+
+def _loss(fn, inputs, weights64) -> float:
+    outputs = _as_outputs(fn(*inputs))
+    return float(sum(np.dot(out.data.reshape(-1).astype(np.float64), w.reshape(-1))
+                     for out, w in zip(outputs, weights64)))
+
+
+def _central_differences(fn, inputs, x: Tensor, weights64, eps: float) -> np.ndarray:
+    flat = x.data.reshape(-1)  # x.data is our own contiguous float64 copy: this is a view
+    numeric = np.empty(flat.size)
+    for i in range(flat.size):
+        original = flat[i]
+        flat[i] = original + eps
+        plus = _loss(fn, inputs, weights64)
+        flat[i] = original - eps
+        minus = _loss(fn, inputs, weights64)
+        flat[i] = original
+        numeric[i] = (plus - minus) / (2.0 * eps)
+    return numeric.reshape(x.shape)
+
+
+def _compare(name, shape, g32, g64, numeric, report: GradcheckReport) -> GradcheckInput:
+    ratio64 = np.abs(g64 - numeric) / (report.atol + report.rtol * np.abs(numeric))
+    g32_as64 = g32.astype(np.float64)
+    scale = float(np.abs(g64).max()) if g64.size else 0.0
+    tolerance32 = report.float32_atol * scale + report.float32_rtol * np.abs(g64)
+    difference32 = np.abs(g32_as64 - g64)
+    ratio32 = np.where(difference32 == 0, 0.0, difference32 / np.maximum(tolerance32, np.finfo(np.float64).tiny))
+    worst64 = _worst(ratio64)
+    worst32 = _worst(ratio32)
+    return GradcheckInput(
+        name=name, shape=tuple(shape),
+        error=float(ratio64[worst64]) if g64.size else 0.0, index=worst64,
+        analytic=float(g64[worst64]) if g64.size else 0.0, numeric=float(numeric[worst64]) if g64.size else 0.0,
+        float32_error=float(ratio32[worst32]) if g64.size else 0.0, float32_index=worst32,
+        float32_analytic=float(g32[worst32]) if g64.size else 0.0,
+        float64_analytic=float(g64[worst32]) if g64.size else 0.0)
+
+
+def _worst(ratio: np.ndarray) -> tuple:
+    if ratio.size == 0:
+        return ()
+    # NaN counts as the worst possible
+    flat = np.where(np.isnan(ratio), np.inf, ratio).reshape(-1)
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(flat)), ratio.shape))
+
+
+# ---- end of gradcheck ---------------------------------------------------------------------------
+
+# ================================================================================================
+# The oracle for other backends: compare a backend's codes with ours and explain every mismatch.
+# ================================================================================================
+MISMATCH_CLASSES = ("NaN/Inf", "overflow", "sign-of-zero", "subnormal", "tie", "near-tie", "other")
+NEAR_TIE_WINDOW = 2.0**-8  # a "near-tie" input lies within 1/256 of a quantum from a midpoint
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One element where a backend's code differs from the oracle's.
+
+    ``distance`` counts representable values between the two codes (None when either is NaN).
+    """
+
+    index: tuple
+    input: float
+    input_bits: str
+    expected_code: int
+    expected_value: float
+    actual_code: int
+    actual_value: float
+    distance: int | None
+    kind: str
+
+
+@dataclass
+class Report:
+    """The result of :func:`compare`: how many elements differ, and why.
+
+    ``mismatches`` holds the first ``max_rows`` rows; ``count`` and ``by_class`` cover all of them.
+    ``str(report)`` is a table for a failing test's message.
+    """
+
+    format_name: str
+    options: dict
+    total: int
+    count: int
+    by_class: dict
+    mismatches: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+    def __str__(self) -> str:
+        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+        head = f"{self.format_name} ({options or 'defaults'}): {self.count} of {self.total} codes differ"
+        if self.ok:
+            return head
+        classes = ", ".join(f"{kind} {n}" for kind, n in self.by_class.items() if n)
+        lines = [head + f" [{classes}]", "",
+                 f"{'index':>12} {'input':>16} {'input bits':>20} {'expected':>16} {'actual':>16} {'codes':>5}  class"]
+        for m in self.mismatches:
+            index = ",".join(map(str, m.index))
+            expected = f"{m.expected_code:#04x} {m.expected_value:.6g}"
+            actual = f"{m.actual_code:#04x} {m.actual_value:.6g}"
+            distance = "-" if m.distance is None else str(m.distance)
+            lines.append(f"{index:>12} {m.input:>16.9g} {m.input_bits:>20} {expected:>16} {actual:>16} {distance:>5}  {m.kind}")
+        if self.count > len(self.mismatches):
+            lines.append(f"... and {self.count - len(self.mismatches)} more")
+        return "\n".join(lines)
+
+
+def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> Report:
+    """Compare a backend's encoding of ``x`` with :func:`minifp8.encode` and classify each mismatch.
+
+    Parameters
+    ----------
+    actual : array_like
+        The backend's result, x's shape: uint8 codes; or any 1-byte dtype that ``.view(np.uint8)``
+        reads (ml_dtypes float8 arrays, ``torch_tensor.view(torch.uint8).numpy()``); or decoded
+        values in float16/32/64, which must be values of ``fmt``.
+    x : array_like
+        The inputs the backend was given (float16/32/64).
+    fmt : FloatFormat or str
+    nan : {"exact", "class"}
+        ``"class"`` counts any NaN code as equal to any other NaN code (libraries differ in payloads).
+    max_rows : int
+        How many mismatches to keep for the printed table.
+    **encode_options
+        ``rounding``, ``saturate``, ``random_bits``, ``random_bit_count`` as for :func:`minifp8.encode`.
+
+    Returns
+    -------
+    Report
+        Classes: ``NaN/Inf`` (the input is NaN or Inf), ``overflow``
+        (|x| >= max, or either code is non-finite), ``sign-of-zero``, ``subnormal`` (|x| below the
+        smallest normal), ``tie`` (x exactly halfway between neighbours and the backend picked the
+        other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
+        ``other``. The first class that applies is given, in the order overflow, sign-of-zero,
+        flushed subnormal (actual zero), tie, near-tie, subnormal: so a subnormal tie rounded the
+        wrong way is a tie, and a subnormal input that came back as zero is a subnormal.
+    """
+    fmt = formats.get(fmt)
+    if nan not in ("exact", "class"):
+        raise ValueError(f"nan must be 'exact' or 'class', got {nan!r}")
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        raise TypeError(f"x must be a float16/32/64 array of the inputs, got dtype {x.dtype}")
+    actual_codes = _codes_of(actual, fmt, x.shape)
+    expected_codes = codec.encode(x, fmt, **encode_options)
+    table = fmt.values()
+    differ = actual_codes != expected_codes
+    if nan == "class":
+        differ &= ~(np.isnan(table[actual_codes]) & np.isnan(table[expected_codes]))
+    where = np.flatnonzero(differ.reshape(-1))
+    flat_x = x.reshape(-1)[where].astype(np.float64)
+    expected, got = expected_codes.reshape(-1)[where], actual_codes.reshape(-1)[where]
+    kinds = _classify(flat_x, expected, got, fmt)
+    by_class = {kind: int((kinds == kind).sum()) for kind in MISMATCH_CLASSES}
+    rows = []
+    bits_view = x.reshape(-1)[where[:max_rows]]
+    for i in range(min(max_rows, len(where))):
+        bits = bits_view[i:i + 1].view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.itemsize])[0]
+        rows.append(Mismatch(
+            index=tuple(int(v) for v in np.unravel_index(where[i], x.shape)) if x.ndim else (),
+            input=float(flat_x[i]), input_bits=f"{int(bits):#0{2 + 2 * x.itemsize}x}",
+            expected_code=int(expected[i]), expected_value=float(table[expected[i]]),
+            actual_code=int(got[i]), actual_value=float(table[got[i]]),
+            distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=str(kinds[i])))
+    options = {key: value for key, value in encode_options.items() if key != "random_bits"}
+    return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows)
+
+
+def assert_codes_equal(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> None:
+    """Raise ``AssertionError`` with the :class:`Report` table when a backend's codes differ from ours."""
+    report = compare(actual, x, fmt, nan=nan, max_rows=max_rows, **encode_options)
+    if not report.ok:
+        raise AssertionError(str(report))
+
+
+def _codes_of(actual, fmt, shape) -> np.ndarray:
+    """A backend's result as uint8 codes: codes as given, 1-byte dtypes by view, floats by value."""
+    array = np.asarray(actual)
+    if array.shape != shape:
+        raise ValueError(f"actual has shape {array.shape} but x has shape {shape}")
+    if array.dtype == np.uint8:
+        codes = array
+    elif array.dtype.kind == "f" and array.dtype.itemsize in (2, 4, 8):
+        codes = codec.encode(array, fmt)
+        values = fmt.values()[codes]
+        representable = (values == array) | (np.isnan(values) & np.isnan(array))
+        if not representable.all():
+            bad = array.reshape(-1)[np.flatnonzero(~representable.reshape(-1))[0]]
+            raise ValueError(f"actual holds {bad!r}, which is not a {fmt.name} value: pass codes, or values "
+                             f"that the backend decoded from {fmt.name}")
+    elif array.dtype.itemsize == 1 and array.dtype.kind not in "bO":
+        codes = np.ascontiguousarray(array).view(np.uint8)
+    else:
+        raise TypeError(f"actual must be uint8 codes, a 1-byte float8 dtype or float values, got dtype {array.dtype}")
+    if codes.size and int(codes.max()) >= 1 << fmt.bits:
+        raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got {int(codes.max())}")
+    return codes
+
+
+def _ordinals(codes, fmt) -> np.ndarray:
+    """Position of codes on the number line (sign-magnitude -> integer order)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    magnitude = codes & ~fmt.sign_mask
+    return np.where(codes & fmt.sign_mask, -magnitude, magnitude)
+
+
+def _code_distance(expected: int, actual: int, fmt) -> int | None:
+    table = fmt.values()
+    if np.isnan(table[expected]) or np.isnan(table[actual]):
+        return None
+    return int(abs(_ordinals(expected, fmt) - _ordinals(actual, fmt)))
+
+
+def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> np.ndarray:
+    """Name the likely cause of each mismatch, most specific first (see :func:`compare`)."""
+    table = fmt.values()
+    magnitude = np.abs(x)
+    # Position of |x| between its two neighbours, in quanta (exact: only powers of two are involved).
+    safe = np.where(np.isfinite(magnitude) & (magnitude > 0), magnitude, 1.0)
+    exponent = np.maximum(np.frexp(safe)[1] - 1, fmt.emin)
+    position = np.ldexp(safe, fmt.mantissa_bits - exponent)
+    distance_from_half = np.abs(position - np.floor(position) - 0.5)
+    picked_other_neighbour = np.abs(_ordinals(expected, fmt) - _ordinals(actual, fmt)) == 1
+    rules = [  # first match wins
+        ("NaN/Inf", ~np.isfinite(x)),
+        ("overflow", (magnitude >= fmt.max) | ~np.isfinite(table[expected]) | ~np.isfinite(table[actual])),
+        ("sign-of-zero", (table[expected] == 0) & (table[actual] == 0)),
+        ("subnormal", (magnitude < fmt.min_normal) & (table[actual] == 0)),  # flushed to zero
+        ("tie", (distance_from_half == 0) & picked_other_neighbour),
+        ("near-tie", (distance_from_half <= NEAR_TIE_WINDOW) & picked_other_neighbour),
+        ("subnormal", magnitude < fmt.min_normal),
+    ]
+    kinds = np.full(x.shape, "other", dtype=object)
+    for kind, mask in reversed(rules):
+        kinds[mask] = kind
+    return kinds
+
+
+def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
+    """Yield float32 input batches for a backend to run through its own cast.
+
+    Parameters
+    ----------
+    fmt : FloatFormat or str, optional
+        Needed for ``kind="edge"`` only.
+    kind : {"structured", "exhaustive", "edge"}
+        ``structured``: every upper-16-bit pattern times lower halves that hit ties and their
+        neighbours (524,288 values). ``exhaustive``: all 2^32 float32 bit patterns, in batches of
+        ``batch_size``. ``edge``: every value of ``fmt``, every midpoint between neighbours, each
+        +- one float32 ulp, the overflow threshold, zeros, NaN and +-Inf.
+    """
+    if kind == "structured":
+        upper = np.arange(1 << 16, dtype=np.uint32) << 16
+        low = np.array(STRUCTURED_LOW_HALVES, dtype=np.uint32)
+        yield (upper[:, None] | low[None, :]).reshape(-1).view(np.float32)
+    elif kind == "exhaustive":
+        if batch_size < 1 or (1 << 32) % batch_size:
+            raise ValueError(f"batch_size must be a positive power of two <= 2**32, got {batch_size}")
+        for start in range(0, 1 << 32, batch_size):
+            yield np.arange(start, start + batch_size, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    elif kind == "edge":
+        if fmt is None:
+            raise ValueError("sweep(kind='edge') needs the format whose edges to probe")
+        yield edge_cases(fmt)
+    else:
+        raise ValueError(f"kind must be 'structured', 'exhaustive' or 'edge', got {kind!r}")
+
+
+STRUCTURED_LOW_HALVES = (0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000)
+
+
+def edge_cases(fmt) -> np.ndarray:
+    """Float32 inputs on and around every boundary of ``fmt`` (sorted, both signs, no duplicates)."""
+    fmt = formats.get(fmt)
+    table = fmt.values()
+    grid = np.unique(np.abs(table[np.isfinite(table)]))
+    spacing_at_top = 2.0 ** (fmt.emax - fmt.mantissa_bits)
+    midpoints = np.append((grid[:-1] + grid[1:]) / 2, [fmt.max + spacing_at_top / 2, grid[0] / 2])
+    with np.errstate(over="ignore"):  # E8M0's 2**128 is Inf in float32, and Inf is an edge too
+        points = np.concatenate([grid, midpoints, [fmt.max * 2, 1e30, np.finfo(np.float32).max,
+                                                    np.finfo(np.float32).tiny, 1e-45]]).astype(np.float32)
+        around = np.concatenate([points, np.nextafter(points, np.float32(np.inf)),
+                                 np.nextafter(points, np.float32(0))])
+    around = around[np.isfinite(around)]
+    values = np.unique(np.concatenate([around, -around]))
+    specials = [np.inf, -np.inf] + ([np.nan] if fmt.has_nan else [])
+    return np.concatenate([values, np.array(specials, np.float32)])

@@ -1,0 +1,194 @@
+"""The oracle helpers for other backends: mismatch reports, sweeps and golden files."""
+import json
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats, golden, testing
+
+from test_codec import ml_dtypes_codes, onnx_saturate_codes
+
+
+@pytest.fixture(scope="module")
+def structured():
+    return next(testing.sweep(kind="structured"))
+
+
+# ---- 1. deliberately wrong backends get the right class --------------------------------------------
+def test_a_backend_that_rounds_ties_away_shows_tie_mismatches(structured):
+    x = structured[np.isfinite(structured)]
+    wrong = codec.encode(x, "E4M3", rounding="nearest_away")
+    report = testing.compare(wrong, x, "E4M3")
+    assert not report.ok and report.by_class["tie"] > 0
+    in_range = np.abs(x) < 448
+    in_range_report = testing.compare(wrong[in_range], x[in_range], "E4M3")
+    assert in_range_report.by_class["tie"] == in_range_report.count  # every in-range mismatch is a tie
+    assert {row.kind for row in report.mismatches} <= {"tie", "overflow"}
+    assert all(row.distance == 1 for row in in_range_report.mismatches)
+
+
+def test_a_backend_that_flushes_subnormals_shows_subnormal_mismatches(structured):
+    x = structured[np.isfinite(structured)]
+    flushed = np.where(np.abs(x) < formats.E5M2.min_normal, np.copysign(0.0, x), x).astype(np.float32)
+    report = testing.compare(codec.encode(flushed, "E5M2"), x, "E5M2")
+    assert report.count > 0 and report.by_class["subnormal"] == report.count
+
+
+def test_a_backend_that_overflows_to_nan_instead_of_saturating_shows_overflow(structured):
+    wrong = codec.encode(structured, "E4M3", saturate=False)
+    report = testing.compare(wrong, structured, "E4M3", saturate=True)
+    finite = np.isfinite(structured)
+    assert report.by_class["overflow"] == testing.compare(wrong[finite], structured[finite], "E4M3",
+                                                          saturate=True).count > 0
+    assert report.by_class["NaN/Inf"] == 2  # +Inf and -Inf
+    assert report.count == report.by_class["overflow"] + report.by_class["NaN/Inf"]
+
+
+def test_sign_of_zero_and_nan_payload_handling():
+    x = np.array([-1e-30, 1.0, np.nan], np.float32)
+    actual = np.array([0x00, 0x3C, 0x7D], np.uint8)  # +0 for a negative underflow, a different NaN payload
+    report = testing.compare(actual, x, "E5M2")
+    assert [row.kind for row in report.mismatches] == ["sign-of-zero", "NaN/Inf"]
+    assert testing.compare(actual, x, "E5M2", nan="class").count == 1
+
+
+def test_report_table_names_everything_and_assert_raises_with_it():
+    # 464 must tie to even 448 (0x7E), not overflow; 17/1024 must tie to even 16/1024 (0x08), not 18/1024.
+    x = np.array([1.0, 464.0, 17 / 1024], np.float32)
+    actual = np.array([0x38, 0x7F, 0x09], np.uint8)
+    report = testing.compare(actual, x, "E4M3")
+    text = str(report)
+    assert "2 of 3 codes differ" in text and "0x43e80000" in text and "0x7e 448" in text and "0x7f nan" in text
+    assert [(row.index, row.kind, row.distance) for row in report.mismatches] == [((1,), "overflow", None),
+                                                                                    ((2,), "tie", 1)]
+    with pytest.raises(AssertionError, match="2 of 3 codes differ"):
+        testing.assert_codes_equal(actual, x, "E4M3")
+    testing.assert_codes_equal(codec.encode(x, "E4M3"), x, "E4M3")
+
+
+def test_actual_may_be_codes_float8_dtypes_or_values():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.linspace(-500, 500, 1001, dtype=np.float32)
+    as_float8 = x.astype(ml_dtypes.float8_e4m3fn)
+    assert testing.compare(as_float8, x, "E4M3").ok
+    assert testing.compare(as_float8.astype(np.float32), x, "E4M3", nan="class").ok
+    assert testing.compare(as_float8.view(np.uint8), x, "E4M3").ok
+
+
+# ---- 5. bad inputs -------------------------------------------------------------------------------
+def test_compare_rejects_bad_inputs_clearly():
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match=r"actual has shape \(3,\) but x has shape \(4,\)"):
+        testing.compare(np.zeros(3, np.uint8), x, "E4M3")
+    with pytest.raises(TypeError, match="got dtype int16"):
+        testing.compare(np.zeros(4, np.int16), x, "E4M3")
+    with pytest.raises(TypeError, match="x must be a float16/32/64"):
+        testing.compare(np.zeros(4, np.uint8), np.ones(4, np.int32), "E4M3")
+    with pytest.raises(ValueError, match="0.3 is not|not a E4M3 value"):
+        testing.compare(np.full(4, 0.3, np.float32), x, "E4M3")
+    with pytest.raises(ValueError, match=r"E2M1 codes lie in \[0, 16\)"):
+        testing.compare(np.full(4, 16, np.uint8), x, "E2M1")
+    with pytest.raises(ValueError, match="nan must be"):
+        testing.compare(np.zeros(4, np.uint8), x, "E4M3", nan="payload")
+
+
+# ---- sweeps ----------------------------------------------------------------------------------------
+def test_sweeps():
+    structured = list(testing.sweep(kind="structured"))
+    assert len(structured) == 1 and structured[0].size == 1 << 19 and structured[0].dtype == np.float32
+    batches = testing.sweep(kind="exhaustive", batch_size=1 << 20)  # lazy: 4096 batches, made on demand
+    first, second = next(batches), next(batches)
+    assert first.size == 1 << 20 and (first.view(np.uint32) == np.arange(1 << 20)).all()
+    assert second.view(np.uint32)[0] == 1 << 20
+    with pytest.raises(ValueError, match="power of two"):
+        next(testing.sweep(kind="exhaustive", batch_size=3))
+    edge = next(testing.sweep("E4M3", kind="edge"))
+    for value in (448.0, 464.0, -464.0, 2.0**-9, 2.0**-10, np.inf):
+        assert value in edge
+    assert np.isnan(edge).sum() == 1
+    assert not np.isnan(next(testing.sweep("E2M1", kind="edge"))).any()
+    with pytest.raises(ValueError, match="needs the format"):
+        next(testing.sweep(kind="edge"))
+    with pytest.raises(ValueError, match="kind must be"):
+        next(testing.sweep("E4M3", kind="random"))
+
+
+# ---- golden files ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def golden_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("golden")
+    golden.write(out)
+    return out
+
+
+def test_golden_files_regenerate_byte_identically(golden_dir, tmp_path):
+    golden.write(tmp_path)
+    first = sorted(p.name for p in golden_dir.iterdir())
+    assert first == sorted(p.name for p in tmp_path.iterdir())
+    for name in first:
+        assert (golden_dir / name).read_bytes() == (tmp_path / name).read_bytes(), name
+
+
+def test_golden_manifest_is_versioned_and_checksummed(golden_dir):
+    import hashlib
+
+    manifest = json.loads((golden_dir / "manifest.json").read_text())
+    assert manifest["schema"] == "minifp8-golden" and manifest["schema_version"] == golden.SCHEMA_VERSION
+    kinds = {entry["kind"] for entry in manifest["entries"]}
+    assert "codec" in kinds
+    for entry in manifest["entries"]:
+        assert hashlib.sha256((golden_dir / entry["file"]).read_bytes()).hexdigest() == entry["sha256"]
+        for key in ("file", "format", "arrays", "shapes"):
+            assert key in entry
+    codec_entries = [e for e in manifest["entries"] if e["kind"] == "codec"]
+    combos = {(e["format"], e["rounding"], e["saturate"], e["input_dtype"]) for e in codec_entries}
+    assert len(combos) == len(formats.CATALOGUE) * 4 * 2 * 2
+
+
+def test_golden_files_reload_with_numpy_and_agree_with_ml_dtypes(golden_dir):
+    pytest.importorskip("ml_dtypes")
+    manifest = json.loads((golden_dir / "manifest.json").read_text())
+    checked = 0
+    for entry in manifest["entries"]:
+        if entry["kind"] != "codec" or entry["rounding"] != "nearest_even":
+            continue
+        with np.load(golden_dir / entry["file"], allow_pickle=False) as archive:
+            x, expected = archive[entry["arrays"]["input"]], archive[entry["arrays"]["expected_codes"]]
+        fmt = formats.get(entry["format"])
+        with np.errstate(over="ignore"):
+            exactly_float32 = x.astype(np.float32).astype(x.dtype) == x
+        exactly_float32 |= np.isnan(x)  # ml_dtypes rounds float64 twice: compare float32-exact inputs only
+        x32 = x[exactly_float32].astype(np.float32)
+        if fmt.name == "E8M0":  # ml_dtypes' subnormal quirk, see test_codec
+            keep = ~((x32 > 2.0**-127) & (x32 < 1.5 * 2.0**-127))
+            x32, got = x32[keep], expected[exactly_float32][keep]
+        else:
+            got = expected[exactly_float32]
+        if entry["saturate"] and fmt.name in ("E4M3", "E5M2", "E4M3FNUZ", "E5M2FNUZ"):
+            np.testing.assert_array_equal(got, onnx_saturate_codes(x32, fmt.name))
+        elif not entry["saturate"]:
+            np.testing.assert_array_equal(got, ml_dtypes_codes(x32, fmt.name))
+        else:
+            continue
+        checked += 1
+    assert checked >= 2 * len(formats.CATALOGUE)
+
+
+def test_golden_cli_help_documents_the_layout(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        golden.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "manifest.json" in text and "schema_version" in text and "expected_codes" in text
+
+
+def test_golden_cli_rejects_unknown_formats_and_unwritable_folders(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        golden.main(["--out", str(tmp_path), "--formats", "E4M3,E9M9"])
+    assert exit_info.value.code == 2 and "unknown format 'E9M9'" in capsys.readouterr().err
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert golden.main(["--out", str(blocker / "sub")]) == 1
+    assert "cannot write golden files" in capsys.readouterr().err
+    assert golden.main(["--out", str(tmp_path / "ok"), "--formats", "e4m3"]) == 0
+    assert (tmp_path / "ok" / "manifest.json").exists()
