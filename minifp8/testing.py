@@ -321,7 +321,8 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     Returns
     -------
     Report
-        Classes: ``NaN/Inf`` (the input is NaN or Inf), ``overflow``
+        Classes: ``NaN/Inf`` (the input is NaN or Inf, or one the format maps to NaN, such as
+        0 and negative numbers in E8M0), ``overflow``
         (|x| >= max, or either code is non-finite), ``sign-of-zero``, ``subnormal`` (|x| below the
         smallest normal), ``tie`` (x exactly halfway between neighbours and the backend picked the
         other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
@@ -416,7 +417,8 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
     distance_from_half = np.abs(position - np.floor(position) - 0.5)
     picked_other_neighbour = np.abs(_ordinals(expected, fmt) - _ordinals(actual, fmt)) == 1
     rules = [  # first match wins
-        ("NaN/Inf", ~np.isfinite(x)),
+        # Non-finite input, or a finite input the oracle maps to NaN by definition (E8M0's 0 and x < 0).
+        ("NaN/Inf", ~np.isfinite(x) | (np.isnan(table[expected]) & (magnitude < fmt.max))),
         ("overflow", (magnitude >= fmt.max) | ~np.isfinite(table[expected]) | ~np.isfinite(table[actual])),
         ("sign-of-zero", (table[expected] == 0) & (table[actual] == 0)),
         ("subnormal", (magnitude < fmt.min_normal) & (table[actual] == 0)),  # flushed to zero
