@@ -144,6 +144,30 @@ def bench_block(args) -> None:
     print(f"  ratio step / matmul: {step_seconds / matmul_seconds:.2f} (target <= 2)", flush=True)
 
 
+@section("mx")
+def bench_mx(args) -> None:
+    """MXFP8 (E4M3) quantize and dequantize of a 4096x4096 float32 array; baseline: plain E4M3 encode.
+
+    The target is quantize <= 1.5x the time of ``codec.encode(x, "E4M3")`` on the same array. Both
+    are measured in alternating rounds; each keeps its best round median, so a burst of load from
+    another process does not land on one side only.
+    """
+    from . import codec, mx
+
+    x = np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32)
+    quantized = mx.quantize(x, mx.MXFP8_E4M3)
+    encode_seconds = quantize_seconds = dequantize_seconds = float("inf")
+    for _ in range(3):
+        encode_seconds = min(encode_seconds, median_seconds(lambda: codec.encode(x, "E4M3"), args.repeats))
+        quantize_seconds = min(quantize_seconds, median_seconds(lambda: mx.quantize(x, mx.MXFP8_E4M3), args.repeats))
+        dequantize_seconds = min(dequantize_seconds, median_seconds(quantized.dequantize, args.repeats))
+    report("codec.encode E4M3 (baseline)", encode_seconds, x.size)
+    report("mx.quantize MXFP8_E4M3", quantize_seconds, x.size, encode_seconds)
+    report("MXArray.dequantize MXFP8_E4M3", dequantize_seconds, x.size, encode_seconds)
+    print(f"  ratio quantize / encode: {quantize_seconds / encode_seconds:.2f} (target <= 1.5); "
+          f"dequantize / encode: {dequantize_seconds / encode_seconds:.2f}", flush=True)
+
+
 # (new sections go above this line)
 
 

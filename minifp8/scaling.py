@@ -1,0 +1,355 @@
+"""Tensor scaling recipes for FP8: current, delayed, per-row and blockwise (TransformerEngine style).
+
+FP8 has little range, so a tensor is multiplied by a scale before the cast and divided by it
+after. Every recipe here uses TransformerEngine's ``scale`` / ``scale_inv`` convention, in float32:
+
+```text
+codes       = encode(float32(x * scale), fmt, saturate=True)
+dequantized = decode(codes) * scale_inv,        scale_inv = float32(1 / scale)
+```
+
+(so ``dequantized`` is ``decode(codes) / scale`` up to one float32 rounding, exactly so for the
+power-of-two scales.) Casts saturate: values beyond the format's range clip to +-max, as
+TransformerEngine's casts do (NaN stays NaN). Inputs are converted to float32 first (float64 is
+rounded once to float32), as TransformerEngine computes in float32.
+
+The recipes differ only in where ``scale`` comes from:
+
+- :func:`quantize_current`: one scale per tensor from the tensor's own amax (Float8CurrentScaling).
+- :class:`DelayedScaling`: one scale per tensor from a history of earlier amaxes (DelayedScaling).
+- :func:`quantize_rowwise`: one scale per row, i.e. per slice along ``axis``.
+- :func:`quantize_blockwise`: one power-of-two scale per 1x128 or 128x128 tile (Float8BlockScaling;
+  DeepSeek-V3, arXiv:2412.19437 section 3.3).
+
+The scale from an amax follows TransformerEngine's ``compute_scale_from_amax``
+(``common/recipe/recipe_common.cuh``): ``scale = fp8_max / amax`` in float32; an amax that is 0,
+Inf or NaN gives ``scale = 1``; a scale that overflows float32 becomes ``FLT_MAX``; with
+``power_of_2`` the float32 scale is rounded down to a power of two by clearing its mantissa bits.
+
+For FP8 training (:mod:`minifp8.fp8`) each GEMM operand is quantised along its own contraction
+axis: pass that axis as ``axis`` to :func:`quantize_rowwise` and :func:`quantize_blockwise`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import codec, formats
+from .formats import FloatFormat
+
+FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
+AMAX_COMPUTE_ALGOS = ("max", "most_recent")
+GRANULARITIES = ("tensor", "row", "block")
+
+
+@dataclass(frozen=True, eq=False)
+class ScaledTensor:
+    """Codes plus float32 scales, and how they map back to the tensor.
+
+    Attributes
+    ----------
+    codes : numpy.ndarray of uint8
+        One code per element, the input's shape.
+    scale, scale_inv : numpy.ndarray of float32
+        The scales multiplied in before the cast, and ``float32(1 / scale)``. Shape ``()`` per
+        tensor; the input's shape with ``axis`` reduced to 1 per row; one per tile for blocks (the
+        input's shape with every axis replaced by its number of tiles).
+    amax : numpy.ndarray of float32
+        ``max |x|`` over each group that shares a scale (statistics; for delayed scaling the scale
+        came from the history instead).
+    fmt : FloatFormat
+    granularity : {"tensor", "row", "block"}
+    axis : int or None
+        The axis rows run along / the axis of the 128-long side of the tiles.
+    block_shape : (int, int) or None
+        ``(rows, columns)`` of a tile, the columns running along ``axis``.
+    """
+
+    codes: np.ndarray
+    scale: np.ndarray
+    scale_inv: np.ndarray
+    amax: np.ndarray
+    fmt: FloatFormat
+    granularity: str = "tensor"
+    axis: int | None = None
+    block_shape: tuple | None = None
+
+    def __post_init__(self):
+        if self.granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {self.granularity!r}")
+
+    @property
+    def shape(self) -> tuple:
+        """The shape of the quantized tensor."""
+        return self.codes.shape
+
+    def dequantize(self) -> np.ndarray:
+        """``decode(codes) * scale_inv`` in float32, each element with its own group's ``scale_inv``."""
+        values = codec.decode(self.codes, self.fmt)
+        if self.granularity != "block":
+            return values * self.scale_inv  # per tensor: a scalar; per row: broadcasts along axis
+        moved = np.moveaxis(values, self.axis, -1)
+        factors = _expand_tiles(np.moveaxis(self.scale_inv, self.axis, -1), moved.shape, self.block_shape)
+        return np.ascontiguousarray(np.moveaxis(moved * factors, -1, self.axis))
+
+
+# ---- the building blocks -----------------------------------------------------------------------
+def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
+    """TransformerEngine's ``compute_scale_from_amax`` (epsilon 0), elementwise, in float32.
+
+    ``scale = fp8_max / amax``; amax 0, Inf or NaN -> 1; a quotient that overflows -> ``FLT_MAX``;
+    ``power_of_2`` rounds the float32 quotient down to a power of two (clears its mantissa).
+    """
+    fmt = _format(fmt)
+    amax = np.asarray(amax, dtype=np.float32)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        scale = np.float32(fmt.max) / amax
+    scale = np.where(np.isinf(scale), FLOAT32_MAX, scale).astype(np.float32)
+    if power_of_2:
+        scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
+    return np.where((amax == 0) | ~np.isfinite(amax), np.float32(1), scale).astype(np.float32)
+
+
+def quantize_with_scale(x, scale, fmt) -> np.ndarray:
+    """``encode(float32(x * scale), fmt, saturate=True)``: the cast every recipe ends with.
+
+    ``scale`` broadcasts against ``x`` (a scalar, or keepdims rows).
+    """
+    fmt = _format(fmt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = _as_float32(x) * np.asarray(scale, dtype=np.float32)
+    return codec.encode(scaled, fmt, saturate=True)
+
+
+def _inverse(scale: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", over="ignore"):
+        return (np.float32(1) / np.asarray(scale, np.float32)).astype(np.float32)
+
+
+# ---- current scaling ---------------------------------------------------------------------------
+def quantize_current(x, fmt="E4M3", *, power_of_2=False) -> ScaledTensor:
+    """Per-tensor current scaling: ``scale = fp8_max / max|x|`` from this very tensor.
+
+    Parameters
+    ----------
+    x : array_like
+        Any shape, 0-d and empty included (an empty tensor has amax 0, hence scale 1).
+    fmt : FloatFormat or str
+        The destination format, e.g. ``"E4M3"`` (forward) or ``"E5M2"`` (gradients).
+    power_of_2 : bool
+        Round the scale down to a power of two (then ``dequantize`` is exact division).
+    """
+    fmt = _format(fmt)
+    array = _as_float32(x)
+    amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
+    scale = scale_from_amax(amax, fmt, power_of_2=power_of_2)
+    return ScaledTensor(quantize_with_scale(array, scale, fmt), scale, _inverse(scale), amax, fmt)
+
+
+# ---- per-row scaling ---------------------------------------------------------------------------
+def quantize_rowwise(x, fmt="E4M3", *, axis=-1, power_of_2=False) -> ScaledTensor:
+    """One scale per row: per slice of ``x`` along ``axis`` (the contraction axis of a GEMM operand).
+
+    ``scale`` has x's shape with ``axis`` reduced to 1 (keepdims), so it broadcasts against x.
+    An empty row has amax 0, hence scale 1.
+    """
+    fmt = _format(fmt)
+    array = _as_float32(x)
+    axis = _axis(axis, array.ndim)
+    amax = np.max(np.abs(array), axis=axis, keepdims=True, initial=np.float32(0)).astype(np.float32)
+    scale = scale_from_amax(amax, fmt, power_of_2=power_of_2)
+    return ScaledTensor(quantize_with_scale(array, scale, fmt), scale, _inverse(scale), amax, fmt,
+                        granularity="row", axis=axis)
+
+
+# ---- blockwise scaling -------------------------------------------------------------------------
+def quantize_blockwise(x, fmt="E4M3", *, block_shape=(1, 128), axis=-1, power_of_2=True) -> ScaledTensor:
+    """One scale per tile: 1x128 for activations and gradients, 128x128 for weights.
+
+    TransformerEngine's Float8BlockScaling (scales are float32 powers of two by default) after
+    DeepSeek-V3's fine-grained quantization (arXiv:2412.19437 section 3.3).
+
+    Parameters
+    ----------
+    x : array_like
+        At least 1-d; 2-d for tiles with more than one row.
+    block_shape : (rows, columns)
+        Tile shape. The columns run along ``axis``; ``(1, n)`` tiles are n consecutive elements
+        along ``axis`` (any number of dimensions), ``(m, n)`` tiles with m > 1 need a 2-d x and
+        take m along the other axis. Lengths that are not multiples are zero-padded inside.
+    axis : int
+        The contraction axis.
+    power_of_2 : bool
+        Round each scale down to a power of two (default, as TransformerEngine).
+
+    Returns
+    -------
+    ScaledTensor
+        ``scale`` holds one value per tile: x's shape with every axis replaced by its tile count.
+    """
+    fmt = _format(fmt)
+    rows, columns = _block_shape(block_shape)
+    array = _as_float32(x)
+    axis = _axis(axis, array.ndim)
+    if rows > 1 and array.ndim != 2:
+        raise ValueError(f"tiles of {rows}x{columns} need a 2-d array, got {array.ndim}-d shape {array.shape}; "
+                         f"use (1, {columns}) tiles")
+    moved = np.moveaxis(array, axis, -1)
+    tiles = _tiles(moved, (rows, columns))
+    amax = np.max(np.abs(tiles), axis=(-3, -1), initial=np.float32(0)).astype(np.float32)
+    scale = scale_from_amax(amax, fmt, power_of_2=power_of_2)
+    codes = quantize_with_scale(moved, _expand_tiles(scale, moved.shape, (rows, columns)), fmt)
+
+    def back(grid):
+        return np.ascontiguousarray(np.moveaxis(grid, -1, axis))
+
+    return ScaledTensor(back(codes), back(scale), back(_inverse(scale)), back(amax), fmt, granularity="block",
+                        axis=axis, block_shape=(rows, columns))
+
+
+def _tiles(moved: np.ndarray, block_shape: tuple) -> np.ndarray:
+    """Zero-pad ``moved`` (axis last) to whole tiles and split it into them.
+
+    2-d tiles: shape (tile rows, rows, tile columns, columns). 1-row tiles: every leading axis is
+    a row, shape (..., 1, tile columns, columns). Either way the tile axes are -3 and -1.
+    """
+    rows, columns = block_shape
+    if rows == 1:
+        padded = np.pad(moved, [(0, 0)] * (moved.ndim - 1) + [(0, -moved.shape[-1] % columns)])
+        return padded.reshape(moved.shape[:-1] + (1, padded.shape[-1] // columns, columns))
+    height, width = moved.shape
+    padded = np.pad(moved, [(0, -height % rows), (0, -width % columns)])
+    return padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // columns, columns)
+
+
+def _expand_tiles(grid: np.ndarray, moved_shape: tuple, block_shape: tuple) -> np.ndarray:
+    """One value per tile -> one value per element of an array of ``moved_shape`` (axis last)."""
+    rows, columns = block_shape
+    expanded = np.repeat(grid, columns, axis=-1)[..., :moved_shape[-1]]
+    if rows > 1:
+        expanded = np.repeat(expanded, rows, axis=0)[:moved_shape[0]]
+    return expanded
+
+
+# ---- delayed scaling ---------------------------------------------------------------------------
+class DelayedScaling:
+    """Per-tensor delayed scaling: the scale comes from the amaxes of earlier steps.
+
+    TransformerEngine's ``DelayedScaling`` recipe and its ``amax_and_scale_update`` kernel
+    (``common/recipe/delayed_scaling.cu``), for one cast point:
+
+    - ``amax_history`` (float32, ``history_len`` entries) starts at zeros and ``scale`` at 1.
+    - :meth:`quantize` casts x with the current ``scale`` (computed from the steps before) and
+      records ``max|x|`` into ``amax_history[0]`` (a running max if called again in the same step;
+      a NaN in x records NaN, where TransformerEngine's amax kernels would skip it).
+    - :meth:`update` ends the step:
+
+      1. the amax to use is the max over the whole history (``"max"``; NaN entries are skipped,
+         like CUDA's ``fmaxf``) or ``amax_history[0]`` (``"most_recent"``);
+      2. the history rolls by -1 (entry 1 moves to 0, ..., entry 0 to the end, the oldest value
+         leaves) and entry 0 is set to 0 for the next step;
+      3. ``scale = (fp8_max * 2**-margin) / amax`` in float32, only when that amax is finite and
+         > 0 (otherwise the old scale stays); a scale that overflows becomes ``FLT_MAX``;
+      4. ``scale_inv = 1 / scale``.
+
+    So the cast at step t uses the scale computed from the amaxes up to step t-1.
+
+    Parameters
+    ----------
+    fmt : FloatFormat or str
+    history_len : int
+        Window length (TransformerEngine's default 1024).
+    amax_compute_algo : {"max", "most_recent"}
+    margin : int
+        Scale down by ``2**margin`` more than needed (headroom for growth).
+    """
+
+    def __init__(self, fmt="E4M3", *, history_len=1024, amax_compute_algo="max", margin=0):
+        self.fmt = _format(fmt)
+        if isinstance(history_len, bool) or not isinstance(history_len, (int, np.integer)) or history_len < 1:
+            raise ValueError(f"history_len must be an int >= 1, got {history_len!r}")
+        if amax_compute_algo not in AMAX_COMPUTE_ALGOS:
+            raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; "
+                             f"choose one of {', '.join(AMAX_COMPUTE_ALGOS)}")
+        if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)):
+            raise TypeError(f"margin must be an int (a power-of-two exponent), got {type(margin).__name__} {margin!r}")
+        self.history_len = int(history_len)
+        self.amax_compute_algo = amax_compute_algo
+        self.margin = int(margin)
+        self.amax_history = np.zeros(self.history_len, np.float32)
+        self.scale = np.float32(1)
+        self.scale_inv = np.float32(1)
+
+    def quantize(self, x, *, update=True) -> ScaledTensor:
+        """Cast x with the current scale and record its amax; then :meth:`update` unless told not to.
+
+        Pass ``update=False`` to cast several tensors in one step (the recorded amax is their
+        running max) and call :meth:`update` once at the end of the step.
+        """
+        array = _as_float32(x)
+        amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
+        self.amax_history[0] = np.maximum(self.amax_history[0], amax)  # NaN propagates
+        result = ScaledTensor(quantize_with_scale(array, self.scale, self.fmt), np.float32(self.scale),
+                              np.float32(self.scale_inv), amax, self.fmt)
+        if update:
+            self.update()
+        return result
+
+    def update(self) -> None:
+        """End of step: reduce the history to an amax, roll the history, recompute the scale."""
+        history = self.amax_history
+        if self.amax_compute_algo == "max":
+            amax = np.fmax.reduce(history)
+        else:
+            amax = history[0]
+        self.amax_history = np.roll(history, -1)
+        self.amax_history[0] = 0
+        if np.isfinite(amax) and amax > 0:
+            scaled_max = np.float32(self.fmt.max * 2.0**-self.margin)
+            with np.errstate(over="ignore"):
+                scale = scaled_max / np.float32(amax)
+            self.scale = FLOAT32_MAX if np.isinf(scale) else np.float32(scale)
+            self.scale_inv = np.float32(1) / self.scale
+
+    def __repr__(self) -> str:
+        return (f"DelayedScaling({self.fmt.name}, history_len={self.history_len}, "
+                f"amax_compute_algo={self.amax_compute_algo!r}, margin={self.margin}, scale={self.scale!r})")
+
+
+# ---- input checking ----------------------------------------------------------------------------
+def _format(fmt) -> FloatFormat:
+    fmt = formats.get(fmt)
+    if not fmt.signed:
+        raise ValueError(f"scaling recipes cast to a signed element format (E4M3, E5M2, ...), got {fmt.name}")
+    return fmt
+
+
+def _as_float32(x) -> np.ndarray:
+    array = codec._as_numeric_array(x)  # TypeError for bool, complex, object, ...
+    if array.dtype.kind in "iu":
+        array = codec._to_float64(array)  # |x| <= 2**53 or a clear error
+    with np.errstate(over="ignore"):
+        return array.astype(np.float32, copy=False)
+
+
+def _axis(axis, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
+    if ndim == 0:
+        raise ValueError("per-row and blockwise scaling need at least one axis, got a 0-d array")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for an array with {ndim} dimension(s)")
+    return int(axis) % ndim
+
+
+def _block_shape(block_shape) -> tuple[int, int]:
+    try:
+        rows, columns = block_shape
+    except (TypeError, ValueError):
+        raise ValueError(f"block_shape must be a pair (rows, columns) such as (1, 128) or (128, 128), "
+                         f"got {block_shape!r}") from None
+    for size in (rows, columns):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"block_shape entries must be positive ints, got {block_shape!r}")
+    return int(rows), int(columns)

@@ -1,0 +1,621 @@
+"""MX block formats and NVFP4 against independent references.
+
+References, none of them the vectorised code under test:
+- the spec rules (OCP MX v1.0 6.3; torchao ScaleCalculationMode; cuBLAS rceil), worked by hand
+  from integer exponents, for the must-show exponent tables;
+- ``mx.quantize_block_reference``: one block at a time in exact rational arithmetic with the
+  codec's scalar reference for element rounding;
+- for NVFP4, a model of TransformerEngine's float32 steps in exact rationals, rounded to float32
+  by a small function written here (checked against NumPy on random values first).
+"""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats, mx
+
+MODES = ("floor", "ceil", "even", "rceil")
+ELEMENTS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")
+EMAX = {"E4M3": 8, "E5M2": 15, "E3M2": 4, "E2M3": 2, "E2M1": 2}  # DESIGN.md section 4
+
+
+def block_of(amax, size=32, dtype=np.float32):
+    """A block whose largest magnitude is ``amax``: amax, then smaller values of both signs."""
+    block = np.full(size, dtype(amax) / 3, dtype=dtype)
+    block[0] = amax
+    block[1::2] *= -1
+    return block
+
+
+# ================================================================================================
+# Must show 1: the shared exponent comes from the exponent bits, in every scale mode.
+# ================================================================================================
+def test_amax_just_below_2_pow_20_gives_917504_not_a_float_log2_answer():
+    amax = np.nextafter(np.float32(2**20), np.float32(0))  # 2**20 - 2**-4
+    # The pitfall: a float32 log2 rounds up to exactly 20.
+    assert np.floor(np.log2(amax)) == 20
+    q = mx.quantize(block_of(amax), "MXFP8_E4M3")
+    # The rule: amax < 2**20, so floor(log2(amax)) = 19 and shared_exp = 19 - emax(E4M3) = 19 - 8 = 11.
+    assert q.scales[0] == 127 + 11
+    # The element amax * 2**-11 = 512 - 2**-15 is above 448 and saturates; 448 * 2**11 = 917504.
+    assert q.dequantize()[0] == 448 * 2**11 == 917504
+    # What the float log2 would have given: shared_exp 12, element 256 - 2**-16 -> 256, times 2**12.
+    assert 256 * 2**12 == 1048576 != q.dequantize()[0]
+
+
+# Exponents worked from the rules with emax(E4M3) = 8, max 448 = 1.75 * 2**8, 3 mantissa bits:
+#   floor: floor(log2 a) - 8          448, 449, 480, 500 lie in [2**8, 2**9): 0; 512 = 2**9: 1
+#   ceil:  ceil(log2 a) - 8           every a in (2**8, 2**9] has ceil 9: 1 (448 is not a power of 2)
+#   even:  a's significand rounded to 3 fraction bits, ties away; a carry to 2 adds one binade:
+#          448 = 1.75 * 2**8 stays; 449 = 1.7539 * 2**8 -> 1.75; 480 = 1.875 * 2**8 stays;
+#          500 = 1.953125 * 2**8 -> 2.0 (carry): 1; 512: 1
+#   rceil: ceil(log2(a / 448))        448/448 = 1: 0; 449, 480, 500, 512 are in (448, 896]: 1
+E4M3_TABLE = {
+    448: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    449: {"floor": 0, "ceil": 1, "even": 0, "rceil": 1},
+    480: {"floor": 0, "ceil": 1, "even": 0, "rceil": 1},
+    500: {"floor": 0, "ceil": 1, "even": 1, "rceil": 1},
+    512: {"floor": 1, "ceil": 1, "even": 1, "rceil": 1},
+}
+# FP4 E2M1: emax 2, max 6 = 1.5 * 2**2, 1 mantissa bit.
+#   floor: 6, 7 in [4, 8): 0; 8: 1.   ceil: all in (4, 8]: 1.
+#   even: 6 = 1.5 * 4 stays (0); 7 = 1.75 * 4 rounds (tie, away) to 2.0 (1); 8: 1.
+#   rceil: 6/6 = 1: 0; 7/6, 8/6 in (1, 2]: 1.
+E2M1_TABLE = {
+    6: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    7: {"floor": 0, "ceil": 1, "even": 1, "rceil": 1},
+    8: {"floor": 1, "ceil": 1, "even": 1, "rceil": 1},
+}
+
+
+@pytest.mark.parametrize("elem, table", [("E4M3", E4M3_TABLE), ("E2M1", E2M1_TABLE)])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("binade", [0, -60, 40])
+def test_scale_mode_exponent_tables(elem, table, mode, binade):
+    for amax, expected in table.items():
+        x = block_of(np.float32(amax) * np.float32(2.0**binade))
+        q = mx.quantize(x, elem, scale_mode=mode)
+        assert int(q.scales[0]) - 127 == expected[mode] + binade, (amax, mode)
+        # and the element amax lands where the exponent says: amax * 2**-shared, saturated
+        element_amax = min(Fraction(amax) / 2 ** expected[mode], Fraction(formats.get(elem).max))
+        assert abs(Fraction(float(q.dequantize()[0]))) == round_to_grid(element_amax, elem) * 2 ** (
+            expected[mode] + binade)
+
+
+def round_to_grid(value: Fraction, elem) -> Fraction:
+    """Nearest value of the element grid (ties to even code), found by search over the decode table."""
+    table = formats.get(elem).values()
+    grid = sorted({Fraction(float(v)) for v in table if np.isfinite(v) and v >= 0})
+    return min(grid, key=lambda g: (abs(g - value), grid.index(g) % 2))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_special_blocks(mode):
+    x = np.stack([np.zeros(32, np.float32), block_of(3.0), block_of(3.0), block_of(3.0),
+                  np.full(32, 1e-45, np.float32)])
+    x[0, 5] = -0.0
+    x[1, 7], x[2, 9] = np.nan, -np.inf
+    x[3, 0], x[3, 1] = np.nan, np.inf
+    q = mx.quantize(x, "E4M3", scale_mode=mode)
+    assert q.scales[0, 0] == 0x00  # zero block: scale 2**-127 ...
+    assert (q.codes[0] & 0x7F == 0).all() and q.codes[0, 5] == 0x80  # ... and +-0 codes, sign kept
+    assert q.scales[1, 0] == 0xFF and q.scales[3, 0] == 0xFF  # NaN -> NaN scale, every mode
+    assert np.isnan(q.dequantize()[[1, 3]]).all()
+    if mode == "rceil":  # NVIDIA: Inf / max_elem rounds up to the largest scale, 2**127
+        assert q.scales[2, 0] == 0xFE and q.codes[2, 9] == 0xFE  # -Inf saturates to -448
+    else:  # OCP: Inf -> NaN scale, the whole block NaN
+        assert q.scales[2, 0] == 0xFF and np.isnan(q.dequantize()[2]).all()
+    assert q.scales[4, 0] == 0x00  # the smallest subnormal: the exponent clamps at -127
+
+
+def test_shared_exponents_of_special_amaxes():
+    amax = np.array([0, 448, np.nan, np.inf, 2.0**-200, 2.0**300])
+    codes, shared = mx.shared_exponents(amax, "E4M3", "floor")
+    assert codes.tolist() == [0x00, 127, 0xFF, 0xFF, 0x00, 0xFE]
+    assert shared.tolist() == [-127, 0, 0, 0, -127, 127]  # 0 where the block is discarded
+    codes, shared = mx.shared_exponents(amax, "MXFP8_E4M3", "rceil")
+    assert codes.tolist() == [0x00, 127, 0xFF, 0xFE, 0x00, 0xFE] and shared.tolist() == [-127, 0, 0, 127, -127, 127]
+
+
+def test_exponent_clamps_at_127_for_float64():
+    x = block_of(1e300, dtype=np.float64)
+    for mode in MODES:
+        q = mx.quantize(x, "E4M3", scale_mode=mode)
+        assert q.scales[0] == 0xFE  # 2**127; 1e300 * 2**-127 saturates
+        assert q.dequantize()[0] == np.float32(np.inf)  # 448 * 2**127 overflows float32
+    assert mx.quantize(block_of(1e-300, dtype=np.float64), "E4M3").scales[0] == 0x00
+
+
+# ================================================================================================
+# Must show 2: the exact scalar reference equals the vectorised version on random blocks.
+# ================================================================================================
+def random_blocks(rng, elem, dtype=np.float32):
+    """Blocks of every awkward kind, 32 wide, one row each."""
+    fmt = formats.get(elem)
+    sign = lambda n: rng.choice([-1.0, 1.0], n)  # noqa: E731
+    rows = []
+    for _ in range(2):
+        rows.append(rng.standard_normal(32) * 2.0 ** rng.integers(-30, 30))  # ordinary
+        rows.append(sign(32) * 2.0 ** rng.uniform(-149, 127, 32))  # many binades
+        rows.append(sign(32) * rng.integers(1, 2**23, 32) * 2.0**-149)  # float32 subnormals
+        outlier = sign(32) * 2.0 ** rng.uniform(-100, -60, 32)
+        outlier[rng.integers(32)] = 2.0 ** rng.uniform(60, 100)  # one huge outlier
+        rows.append(outlier)
+        # element midpoints (rounding ties) under a known scale: grid midpoints times 2**k, with
+        # the block amax an element value so that floor picks exactly that k
+        grid = np.unique(np.abs(fmt.values()[np.isfinite(fmt.values())]))
+        midpoints = (grid[:-1] + grid[1:]) / 2
+        k = int(rng.integers(-20, 20))
+        ties = sign(32) * rng.choice(midpoints, 32) * 2.0**k
+        ties[0] = fmt.max * 2.0**k
+        rows.append(ties)
+        # amaxes at the mode boundaries: powers of two, max_elem * 2**k, the "even" carry point
+        k = int(rng.integers(-20, 20))
+        carry = 2 - 2.0 ** -(fmt.mantissa_bits + 1)
+        for amax in (2.0**k, fmt.max * 2.0**k, carry * 2.0**k, np.nextafter(carry, 0) * 2.0**k,
+                     np.nextafter(fmt.max, np.inf) * 2.0**k):
+            rows.append(np.concatenate([[amax], sign(31) * rng.uniform(0, amax, 31)]))
+    zeros = np.zeros(32)
+    zeros[rng.integers(32, size=5)] = -0.0
+    rows.append(zeros)
+    nan_row = rng.standard_normal(32)
+    nan_row[3] = np.nan
+    inf_row = rng.standard_normal(32)
+    inf_row[8] = -np.inf
+    rows += [nan_row, inf_row]
+    return np.array(rows).astype(dtype)
+
+
+def assert_matches_reference(x, elem, mode, rounding="nearest_even", random_bits=None, bit_count=None):
+    q = mx.quantize(x, elem, scale_mode=mode, rounding=rounding, random_bits=random_bits,
+                    random_bit_count=bit_count)
+    for row in range(x.shape[0]):
+        bits = None if random_bits is None else [int(b) for b in random_bits[row]]
+        scale, codes = mx.quantize_block_reference(x[row], elem, scale_mode=mode, rounding=rounding,
+                                                   random_bits=bits, random_bit_count=bit_count)
+        assert q.scales[row, 0] == scale, (elem, mode, rounding, row, x[row])
+        assert list(q.codes[row]) == codes, (elem, mode, rounding, row, x[row])
+
+
+@pytest.mark.parametrize("elem", ELEMENTS)
+@pytest.mark.parametrize("mode", MODES)
+def test_vectorised_equals_reference(elem, mode):
+    rng = np.random.default_rng(10 * ELEMENTS.index(elem) + MODES.index(mode))
+    assert_matches_reference(random_blocks(rng, elem), elem, mode)
+
+
+@pytest.mark.parametrize("elem", ELEMENTS)
+def test_vectorised_equals_reference_other_roundings_and_dtypes(elem):
+    rng = np.random.default_rng(ELEMENTS.index(elem))
+    x = random_blocks(rng, elem)
+    for rounding in ("nearest_away", "toward_zero"):
+        assert_matches_reference(x, elem, "floor", rounding)
+    bits = rng.integers(0, 256, x.shape).astype(np.uint8)
+    assert_matches_reference(x, elem, "even", "stochastic", bits, 8)
+    # float64 is exact (no float32 detour), including values beyond float32's range
+    wide = random_blocks(rng, elem, np.float64) * 2.0 ** rng.integers(-400, 400, (1, 32))
+    assert_matches_reference(wide, elem, "rceil")
+    assert_matches_reference(wide, elem, "floor")
+    halves = rng.standard_normal((4, 32)).astype(np.float16)
+    assert_matches_reference(halves, elem, "ceil")
+
+
+def test_stochastic_rounding_rounds_up_with_the_discarded_fraction():
+    # E4M3 elements between 1 and 1.125 (quantum 1/8) under scale 2**0: x = 1 + 1/32 is 1/4 of
+    # the way up, so with 2-bit random numbers exactly one of the four (3) rounds it up.
+    x = np.full((4, 32), 448.0, np.float32)
+    x[:, 1] = 1 + 1 / 32
+    bits = np.zeros((4, 32), np.uint8)
+    bits[:, 1] = [0, 1, 2, 3]
+    q = mx.quantize(x, "E4M3", rounding="stochastic", random_bits=bits, random_bit_count=2)
+    assert q.dequantize()[:, 1].tolist() == [1, 1, 1, 1.125]
+
+
+# ================================================================================================
+# Must show 3: axes, padding, 0-d and empty inputs, shapes.
+# ================================================================================================
+def reference_along(x, elem, axis, block_size, mode="floor"):
+    """Expected scales and codes from the reference, slicing x along ``axis`` by hand."""
+    moved = np.moveaxis(x, axis, -1)
+    n_blocks = -(-moved.shape[-1] // block_size)
+    scales = np.zeros(moved.shape[:-1] + (n_blocks,), np.uint8)
+    codes = np.zeros(moved.shape, np.uint8)
+    for index in np.ndindex(moved.shape[:-1]):
+        for b in range(n_blocks):
+            part = slice(b * block_size, (b + 1) * block_size)
+            scales[index + (b,)], block_codes = mx.quantize_block_reference(moved[index][part], elem, scale_mode=mode)
+            codes[index + (part,)] = block_codes
+    return np.moveaxis(scales, -1, axis), np.moveaxis(codes, -1, axis)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2, -3])
+def test_every_axis_of_a_3d_array(axis):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((5, 37, 6)) * 2.0 ** rng.integers(-8, 8, (5, 37, 6))).astype(np.float32)
+    q = mx.quantize(x, "E2M1", axis=axis, block_size=4, scale_mode="even")
+    scales, codes = reference_along(x, "E2M1", axis, 4, "even")
+    expected_scale_shape = list(x.shape)
+    expected_scale_shape[axis] = -(-x.shape[axis] // 4)
+    assert q.scales.shape == tuple(expected_scale_shape) and q.codes.shape == x.shape
+    np.testing.assert_array_equal(q.scales, scales)
+    np.testing.assert_array_equal(q.codes, codes)
+    assert q.dequantize().shape == x.shape and q.dequantize().dtype == np.float32
+
+
+@pytest.mark.parametrize("length", [1, 31, 32, 33, 63, 64, 65, 100])
+def test_lengths_not_multiple_of_the_block_are_padded_inside(length):
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((3, length)).astype(np.float32) * 100
+    q = mx.quantize(x, "MXFP8_E5M2")
+    scales, codes = reference_along(x, "E5M2", -1, 32)
+    np.testing.assert_array_equal(q.scales, scales)
+    np.testing.assert_array_equal(q.codes, codes)
+    assert q.scales.shape == (3, -(-length // 32)) and q.dequantize().shape == (3, length)
+
+
+def test_zero_d_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="0-d"):
+        mx.quantize(np.float32(1.5), "E4M3")
+    with pytest.raises(ValueError, match="0-d"):
+        mx.quantize_nvfp4(np.float32(1.5))
+
+
+@pytest.mark.parametrize("shape, axis", [((0,), 0), ((0, 32), -1), ((0, 32), 0), ((3, 0), -1), ((2, 0, 5), 1),
+                                         ((2, 0, 5), 2)])
+def test_empty_input_gives_empty_results(shape, axis):
+    x = np.zeros(shape, np.float32)
+    q = mx.quantize(x, "E4M3", axis=axis)
+    scale_shape = list(shape)
+    scale_shape[axis] = -(-shape[axis] // 32)
+    assert q.codes.shape == shape and q.scales.shape == tuple(scale_shape)
+    assert q.dequantize().shape == shape
+    n = mx.quantize_nvfp4(x, axis=axis)
+    assert n.codes.shape == shape and n.dequantize().shape == shape and n.encode_scale == 1
+
+
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((4, 96), -1), ((96, 4), 0), ((2, 3, 40), 1), ((1, 1, 1), 2)])
+def test_round_trip_keeps_the_shape_and_is_exact_on_representable_values(shape, axis):
+    """Values on the element grid of a block whose amax is the element max, times 2**k, come back exactly."""
+    rng = np.random.default_rng(3)
+    fmt = formats.E4M3
+    grid = fmt.values()[: fmt.max_code + 1]
+    moved_shape = tuple(np.moveaxis(np.empty(shape), axis, -1).shape)
+    moved = rng.choice(grid, moved_shape) * rng.choice([-1, 1], moved_shape)
+    moved[..., ::32] = fmt.max  # every block holds the maximum, so floor gives shared_exp = k
+    moved *= 2.0 ** rng.integers(-100, 100, moved_shape[:-1] + (1,))
+    x = np.moveaxis(moved, -1, axis).astype(np.float32)
+    back = mx.quantize(x, "E4M3", axis=axis).dequantize()
+    assert back.shape == x.shape and back.dtype == np.float32
+    np.testing.assert_array_equal(back, x)
+
+
+def test_views_dtypes_and_format_spellings_agree():
+    rng = np.random.default_rng(11)
+    base = rng.standard_normal((64, 96)).astype(np.float32)
+    for view in (base[:, ::2], base.T, base[::-1, 3:67], np.asfortranarray(base)):
+        a = mx.quantize(view, "E4M3")
+        b = mx.quantize(np.ascontiguousarray(view), "E4M3")
+        np.testing.assert_array_equal(a.codes, b.codes)
+        np.testing.assert_array_equal(a.scales, b.scales)
+    q = mx.quantize(base, "E4M3")
+    for spelling in (mx.MXFP8_E4M3, "MXFP8_E4M3", "mxfp8_e4m3", formats.E4M3, "float8_e4m3fn"):
+        np.testing.assert_array_equal(mx.quantize(base, spelling).codes, q.codes)
+    integers = rng.integers(-1000, 1000, (2, 32))
+    np.testing.assert_array_equal(mx.quantize(integers, "E2M3").codes,
+                                  mx.quantize(integers.astype(np.float64), "E2M3").codes)
+    np.testing.assert_array_equal(mx.quantize(base.astype(np.float16), "E3M2").codes,
+                                  mx.quantize(base.astype(np.float16).astype(np.float32), "E3M2").codes)
+    assert mx.get("MXFP4_E2M1").elem is formats.E2M1 and mx.MXFP6_E2M3.block_size == 32
+    assert mx.MXFP8_E5M2.scale is formats.E8M0 and set(mx.FORMATS) == {
+        "MXFP8_E4M3", "MXFP8_E5M2", "MXFP6_E3M2", "MXFP6_E2M3", "MXFP4_E2M1"}
+
+
+def test_large_array_goes_through_several_chunks():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((300, 4000)) * 2.0 ** rng.integers(-30, 30, (300, 1))).astype(np.float32)
+    q = mx.quantize(x, "E4M3")  # 1.2M elements: three chunks
+    rows = [0, 131, 299]
+    scales, codes = reference_along(x[rows, :320], "E4M3", -1, 32)
+    np.testing.assert_array_equal(q.scales[rows, :10], scales)
+    np.testing.assert_array_equal(q.codes[rows, :320], codes)
+    expected = codec.decode(q.codes, "E4M3") * np.repeat(codec.decode(q.scales, "E8M0"), 32, axis=1)[:, :4000]
+    np.testing.assert_array_equal(q.dequantize(), expected)
+
+
+def test_packed_fp4_low_nibble_first():
+    x = np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32) * 4
+    q = mx.quantize(x, "MXFP4_E2M1")
+    packed = q.packed()
+    assert packed.shape == (3, 3) and packed.dtype == np.uint8
+    for r in range(3):
+        for c in range(5):
+            nibble = packed[r, c // 2] >> 4 if c % 2 else packed[r, c // 2] & 0xF
+            assert nibble == q.codes[r, c]
+        assert packed[r, 2] >> 4 == 0  # odd length: zero high nibble
+    np.testing.assert_array_equal(mx.quantize(x, "E4M3").packed(), mx.quantize(x, "E4M3").codes)
+    with pytest.raises(ValueError, match="4-bit and 8-bit"):
+        mx.quantize(x, "E3M2").packed()
+
+
+def test_scale_values_agree_with_ml_dtypes_e8m0():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32) * 2.0 ** np.arange(-60, 68, 16)[:, None]
+    q = mx.quantize(x, "E4M3")
+    scales = q.scales.view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
+    np.testing.assert_array_equal(q.dequantize(), codec.decode(q.codes, "E4M3") * np.repeat(scales, 32, axis=1))
+
+
+# ================================================================================================
+# Must show 4: NVFP4 follows TransformerEngine's float32 order of operations.
+# ================================================================================================
+def f32(value: Fraction) -> Fraction:
+    """Round a rational to the nearest float32, ties to even (normal and subnormal range)."""
+    if value == 0:
+        return Fraction(0)
+    magnitude = abs(value)
+    e = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    if Fraction(2) ** e > magnitude:
+        e -= 1
+    quantum = Fraction(2) ** (max(e, -126) - 23)
+    n, rest = divmod(magnitude, quantum)
+    n += rest > quantum / 2 or (rest == quantum / 2 and n % 2 == 1)
+    return (n * quantum) if value > 0 else -(n * quantum)
+
+
+FLT_MAX = Fraction(float(np.finfo(np.float32).max))
+
+
+def e2m1(value: Fraction) -> int:
+    return codec.encode_scalar(max(min(value, Fraction(6)), Fraction(-6)), "E2M1")
+
+
+def te_model(block, global_amax, *, fold_one_sixth=True, round_product=True):
+    """TransformerEngine's steps for one 16-block, each float32 operation rounded by ``f32``."""
+    amax = Fraction(float(np.float32(global_amax)))
+    s_enc = Fraction(1) if amax == 0 else min(f32(Fraction(2688) / amax), FLT_MAX)
+    s_dec = f32(1 / s_enc)
+    if fold_one_sixth:  # TE: S_enc * float32(1/6)
+        multiplier = f32(s_enc * f32(Fraction(1, 6)))
+    else:  # DESIGN.md's shorthand S_enc / 6
+        multiplier = f32(s_enc / 6)
+    block_amax = max(abs(Fraction(float(v))) for v in block)
+    scale_code = codec.encode_scalar(min(f32(block_amax * multiplier), FLT_MAX), "E4M3", saturate=True)
+    scale = Fraction(float(formats.E4M3.values()[scale_code]))
+    encode = FLT_MAX if scale == 0 else min(f32(1 / f32(scale * s_dec)), FLT_MAX)
+    product = f32 if round_product else (lambda v: v)
+    return scale_code, [e2m1(product(Fraction(float(v)) * encode)) for v in block], encode
+
+
+def test_float32_rounding_model_is_right():
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal(2000) * 10.0 ** rng.integers(-44, 38, 2000)
+    for v in values:
+        assert f32(Fraction(float(v))) == Fraction(float(np.float32(v)))
+
+
+def test_nvfp4_hand_example_global_amax_6():
+    # S_enc = 2688 / 6 = 448 exactly. float32(1/6) = 11184811 * 2**-26, so S_enc * float32(1/6) =
+    # 9786709.625 * 2**-17 rounds to 9786710 * 2**-17 (74.666672). Times the block amax 6 that is
+    # 14680065 * 2**-15 = 448.00003 (exact in float32), which E4M3 rounds to 448 (code 0x7E); with
+    # S_enc / 6 = 74.666664 instead it would be 447.99998, the same E4M3 448 here.
+    # S_dec = float32(1/448) = 9586981 * 2**-32 and
+    # 448 * S_dec = 1 + 192 * 2**-32 rounds to 1, so the element scale is exactly 1: the codes are
+    # plain E2M1 round-to-nearest-even of x (ties 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2,
+    # 2.5 -> 2, 3.5 -> 4, 5 -> 4).
+    x = np.array([6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -5, -2.5, 0.1, -0.0, 3, 4, 1, 0.5], np.float32)
+    n = mx.quantize_nvfp4(x, global_amax=6)
+    assert n.encode_scale == 448 and n.scales.tolist() == [0x7E]
+    assert n.codes.tolist() == [0x7, 0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0xE, 0xC, 0x0, 0x8, 0x5, 0x6, 0x2, 0x1]
+    # Dequantization (TE's kernel): e2m1 * ((448 * 6) * float32(1/2688)); 2688 * float32(1/2688) = 1.
+    np.testing.assert_array_equal(n.dequantize(), [6, 0, 1, 1, 2, 2, 4, 4, -4, -2, 0, -0.0, 3, 4, 1, 0.5])
+
+
+def test_nvfp4_hand_example_block_scale_and_element_scale():
+    # Same tensor scale, a second block with amax 3: 3 * 9786710 * 2**-17 = 224.00002 (exact), E4M3
+    # 224 = 1.75 * 2**7 (code 0x76); 224 * S_dec = 1/2 + 96 * 2**-32 rounds to 1/2 (ulp 2**-24),
+    # so the element scale is 2: x = 1.25 -> 2.5 -> 2 (code 4), x = 0.3 -> 0.6 -> 0.5 (code 1).
+    x = np.zeros(32, np.float32)
+    x[0] = 6
+    x[16], x[17], x[18] = 3, 1.25, 0.3
+    n = mx.quantize_nvfp4(x)
+    assert n.global_amax == 6 and n.scales.tolist() == [0x7E, 0x76]
+    assert n.codes[16:19].tolist() == [0x7, 0x4, 0x1]
+
+
+def test_nvfp4_float32_product_changes_a_code():
+    """Find x where float32(x * encode) and the exact product round to different E2M1 codes."""
+    global_amax = np.float32(54.23361)
+    block = np.full(16, np.float32(1.0))
+    block[0] = global_amax
+    _, _, encode = te_model(block, global_amax)
+    assert encode.numerator & (encode.numerator - 1)  # not a power of two: the product rounds
+    case = None
+    for boundary in (Fraction(1, 4), Fraction(3, 4), Fraction(5, 4), Fraction(7, 4), Fraction(5, 2), Fraction(7, 2), 5):
+        x = np.float32(float(boundary / encode))
+        for _ in range(8):
+            exact, rounded = e2m1(Fraction(float(x)) * encode), e2m1(f32(Fraction(float(x)) * encode))
+            if exact != rounded:
+                case = (x, rounded, exact)
+                break
+            x = np.nextafter(x, np.float32(np.inf))
+        if case:
+            break
+    assert case is not None, "no candidate found"
+    x, rounded, exact = case
+    block[5] = x
+    n = mx.quantize_nvfp4(block, global_amax=global_amax)
+    assert n.codes[5] == rounded != exact
+
+
+def test_nvfp4_block_scale_folds_one_sixth_into_the_multiplier():
+    """TE computes block_amax * (S_enc * float32(1/6)), which is not always block_amax * (S_enc / 6)."""
+    vals = formats.E4M3.values()
+    midpoints = [(Fraction(float(a)) + Fraction(float(b))) / 2 for a, b in zip(vals[1:126], vals[2:127])]
+    case = None
+    for global_amax in np.linspace(1, 1000, 301, dtype=np.float32):
+        s_enc = f32(Fraction(2688) / Fraction(float(global_amax)))
+        folded, divided = f32(s_enc * f32(Fraction(1, 6))), f32(s_enc / 6)
+        if folded == divided:
+            continue
+        for mid in midpoints[::5]:
+            candidate = np.float32(float(mid / folded))
+            if candidate > global_amax:
+                continue
+            block = np.zeros(16, np.float32)
+            block[0] = candidate
+            if te_model(block, global_amax)[0] != te_model(block, global_amax, fold_one_sixth=False)[0]:
+                case = (global_amax, block)
+                break
+        if case:
+            break
+    assert case is not None, "no candidate found"
+    global_amax, block = case
+    folded_code, codes, _ = te_model(block, global_amax)
+    n = mx.quantize_nvfp4(block, global_amax=global_amax)
+    assert n.scales[0] == folded_code != te_model(block, global_amax, fold_one_sixth=False)[0]
+    assert n.codes.tolist() == codes
+
+
+def test_nvfp4_element_scale_is_the_reciprocal_of_the_decode_product():
+    """TE's float32 path: encode = 1 / (S_dec_b * S_dec), which is not always S_enc / S_dec_b."""
+    case = None
+    for global_amax in np.linspace(1, 300, 150, dtype=np.float32):
+        s_enc = f32(Fraction(2688) / Fraction(float(global_amax)))
+        s_dec = f32(1 / s_enc)
+        for scale_code in range(0x30, 0x7F, 3):
+            scale = Fraction(float(formats.E4M3.values()[scale_code]))
+            reciprocal, quotient = f32(1 / f32(scale * s_dec)), f32(s_enc / scale)
+            if reciprocal == quotient:
+                continue
+            x = np.float32(float(Fraction(5, 2) / reciprocal))  # near the 2.5 tie of E2M1
+            for _ in range(4):
+                if e2m1(f32(Fraction(float(x)) * reciprocal)) != e2m1(f32(Fraction(float(x)) * quotient)):
+                    case = (global_amax, scale_code, x, e2m1(f32(Fraction(float(x)) * reciprocal)))
+                    break
+                x = np.nextafter(x, np.float32(np.inf))
+            if case:
+                break
+        if case:
+            break
+    assert case is not None, "no candidate found"
+    global_amax, scale_code, x, expected = case
+    # a block whose amax makes exactly this block scale: the largest float32 the model maps to it
+    block = np.zeros(16, np.float32)
+    block[1] = x
+    multiplier = f32(f32(Fraction(2688) / Fraction(float(global_amax))) * f32(Fraction(1, 6)))
+    block[0] = np.float32(float(Fraction(float(formats.E4M3.values()[scale_code])) / multiplier))
+    assert te_model(block, global_amax)[0] == scale_code and block[0] >= x
+    n = mx.quantize_nvfp4(block, global_amax=global_amax)
+    assert n.scales[0] == scale_code and n.codes[1] == expected
+
+
+def test_nvfp4_matches_the_model_on_random_blocks_and_every_axis():
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((3, 40, 4)) * 2.0 ** rng.integers(-12, 12, (3, 1, 4))).astype(np.float32)
+    for axis in (0, 1, 2):
+        n = mx.quantize_nvfp4(x, axis=axis)
+        moved_codes, moved_scales = np.moveaxis(n.codes, axis, -1), np.moveaxis(n.scales, axis, -1)
+        moved = np.moveaxis(x, axis, -1)
+        global_amax = np.abs(x).max()
+        assert n.global_amax == global_amax
+        for index in np.ndindex(moved.shape[:-1]):
+            for b in range(moved_scales.shape[-1]):
+                block = moved[index][16 * b:16 * b + 16]
+                code, codes, _ = te_model(block, global_amax)
+                assert moved_scales[index + (b,)] == code
+                assert moved_codes[index][16 * b:16 * b + 16].tolist() == codes
+        assert n.dequantize().shape == x.shape
+
+
+def test_nvfp4_dequantize_order_and_error():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 48)).astype(np.float32)
+    n = mx.quantize_nvfp4(x)
+    scales = np.repeat(codec.decode(n.scales, "E4M3"), 16, axis=1)
+    factor = (scales * np.abs(x).max()) * np.float32(1 / 2688)
+    np.testing.assert_array_equal(n.dequantize(), codec.decode(n.codes, "E2M1") * factor)
+    # errors stay within the top E2M1 half-step (1 of 6) of the block scale, which is block amax / 6
+    # up to the E4M3 rounding of the block scale (2**-4)
+    block_amax = np.repeat(np.abs(x.reshape(8, 3, 16)).max(-1), 16, axis=1)
+    assert (np.abs(n.dequantize() - x) <= block_amax / 6 * (1 + 2**-4)).all()
+    assert mx.quantize_nvfp4(np.zeros((2, 16))).dequantize().tolist() == np.zeros((2, 16)).tolist()
+    packed = n.packed()
+    assert packed.shape == (8, 24) and (packed & 0xF == n.codes[:, 0::2]).all()
+
+
+def test_nvfp4_global_amax_below_the_data_saturates():
+    x = np.linspace(-10, 10, 32, dtype=np.float32)
+    n = mx.quantize_nvfp4(x, global_amax=1)
+    assert (n.scales == 0x7E).all()  # block scale saturates at E4M3 448
+    # the ends clip to +-6 and come back as +-6 * 448 * 1 / 2688 = +-1 (to float32 rounding)
+    np.testing.assert_allclose(n.dequantize()[[0, -1]], [-1, 1], rtol=2**-22)
+
+
+# ================================================================================================
+# Must show 7: bad inputs raise clear errors.
+# ================================================================================================
+@pytest.mark.parametrize("block_size, error", [(3, ValueError), (0, ValueError), (-32, ValueError), (48, ValueError),
+                                               (32.0, TypeError), (True, TypeError), ("32", TypeError)])
+def test_bad_block_size(block_size, error):
+    with pytest.raises(error, match="block_size"):
+        mx.quantize(np.ones(64, np.float32), "E4M3", block_size=block_size)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda x: mx.quantize(x, "E4M3", axis=2), ValueError, "out of range"),
+    (lambda x: mx.quantize(x, "E4M3", axis=-3), ValueError, "out of range"),
+    (lambda x: mx.quantize(x, "E4M3", axis=1.0), TypeError, "axis"),
+    (lambda x: mx.quantize_nvfp4(x, axis=5), ValueError, "out of range"),
+    (lambda x: mx.quantize(x, "E4M3", scale_mode="nearest"), ValueError, "scale_mode"),
+    (lambda x: mx.quantize(x, "E4M3", rounding="up"), ValueError, "rounding"),
+    (lambda x: mx.quantize(x, "E8M0"), ValueError, "MX elements"),
+    (lambda x: mx.quantize(x, "E4M3FNUZ"), ValueError, "MX elements"),
+    (lambda x: mx.quantize(x, "fp12"), ValueError, "unknown format"),
+    (lambda x: mx.quantize(x, "MXFP5"), ValueError, "unknown MX format"),
+    (lambda x: mx.quantize(x, 3), TypeError, "format"),
+    (lambda x: mx.quantize(x.astype(bool), "E4M3"), TypeError, "bool"),
+    (lambda x: mx.quantize(x.astype(complex), "E4M3"), TypeError, "complex"),
+    (lambda x: mx.quantize(np.full((2, 3), 2**60), "E4M3"), ValueError, "2\\*\\*53"),
+    (lambda x: mx.quantize(x, "E4M3", random_bits=np.zeros(x.shape, np.uint8)), ValueError, "stochastic"),
+    (lambda x: mx.quantize(x, "E4M3", rounding="stochastic"), ValueError, "random_bits"),
+    (lambda x: mx.quantize(x, "E4M3", rounding="stochastic", random_bits=np.zeros(3, np.uint8)), ValueError,
+     "shape"),
+    (lambda x: mx.quantize(x, "E4M3", rounding="stochastic", random_bits=np.zeros(x.shape)), TypeError, "unsigned"),
+    (lambda x: mx.shared_exponents(np.ones(3), "E4M3", "round"), ValueError, "scale_mode"),
+    (lambda x: mx.quantize_block_reference([1.0], "E4M3", scale_mode="up"), ValueError, "scale_mode"),
+    (lambda x: mx.get(3), TypeError, "MX format"),
+])
+def test_bad_arguments(call, error, match):
+    x = np.ones((2, 40), np.float32)
+    with pytest.raises(error, match=match):
+        call(x)
+
+
+@pytest.mark.parametrize("global_amax, error, match", [
+    (2**200, ValueError, "overflows float32"),   # integer overflow of the float32 amax
+    (np.int64(10**18), None, None),  # fine: integers that fit float32
+    (10**38, None, None),
+    (1e39, ValueError, "overflows float32"),
+    (-1.0, ValueError, ">= 0"),
+    (float("nan"), ValueError, "finite"),
+    (float("inf"), ValueError, "finite"),
+    (True, TypeError, "real number"),
+    ("6", TypeError, "real number"),
+    (np.array([6.0]), TypeError, "real number"),
+])
+def test_bad_global_amax(global_amax, error, match):
+    x = np.ones(16, np.float32)
+    if error is None:
+        mx.quantize_nvfp4(x, global_amax=global_amax)
+        return
+    with pytest.raises(error, match=match):
+        mx.quantize_nvfp4(x, global_amax=global_amax)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nvfp4_rejects_non_finite_input(bad):
+    x = np.ones(16, np.float32)
+    x[3] = bad
+    with pytest.raises(ValueError, match="finite"):
+        mx.quantize_nvfp4(x)

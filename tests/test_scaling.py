@@ -1,0 +1,264 @@
+"""Tensor scaling recipes against TransformerEngine's semantics, worked by hand or composed.
+
+References: hand-derived numbers from the recipe rules (DESIGN.md section 4; TransformerEngine's
+compute_scale_from_amax and amax_and_scale_update), exact rational arithmetic rounded to float32
+by ``test_mx.f32``, and composition: per-row and per-tile results must equal per-tensor current
+scaling applied to each row or tile on its own.
+"""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats, scaling
+from test_mx import f32
+
+FLT_MAX = np.finfo(np.float32).max
+
+
+# ================================================================================================
+# Current scaling and the scale rule.
+# ================================================================================================
+def test_current_scaling_hand_example():
+    x = np.array([2, -1, 0.5, 0.0, -0.0], np.float32)
+    q = scaling.quantize_current(x)
+    # amax 2 -> scale 448 / 2 = 224; x * 224 = 448, -224, 112, 0, -0, all E4M3 values:
+    # 448 = 1.75 * 2**8 (0x7E), 224 = 1.75 * 2**7 (0x76, negative 0xF6), 112 = 1.75 * 2**6 (0x6E).
+    assert q.amax == 2 and q.scale == 224
+    assert q.codes.tolist() == [0x7E, 0xF6, 0x6E, 0x00, 0x80]
+    # scale_inv = float32(1/224) = 9586981 * 2**-31. 448 * scale_inv = 2 + 192 * 2**-31 rounds to 2
+    # (ulp 2**-22 = 512 * 2**-31), 224 * scale_inv = 1 + 96 * 2**-31 to 1, 112 * scale_inv to 0.5:
+    # the round trip is exact here although scale_inv is not.
+    assert Fraction(float(q.scale_inv)) == Fraction(9586981, 2**31)
+    np.testing.assert_array_equal(q.dequantize(), x)
+    # amax 1.75 -> scale 256: 1.25 * 256 = 320 = 1.25 * 2**8 (0x7A), -1 -> -256 (0xF8), 0.5 -> 128 (0x70)
+    q = scaling.quantize_current(np.array([1.75, 1.25, -1, 0.5], np.float32))
+    assert q.scale == 256 and q.codes.tolist() == [0x7E, 0x7A, 0xF8, 0x70]
+
+
+def test_current_scaling_non_power_of_two_scale_follows_float32_steps():
+    x = np.array([3, 1.1, -0.7], np.float32)
+    q = scaling.quantize_current(x)
+    scale = f32(Fraction(448) / 3)  # one float32 division
+    assert Fraction(float(q.scale)) == scale
+    for value, code in zip(x, q.codes):  # x * scale rounded to float32, then E4M3 saturating
+        assert code == codec.encode_scalar(f32(Fraction(float(value)) * scale), "E4M3", saturate=True)
+    scale_inv = f32(1 / scale)
+    assert Fraction(float(q.scale_inv)) == scale_inv
+    expected = [f32(Fraction(float(v)) * scale_inv) for v in codec.decode(q.codes, "E4M3")]
+    assert [Fraction(float(v)) for v in q.dequantize()] == expected
+
+
+@pytest.mark.parametrize("amax, scale, scale_pow2", [
+    (3.0, None, 128.0),             # 448/3 = 149.3 -> 2**7
+    (0.001, None, 2.0**18),         # 448000 lies in [2**18, 2**19)
+    (448.0, 1.0, 1.0),
+    (1000.0, None, 0.25),           # 0.448 -> 2**-2
+    (0.0, 1.0, 1.0),                # amax 0 -> 1
+    (np.nan, 1.0, 1.0),             # non-finite -> 1
+    (np.inf, 1.0, 1.0),
+    (1e-45, FLT_MAX, 2.0**127),     # 448 / 2**-149 overflows float32 -> FLT_MAX, rounded down: 2**127
+])
+def test_scale_from_amax(amax, scale, scale_pow2):
+    got = scaling.scale_from_amax(amax, "E4M3")
+    if scale is None:  # one float32 division of 448 by the float32 amax
+        assert Fraction(float(got)) == f32(Fraction(448) / Fraction(float(np.float32(amax))))
+    else:
+        assert got == scale
+    assert scaling.scale_from_amax(amax, "E4M3", power_of_2=True) == scale_pow2
+    assert scaling.scale_from_amax(57344, "E5M2") == 1
+
+
+def test_current_scaling_special_inputs():
+    x = np.array([1.0, np.nan, -3.0], np.float32)
+    q = scaling.quantize_current(x)
+    assert q.scale == 1 and q.codes[1] == 0x7F  # NaN amax -> scale 1; NaN stays NaN
+    q = scaling.quantize_current(np.array([1000.0, 1.0]), fmt="E4M3")
+    assert q.codes[0] == 0x7E  # 448/1000 * 1000 = 448 (or just below it): never NaN
+    assert scaling.quantize_with_scale(np.float32(1000), 1, "E4M3") == 0x7E  # saturating cast
+    empty = scaling.quantize_current(np.zeros(0))
+    assert empty.scale == 1 and empty.codes.shape == (0,)
+    zero_d = scaling.quantize_current(np.float32(-3), "E5M2", power_of_2=True)
+    assert zero_d.codes.shape == () and zero_d.dequantize() == -3
+    x64 = np.random.default_rng(0).standard_normal(50)
+    np.testing.assert_array_equal(scaling.quantize_current(x64).codes,
+                                  scaling.quantize_current(x64.astype(np.float32)).codes)  # float32 first
+
+
+def test_power_of_two_scales_make_dequantize_an_exact_division():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((20, 30)).astype(np.float32) * 37
+    q = scaling.quantize_current(x, "E5M2", power_of_2=True)
+    mantissa, _ = np.frexp(q.scale)
+    assert mantissa == 0.5
+    np.testing.assert_array_equal(q.dequantize(), codec.decode(q.codes, "E5M2") / q.scale)
+
+
+# ================================================================================================
+# Per-row and blockwise scaling: each group behaves as current scaling on its own.
+# ================================================================================================
+@pytest.mark.parametrize("shape, axis", [((6, 50), -1), ((6, 50), 0), ((3, 4, 20), 1), ((5,), 0)])
+def test_rowwise_equals_current_scaling_per_row(shape, axis):
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-20, 20, shape)).astype(np.float32)
+    x[(0,) * (len(shape) - 1)] = 0  # an all-zero row (when there is more than one row)
+    q = scaling.quantize_rowwise(x, "E4M3", axis=axis)
+    expected_shape = list(shape)
+    expected_shape[axis] = 1
+    assert q.scale.shape == tuple(expected_shape) and q.codes.shape == shape
+    moved_x, moved_codes = np.moveaxis(x, axis, -1), np.moveaxis(q.codes, axis, -1)
+    moved_scale = np.moveaxis(q.scale, axis, -1)
+    for index in np.ndindex(moved_x.shape[:-1]):
+        row = scaling.quantize_current(moved_x[index])
+        assert moved_scale[index][0] == row.scale
+        np.testing.assert_array_equal(moved_codes[index], row.codes)
+    np.testing.assert_array_equal(q.dequantize(), codec.decode(q.codes, "E4M3") * q.scale_inv)
+
+
+@pytest.mark.parametrize("shape, block_shape, axis", [
+    ((3, 300), (1, 128), -1), ((300, 3), (1, 128), 0), ((2, 130, 3), (1, 128), 1), ((1000,), (1, 128), 0),
+    ((200, 300), (128, 128), -1), ((200, 300), (64, 128), -1), ((200, 300), (64, 128), 0), ((5, 7), (2, 3), 1),
+])
+def test_blockwise_equals_current_scaling_per_tile(shape, block_shape, axis):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-10, 10, shape)).astype(np.float32)
+    q = scaling.quantize_blockwise(x, "E4M3", block_shape=block_shape, axis=axis)
+    rows, columns = block_shape
+    axis = axis % len(shape)
+    tile = [1] * len(shape)  # tile extent along every axis of x
+    tile[axis] = columns
+    if rows > 1:
+        tile[1 - axis] = rows
+    assert q.scale.shape == tuple(-(-n // t) for n, t in zip(shape, tile))
+    expanded = np.zeros(shape, np.float32)
+    for grid_index in np.ndindex(q.scale.shape):
+        part = tuple(slice(i * t, (i + 1) * t) for i, t in zip(grid_index, tile))
+        alone = scaling.quantize_current(x[part], "E4M3", power_of_2=True)
+        assert q.scale[grid_index] == alone.scale and q.amax[grid_index] == alone.amax
+        np.testing.assert_array_equal(q.codes[part], alone.codes)
+        expanded[part] = q.scale_inv[grid_index]
+    assert (np.frexp(q.scale)[0] == 0.5).all()  # powers of two
+    np.testing.assert_array_equal(q.dequantize(), codec.decode(q.codes, "E4M3") * expanded)
+
+
+def test_blockwise_without_power_of_two_and_empty_inputs():
+    x = np.linspace(-3, 5, 256, dtype=np.float32).reshape(2, 128)
+    q = scaling.quantize_blockwise(x, block_shape=(1, 128), power_of_2=False)
+    assert q.scale[0, 0] == np.float32(448) / np.abs(x[0]).max() and q.scale[1, 0] == np.float32(448) / 5
+    empty = scaling.quantize_blockwise(np.zeros((0, 300)), block_shape=(128, 128))
+    assert empty.scale.shape == (0, 3) and empty.dequantize().shape == (0, 300)
+    assert scaling.quantize_rowwise(np.zeros((3, 0)), axis=1).scale.tolist() == [[1], [1], [1]]
+
+
+# ================================================================================================
+# Must show 5: DelayedScaling against TransformerEngine's amax_and_scale_update.
+# ================================================================================================
+# History length 3, E4M3 (448), one cast per step. Before each update the step's amax sits in
+# entry 0; "max" takes the max of the three entries, then the history rolls by -1 and entry 0 is
+# zeroed. The cast at step t uses the scale left by step t-1 (initially 1).
+#   step  amax   history at update   max-amax -> scale       rolled history
+#    1    1      [1, 0, 0]           1 -> 448                [0, 0, 1]
+#    2    4      [4, 0, 1]           4 -> 112                [0, 1, 4]
+#    3    2      [2, 1, 4]           4 -> 112                [0, 4, 2]
+#    4    0      [0, 4, 2]           4 -> 112                [0, 2, 0]
+#    5    0.5    [0.5, 2, 0]         2 -> 224                [0, 0, 0.5]
+#    6    0      [0, 0, 0.5]         0.5 -> 896              [0, 0.5, 0]
+#    7    0      [0, 0.5, 0]         0.5 -> 896              [0, 0, 0]
+#    8    0      [0, 0, 0]           0: keep 896             [0, 0, 0]
+# "most_recent" uses entry 0 alone: 1 -> 448, 4 -> 112, 2 -> 224, 0 keeps 224, 0.5 -> 896, then
+# zeros keep 896.
+AMAXES = [1, 4, 2, 0, 0.5, 0, 0, 0]
+MAX_SCALES = [448, 112, 112, 112, 224, 896, 896, 896]
+MOST_RECENT_SCALES = [448, 112, 224, 224, 896, 896, 896, 896]
+ROLLED = [[0, 0, 1], [0, 1, 4], [0, 4, 2], [0, 2, 0], [0, 0, 0.5], [0, 0.5, 0], [0, 0, 0], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("algo, scales", [("max", MAX_SCALES), ("most_recent", MOST_RECENT_SCALES)])
+def test_delayed_scaling_history_roll_and_algorithms(algo, scales):
+    recipe = scaling.DelayedScaling("E4M3", history_len=3, amax_compute_algo=algo)
+    used = 1.0  # the scale before the first update
+    for step, amax in enumerate(AMAXES):
+        x = np.array([amax, -amax / 3, amax / 7], np.float32)
+        q = recipe.quantize(x)
+        assert q.scale == used  # cast with the previous step's scale ...
+        assert q.amax == amax
+        expected_codes = codec.encode(x * np.float32(used), "E4M3", saturate=True)
+        np.testing.assert_array_equal(q.codes, expected_codes)  # ... including the saturation at step 2
+        assert recipe.scale == scales[step] and recipe.scale_inv == np.float32(1) / np.float32(scales[step])
+        if algo == "max":
+            assert recipe.amax_history.tolist() == ROLLED[step]
+        used = scales[step]
+
+
+def test_delayed_scaling_margin_and_defaults():
+    default = scaling.DelayedScaling()
+    assert default.history_len == 1024 and default.amax_compute_algo == "max" and default.margin == 0
+    assert default.amax_history.shape == (1024,) and default.scale == 1 and default.fmt is formats.E4M3
+    for margin, expected in ((0, 448 / 3), (1, 224 / 3), (3, 56 / 3)):
+        recipe = scaling.DelayedScaling("E4M3", margin=margin)
+        recipe.quantize(np.array([3.0], np.float32))
+        assert Fraction(float(recipe.scale)) == f32(Fraction(448, 2**margin) / 3)  # (448 * 2**-margin) / amax
+        assert recipe.scale == np.float32(expected)
+    e5m2 = scaling.DelayedScaling("E5M2", margin=2)
+    e5m2.quantize(np.array([7.0]))
+    assert e5m2.scale == np.float32(57344 / 4 / 7)
+
+
+def test_delayed_scaling_keeps_the_scale_on_zero_or_non_finite_amax():
+    recent = scaling.DelayedScaling(history_len=4, amax_compute_algo="most_recent")
+    window = scaling.DelayedScaling(history_len=4, amax_compute_algo="max")
+    for recipe in (recent, window):
+        recipe.quantize(np.array([2.0]))
+        assert recipe.scale == 224
+    for bad in (np.nan, np.inf):
+        recent.quantize(np.array([1.0, bad]))
+        assert recent.scale == 224  # most recent amax is non-finite: keep
+    window.quantize(np.array([1.0, np.nan]))
+    assert window.scale == 224 and np.isnan(window.amax_history[-1])  # NaN entries skipped (fmaxf)
+    window.quantize(np.array([1.0, np.inf]))
+    assert window.scale == 224
+    for _ in range(3):  # Inf stays in the window for history_len = 4 updates: the scale is kept
+        window.quantize(np.array([0.5]))
+        assert window.scale == 224
+    window.quantize(np.array([0.5]))
+    assert window.scale == 896  # Inf has left the window: the max is 0.5
+    tiny = scaling.DelayedScaling()
+    tiny.quantize(np.array([1e-45], np.float32))
+    assert tiny.scale == FLT_MAX  # 448 / 2**-149 overflows float32
+
+
+def test_delayed_scaling_several_casts_in_one_step():
+    recipe = scaling.DelayedScaling(history_len=2)
+    a = recipe.quantize(np.array([-5.0]), update=False)
+    b = recipe.quantize(np.array([3.0]), update=False)
+    assert a.scale == b.scale == 1 and recipe.amax_history[0] == 5  # running max within the step
+    recipe.update()
+    assert recipe.scale == np.float32(448 / 5) and recipe.amax_history.tolist() == [0, 5]
+
+
+# ================================================================================================
+# Bad inputs.
+# ================================================================================================
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: scaling.DelayedScaling(history_len=0), ValueError, "history_len"),
+    (lambda: scaling.DelayedScaling(history_len="1024"), ValueError, "history_len"),
+    (lambda: scaling.DelayedScaling(history_len=True), ValueError, "history_len"),
+    (lambda: scaling.DelayedScaling(amax_compute_algo="mean"), ValueError, "amax_compute_algo"),
+    (lambda: scaling.DelayedScaling(margin=0.5), TypeError, "margin"),
+    (lambda: scaling.DelayedScaling("E8M0"), ValueError, "signed"),
+    (lambda: scaling.quantize_current(np.ones(3), "fp7"), ValueError, "unknown format"),
+    (lambda: scaling.quantize_current(np.ones(3, bool)), TypeError, "bool"),
+    (lambda: scaling.quantize_current(np.ones(3, complex)), TypeError, "complex"),
+    (lambda: scaling.quantize_rowwise(np.float32(1)), ValueError, "0-d"),
+    (lambda: scaling.quantize_rowwise(np.ones((2, 3)), axis=2), ValueError, "out of range"),
+    (lambda: scaling.quantize_rowwise(np.ones((2, 3)), axis=None), TypeError, "axis"),
+    (lambda: scaling.quantize_blockwise(np.ones((2, 3, 4)), block_shape=(128, 128)), ValueError, "2-d"),
+    (lambda: scaling.quantize_blockwise(np.ones((2, 3)), block_shape=(0, 128)), ValueError, "positive"),
+    (lambda: scaling.quantize_blockwise(np.ones((2, 3)), block_shape=(128,)), ValueError, "pair"),
+    (lambda: scaling.quantize_blockwise(np.ones((2, 3)), block_shape=(1.0, 128)), ValueError, "positive"),
+    (lambda: scaling.quantize_blockwise(np.float32(2)), ValueError, "0-d"),
+    (lambda: scaling.quantize_blockwise(np.ones((2, 3)), axis=-3), ValueError, "out of range"),
+])
+def test_bad_arguments(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
