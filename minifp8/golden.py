@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, codec, formats
+from . import __version__, codec, formats, mx
 from .testing import edge_cases
 
 SCHEMA_VERSION = 1
@@ -114,7 +114,63 @@ def codec_entries(fmt, out: Path) -> list[dict]:
     return entries
 
 
-def write(out, format_names=None) -> dict:
+def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
+    """Float32 rows for the block-format files, blocked along the last axis (80 = 2.5 blocks of 32).
+
+    Rows, in order: random values at a random binade each (most rows); an all-zero row; a row with
+    one huge outlier; float32 subnormals; a row with a NaN; a row with an Inf; and 0.0/-0.0 mixes.
+    """
+    rng = np.random.default_rng(SEED)
+    scale = np.exp2(rng.integers(-20, 20, size=(rows, 1)))
+    x = (rng.standard_normal((rows, length)) * scale).astype(np.float32)
+    x[1] = 0.0
+    x[2, 7] = 3.0e6
+    x[3] = rng.standard_normal(length).astype(np.float32) * np.float32(2.0**-140)
+    x[4, 40] = np.nan
+    x[5, 70] = -np.inf
+    x[6, ::2] = -0.0
+    return x
+
+
+def block_entries(out: Path) -> list[dict]:
+    """MX files (every named MX format, every scale mode) and one NVFP4 file."""
+    x = block_inputs()
+    entries = []
+    for mx_format in mx.FORMATS.values():
+        arrays = {"x": x}
+        names = {}
+        for scale_mode in mx.SCALE_MODES:
+            result = mx.quantize(x, mx_format, scale_mode=scale_mode)
+            arrays[f"scales_{scale_mode}"], arrays[f"codes_{scale_mode}"] = result.scales, result.codes
+            names[scale_mode] = (f"scales_{scale_mode}", f"codes_{scale_mode}")
+        file_name = f"mx_{mx_format.name}.npz"
+        digest = write_npz(out / file_name, arrays)
+        for scale_mode, (scales_name, codes_name) in names.items():
+            entries.append({
+                "kind": "mx", "file": file_name, "sha256": digest, "format": mx_format.name,
+                "element_format": mx_format.elem.name, "block_size": mx_format.block_size, "axis": -1,
+                "scale_mode": scale_mode, "rounding": "nearest_even", "saturate": True, "input_dtype": "float32",
+                "arrays": {"input": "x", "expected_scales": scales_name, "expected_codes": codes_name},
+                "shapes": {"x": list(x.shape), scales_name: list(arrays[scales_name].shape),
+                           codes_name: list(x.shape)},
+            })
+    finite = np.where(np.isfinite(x), x, np.float32(1.0))
+    result = mx.quantize_nvfp4(finite)
+    arrays = {"x": finite, "scales": result.scales, "codes": result.codes,
+              "global_amax": np.array(result.global_amax, np.float32),
+              "encode_scale": np.array(result.encode_scale, np.float32)}
+    digest = write_npz(out / "nvfp4.npz", arrays)
+    entries.append({
+        "kind": "nvfp4", "file": "nvfp4.npz", "sha256": digest, "format": "NVFP4", "element_format": "E2M1",
+        "scale_format": "E4M3", "block_size": mx.NVFP4_BLOCK_SIZE, "axis": -1, "input_dtype": "float32",
+        "arrays": {"input": "x", "expected_scales": "scales", "expected_codes": "codes",
+                   "global_amax": "global_amax", "encode_scale": "encode_scale"},
+        "shapes": {name: list(np.shape(value)) for name, value in arrays.items()},
+    })
+    return entries
+
+
+def write(out, format_names=None, blocks: bool = True) -> dict:
     """Write every golden file under ``out`` and return the manifest (also written as manifest.json)."""
     out = Path(out)
     try:
@@ -128,6 +184,8 @@ def write(out, format_names=None) -> dict:
     entries = []
     for fmt in selected:
         entries += codec_entries(fmt, out)
+    if blocks:
+        entries += block_entries(out)
     manifest = {"schema": "minifp8-golden", "schema_version": SCHEMA_VERSION, "minifp8_version": __version__,
                 "entries": entries}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -156,6 +214,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="output folder (created if missing)")
     parser.add_argument("--formats", default=None,
                         help=f"comma-separated formats (default: all: {','.join(formats.CATALOGUE)})")
+    parser.add_argument("--no-blocks", action="store_true", help="skip the MX and NVFP4 files")
     args = parser.parse_args(argv)
     names = None
     if args.formats:
@@ -166,7 +225,7 @@ def main(argv=None) -> int:
             except ValueError as error:
                 parser.error(str(error))
     try:
-        manifest = write(args.out, names)
+        manifest = write(args.out, names, blocks=not args.no_blocks)
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ the check fails. Sections:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -481,3 +481,138 @@ def edge_cases(fmt) -> np.ndarray:
     values = np.unique(np.concatenate([around, -around]))
     specials = [np.inf, -np.inf] + ([np.nan] if fmt.has_nan else [])
     return np.concatenate([values, np.array(specials, np.float32)])
+
+
+# ---- block formats (MX, NVFP4) -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ScaleMismatch:
+    """One block whose scale code differs: its index in ``scales``, its amax and both codes."""
+
+    index: tuple
+    block_amax: float
+    expected_code: int
+    expected_value: float
+    actual_code: int
+    actual_value: float
+
+
+@dataclass
+class BlockReport:
+    """The result of :func:`compare_mx`: scale mismatches, then element mismatches.
+
+    Elements are compared only in blocks whose scale agrees (a wrong scale makes every element of
+    its block meaningless), and they are classified as :func:`compare` does, on the value the
+    element encoder saw: ``x * 2**-shared_exp`` for MX, ``x * (1 / (S_dec_b * S_dec))`` for NVFP4.
+    """
+
+    format_name: str
+    options: dict
+    scale_total: int
+    scale_count: int
+    scale_mismatches: list
+    elements: Report
+
+    @property
+    def ok(self) -> bool:
+        return self.scale_count == 0 and self.elements.ok
+
+    def __str__(self) -> str:
+        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+        lines = [f"{self.format_name} ({options or 'defaults'}): {self.scale_count} of {self.scale_total} block "
+                 f"scales differ; elements in the other blocks: {self.elements.count} of {self.elements.total} differ"]
+        if self.scale_mismatches:
+            lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':>18} {'actual':>18}"]
+            for m in self.scale_mismatches:
+                lines.append(f"{','.join(map(str, m.index)):>14} {m.block_amax:>16.9g} "
+                             f"{m.expected_code:#04x} {m.expected_value:<13.6g} {m.actual_code:#04x} {m.actual_value:<13.6g}")
+            if self.scale_count > len(self.scale_mismatches):
+                lines.append(f"... and {self.scale_count - len(self.scale_mismatches)} more")
+        if not self.elements.ok:
+            lines += ["", "elements (inputs shown after block scaling):", *str(self.elements).splitlines()[2:]]
+        return "\n".join(lines)
+
+
+def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20, **quantize_options) -> BlockReport:
+    """Compare a backend's block-scaled result with :func:`minifp8.mx.quantize` (or NVFP4).
+
+    Parameters
+    ----------
+    scales : array_like of uint8
+        The backend's scale codes, laid out as ``MXArray.scales`` (E8M0 codes; E4M3 codes for NVFP4).
+    codes : array_like of uint8
+        The backend's element codes, unpacked, x's shape (unpack FP4 nibbles first).
+    x : array_like
+        The float inputs the backend was given.
+    elem : str, FloatFormat or MXFormat
+        An MX format or element format as :func:`minifp8.mx.quantize` takes it, or ``"NVFP4"``.
+    nan : {"exact", "class"}
+        As in :func:`compare`, for the elements.
+    **quantize_options
+        ``block_size``, ``axis``, ``scale_mode``, ``rounding`` (MX) or ``axis``, ``global_amax`` (NVFP4).
+    """
+    from . import mx
+
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        raise TypeError(f"x must be a float16/32/64 array of the inputs, got dtype {x.dtype}")
+    is_nvfp4 = isinstance(elem, str) and elem.lower() == "nvfp4"
+    expected = mx.quantize_nvfp4(x, **quantize_options) if is_nvfp4 else mx.quantize(x, elem, **quantize_options)
+    scales, codes = np.asarray(scales), np.asarray(codes)
+    for name, got, want in (("scales", scales, expected.scales), ("codes", codes, expected.codes)):
+        if got.shape != want.shape:
+            raise ValueError(f"{name} has shape {got.shape}, expected {want.shape} for x of shape {x.shape}"
+                             + (" (unpack FP4 nibbles first)" if name == "codes" else ""))
+        if got.dtype != np.uint8:
+            raise TypeError(f"{name} must be uint8 codes, got dtype {got.dtype}")
+    scale_format = formats.E4M3 if is_nvfp4 else formats.E8M0
+    element_format = formats.E2M1 if is_nvfp4 else expected.elem
+    axis, block_size = expected.axis, expected.block_size
+
+    # Scales: one row per block that differs.
+    scale_table = scale_format.values()
+    blocks_x = np.moveaxis(x, axis, -1)
+    padded_length = -(-blocks_x.shape[-1] // block_size) * block_size
+    padding = [(0, 0)] * (blocks_x.ndim - 1) + [(0, padded_length - blocks_x.shape[-1])]
+    with np.errstate(invalid="ignore"):
+        amax = np.max(np.abs(np.pad(blocks_x.astype(np.float64), padding)).reshape(
+            blocks_x.shape[:-1] + (-1, block_size)), axis=-1, initial=0.0)
+    amax = np.moveaxis(amax, -1, axis)
+    scale_differs = scales != expected.scales
+    scale_rows = []
+    for flat in np.flatnonzero(scale_differs.reshape(-1))[:max_rows]:
+        index = np.unravel_index(flat, scales.shape)
+        scale_rows.append(ScaleMismatch(tuple(int(i) for i in index), float(amax[index]),
+                                        int(expected.scales[index]), float(scale_table[expected.scales[index]]),
+                                        int(scales[index]), float(scale_table[scales[index]])))
+
+    # Elements in blocks whose scale agrees, classified on the value the element encoder saw.
+    per_element = np.repeat(np.moveaxis(expected.scales, axis, -1), block_size, axis=-1)[..., :blocks_x.shape[-1]]
+    same_scale = np.moveaxis(np.repeat(np.moveaxis(~scale_differs, axis, -1), block_size, axis=-1)
+                             [..., :blocks_x.shape[-1]], -1, axis)
+    if is_nvfp4:
+        decode_scale = np.float32(1) / expected.encode_scale
+        with np.errstate(divide="ignore", over="ignore"):
+            element_scale = np.minimum(np.float32(1) / (scale_table[per_element].astype(np.float32) * decode_scale),
+                                       np.float32(np.finfo(np.float32).max))
+            seen = np.clip(x.astype(np.float32) * np.moveaxis(element_scale, -1, axis), -6, 6).astype(np.float32)
+    else:
+        exponent = np.moveaxis(per_element.astype(np.int64) - 127, -1, axis)
+        same_scale &= exponent != 128  # NaN-scale blocks carry no element information
+        seen = np.ldexp(x.astype(np.float64), -np.where(exponent == 128, 0, exponent).astype(np.int32))
+    positions = np.flatnonzero(same_scale.reshape(-1))
+    element_report = compare(codes.reshape(-1)[positions], seen.reshape(-1)[positions], element_format, nan=nan,
+                             max_rows=max_rows, saturate=True,
+                             **({} if is_nvfp4 else {"rounding": quantize_options.get("rounding", "nearest_even")}))
+    element_report.mismatches = [
+        replace(row, index=tuple(int(i) for i in np.unravel_index(positions[row.index[0]], x.shape)))
+        for row in element_report.mismatches]
+    name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
+    options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
+    return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report)
+
+
+def assert_mx_equal(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20, **quantize_options) -> None:
+    """Raise ``AssertionError`` with the :class:`BlockReport` when a backend's scales or codes differ."""
+    report = compare_mx(scales, codes, x, elem, nan=nan, max_rows=max_rows, **quantize_options)
+    if not report.ok:
+        raise AssertionError(str(report))

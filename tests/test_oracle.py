@@ -192,3 +192,69 @@ def test_golden_cli_rejects_unknown_formats_and_unwritable_folders(tmp_path, cap
     assert "cannot write golden files" in capsys.readouterr().err
     assert golden.main(["--out", str(tmp_path / "ok"), "--formats", "e4m3"]) == 0
     assert (tmp_path / "ok" / "manifest.json").exists()
+
+
+def test_golden_block_files_reload_and_match_the_oracle(golden_dir):
+    from minifp8 import mx
+
+    manifest = json.loads((golden_dir / "manifest.json").read_text())
+    block_entries = [e for e in manifest["entries"] if e["kind"] in ("mx", "nvfp4")]
+    assert len([e for e in block_entries if e["kind"] == "mx"]) == len(mx.FORMATS) * len(mx.SCALE_MODES)
+    for entry in block_entries:
+        with np.load(golden_dir / entry["file"], allow_pickle=False) as archive:
+            x = archive[entry["arrays"]["input"]]
+            scales, codes = archive[entry["arrays"]["expected_scales"]], archive[entry["arrays"]["expected_codes"]]
+        if entry["kind"] == "mx":
+            testing.assert_mx_equal(scales, codes, x, entry["format"], scale_mode=entry["scale_mode"])
+        else:
+            testing.assert_mx_equal(scales, codes, x, "NVFP4")
+        assert list(scales.shape) == entry["shapes"][entry["arrays"]["expected_scales"]]
+
+
+# ---- compare_mx --------------------------------------------------------------------------------------
+def test_compare_mx_reports_scales_separately_from_elements():
+    from minifp8 import mx
+
+    x = golden.block_inputs()
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    assert testing.compare_mx(expected.scales, expected.codes, x, "MXFP8_E4M3").ok
+    scales, codes = expected.scales.copy(), expected.codes.copy()
+    scales[0, 1] += 1          # a scale one binade too big: its block's elements are not compared
+    codes[0, 40:42] ^= 1       # ... so these two element errors in that block are not reported
+    codes[7, 3] ^= 1           # one element error in a block whose scale is right
+    report = testing.compare_mx(scales, codes, x, "MXFP8_E4M3")
+    assert report.scale_count == 1 and report.scale_mismatches[0].index == (0, 1)
+    assert report.scale_mismatches[0].actual_code == expected.scales[0, 1] + 1
+    assert report.elements.count == 1 and report.elements.mismatches[0].index == (7, 3)
+    assert "1 of 72 block scales differ" in str(report)
+    with pytest.raises(AssertionError, match="block scales differ"):
+        testing.assert_mx_equal(scales, codes, x, "MXFP8_E4M3")
+
+
+def test_compare_mx_classifies_a_ties_away_element_encoder():
+    from minifp8 import mx
+
+    rng = np.random.default_rng(3)
+    # Values on the E2M1 grid's midpoints after scaling: amax 6 per block gives shared_exp 0.
+    midpoints = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], np.float32)
+    x = rng.choice(midpoints, size=(4, 32)).astype(np.float32)
+    x[:, 0] = 6.0
+    away = mx.quantize(x, "MXFP4_E2M1", rounding="nearest_away")
+    report = testing.compare_mx(away.scales, away.codes, x, "MXFP4_E2M1")
+    assert report.scale_count == 0 and report.elements.count > 0
+    assert report.elements.by_class["tie"] == report.elements.count
+
+
+def test_compare_mx_rejects_bad_shapes_and_dtypes():
+    from minifp8 import mx
+
+    x = golden.block_inputs()
+    expected = mx.quantize(x, "MXFP4_E2M1")
+    with pytest.raises(ValueError, match="unpack FP4 nibbles first"):
+        testing.compare_mx(expected.scales, expected.packed(), x, "MXFP4_E2M1")
+    with pytest.raises(ValueError, match="scales has shape"):
+        testing.compare_mx(expected.scales[:, :1], expected.codes, x, "MXFP4_E2M1")
+    with pytest.raises(TypeError, match="must be uint8"):
+        testing.compare_mx(expected.scales.astype(np.int32), expected.codes, x, "MXFP4_E2M1")
+    with pytest.raises(TypeError, match="x must be"):
+        testing.compare_mx(expected.scales, expected.codes, np.zeros(x.shape, np.int32), "MXFP4_E2M1")
