@@ -17,16 +17,21 @@ Each entry describes one expected result:
 - ``file``: the ``.npz`` (a zip of ``.npy`` arrays; ``numpy.load`` reads it, and so does any zip +
   npy reader) and its ``sha256``;
 - ``format``, ``rounding``, ``saturate``, ``input_dtype`` (``codec``);
-  ``format``, ``block_size``, ``axis``, ``scale_mode``, ``rounding`` (``mx``); ``format``, ``axis`` (``nvfp4``);
+  ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis``, ``scale_mode``,
+  ``rounding`` (``mx``); ``format`` (``NVFP4``), ``scale_format``, ``block_size``, ``axis`` (``nvfp4``);
 - ``arrays``: which array in the file plays which role, e.g. ``{"input": "x", "expected_codes":
-  "codes_nearest_even_nosat", "random_bits": null}``, and ``random_bit_count`` for stochastic
-  rounding;
+  "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``expected_scales`` and
+  ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax`` and
+  ``encode_scale``), and ``random_bit_count`` for stochastic rounding;
 - ``shapes``: the shape of every array named.
 
 Codes are uint8, one per element in the low bits. Inputs of ``codec`` entries are every value of the
 format, every midpoint between neighbours and one float32 ulp either side, the overflow threshold,
 zeros, +-Inf and NaN (where the format has NaN), and 4,096 random values spread over every binade;
 ``float64`` files add the midpoints times (1 +- 2^-40), which a float32-first cast rounds wrongly.
+Block files hold a (24, 80) float32 array blocked along its last axis: rows at random binades, an
+all-zero row, an outlier, float32 subnormals, a NaN and an Inf (MX only), and signed zeros; the
+scales have shape (24, 3), the last block padded with zeros.
 """
 from __future__ import annotations
 
