@@ -1,0 +1,271 @@
+"""Unit-scaled layers, like the ``unit_scaling`` library's ``uu`` modules, built on :mod:`minifp8.unit`.
+
+Every weight is initialised N(0, 1): the scale factors live in the ops (Blake et al. 2023,
+arXiv:2303.11257; u-muP, Blake et al. 2024, arXiv:2407.17465), not in the weights. Every random
+draw takes an explicit ``rng: np.random.Generator``.
+
+Hooks (the integration contract with ``minifp8.fp8``):
+
+* Linear layers compute their GEMM through the instance attribute ``self.gemm``, a callable
+  ``gemm(x, weight, bias) -> Tensor`` returning the plain ``x @ weight.T + bias`` (default
+  ``functional.linear``). The unit scales are applied around it by ``U.linear``.
+* :class:`MHSA` computes the attention core through ``self.attention_core(q, k, v, causal)`` on
+  ``(batch, heads, seq, head_dim)`` tensors (default: ``U.scaled_dot_product_attention`` with the
+  module's ``mult``).
+
+Both are plain attributes: module discovery ignores callables, so ``state_dict`` is unaffected.
+Lines marked ``# track: <name>`` are where scale tracking records a tensor.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from . import functional as F
+from . import unit as U
+from .autograd import Tensor
+from .nn import Module, Parameter, _check_generator, _check_size
+
+__all__ = ["Embedding", "LayerNorm", "Linear", "LinearReadout", "MHSA", "MLP", "TransformerLayer", "residual_taus"]
+
+
+def _check_constraint(constraint, owner: str):
+    if constraint not in U.CONSTRAINTS:
+        raise ValueError(f"{owner}: unknown constraint {constraint!r}; valid constraints are "
+                         f"{', '.join(repr(c) for c in U.CONSTRAINTS)}")
+    return constraint
+
+
+# ---- the u-muP residual rule ---------------------------------------------------------------------
+
+def residual_taus(n_layer: int, *, residual_mult: float = 1.0,
+                  residual_attn_ratio: float = 1.0) -> list[tuple[float, float]]:
+    """``[(tau_attn, tau_mlp)]`` for each of ``n_layer`` pre-norm transformer layers (u-muP rule).
+
+    u-muP, arXiv:2407.17465 (Appendix G, as the library's docstring cites);
+    ``unit_scaling.core.functional.transformer_residual_scaling_rule``, which ``TransformerStack``
+    calls as ``rule(branch index, 2 n_layer)``. Number the ``2 n_layer`` residual branches
+    ``i = 0, 1, ...`` (attention even, MLP odd). Give the embedding the variance weight ``n_layer``,
+    every attention branch ``alpha_attn^2`` and every MLP branch ``alpha_mlp^2``, with
+    ``alpha_mlp = residual_mult * sqrt(2 / (1 + residual_attn_ratio^2))`` and
+    ``alpha_attn = residual_attn_ratio * alpha_mlp``. Before branch i the stream holds the weight
+    ``V_i = n_layer + n_attn(i) alpha_attn^2 + n_mlp(i) alpha_mlp^2`` (branches so far), and
+
+        ``tau_i = alpha_i / sqrt(V_i)``
+
+    is the ratio of the new branch's scale to the stream's, which is what
+    ``U.residual_add(branch, skip, tau)`` expects. Hence every attention branch contributes the same
+    variance to the final stream, and so does every MLP branch. With both hyperparameters 1 (the
+    default), ``tau_i = 1 / sqrt(n_layer + i)``: the embedding, all attention branches together and
+    all MLP branches together each make up a third of the final variance. ``residual_mult`` is the
+    std ratio of the residual branches (on average) to the embedding; ``residual_attn_ratio`` the std
+    ratio of an attention branch to an MLP branch.
+    """
+    n_layer = _check_size(n_layer, "n_layer", "residual_taus")
+    residual_mult = U._positive(residual_mult, "residual_mult", "residual_taus")
+    residual_attn_ratio = U._positive(residual_attn_ratio, "residual_attn_ratio", "residual_taus")
+    alpha_mlp = residual_mult * math.sqrt(2.0 / (1.0 + residual_attn_ratio ** 2))
+    alpha_attn = residual_attn_ratio * alpha_mlp
+    taus = []
+    for i in range(2 * n_layer):
+        n_attn, n_mlp = (i + 1) // 2, i // 2
+        stream = n_layer + n_attn * alpha_attn ** 2 + n_mlp * alpha_mlp ** 2
+        taus.append((alpha_attn if i % 2 == 0 else alpha_mlp) / math.sqrt(stream))
+    return [(taus[2 * layer], taus[2 * layer + 1]) for layer in range(n_layer)]
+
+
+# ---- layers --------------------------------------------------------------------------------------
+
+class Linear(Module):
+    """Unit-scaled ``x @ weight.T + bias`` (``U.linear``); weight ``(out_features, in_features)`` ~ N(0, 1).
+
+    The bias (off by default, as in ``unit_scaling``) starts at zero. ``constraint`` ties the
+    output and grad-x scales (see ``U.linear``).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
+                 rng: np.random.Generator, constraint: str | None = "to_output_scale"):
+        self.in_features = _check_size(in_features, "in_features", type(self).__name__)
+        self.out_features = _check_size(out_features, "out_features", type(self).__name__)
+        _check_generator(rng, type(self).__name__)
+        self.constraint = _check_constraint(constraint, type(self).__name__)
+        self.weight = Parameter(rng.standard_normal((self.out_features, self.in_features)))
+        self.bias = Parameter(np.zeros(self.out_features)) if bias else None
+        self.gemm = F.linear
+
+    def forward(self, x) -> Tensor:
+        return U.linear(x, self.weight, self.bias, constraint=self.constraint, gemm=self.gemm)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, constraint={self.constraint!r})")
+
+
+class LinearReadout(Linear):
+    """Unit-scaled output layer (``U.linear_readout``: output ``* 1/fan_in``), unconstrained by default."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
+                 rng: np.random.Generator, constraint: str | None = None):
+        super().__init__(in_features, out_features, bias, rng=rng, constraint=constraint)
+
+    def forward(self, x) -> Tensor:
+        return U.linear_readout(x, self.weight, self.bias, constraint=self.constraint, gemm=self.gemm)
+
+
+class Embedding(Module):
+    """Unit-scaled lookup table (``U.embedding``), ``weight (num_embeddings, embedding_dim)`` ~ N(0, 1)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, rng: np.random.Generator):
+        self.num_embeddings = _check_size(num_embeddings, "num_embeddings", "Embedding")
+        self.embedding_dim = _check_size(embedding_dim, "embedding_dim", "Embedding")
+        _check_generator(rng, "Embedding")
+        self.weight = Parameter(rng.standard_normal((self.num_embeddings, self.embedding_dim)))
+
+    def forward(self, ids) -> Tensor:
+        return U.embedding(ids, self.weight)
+
+    def __repr__(self) -> str:
+        return f"Embedding({self.num_embeddings}, {self.embedding_dim})"
+
+
+class LayerNorm(Module):
+    """Unit-scaled layer norm over the last axis (``U.layer_norm``).
+
+    No parameters by default (``elementwise_affine=False``), as ``unit_scaling.LayerNorm``; with ``elementwise_affine=True`` a weight of ones and (if ``bias``)
+    a bias of zeros.
+    """
+
+    def __init__(self, features: int, eps: float = 1e-5, *, elementwise_affine: bool = False, bias: bool = True):
+        self.features = _check_size(features, "features", "LayerNorm")
+        if not eps >= 0:
+            raise ValueError(f"LayerNorm: eps must be >= 0, got {eps}")
+        self.eps = float(eps)
+        self.weight = Parameter(np.ones(features)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
+
+    def forward(self, x) -> Tensor:
+        return U.layer_norm(x, self.weight, self.bias, self.eps)
+
+    def __repr__(self) -> str:
+        return f"LayerNorm({self.features}, eps={self.eps}, elementwise_affine={self.weight is not None})"
+
+
+class MHSA(Module):
+    """Unit-scaled multi-head self-attention on ``(batch, seq, dim)``.
+
+    ``linear_qkv`` (dim -> 3 dim, split as q | k | v, each ``(heads, head_dim)``), the attention core
+    ``self.attention_core(q, k, v, causal)`` (``U.scaled_dot_product_attention`` with ``mult``: logits
+    ``* mult / head_dim``), then ``linear_o``. ``dropout`` is unit-scaled dropout on the output (the
+    hook has no dropout argument, so attention-probability dropout is not offered).
+    """
+
+    def __init__(self, dim: int, heads: int, *, rng: np.random.Generator, causal: bool = True,
+                 mult: float = 1.0, dropout: float = 0.0):
+        dim = _check_size(dim, "dim", "MHSA")
+        heads = _check_size(heads, "heads", "MHSA")
+        if dim % heads:
+            raise ValueError(f"MHSA: dim {dim} must be a multiple of heads {heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"MHSA: dropout must be in [0, 1), got {dropout}")
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.causal = bool(causal)
+        self.mult = U._positive(mult, "mult", "MHSA")
+        self.dropout = float(dropout)
+        self.rng = _check_generator(rng, "MHSA")
+        self.linear_qkv = Linear(dim, 3 * dim, rng=rng)
+        self.linear_o = Linear(dim, dim, rng=rng)
+        self.attention_core = functools.partial(U.scaled_dot_product_attention, mult=self.mult)
+
+    def forward(self, x) -> Tensor:
+        if x.ndim != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"MHSA: x must have shape (batch, seq, {self.dim}), got {x.shape}")
+        batch, seq, _ = x.shape
+        qkv = self.linear_qkv(x)
+        q, k, v = (t.reshape(batch, seq, self.heads, self.head_dim).transpose(0, 2, 1, 3)
+                   for t in F.split(qkv, self.dim, axis=-1))
+        # track: q
+        # track: k
+        # track: v
+        attention = self.attention_core(q, k, v, self.causal)
+        # track: attention
+        attention = attention.transpose(0, 2, 1, 3).reshape(batch, seq, self.dim)
+        out = self.linear_o(attention)
+        return U.dropout(out, self.dropout, self.rng, training=self.training)
+
+    def __repr__(self) -> str:
+        return (f"MHSA(dim={self.dim}, heads={self.heads}, causal={self.causal}, mult={self.mult}, "
+                f"dropout={self.dropout})")
+
+
+class MLP(Module):
+    """Unit-scaled MLP: ``linear_1`` (dim -> hidden_multiplier dim), ``U.gelu(mult)``, ``linear_2``.
+
+    Both linears are unconstrained (``constraint=None``), as ``unit_scaling.MLP``: their forward
+    scales (dim^-1/2, (h dim)^-1/2) and backward scales ((h dim)^-1/2, dim^-1/2) mirror each other, so
+    along the MLP the product of the forward scales equals that of the backward scales and the
+    gradient of its input is still the true gradient (the GELU is tied by its own constraint), while
+    every activation and gradient inside is unit-scaled.
+    """
+
+    def __init__(self, dim: int, hidden_multiplier: int = 4, *, rng: np.random.Generator, mult: float = 1.0):
+        dim = _check_size(dim, "dim", "MLP")
+        hidden_multiplier = _check_size(hidden_multiplier, "hidden_multiplier", "MLP")
+        _check_generator(rng, "MLP")
+        self.dim, self.hidden = dim, hidden_multiplier * dim
+        self.mult = U._positive(mult, "mult", "MLP")
+        self.linear_1 = Linear(dim, self.hidden, rng=rng, constraint=None)
+        self.linear_2 = Linear(self.hidden, dim, rng=rng, constraint=None)
+
+    def forward(self, x) -> Tensor:
+        hidden = self.linear_1(x)
+        # track: mlp_hidden
+        activation = U.gelu(hidden, mult=self.mult)
+        # track: mlp_activation
+        return self.linear_2(activation)
+
+    def __repr__(self) -> str:
+        return f"MLP(dim={self.dim}, hidden={self.hidden}, mult={self.mult})"
+
+
+class TransformerLayer(Module):
+    """A unit-scaled pre-norm transformer layer (Xiong et al. 2020) with u-muP residual weights.
+
+    ``x = residual_add(attn(attn_norm(r)), s, tau_attn)`` with ``r, s = residual_split(x, tau_attn)``,
+    then the same with ``mlp_norm``, ``mlp`` and ``tau_mlp``. Take the taus from
+    :func:`residual_taus`. ``dropout`` is unit-scaled dropout on each branch's output (as
+    ``unit_scaling.TransformerLayer``); ``mult`` is the attention's, ``mlp_mult`` the GELU's.
+    """
+
+    def __init__(self, dim: int, heads: int, *, rng: np.random.Generator, tau_attn: float, tau_mlp: float,
+                 causal: bool = True, mult: float = 1.0, mlp_mult: float = 1.0, hidden_multiplier: int = 4,
+                 dropout: float = 0.0, eps: float = 1e-5):
+        _check_generator(rng, "TransformerLayer")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"TransformerLayer: dropout must be in [0, 1), got {dropout}")
+        self.tau_attn = U._positive(tau_attn, "tau_attn", "TransformerLayer")
+        self.tau_mlp = U._positive(tau_mlp, "tau_mlp", "TransformerLayer")
+        self.dropout = float(dropout)
+        self.rng = rng
+        self.attn_norm = LayerNorm(dim, eps)
+        self.attn = MHSA(dim, heads, rng=rng, causal=causal, mult=mult)
+        self.mlp_norm = LayerNorm(dim, eps)
+        self.mlp = MLP(dim, hidden_multiplier, rng=rng, mult=mlp_mult)
+
+    def forward(self, x) -> Tensor:
+        residual, skip = U.residual_split(x, self.tau_attn)
+        attention = U.dropout(self.attn(self.attn_norm(residual)), self.dropout, self.rng, training=self.training)
+        # track: attn_branch
+        x = U.residual_add(attention, skip, self.tau_attn)
+        # track: residual_attn
+        residual, skip = U.residual_split(x, self.tau_mlp)
+        mlp = U.dropout(self.mlp(self.mlp_norm(residual)), self.dropout, self.rng, training=self.training)
+        # track: mlp_branch
+        x = U.residual_add(mlp, skip, self.tau_mlp)
+        # track: residual_mlp
+        return x
+
+    def __repr__(self) -> str:
+        return (f"TransformerLayer(tau_attn={self.tau_attn:.4g}, tau_mlp={self.tau_mlp:.4g},\n  attn={self.attn!r},\n"
+                f"  mlp={self.mlp!r})")

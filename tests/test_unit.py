@@ -1,0 +1,592 @@
+"""minifp8.unit (U): statistics at initialisation, gradients against their definition, errors.
+
+1. Statistics (issue 5, Must-show 1): unit-normal inputs and output gradients from a seeded
+   Generator, shapes [4096, 512] unless noted; output std and input-grad std within +-5% of the
+   values measured with the unit-scaling library (the issue's table), plus values derived here from
+   Gaussian integrals.
+2. Definitions (Must-show 2): every U op in float64 has
+   value == out_scale * f(inputs)  and  grad_i == b_i * (float64 central differences of f),
+   where f is the *unscaled* op from minifp8.functional and the scales are written out here from
+   DESIGN.md section 5 / unit_scaling.functional. Where the forward and backward scales agree the
+   U op is a true gradient, so testing.gradcheck applies to it directly as well.
+3. Bad input (Must-show 6): unknown constraint, tau <= 0, mismatched attention shapes, and friends.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import minifp8.functional as F
+import minifp8.unit as U
+from minifp8.autograd import Tensor, default_dtype, no_grad
+from minifp8.testing import gradcheck
+
+CONSTRAINTS = [None, "to_output_scale", "gmean"]
+
+
+def normal(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def leaf(seed, *shape):
+    return Tensor(normal(seed, *shape), requires_grad=True)
+
+
+def gmean(*scales):
+    return math.prod(scales) ** (1.0 / len(scales))
+
+
+def interp(alpha, lower, upper):
+    """Logarithmic interpolation: lower at alpha 0, upper at alpha 1, constant ratio in between."""
+    return lower ** (1.0 - alpha) * upper ** alpha
+
+
+def tie(constraint, output_scale, *grad_scales):
+    """The scales after a constraint: (output_scale, *grad_scales)."""
+    if constraint is None:
+        return (output_scale, *grad_scales)
+    if constraint == "to_output_scale":
+        return (output_scale,) * (1 + len(grad_scales))
+    return (gmean(output_scale, *grad_scales),) * (1 + len(grad_scales))
+
+
+def close(measured, target, rel=0.05):
+    assert abs(measured / target - 1.0) <= rel, f"measured {measured:.4f}, target {target:.4f} +-{rel:.0%}"
+
+
+# ================================================================================================
+# 1. Statistics at initialisation (one forward + backward each)
+# ================================================================================================
+
+@pytest.mark.parametrize("constraint, grad_x_std", [("to_output_scale", 2.00), (None, 1.00)])
+def test_linear_statistics(constraint, grad_x_std):
+    x, weight = leaf(0, 4096, 512), leaf(1, 2048, 512)
+    y = U.linear(x, weight, constraint=constraint)
+    y.backward(normal(2, *y.shape))
+    close(y.data.std(), 1.00)
+    close(x.grad.std(), grad_x_std)  # to_output_scale: sqrt(fan_out / fan_in) = 2
+    close(weight.grad.std(), 1.00)
+
+
+def test_matmul_statistics():
+    left, right = leaf(0, 4096, 512), leaf(1, 512, 2048)
+    y = U.matmul(left, right)
+    y.backward(normal(2, *y.shape))
+    close(y.data.std(), 1.00)
+    close(left.grad.std(), 2.00)   # sqrt(2048 / 512)
+    close(right.grad.std(), 2.83)  # sqrt(4096 / 512)
+
+
+def test_softmax_statistics():
+    x = leaf(0, 4096, 512)
+    y = U.softmax(x, axis=-1)
+    y.backward(normal(2, *y.shape))
+    close(y.data.std(), 0.70)
+    close(x.grad.std(), 0.87)
+    # Independent model: softmax(x)_i ~ e^x_i / (d e^(1/2)) for large d, so std(p) = sqrt(e - 1) / d
+    # and rms(p * g) = sqrt(e) / d; the unit scale at mult = 1 is d^(0.8 + 0.1) = d^0.9.
+    d = 512
+    close(y.data.std(), math.sqrt(math.e - 1) / d * d ** 0.9)
+    close(x.grad.std(), math.sqrt(math.e) / d * d ** 0.9)
+
+
+def test_embedding_statistics():
+    weight = leaf(0, 1000, 512)
+    ids = np.random.default_rng(3).integers(0, 1000, size=4096)
+    y = U.embedding(ids, weight)
+    y.backward(normal(2, *y.shape))
+    close(y.data.std(), 1.00)
+    close(weight.grad.std(), 1.00)
+
+
+def test_cross_entropy_statistics():
+    logits = leaf(0, 4096, 1000)
+    targets = np.random.default_rng(3).integers(0, 1000, size=4096)
+    loss = U.cross_entropy(logits, targets)
+    loss.backward()
+    close(logits.grad.std(), 1.00)
+
+
+@pytest.mark.parametrize("tau", [0.2, 1.0, 3.0])
+def test_residual_apply_statistics(tau):
+    """residual_apply(fn, x, tau) = residual_add(fn(r), s, tau) with (r, s) = residual_split(x, tau)."""
+    x, weight = leaf(0, 4096, 512), leaf(1, 512, 512)
+    residual, skip = U.residual_split(x, tau)
+    y = U.residual_add(U.linear(residual, weight), skip, tau)
+    y.backward(normal(2, *y.shape))
+    close(y.data.std(), 1.00)
+    close(x.grad.std(), 1.00)
+
+
+def test_attention_statistics():
+    """Causal, s = 256, d_head = 64; 16 x 8 heads make 2^21 elements, as [4096, 512]."""
+    q, k, v = (leaf(seed, 16, 8, 256, 64) for seed in range(3))
+    y = U.scaled_dot_product_attention(q, k, v, causal=True)
+    y.backward(normal(5, *y.shape))
+    close(y.data.std(), 1.05)
+    close(v.grad.std(), 1.05)
+
+
+def gaussian_expectation(fn, points=200):
+    """E[fn(x)] for x ~ N(0, 1) by Gauss-Hermite quadrature (probabilists' weights)."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(points)
+    return float(np.dot(weights, fn(nodes)) / math.sqrt(2.0 * math.pi))
+
+
+def test_gelu_statistics_against_gaussian_integrals():
+    c = math.sqrt(2.0 / math.pi)
+
+    def gelu(x):
+        return 0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * x ** 3)))
+
+    def gelu_derivative(x, h=1e-5):
+        return (gelu(x + h) - gelu(x - h)) / (2 * h)
+
+    mean = gaussian_expectation(gelu)
+    std = math.sqrt(gaussian_expectation(lambda x: gelu(x) ** 2) - mean ** 2)
+    grad_rms = math.sqrt(gaussian_expectation(lambda x: gelu_derivative(x) ** 2))
+    scale = interp(0.8, 2.0, math.sqrt(2.0 / (1.0 - 1.0 / math.pi)))  # alpha = 1 / (1 + 0.25) at mult 1
+    x = leaf(0, 4096, 512)
+    y = U.gelu(x)
+    y.backward(normal(2, *y.shape))
+    close(y.data.std(), scale * std, rel=0.01)
+    close(x.grad.std(), scale * grad_rms, rel=0.01)
+    close(y.data.std(), 1.00)  # to_output_scale makes the output unit-scaled
+
+
+def test_dropout_and_layer_norm_statistics():
+    x = leaf(0, 4096, 512)
+    y = U.dropout(x, 0.3, np.random.default_rng(4))
+    y.backward(normal(2, *y.shape))
+    close(y.data.std(), 1.00, rel=0.01)
+    close(x.grad.std(), 1.00, rel=0.01)
+    x, weight, bias = leaf(0, 4096, 512), leaf(1, 512), leaf(2, 512)
+    y = U.layer_norm(x, weight, bias)
+    y.backward(normal(3, *y.shape))
+    close(x.grad.std(), 1.00)
+    close(weight.grad.std(), 1.00)
+    close(bias.grad.std(), 1.00)
+
+
+# ================================================================================================
+# 2. Gradients against the definition: b_i times the unscaled op's gradient
+# ================================================================================================
+
+def outputs_of(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def central_differences(f, arrays, index, weights, eps=1e-6):
+    """d/d arrays[index] of sum_k <weights_k, f(*arrays)_k>, float64 central differences of f."""
+    arrays = [np.array(a, copy=True) for a in arrays]
+    flat = arrays[index].reshape(-1)
+    numeric = np.empty(flat.size)
+
+    def loss():
+        return sum(float(np.dot(out.data.reshape(-1), w.reshape(-1)))
+                   for out, w in zip(outputs_of(f(*[Tensor(a) for a in arrays])), weights))
+
+    with default_dtype(np.float64), no_grad():
+        for i in range(flat.size):
+            original = flat[i]
+            flat[i] = original + eps
+            plus = loss()
+            flat[i] = original - eps
+            minus = loss()
+            flat[i] = original
+            numeric[i] = (plus - minus) / (2 * eps)
+    return numeric.reshape(arrays[index].shape)
+
+
+def check_definition(u_fn, f_fn, arrays, out_scale, grad_scales, expected_forward=None, seed=7):
+    """Check a U op against its definition, in float64, and its float32 run against float64.
+
+    u_fn(*tensors): the U op. f_fn(*tensors): the unscaled op. arrays: the inputs (float64 or
+    integer arrays). grad_scales: {input index: backward scale b_i}, the inputs to check.
+    value == out_scale * f (or expected_forward(*arrays)); grad_i == b_i * d<r, f>/dx_i.
+    """
+    arrays = [np.asarray(a) for a in arrays]
+    with default_dtype(np.float64):
+        tensors = [Tensor(a, requires_grad=i in grad_scales) for i, a in enumerate(arrays)]
+        outputs = outputs_of(u_fn(*tensors))
+        with no_grad():
+            reference = outputs_of(f_fn(*[Tensor(a) for a in arrays]))
+        rng = np.random.default_rng(seed)
+        weights = [rng.standard_normal(out.shape) for out in outputs]
+        for out, ref in zip(outputs, reference):
+            assert out.dtype == np.float64
+        if expected_forward is None:
+            for out, ref in zip(outputs, reference):
+                np.testing.assert_allclose(out.data, out_scale * ref.data, rtol=1e-12, atol=1e-14)
+        else:
+            for out, expected in zip(outputs, outputs_of(expected_forward(*arrays))):
+                np.testing.assert_allclose(out.data, expected, rtol=1e-12, atol=1e-14)
+        for out, w in zip(outputs, weights):
+            if out.requires_grad:
+                out.backward(w)
+    grads64 = {}
+    for index, b in grad_scales.items():
+        expected = b * central_differences(f_fn, arrays, index, weights)
+        grad = tensors[index].grad
+        assert grad is not None, f"input {index} received no gradient"
+        tolerance = 1e-7 + 1e-6 * np.abs(expected) + 1e-7 * np.abs(expected).max()
+        worst = np.abs(grad - expected) / tolerance
+        assert worst.max() <= 1.0, (f"input {index}: gradient != {b:.6g} x unscaled gradient; worst element "
+                                    f"{np.unravel_index(worst.argmax(), worst.shape)}: got "
+                                    f"{grad.flat[worst.argmax()]:.10g}, expected {expected.flat[worst.argmax()]:.10g}")
+        grads64[index] = grad
+    # the float32 engine: float32 results that agree with the float64 ones
+    tensors32 = [Tensor(a.astype(np.float32) if a.dtype.kind == "f" else a, requires_grad=i in grad_scales)
+                 for i, a in enumerate(arrays)]
+    outputs32 = outputs_of(u_fn(*tensors32))
+    for out, w in zip(outputs32, weights):
+        assert out.dtype == np.float32
+        if out.requires_grad:
+            out.backward(w.astype(np.float32))
+    for index, grad64 in grads64.items():
+        grad32 = tensors32[index].grad
+        assert grad32.dtype == np.float32
+        np.testing.assert_allclose(grad32, grad64, rtol=1e-4, atol=1e-5 * np.abs(grad64).max())
+
+
+def rand(seed, *shape, scale=1.0):
+    return scale * np.random.default_rng(seed).standard_normal(shape)
+
+
+@pytest.mark.parametrize("a", [2.5, -0.75])
+def test_scale_fwd_and_scale_bwd_definitions(a):
+    x = rand(0, 3, 4)
+    check_definition(lambda t: U.scale_fwd(t, a), lambda t: t * 1.0, [x], out_scale=a, grad_scales={0: 1.0})
+    check_definition(lambda t: U.scale_bwd(t, a), lambda t: t * 1.0, [x], out_scale=1.0, grad_scales={0: a})
+    # equal scales both ways: a true gradient of a * x
+    gradcheck(lambda t: U.scale_fwd(U.scale_bwd(t, a), a), Tensor(x, requires_grad=True))
+
+
+def test_scale_of_one_is_the_identity_and_dtypes_are_kept():
+    x = leaf(0, 3)
+    assert U.scale_fwd(x, 1) is x and U.scale_bwd(x, 1.0) is x
+    # a NumPy float64 scale must not promote float32 data
+    assert U.scale_fwd(x, np.float64(0.5)).dtype == np.float32
+    assert U.scale_bwd(x, np.float64(0.5)).dtype == np.float32
+
+
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_definition(constraint, with_bias):
+    x, weight, bias = rand(0, 3, 4, 5), rand(1, 6, 5), rand(2, 6)
+    fan_out, fan_in, batch = 6, 5, 12
+    out_scale, grad_x_scale = tie(constraint, fan_in ** -0.5, fan_out ** -0.5)
+    scales = {0: grad_x_scale, 1: batch ** -0.5}
+    arrays = [x, weight]
+    if with_bias:
+        arrays.append(bias)
+        scales[2] = batch ** -0.5
+    check_definition(lambda *t: U.linear(*t, constraint=constraint), F.linear, arrays, out_scale, scales)
+
+
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+def test_linear_readout_definition(constraint):
+    x, weight, bias = rand(0, 7, 5), rand(1, 3, 5), rand(2, 3)
+    out_scale, grad_x_scale = tie(constraint, 5 ** -1.0, 3 ** -0.5)
+    check_definition(lambda *t: U.linear_readout(*t, constraint=constraint), F.linear, [x, weight, bias],
+                     out_scale, {0: grad_x_scale, 1: 7 ** -0.5, 2: 7 ** -0.5})
+    if constraint is None:  # the default
+        check_definition(U.linear_readout, F.linear, [x, weight, bias], out_scale,
+                         {0: grad_x_scale, 1: 7 ** -0.5, 2: 7 ** -0.5})
+
+
+def test_linear_with_tied_scales_is_a_true_gradient_in_x():
+    x = Tensor(rand(0, 4, 5), requires_grad=True)
+    weight, bias = Tensor(rand(1, 3, 5)), Tensor(rand(2, 3))
+    gradcheck(lambda t: U.linear(t, weight, bias), x)  # to_output_scale: x's forward and backward scales agree
+
+
+def test_linear_gemm_hook_is_called_with_the_scale_bwd_operands():
+    x, weight, bias = leaf(0, 4, 5), leaf(1, 3, 5), leaf(2, 3)
+    calls = []
+
+    def gemm(a, w, b):
+        calls.append((a, w, b))
+        return F.linear(a, w, b)
+
+    expected = U.linear(x, weight, bias)
+    y = U.linear(x, weight, bias, gemm=gemm)
+    assert len(calls) == 1
+    a, w, b = calls[0]
+    assert a.data is x.data and w.data is weight.data and b.data is bias.data  # values unchanged
+    assert a is not x and w is not weight and b is not bias                    # ... gradients scaled
+    np.testing.assert_array_equal(y.data, expected.data)
+    calls.clear()
+    U.linear_readout(x, weight, None, gemm=gemm)
+    assert len(calls) == 1 and calls[0][2] is None
+
+
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+def test_matmul_definition(constraint):
+    left, right = rand(0, 2, 3, 4), rand(1, 4, 5)  # right broadcast over left's batch axis
+    out_scale, left_scale, right_scale = tie(constraint, 4 ** -0.5, 5 ** -0.5, 3 ** -0.5)
+    check_definition(lambda a, b: U.matmul(a, b, constraint=constraint), F.matmul, [left, right],
+                     out_scale, {0: left_scale, 1: right_scale})
+
+
+def test_matmul_to_output_scale_is_a_true_gradient():
+    gradcheck(U.matmul, Tensor(rand(0, 2, 3, 4), requires_grad=True), Tensor(rand(1, 2, 4, 5), requires_grad=True))
+
+
+def gelu_scales(mult):
+    alpha = 1.0 / (1.0 + 0.25 / mult ** 2)
+    return interp(alpha, 2.0, math.sqrt(2.0 / (1.0 - 1.0 / math.pi))), interp(alpha, 2.0, math.sqrt(2.0))
+
+
+@pytest.mark.parametrize("mult", [1.0, 0.5, 3.0])
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+def test_gelu_definition(mult, constraint):
+    x = rand(0, 3, 5, scale=1.5)
+    out_scale, grad_scale = tie(constraint, *gelu_scales(mult))
+    check_definition(lambda t: U.gelu(t, mult=mult, constraint=constraint),
+                     lambda t: F.gelu(t * mult) * (1.0 / mult), [x], out_scale, {0: grad_scale})
+    if constraint == "to_output_scale":
+        gradcheck(lambda t: U.gelu(t, mult=mult), Tensor(x, requires_grad=True))
+
+
+def test_gelu_scale_values():
+    """At mult 1, alpha = 0.8: output 2^0.2 (2/(1-1/pi))^0.4, grad 2^0.2 2^0.4 = 2^0.6 (unit_scaling 0.3)."""
+    out_scale, grad_scale = gelu_scales(1.0)
+    assert out_scale == pytest.approx(2 ** 0.2 * (2 / (1 - 1 / math.pi)) ** 0.4, rel=1e-14)
+    assert grad_scale == pytest.approx(2 ** 0.6, rel=1e-14)
+    x = leaf(0, 6)
+    with no_grad():
+        np.testing.assert_allclose(U.gelu(x).data, out_scale * F.gelu(x).data, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("mult", [1.0, 0.25, 2.0])
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+def test_softmax_definition(axis, mult, constraint):
+    x = rand(0, 4, 6)
+    d = x.shape[axis]
+    alpha = 1.0 / (1.0 + 4.0 / mult ** 2)
+    out_scale, grad_scale = tie(constraint, interp(alpha, d, math.sqrt(d)), interp(alpha, d / mult, math.sqrt(d / mult)))
+    check_definition(lambda t: U.softmax(t, axis=axis, mult=mult, constraint=constraint),
+                     lambda t: F.softmax(t * mult, axis=axis), [x], out_scale, {0: grad_scale})
+    if constraint == "to_output_scale":
+        gradcheck(lambda t: U.softmax(t, axis=axis, mult=mult), Tensor(x, requires_grad=True))
+
+
+def test_layer_norm_definition():
+    x, weight, bias = rand(0, 2, 3, 6), rand(1, 6), rand(2, 6)
+    scale = math.sqrt(6 / x.size)
+    check_definition(U.layer_norm, F.layer_norm, [x, weight, bias], 1.0, {0: 1.0, 1: scale, 2: scale})
+    check_definition(U.layer_norm, F.layer_norm, [x], 1.0, {0: 1.0})
+    gradcheck(U.layer_norm, Tensor(x, requires_grad=True))  # no scale on x: a true gradient
+
+
+def test_embedding_definition():
+    ids = np.array([[0, 3, 3, 1], [4, 0, 3, 2], [1, 1, 4, 0]])
+    weight = rand(1, 5, 3)
+    check_definition(lambda w: U.embedding(ids, w), lambda w: F.embedding(ids, w), [weight], 1.0,
+                     {0: math.sqrt(5 / ids.size)})
+    empty = U.embedding(np.zeros((0,), dtype=np.int64), leaf(0, 5, 3))
+    assert empty.shape == (0, 3)
+
+
+@pytest.mark.parametrize("p", [0.3, 0.0])
+def test_dropout_definition(p):
+    x = rand(0, 5, 6)
+    scale = math.sqrt(1.0 - p)
+
+    def u_fn(t):
+        return U.dropout(t, p, np.random.default_rng(11))
+
+    def f_fn(t):  # the same mask: the same seed
+        return F.dropout(t, p, np.random.default_rng(11))
+
+    check_definition(u_fn, f_fn, [x], scale, {0: scale})
+    gradcheck(u_fn, Tensor(x, requires_grad=True))  # sqrt(1 - p) both ways: a true gradient
+
+
+def test_dropout_in_evaluation_mode_keeps_the_training_mean():
+    x = leaf(0, 5, 6)
+    y = U.dropout(x, 0.36, np.random.default_rng(0), training=False)
+    np.testing.assert_allclose(y.data, 0.8 * x.data, rtol=1e-6)
+    y.backward(np.ones(y.shape))
+    np.testing.assert_allclose(x.grad, 0.8, rtol=1e-6)
+
+
+@pytest.mark.parametrize("tau", [0.2, 1.0, 3.0])
+def test_residual_split_definition(tau):
+    x = rand(0, 3, 4)
+    denominator = math.sqrt(1.0 + tau * tau)
+    check_definition(lambda t: U.residual_split(t, tau)[0], lambda t: t * 1.0, [x], 1.0, {0: tau / denominator})
+    check_definition(lambda t: U.residual_split(t, tau)[1], lambda t: t * 1.0, [x], 1.0, {0: 1.0 / denominator})
+    if tau == 1.0:  # equal weights: both outputs at once, the gradient is (r_1 + r_2) / sqrt(2)
+        check_definition(lambda t: U.residual_split(t, tau), lambda t: (t * 1.0, t * 1.0), [x], 1.0,
+                         {0: 2 ** -0.5})
+
+
+@pytest.mark.parametrize("tau", [0.2, 1.0, 3.0])
+def test_residual_add_definition(tau):
+    residual, skip = rand(0, 3, 4), rand(1, 3, 4)
+    denominator = math.sqrt(1.0 + tau * tau)
+    check_definition(lambda r, s: U.residual_add(r, s, tau), lambda r, s: r + s, [residual, skip], None,
+                     {0: 1.0, 1: 1.0}, expected_forward=lambda r, s: tau / denominator * r + 1.0 / denominator * s)
+
+
+def test_residual_weights_keep_unit_variance_and_sum_of_gradients():
+    """Forward weights tau/sqrt(1+tau^2), 1/sqrt(1+tau^2) have squares summing to 1; the split mirrors them."""
+    for tau in (0.1, 0.5, 2.0):
+        x = Tensor(np.ones(1), requires_grad=True)
+        residual, skip = U.residual_split(x, tau)
+        y = U.residual_add(residual, skip, tau)  # identity branch: y = (tau + 1) / sqrt(1 + tau^2) x
+        assert y.item() == pytest.approx((tau + 1) / math.sqrt(1 + tau * tau))
+        y.backward(np.ones(1))
+        assert x.grad[0] == pytest.approx((tau + 1) / math.sqrt(1 + tau * tau))
+
+
+def attention_scale(seq, d_head, causal, mult, dropout_p=0.0):
+    """DESIGN.md section 5 / unit_scaling.functional.scaled_dot_product_attention, written out."""
+    alpha = 1.0 / (1.0 + 4.0 * d_head / mult ** 2)
+    lower = math.sqrt((math.log(seq) if causal else 1.0) / seq)
+    return math.sqrt(1.0 - dropout_p) / interp(alpha, lower, 1.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mult", [1.0, 0.5, 4.0])
+def test_attention_definition(causal, mult):
+    q, k, v = rand(0, 2, 2, 5, 4), rand(1, 2, 2, 5, 4), rand(2, 2, 2, 5, 4)
+    scale = attention_scale(5, 4, causal, mult)
+
+    def f_fn(a, b, c):
+        return F.scaled_dot_product_attention(a, b, c, causal=causal, scale=mult / 4)
+
+    check_definition(lambda a, b, c: U.scaled_dot_product_attention(a, b, c, causal=causal, mult=mult), f_fn,
+                     [q, k, v], scale, {0: scale, 1: scale, 2: scale})
+    gradcheck(lambda a, b, c: U.scaled_dot_product_attention(a, b, c, causal=causal, mult=mult),
+              *(Tensor(t, requires_grad=True) for t in (q, k, v)))
+
+
+def test_attention_definition_with_dropout_and_cross_lengths():
+    q, k, v = rand(0, 1, 2, 3, 4), rand(1, 1, 2, 6, 4), rand(2, 1, 2, 6, 4)  # 3 queries, 6 keys
+    scale = attention_scale(6, 4, False, 1.0, dropout_p=0.25)
+
+    def u_fn(a, b, c):
+        return U.scaled_dot_product_attention(a, b, c, dropout_p=0.25, rng=np.random.default_rng(5))
+
+    def f_fn(a, b, c):
+        return F.scaled_dot_product_attention(a, b, c, scale=1 / 4, dropout_p=0.25, rng=np.random.default_rng(5))
+
+    check_definition(u_fn, f_fn, [q, k, v], scale, {0: scale, 1: scale, 2: scale})
+
+
+def test_attention_scale_numbers():
+    # s = 256, d_head = 64, causal, mult 1: alpha = 1/257, scale = (ln 256 / 256)^(-(256/257)/2)
+    assert attention_scale(256, 64, True, 1.0) == pytest.approx((math.log(256) / 256) ** (-128 / 257), rel=1e-12)
+    # causal s = 1: the output is v itself, so the scale is 1 (the rule's lower limit would be 0)
+    q, k, v = leaf(0, 2, 1, 1, 4), leaf(1, 2, 1, 1, 4), leaf(2, 2, 1, 1, 4)
+    y = U.scaled_dot_product_attention(q, k, v, causal=True)
+    np.testing.assert_allclose(y.data, v.data, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mult", [1.0, 0.5])
+def test_cross_entropy_definition(mult):
+    """grad z = V/sqrt(V-1) * d(sum CE)(y)/dy at y = mult z; value = mean CE(mult z)."""
+    logits = rand(0, 2, 3, 5, scale=2.0)
+    targets = np.array([[0, 4, 2], [2, 2, 1]])
+    tokens, classes = targets.size, 5
+    with default_dtype(np.float64):
+        z = Tensor(logits, requires_grad=True)
+        loss = U.cross_entropy(z, targets, mult=mult)
+        loss.backward()
+        reference = F.cross_entropy(Tensor(mult * logits), targets)
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-13)
+    weight = [np.ones(())]
+    sum_ce = central_differences(lambda y: F.cross_entropy(y, targets) * float(tokens), [mult * logits], 0, weight)
+    np.testing.assert_allclose(z.grad, classes / math.sqrt(classes - 1) * sum_ce, rtol=1e-6, atol=1e-8)
+    # float32 run
+    z32 = leaf(0, 2, 3, 5)
+    z32.data = logits.astype(np.float32)
+    loss32 = U.cross_entropy(z32, targets, mult=mult)
+    loss32.backward()
+    assert loss32.dtype == np.float32 and z32.grad.dtype == np.float32
+    np.testing.assert_allclose(z32.grad, z.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_ignore_index():
+    logits = leaf(0, 4, 6)
+    targets = np.array([1, -1, 5, -1])
+    loss = U.cross_entropy(logits, targets, ignore_index=-1)
+    loss.backward()
+    kept = [0, 2]
+    z = logits.data.astype(np.float64)[kept]
+    probabilities = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    expected_loss = -np.log(probabilities[[0, 1], [1, 5]]).mean()
+    assert loss.item() == pytest.approx(expected_loss, rel=1e-6)
+    onehot = np.zeros_like(probabilities)
+    onehot[[0, 1], [1, 5]] = 1.0
+    np.testing.assert_allclose(logits.grad[kept], (probabilities - onehot) * 6 / math.sqrt(5), rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(logits.grad[[1, 3]], 0.0)
+
+
+# ================================================================================================
+# 3. Bad input
+# ================================================================================================
+
+@pytest.mark.parametrize("call", [
+    lambda: U.linear(leaf(0, 2, 3), leaf(1, 4, 3), constraint="gmaen"),
+    lambda: U.linear_readout(leaf(0, 2, 3), leaf(1, 4, 3), constraint="to_grad_input_scale"),
+    lambda: U.matmul(leaf(0, 2, 3), leaf(1, 3, 4), constraint="mean"),
+    lambda: U.gelu(leaf(0, 3), constraint="output"),
+    lambda: U.softmax(leaf(0, 3), constraint=""),
+])
+def test_unknown_constraint_lists_the_valid_ones(call):
+    with pytest.raises(ValueError, match=r"unknown constraint .*None, 'to_output_scale', 'gmean'"):
+        call()
+
+
+@pytest.mark.parametrize("tau", [0.0, -1.0, float("nan"), float("inf")])
+def test_tau_must_be_positive(tau):
+    x = leaf(0, 3)
+    with pytest.raises(ValueError, match="tau must be a finite number > 0"):
+        U.residual_split(x, tau)
+    with pytest.raises(ValueError, match="tau must be a finite number > 0"):
+        U.residual_add(x, x, tau)
+
+
+def test_tau_must_be_a_number():
+    with pytest.raises(TypeError, match="tau must be a real number"):
+        U.residual_split(leaf(0, 3), "1")
+
+
+@pytest.mark.parametrize("shapes, message", [
+    (((2, 5, 4), (2, 5, 3), (2, 5, 4)), "same d_head"),
+    (((2, 5, 4), (2, 5, 4), (2, 5, 8)), "same d_head"),
+    (((2, 5, 4), (2, 6, 4), (2, 5, 4)), "same sequence length"),
+    (((2, 5, 4), (3, 5, 4), (3, 5, 4)), "same leading"),
+    (((2, 5, 4), (2, 5, 4), (1, 2, 5, 4)), "same number"),
+    (((4,), (4,), (4,)), "same number"),
+])
+def test_attention_shape_mismatch(shapes, message):
+    q, k, v = (leaf(i, *shape) for i, shape in enumerate(shapes))
+    with pytest.raises(ValueError, match=message):
+        U.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: U.scale_fwd(leaf(0, 3), "2"), TypeError, "real number"),
+    (lambda: U.scale_bwd(leaf(0, 3), np.ones(3)), TypeError, "real number"),
+    (lambda: U.scale_fwd(leaf(0, 3), float("inf")), ValueError, "finite"),
+    (lambda: U.scale_bwd(Tensor(np.arange(3)), 2.0), TypeError, "floating"),
+    (lambda: U.gelu(leaf(0, 3), mult=0.0), ValueError, "mult"),
+    (lambda: U.softmax(leaf(0, 3), mult=-1.0), ValueError, "mult"),
+    (lambda: U.scaled_dot_product_attention(leaf(0, 1, 2, 4), leaf(1, 1, 2, 4), leaf(2, 1, 2, 4), mult=0), ValueError, "mult"),
+    (lambda: U.cross_entropy(leaf(0, 3, 1), np.zeros(3, dtype=int)), ValueError, "at least 2 classes"),
+    (lambda: U.cross_entropy(leaf(0, 3, 4), np.zeros(2, dtype=int)), ValueError, "targets shape"),
+    (lambda: U.linear(leaf(0, 2, 3), leaf(1, 4, 5)), ValueError, "fan_in"),
+    (lambda: U.matmul(leaf(0, 3), leaf(1, 3, 4)), ValueError, "at least 2-D"),
+    (lambda: U.dropout(leaf(0, 3), 1.5, np.random.default_rng(0)), ValueError, r"\[0, 1\]"),
+    (lambda: U.dropout(leaf(0, 3), 0.5, 0), TypeError, "Generator"),
+    (lambda: U.embedding(np.array([0.5]), leaf(0, 4, 2)), TypeError, "integer"),
+])
+def test_bad_input(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
