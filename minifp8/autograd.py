@@ -1,4 +1,4 @@
-"""A tiny tensor autograd engine: :class:`Tensor` wraps a float32 ndarray and remembers how it was made.
+"""A tiny tensor autograd engine: `Tensor` wraps a float32 ndarray and remembers how it was made.
 
 Reverse-mode automatic differentiation in the style of micrograd (Karpathy, 2020), on whole NumPy
 arrays instead of scalars:
@@ -24,9 +24,9 @@ the dtype of its operands, so a whole graph can run in float64 (see ``minifp8.te
 
 Defining a new differentiable op
 --------------------------------
-:func:`make_op` is the public way to add an op with a closed-form backward (``functional``,
+`make_op` is the public way to add an op with a closed-form backward (``functional``,
 ``unit`` and ``fp8`` are built on it). Give it the output value, the parent tensors and a
-``backward(grad_out)`` that returns one gradient (or None) per parent::
+``backward(grad_out)`` that returns one gradient (or None) per parent:
 
     from minifp8.autograd import make_op
 
@@ -73,7 +73,7 @@ def no_grad() -> Iterator[None]:
 
 
 def is_grad_enabled() -> bool:
-    """True unless inside :func:`no_grad`."""
+    """True unless inside `no_grad`."""
     return _grad_enabled
 
 
@@ -81,7 +81,7 @@ def is_grad_enabled() -> bool:
 def default_dtype(dtype) -> Iterator[None]:
     """Context manager: tensors created inside get floating dtype ``dtype`` (float32 or float64).
 
-    float32 is the engine's dtype. float64 exists so that :func:`minifp8.testing.gradcheck` can
+    float32 is the engine's dtype. float64 exists so that `minifp8.testing.gradcheck` can
     run the very same ops in double precision against finite differences.
     """
     global _default_dtype
@@ -97,7 +97,7 @@ def default_dtype(dtype) -> Iterator[None]:
 
 
 def get_default_dtype() -> np.dtype:
-    """The floating dtype that new tensors get (float32 unless inside :func:`default_dtype`)."""
+    """The floating dtype that new tensors get (float32 unless inside `default_dtype`)."""
     return _default_dtype
 
 

@@ -6,7 +6,7 @@ files), together with a ``manifest.json`` that says what every array is.
 
 File layout (schema version 1)
 ------------------------------
-``manifest.json``::
+``manifest.json``:
 
     {"schema": "minifp8-golden", "schema_version": 1, "minifp8_version": "...",
      "entries": [ {entry}, ... ]}

@@ -31,16 +31,16 @@ The scale modes (torchao ``ScaleCalculationMode``, ``torchao/prototype/mx_format
   ``cvt.rp.ue8m0`` of ``amax / max_elem``). We compute it exactly; an implementation that forms
   ``amax * (1/max_elem)`` in float32 first can round a power-of-two ratio up by one.
 
-Special blocks: an all-zero block gets scale 0x00 (2**-127) and zero codes (signs of zeros kept).
+Special blocks: an all-zero block gets scale 0x00 (``2**-127``) and zero codes (signs of zeros kept).
 A NaN or Inf in a block gives the NaN scale 0xFF and the whole block decodes to NaN (OCP MX 6.3);
 its element codes carry no information and are written as 0. For ``rceil`` the scale follows
-NVIDIA's conversion of ``amax / max_elem``: NaN -> 0xFF, Inf -> 0xFE (2**127, the elements are then
+NVIDIA's conversion of ``amax / max_elem``: NaN -> 0xFF, Inf -> 0xFE (``2**127``, the elements are then
 encoded as usual: Inf saturates to the element maximum), zero -> 0x00.
 
 NVFP4 (TransformerEngine's NVFP4 recipe, arXiv:2509.25149)
 ----------------------------------------------------------
 16-element E2M1 blocks with an E4M3 block scale and one float32 tensor scale; see
-:func:`quantize_nvfp4` for the exact order of float32 operations.
+`quantize_nvfp4` for the exact order of float32 operations.
 
 Layout
 ------
@@ -152,7 +152,7 @@ def _normalize_axis(axis, ndim: int) -> int:
 # ================================================================================================
 def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="nearest_even",
                              random_bits=None, random_bit_count=None) -> tuple[int, list[int]]:
-    """Quantize one block exactly: the readable definition that :func:`quantize` must equal.
+    """Quantize one block exactly: the readable definition that `quantize` must equal.
 
     Parameters
     ----------
@@ -161,7 +161,7 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
     elem : FloatFormat, str or MXFormat
         The element format.
     scale_mode, rounding
-        As in :func:`quantize`.
+        As in `quantize`.
     random_bits : sequence of int, optional
         For ``rounding="stochastic"``: one int in ``[0, 2**random_bit_count)`` per element.
 
@@ -316,9 +316,9 @@ def quantize(x, elem, *, block_size=None, axis=-1, scale_mode="floor", rounding=
     scale_mode : {"floor", "ceil", "even", "rceil"}
         How the shared exponent is chosen (module docstring).
     rounding : {"nearest_even", "nearest_away", "toward_zero", "stochastic"}
-        Element rounding, as in :func:`minifp8.codec.encode`.
+        Element rounding, as in `minifp8.codec.encode`.
     random_bits, random_bit_count
-        For ``rounding="stochastic"``: unsigned ints with x's shape, as in :func:`minifp8.codec.encode`.
+        For ``rounding="stochastic"``: unsigned ints with x's shape, as in `minifp8.codec.encode`.
 
     Returns
     -------
@@ -458,7 +458,7 @@ def _to_blocks(array: np.ndarray, axis: int, block_size: int) -> tuple[np.ndarra
 
 
 def _from_blocks(blocks: np.ndarray, moved_shape: tuple, axis: int) -> np.ndarray:
-    """Undo :func:`_to_blocks`: drop the padding and move the axis back."""
+    """Undo `_to_blocks`: drop the padding and move the axis back."""
     length = moved_shape[-1]
     padded = blocks.reshape(moved_shape[:-1] + (length + -length % blocks.shape[1],))
     if padded.shape[-1] != length:
@@ -488,7 +488,7 @@ class NVFP4Array:
     global_amax : numpy.float32
         The tensor amax the scales were computed from.
     encode_scale : numpy.float32
-        ``S_enc``, the float32 tensor scale (:func:`quantize_nvfp4`).
+        ``S_enc``, the float32 tensor scale (`quantize_nvfp4`).
     axis : int
     shape : tuple of int
     """

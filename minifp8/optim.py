@@ -4,7 +4,7 @@ Optimizers update ``p.data`` in place from ``p.grad``, skipping parameters whose
 Like torch, ``params`` is a list of tensors or a list of *parameter groups*, dicts with a
 ``"params"`` list and any hyperparameter to override for that group (for example
 ``{"params": biases, "weight_decay": 0.0}``). Set ``group["lr"]`` to change the learning rate,
-or use :meth:`Optimizer.set_lr`.
+or use `Optimizer.set_lr`.
 
 ``state_dict()`` returns copies of every hyperparameter and state array; ``load_state_dict``
 restores them bit-exactly, so a resumed run continues exactly as the uninterrupted one.
@@ -93,7 +93,7 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore hyperparameters and state saved by :meth:`state_dict` (same parameter layout)."""
+        """Restore hyperparameters and state saved by `state_dict` (same parameter layout)."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
                 len(saved["params"]) != len(group["params"]) for saved, group in zip(groups, self.param_groups)):

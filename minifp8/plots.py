@@ -252,5 +252,144 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
 
 
 # ================================================================================================
-# Scaling (tutorials 03-04) and training (tutorial 07): add figures here as those parts land.
+# Scaling (tutorials 03-04)
+# ================================================================================================
+def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor: float = 8.0,
+                            history_len: int = 16, size: int = 4096, name: str = "E4M3", seed: int = 0):
+    """Delayed scaling through one outlier step, next to current scaling.
+
+    Every step casts a fresh tensor of ``size`` standard normal values (drawn from one
+    ``numpy.random.Generator`` seeded with ``seed``); at ``spike_step`` the tensor is
+    ``spike_factor`` times larger. `minifp8.scaling.DelayedScaling` casts each step with the
+    scale computed from the amax history of the steps before.
+
+    Top: the amax of each step, and the amax the delayed scale was computed from (``fp8_max /
+    scale``): the max of the last ``history_len`` steps, which holds the outlier for
+    ``history_len`` steps afterwards. Middle: the scale each recipe multiplies by. Bottom: the
+    number of values that clip at ``+-fp8_max`` in each step (current scaling never clips).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from .scaling import DelayedScaling, scale_from_amax
+
+    fmt = _formats.get(name)
+    rng = np.random.default_rng(seed)
+    recipe = DelayedScaling(fmt, history_len=history_len)
+    amax, delayed_scale, current_scale, clipped = [], [], [], []
+    for step in range(steps):
+        x = rng.normal(0.0, 1.0, size).astype(np.float32)
+        if step == spike_step:
+            x *= np.float32(spike_factor)
+        result = recipe.quantize(x)
+        amax.append(float(result.amax))
+        delayed_scale.append(float(result.scale))
+        current_scale.append(float(scale_from_amax(result.amax, fmt)))
+        with np.errstate(over="ignore"):  # saturated: the cast without saturation would overflow
+            overflow = quantize(x * result.scale, fmt)
+        clipped.append(int(np.sum(~np.isfinite(overflow))))
+    step_axis = np.arange(steps)
+    delayed_scale, current_scale, clipped = map(np.array, (delayed_scale, current_scale, clipped))
+    window = "#2ca02c"
+
+    figure, (amax_axis, scale_axis, clip_axis) = _new_figure(8.0, 7.0, rows=3, sharex=True)
+    for ax in (amax_axis, scale_axis, clip_axis):
+        ax.axvspan(spike_step + 0.5, spike_step + history_len + 0.5, color=window, alpha=0.08, linewidth=0)
+        ax.grid(True, alpha=0.3)
+    amax_axis.plot(step_axis, amax, "o", color="black", markersize=3.5, label="amax of this step's tensor")
+    # Step 0 has no history yet and casts with scale 1; the lines start at step 1.
+    amax_axis.step(step_axis[1:], fmt.max / delayed_scale[1:], where="mid", color=_color(fmt), linewidth=1.5,
+                   label=f"amax the delayed scale came from (max of the {history_len} steps before)")
+    amax_axis.set_yscale("log", base=2)
+    amax_axis.set_ylabel("amax")
+    amax_axis.legend(loc="upper left", fontsize=8)
+    amax_axis.annotate(f"outlier step: {spike_factor:g}x larger", (spike_step, amax[spike_step]),
+                       xytext=(-8, -4), textcoords="offset points", ha="right", va="top", fontsize=8)
+    amax_axis.set_ylim(top=amax_axis.get_ylim()[1] * 2)
+    amax_axis.text(spike_step + history_len / 2 + 0.5, amax[spike_step] * 1.25,
+                   f"the outlier is in the {history_len}-step history", ha="center", va="bottom", fontsize=8,
+                   color="#1a6e1a")
+    amax_axis.set_title(f"Delayed scaling ({fmt.name}, history_len={history_len}, amax_compute_algo='max') "
+                        f"through one outlier step", fontsize=10)
+
+    scale_axis.step(step_axis[1:], delayed_scale[1:], where="mid", color=_color(fmt), linewidth=1.5,
+                    label="delayed: fp8_max / amax of the history")
+    scale_axis.plot(step_axis, current_scale, ".", color=OVERFLOW_COLOR, markersize=5,
+                    label="current: fp8_max / amax of this step")
+    scale_axis.set_yscale("log", base=2)
+    scale_axis.set_ylabel("scale")
+    scale_axis.legend(loc="lower left", fontsize=8)
+
+    shown = np.where(clipped > 0, clipped, np.nan)
+    clip_axis.bar(step_axis, shown, color=_color(fmt), width=0.7, label="delayed")
+    for step in np.flatnonzero(clipped):
+        clip_axis.annotate(f"{clipped[step]}", (step, clipped[step]), xytext=(0, 2), textcoords="offset points",
+                           ha="center", va="bottom", fontsize=7)
+    clip_axis.set_yscale("log")
+    clip_axis.set_ylim(0.5, size * 4)
+    clip_axis.set_ylabel(f"values clipped\nat ±{fmt.max:g} (of {size})")
+    clip_axis.set_xlabel("training step")
+    clip_axis.text(0.99, 0.93, "current scaling clips none", transform=clip_axis.transAxes, ha="right", va="top",
+                   fontsize=8, color=OVERFLOW_COLOR)
+    clip_axis.set_xlim(-0.8, steps - 0.2)
+    return figure
+
+
+BLOCK_RECIPE_COLORS = {"E4M3 per tensor": FORMAT_COLORS["E4M3"], "MXFP8_E4M3": "#ff7f0e",
+                       "MXFP6_E2M3": FORMAT_COLORS["E2M3"], "MXFP4_E2M1": FORMAT_COLORS["E2M1"],
+                       "NVFP4": "#2ca02c"}
+
+
+def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -28, seed: int = 0):
+    """Signal-to-noise ratio of each row of a tensor whose rows differ in scale, per recipe.
+
+    Row i holds ``columns`` standard normal values times ``2**e_i``, with ``e_i`` evenly spaced
+    from ``low_exponent`` to 0, so the tensor's amax lies in the top row. Each row's SNR,
+    ``10 log10(sum x^2 / sum (q(x) - x)^2)`` in dB, is plotted against its scale for E4M3 with
+    one current scale for the whole tensor, MXFP8 (E4M3), MXFP6 (E2M3), MXFP4 (E2M1) and NVFP4.
+
+    A per-tensor scale serves the rows near the amax and flushes rows about 2**16 below it to zero.
+    MX block scales (E8M0, any power of two) keep every row at its format's SNR. NVFP4 shares one
+    float32 scale per tensor and E4M3 block scales, which cover about 2**17 below the amax.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from . import mx
+    from .scaling import quantize_current
+
+    exponents = np.linspace(low_exponent, 0, rows)
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, columns)) * np.exp2(exponents)[:, None]).astype(np.float32)
+    results = {"E4M3 per tensor": quantize_current(x, "E4M3").dequantize()}
+    for name in ("MXFP8_E4M3", "MXFP6_E2M3", "MXFP4_E2M1"):
+        results[name] = mx.quantize(x, name).dequantize()
+    results["NVFP4"] = mx.quantize_nvfp4(x).dequantize()
+    bits = {"E4M3 per tensor": "8", "MXFP8_E4M3": "8.25", "MXFP6_E2M3": "6.25", "MXFP4_E2M1": "4.25",
+            "NVFP4": "4.5"}
+
+    figure, (ax,) = _new_figure(8.0, 4.6)
+    signal = np.sum(np.square(x, dtype=np.float64), axis=1)
+    for name, values in results.items():
+        noise = np.sum(np.square(values.astype(np.float64) - x), axis=1)
+        snr = 10 * np.log10(signal / np.maximum(noise, np.finfo(np.float64).tiny))
+        ax.plot(exponents, snr, ".-", color=BLOCK_RECIPE_COLORS[name], linewidth=1.2, markersize=4,
+                label=f"{name} ({bits[name]} bits/value)")
+    ax.text(low_exponent + 0.5, 1.0, "0 dB: every value of the row rounded to zero", fontsize=8, va="bottom")
+    ax.set_xlabel("scale of the row, relative to the top row ($\\log_2$)")
+    ax.set_ylabel("SNR of the row (dB)")
+    ax.set_xlim(low_exponent - 0.5, 0.5)
+    ax.set_ylim(-2, 40)
+    ax.set_xticks(np.arange(0, low_exponent - 1, -4))
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8, ncols=2)
+    ax.set_title(f"Quantising {rows} rows of {columns} normal values, scales $2^{{{low_exponent}}}$ to $2^0$: "
+                 "per-tensor vs per-block scales", fontsize=10)
+    return figure
+
+
+# ================================================================================================
+# Training (tutorial 07): add figures here as that part lands.
 # ================================================================================================

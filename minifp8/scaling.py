@@ -15,10 +15,10 @@ rounded once to float32), as TransformerEngine computes in float32.
 
 The recipes differ only in where ``scale`` comes from:
 
-- :func:`quantize_current`: one scale per tensor from the tensor's own amax (Float8CurrentScaling).
-- :class:`DelayedScaling`: one scale per tensor from a history of earlier amaxes (DelayedScaling).
-- :func:`quantize_rowwise`: one scale per row, i.e. per slice along ``axis``.
-- :func:`quantize_blockwise`: one power-of-two scale per 1x128 or 128x128 tile (Float8BlockScaling;
+- `quantize_current`: one scale per tensor from the tensor's own amax (Float8CurrentScaling).
+- `DelayedScaling`: one scale per tensor from a history of earlier amaxes (DelayedScaling).
+- `quantize_rowwise`: one scale per row, i.e. per slice along ``axis``.
+- `quantize_blockwise`: one power-of-two scale per 1x128 or 128x128 tile (Float8BlockScaling;
   DeepSeek-V3, arXiv:2412.19437 section 3.3).
 
 The scale from an amax follows TransformerEngine's ``compute_scale_from_amax``
@@ -26,8 +26,8 @@ The scale from an amax follows TransformerEngine's ``compute_scale_from_amax``
 Inf or NaN gives ``scale = 1``; a scale that overflows float32 becomes ``FLT_MAX``; with
 ``power_of_2`` the float32 scale is rounded down to a power of two by clearing its mantissa bits.
 
-For FP8 training (:mod:`minifp8.fp8`) each GEMM operand is quantised along its own contraction
-axis: pass that axis as ``axis`` to :func:`quantize_rowwise` and :func:`quantize_blockwise`.
+For FP8 training (`minifp8.fp8`) each GEMM operand is quantised along its own contraction
+axis: pass that axis as ``axis`` to `quantize_rowwise` and `quantize_blockwise`.
 """
 from __future__ import annotations
 
@@ -240,18 +240,18 @@ class DelayedScaling:
     (``common/recipe/delayed_scaling.cu``), for one cast point:
 
     - ``amax_history`` (float32, ``history_len`` entries) starts at zeros and ``scale`` at 1.
-    - :meth:`quantize` casts x with the current ``scale`` (computed from the steps before) and
+    - `quantize` casts x with the current ``scale`` (computed from the steps before) and
       records ``max|x|`` into ``amax_history[0]`` (a running max if called again in the same step;
       a NaN in x records NaN, where TransformerEngine's amax kernels would skip it).
-    - :meth:`update` ends the step:
+    - `update` ends the step:
 
-      1. the amax to use is the max over the whole history (``"max"``; NaN entries are skipped,
-         like CUDA's ``fmaxf``) or ``amax_history[0]`` (``"most_recent"``);
-      2. the history rolls by -1 (entry 1 moves to 0, ..., entry 0 to the end, the oldest value
-         leaves) and entry 0 is set to 0 for the next step;
-      3. ``scale = (fp8_max * 2**-margin) / amax`` in float32, only when that amax is finite and
-         > 0 (otherwise the old scale stays); a scale that overflows becomes ``FLT_MAX``;
-      4. ``scale_inv = 1 / scale``.
+        1. the amax to use is the max over the whole history (``"max"``; NaN entries are skipped,
+           like CUDA's ``fmaxf``) or ``amax_history[0]`` (``"most_recent"``);
+        2. the history rolls by -1 (entry 1 moves to 0, ..., entry 0 to the end, the oldest value
+           leaves) and entry 0 is set to 0 for the next step;
+        3. ``scale = (fp8_max * 2**-margin) / amax`` in float32, only when that amax is finite
+           and positive (otherwise the old scale stays); a scale that overflows becomes ``FLT_MAX``;
+        4. ``scale_inv = 1 / scale``.
 
     So the cast at step t uses the scale computed from the amaxes up to step t-1.
 
@@ -282,10 +282,10 @@ class DelayedScaling:
         self.scale_inv = np.float32(1)
 
     def quantize(self, x, *, update=True) -> ScaledTensor:
-        """Cast x with the current scale and record its amax; then :meth:`update` unless told not to.
+        """Cast x with the current scale and record its amax; then `update` unless told not to.
 
         Pass ``update=False`` to cast several tensors in one step (the recorded amax is their
-        running max) and call :meth:`update` once at the end of the step.
+        running max) and call `update` once at the end of the step.
         """
         array = _as_float32(x)
         amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)

@@ -27,7 +27,7 @@ from .autograd import Tensor, default_dtype, no_grad  # noqa: E402  (this sectio
 
 @dataclass
 class GradcheckInput:
-    """The comparison for one input tensor of :func:`gradcheck`.
+    """The comparison for one input tensor of `gradcheck`.
 
     ``*_error`` are max over elements of ``|difference| / tolerance``: the check passes when
     both are <= 1. ``index`` is the worst element, with the values compared there.
@@ -63,7 +63,7 @@ class GradcheckInput:
 
 @dataclass
 class GradcheckReport:
-    """What :func:`gradcheck` compared: one :class:`GradcheckInput` per input that requires grad."""
+    """What `gradcheck` compared: one `GradcheckInput` per input that requires grad."""
 
     inputs: list = field(default_factory=list)
     eps: float = 0.0
@@ -263,7 +263,7 @@ class Mismatch:
 
 @dataclass
 class Report:
-    """The result of :func:`compare`: how many elements differ, and why.
+    """The result of `compare`: how many elements differ, and why.
 
     ``mismatches`` holds the first ``max_rows`` rows; ``count`` and ``by_class`` cover all of them.
     ``str(report)`` is a table for a failing test's message.
@@ -300,7 +300,7 @@ class Report:
 
 
 def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> Report:
-    """Compare a backend's encoding of ``x`` with :func:`minifp8.encode` and classify each mismatch.
+    """Compare a backend's encoding of ``x`` with `minifp8.encode` and classify each mismatch.
 
     Parameters
     ----------
@@ -316,7 +316,7 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     max_rows : int
         How many mismatches to keep for the printed table.
     **encode_options
-        ``rounding``, ``saturate``, ``random_bits``, ``random_bit_count`` as for :func:`minifp8.encode`.
+        ``rounding``, ``saturate``, ``random_bits``, ``random_bit_count`` as for `minifp8.encode`.
 
     Returns
     -------
@@ -362,7 +362,7 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
 
 
 def assert_codes_equal(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> None:
-    """Raise ``AssertionError`` with the :class:`Report` table when a backend's codes differ from ours."""
+    """Raise ``AssertionError`` with the `Report` table when a backend's codes differ from ours."""
     report = compare(actual, x, fmt, nan=nan, max_rows=max_rows, **encode_options)
     if not report.ok:
         raise AssertionError(str(report))
@@ -407,7 +407,7 @@ def _code_distance(expected: int, actual: int, fmt) -> int | None:
 
 
 def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> np.ndarray:
-    """Name the likely cause of each mismatch, most specific first (see :func:`compare`)."""
+    """Name the likely cause of each mismatch, most specific first (see `compare`)."""
     table = fmt.values()
     magnitude = np.abs(x)
     # Position of |x| between its two neighbours, in quanta (exact: only powers of two are involved).
@@ -498,10 +498,10 @@ class ScaleMismatch:
 
 @dataclass
 class BlockReport:
-    """The result of :func:`compare_mx`: scale mismatches, then element mismatches.
+    """The result of `compare_mx`: scale mismatches, then element mismatches.
 
     Elements are compared only in blocks whose scale agrees (a wrong scale makes every element of
-    its block meaningless), and they are classified as :func:`compare` does, on the value the
+    its block meaningless), and they are classified as `compare` does, on the value the
     element encoder saw: ``x * 2**-shared_exp`` for MX, ``x * (1 / (S_dec_b * S_dec))`` for NVFP4.
     """
 
@@ -533,7 +533,7 @@ class BlockReport:
 
 
 def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20, **quantize_options) -> BlockReport:
-    """Compare a backend's block-scaled result with :func:`minifp8.mx.quantize` (or NVFP4).
+    """Compare a backend's block-scaled result with `minifp8.mx.quantize` (or NVFP4).
 
     Parameters
     ----------
@@ -544,9 +544,9 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     x : array_like
         The float inputs the backend was given.
     elem : str, FloatFormat or MXFormat
-        An MX format or element format as :func:`minifp8.mx.quantize` takes it, or ``"NVFP4"``.
+        An MX format or element format as `minifp8.mx.quantize` takes it, or ``"NVFP4"``.
     nan : {"exact", "class"}
-        As in :func:`compare`, for the elements.
+        As in `compare`, for the elements.
     **quantize_options
         ``block_size``, ``axis``, ``scale_mode``, ``rounding`` (MX) or ``axis``, ``global_amax`` (NVFP4).
     """
@@ -612,7 +612,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
 
 
 def assert_mx_equal(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20, **quantize_options) -> None:
-    """Raise ``AssertionError`` with the :class:`BlockReport` when a backend's scales or codes differ."""
+    """Raise ``AssertionError`` with the `BlockReport` when a backend's scales or codes differ."""
     report = compare_mx(scales, codes, x, elem, nan=nan, max_rows=max_rows, **quantize_options)
     if not report.ok:
         raise AssertionError(str(report))

@@ -54,6 +54,9 @@ FIGURES = {
     "value-grid": lambda: plots.value_grid(("E4M3", "E5M2")),
     "rounding-error": lambda: plots.rounding_error(("E4M3", "E5M2")),
     "stochastic-rounding-bias": lambda: plots.stochastic_rounding_bias("E4M3", low=1.0, high=1.5, seed=0),
+    "delayed-scaling-outlier": lambda: plots.delayed_scaling_outlier(steps=50, spike_step=30, spike_factor=8.0,
+                                                                     history_len=16, seed=0),
+    "block-scaling-snr": lambda: plots.block_scaling_snr(rows=57, columns=2048, low_exponent=-28, seed=0),
 }
 
 FIGURE_DIRECTORY = "figures"
