@@ -79,6 +79,50 @@ def bench_codec(args) -> None:
                decode_baseline)
 
 
+def _gpt_block(batch: int = 16, seq: int = 128, d: int = 256, heads: int = 4, seed: int = 0):
+    """The GPT-style pre-norm block that the "block" and "fp8" sections time.
+
+    Causal attention, GELU MLP 4x. Returns ``(block, step)``: ``block`` is an ``nn.Module`` whose
+    linears (``gemm``) and attention core (``attention_core``) ``fp8.apply_recipe`` finds, and
+    ``step()`` runs forward+backward of a fixed input that requires grad (a middle block) against
+    a fixed output gradient.
+    """
+    from . import functional as F
+    from . import nn
+    from .autograd import Tensor
+
+    head_dim = d // heads
+
+    def split_heads(t):
+        return t.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
+
+    class Block(nn.Module):
+        def __init__(self, rng):
+            self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.attn_in, self.attn_out = nn.Linear(d, 3 * d, rng=rng), nn.Linear(d, d, rng=rng)
+            self.mlp_in, self.mlp_out = nn.Linear(d, 4 * d, rng=rng), nn.Linear(4 * d, d, rng=rng)
+            self.attention_core = F.scaled_dot_product_attention
+
+        def forward(self, x):
+            q, k, v = F.split(self.attn_in(self.ln_1(x)), d, axis=-1)
+            y = self.attention_core(split_heads(q), split_heads(k), split_heads(v), True)
+            h = x + self.attn_out(y.transpose(0, 2, 1, 3).reshape(batch, seq, d))
+            return h + self.mlp_out(F.gelu(self.mlp_in(self.ln_2(h))))
+
+    rng = np.random.default_rng(seed)
+    block = Block(rng)
+    params = block.parameters()
+    x = Tensor(rng.standard_normal((batch, seq, d)), requires_grad=True)
+    grad_out = rng.standard_normal((batch, seq, d)).astype(np.float32)
+
+    def step():
+        for p in params + [x]:
+            p.grad = None
+        block(x).backward(grad_out)
+
+    return block, step
+
+
 @section("block")
 def bench_block(args) -> None:
     """Forward+backward of one GPT-style pre-norm block; baseline: the same GEMMs alone in plain NumPy.
@@ -88,31 +132,10 @@ def bench_block(args) -> None:
     Both are measured in alternating rounds; each keeps its best round median, so a burst of load
     from another process does not land on one side only.
     """
-    from . import functional as F
-    from . import nn
-    from .autograd import Tensor
-
     batch, seq, d, heads = 16, 128, 256, 4
     head_dim = d // heads
-    rng = np.random.default_rng(0)
-    ln_1, ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
-    attn_in, attn_out = nn.Linear(d, 3 * d, rng=rng), nn.Linear(d, d, rng=rng)
-    mlp_in, mlp_out = nn.Linear(d, 4 * d, rng=rng), nn.Linear(4 * d, d, rng=rng)
-    params = [p for m in (ln_1, attn_in, attn_out, ln_2, mlp_in, mlp_out) for p in m.parameters()]
-    x = Tensor(rng.standard_normal((batch, seq, d)), requires_grad=True)
-    grad_out = rng.standard_normal((batch, seq, d)).astype(np.float32)
-
-    def split_heads(t):
-        return t.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
-
-    def step():
-        for p in params + [x]:
-            p.grad = None
-        q, k, v = F.split(attn_in(ln_1(x)), d, axis=-1)
-        y = F.scaled_dot_product_attention(split_heads(q), split_heads(k), split_heads(v), causal=True)
-        h = x + attn_out(y.transpose(0, 2, 1, 3).reshape(batch, seq, d))
-        out = h + mlp_out(F.gelu(mlp_in(ln_2(h))))
-        out.backward(grad_out)
+    _, step = _gpt_block(batch, seq, d, heads)
+    rng = np.random.default_rng(1)
 
     def f32(*shape):
         return rng.standard_normal(shape).astype(np.float32)
@@ -166,6 +189,73 @@ def bench_mx(args) -> None:
     report("MXArray.dequantize MXFP8_E4M3", dequantize_seconds, x.size, encode_seconds)
     print(f"  ratio quantize / encode: {quantize_seconds / encode_seconds:.2f} (target <= 1.5); "
           f"dequantize / encode: {dequantize_seconds / encode_seconds:.2f}", flush=True)
+
+
+@section("fp8")
+def bench_fp8(args) -> None:
+    """A training step (forward+backward) of the "block" section's GPT block under every FP8 recipe.
+
+    Baseline: the same step in fp32, measured in the same run. Targets (issue 5): fp8 and unit
+    <= 1.5x the fp32 step, mxfp8 <= 2x. All recipes are measured in alternating rounds; each keeps
+    its best round median, so a burst of load from another process does not land on one only.
+    """
+    from . import fp8
+
+    block, step = _gpt_block()
+    targets = {"fp8": 1.5, "unit": 1.5, "mxfp8": 2.0}
+    seconds = dict.fromkeys(fp8.RECIPES, float("inf"))
+    for _ in range(5):
+        for recipe in fp8.RECIPES:
+            fp8.apply_recipe(block, recipe)
+            seconds[recipe] = min(seconds[recipe], median_seconds(step, args.repeats))
+    fp8.apply_recipe(block, "fp32")
+    for recipe in fp8.RECIPES:
+        ratio = seconds[recipe] / seconds["fp32"]
+        target = f" (target <= {targets[recipe]:g})" if recipe in targets else ""
+        print(f"  {'step under ' + recipe:<44s} {seconds[recipe] * 1e3:9.2f} ms   x{ratio:5.2f} fp32 step{target}",
+              flush=True)
+
+
+@section("train")
+def bench_train(args) -> None:
+    """Whole training steps of ``python -m minifp8.train_tiny``'s default config under every recipe.
+
+    A step is what train_tiny times: forward, backward, AdamW and the FP8 state's step, on a fresh
+    batch, of the default model (unit-scaled) under each recipe. Baseline: its fp32 step
+    (``--recipe fp32 --family unit``), measured in the same run. Targets (issue 6): every FP8 recipe <= 1.5x
+    the fp32 step, mxfp8 <= 2x. Alternating rounds, best round median per recipe (as "fp8").
+    """
+    from . import data, fp8
+    from .train_tiny import Run, TrainConfig, _build
+
+    config = TrainConfig()
+    dataset = data.load_dataset()
+    steps = {}
+    for recipe in fp8.RECIPES:
+        model, _, state, optimizer, _ = _build(Run(recipe, "unit"), config, dataset.vocab_size)
+        rng = np.random.default_rng(0)
+
+        def step(model=model, state=state, optimizer=optimizer, rng=rng):
+            x, y = dataset.get_batch("train", config.batch_size, config.block_size, rng)
+            _, loss = model(x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            state.step()
+
+        steps[recipe] = step
+    tokens = config.batch_size * config.block_size
+    seconds = dict.fromkeys(fp8.RECIPES, float("inf"))
+    for _ in range(5):
+        for recipe in fp8.RECIPES:
+            seconds[recipe] = min(seconds[recipe], median_seconds(steps[recipe], 4 * args.repeats, warmup=3))
+    print(f"  default config: unit-scaled, {config.n_layer} layers, n_embd {config.n_embd}, batch "
+          f"{config.batch_size} x {config.block_size} tokens", flush=True)
+    for recipe in fp8.RECIPES:
+        ratio = seconds[recipe] / seconds["fp32"]
+        target = "" if recipe == "fp32" else f" (target <= {2.0 if recipe == 'mxfp8' else 1.5:g})"
+        print(f"  {'train step under ' + recipe:<44s} {seconds[recipe] * 1e3:9.2f} ms {tokens / seconds[recipe]:9,.0f} "
+              f"tok/s   x{ratio:5.2f} fp32 step{target}", flush=True)
 
 
 # (new sections go above this line)

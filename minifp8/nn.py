@@ -1,7 +1,7 @@
 """Modules and parameters, like a small ``torch.nn``.
 
-A :class:`Module` finds its parameters by looking at its attributes, in the order they were set:
-a :class:`Parameter`, a sub-module, or a list/tuple of either (named ``blocks.0``, ``blocks.1``,
+A `Module` finds its parameters by looking at its attributes, in the order they were set:
+a `Parameter`, a sub-module, or a list/tuple of either (named ``blocks.0``, ``blocks.1``,
 ...). A parameter reachable twice (tied weights) is listed once, under its first name.
 Every constructor that draws random numbers takes an explicit ``rng: np.random.Generator``.
 
@@ -157,7 +157,7 @@ class Module:
         np.savez(path, **self.state_dict())
 
     def load(self, path: str | os.PathLike) -> None:
-        """Read a ``.npz`` written by :meth:`save` and ``load_state_dict`` it."""
+        """Read a ``.npz`` written by `save` and ``load_state_dict`` it."""
         with np.load(path, allow_pickle=False) as archive:
             self.load_state_dict({name: archive[name] for name in archive.files})
 
@@ -192,9 +192,10 @@ class Linear(Module):
                 raise ValueError(f"Linear: std must be >= 0, got {std}")
             self.weight = Parameter(rng.normal(0.0, std, (out_features, in_features)))
             self.bias = Parameter(np.zeros(out_features)) if bias else None
+        self.gemm = F.linear  # gemm(x, weight, bias): the hook fp8.apply_recipe replaces
 
     def forward(self, x) -> Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self.gemm(x, self.weight, self.bias)
 
     def __repr__(self) -> str:
         return f"Linear(in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None})"

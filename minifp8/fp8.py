@@ -1,0 +1,976 @@
+"""FP8 training, simulated: casts placed in the graph and driven by a recipe (DESIGN.md section 6).
+
+``state = apply_recipe(model, "current")`` finds every linear layer and every attention core of a
+model and makes them compute through FP8, the way TransformerEngine's HYBRID format and the
+unit-scaling FP8 demo do (Micikevicius et al., "FP8 formats for deep learning", arXiv:2209.05433,
+section 4):
+
+- In the forward pass the inputs and weights of every linear, and q, k and v of every attention,
+  are cast to E4M3.
+- In the backward pass the gradient flowing into each of those ops (its output gradient) is cast
+  to E5M2.
+- Casts are *fake quantization*: encode then decode, so every GEMM still runs in float32 on
+  values that FP8 can represent, and accumulates in float32 as FP8 tensor cores do. Gradients
+  pass straight through the casts.
+
+Each GEMM operand is quantized along that GEMM's contraction axis, as hardware scales it. For a
+linear ``y = x W^T`` (x: tokens x in, W: out x in) that means three GEMMs with their own copies:
+
+| GEMM | computes | operands (the axis their scales run along) | roles |
+|---|---|---|---|
+| forward | ``y = x W^T`` | x (in), W (in) | ``x``, ``w`` |
+| dgrad | ``dx = dy W`` | dy (out), W (out) | ``grad``, ``w_t`` |
+| wgrad | ``dW = dy^T x`` | dy (tokens), x (tokens) | ``grad_t``, ``x_t`` |
+
+Per-tensor recipes have one scale per tensor, so the copies coincide and only ``x``, ``w`` and
+``grad`` are cast. The block recipes (``mxfp8``, ``blockwise``) cast the ``_t`` copies
+separately; a 128x128 weight tile is the same tile along either axis, so ``blockwise`` reuses
+``w`` for ``w_t``. The bias gradient is summed from the unquantized gradient, as TransformerEngine
+does.
+
+Recipes (`RECIPES`) choose the scale at every cast point:
+
+- ``fp32``: no casts at all (`apply_recipe` removes earlier FP8 hooks).
+- ``fp8`` and ``unit``: naive casts, scale 1 (``unit`` is meant for a unit-scaled model, whose
+  tensors sit near 1 by construction): ``codec.quantize``.
+- ``current``: ``scaling.quantize_current``, one scale per tensor from its own amax. A scale that
+  is not a power of two makes ``x * scale`` round in float32 before the cast, and the way back
+  multiplies by ``float32(1 / scale)``, as TransformerEngine's Float8CurrentScaling does; both
+  roundings are part of the recipe (``power_of_2=True`` makes them exact).
+- ``delayed``: ``scaling.DelayedScaling``, one amax history per tensor role per cast point. The
+  history advances exactly once per `FP8State.step`, so the casts of step t use the scale
+  computed from the amaxes of the steps up to t-1.
+- ``mxfp8``: ``mx.quantize``, MXFP8 with E4M3 elements forward and E5M2 backward: 32-element
+  blocks along the contraction axis, each with an E8M0 (power-of-two) scale.
+- ``blockwise``: ``scaling.quantize_blockwise``, 1x128 tiles for activations and gradients,
+  128x128 tiles for weights, power-of-two float32 scales (DeepSeek-V3, arXiv:2412.19437 §3.3).
+
+`fake_quantize` applies one recipe's cast to an array, with its statistics.
+
+Saturation. Forward E4M3 casts saturate (overflow and Inf clamp to +-448), as TransformerEngine's
+do. Backward E5M2 casts do **not** saturate: overflow and Inf give +-Inf, NaN stays NaN, so an
+overflowing gradient stays visible, which is what dynamic loss scaling needs to back off. For
+``current``, ``delayed`` and ``blockwise``, whose scaling.py functions always saturate, the
+gradient elements those clamp come out as +-Inf instead. ``mxfp8`` follows OCP MX v1.0 section
+6.3 unchanged: elements saturate inside a block (the floor scale rule makes that part of the
+format) and a block holding Inf or NaN decodes to NaN, so a non-finite gradient shows there too.
+The recipe option ``saturate_gradients=True`` gives TransformerEngine's saturating E5M2 casts
+instead. It matters most for ``delayed``: a gradient whose amax outgrows the history's by more
+than 61440/57344 (7%) overflows, where TransformerEngine clamps it; ``margin`` adds headroom.
+
+Attention. The attention core is one fused op that sees a single copy of each input, so each of
+q, k and v is quantized once, along the contraction axis of its forward GEMM: q and k along
+head_dim (``S = q k^T``), v along the key (sequence) axis (``O = P v``). The output gradient is
+quantized along head_dim, the contraction axis of ``dP = dO v^T``, the GEMM that feeds dq and dk.
+For per-tensor recipes the axis makes no difference.
+
+Statistics. Every cast records (`CastStats`, in ``state.points[name].stats[role]``) the amax of
+its unscaled input, the number of nonzero inputs that became zero (underflow) and the number of
+elements that saturated: the scaled input lay beyond the rounding interval of the largest finite
+value (it was clamped to +-max, or became Inf), or the output is NaN. Both fractions are over all
+elements of the tensor. The counts are exact, taken on the very scaled values the cast rounded.
+
+Speed. The casts compute what the reference functions compute, with the same float32
+operations, but without materialising codes: rounding is one lookup of the upper 16 bits of each
+float32 in a table of ``codec.quantize`` results, blocks and tiles are axes of a reshaped view,
+and big tensors are cast in cache-sized slices on `CAST_THREADS` threads. tests/test_fp8.py
+holds every recipe equal to its reference function, bit for bit.
+
+Scale tracking. `track` is an identity op that, inside a `ScaleTracker` context, records the
+std and mean |x| of a tensor and of its gradient: what ``plots.scale_plot`` draws.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import codec, formats, mx, scaling
+from . import functional as F
+from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
+
+__all__ = [
+    "RECIPES", "RECIPE_OPTIONS", "CastPoint", "CastStats", "FP8Attention", "FP8Linear", "FP8State",
+    "ScaleRecord", "ScaleTracker", "apply_recipe", "fake_quantize", "track",
+]
+
+RECIPES = ("fp32", "fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
+
+# The options each recipe takes (apply_recipe(model, recipe, **options)) and their defaults.
+# saturate_gradients=True clamps E5M2 gradient casts to +-max as TransformerEngine does, instead
+# of the default overflow to Inf (module docstring, "Saturation").
+RECIPE_OPTIONS: dict[str, dict] = {
+    "fp32": {},
+    "fp8": {"saturate_gradients": False},
+    "unit": {"saturate_gradients": False},
+    "current": {"power_of_2": False, "saturate_gradients": False},
+    "delayed": {"history_len": 1024, "amax_compute_algo": "max", "margin": 0, "saturate_gradients": False},
+    "mxfp8": {"scale_mode": "floor"},
+    "blockwise": {"power_of_2": True, "saturate_gradients": False},
+}
+_DELAYED_SCALING_OPTIONS = ("history_len", "amax_compute_algo", "margin")
+
+FORWARD_FORMAT = formats.E4M3   # x, w, q, k, v
+BACKWARD_FORMAT = formats.E5M2  # output gradients
+_MX_FORMATS = {"E4M3": mx.MXFP8_E4M3, "E5M2": mx.MXFP8_E5M2}
+_PER_TENSOR = ("fp8", "unit", "current", "delayed")
+_GEMM_ROLES = ("x", "w", "grad")
+_ATTENTION_ROLES = ("q", "k", "v", "grad")
+
+
+# ================================================================================================
+# Statistics and cast points
+# ================================================================================================
+@dataclass(frozen=True)
+class CastStats:
+    """What one cast did to one tensor.
+
+    Attributes
+    ----------
+    amax : float
+        ``max |x|`` of the input before scaling (NaN if it held a NaN).
+    size : int
+        Number of elements.
+    underflow_count : int
+        Nonzero inputs that came out as (+-)0.
+    saturation_count : int
+        Elements whose scaled input lay beyond the rounding interval of the largest finite value
+        (clamped to +-max, or became +-Inf), or that came out as NaN.
+    """
+
+    amax: float
+    size: int
+    underflow_count: int
+    saturation_count: int
+
+    @property
+    def underflow_fraction(self) -> float:
+        """``underflow_count / size`` (0 for an empty tensor)."""
+        return self.underflow_count / self.size if self.size else 0.0
+
+    @property
+    def saturation_fraction(self) -> float:
+        """``saturation_count / size`` (0 for an empty tensor)."""
+        return self.saturation_count / self.size if self.size else 0.0
+
+
+class CastPoint:
+    """One place in the model where tensors are cast: a linear's GEMM or an attention core.
+
+    Attributes
+    ----------
+    name : str
+        The module's dotted name.
+    kind : {"gemm", "attention"}
+    stats : dict of str -> CastStats
+        The latest cast of each role: ``x``, ``w``, ``grad`` (and ``x_t``, ``w_t``, ``grad_t``
+        for block recipes) for a GEMM; ``q``, ``k``, ``v``, ``grad`` for attention.
+    scalers : dict of str -> scaling.DelayedScaling
+        One per role under the ``delayed`` recipe (the ``_t`` copies share their tensor's);
+        empty otherwise.
+    """
+
+    def __init__(self, name: str, kind: str, recipe: str, options: dict):
+        self.name, self.kind = name, kind
+        self.stats: dict[str, CastStats] = {}
+        self.scalers: dict[str, scaling.DelayedScaling] = {}
+        self._outputs: dict[str, np.ndarray] = {}
+        if recipe == "delayed":
+            for role in _GEMM_ROLES if kind == "gemm" else _ATTENTION_ROLES:
+                fmt = BACKWARD_FORMAT if role == "grad" else FORWARD_FORMAT
+                delayed_options = {key: options[key] for key in _DELAYED_SCALING_OPTIONS}
+                self.scalers[role] = scaling.DelayedScaling(fmt, **delayed_options)
+
+    def _output(self, role: str, shape: tuple, dtype) -> np.ndarray:
+        """An array for the values of a cast of ``role``: the previous cast's, once nothing but this
+        point refers to it any more (the graph that used it is gone), else a new one.
+
+        Each step's casts would otherwise write into fresh memory, which the operating system
+        must hand out and zero page by page. The check counts references (CPython's
+        ``sys.getrefcount``: this dict's, the local name's and the call's own): a view, a
+        Tensor or a closure that still holds the array keeps it from being reused.
+        """
+        array = self._outputs.get(role)
+        if array is None or array.shape != shape or array.dtype != dtype or sys.getrefcount(array) > 3:
+            array = self._outputs[role] = np.empty(shape, dtype)
+        return array
+
+    def __repr__(self) -> str:
+        return f"CastPoint({self.name!r}, {self.kind}, roles={sorted(self.stats)})"
+
+
+class FP8State:
+    """The cast points a recipe installed, with their statistics and delayed-scaling histories.
+
+    Returned by `apply_recipe`. Call `step` once per optimizer step.
+
+    Attributes
+    ----------
+    recipe : str
+    options : dict
+        The recipe's options, defaults filled in.
+    points : dict of str -> CastPoint
+        Keyed by the module's dotted name.
+    steps : int
+        How many times `step` was called.
+    """
+
+    def __init__(self, recipe: str, options: dict):
+        self.recipe, self.options = recipe, dict(options)
+        self.points: dict[str, CastPoint] = {}
+        self.steps = 0
+
+    def _add_point(self, name: str, kind: str) -> CastPoint:
+        point = CastPoint(name, kind, self.recipe, self.options)
+        self.points[name] = point
+        return point
+
+    def step(self) -> None:
+        """End of an optimizer step: advance every delayed-scaling history exactly once."""
+        for point in self.points.values():
+            for scaler in point.scalers.values():
+                scaler.update()
+        self.steps += 1
+
+    def summary(self) -> dict:
+        """The worst cast of the latest statistics.
+
+        Returns
+        -------
+        dict
+            ``max_underflow`` and ``max_saturation`` (fractions), and ``max_underflow_at`` /
+            ``max_saturation_at`` naming that cast as ``"point:role"`` (None while the fraction
+            is 0).
+        """
+        result = {"max_underflow": 0.0, "max_underflow_at": None, "max_saturation": 0.0, "max_saturation_at": None}
+        for point in self.points.values():
+            for role, stats in point.stats.items():
+                for key, value in (("max_underflow", stats.underflow_fraction),
+                                   ("max_saturation", stats.saturation_fraction)):
+                    if value > result[key]:
+                        result[key], result[key + "_at"] = value, f"{point.name}:{role}"
+        return result
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to resume bit-exactly: the recipe, the step count and, for ``delayed``,
+        every history and scale (keys ``"<point>.<role>.amax_history"``, ``.scale``, ``.scale_inv``)."""
+        state = {"recipe": np.array(self.recipe), "steps": np.array(self.steps, np.int64)}
+        for point in self.points.values():
+            for role, scaler in point.scalers.items():
+                prefix = f"{point.name}.{role}."
+                state[prefix + "amax_history"] = scaler.amax_history.copy()
+                state[prefix + "scale"] = np.array(scaler.scale, np.float32)
+                state[prefix + "scale_inv"] = np.array(scaler.scale_inv, np.float32)
+        return state
+
+    def load_state_dict(self, state) -> None:
+        """Restore `state_dict` output; the recipe and the keys must match exactly."""
+        expected = self.state_dict()
+        missing = [key for key in expected if key not in state]
+        unexpected = [key for key in state if key not in expected]
+        if missing or unexpected:
+            raise KeyError(f"FP8State.load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        if str(np.asarray(state["recipe"])) != self.recipe:
+            raise ValueError(f"FP8State.load_state_dict: the state is for recipe {str(np.asarray(state['recipe']))!r}, "
+                             f"this model uses {self.recipe!r}")
+        for point in self.points.values():
+            for role, scaler in point.scalers.items():
+                prefix = f"{point.name}.{role}."
+                history = np.asarray(state[prefix + "amax_history"], np.float32)
+                if history.shape != scaler.amax_history.shape:
+                    raise ValueError(f"FP8State.load_state_dict: {prefix}amax_history has shape {history.shape}, "
+                                     f"expected {scaler.amax_history.shape}")
+                scaler.amax_history = history.copy()
+                scaler.scale = np.float32(state[prefix + "scale"])
+                scaler.scale_inv = np.float32(state[prefix + "scale_inv"])
+        self.steps = int(state["steps"])
+
+    def __repr__(self) -> str:
+        return f"FP8State(recipe={self.recipe!r}, points={len(self.points)}, steps={self.steps})"
+
+
+# ================================================================================================
+# The casts
+# ================================================================================================
+def _overflow_threshold(fmt) -> tuple[float, bool]:
+    """The midpoint between ``fmt.max`` and the next value an unbounded exponent would give, and
+    whether round-to-nearest-even takes that midpoint itself up (beyond max)."""
+    half_ulp = 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits - 1)
+    threshold = fmt.max + half_ulp
+    tie_overflows = not np.isfinite(codec.quantize(np.float64(threshold), fmt))
+    return threshold, tie_overflows
+
+
+_THRESHOLDS = {fmt.name: _overflow_threshold(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+
+
+def _beyond_max(scaled_magnitude, fmt) -> np.ndarray:
+    """True where a scaled input magnitude rounds beyond ``fmt.max`` (or is NaN)."""
+    threshold, tie_overflows = _THRESHOLDS[fmt.name]
+    with np.errstate(invalid="ignore"):
+        return ~(scaled_magnitude < threshold) if tie_overflows else ~(scaled_magnitude <= threshold)
+
+
+# ---- the element cast: the codec's float32 table path, fused with decode ----------------------
+@functools.lru_cache(maxsize=None)
+def _value_tables(fmt, saturate: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``codec.quantize`` of every float32 upper half ``u``: with the lower half nonzero, and zero.
+
+    By the codec's argument (``codec._float32_tables``) every float32 ``(u << 16) | low`` with
+    ``low != 0`` lies strictly inside one rounding interval, so ``(u << 16) | 1`` stands for all
+    of them; only ``low == 0`` can sit on a boundary. Built with the public ``codec.quantize``.
+    """
+    upper = np.arange(1 << 16, dtype=np.uint32) << 16
+    with np.errstate(invalid="ignore"):
+        inside = codec.quantize((upper | 1).view(np.float32), fmt, saturate=saturate)
+        boundary = codec.quantize(upper.view(np.float32), fmt, saturate=saturate)
+    return inside, boundary
+
+
+def _round_into(x: np.ndarray, out: np.ndarray, fmt, saturate: bool) -> None:
+    """``out[...] = codec.quantize(x, fmt, saturate=saturate)`` bit for bit (C-contiguous float32
+    arrays of one size), as one table lookup of the upper 16 bits: no codes, no second lookup."""
+    inside, boundary = _value_tables(fmt, saturate)
+    bits = x.reshape(-1).view(np.uint32)
+    upper = bits.view(np.uint16)[1::2] if np.little_endian else bits.view(np.uint16)[0::2]
+    flat_out = out.reshape(-1)
+    np.take(inside, upper, out=flat_out, mode="wrap")  # uint16 indices are always in range
+    exact = np.flatnonzero((bits << np.uint32(16)) == 0)  # the lower half is zero
+    flat_out[exact] = boundary[upper[exact]]
+
+
+# ---- slices on threads -------------------------------------------------------------------------
+CAST_THREADS = min(4, os.cpu_count() or 1)
+"""Threads that cast the slices of a big tensor (set to 1 for a single thread). NumPy releases the
+GIL inside its loops, so the slices run in parallel, as the GEMMs do on all cores. Each slice writes
+its own part of the output, so the results are the same for any number of threads."""
+
+_CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 per slice: it and its temporaries stay in cache
+_pool: ThreadPoolExecutor | None = None
+_pool_workers = 0
+
+
+def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
+    """``[kernel(start, stop), ...]`` over consecutive slices of ``range(rows)`` of about
+    ``_CHUNK_ELEMENTS`` elements each, on ``CAST_THREADS`` threads."""
+    global _pool, _pool_workers
+    step = max(1, _CHUNK_ELEMENTS // max(1, row_elements))
+    slices = [(start, min(start + step, rows)) for start in range(0, rows, step)]
+    threads = min(CAST_THREADS, len(slices))
+    if threads < 2:
+        return [kernel(start, stop) for start, stop in slices]
+    if _pool_workers < threads - 1:
+        _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="minifp8-cast")
+        _pool_workers = threads - 1
+    groups = [slices[i::threads] for i in range(threads)]
+    futures = [_pool.submit(_run_slices, kernel, group) for group in groups[1:]]
+    results = _run_slices(kernel, groups[0])  # this thread works too
+    for future in futures:
+        results.extend(future.result())
+    return results
+
+
+def _run_slices(kernel: Callable, slices: list) -> list:
+    return [kernel(start, stop) for start, stop in slices]
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+def _amax(x: np.ndarray):
+    """max |x| (NaN if x holds a NaN, 0 for an empty x), without a temporary |x|."""
+    if x.size == 0:
+        return x.dtype.type(0)
+    return np.maximum(x.max(), -x.min())
+
+
+def _float32(x: np.ndarray) -> np.ndarray:
+    """C-contiguous float32 of x's shape (float64 rounds once, as scaling.py converts its inputs)."""
+    with np.errstate(over="ignore"):
+        return np.require(x, np.float32, "C")
+
+
+def _memory_order(x: np.ndarray):
+    """The axis order that makes ``x`` C-contiguous when ``x`` is a permuted view of a contiguous
+    array (a transposed tensor), else None (also when x is C-contiguous already)."""
+    if x.ndim < 2 or x.flags.c_contiguous:
+        return None
+    order = tuple(np.argsort([-abs(stride) for stride in x.strides], kind="stable"))
+    return order if x.transpose(order).flags.c_contiguous else None
+
+
+def _blocks_view(x: np.ndarray, axis: int, block: int) -> np.ndarray:
+    """C-contiguous ``x`` as ``(rows, block, inner)``: every ``[row, :, j]`` is one block along ``axis``."""
+    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
+    return x.reshape(outer * (x.shape[axis] // block), block, inner)
+
+
+# ---- statistics --------------------------------------------------------------------------------
+# An element saturated exactly when the scaled input the cast rounded lies beyond the rounding
+# interval of max (or is Inf/NaN): a saturating cast clamped it to +-max, a non-saturating one made
+# it Inf/NaN. So the count needs the scaled inputs, not the codes; and only blocks whose largest
+# scaled magnitude (amax * scale, known from the scale computation) is beyond max can hold one.
+def _count_beyond(scaled: np.ndarray, fmt) -> int:
+    return int(np.count_nonzero(_beyond_max(np.abs(scaled), fmt)))
+
+
+def _count_saturated(scaled: np.ndarray, bound, fmt, nan_blocks: bool = False) -> int:
+    """Saturated elements of ``scaled``, knowing each block's largest |scaled| (``bound``).
+
+    ``bound`` broadcasts against ``scaled`` (size-1 axes where a block spans the axis). Nothing
+    can have saturated when no bound is beyond max. A NaN bound is a block holding NaN; its NaNs
+    count, unless ``nan_blocks`` says they are MX NaN blocks, counted whole elsewhere (then only
+    the blocks with a bound beyond max are searched).
+    """
+    threshold, tie_overflows = _THRESHOLDS[fmt.name]
+    bound = np.asarray(bound)
+    with np.errstate(invalid="ignore"):
+        hot = bound > threshold
+        if not nan_blocks:
+            hot |= np.isnan(bound)
+    if not hot.any():
+        return 0
+    if not nan_blocks and not np.isnan(bound).any():
+        # No NaN anywhere: two comparisons over the whole array, cheaper than finding the blocks.
+        if tie_overflows:
+            return int(np.count_nonzero(scaled >= threshold)) + int(np.count_nonzero(scaled <= -threshold))
+        return int(np.count_nonzero(scaled > threshold)) + int(np.count_nonzero(scaled < -threshold))
+    if hot.ndim == 0:
+        return _count_beyond(scaled, fmt)
+    blocks = np.nonzero(hot)
+    index = tuple(slice(None) if hot.shape[a] == 1 and scaled.shape[a] != 1 else blocks[a] for a in range(scaled.ndim))
+    return _count_beyond(scaled[index], fmt)
+
+
+def _underflow_count(x: np.ndarray, values: np.ndarray, zeros_stay_zero: bool = True) -> int:
+    """Nonzero inputs whose value became (+-)0."""
+    if zeros_stay_zero:  # then the nonzero inputs that became zero are the difference of the counts
+        zeros = int(np.count_nonzero(values == 0))
+        return zeros - int(np.count_nonzero(x == 0)) if zeros else 0
+    return int(np.count_nonzero((values == 0) & (x != 0)))
+
+
+def _stats(x: np.ndarray, values: np.ndarray, amax, parts: list) -> CastStats:
+    """Sum the per-slice (underflow, saturated) counts; recount underflow against a float64 input
+    (a value that became 0 already in the conversion to float32 underflowed too)."""
+    underflow = sum(part[0] for part in parts)
+    if x.dtype != np.float32:
+        underflow = _underflow_count(x, values.reshape(x.shape))
+    return CastStats(float(amax), int(x.size), underflow, sum(part[1] for part in parts))
+
+
+# ---- the recipes -------------------------------------------------------------------------------
+def _cast_per_tensor(x: np.ndarray, x32: np.ndarray, amax, scale, fmt, saturate: bool, new=np.empty):
+    """One scale for the whole tensor; ``scale=None`` is the naive cast ``codec.quantize`` (scale 1).
+
+    Otherwise ``scaling.quantize_with_scale`` then ``ScaledTensor.dequantize``, fused:
+    ``x * scale`` and ``elements * float32(1 / scale)`` in float32, the operations scaling.py
+    performs. ``x32``: x as C-contiguous float32; ``amax``: its max |x| (None with ``scale=None``:
+    then each slice finds its own, while it is in cache).
+    """
+    if scale is not None:
+        scale = np.float32(scale)
+        inverse = np.float32(1) / scale
+        with np.errstate(over="ignore", invalid="ignore"):
+            bound = amax * scale
+    flat = x32.reshape(-1)
+    values = new(flat.shape, np.float32)
+
+    def kernel(start, stop):
+        part, out = flat[start:stop], values[start:stop]
+        with np.errstate(over="ignore", invalid="ignore"):
+            if scale is None:
+                scaled, part_bound = part, _amax(part)
+                _round_into(part, out, fmt, saturate)
+            else:
+                scaled, part_bound = part * scale, bound
+                _round_into(scaled, out, fmt, saturate)
+                out *= inverse
+        return _underflow_count(part, out), _count_saturated(scaled, part_bound, fmt), part_bound
+
+    parts = _map_slices(kernel, flat.size, 1)
+    if scale is None:
+        amax = np.max([part[2] for part in parts], initial=np.float32(0))
+    values = values.reshape(x.shape)
+    return values, _stats(x, values, amax, parts)
+
+
+def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool, power_of_2: bool, new=np.empty):
+    """``scaling.quantize_blockwise(...).dequantize()``, E5M2 clamps turned into Inf."""
+    rows, columns = (128, 128) if weight else (1, 128)
+    axis = axis % x.ndim
+    x32 = _float32(x)
+    whole_tiles = (x.shape[axis] % columns == 0 if rows == 1
+                   else x.shape[0] % rows == 0 and x.shape[1] % columns == 0)
+    if not whole_tiles:  # scaling.py pads partial tiles: use it as it is
+        scaled_tensor = scaling.quantize_blockwise(x32, fmt, block_shape=(rows, columns), axis=axis,
+                                                   power_of_2=power_of_2)
+        values = scaled_tensor.dequantize()
+        scale = scaled_tensor.scale
+        for a in range(x.ndim):  # one scale per tile -> one per element
+            scale = np.repeat(scale, columns if a == axis else rows, axis=a)
+            scale = scale[(slice(None),) * a + (slice(0, x.shape[a]),)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            beyond = _beyond_max(np.abs(x32 * scale), fmt)
+        if not saturate:  # E5M2 gradients do not saturate: scaling.py's clamps become Inf
+            clamped = beyond & np.isfinite(values)
+            values[clamped] = np.copysign(np.float32(np.inf), values[clamped])
+        return values, CastStats(float(_amax(x32)), int(x.size), _underflow_count(x, values),
+                                 int(np.count_nonzero(beyond)))
+    # Whole tiles as axes of a view; per slice: scaling.scale_from_amax, then x * scale and
+    # elements * float32(1 / scale) in float32, as scaling.quantize_blockwise and dequantize do.
+    if rows == 1:
+        tiles, reduce = _blocks_view(x32, axis, columns), (1,)
+    else:
+        tiles, reduce = x32.reshape(x.shape[0] // rows, rows, x.shape[1] // columns, columns), (1, 3)
+    values = new(tiles.shape, np.float32)
+
+    def kernel(start, stop):
+        part, out = tiles[start:stop], values[start:stop]
+        if part.ndim == 3 and part.shape[2] == 1:  # tiles along the last axis: contiguous rows of 128
+            amax = mx.block_amax(part.reshape(-1, columns)).reshape(-1, 1, 1)
+        else:
+            amax = np.maximum(part.max(axis=reduce, keepdims=True), -part.min(axis=reduce, keepdims=True))
+        scale = scaling.scale_from_amax(amax, fmt, power_of_2=power_of_2)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = part * scale
+            _round_into(scaled, out, fmt, saturate)
+            out *= np.float32(1) / scale
+            bound = amax * scale
+        return _underflow_count(part, out), _count_saturated(scaled, bound, fmt), np.max(amax, initial=np.float32(0))
+
+    parts = _map_slices(kernel, len(tiles), math.prod(tiles.shape[1:]))
+    values = values.reshape(x.shape)
+    return values, _stats(x, values, np.max([part[2] for part in parts], initial=np.float32(0)), parts)
+
+
+def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
+    """``mx.quantize(x, MXFP8 with fmt elements, axis=axis, scale_mode=...).dequantize()``."""
+    mx_format = _MX_FORMATS[fmt.name]
+    block = mx_format.block_size
+    axis = axis % x.ndim
+    if x.dtype != np.float32 or x.shape[axis] % block:  # float64 or partial blocks: mx.py itself
+        quantized = mx.quantize(x, mx_format, axis=axis, scale_mode=scale_mode)
+        values = quantized.dequantize()
+        shared_exp = quantized.scales.astype(np.int32) - mx.E8M0_BIAS
+        shared_exp = np.repeat(shared_exp, block, axis=axis)[(slice(None),) * axis + (slice(0, x.shape[axis]),)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = x * np.ldexp(np.ones((), x.dtype), -shared_exp)  # exact, as mx.py scales
+        in_nan_block = np.isnan(values)  # only a NaN block decodes to NaN
+        nan_elements = int(np.count_nonzero(in_nan_block))
+        saturated = int(np.count_nonzero(_beyond_max(np.abs(scaled), fmt) & ~in_nan_block)) + nan_elements
+        underflow = _underflow_count(x, values, zeros_stay_zero=not nan_elements)
+        return values, CastStats(float(_amax(x)), int(x.size), underflow, saturated)
+    # Whole blocks as an axis of a view; per slice: mx.block_amax (or the same max over the block
+    # axis), mx.shared_exponents, then x * 2**-shared_exp and elements * 2**shared_exp in float32,
+    # exactly the operations of mx.quantize and MXArray.dequantize.
+    blocks = _blocks_view(np.require(x, requirements="C"), axis, block)
+    values = new(blocks.shape, np.float32)
+
+    def kernel(start, stop):
+        part, out = blocks[start:stop], values[start:stop]
+        if part.shape[2] == 1:  # blocks along the last axis: contiguous rows of 32
+            amax = mx.block_amax(part.reshape(-1, block)).reshape(-1, 1, 1)
+        else:
+            amax = np.maximum(part.max(axis=1, keepdims=True), -part.min(axis=1, keepdims=True))
+        scale_codes, shared_exp = mx.shared_exponents(amax, mx_format, scale_mode)
+        factor = np.ldexp(np.ones((), np.float32), -shared_exp.astype(np.int32))
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = part * factor
+            _round_into(scaled, out, fmt, saturate=True)
+            out *= codec.decode(scale_codes, formats.E8M0)  # 0xFF decodes to NaN: NaN blocks
+            bound = amax * factor
+        nan_blocks = scale_codes == mx.E8M0_NAN
+        nan_elements = int(np.count_nonzero(nan_blocks)) * block
+        if nan_elements:  # their elements are counted whole: leave them out of the search
+            bound[nan_blocks] = np.nan
+        saturated = _count_saturated(scaled, bound, fmt, nan_blocks=bool(nan_elements)) + nan_elements
+        return (_underflow_count(part, out, zeros_stay_zero=not nan_elements), saturated,
+                np.max(amax, initial=np.float32(0)))
+
+    parts = _map_slices(kernel, len(blocks), math.prod(blocks.shape[1:]))
+    values = values.reshape(x.shape)
+    return values, _stats(x, values, np.max([part[2] for part in parts], initial=np.float32(0)), parts)
+
+
+def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = False, scaler=None,
+                  **options) -> tuple[np.ndarray, CastStats]:
+    """Quantize and dequantize an array as a cast point of ``recipe`` does, with its statistics.
+
+    Parameters
+    ----------
+    x : array_like
+        float32 or float64 values, any shape (0-d only for the per-tensor recipes).
+    recipe : str
+        One of `RECIPES` (``fp32`` returns float32 ``x`` unchanged).
+    fmt : {"E4M3", "E5M2"}
+        E4M3 is a forward cast and saturates; E5M2 is a gradient cast and does not (overflow and
+        Inf give Inf), except inside MX blocks (module docstring).
+    axis : int
+        The contraction axis the scales run along (block recipes).
+    weight : bool
+        128x128 tiles instead of 1x128 under ``blockwise``.
+    scaler : scaling.DelayedScaling, optional
+        Required by ``delayed``: the history to record ``max|x|`` in and take the scale from (its
+        format must be ``fmt``). Its ``update`` is left to the caller.
+    **options
+        The recipe's options (`RECIPE_OPTIONS`).
+
+    Returns
+    -------
+    (numpy.ndarray, CastStats)
+        The dequantized values (float32, x's shape) and what the cast did.
+
+    Notes
+    -----
+    Each recipe equals its scaling.py / mx.py function bit for bit (tests/test_fp8.py): ``fp8``
+    is ``codec.quantize``; ``current`` is ``scaling.quantize_current(...).dequantize()``;
+    ``delayed`` is ``scaler.quantize(x, update=False).dequantize()``; ``mxfp8`` is
+    ``mx.quantize(x, MXFP8_E4M3 or MXFP8_E5M2, axis=axis).dequantize()``; ``blockwise`` is
+    ``scaling.quantize_blockwise(x, block_shape=(1, 128) or (128, 128), axis=axis).dequantize()``;
+    with E5M2 clamps turned into Inf outside MX. The fast paths only skip materialising the codes.
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    options = _recipe_options(recipe, options)
+    fmt = formats.get(fmt)
+    if fmt not in (FORWARD_FORMAT, BACKWARD_FORMAT):
+        raise ValueError(f"fake_quantize casts to E4M3 (forward) or E5M2 (gradients), got {fmt.name}")
+    array = np.asarray(x)
+    if array.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
+    if array.dtype == np.float16:
+        array = array.astype(np.float32)  # exact
+    if recipe == "fp32":
+        values = array.astype(np.float32)
+        return values, CastStats(float(_amax(values)), int(values.size), 0, 0)
+    if recipe in ("mxfp8", "blockwise"):
+        if array.ndim == 0:
+            raise ValueError(f"recipe {recipe!r} scales blocks along an axis; got a 0-d array")
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -array.ndim <= axis < array.ndim:
+            raise ValueError(f"axis {axis!r} is out of range for an array of shape {array.shape}")
+        if recipe == "blockwise" and weight and array.ndim != 2:
+            raise ValueError(f"128x128 weight tiles need a 2-d array, got shape {array.shape}")
+    if recipe == "delayed":
+        if not isinstance(scaler, scaling.DelayedScaling):
+            raise TypeError("recipe 'delayed' needs scaler=scaling.DelayedScaling(...) holding the amax history")
+        if scaler.fmt != fmt:
+            raise ValueError(f"the scaler casts to {scaler.fmt.name}, but fmt is {fmt.name}")
+    return _quantize(array, recipe, options, fmt, axis, weight, scaler)
+
+
+def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis: int,
+          weight: bool = False) -> np.ndarray:
+    """The cast of ``role`` at ``point``: returns the values and stores the statistics on the point."""
+    values, point.stats[role] = _quantize(x, state.recipe, state.options, fmt, axis, weight, point.scalers.get(role),
+                                          functools.partial(point._output, role))
+    return values
+
+
+def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
+    # E4M3 forward casts saturate; E5M2 gradient casts do not, unless the recipe is told to
+    saturate = fmt == FORWARD_FORMAT or options.get("saturate_gradients", False)
+    if recipe in ("fp8", "unit", "current", "delayed"):
+        if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path
+            values = codec.quantize(x, fmt, saturate=saturate)
+            amax = _amax(x)
+            return values, CastStats(float(amax), int(x.size), _underflow_count(x, values),
+                                     _count_saturated(x, amax, fmt))
+        # One scale for all: the elements may be cast in the order they lie in memory.
+        order = _memory_order(x)
+        if order is not None:
+            values, stats = _quantize(x.transpose(order), recipe, options, fmt, axis, weight, scaler, new)
+            return values.transpose(np.argsort(order)), stats
+        if recipe in ("fp8", "unit"):
+            x = np.require(x, requirements="C")
+            return _cast_per_tensor(x, x, None, None, fmt, saturate, new)
+        x32 = _float32(x)
+        amax = _amax(x32)
+        if recipe == "current":
+            scale = scaling.scale_from_amax(amax, fmt, power_of_2=options["power_of_2"])
+        else:
+            # The scaler records max|x| in its history and hands out the scale of the steps
+            # before. Quantizing the one-element array [max|x|] records exactly what quantizing x
+            # would (the same amax, NaN included) and returns the scale it casts with.
+            scale = scaler.quantize(np.reshape(amax, (1,)), update=False).scale
+        return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)
+    if recipe == "blockwise":
+        return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)
+    return _cast_mx(x, fmt, axis, options["scale_mode"], new)
+
+
+def _quantize_forward(state, point, role, x: Tensor, axis: int) -> Tensor:
+    """A forward cast to E4M3; the gradient passes straight through (straight-through estimator)."""
+    values = _cast(state, point, role, x.data, FORWARD_FORMAT, axis).astype(x.data.dtype, copy=False)
+    return make_op(values, (x,), lambda grad: (grad,), f"fp8_cast_{role}")
+
+
+def _quantize_backward(state, point, role, x: Tensor, axis: int) -> Tensor:
+    """Identity in the forward pass; casts the gradient to E5M2 in the backward pass."""
+
+    def backward(grad):
+        return (_cast(state, point, role, grad, BACKWARD_FORMAT, axis).astype(grad.dtype, copy=False),)
+
+    return make_op(x.data, (x,), backward, f"fp8_cast_{role}")
+
+
+# ================================================================================================
+# The hooks: an FP8 GEMM for linear layers and casts around attention cores
+# ================================================================================================
+class FP8Linear:
+    """``gemm(x, weight, bias) = x @ weight.T + bias`` with FP8 casts of every GEMM operand.
+
+    Installed by `apply_recipe` as a linear module's ``gemm``. Forward: x and W in E4M3
+    along in_features. Backward: dgrad from dy (E5M2) and W, both along out_features; wgrad from
+    dy (E5M2) and x, both along the token axis (module docstring). Gradients are straight-through:
+    each is the float32 GEMM of the quantized operands.
+    """
+
+    def __init__(self, state: FP8State, point: CastPoint):
+        self.state, self.point = state, point
+
+    def __repr__(self) -> str:
+        return f"FP8Linear({self.point.name!r}, recipe={self.state.recipe!r})"
+
+    def __call__(self, x, weight, bias=None) -> Tensor:
+        x, weight = as_tensor(x), as_tensor(weight)
+        if weight.ndim != 2:
+            raise ValueError(f"FP8 gemm {self.point.name!r}: weight must be 2-D (out_features, in_features), "
+                             f"got shape {weight.shape}")
+        out_features, in_features = weight.shape
+        if x.ndim == 0 or x.shape[-1] != in_features:
+            raise ValueError(f"FP8 gemm {self.point.name!r}: x has shape {x.shape}, its last axis must be "
+                             f"in_features={in_features} (weight shape {weight.shape})")
+        if bias is not None:
+            bias = as_tensor(bias)
+            if bias.shape != (out_features,):
+                raise ValueError(f"FP8 gemm {self.point.name!r}: bias must have shape ({out_features},), "
+                                 f"got {bias.shape}")
+        for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+            if t is not None and t.data.dtype.kind != "f":
+                raise TypeError(f"FP8 gemm {self.point.name!r}: {name} must be a floating tensor, got dtype {t.dtype}")
+        state, point = self.state, self.point
+        dtype = x.data.dtype
+        per_tensor = state.recipe in _PER_TENSOR
+        x2 = x.data.reshape(-1, in_features)
+        x_q = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1).astype(dtype, copy=False)
+        w_q = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True).astype(dtype, copy=False)
+        out = x_q @ w_q.T
+        if bias is not None:
+            out += bias.data
+        out = out.reshape(x.shape[:-1] + (out_features,))
+
+        def backward(grad):
+            g2 = grad.reshape(-1, out_features)
+            grad_x = grad_w = grad_b = None
+            if per_tensor:  # one scale per tensor: the rowwise and columnwise copies coincide
+                g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
+                if x.requires_grad:
+                    grad_x = (g_q @ w_q).reshape(x.shape)
+                if weight.requires_grad:
+                    grad_w = g_q.T @ x_q
+            else:
+                if x.requires_grad:  # dgrad: contraction over out_features
+                    g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
+                    if state.recipe == "blockwise":  # a 128x128 tile is the same tile along either axis
+                        w_t = w_q
+                    else:
+                        w_t = _cast(state, point, "w_t", weight.data, FORWARD_FORMAT, axis=0, weight=True)
+                    grad_x = (g_q @ w_t.astype(dtype, copy=False)).reshape(x.shape)
+                if weight.requires_grad:  # wgrad: contraction over the tokens
+                    g_t = _cast(state, point, "grad_t", g2, BACKWARD_FORMAT, axis=0).astype(dtype, copy=False)
+                    x_t = _cast(state, point, "x_t", x2, FORWARD_FORMAT, axis=0).astype(dtype, copy=False)
+                    grad_w = g_t.T @ x_t
+            if bias is not None and bias.requires_grad:
+                grad_b = g2.sum(axis=0)
+            return (grad_x, grad_w) if bias is None else (grad_x, grad_w, grad_b)
+
+        parents = (x, weight) if bias is None else (x, weight, bias)
+        return make_op(out, parents, backward, "fp8_linear")
+
+
+class FP8Attention:
+    """Wraps an attention core ``core(q, k, v, causal)`` with E4M3 casts of q, k, v and an E5M2
+    cast of the output gradient (axes in the module docstring)."""
+
+    def __init__(self, core: Callable, state: FP8State, point: CastPoint):
+        self.core, self.state, self.point = core, state, point
+
+    def __repr__(self) -> str:
+        return f"FP8Attention({self.point.name!r}, recipe={self.state.recipe!r}, core={self.core!r})"
+
+    def __call__(self, q, k, v, causal: bool = False) -> Tensor:
+        q, k, v = as_tensor(q), as_tensor(k), as_tensor(v)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.ndim < 2 or t.data.dtype.kind != "f":
+                raise ValueError(f"FP8 attention {self.point.name!r}: {name} must be a floating tensor of shape "
+                                 f"(..., seq, head_dim), got shape {t.shape} and dtype {t.dtype}")
+        state, point = self.state, self.point
+        q = _quantize_forward(state, point, "q", q, axis=-1)   # S = q k^T contracts head_dim
+        k = _quantize_forward(state, point, "k", k, axis=-1)
+        v = _quantize_forward(state, point, "v", v, axis=-2)   # O = P v contracts the key axis
+        out = self.core(q, k, v, causal)
+        return _quantize_backward(state, point, "grad", out, axis=-1)  # dP = dO v^T contracts head_dim
+
+
+def apply_recipe(model, recipe: str, **options) -> FP8State:
+    """Install FP8 casts into every linear GEMM and attention core of ``model``.
+
+    Every module (from ``model.named_modules()``) with a ``gemm`` attribute gets an
+    `FP8Linear` bound to a cast point named after the module; every module with an
+    ``attention_core`` gets it wrapped in `FP8Attention`. Hooks from an earlier call are
+    replaced, and ``"fp32"`` restores the plain ones (``functional.linear`` and the unwrapped core).
+
+    Parameters
+    ----------
+    model : nn.Module
+    recipe : str
+        One of `RECIPES`.
+    **options
+        Recipe options (`RECIPE_OPTIONS`): ``current``: ``power_of_2=False``; ``delayed``:
+        ``history_len=1024, amax_compute_algo="max", margin=0`` (scaling.DelayedScaling);
+        ``mxfp8``: ``scale_mode="floor"`` (mx.quantize); ``blockwise``: ``power_of_2=True``.
+        Every recipe but ``fp32`` and ``mxfp8`` takes ``saturate_gradients=False``: True clamps
+        the E5M2 gradient casts to +-max (TransformerEngine) instead of overflowing to Inf.
+
+    Returns
+    -------
+    FP8State
+        The cast points and their statistics; call ``state.step()`` once per optimizer step.
+
+    Raises
+    ------
+    ValueError
+        For an unknown recipe (the message lists the valid ones) or a bad option value.
+    TypeError
+        For an option the recipe does not take, or a model without ``named_modules``.
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    options = _recipe_options(recipe, options)
+    if not hasattr(model, "named_modules"):
+        raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
+    state = FP8State(recipe, options)
+    for name, module in model.named_modules():
+        name = name or type(module).__name__
+        if hasattr(module, "gemm"):
+            if recipe != "fp32":
+                module.gemm = FP8Linear(state, state._add_point(name, "gemm"))
+            elif isinstance(module.gemm, FP8Linear):
+                module.gemm = F.linear
+        if hasattr(module, "attention_core"):
+            core = module.attention_core
+            core = core.core if isinstance(core, FP8Attention) else core
+            if recipe != "fp32":
+                core = FP8Attention(core, state, state._add_point(name, "attention"))
+            module.attention_core = core
+    return state
+
+
+def _recipe_options(recipe: str, options: dict) -> dict:
+    allowed = RECIPE_OPTIONS[recipe]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        takes = f"takes the options {', '.join(allowed)}" if allowed else "takes no options"
+        raise TypeError(f"apply_recipe: recipe {recipe!r} {takes}; got {', '.join(map(repr, unknown))}")
+    merged = {**allowed, **options}
+    for flag in ("power_of_2", "saturate_gradients"):
+        if flag in options and not isinstance(options[flag], (bool, np.bool_)):
+            raise TypeError(f"apply_recipe: {flag} must be a bool, got {options[flag]!r}")
+    if "scale_mode" in options and options["scale_mode"] not in mx.SCALE_MODES:
+        raise ValueError(f"apply_recipe: unknown scale_mode {options['scale_mode']!r}; "
+                         f"choose one of {', '.join(mx.SCALE_MODES)}")
+    if recipe == "delayed":  # its own checks, with clear errors
+        scaling.DelayedScaling(FORWARD_FORMAT, **{key: merged[key] for key in _DELAYED_SCALING_OPTIONS})
+    return merged
+
+
+# ================================================================================================
+# Scale tracking
+# ================================================================================================
+@dataclass
+class ScaleRecord:
+    """Scale statistics of one tracked tensor: its value (forward) and its gradient (backward).
+
+    ``std`` is the population standard deviation, ``mean_abs`` the mean of |x|, both accumulated
+    in float64. The backward fields stay None until a gradient flows through.
+    """
+
+    name: str
+    shape: tuple
+    forward_std: float
+    forward_mean_abs: float
+    backward_std: float | None = None
+    backward_mean_abs: float | None = None
+
+
+class ScaleTracker:
+    """Context manager: while active, `track` records scales into ``records``.
+
+    ``records`` maps names to `ScaleRecord` in the order first tracked; a name tracked
+    again gets a suffix (``"q#2"``, ``"q#3"``, ...), so a layer's ops tracked in a loop over layers
+    give one row each. Gradients are recorded when ``backward`` reaches the tracked tensors, also
+    after the context has exited:
+
+        with ScaleTracker() as tracker:
+            loss = model(ids, targets)[1]
+            loss.backward()
+        figure = plots.scale_plot(tracker.records)
+    """
+
+    def __init__(self):
+        self.records: dict[str, ScaleRecord] = {}
+
+    def __enter__(self) -> "ScaleTracker":
+        _TRACKERS.append(self)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        _TRACKERS.remove(self)
+
+    def _new_record(self, name: str, data: np.ndarray) -> ScaleRecord:
+        key, count = name, 1
+        while key in self.records:
+            count += 1
+            key = f"{name}#{count}"
+        std, mean_abs = _scale_statistics(data)
+        record = ScaleRecord(key, tuple(data.shape), std, mean_abs)
+        self.records[key] = record
+        return record
+
+
+_TRACKERS: list[ScaleTracker] = []
+
+
+def _scale_statistics(data: np.ndarray) -> tuple[float, float]:
+    if data.size == 0:
+        return float("nan"), float("nan")
+    return float(np.std(data, dtype=np.float64)), float(np.mean(np.abs(data), dtype=np.float64))
+
+
+def track(name: str, x):
+    """Identity op that records the scale of ``x`` and of its gradient into the active tracker.
+
+    Outside a `ScaleTracker` context it returns ``x`` itself and builds nothing.
+    """
+    if not _TRACKERS:
+        return x
+    if not isinstance(name, str):
+        raise TypeError(f"track: name must be a str, got {type(name).__name__}")
+    x = as_tensor(x)
+    if x.data.dtype.kind != "f":
+        raise TypeError(f"track: {name!r} must be a floating tensor, got dtype {x.dtype}")
+    record = _TRACKERS[-1]._new_record(name, x.data)
+    if not (x.requires_grad and is_grad_enabled()):
+        return x
+
+    def backward(grad):
+        record.backward_std, record.backward_mean_abs = _scale_statistics(grad)
+        return (grad,)
+
+    return make_op(x.data, (x,), backward, "track")
+

@@ -1,0 +1,672 @@
+"""FP8 casts in the graph (minifp8.fp8) against the scaling.py / mx.py / codec functions they stand for.
+
+References: each recipe's cast must equal, bit for bit, the function named in DESIGN.md section 6
+applied to the same tensor (``codec.quantize``, ``scaling.quantize_current``,
+``scaling.DelayedScaling``, ``mx.quantize``, ``scaling.quantize_blockwise``), with E5M2 gradients not
+saturating; the FP8 GEMM's output and gradients must equal float32 GEMMs of operands assembled here
+from those functions; statistics are checked on tensors whose counts are worked out by hand from
+the format tables (E4M3 max 448, overflow beyond 464; E5M2 max 57344, 61440 overflows).
+"""
+import copy
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, fp8, mx, nn, scaling
+from minifp8 import functional as F
+from minifp8.autograd import Tensor, make_op
+
+RECIPES_WITH_CASTS = ("fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
+MAX = {"E4M3": 448.0, "E5M2": 57344.0}
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+def bits(a):
+    """float32 bit patterns, so that -0.0 != 0.0 and NaN payloads count."""
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def assert_same(actual, expected):
+    """Equal bit for bit, except that any NaN matches any NaN."""
+    actual, expected = np.asarray(actual, np.float32), np.asarray(expected, np.float32)
+    assert actual.shape == expected.shape
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(actual), nan)
+    np.testing.assert_array_equal(bits(actual)[~nan], bits(expected)[~nan])
+
+
+def midpoints(name):
+    """Every exact midpoint between neighbouring positive values of a format (the ties)."""
+    values = np.unique(codec.decode(np.arange(256, dtype=np.uint8), name).astype(np.float64))
+    values = values[np.isfinite(values) & (values >= 0)]
+    return ((values[1:] + values[:-1]) / 2).astype(np.float32)
+
+
+def wide_tensor(rng, shape, low=-16, high=10, ties="E4M3"):
+    """Normal values times 2**k for k in [low, high): underflow, rounding and saturation all
+    happen, plus planted exact ties of ``ties`` and zeros of both signs."""
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(low, high, shape))
+    flat = x.reshape(-1)
+    planted = rng.choice(flat.size, size=min(flat.size, 600), replace=False)
+    ties_values = midpoints(ties)
+    flat[planted[:500]] = rng.choice(ties_values, 500) * rng.choice([-1.0, 1.0], 500)
+    flat[planted[500:550]] = 0.0
+    flat[planted[550:]] = -0.0
+    return x.astype(np.float32)
+
+
+def expand(scale, shape, block_shape, axis):
+    """One scale per tile (scaling.quantize_blockwise layout) -> one per element."""
+    rows, columns = block_shape
+    for a in range(len(shape)):
+        scale = np.repeat(scale, columns if a == axis % len(shape) else rows, axis=a)
+        scale = np.take(scale, np.arange(shape[a]), axis=a)
+    return scale
+
+
+def non_saturating(x32, scale_per_element, scale_inv_per_element):
+    """E5M2 with scaling.py's scales but without clamping: overflow and Inf give Inf."""
+    scaled = np.multiply(x32, scale_per_element, dtype=np.float32)
+    return codec.quantize(scaled, "E5M2", saturate=False) * scale_inv_per_element
+
+
+def reference(x, recipe, fmt, axis=-1, weight=False, scaler=None):
+    """What a cast point of ``recipe`` must produce, from the reference functions."""
+    x32 = np.asarray(x, np.float32)
+    if recipe in ("fp8", "unit"):
+        return codec.quantize(x32, fmt, saturate=fmt == "E4M3")
+    if recipe == "mxfp8":
+        return mx.quantize(x32, "MXFP8_" + fmt, axis=axis).dequantize()
+    if recipe == "current":
+        scaled = scaling.quantize_current(x32, fmt)
+        tile_shape = None
+    elif recipe == "delayed":
+        scaled = scaler.quantize(x32, update=False)
+        tile_shape = None
+    else:
+        tile_shape = (128, 128) if weight else (1, 128)
+        scaled = scaling.quantize_blockwise(x32, fmt, block_shape=tile_shape, axis=axis)
+    if fmt == "E4M3":
+        return scaled.dequantize()
+    scale, scale_inv = scaled.scale, scaled.scale_inv
+    if tile_shape is not None:
+        scale, scale_inv = (expand(s, x32.shape, tile_shape, axis) for s in (scale, scale_inv))
+    expected = non_saturating(x32, scale, scale_inv)
+    # It is scaling.py's own result wherever that did not clamp.
+    unclamped = (scaled.codes & 0x7F) < 0x7B
+    assert_same(expected[unclamped], scaled.dequantize()[unclamped])
+    return expected
+
+
+def primed_scaler(fmt, amaxes=(3.0, 0.75)):
+    """A DelayedScaling whose scale came from earlier steps (not 1)."""
+    scaler = scaling.DelayedScaling(fmt, history_len=4)
+    for amax in amaxes:
+        scaler.quantize(np.array([amax], np.float32))
+    return scaler
+
+
+# ================================================================================================
+# Must-show 4: every cast point equals its reference function, bit for bit.
+# ================================================================================================
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+@pytest.mark.parametrize("shape, axis", [((256, 384), -1), ((256, 384), 0),   # whole blocks and tiles
+                                         ((50, 80), -1), ((50, 80), 0),       # partial ones (padding)
+                                         ((2, 3, 64, 96), -2)])               # attention-shaped
+def test_fake_quantize_equals_reference(recipe, fmt, shape, axis):
+    rng = np.random.default_rng(hash((recipe, fmt, shape, axis)) % 2**32)
+    x = wide_tensor(rng, shape, high=10 if fmt == "E4M3" else 18, ties=fmt)
+    scaler = primed_scaler(fmt) if recipe == "delayed" else None
+    reference_scaler = copy.deepcopy(scaler)
+    values, stats = fp8.fake_quantize(x, recipe, fmt, axis=axis, scaler=scaler)
+    assert_same(values, reference(x, recipe, fmt, axis, scaler=reference_scaler))
+    assert stats.size == x.size and stats.amax == np.max(np.abs(x))
+    if recipe == "delayed":  # the amax went into the history exactly as scaler.quantize(x) puts it
+        np.testing.assert_array_equal(scaler.amax_history, reference_scaler.amax_history)
+        assert scaler.scale == reference_scaler.scale
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "current", "delayed", "mxfp8", "blockwise"])
+def test_views_are_cast_like_copies(recipe):
+    """Transposed and strided views (attention's heads are transposed views): the same values."""
+    x = wide_tensor(np.random.default_rng(21), (4, 64, 3, 128))
+    for view in (x.transpose(0, 2, 1, 3), x[:, ::2], x.transpose(2, 0, 3, 1)):
+        for fmt in ("E4M3", "E5M2"):
+            scaler = primed_scaler(fmt) if recipe == "delayed" else None
+            values, stats = fp8.fake_quantize(view, recipe, fmt, axis=-1, scaler=scaler)
+            assert values.shape == view.shape
+            assert_same(values, reference(np.ascontiguousarray(view), recipe, fmt, -1,
+                                          scaler=primed_scaler(fmt) if scaler else None))
+
+
+@pytest.mark.parametrize("shape", [(256, 384), (200, 300)])
+def test_blockwise_weight_tiles(shape):
+    """128x128 weight tiles; the columnwise copy is the same tiles, so the GEMM reuses the rowwise one."""
+    w = wide_tensor(np.random.default_rng(1), shape)
+    for fmt in ("E4M3", "E5M2"):
+        values, _ = fp8.fake_quantize(w, "blockwise", fmt, weight=True)
+        assert_same(values, reference(w, "blockwise", fmt, weight=True))
+    assert_same(scaling.quantize_blockwise(w, block_shape=(128, 128), axis=0).dequantize(),
+                scaling.quantize_blockwise(w, block_shape=(128, 128), axis=-1).dequantize())
+
+
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+def test_special_values(recipe):
+    """NaN, +-Inf and overflow, as each reference treats them; E5M2 gradients give Inf, not max."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    x[3, 5], x[10, 100], x[20, 7], x[40, 64] = np.nan, np.inf, -np.inf, 1e30
+    for fmt in ("E4M3", "E5M2"):
+        scaler = primed_scaler(fmt) if recipe == "delayed" else None
+        expected = reference(x, recipe, fmt, scaler=copy.deepcopy(scaler))
+        values, stats = fp8.fake_quantize(x, recipe, fmt, scaler=scaler)
+        assert_same(values, expected)
+        assert np.isnan(stats.amax)
+        if recipe != "mxfp8":  # E4M3 clamps Inf to +-max*scale_inv; E5M2 keeps it
+            assert np.isinf(values[10, 100]) == (fmt == "E5M2")
+        else:  # OCP MX: a block holding NaN or Inf is all NaN
+            assert np.isnan(values[10, 96:128]).all() and np.isnan(values[3, 0:32]).all()
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "current", "delayed", "blockwise"])
+def test_saturate_gradients_option_gives_the_reference_itself(recipe):
+    """With saturate_gradients=True the E5M2 casts are scaling.py's / the codec's saturating
+    casts exactly (TransformerEngine), overflow included; the statistics still count it."""
+    rng = np.random.default_rng(13)
+    g = rng.standard_normal((64, 256)).astype(np.float32) * 1e4
+    g[0, 0] = np.inf
+    scaler = scaling.DelayedScaling("E5M2", history_len=2) if recipe == "delayed" else None
+    if scaler is not None:
+        scaler.quantize(np.array([100.0], np.float32))  # a history far below this gradient: overflow
+    reference_scaler = copy.deepcopy(scaler)
+    values, stats = fp8.fake_quantize(g, recipe, "E5M2", scaler=scaler, saturate_gradients=True)
+    if recipe == "fp8":
+        expected = codec.quantize(g, "E5M2", saturate=True)
+    elif recipe == "current":
+        expected = scaling.quantize_current(g, "E5M2").dequantize()
+    elif recipe == "delayed":
+        expected = reference_scaler.quantize(g, update=False).dequantize()
+    else:
+        expected = scaling.quantize_blockwise(g, "E5M2").dequantize()
+    assert_same(values, expected)
+    assert np.isfinite(values).all() and stats.saturation_count >= 1
+    assert np.isinf(fp8.fake_quantize(g, recipe, "E5M2", scaler=copy.deepcopy(reference_scaler))[0]).any()
+
+
+def test_float64_inputs_round_once():
+    """float64 (gradcheck) inputs: the naive cast rounds once (codec), mxfp8 exactly (mx.py), and
+    the scaling.py recipes round to float32 first, as TransformerEngine reads float32."""
+    x = wide_tensor(np.random.default_rng(3), (64, 96)).astype(np.float64) * (1 + 2.0**-30)
+    assert_same(fp8.fake_quantize(x, "fp8", "E4M3")[0], codec.quantize(x, "E4M3", saturate=True))
+    assert_same(fp8.fake_quantize(x, "mxfp8", "E4M3")[0], mx.quantize(x, "MXFP8_E4M3").dequantize())
+    assert_same(fp8.fake_quantize(x, "current", "E4M3")[0], scaling.quantize_current(x).dequantize())
+
+
+def test_fp32_is_the_identity():
+    rng = np.random.default_rng(0)
+    x = wide_tensor(rng, (16, 32))
+    values, stats = fp8.fake_quantize(x, "fp32")
+    assert_same(values, x)
+    assert stats.underflow_count == stats.saturation_count == 0
+
+    model, inputs, grad = small_model(rng), rng.standard_normal((4, 8, 32)), rng.standard_normal((4, 8, 32))
+    plain = copy.deepcopy(model)
+    state = fp8.apply_recipe(model, "fp32")
+    assert state.points == {} and model.layers[0].gemm is F.linear
+    assert model.attention.attention_core is F.scaled_dot_product_attention
+    outputs = [run(m, inputs, grad) for m in (model, plain)]
+    for a, b in zip(*outputs):
+        assert_same(a, b)
+    # fp32 after another recipe restores the plain hooks
+    fp8.apply_recipe(model, "mxfp8")
+    assert isinstance(model.layers[0].gemm, fp8.FP8Linear)
+    fp8.apply_recipe(model, "fp32")
+    assert model.layers[0].gemm is F.linear and model.attention.attention_core is F.scaled_dot_product_attention
+    for a, b in zip(run(model, inputs, grad), outputs[1]):
+        assert_same(a, b)
+
+
+# ================================================================================================
+# The FP8 GEMM: forward and both gradients are float32 GEMMs of the fake-quantised copies.
+# ================================================================================================
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe):
+    rng = np.random.default_rng(11)
+    layer = nn.Linear(256, 384, rng=rng)
+    layer.weight.data = wide_tensor(rng, (384, 256), low=-12, high=2)  # scales that differ block to block
+    x_data = wide_tensor(rng, (2, 64, 256), low=-12, high=9)
+    grad_data = wide_tensor(rng, (2, 64, 384), low=-30, high=-2)
+    state = fp8.apply_recipe(layer, recipe, **({"history_len": 4} if recipe == "delayed" else {}))
+    references = {}
+    if recipe == "delayed":  # one step first, so that the scales come from a history
+        references = {role: scaling.DelayedScaling(fmt, history_len=4)
+                      for role, fmt in (("x", "E4M3"), ("w", "E4M3"), ("grad", "E5M2"))}
+        # x this step is twice the history's amax (E4M3 saturates); the gradient half of it
+        warm_x, warm_grad = x_data[::-1] * 0.5, grad_data[::-1] * 2
+        layer(Tensor(warm_x)).backward(warm_grad)
+        for role, tensor in (("x", warm_x), ("w", layer.weight.data), ("grad", warm_grad)):
+            references[role].quantize(tensor.reshape(-1, tensor.shape[-1]))  # and update
+        state.step()
+    x = Tensor(x_data, requires_grad=True)
+    layer.weight.grad = layer.bias.grad = None
+    y = layer(x)
+    y.backward(grad_data)
+
+    x2, g2, w, b = x_data.reshape(-1, 256), grad_data.reshape(-1, 384), layer.weight.data, layer.bias.data
+
+    def ref(t, fmt, axis=-1, weight=False, role=None):
+        return reference(t, recipe, fmt, axis, weight, scaler=references.get(role))
+
+    x_q, w_q, g_q = ref(x2, "E4M3", role="x"), ref(w, "E4M3", weight=True, role="w"), ref(g2, "E5M2", role="grad")
+    if recipe in ("mxfp8", "blockwise"):  # columnwise copies along each backward GEMM's contraction axis
+        w_t = ref(w, "E4M3", axis=0, weight=True)
+        g_t, x_t = ref(g2, "E5M2", axis=0), ref(x2, "E4M3", axis=0)
+        assert not np.array_equal(g_t, g_q) and not np.array_equal(x_t, x_q)
+        assert np.array_equal(w_t, w_q) == (recipe == "blockwise")  # 128x128 tiles: the same either way
+    else:  # one scale per tensor: the copies coincide
+        w_t, g_t, x_t = w_q, g_q, x_q
+    assert_same(y.data, (x_q @ w_q.T + b).reshape(2, 64, 384))
+    assert_same(x.grad, (g_q @ w_t).reshape(x_data.shape))
+    assert_same(layer.weight.grad, g_t.T @ x_t)
+    assert_same(layer.bias.grad, g2.sum(axis=0))  # the bias gradient is not quantised
+    point = state.points["Linear"]
+    expected_roles = {"x", "w", "grad"} | ({"x_t", "w_t", "grad_t"} if recipe == "mxfp8" else set()) \
+        | ({"x_t", "grad_t"} if recipe == "blockwise" else set())
+    assert set(point.stats) == expected_roles
+
+
+def test_attention_casts():
+    """q, k (along head_dim) and v (along the sequence) in E4M3; the output gradient in E5M2 along
+    head_dim; gradients pass straight through the forward casts."""
+    rng = np.random.default_rng(5)
+    shape = (2, 3, 64, 96)
+    q, k, v = (Tensor(wide_tensor(rng, shape, low=-8, high=4), requires_grad=True) for _ in range(3))
+    grad = rng.standard_normal(shape).astype(np.float32) * 2.0 ** rng.integers(-20, 0, shape)
+    for recipe in ("fp8", "current", "mxfp8", "blockwise"):
+        seen = {}
+
+        def core(q_in, k_in, v_in, causal):
+            seen.update(q=q_in.data, k=k_in.data, v=v_in.data, causal=causal)
+            out = F.scaled_dot_product_attention(q_in, k_in, v_in, causal)
+            return make_op(out.data, (out,), lambda g: (seen.setdefault("grad", g),), "record")
+
+        module = AttentionModule(core)
+        state = fp8.apply_recipe(module, recipe)
+        for t in (q, k, v):
+            t.grad = None
+        module(q, k, v).backward(grad)
+        assert seen["causal"] is True
+        assert_same(seen["q"], reference(q.data, recipe, "E4M3", axis=-1))
+        assert_same(seen["k"], reference(k.data, recipe, "E4M3", axis=-1))
+        assert_same(seen["v"], reference(v.data, recipe, "E4M3", axis=-2))
+        assert_same(seen["grad"], reference(grad, recipe, "E5M2", axis=-1))
+        # straight through: the gradients are the core's, computed on the quantised values
+        leaves = [Tensor(seen[name], requires_grad=True) for name in ("q", "k", "v")]
+        F.scaled_dot_product_attention(*leaves, causal=True).backward(seen["grad"])
+        for leaf, t in zip(leaves, (q, k, v)):
+            assert_same(t.grad, leaf.grad)
+        assert set(state.points["AttentionModule"].stats) == {"q", "k", "v", "grad"}
+
+
+# ================================================================================================
+# Statistics: exact counts on crafted tensors.
+# ================================================================================================
+def test_statistics_naive_casts_by_hand():
+    # E4M3: min subnormal 2**-9, so 2**-10 is a tie that rounds to 0 (even) and underflows while
+    # the next float32 above it rounds up; 448 is max, 464 a tie that rounds to 448 (even) and
+    # does not saturate; anything above 464 saturates.
+    x = np.array([0.0, -0.0, 1.0, 2.0**-10, -(2.0**-10), np.nextafter(np.float32(2.0**-10), 1), 2.0**-12,
+                  448.0, 464.0, -464.0, np.nextafter(np.float32(464), np.float32(1e9)), 1e6, -np.inf],
+                 np.float32)
+    values, stats = fp8.fake_quantize(x, "fp8", "E4M3")
+    assert stats.underflow_count == 3            # +-2**-10 and 2**-12
+    assert stats.saturation_count == 3           # next float32 above 464, 1e6, -Inf
+    assert values[-1] == -448 and values[8] == 448 and values[5] == 2.0**-9
+    assert stats.size == 13 and stats.underflow_fraction == 3 / 13 and stats.saturation_fraction == 3 / 13
+    assert stats.amax == np.inf
+    # E5M2: min subnormal 2**-16, 2**-17 is a tie to 0; max 57344 and 61440 is a tie that rounds up
+    # to 65536, beyond max: Inf. NaN stays NaN and counts as saturated (it is not a finite value).
+    g = np.array([2.0**-17, 2.0**-16, 3 * 2.0**-18, 57344, 61439, 61440, -70000, np.nan, 5.0], np.float32)
+    values, stats = fp8.fake_quantize(g, "fp8", "E5M2")
+    assert stats.underflow_count == 1            # 2**-17 (3 * 2**-18 rounds up to 2**-16)
+    assert stats.saturation_count == 3           # 61440, -70000 (both Inf) and NaN
+    assert values[5] == np.inf and values[6] == -np.inf and values[4] == 57344 and np.isnan(values[7])
+
+
+def test_statistics_scaled_recipes_by_hand():
+    # current: amax 4 -> scale 112; 1e-7 * 112 < 2**-10: underflows; nothing can saturate.
+    x = np.array([4.0, -2.0, 1e-7, 0.0, 3e-5], np.float32)  # 3e-5 * 112 = 0.00336 > 2**-9: kept
+    stats = fp8.fake_quantize(x, "current", "E4M3")[1]
+    assert (stats.underflow_count, stats.saturation_count, stats.amax) == (1, 0, 4.0)
+
+    # delayed: the history holds amax 1, so scale 448; this step's 1.04 * 448 = 465.9 > 464
+    # saturates, 1.03 * 448 = 461.4 rounds to 448 and does not.
+    scaler = scaling.DelayedScaling("E4M3", history_len=2)
+    scaler.quantize(np.array([1.0], np.float32))
+    assert scaler.scale == 448
+    x = np.array([2.0, -1.5, 1.04, 1.03, 0.5], np.float32)
+    values, stats = fp8.fake_quantize(x, "delayed", "E4M3", scaler=scaler)
+    assert (stats.underflow_count, stats.saturation_count) == (0, 3)
+    assert values[0] == values[2] == np.float32(448) * np.float32(1 / 448)
+    assert scaler.amax_history[0] == 2.0  # recorded for the next update
+    # ...and in E5M2 the same overflow gives Inf: history amax 1 -> scale 57344; 1.1 * 57344 > 61440
+    scaler = scaling.DelayedScaling("E5M2", history_len=2)
+    scaler.quantize(np.array([1.0], np.float32))
+    values, stats = fp8.fake_quantize(np.array([1.1, 1.0, -1.2], np.float32), "delayed", "E5M2", scaler=scaler)
+    assert values[0] == np.inf and values[2] == -np.inf and stats.saturation_count == 2
+    assert values[1] == np.float32(57344) * (np.float32(1) / np.float32(57344))
+
+    # mxfp8 (floor): block amax 500 -> shared exponent 8 - 8 = 0, scale 1: 500 and 470 lie beyond
+    # 464 and clamp to 448, 460 rounds to 448; 2**-20 underflows. The second block holds an Inf:
+    # all its 32 values become NaN (saturated), its zero is not an underflow.
+    block = np.zeros(64, np.float32)
+    block[:6] = [500, -470, 460, 1, 2.0**-20, 3]
+    block[32:35] = [np.inf, 1, 0]
+    values, stats = fp8.fake_quantize(block, "mxfp8", "E4M3")
+    assert (stats.underflow_count, stats.saturation_count) == (1, 2 + 32)
+    assert values[0] == 448 and values[1] == -448 and np.isnan(values[32:]).all()
+
+    # blockwise: one 1x128 tile with amax 1: scale 448 rounded down to a power of two, 256;
+    # 2**-19 * 256 = 2**-11 underflows, 2**-17 * 256 = 2**-9 survives.
+    tile = np.zeros(128, np.float32)
+    tile[:4] = [1.0, -0.5, 2.0**-19, 2.0**-17]
+    stats = fp8.fake_quantize(tile, "blockwise", "E4M3")[1]
+    assert (stats.underflow_count, stats.saturation_count, stats.amax) == (1, 0, 1.0)
+
+
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_statistics_equal_a_direct_count(recipe, fmt, axis, monkeypatch):
+    """Counts over many slices (and threads) equal a direct count on the reference: underflow is
+    a zero output from a nonzero input; saturation a scaled input beyond the rounding interval of
+    max (E4M3: above 464, a tie at 464 rounds down to 448; E5M2: from 61440 up, a tie that rounds
+    up to 65536) or a NaN."""
+    monkeypatch.setattr(fp8, "_CHUNK_ELEMENTS", 4096)
+    rng = np.random.default_rng(hash((recipe, fmt, axis)) % 2**32)
+    x = wide_tensor(rng, (256, 384), high=12 if fmt == "E4M3" else 19, ties=fmt)
+    x[5, :7] = [np.nan, 0, 0, 0, 0, 0, 0] if recipe != "mxfp8" else [0] * 7  # (mx: see test_special_values)
+    scaler = primed_scaler(fmt, amaxes=(1e4,)) if recipe == "delayed" else None
+    expected_values = reference(x, recipe, fmt, axis, scaler=copy.deepcopy(scaler))
+    values, stats = fp8.fake_quantize(x, recipe, fmt, axis=axis, scaler=scaler)
+    if recipe in ("fp8", "unit"):
+        scaled = x
+    elif recipe in ("current", "delayed"):
+        scaled = x * (scaling.quantize_current(x, fmt).scale if recipe == "current" else scaler.scale)
+    elif recipe == "blockwise":
+        scaled = x * expand(scaling.quantize_blockwise(x, fmt, axis=axis).scale, x.shape, (1, 128), axis)
+    else:
+        shared_exp = mx.quantize(x, "MXFP8_" + fmt, axis=axis).scales.astype(np.int32) - 127
+        scaled = x * np.exp2(-expand(shared_exp, x.shape, (1, 32), axis).astype(np.float64))
+    threshold = 464 if fmt == "E4M3" else 61440
+    beyond = (np.abs(scaled) > threshold) | (np.abs(scaled) == threshold) & (fmt == "E5M2") | np.isnan(scaled)
+    assert stats.saturation_count == np.count_nonzero(beyond) > 0
+    assert stats.underflow_count == np.count_nonzero((expected_values == 0) & (x != 0)) > 0
+    assert stats.size == x.size
+
+
+def test_statistics_recorded_per_role_and_summary():
+    rng = np.random.default_rng(2)
+    layer = nn.Linear(128, 64, bias=False, rng=rng)
+    state = fp8.apply_recipe(layer, "fp8")
+    assert state.summary() == {"max_underflow": 0.0, "max_underflow_at": None,
+                               "max_saturation": 0.0, "max_saturation_at": None}
+    x = np.full((32, 128), 0.25, np.float32)
+    x[0, :4] = [1000, -1000, 2.0**-11, 0]  # 2 saturate, 1 underflows (the 0 does not)
+    layer(Tensor(x)).backward(np.full((32, 64), 2.0**-20, np.float32))  # every gradient underflows
+    stats = state.points["Linear"].stats
+    assert set(stats) == {"x", "w", "grad"}
+    assert (stats["x"].saturation_count, stats["x"].underflow_count, stats["x"].amax) == (2, 1, 1000)
+    assert stats["grad"].underflow_fraction == 1.0 and stats["grad"].amax == 2.0**-20
+    assert state.summary() == {"max_underflow": 1.0, "max_underflow_at": "Linear:grad",
+                               "max_saturation": 2 / x.size, "max_saturation_at": "Linear:x"}
+
+
+# ================================================================================================
+# Delayed scaling: one history per role per point, advanced once per state.step().
+# ================================================================================================
+def test_delayed_history_advances_once_per_step():
+    rng = np.random.default_rng(4)
+    layer = nn.Linear(64, 32, bias=False, rng=rng)
+    state = fp8.apply_recipe(layer, "delayed", history_len=4)
+    scalers = state.points["Linear"].scalers
+    assert set(scalers) == {"x", "w", "grad"}
+    assert scalers["grad"].fmt.name == "E5M2" and scalers["x"].fmt.name == "E4M3"
+    x_amaxes = [2.0, 8.0, 0.5]
+    for step, amax in enumerate(x_amaxes):
+        x = rng.uniform(-0.25, 0.25, (16, 64)).astype(np.float32)
+        x[0, 0] = amax
+        scale_before = scalers["x"].scale
+        for micro_batch in range(2):  # two forward+backward passes in one step: one history entry
+            out = layer(Tensor(x * (0.5 if micro_batch else 1.0)))
+            out.backward(np.ones(out.shape, np.float32))
+            assert scalers["x"].scale == scale_before  # casts within a step never move the scale
+        # this step's casts used the scale from the amaxes of the steps before
+        expected_scale = np.float32(448) / np.float32(max(x_amaxes[:step])) if step else np.float32(1)
+        assert scale_before == expected_scale
+        assert scalers["x"].amax_history[0] == amax  # the running max of the step's two casts
+        state.step()
+        assert state.steps == step + 1
+    # after three steps the history holds each step's amax once, oldest first, ending at the newest
+    np.testing.assert_array_equal(scalers["x"].amax_history, [0.0, 2.0, 8.0, 0.5])
+    # a step with no casts advances every history by one entry: the slot of the step that just
+    # ended (0, nothing cast) goes to the end, the oldest amax (2) leaves, the new slot 0 is empty
+    state.step()
+    np.testing.assert_array_equal(scalers["x"].amax_history, [0.0, 8.0, 0.5, 0.0])
+    assert scalers["w"].amax_history[-1] == 0 and scalers["w"].amax_history[-2] != 0
+
+
+def test_delayed_state_dict_resumes_bit_exactly():
+    def fresh():
+        rng = np.random.default_rng(8)
+        return nn.Sequential(nn.Linear(32, 48, rng=rng), nn.GELU(), nn.Linear(48, 16, rng=rng))
+
+    rng = np.random.default_rng(9)
+    batches = [(rng.standard_normal((8, 32)) * 2.0 ** -i, rng.standard_normal((8, 16))) for i in range(4)]
+    model = fresh()
+    state = fp8.apply_recipe(model, "delayed", history_len=3)
+    for x, g in batches[:2]:
+        model(Tensor(x)).backward(g)
+        state.step()
+    saved = state.state_dict()
+    resumed = fresh()
+    resumed.load_state_dict(model.state_dict())
+    resumed_state = fp8.apply_recipe(resumed, "delayed", history_len=3)
+    resumed_state.load_state_dict(saved)
+    assert resumed_state.steps == 2
+    for x, g in batches[2:]:
+        model.zero_grad()
+        resumed.zero_grad()
+        outputs = [m(Tensor(x)) for m in (model, resumed)]
+        assert_same(outputs[0].data, outputs[1].data)
+        for out, s in zip(outputs, (state, resumed_state)):
+            out.backward(g)
+            s.step()
+        for a, b in zip(model.parameters(), resumed.parameters()):
+            assert_same(a.grad, b.grad)
+    with pytest.raises(KeyError, match="missing keys"):
+        resumed_state.load_state_dict({"recipe": np.array("delayed"), "steps": np.array(0)})
+    with pytest.raises(ValueError, match="recipe 'current'"):
+        resumed_state.load_state_dict({**saved, "recipe": np.array("current")})
+
+
+# ================================================================================================
+# Hooks, errors, determinism.
+# ================================================================================================
+class AttentionModule(nn.Module):
+    def __init__(self, core=F.scaled_dot_product_attention):
+        self.attention_core = core
+
+    def forward(self, q, k, v):
+        return self.attention_core(q, k, v, True)
+
+
+class SmallModel(nn.Module):
+    """Linears at several depths (a list, a Sequential, a nested module) and an attention core."""
+
+    def __init__(self, rng):
+        self.layers = [nn.Linear(32, 32, rng=rng), nn.Linear(32, 96, bias=False, rng=rng)]
+        self.attention = AttentionModule()
+        self.mlp = nn.Sequential(nn.Linear(32, 64, rng=rng), nn.GELU(), nn.Linear(64, 32, rng=rng))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = F.split(self.layers[1](self.layers[0](x)), 32, axis=-1)
+        heads = [t.reshape(b, s, 2, 16).transpose(0, 2, 1, 3) for t in (q, k, v)]
+        y = self.attention(*heads).transpose(0, 2, 1, 3).reshape(b, s, d)
+        return self.mlp(y)
+
+
+def small_model(rng):
+    return SmallModel(rng)
+
+
+def run(model, inputs, grad):
+    model.zero_grad()
+    x = Tensor(inputs, requires_grad=True)
+    out = model(x)
+    out.backward(grad)
+    return [out.data, x.grad] + [p.grad for p in model.parameters()]
+
+
+def test_apply_recipe_finds_every_linear_and_attention():
+    rng = np.random.default_rng(0)
+    model = small_model(rng)
+    state = fp8.apply_recipe(model, "current")
+    linears = {"layers.0": model.layers[0], "layers.1": model.layers[1], "mlp.0": model.mlp[0], "mlp.2": model.mlp[2]}
+    assert set(state.points) == set(linears) | {"attention"}
+    for name, layer in linears.items():
+        assert isinstance(layer.gemm, fp8.FP8Linear) and layer.gemm.point is state.points[name]
+        assert state.points[name].kind == "gemm"
+    assert isinstance(model.attention.attention_core, fp8.FP8Attention)
+    assert model.attention.attention_core.core is F.scaled_dot_product_attention
+    assert set(model.state_dict()) == {"layers.0.weight", "layers.0.bias", "layers.1.weight", "mlp.0.weight",
+                                       "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"}  # hooks are not state
+    run(model, rng.standard_normal((2, 8, 32)), rng.standard_normal((2, 8, 32)))
+    for name in linears:
+        assert set(state.points[name].stats) == {"x", "w", "grad"}
+    # a second recipe replaces the hooks (and wraps the original core, not the FP8 one)
+    state = fp8.apply_recipe(model, "mxfp8")
+    assert model.attention.attention_core.core is F.scaled_dot_product_attention
+    assert model.layers[0].gemm.state is state
+
+
+def test_unknown_recipe_and_bad_options():
+    model = small_model(np.random.default_rng(0))
+    with pytest.raises(ValueError, match="unknown FP8 recipe 'fp16'; choose one of fp32, fp8, unit, current, "
+                                         "delayed, mxfp8, blockwise"):
+        fp8.apply_recipe(model, "fp16")
+    with pytest.raises(ValueError, match="unknown FP8 recipe"):
+        fp8.fake_quantize(np.ones(4), "e4m3")
+    with pytest.raises(TypeError, match="recipe 'fp8' takes the options saturate_gradients; got 'margin'"):
+        fp8.apply_recipe(model, "fp8", margin=1)
+    with pytest.raises(TypeError, match="recipe 'fp32' takes no options; got 'margin'"):
+        fp8.apply_recipe(model, "fp32", margin=1)
+    with pytest.raises(TypeError, match="saturate_gradients must be a bool"):
+        fp8.apply_recipe(model, "current", saturate_gradients=1)
+    with pytest.raises(TypeError, match="takes the options history_len, amax_compute_algo, margin"):
+        fp8.apply_recipe(model, "delayed", history=16)
+    with pytest.raises(ValueError, match="history_len"):
+        fp8.apply_recipe(model, "delayed", history_len=0)
+    with pytest.raises(ValueError, match="unknown scale_mode 'round'"):
+        fp8.apply_recipe(model, "mxfp8", scale_mode="round")
+    with pytest.raises(TypeError, match="power_of_2 must be a bool"):
+        fp8.apply_recipe(model, "current", power_of_2="yes")
+    with pytest.raises(TypeError, match="needs scaler="):
+        fp8.fake_quantize(np.ones(4), "delayed")
+    with pytest.raises(ValueError, match="E4M3 .* or E5M2"):
+        fp8.fake_quantize(np.ones(4), "fp8", "E2M1")
+    with pytest.raises(TypeError, match="float16, float32 or float64 array"):
+        fp8.fake_quantize(np.ones(4, np.int32), "fp8")
+    with pytest.raises(ValueError, match="0-d array"):
+        fp8.fake_quantize(np.float32(1), "mxfp8")
+    with pytest.raises(TypeError, match="needs a Module"):
+        fp8.apply_recipe([nn.Linear(2, 2, rng=np.random.default_rng(0))], "fp8")
+    layer = nn.Linear(8, 4, rng=np.random.default_rng(0))
+    fp8.apply_recipe(layer, "fp8")
+    with pytest.raises(ValueError, match="in_features=8"):
+        layer(Tensor(np.ones((3, 5))))
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "mxfp8"])
+def test_later_casts_never_overwrite_a_live_graph(recipe):
+    """Cast points reuse their output arrays only once nothing else holds them: a graph kept
+    alive still backpropagates through its own quantised operands after later steps."""
+    rng = np.random.default_rng(6)
+    layer = nn.Linear(64, 32, rng=rng)
+    fp8.apply_recipe(layer, recipe)
+    x1, x2 = (rng.standard_normal((32, 64)) * scale for scale in (1.0, 300.0))
+    grad = rng.standard_normal((32, 32))
+    kept = layer(Tensor(x1))
+    kept.backward(grad)
+    expected = layer.weight.grad.copy()
+    for _ in range(2):  # later steps at the same cast point
+        layer.zero_grad()
+        layer(Tensor(x2)).backward(grad)
+    layer.zero_grad()
+    kept.backward(grad)
+    assert_same(layer.weight.grad, expected)
+
+
+def test_determinism_and_thread_count(monkeypatch):
+    """Same seeds, same bits: across runs, and for any number of cast threads."""
+    monkeypatch.setattr(fp8, "_CHUNK_ELEMENTS", 4096)  # many slices per tensor
+    results = []
+    for threads in (fp8.CAST_THREADS, 1, fp8.CAST_THREADS):
+        previous, fp8.CAST_THREADS = fp8.CAST_THREADS, threads
+        try:
+            rng = np.random.default_rng(12)
+            model = small_model(rng)
+            state = fp8.apply_recipe(model, "mxfp8")
+            grads = run(model, rng.standard_normal((4, 512, 32)) * 100, rng.standard_normal((4, 512, 32)))
+            results.append((grads, {(p, r): s for p, point in state.points.items() for r, s in point.stats.items()}))
+        finally:
+            fp8.CAST_THREADS = previous
+    for grads, stats in results[1:]:
+        for a, b in zip(grads, results[0][0]):
+            assert_same(a, b)
+        assert stats == results[0][1]
+
+
+# ================================================================================================
+# Scale tracking
+# ================================================================================================
+def test_track_records_std_and_mean_abs_of_value_and_gradient():
+    data = np.array([[1.0, -1.0], [3.0, -3.0]])  # std sqrt(5) (population), mean |x| 2
+    x = Tensor(data, requires_grad=True)
+    assert fp8.track("x", x) is x  # no tracker: the tensor itself, no graph node
+    with fp8.ScaleTracker() as tracker:
+        y = fp8.track("x", x)
+        z = fp8.track("x", y * 2.0)  # the same name again gets a suffix
+        constant = fp8.track("constant", Tensor(data))  # no gradient flows: backward stays None
+    (z * Tensor(np.array([[0.5, 0.5], [-0.5, 4.5]]))).sum().backward()  # after the context: still recorded
+    first, second = tracker.records["x"], tracker.records["x#2"]
+    assert list(tracker.records) == ["x", "x#2", "constant"]
+    assert first.forward_std == pytest.approx(np.sqrt(5), rel=1e-12) and first.forward_mean_abs == 2
+    assert second.forward_std == pytest.approx(2 * np.sqrt(5), rel=1e-12) and second.forward_mean_abs == 4
+    # dz = [[.5, .5], [-.5, 4.5]]: mean 1.25, deviations -.75, -.75, -1.75, 3.25, so the std is
+    # sqrt((.5625 + .5625 + 3.0625 + 10.5625) / 4) = sqrt(3.6875); mean |dz| = 6 / 4 = 1.5
+    assert second.backward_std == pytest.approx(np.sqrt(3.6875), rel=1e-12) and second.backward_mean_abs == 1.5
+    assert first.backward_std == pytest.approx(2 * np.sqrt(3.6875), rel=1e-12) and first.backward_mean_abs == 3
+    assert tracker.records["constant"].backward_std is None and constant.requires_grad is False
+    np.testing.assert_array_equal(x.grad, 2 * np.array([[0.5, 0.5], [-0.5, 4.5]]))  # identity op
+    assert fp8.track("x", x) is x  # the context has exited
+
+
+def test_scale_plot_rows():
+    pytest.importorskip("matplotlib")
+    from minifp8 import plots
+
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((64, 32)), requires_grad=True)
+    with fp8.ScaleTracker() as tracker:
+        h = fp8.track("input", x)
+        h = fp8.track("scaled down", h * 1e-4)
+        h = fp8.track("zero", h * 0.0)
+    h.sum().backward()
+    figure = plots.scale_plot(tracker.records, title="test")
+    ax = figure.axes[0]
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["input", "scaled down", "zero"]
+    assert ax.get_title() == "test"
+    assert plots.scale_plot(tracker).axes[0].get_yticklabels()[0].get_text() == "input"
