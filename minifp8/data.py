@@ -2,13 +2,13 @@
 
 Nothing is downloaded and no data file ships: the default corpus is *generated* from a seed, so
 every install, test and tutorial sees the same text. ``--data PATH`` trains on any UTF-8 text file
-with the same character tokenizer instead (:func:`load_dataset`).
+with the same character tokenizer instead (`load_dataset`).
 
 The default corpus: arithmetic lines
 ------------------------------------
 Every problem ``a op b`` with ``0 <= a, b <= max_operand`` (99) and ``op`` in ``"+-"`` is written
 once, as a line ``a op b = answer``, in an order shuffled by the seed. The training text of
-seed 0 begins::
+seed 0 begins:
 
     89-86=3
     5+62=67
@@ -23,10 +23,10 @@ the vocabulary is the 14 characters ``"\\n+-0123456789="``. Why arithmetic rathe
 toy grammar:
 
 * **Correctness is measurable.** The answer of every line is determined by its question, so a
-  trainer can report *task accuracy* (:func:`answer_accuracy`), not only loss.
+  trainer can report *task accuracy* (`answer_accuracy`), not only loss.
 * **The loss has a known floor.** The operands are uniform and independent, the rest of a line is
   determined by them, so the entropy of a line is ``ln(#problems)`` and the best cross-entropy per
-  character is that divided by the mean line length (:func:`arithmetic_loss_floor`, 1.076 nats for
+  character is that divided by the mean line length (`arithmetic_loss_floor`, 1.076 nats for
   the default). A loss curve can be drawn against the line "knows arithmetic perfectly".
 * **Graded difficulty.** Layout characters (``=``, newline) are easy, operand digits are
   irreducibly random, answer digits need the carry/borrow and, for ``-``, the sign: a model that
@@ -42,11 +42,11 @@ Small Transformers", arXiv:2307.03381); plain order is kept here for readability
 
 API
 ---
-- :func:`arithmetic_corpus`, :func:`arithmetic_loss_floor`: the generated text and its loss floor.
-- :class:`CharTokenizer`: characters <-> int64 ids (nanoGPT's character-level scheme).
-- :func:`load_text`: a UTF-8 text file, with a clear error for anything else.
-- :class:`Dataset` and :func:`load_dataset`: train/val token arrays and random ``(x, y)`` batches.
-- :func:`answer_accuracy` and :func:`answer_mask`: teacher-forced task accuracy on answers.
+- `arithmetic_corpus`, `arithmetic_loss_floor`: the generated text and its loss floor.
+- `CharTokenizer`: characters <-> int64 ids (nanoGPT's character-level scheme).
+- `load_text`: a UTF-8 text file, with a clear error for anything else.
+- `Dataset` and `load_dataset`: train/val token arrays and random ``(x, y)`` batches.
+- `answer_accuracy` and `answer_mask`: teacher-forced task accuracy on answers.
 
 Example
 -------
@@ -75,7 +75,7 @@ __all__ = [
 #: The operators an arithmetic corpus may use, with the integer operation each one denotes.
 OPERATORS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 
-#: The names :meth:`Dataset.get_batch` accepts.
+#: The names `Dataset.get_batch` accepts.
 SPLITS = ("train", "val")
 
 
@@ -319,9 +319,9 @@ class Dataset:
     name : str
         A description for logs (a file path, or the corpus and its seed).
     task : str or None
-        ``"arithmetic"`` when :func:`answer_accuracy` applies to this data, else None.
+        ``"arithmetic"`` when `answer_accuracy` applies to this data, else None.
     loss_floor : float or None
-        The best achievable loss in nats per character, when known (:func:`arithmetic_loss_floor`).
+        The best achievable loss in nats per character, when known (`arithmetic_loss_floor`).
 
     Attributes
     ----------
@@ -359,7 +359,7 @@ class Dataset:
     @classmethod
     def arithmetic(cls, seed: int = 0, *, max_operand: int = 99, operators: str = "+-",
                    val_fraction: float = 0.1) -> "Dataset":
-        """The generated arithmetic corpus (:func:`arithmetic_corpus`): validation problems are held out."""
+        """The generated arithmetic corpus (`arithmetic_corpus`): validation problems are held out."""
         train_text, val_text = arithmetic_corpus(seed, max_operand=max_operand, operators=operators,
                                                  val_fraction=val_fraction)
         return cls(train_text, val_text, task="arithmetic",
@@ -410,7 +410,7 @@ def load_dataset(path=None, *, seed: int = 0, val_fraction: float = 0.1) -> Data
     """The data for ``train_tiny``: the arithmetic corpus when ``path`` is None, else a text file.
 
     ``seed`` shuffles the arithmetic corpus and is ignored for a file. A file is read with
-    :func:`load_text` (so its errors apply) and split by position with :meth:`Dataset.from_text`.
+    `load_text` (so its errors apply) and split by position with `Dataset.from_text`.
     """
     if path is None:
         return Dataset.arithmetic(seed, val_fraction=val_fraction)
@@ -422,7 +422,7 @@ def load_dataset(path=None, *, seed: int = 0, val_fraction: float = 0.1) -> Data
 
 @dataclass(frozen=True)
 class AnswerAccuracy:
-    """Counts from :func:`answer_accuracy`. Add two to pool batches: ``total = a + b``.
+    """Counts from `answer_accuracy`. Add two to pool batches: ``total = a + b``.
 
     ``char_accuracy`` and ``exact_match`` are NaN when nothing was scored.
     """
@@ -524,7 +524,7 @@ def answer_accuracy(inputs, targets, predictions, tokenizer: CharTokenizer) -> A
     Parameters
     ----------
     inputs, targets : array of int, shape (batch, block)
-        A batch from :meth:`Dataset.get_batch` (``targets`` is ``inputs`` shifted by one).
+        A batch from `Dataset.get_batch` (``targets`` is ``inputs`` shifted by one).
     predictions : array of int, shape (batch, block)
         The model's predicted next token at every position, e.g. ``logits.argmax(-1)`` for the
         logits of ``model(inputs)``: ``predictions[b, t]`` is its guess for ``targets[b, t]``.
@@ -534,7 +534,7 @@ def answer_accuracy(inputs, targets, predictions, tokenizer: CharTokenizer) -> A
     Returns
     -------
     AnswerAccuracy
-        Over the answer characters that :func:`answer_mask` selects: how many were predicted exactly
+        Over the answer characters that `answer_mask` selects: how many were predicted exactly
         (``char_accuracy``), and how many whole answers had every character right
         (``exact_match``). Each prediction sees the true preceding text (teacher forcing), so
         ``exact_match`` is also the fraction of answers that greedy decoding from the question would

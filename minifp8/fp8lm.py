@@ -5,16 +5,16 @@ implementation is Microsoft's MS-AMP) carries FP8 past the GEMMs into the gradie
 and the data-parallel communication. This file simulates those three techniques on one machine, on
 NumPy arrays, plus a memory table:
 
-- :class:`FP8Gradients`: weight gradients stored as FP8 with a per-tensor scale and the paper's
-  automatic scaling factor ``mu`` (:class:`AutoScale`), all-reduced over N simulated workers by
-  :func:`fp8_all_reduce` (N = 1 is the plain local cast).
-- :class:`FP8AdamW`: AdamW whose first moment is stored in FP8 (E4M3) and second moment in FP16, each
+- `FP8Gradients`: weight gradients stored as FP8 with a per-tensor scale and the paper's
+  automatic scaling factor ``mu`` (`AutoScale`), all-reduced over N simulated workers by
+  `fp8_all_reduce` (N = 1 is the plain local cast).
+- `FP8AdamW`: AdamW whose first moment is stored in FP8 (E4M3) and second moment in FP16, each
   with a per-tensor scale (MS-AMP opt level O2), optionally with FP16 master weights (O3). A drop-in
-  for :class:`minifp8.optim.AdamW`.
-- :func:`memory_rows` / :func:`measure_memory` / :func:`format_memory_table`: bytes per parameter
+  for `minifp8.optim.AdamW`.
+- `memory_rows` / `measure_memory` / `format_memory_table`: bytes per parameter
   of weights, master weights, gradients and both moments, read from the arrays actually held.
 
-A training loop (``--fp8-grads``, ``--fp8-optimizer``, ``--fp8-allreduce N``)::
+A training loop (``--fp8-grads``, ``--fp8-optimizer``, ``--fp8-allreduce N``):
 
     named = list(model.named_parameters())
     optimizer = fp8lm.FP8AdamW([p for _, p in named], lr=3e-4)      # or optim.AdamW(...)
@@ -34,7 +34,7 @@ Every scale here is a float32 power of two, ``2**floor(log2(fp_max / amax))``, r
 tensor's own amax each time the tensor is stored (MS-AMP ``ScalingMeta.compute_scaling_factor``
 with margin 0; ``scaling.scale_from_amax(..., power_of_2=True)`` for FP8, the same rule with
 ``fp_max = 65504`` for FP16). A tensor is stored as ``cast(x * scale)`` and read back as
-``stored * float32(1 / scale)``, TransformerEngine's convention (see :mod:`minifp8.scaling`), so
+``stored * float32(1 / scale)``, TransformerEngine's convention (see `minifp8.scaling`), so
 for power-of-two scales the scaling itself is exact and only the cast rounds. FP8 casts saturate.
 
 Automatic scaling of FP8 gradients (FP8-LM section 2.1, Eq. 3)
@@ -54,7 +54,7 @@ per tensor, after the reduction:
 We use exactly that rule with the same defaults, ``threshold = 1e-5`` (0.001 %) and
 ``window = 1000``, and start at ``mu = 1``. ``mu`` multiplies the scale (MS-AMP's ``pre_scale``),
 not the gradient: the amax-derived scale would cancel a factor on the values. To keep ``mu``
-exact, :class:`AutoScale` stores the integer ``exponent`` with ``mu = 2**(exponent / window)``:
+exact, `AutoScale` stores the integer ``exponent`` with ``mu = 2**(exponent / window)``:
 halving subtracts ``window``, growing adds 1.
 
 FP8 format of the gradients: MS-AMP stores weight gradients as **E4M3** (``msamp/nn/functional.py``
@@ -63,7 +63,7 @@ casts the weight gradient to ``kfloat8_e4m3``; ``msamp/nn/distributed.py`` reduc
 
 The FP8 all-reduce (FP8-LM section 2.1, Eqs. 4-6)
 -------------------------------------------------
-For one gradient tensor held by N workers, :func:`fp8_all_reduce` computes:
+For one gradient tensor held by N workers, `fp8_all_reduce` computes:
 
 1. each worker's scale ``s_i = mu * 2**floor(log2(fp_max / amax_i))`` (its current FP8 scale);
 2. the shared scale, the global minimum over workers (Eq. 4): ``s_g = min_i s_i``;
@@ -86,7 +86,7 @@ N = 1 gives the local cast of the gradient with its own scale: ``--fp8-grads`` i
 FP8 optimizer states (FP8-LM section 2.2; MS-AMP opt levels O2 and O3)
 ----------------------------------------------------------------------
 FP8-LM's precision decoupling: the first moment tolerates FP8, while the second moment and the master
-weights need more precision (FP16 with a tensor scale). :class:`FP8AdamW` is ``optim.AdamW``'s
+weights need more precision (FP16 with a tensor scale). `FP8AdamW` is ``optim.AdamW``'s
 algorithm with its state stored as ``(array, float32 scale)`` pairs: each step reads them back to
 float32, computes the AdamW update in float32 exactly as ``optim.AdamW`` does, and stores the new
 moments with fresh scales (as MS-AMP's ``msamp/optim/adamw.py`` does; the update uses the float32
@@ -95,11 +95,11 @@ moments, so their quantisation acts from the next step on).
 Memory
 ------
 FP32 AdamW holds 16 bytes per parameter: the weight, its gradient and the two moments, 4 bytes
-each. :func:`memory_rows` builds every combination on copies of a model's parameters, runs one step
+each. `memory_rows` builds every combination on copies of a model's parameters, runs one step
 and reads the bytes from the arrays held. In this simulation the model's weights stay float32
 arrays (the autograd engine computes in float32 with fake-quantised FP8 GEMMs), so FP16 master
 weights (O3) come *on top* of those 4 bytes; a real FP8 system keeps no float32 copy (the paper
-counts the FP16 master as the weight). :attr:`MemoryRow.persistent` is that accounting: it leaves
+counts the FP16 master as the weight). `MemoryRow.persistent` is that accounting: it leaves
 out the float32 copy of the masters' values.
 """
 from __future__ import annotations
@@ -163,7 +163,7 @@ def store_scaled(x, kind: str) -> tuple[np.ndarray, np.float32]:
 
 
 def load_scaled(array: np.ndarray, scale, kind: str) -> np.ndarray:
-    """Read back what :func:`store_scaled` stored: ``value(array) * float32(1 / scale)`` in float32 (a new array)."""
+    """Read back what `store_scaled` stored: ``value(array) * float32(1 / scale)`` in float32 (a new array)."""
     _check_kind(kind, STORAGE_KINDS, "storage")
     inverse = np.float32(1) / np.float32(scale)
     if kind in FP8_GRADIENT_FORMATS:
@@ -200,7 +200,7 @@ class AutoScale:
     """FP8-LM's automatic scaling factor ``mu`` for one gradient tensor (section 2.1, Eq. 3).
 
     ``mu = 2**(exponent / window)`` with an integer ``exponent`` starting at 0. After each step,
-    :meth:`update` takes the fraction of the (reduced) FP8 gradient's values that reached the
+    `update` takes the fraction of the (reduced) FP8 gradient's values that reached the
     format's max: above ``threshold`` it halves ``mu`` (``exponent -= window``), otherwise it grows
     ``mu`` by ``2**(1/window)`` (``exponent += 1``), doubling it over ``window`` quiet steps.
 
@@ -253,7 +253,7 @@ def _check_window(window) -> int:
 # ================================================================================================
 @dataclass(frozen=True, eq=False)
 class AllReduceResult:
-    """One gradient tensor reduced over ``workers`` simulated workers (see :func:`fp8_all_reduce`).
+    """One gradient tensor reduced over ``workers`` simulated workers (see `fp8_all_reduce`).
 
     Attributes
     ----------
@@ -439,7 +439,7 @@ def _gradient_format(fmt) -> formats.FloatFormat:
 # ================================================================================================
 @dataclass(frozen=True, eq=False)
 class GradientReport:
-    """What :meth:`FP8Gradients.reduce` did this step: one :class:`AllReduceResult` per FP8 tensor."""
+    """What `FP8Gradients.reduce` did this step: one `AllReduceResult` per FP8 tensor."""
 
     results: dict
     workers: int
@@ -479,7 +479,7 @@ def _weight_matrices(name: str, parameter: Tensor) -> bool:
 class FP8Gradients:
     """FP8 weight gradients with automatic scaling, all-reduced over N simulated workers (FP8-LM section 2.1).
 
-    Holds one :class:`AutoScale` per selected parameter, and after :meth:`reduce` the FP8 gradient
+    Holds one `AutoScale` per selected parameter, and after `reduce` the FP8 gradient
     store: ``codes[name]`` (uint8) and ``scales[name]`` (float32), from which ``p.grad`` is set to
     the dequantised float32 mean (the working copy the optimizer reads, as MS-AMP's optimizer
     upcasts the FP8 gradient). Parameters not selected are reduced by the FP32 all-reduce.
@@ -491,7 +491,7 @@ class FP8Gradients:
     fmt : {"E4M3", "E5M2"}
         FP8 format of the gradients (MS-AMP: E4M3).
     threshold, window
-        The :class:`AutoScale` rule (defaults: the paper's 0.001 % and 1,000 steps).
+        The `AutoScale` rule (defaults: the paper's 0.001 % and 1,000 steps).
     select : callable (name, parameter) -> bool, optional
         Which gradients are FP8. Default: parameters with two or more dimensions (weight
         matrices and embeddings); biases and LayerNorm gains stay float32. MS-AMP casts the
@@ -523,7 +523,7 @@ class FP8Gradients:
     def reduce(self, worker_grads: Sequence[Mapping] | None = None) -> GradientReport:
         """All-reduce this step's gradients and set every ``p.grad`` to the mean.
 
-        FP8 tensors go through :func:`fp8_all_reduce` with their own ``mu``, which then adapts to
+        FP8 tensors go through `fp8_all_reduce` with their own ``mu``, which then adapts to
         the reduced tensor's saturated fraction. A tensor with NaN or Inf in any worker's gradient
         gets the FP32 all-reduce instead (so a trainer's overflow check still sees it), is listed in
         ``report.nonfinite``, and its ``mu`` is left alone. Other parameters get the FP32 all-reduce.
@@ -531,7 +531,7 @@ class FP8Gradients:
         Parameters
         ----------
         worker_grads : list of {name: array}, optional
-            One mapping per simulated worker (e.g. from :meth:`collect`). ``None`` uses the current
+            One mapping per simulated worker (e.g. from `collect`). ``None`` uses the current
             ``p.grad`` as the only worker: the local FP8 cast of ``--fp8-grads``.
 
         Returns
@@ -583,7 +583,7 @@ class FP8Gradients:
                 "exponents": {name: int(a.exponent) for name, a in self.auto_scales.items()}}
 
     def load_state_dict(self, state: Mapping) -> None:
-        """Restore what :meth:`state_dict` saved; the format, rule and FP8 tensor names must match."""
+        """Restore what `state_dict` saved; the format, rule and FP8 tensor names must match."""
         saved = (state.get("fmt"), state.get("threshold"), state.get("window"))
         if saved != (self.fmt.name, self.threshold, self.window):
             raise ValueError(f"FP8Gradients.load_state_dict: saved (fmt, threshold, window) = {saved}, "
@@ -645,7 +645,7 @@ def _named(named_parameters, owner: str) -> dict:
 class FP8AdamW(AdamW):
     """AdamW with low-precision, per-tensor-scaled states (FP8-LM section 2.2; MS-AMP O2, and O3).
 
-    The algorithm is :class:`minifp8.optim.AdamW`'s, computed in float32 with the same operations in
+    The algorithm is `minifp8.optim.AdamW`'s, computed in float32 with the same operations in
     the same order; only the storage between steps changes. Each step, per parameter:
 
     1. read back ``m``, ``v`` (and the master weights) to float32: ``array * float32(1 / scale)``;
@@ -665,7 +665,7 @@ class FP8AdamW(AdamW):
     Parameters
     ----------
     params, lr, betas, eps, weight_decay
-        As :class:`minifp8.optim.AdamW`.
+        As `minifp8.optim.AdamW`.
     first_moment : {"E4M3", "E5M2", "float16", "float32"}
         Storage of ``m``. Default E4M3 (FP8-LM: first moment in FP8).
     second_moment : {"E4M3", "E5M2", "float16", "float32"}
@@ -752,7 +752,7 @@ class FP8AdamW(AdamW):
         return state
 
     def load_state_dict(self, state_dict: Mapping) -> None:
-        """Restore a :meth:`state_dict`: precision, array dtypes and shapes must match; bit-exact."""
+        """Restore a `state_dict`: precision, array dtypes and shapes must match; bit-exact."""
         saved = state_dict.get("precision")
         if saved != self.precision:
             raise ValueError(f"FP8AdamW.load_state_dict: the state was saved with precision {saved}, "
@@ -825,7 +825,7 @@ class MemoryRow:
 
         With FP16 master weights, the model's float32 weights are an exact copy of the masters'
         values (``p.data = load(master)`` after every step), so they are left out: this is the
-        paper's accounting, where the master is the weight. Otherwise it equals :attr:`total`.
+        paper's accounting, where the master is the weight. Otherwise it equals `total`.
         """
         if self.bytes.get("master_weights", 0):
             return (sum(self.bytes.values()) - self.bytes["weights"]) / self.parameters
@@ -896,7 +896,7 @@ def memory_rows(named_parameters, *, fmt="E4M3", select: Callable | None = None)
     """The memory table for every combination of FP8 gradients, FP8 optimizer states and FP16 masters.
 
     Each configuration is built on float32 copies of the parameters (the model is untouched), given
-    zero gradients and one optimizer step, then measured with :func:`measure_memory`.
+    zero gradients and one optimizer step, then measured with `measure_memory`.
     """
     params = _named(named_parameters, "memory_rows")
     rows = []

@@ -391,5 +391,214 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
 
 
 # ================================================================================================
+# Scale tracking (unit scaling)
+# ================================================================================================
+SCALE_FORMATS = ("E4M3", "E5M2")  # the forward values are cast to E4M3, the gradients to E5M2
+
+
+def scale_plot(records, title: str | None = None, statistic: str = "std"):
+    """The scale of every tracked tensor and of its gradient, one row per tensor on a log2 axis.
+
+    After the unit-scaling library's visualiser (Blake et al. 2023, section 4): each row is one
+    tensor recorded by ``minifp8.fp8.track`` inside a ``ScaleTracker``, top to bottom in the order
+    they were tracked. A circle marks the scale of the value (forward pass) and a triangle that of
+    its gradient (backward pass). Behind them, the upper half of each row shades the E4M3 range
+    the values are cast to and the lower half the E5M2 range of the gradients: dark for the
+    normal numbers, light for the subnormals (fewer significant bits). A scale left of the shading
+    is flushed to zero by a naive cast; right of it, it overflows. A statistic of exactly 0 is
+    drawn at the left edge as a hollow marker.
+
+    Parameters
+    ----------
+    records : ScaleTracker, dict of str -> ScaleRecord, or sequence of ScaleRecord
+        What a ``minifp8.fp8.ScaleTracker`` recorded.
+    title : str, optional
+    statistic : {"std", "mean_abs"}
+        The standard deviation or the mean of |x|.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if statistic not in ("std", "mean_abs"):
+        raise ValueError(f"statistic must be 'std' or 'mean_abs', got {statistic!r}")
+    records = getattr(records, "records", records)
+    records = list(records.values()) if isinstance(records, dict) else list(records)
+    if not records:
+        raise ValueError("scale_plot needs at least one record (track tensors inside a ScaleTracker)")
+    forward = np.array([getattr(r, f"forward_{statistic}") for r in records], dtype=np.float64)
+    backward = np.array([np.nan if getattr(r, f"backward_{statistic}") is None else getattr(r, f"backward_{statistic}")
+                         for r in records], dtype=np.float64)
+    fmts = [_formats.get(name) for name in SCALE_FORMATS]
+    shown = np.concatenate([forward, backward])
+    positive = shown[np.isfinite(shown) & (shown > 0)]
+    low = min([int(np.floor(np.log2(f.min_subnormal))) - 1 for f in fmts]
+              + [int(np.floor(np.log2(positive.min()))) - 1] if positive.size else [])
+    high = max([int(np.ceil(np.log2(f.max))) + 1 for f in fmts]
+               + [int(np.ceil(np.log2(positive.max()))) + 1] if positive.size else [])
+
+    rows = len(records)
+    figure, (ax,) = _new_figure(8.0, 0.32 * rows + 1.9)
+    for fmt, (top, bottom) in zip(fmts, ((0.0, 0.45), (-0.45, 0.0))):  # forward above, backward below
+        color = _color(fmt)
+        for row in range(rows):
+            band = (row - bottom, row - top)  # the y axis is inverted: row 0 at the top
+            ax.fill_betweenx(band, fmt.min_normal, fmt.max, color=color, alpha=0.2, linewidth=0)
+            ax.fill_betweenx(band, fmt.min_subnormal, fmt.min_normal, color=color, alpha=0.08, linewidth=0)
+    y = np.arange(rows)
+    for values, offset, marker, fmt, label in ((forward, -0.22, "o", fmts[0], "value (forward)"),
+                                               (backward, 0.22, "^", fmts[1], "gradient (backward)")):
+        finite = np.isfinite(values) & (values > 0)
+        ax.plot(values[finite], y[finite] + offset, marker, color=_color(fmt), markersize=6, linestyle="none",
+                label=f"{label}: {statistic}")
+        zero = values == 0
+        ax.plot(np.full(int(zero.sum()), 2.0**low), y[zero] + offset, marker, markerfacecolor="none",
+                color=_color(fmt), markersize=6, linestyle="none")
+    from matplotlib.patches import Patch
+
+    handles, _ = ax.get_legend_handles_labels()
+    for fmt in fmts:
+        handles.append(Patch(color=_color(fmt), alpha=0.3,
+                             label=f"{fmt.name} normal (light: subnormal)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.09 - 0.9 / (rows + 5)), ncols=2,
+              fontsize=8, frameon=False)
+    ax.set_yticks(y, [r.name for r in records])
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_xlabel(f"{'standard deviation' if statistic == 'std' else 'mean |x|'} (log scale)")
+    _log2_axis(ax, low, high, step=max(2, (high - low) // 12))
+    ax.set_title(title or "Scales of the tracked tensors and their gradients", fontsize=10)
+    return figure
+
+
+def gpt_cast_scales(config, batch_size: int, seed: int = 0) -> list:
+    """What the FP8 casts of a freshly initialised GPT would see, from one forward and backward pass.
+
+    Builds ``minifp8.model.GPT(config)`` (weights from ``seed``), takes one training batch of
+    ``batch_size`` windows of ``config.block_size`` tokens from the bundled arithmetic corpus, and
+    runs the loss forward and backward in float32 (no casts) inside a ``ScaleTracker``. Every
+    linear layer's GEMM and every attention core is wrapped with ``fp8.track`` at the tensors
+    ``fp8.apply_recipe`` would cast (DESIGN.md section 6), giving one record per cast point in
+    the order the forward pass reaches them, ready for `scale_plot`:
+
+    * a linear layer: ``forward_*`` of its input x (cast to E4M3), ``backward_*`` of the gradient
+      of its output (cast to E5M2);
+    * an attention core: ``forward_*`` of q, k and v together (each cast to E4M3), ``backward_*``
+      of the gradient of its output (cast to E5M2).
+
+    The model's own ``track`` calls (embedding, residual stream, ...) are left out.
+
+    Parameters
+    ----------
+    config : minifp8.model.GPTConfig
+        Its ``vocab_size`` must be the corpus' (14).
+    batch_size : int
+    seed : int
+        Seeds the weights, the corpus and the batch.
+
+    Returns
+    -------
+    list of minifp8.fp8.ScaleRecord
+    """
+    from . import data, fp8
+    from .autograd import Tensor
+    from .model import GPT
+
+    model = GPT(config, rng=np.random.default_rng(seed))
+    for name, module in model.named_modules():
+        if hasattr(module, "gemm"):
+            module.gemm = (lambda x, weight, bias=None, name=name, gemm=module.gemm:
+                           fp8.track(f"{name}:out", gemm(fp8.track(f"{name}:in", x), weight, bias)))
+        if hasattr(module, "attention_core"):
+
+            def core(q, k, v, causal, name=name, attention=module.attention_core):
+                fp8.track(f"{name}:in", Tensor(np.stack([q.data, k.data, v.data])))  # forward only
+                return fp8.track(f"{name}:out", attention(q, k, v, causal))
+
+            module.attention_core = core
+    dataset = data.load_dataset(seed=seed)
+    if dataset.vocab_size != config.vocab_size:
+        raise ValueError(f"gpt_cast_scales: config.vocab_size is {config.vocab_size}, the arithmetic corpus has "
+                         f"{dataset.vocab_size} tokens")
+    ids, targets = dataset.get_batch("train", batch_size, config.block_size, np.random.default_rng(seed))
+    with fp8.ScaleTracker() as tracker:
+        model(ids, targets)[1].backward()
+    records = tracker.records
+    names = [key[:-len(":in")] for key in records if key.endswith(":in")]  # in the order the forward pass ran
+    return [fp8.ScaleRecord(name, records[f"{name}:in"].shape, records[f"{name}:in"].forward_std,
+                            records[f"{name}:in"].forward_mean_abs, records[f"{name}:out"].backward_std,
+                            records[f"{name}:out"].backward_mean_abs)
+            for name in names]
+
+
+# ================================================================================================
 # Training (tutorial 07): add figures here as that part lands.
 # ================================================================================================
+def _run_curve(metrics: dict, every: int, smooth_steps: int):
+    """(steps, losses) of one run's training loss, averaged over windows of about ``smooth_steps``."""
+    losses = np.asarray(metrics["train_loss"], dtype=np.float64)
+    window = max(1, round(smooth_steps / every))
+    count = len(losses) // window
+    if count == 0:
+        return np.arange(1, len(losses) + 1) * every, losses
+    means = losses[:count * window].reshape(count, window).mean(axis=1)
+    return (np.arange(count) + 0.5) * window * every, means
+
+
+def training_curves(results: dict, smooth_steps: int = 20, title: str | None = None):
+    """Loss curves of every run of a ``train_tiny`` results document, and their worst FP8 underflow.
+
+    Top: the training loss (averaged over windows of about ``smooth_steps`` steps, thin) and the
+    validation loss (dots) of each run; the dashed line is the corpus' loss floor when it is known.
+    A run that diverged ends in a cross. Bottom: the largest fraction of a tensor flushed to zero
+    among the cast points of each FP8 run, at each progress line (fp32 runs have no casts). Naive
+    FP8 loses most of its gradients here; unit scaling and per-tensor scales keep them.
+
+    Parameters
+    ----------
+    results : dict
+        ``metrics.json`` of ``python -m minifp8.train_tiny --out DIR``, or the headline results
+        (``minifp8.train_tiny.load_results()``), whose training losses are window means
+        (``train_loss_every`` steps each).
+    smooth_steps : int
+        Width of the averaging window of the training loss, in steps.
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    runs = results["runs"]
+    every = int(results.get("train_loss_every", 1))
+    figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
+                                                      gridspec_kw={"height_ratios": (2.2, 1)})
+    colors = [f"C{i}" for i in range(10)]
+    for i, (label, metrics) in enumerate(runs.items()):
+        color = "black" if label == "fp32" else colors[i % len(colors)]
+        style = "--" if metrics.get("family") == "unit" and metrics.get("recipe") == "fp32" else "-"
+        steps, losses = _run_curve(metrics, every, smooth_steps)
+        loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label)
+        val = metrics.get("val") or []
+        if val:
+            loss_axis.plot([entry["step"] for entry in val], [entry["loss"] for entry in val], "o", color=color,
+                           markersize=3.5)
+        if metrics.get("diverged"):
+            loss_axis.plot(steps[-1:], losses[-1:], "x", color=color, markersize=8, markeredgewidth=2)
+        stats = metrics.get("cast_stats") or []
+        if stats:
+            fractions = np.array([entry["max_underflow"] for entry in stats], dtype=np.float64)
+            underflow_axis.plot([entry["step"] for entry in stats], 100 * fractions, style, color=color,
+                                linewidth=1.2, marker=".", markersize=3, label=label)
+    if results.get("loss_floor"):
+        loss_axis.axhline(results["loss_floor"], color="grey", linestyle=":", linewidth=1.0)
+        loss_axis.text(0.99, results["loss_floor"], "loss floor of the corpus", transform=loss_axis.get_yaxis_transform(),
+                       ha="right", va="bottom", fontsize=8, color="grey")
+    loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, dots: validation")
+    loss_axis.grid(True, alpha=0.3)
+    loss_axis.legend(loc="upper right", fontsize=8, ncols=2)
+    loss_axis.set_title(title or "Training the mini-GPT under each recipe", fontsize=10)
+    underflow_axis.set_ylabel("worst cast point:\n% flushed to zero")
+    underflow_axis.set_xlabel("step")
+    underflow_axis.set_ylim(-3, 103)
+    underflow_axis.grid(True, alpha=0.3)
+    return figure

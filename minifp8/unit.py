@@ -158,7 +158,7 @@ def linear(x, weight, bias=None, constraint: str | None = "to_output_scale",
 def linear_readout(x, weight, bias=None, constraint: str | None = None, gemm: Callable | None = None) -> Tensor:
     """Unit-scaled linear for the network's final output (the logits).
 
-    As :func:`linear` but output ``* fan_in^-1`` (u-muP, arXiv:2407.17465: the readout multiplier
+    As `linear` but output ``* fan_in^-1`` (u-muP, arXiv:2407.17465: the readout multiplier
     is 1/fan_in, as in muP), grad x ``* fan_out^-1/2``, grad weight/bias ``* batch^-1/2``, and
     unconstrained by default. ``unit_scaling.functional.linear_readout`` (scale_power (1, 1/2, 1/2)).
     """
@@ -318,7 +318,7 @@ def residual_split(x, tau: float = 1.0) -> tuple[Tensor, Tensor]:
     """Split ``x`` into ``(residual, skip)`` before a residual branch with weight ``tau``.
 
     Both are ``x`` in the forward pass; their gradients are ``* tau / sqrt(1 + tau^2)`` (residual)
-    and ``* 1 / sqrt(1 + tau^2)`` (skip), mirroring :func:`residual_add` so the gradient reaching
+    and ``* 1 / sqrt(1 + tau^2)`` (skip), mirroring `residual_add` so the gradient reaching
     ``x`` is a unit-scaled weighted sum. ``tau`` is the ratio of the branch's scale to the skip's
     (u-muP, arXiv:2407.17465; ``unit_scaling.functional.residual_split``). Not the 2023 paper's
     ``sqrt(tau), sqrt(1 - tau)`` weights.
@@ -334,7 +334,7 @@ def residual_add(residual, skip, tau: float = 1.0) -> Tensor:
 
     Two unit-scaled, independent inputs give a unit-scaled sum (``tau^2 + 1`` over ``1 + tau^2``).
     The forward weights are applied with ``scale_fwd``, so both inputs receive the output gradient
-    itself; :func:`residual_split` applies the matching backward weights.
+    itself; `residual_split` applies the matching backward weights.
     ``unit_scaling.functional.residual_add``; u-muP (arXiv:2407.17465).
     """
     tau = _tau(tau, "residual_add")

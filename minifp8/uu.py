@@ -1,4 +1,4 @@
-"""Unit-scaled layers, like the ``unit_scaling`` library's ``uu`` modules, built on :mod:`minifp8.unit`.
+"""Unit-scaled layers, like the ``unit_scaling`` library's ``uu`` modules, built on `minifp8.unit`.
 
 Every weight is initialised N(0, 1): the scale factors live in the ops (Blake et al. 2023,
 arXiv:2303.11257; u-muP, Blake et al. 2024, arXiv:2407.17465), not in the weights. Every random
@@ -9,7 +9,7 @@ Hooks (the integration contract with ``minifp8.fp8``):
 * Linear layers compute their GEMM through the instance attribute ``self.gemm``, a callable
   ``gemm(x, weight, bias) -> Tensor`` returning the plain ``x @ weight.T + bias`` (default
   ``functional.linear``). The unit scales are applied around it by ``U.linear``.
-* :class:`MHSA` computes the attention core through ``self.attention_core(q, k, v, causal)`` on
+* `MHSA` computes the attention core through ``self.attention_core(q, k, v, causal)`` on
   ``(batch, heads, seq, head_dim)`` tensors (default: ``U.scaled_dot_product_attention`` with the
   module's ``mult``).
 
@@ -53,7 +53,7 @@ def residual_taus(n_layer: int, *, residual_mult: float = 1.0,
     ``alpha_attn = residual_attn_ratio * alpha_mlp``. Before branch i the stream holds the weight
     ``V_i = n_layer + n_attn(i) alpha_attn^2 + n_mlp(i) alpha_mlp^2`` (branches so far), and
 
-        ``tau_i = alpha_i / sqrt(V_i)``
+        tau_i = alpha_i / sqrt(V_i)
 
     is the ratio of the new branch's scale to the stream's, which is what
     ``U.residual_add(branch, skip, tau)`` expects. Hence every attention branch contributes the same
@@ -234,7 +234,7 @@ class TransformerLayer(Module):
 
     ``x = residual_add(attn(attn_norm(r)), s, tau_attn)`` with ``r, s = residual_split(x, tau_attn)``,
     then the same with ``mlp_norm``, ``mlp`` and ``tau_mlp``. Take the taus from
-    :func:`residual_taus`. ``dropout`` is unit-scaled dropout on each branch's output (as
+    `residual_taus`. ``dropout`` is unit-scaled dropout on each branch's output (as
     ``unit_scaling.TransformerLayer``); ``mult`` is the attention's, ``mlp_mult`` the GELU's.
     """
 

@@ -57,7 +57,22 @@ FIGURES = {
     "delayed-scaling-outlier": lambda: plots.delayed_scaling_outlier(steps=50, spike_step=30, spike_factor=8.0,
                                                                      history_len=16, seed=0),
     "block-scaling-snr": lambda: plots.block_scaling_snr(rows=57, columns=2048, low_exponent=-28, seed=0),
+    "scales-standard-gpt": lambda: headline_gpt_scales("standard"),
+    "scales-unit-gpt": lambda: headline_gpt_scales("unit"),
 }
+
+
+def headline_gpt_scales(family: str):
+    """``plots.scale_plot`` of what the FP8 casts would see in the headline experiment's GPT
+    (``train_tiny.HEADLINE_CONFIG``) at initialisation, one forward and backward pass."""
+    from minifp8.model import GPTConfig
+    from minifp8.train_tiny import HEADLINE_CONFIG as shape
+
+    config = GPTConfig(vocab_size=14, block_size=shape["block_size"], n_layer=shape["n_layer"],
+                       n_head=shape["n_head"], n_embd=shape["n_embd"], family=family)
+    records = plots.gpt_cast_scales(config, batch_size=shape["batch_size"], seed=0)
+    return plots.scale_plot(records, title=f"{family.capitalize()} GPT at initialisation: what the FP8 casts see "
+                                           f"({shape['batch_size']} x {shape['block_size']} tokens)")
 
 FIGURE_DIRECTORY = "figures"
 SVG_SETTINGS = {"svg.hashsalt": "minifp8", "svg.fonttype": "path"}

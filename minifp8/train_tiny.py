@@ -1,0 +1,787 @@
+"""Train the mini-GPT under FP8 recipes: ``python -m minifp8.train_tiny``.
+
+With no flags it trains a small unit-scaled GPT (`minifp8.model`) in simulated FP8 (the ``unit``
+recipe) on the bundled arithmetic corpus (`minifp8.data`), on 2 CPU cores in under two minutes,
+and prints progress, validation loss and answer accuracy, and a summary:
+
+    python -m minifp8.train_tiny                         # unit-scaled model, FP8 casts
+    python -m minifp8.train_tiny --recipe fp32,fp8,unit  # several recipes, same data and seed
+    python -m minifp8.train_tiny --recipe fp8 --loss-scale dynamic
+    python -m minifp8.train_tiny --data input.txt --out runs/shakespeare
+    python -m minifp8.train_tiny --experiment headline --out runs/headline
+    python -m minifp8.train_tiny -h                      # every flag with its default
+
+What it does
+------------
+``--recipe`` takes one `minifp8.fp8` recipe or a comma-separated list, trained one after another
+from the same initial weights and on the same batches. ``fp32``, ``fp8``, ``current``,
+``delayed``, ``mxfp8`` and ``blockwise`` train the standard (nanoGPT) model, ``unit`` the
+unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe (``--recipe fp32
+--family unit`` is the unit-scaled model in FP32).
+
+Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
+mean step time, the throughput and the time left; FP8 recipes add the worst underflow and
+saturation fractions among the cast points in the latest step (`minifp8.fp8.FP8State.summary`),
+loss scaling the current factor and the skipped steps:
+
+    step 120/500 | loss 2.31 | 41 ms | 6,214 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x) | saturation 0%
+
+Every ``--eval-interval`` steps it prints the validation loss on a fixed set of validation windows
+(the same for every recipe and every evaluation) and, on the arithmetic corpus, the answer accuracy
+(`minifp8.data.answer_accuracy`: answer characters predicted exactly, and whole answers right).
+Evaluation runs through the recipe's casts (the model's numerics) and leaves the FP8 state as it
+found it.
+
+Loss scaling (``--loss-scale N`` or ``dynamic``; Micikevicius et al. 2018, "Mixed precision
+training", arXiv:1710.03740, section 3.2): the backward pass starts from ``N`` instead of 1, so
+every gradient is ``N`` times larger when the FP8 casts see it, and the gradients are divided by
+``N`` before clipping and the optimizer. ``dynamic`` starts at 2^16 and, like
+``torch.amp.GradScaler``, skips a step whose gradients overflowed and halves the factor, and
+doubles it after ``--loss-scale-interval`` clean steps in a row.
+
+Overflow. An E5M2 gradient cast that overflows either clamps to +-57344 or gives Inf
+(``--saturate-gradients``). By default the scaled recipes (current, delayed, blockwise) clamp, as
+TransformerEngine's casts do (delayed scaling casts with last step's scale, so a gradient that grew
+since would otherwise overflow), and the naive casts (fp8, unit) give Inf, as torch's float8 casts
+do, so that loss scaling sees the overflow. A loss that becomes NaN or Inf stops that recipe's run,
+and so do gradients that overflow without dynamic loss scaling: a one-line message names the recipe,
+the step and the cast point with the worst overflow (saturation); the other recipes still run and
+the exit status is 1.
+
+Outputs (``--out DIR``)
+-----------------------
+* ``config.json``: the configuration and the list of runs;
+* ``metrics.json``: per run, the training loss of every step, the validation evaluations, the cast
+  statistics at every log line and of every cast point at the end, and the summary;
+* ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
+  installed;
+* ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C and at
+  ``--stop-after``. ``--resume DIR`` continues every unfinished run from its checkpoint bit-exactly:
+  weights, optimizer moments, the batch and dropout generators, the loss-scaling state and the FP8
+  state (delayed-scaling histories) all come back, so the continuation computes exactly what an
+  uninterrupted run computes.
+
+The headline experiment
+-----------------------
+``--experiment headline`` trains eight runs at one config (`HEADLINE_CONFIG`, flags given
+explicitly override it): fp32, naive fp8, fp8 with dynamic loss scaling, the unit-scaled model in
+fp32 and in fp8 (``unit``), and the current, delayed and mxfp8 recipes on the standard model. The
+standard model's loss is a mean over ``batch_size * block_size`` tokens, so its gradients carry a
+factor ``1/(B T)`` and fall below E5M2's range (smallest subnormal 2^-16) unless they are scaled.
+The results file (`HEADLINE_RESULTS`, read by `load_results` and drawn by
+`minifp8.plots.training_curves`) is what the tutorials plot.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import data as data_module
+from . import fp8
+from .autograd import no_grad
+from .model import FAMILIES, GPT, GPTConfig
+from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
+
+__all__ = ["HEADLINE_CONFIG", "HEADLINE_RESULTS", "HEADLINE_RUNS", "LossScaler", "Run", "TrainConfig",
+           "load_results", "main", "train"]
+
+#: Where the committed results of ``--experiment headline`` live (package data).
+HEADLINE_RESULTS = Path(__file__).resolve().parent / "results" / "headline.json"
+
+
+# ================================================================================================
+# Configuration
+# ================================================================================================
+@dataclass
+class TrainConfig:
+    """Every flag of ``train_tiny``; ``--name-with-dashes`` sets ``name_with_underscores``."""
+
+    recipe: str = field(default="unit", metadata={
+        "help": f"FP8 recipe, or a comma-separated list run one after another: {', '.join(fp8.RECIPES)}"})
+    family: str = field(default="auto", metadata={
+        "help": "model family: standard (nanoGPT), unit (unit-scaled), or auto: unit for the unit recipe, "
+                "standard otherwise", "choices": ("auto",) + FAMILIES})
+    loss_scale: str = field(default="none", metadata={
+        "help": "loss scaling: none, a factor N > 0, or dynamic", "metavar": "{none,N,dynamic}"})
+    loss_scale_interval: int = field(default=100, metadata={
+        "help": "dynamic loss scaling: clean steps before the factor doubles"})
+    saturate_gradients: str = field(default="auto", metadata={
+        "help": "E5M2 gradient casts that overflow: clamp to +-57344 (yes) or give Inf (no); auto: clamp in "
+                "the scaled recipes current, delayed and blockwise (as TransformerEngine does), Inf in fp8 and "
+                "unit (as torch's float8 casts do, so that loss scaling sees the overflow)",
+        "choices": ("auto", "yes", "no")})
+    data: str | None = field(default=None, metadata={
+        "help": "UTF-8 text file to train on (default: the bundled arithmetic corpus)", "metavar": "PATH"})
+    seed: int = field(default=0, metadata={"help": "seed of the weights, the batches and the corpus"})
+    steps: int = field(default=1000, metadata={"help": "optimizer steps per run"})
+    batch_size: int = field(default=32, metadata={"help": "sequences per batch"})
+    block_size: int = field(default=32, metadata={"help": "tokens per sequence (context length)"})
+    n_layer: int = field(default=2, metadata={"help": "transformer blocks"})
+    n_head: int = field(default=4, metadata={"help": "attention heads"})
+    n_embd: int = field(default=64, metadata={"help": "width of the residual stream"})
+    dropout: float = field(default=0.0, metadata={"help": "dropout on the residual branches"})
+    lr: float | None = field(default=None, metadata={
+        "help": "peak learning rate (default: 3e-3 standard, 1.0 unit, where u-muP's per-parameter rule scales it)",
+        "metavar": "LR"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "final learning rate as a fraction of the peak"})
+    warmup_steps: int = field(default=50, metadata={
+        "help": "linear warmup steps before the cosine decay (at most --steps)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay (2-D weights only)"})
+    grad_clip: float = field(default=1.0, metadata={
+        "help": "clip the gradient norm at this value (standard family; 0: off). Unit-scaled gradients are "
+                "not true gradients, so their norm is never clipped"})
+    eval_interval: int = field(default=250, metadata={"help": "steps between validation evaluations"})
+    eval_batches: int = field(default=8, metadata={"help": "validation batches per evaluation (fixed windows)"})
+    log_interval: int = field(default=50, metadata={"help": "steps between progress lines"})
+    out: str | None = field(default=None, metadata={
+        "help": "directory for metrics.json, loss.png and checkpoints", "metavar": "DIR"})
+    resume: str | None = field(default=None, metadata={
+        "help": "continue the runs saved in DIR (takes its config; only --stop-after may be added)",
+        "metavar": "DIR"})
+    stop_after: int | None = field(default=None, metadata={
+        "help": "stop after this many steps in this session and write a checkpoint (continue with --resume)",
+        "metavar": "STEPS"})
+    experiment: str | None = field(default=None, metadata={
+        "help": "run a fixed experiment: headline (its config; flags given explicitly override it)",
+        "choices": ("headline",)})
+
+
+#: The config of ``--experiment headline``: where naive FP8 breaks and the remedies show.
+#: 64 sequences of 64 tokens: the mean loss divides every gradient by 4096.
+HEADLINE_CONFIG = dict(steps=500, batch_size=64, block_size=64, n_layer=2, n_head=4, n_embd=64,
+                       eval_interval=100, log_interval=50)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a recipe, a model family and a loss-scaling mode."""
+
+    recipe: str
+    family: str
+    loss_scale: str = "none"
+
+    @property
+    def label(self) -> str:
+        """``fp32``, ``unit``, ``unit fp32`` (unit family, another recipe), ``fp8 + loss scale dynamic``."""
+        label = self.recipe if self.family == _default_family(self.recipe) else f"{self.family} {self.recipe}"
+        return label if self.loss_scale == "none" else f"{label} + loss scale {self.loss_scale}"
+
+    @property
+    def slug(self) -> str:
+        """The label as a file name."""
+        return "".join(c if c.isalnum() else "_" for c in self.label)
+
+
+#: The runs of ``--experiment headline``.
+HEADLINE_RUNS = (Run("fp32", "standard"), Run("fp8", "standard"), Run("fp8", "standard", "dynamic"),
+                 Run("fp32", "unit"), Run("unit", "unit"), Run("current", "standard"),
+                 Run("delayed", "standard"), Run("mxfp8", "standard"))
+
+
+def _default_family(recipe: str) -> str:
+    return "unit" if recipe == "unit" else "standard"
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every flag's default; a help text that names its own default is left as it is."""
+
+    def _get_help_string(self, action):
+        if "default" in (action.help or "") or action.default is argparse.SUPPRESS:
+            return action.help
+        if action.default is None:
+            return action.help + " (default: none)"
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (not the many-line usage) and exit with status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see -h)\n")
+
+
+def build_parser(argument_default=None) -> argparse.ArgumentParser:
+    """The command line, one flag per `TrainConfig` field, with its default in the help."""
+    parser = _Parser(prog="python -m minifp8.train_tiny", argument_default=argument_default,
+                     formatter_class=_HelpFormatter,
+                     description="Train a mini-GPT in simulated FP8 on 2 CPU cores (see the module docstring).")
+    for f in fields(TrainConfig):
+        kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+        options = {"help": f.metadata["help"], "type": kind}
+        for key in ("choices", "metavar"):
+            if key in f.metadata:
+                options[key] = f.metadata[key]
+        if argument_default is None:
+            options["default"] = f.default
+        parser.add_argument("--" + f.name.replace("_", "-"), **options)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
+    """``TrainConfig`` and the runs from the command line; flag errors exit through ``parser.error``."""
+    parser = build_parser()
+    config = TrainConfig(**vars(parser.parse_args(argv)))
+    explicit = vars(build_parser(argparse.SUPPRESS).parse_args(argv))  # only the flags given
+    if config.resume is not None:
+        extra = sorted(set(explicit) - {"resume", "stop_after"})
+        if extra:
+            parser.error(f"--resume continues the saved config; do not combine it with "
+                         f"{', '.join('--' + name.replace('_', '-') for name in extra)}")
+        return config, []
+    if config.experiment == "headline":
+        for flag in ("recipe", "family", "loss_scale"):
+            if flag in explicit:
+                parser.error(f"--experiment headline fixes its runs; do not combine it with --{flag.replace('_', '-')}")
+        config = replace(config, **{key: value for key, value in HEADLINE_CONFIG.items() if key not in explicit})
+        runs = list(HEADLINE_RUNS)
+    else:
+        runs = _runs(parser, config)
+    _check_config(parser, config)
+    return config, runs
+
+
+def _runs(parser, config: TrainConfig) -> list[Run]:
+    recipes = [name.strip() for name in config.recipe.split(",")]
+    unknown = [name for name in recipes if name not in fp8.RECIPES]
+    if unknown:
+        parser.error(f"unknown recipe {', '.join(map(repr, unknown))}; choose from {', '.join(fp8.RECIPES)}")
+    if len(set(recipes)) != len(recipes):
+        parser.error(f"--recipe lists a recipe twice: {config.recipe}")
+    runs = []
+    for recipe in recipes:
+        family = _default_family(recipe) if config.family == "auto" else config.family
+        if recipe == "unit" and family != "unit":
+            parser.error("recipe unit is the unit-scaled model with naive FP8 casts; it needs --family unit or auto "
+                         "(for naive casts of the standard model use --recipe fp8)")
+        runs.append(Run(recipe, family, _loss_scale(parser, config.loss_scale)))
+    return runs
+
+
+def _loss_scale(parser, text: str) -> str:
+    if text in ("none", "dynamic"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        parser.error(f"--loss-scale must be none, dynamic or a finite number > 0, got {text!r}")
+    return str(int(value)) if value == int(value) and value < 1e15 else repr(value)
+
+
+def _check_config(parser, config: TrainConfig) -> None:
+    for name in ("steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd", "eval_interval",
+                 "eval_batches", "log_interval", "loss_scale_interval"):
+        if getattr(config, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(config, name)}")
+    if config.n_embd % config.n_head:
+        parser.error(f"--n-embd ({config.n_embd}) must be a multiple of --n-head ({config.n_head})")
+    if config.stop_after is not None and config.stop_after < 1:
+        parser.error(f"--stop-after must be >= 1, got {config.stop_after}")
+    checks = [("dropout", 0.0 <= config.dropout < 1.0, "in [0, 1)"),
+              ("min-lr-ratio", 0.0 <= config.min_lr_ratio <= 1.0, "in [0, 1]"),
+              ("warmup-steps", config.warmup_steps >= 0, ">= 0"),
+              ("weight-decay", config.weight_decay >= 0.0, ">= 0"),
+              ("grad-clip", config.grad_clip >= 0.0, ">= 0 (0: off)"),
+              ("lr", config.lr is None or (math.isfinite(config.lr) and config.lr > 0), "a finite number > 0")]
+    for name, ok, expected in checks:
+        value = getattr(config, name.replace("-", "_"))
+        if not ok:
+            parser.error(f"--{name} must be {expected}, got {value}")
+
+
+# ================================================================================================
+# Loss scaling
+# ================================================================================================
+class LossScaler:
+    """Static or dynamic loss scaling (Micikevicius et al. 2018, arXiv:1710.03740, section 3.2).
+
+    ``mode`` is ``"none"`` (factor 1), a number (a fixed factor) or ``"dynamic"``: start at
+    ``init_scale`` (2^16, as ``torch.amp.GradScaler``), halve on a step whose gradients are not
+    finite (the step is skipped), double after ``growth_interval`` finite steps in a row.
+    """
+
+    def __init__(self, mode: str = "none", growth_interval: int = 100, init_scale: float = 2.0 ** 16):
+        self.mode = mode
+        self.dynamic = mode == "dynamic"
+        self.scale = float(init_scale) if self.dynamic else 1.0 if mode == "none" else float(mode)
+        self.growth_interval = int(growth_interval)
+        self.clean_steps = 0
+        self.skipped = 0
+
+    def update(self, finite: bool) -> None:
+        """After a step: back off on overflow, grow after enough clean steps (dynamic only)."""
+        if not self.dynamic:
+            return
+        if not finite:
+            self.scale *= 0.5
+            self.clean_steps = 0
+            self.skipped += 1
+            return
+        self.clean_steps += 1
+        if self.clean_steps == self.growth_interval:
+            self.scale *= 2.0
+            self.clean_steps = 0
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "clean_steps": self.clean_steps, "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale, self.clean_steps, self.skipped = float(state["scale"]), int(state["clean_steps"]), int(state["skipped"])
+
+
+# ================================================================================================
+# One run
+# ================================================================================================
+class Diverged(Exception):
+    """A run's loss or gradients became NaN/Inf; the message is the one-line report."""
+
+
+class Interrupted(Exception):
+    """``--stop-after`` or Ctrl-C: the run was checkpointed and can be resumed."""
+
+
+def _build(run: Run, config: TrainConfig, vocab_size: int):
+    """The model (weights from ``config.seed``), its FP8 state, the optimizer and its peak learning rates."""
+    model_config = GPTConfig(vocab_size=vocab_size, block_size=config.block_size, n_layer=config.n_layer,
+                             n_head=config.n_head, n_embd=config.n_embd, family=run.family, dropout=config.dropout)
+    model_rng = np.random.default_rng(config.seed)  # draws the weights, then the dropout masks
+    model = GPT(model_config, rng=model_rng)
+    state = fp8.apply_recipe(model, run.recipe, **_recipe_options(run.recipe, config.saturate_gradients))
+    lr = config.lr if config.lr is not None else DEFAULT_LR[run.family]
+    optimizer = AdamW(model.optimizer_groups(lr, config.weight_decay), betas=(0.9, 0.99), eps=1e-8)
+    peak_lrs = [group["lr"] for group in optimizer.param_groups]
+    return model, model_rng, state, optimizer, peak_lrs
+
+
+#: Peak learning rate of each family when ``--lr`` is not given: nanoGPT-like Adam for the standard
+#: model; u-muP's base learning rate (each parameter's is scaled by `minifp8.model.GPT.optimizer_groups`)
+#: for the unit-scaled one. Chosen by short fp32 sweeps on the default config (1000 steps).
+DEFAULT_LR = {"standard": 3e-3, "unit": 1.0}
+
+#: Recipes whose E5M2 gradient casts clamp under ``--saturate-gradients auto`` (TransformerEngine's).
+SATURATING_RECIPES = ("current", "delayed", "blockwise")
+
+
+def _recipe_options(recipe: str, saturate_gradients: str) -> dict:
+    """`fp8.apply_recipe` options: ``saturate_gradients`` where the recipe takes it (not fp32, mxfp8).
+
+    mxfp8 has no choice to make: OCP MX elements always saturate inside a block (`minifp8.fp8`).
+    """
+    if "saturate_gradients" not in fp8.RECIPE_OPTIONS[recipe]:
+        return {}
+    if saturate_gradients == "auto":
+        return {"saturate_gradients": recipe in SATURATING_RECIPES}
+    return {"saturate_gradients": saturate_gradients == "yes"}
+
+
+def _eval_batches(dataset, config: TrainConfig):
+    """The fixed validation windows: the same for every recipe and every evaluation."""
+    rng = np.random.default_rng((config.seed, 2))
+    return [dataset.get_batch("val", config.batch_size, config.block_size, rng) for _ in range(config.eval_batches)]
+
+
+def _evaluate(model, state, batches, dataset) -> dict:
+    """Mean validation loss (and answer accuracy on the arithmetic corpus); restores the FP8 state."""
+    saved_state = state.state_dict()
+    saved_stats = {name: dict(point.stats) for name, point in state.points.items()}
+    model.eval()
+    losses, accuracy = [], None
+    with no_grad():
+        for x, y in batches:
+            logits, loss = model(x, y)
+            losses.append(float(loss.data))
+            if dataset.task == "arithmetic":
+                batch = data_module.answer_accuracy(x, y, logits.data.argmax(-1), dataset.tokenizer)
+                accuracy = batch if accuracy is None else accuracy + batch
+    model.train()
+    state.load_state_dict(saved_state)
+    for name, point in state.points.items():
+        point.stats = saved_stats[name]
+    result = {"loss": float(np.mean(losses))}
+    if accuracy is not None:
+        result.update(char_accuracy=accuracy.char_accuracy, exact_match=accuracy.exact_match)
+    return result
+
+
+def _worst_overflow(state) -> str:
+    summary = state.summary()
+    if summary["max_saturation_at"] is None:
+        return "no cast point overflowed" if state.points else "no FP8 casts (fp32)"
+    return (f"worst overflow at cast point {summary['max_saturation_at']} "
+            f"({_percent(summary['max_saturation'])} saturated or non-finite)")
+
+
+def _percent(fraction: float) -> str:
+    if fraction == 0:
+        return "0%"
+    return f"{100 * fraction:.2g}%" if fraction < 0.1 else f"{100 * fraction:.1f}%"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds < 100 else f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+
+
+def train(run: Run, config: TrainConfig, dataset, *, out: Path | None = None, resume: bool = False,
+          stop_at: int | None = None, print_fn=print) -> dict:
+    """Train one run and return its metrics (what ``metrics.json`` holds for it).
+
+    With ``out``, checkpoints go to ``out/checkpoints/<run>.npz``; ``resume`` continues from there.
+    ``stop_at``: checkpoint and stop after that step. Raises `Diverged` (the metrics so far are in
+    ``error.metrics``) and `Interrupted`. Overflow is detected explicitly (the loss and every gradient
+    are checked), so NumPy's floating-point warnings, which would only repeat it, are silenced.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _train(run, config, dataset, out, resume, stop_at, print_fn)
+
+
+def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
+    model, model_rng, state, optimizer, peak_lrs = _build(run, config, dataset.vocab_size)
+    data_rng = np.random.default_rng((config.seed, 1))
+    scaler = LossScaler(run.loss_scale, config.loss_scale_interval)
+    metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale,
+               "parameters": model.num_parameters(), "train_loss": [], "val": [], "cast_stats": [],
+               "loss_scale": [], "skipped_steps": 0, "time_s": 0.0, "diverged": None, "finished": False}
+    checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
+    start = 0
+    if resume and checkpoint is not None and checkpoint.exists():
+        start, metrics = _load_checkpoint(checkpoint, model, model_rng, state, optimizer, data_rng, scaler)
+        if metrics["finished"] or metrics["diverged"]:
+            return metrics
+        print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}")
+    else:
+        print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
+                 + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
+    eval_batches = _eval_batches(dataset, config)
+    params = model.parameters()
+    tokens_per_step = config.batch_size * config.block_size
+    clip = config.grad_clip if run.family == "standard" else 0.0
+    window_losses, window_time = [], 0.0
+    session_start = time.perf_counter()
+    time_before = metrics["time_s"]
+
+    def save():
+        if checkpoint is not None:
+            metrics["time_s"] = time_before + time.perf_counter() - session_start
+            _save_checkpoint(checkpoint, step_done, model, model_rng, state, optimizer, data_rng, scaler, metrics)
+
+    step_done = start
+    try:
+        for step in range(start, config.steps):
+            factor = warmup_cosine_lr(step, max_lr=1.0, warmup_steps=min(config.warmup_steps, config.steps),
+                                      total_steps=config.steps, min_lr=config.min_lr_ratio)
+            for group, peak in zip(optimizer.param_groups, peak_lrs):
+                group["lr"] = peak * factor
+            x, y = dataset.get_batch("train", config.batch_size, config.block_size, data_rng)
+            began = time.perf_counter()
+            _, loss = model(x, y)
+            loss_value = float(loss.data)
+            if not math.isfinite(loss_value):
+                raise Diverged(f"{run.label}: loss became {loss_value} at step {step + 1}; {_worst_overflow(state)}")
+            optimizer.zero_grad()
+            loss.backward(np.asarray(scaler.scale, dtype=loss.data.dtype))
+            if scaler.scale != 1.0:
+                inverse = np.float32(1.0 / scaler.scale)
+                for p in params:
+                    if p.grad is not None:
+                        p.grad *= inverse
+            finite = all(np.isfinite(p.grad).all() for p in params if p.grad is not None)
+            if not finite and not scaler.dynamic:
+                raise Diverged(f"{run.label}: gradients overflowed to Inf/NaN at step {step + 1}; "
+                               f"{_worst_overflow(state)}")
+            if finite:
+                if clip > 0:
+                    clip_grad_norm(params, clip)
+                optimizer.step()
+            scaler.update(finite)
+            state.step()
+            elapsed = time.perf_counter() - began
+            step_done = step + 1
+            metrics["train_loss"].append(loss_value)
+            metrics["skipped_steps"] = scaler.skipped
+            window_losses.append(loss_value)
+            window_time += elapsed
+            if step_done % config.log_interval == 0 or step_done == config.steps:
+                _log_progress(print_fn, run, config, step_done, window_losses, window_time, tokens_per_step,
+                              state, scaler, metrics)
+                window_losses, window_time = [], 0.0
+            if step_done % config.eval_interval == 0 or step_done == config.steps:
+                result = {"step": step_done, **_evaluate(model, state, eval_batches, dataset)}
+                metrics["val"].append(result)
+                accuracy = (f" | answers: {_percent(result['char_accuracy'])} of characters, "
+                            f"{_percent(result['exact_match'])} exact" if "char_accuracy" in result else "")
+                print_fn(f"step {step_done}/{config.steps} | val loss {result['loss']:.4f}{accuracy}")
+                if step_done < config.steps:
+                    save()
+            if stop_at is not None and step_done >= stop_at and step_done < config.steps:
+                save()
+                raise Interrupted(f"{run.label}: stopped after step {step_done}")
+    except KeyboardInterrupt:
+        save()
+        raise Interrupted(f"{run.label}: interrupted at step {step_done}") from None
+    except Diverged as error:
+        metrics["diverged"] = {"step": step_done + 1, "message": str(error)}
+        metrics["time_s"] = time_before + time.perf_counter() - session_start
+        save()
+        error.metrics = metrics
+        raise
+    metrics["time_s"] = time_before + time.perf_counter() - session_start
+    metrics["finished"] = True
+    metrics["final"] = _final(metrics)
+    metrics["cast_points"] = _cast_points(state)
+    save()
+    return metrics
+
+
+def _log_progress(print_fn, run, config, step, losses, seconds, tokens_per_step, state, scaler, metrics):
+    per_step = seconds / len(losses)
+    line = (f"step {step}/{config.steps} | loss {np.mean(losses):.4f} | {per_step * 1e3:.0f} ms | "
+            f"{tokens_per_step / per_step:,.0f} tok/s | eta {_duration(per_step * (config.steps - step))}")
+    summary = state.summary()
+    if state.points:
+        line += (f" | underflow {_percent(summary['max_underflow'])}"
+                 + (f" ({summary['max_underflow_at']})" if summary["max_underflow_at"] else "")
+                 + f" | saturation {_percent(summary['max_saturation'])}"
+                 + (f" ({summary['max_saturation_at']})" if summary["max_saturation_at"] else ""))
+        metrics["cast_stats"].append({"step": step, **summary})
+    if run.loss_scale != "none":
+        line += f" | loss scale {scaler.scale:g}" + (f", {scaler.skipped} skipped" if scaler.dynamic else "")
+        metrics["loss_scale"].append({"step": step, "scale": scaler.scale, "skipped": scaler.skipped})
+    print_fn(line)
+
+
+def _final(metrics: dict) -> dict:
+    """The summary numbers: mean training loss of the last 5% of steps (at least 10), last evaluation."""
+    losses = metrics["train_loss"]
+    tail = max(10, len(losses) // 20)
+    final = {"train_loss": float(np.mean(losses[-tail:])), "steps": len(losses)}
+    if metrics["val"]:
+        last = metrics["val"][-1]
+        final["val_loss"] = last["loss"]
+        for key in ("char_accuracy", "exact_match"):
+            if key in last:
+                final[key] = last[key]
+    return final
+
+
+def _cast_points(state) -> dict:
+    """The latest statistics of every cast point and role."""
+    return {name: {role: {"amax": stats.amax, "underflow": stats.underflow_fraction,
+                          "saturation": stats.saturation_fraction}
+                   for role, stats in point.stats.items()}
+            for name, point in state.points.items()}
+
+
+# ================================================================================================
+# Checkpoints: one .npz per run, arrays plus a JSON header
+# ================================================================================================
+def _save_checkpoint(path: Path, step, model, model_rng, state, optimizer, data_rng, scaler, metrics) -> None:
+    arrays = {f"model.{name}": value for name, value in model.state_dict().items()}
+    optimizer_state = optimizer.state_dict()
+    optimizer_meta = {"param_groups": optimizer_state["param_groups"], "state": {}}
+    for index, entries in optimizer_state["state"].items():
+        optimizer_meta["state"][str(index)] = {}
+        for name, value in entries.items():
+            if isinstance(value, np.ndarray):
+                arrays[f"optimizer.{index}.{name}"] = value
+            else:
+                optimizer_meta["state"][str(index)][name] = value
+    for name, value in state.state_dict().items():
+        arrays[f"fp8.{name}"] = np.asarray(value)
+    meta = {"step": step, "model_rng": model_rng.bit_generator.state, "data_rng": data_rng.bit_generator.state,
+            "scaler": scaler.state_dict(), "optimizer": optimizer_meta, "metrics": metrics}
+    arrays["meta"] = np.array(json.dumps(meta))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp.npz")
+    np.savez(temporary, **arrays)
+    os.replace(temporary, path)  # a crash while writing leaves the previous checkpoint intact
+
+
+def _load_checkpoint(path: Path, model, model_rng, state, optimizer, data_rng, scaler):
+    with np.load(path, allow_pickle=False) as archive:
+        meta = json.loads(str(archive["meta"]))
+        model.load_state_dict({key[len("model."):]: archive[key] for key in archive.files if key.startswith("model.")})
+        state.load_state_dict({key[len("fp8."):]: archive[key] for key in archive.files if key.startswith("fp8.")})
+        optimizer_state = {"param_groups": meta["optimizer"]["param_groups"], "state": {}}
+        for index, entries in meta["optimizer"]["state"].items():
+            optimizer_state["state"][int(index)] = dict(entries)
+        for key in archive.files:
+            if key.startswith("optimizer."):
+                _, index, name = key.split(".", 2)
+                optimizer_state["state"][int(index)][name] = archive[key]
+    for group in optimizer_state["param_groups"]:
+        group["betas"] = tuple(group["betas"])
+    optimizer.load_state_dict(optimizer_state)
+    model_rng.bit_generator.state = meta["model_rng"]
+    data_rng.bit_generator.state = meta["data_rng"]
+    scaler.load_state_dict(meta["scaler"])
+    return meta["step"], meta["metrics"]
+
+
+# ================================================================================================
+# Summary, metrics.json, figure
+# ================================================================================================
+def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
+    header = f"{'run':<28} {'train loss':>10} {'val loss':>9}"
+    if arithmetic:
+        header += f" {'answer chars':>12} {'exact':>7}"
+    header += f" {'time':>8}"
+    lines = [header, "-" * len(header)]
+    for run in runs:
+        metrics = results.get(run.label)
+        if metrics is None:
+            continue
+        if metrics["diverged"]:
+            lines.append(f"{run.label:<28} diverged at step {metrics['diverged']['step']}")
+            continue
+        final = metrics.get("final") or _final(metrics)
+        line = f"{run.label:<28} {final['train_loss']:>10.4f} {final.get('val_loss', math.nan):>9.4f}"
+        if arithmetic:
+            line += f" {_percent(final.get('char_accuracy', math.nan)):>12} {_percent(final.get('exact_match', math.nan)):>7}"
+        line += f" {_duration(metrics['time_s']):>8}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dict, dataset, print_fn) -> None:
+    document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
+                "runs": {run.label: results[run.label] for run in runs if run.label in results}}
+    (out / "metrics.json").write_text(json.dumps(document, indent=1) + "\n")
+    try:
+        from . import plots
+
+        figure = plots.training_curves(document)
+    except ImportError:
+        print_fn(f"wrote {out / 'metrics.json'} (no loss.png: pip install matplotlib to get the figure)")
+        return
+    figure.savefig(out / "loss.png", dpi=120)
+    print_fn(f"wrote {out / 'metrics.json'} and {out / 'loss.png'}")
+
+
+def headline_results(document: dict, every: int = 10) -> dict:
+    """The small results file of the headline experiment from its ``metrics.json`` document.
+
+    Keeps the config, each run's summary, validation curve, loss-scale and cast-statistics log, and
+    its training loss averaged over windows of ``every`` steps (``train_loss_every``).
+    """
+    runs = {}
+    for label, metrics in document["runs"].items():
+        losses = np.asarray(metrics["train_loss"], dtype=np.float64)
+        windows = len(losses) // every
+        runs[label] = {
+            "recipe": metrics["recipe"], "family": metrics["family"], "loss_scale_mode": metrics["loss_scale_mode"],
+            "train_loss": [round(float(v), 5) for v in losses[:windows * every].reshape(windows, every).mean(axis=1)],
+            "val": [{key: round(value, 5) if isinstance(value, float) else value for key, value in entry.items()}
+                    for entry in metrics["val"]],
+            "final": metrics.get("final"), "diverged": metrics["diverged"], "time_s": round(metrics["time_s"], 1),
+            "skipped_steps": metrics["skipped_steps"],
+            "cast_stats": [{key: round(value, 6) if isinstance(value, float) else value for key, value in entry.items()}
+                           for entry in metrics["cast_stats"]],
+            "loss_scale": metrics["loss_scale"],
+        }
+    return {"config": document["config"], "data": document["data"], "loss_floor": document["loss_floor"],
+            "train_loss_every": every, "runs": runs}
+
+
+def load_results(path=None) -> dict:
+    """A results document: the committed headline results by default, or a ``metrics.json``."""
+    with open(HEADLINE_RESULTS if path is None else path, encoding="utf-8") as file:
+        return json.load(file)
+
+
+# ================================================================================================
+# main
+# ================================================================================================
+def _tune_malloc() -> None:
+    """Keep freed activation memory in the process instead of returning it to the OS (Linux/glibc).
+
+    Every step allocates and frees the same activation buffers (megabytes each). By default glibc
+    serves big blocks with mmap and gives freed memory back to the kernel, so every step re-faults
+    fresh zeroed pages. Raising the mmap threshold to its maximum and never trimming makes later
+    steps reuse the memory. Only the ``train_tiny`` command does this (a library should not change
+    its host's allocator); anywhere else it silently does nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # glibc malloc.h
+        libc.mallopt(m_mmap_threshold, 32 * 1024 * 1024)  # the largest value glibc accepts on 64-bit
+        libc.mallopt(m_trim_threshold, 1 << 30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (0 ok, 1 a run diverged, 2 bad flags or data, 130 stopped)."""
+    try:
+        config, runs = parse_args(argv)
+    except SystemExit as exit_:  # -h, or parser.error
+        return int(exit_.code or 0)
+    prog = "python -m minifp8.train_tiny"
+    if config.resume is not None:
+        resume_dir = Path(config.resume)
+        try:
+            saved = json.loads((resume_dir / "config.json").read_text())
+            stop_after = config.stop_after
+            config = TrainConfig(**{**saved["config"], "resume": str(resume_dir), "stop_after": stop_after,
+                                    "out": str(resume_dir)})
+            runs = [Run(**run) for run in saved["runs"]]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"{prog}: error: --resume {resume_dir}: not a train_tiny output directory ({error})", file=sys.stderr)
+            return 2
+    try:
+        dataset = data_module.load_dataset(config.data, seed=config.seed)
+    except (OSError, ValueError) as error:
+        print(f"{prog}: error: --data: {error}", file=sys.stderr)
+        return 2
+    smallest = min(dataset.train.size, dataset.val.size)
+    if config.block_size >= smallest:
+        print(f"{prog}: error: --block-size {config.block_size} needs more than {config.block_size} tokens in each "
+              f"split, but {dataset.name} has {smallest} in its smaller split", file=sys.stderr)
+        return 2
+    _tune_malloc()
+    out = Path(config.out) if config.out is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        saved_config = {**asdict(config), "resume": None, "stop_after": None}
+        (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs]},
+                                                    indent=1) + "\n")
+    print(f"data: {dataset!r}" + (f", loss floor {dataset.loss_floor:.3f}" if dataset.loss_floor else ""))
+    results, status = {}, 0
+    for run in runs:
+        try:
+            results[run.label] = train(run, config, dataset, out=out, resume=config.resume is not None,
+                                       stop_at=config.stop_after)
+            if results[run.label]["diverged"]:  # diverged in an earlier session (reported there)
+                status = 1
+        except Diverged as error:
+            print(f"{prog}: error: {error}", file=sys.stderr)
+            results[run.label] = error.metrics
+            status = 1
+        except Interrupted as stop:
+            hint = f"; continue with --resume {out}" if out is not None else " (no --out: nothing saved)"
+            print(f"{stop}{hint}")
+            return 130
+    print()
+    print(_summary_table(runs, results, dataset.task == "arithmetic"))
+    if out is not None:
+        _write_outputs(out, config, runs, results, dataset, print)
+        if config.experiment == "headline":
+            results_file = out / "headline.json"
+            results_file.write_text(json.dumps(headline_results(json.loads((out / "metrics.json").read_text())),
+                                               indent=1) + "\n")
+            print(f"wrote {results_file} (the committed copy is {HEADLINE_RESULTS})")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,309 @@
+"""``python -m minifp8.train_tiny``: every recipe runs, runs are reproducible and resume bit-exactly,
+bad flags and bad data give one-line errors, divergence stops cleanly, loss scaling does its job."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minifp8 import fp8, train_tiny
+from minifp8.train_tiny import HEADLINE_RUNS, LossScaler, Run, TrainConfig, main, parse_args
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A model small enough that 20 steps of every recipe take a few seconds in all.
+TINY = ["--steps", "20", "--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2",
+        "--n-embd", "16", "--eval-interval", "10", "--eval-batches", "2", "--log-interval", "5",
+        "--warmup-steps", "5"]
+
+
+def run_main(capsys, *argv):
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def metrics(out: Path) -> dict:
+    return json.loads((out / "metrics.json").read_text())
+
+
+# ---- every recipe ---------------------------------------------------------------------------------
+
+def test_smoke_every_recipe(tmp_path, capsys):
+    status, out, err = run_main(capsys, *TINY, "--recipe", ",".join(fp8.RECIPES), "--out", str(tmp_path))
+    assert status == 0, err
+    document = metrics(tmp_path)
+    assert list(document["runs"]) == list(fp8.RECIPES)
+    for recipe, run in document["runs"].items():
+        assert run["family"] == ("unit" if recipe == "unit" else "standard")
+        assert len(run["train_loss"]) == 20 and all(np.isfinite(run["train_loss"]))
+        assert [entry["step"] for entry in run["val"]] == [10, 20]
+        assert 0.0 <= run["final"]["char_accuracy"] <= 1.0
+        assert run["finished"] and run["diverged"] is None
+        if recipe == "fp32":
+            assert run["cast_stats"] == [] and run["cast_points"] == {}
+        else:  # the cast statistics at every progress line, and every cast point at the end
+            assert [entry["step"] for entry in run["cast_stats"]] == [5, 10, 15, 20]
+            assert set(run["cast_points"]) >= {"blocks.0.attn", "lm_head"}
+            assert 0.0 <= run["cast_stats"][-1]["max_underflow"] <= 1.0
+    # progress lines in the documented format, cast statistics for FP8 recipes, a summary row per recipe
+    lines = out.splitlines()
+    progress = [line for line in lines if line.startswith("step 5/20 | loss ")]
+    assert len(progress) == len(fp8.RECIPES)
+    assert all(" ms | " in line and " tok/s | eta " in line for line in progress)
+    assert sum("| underflow " in line and "| saturation " in line for line in progress) == len(fp8.RECIPES) - 1
+    assert sum(line.startswith("step 20/20 | val loss ") for line in lines) == len(fp8.RECIPES)
+    table = lines[lines.index(next(line for line in lines if line.startswith("run "))):]
+    assert [row.split()[0] for row in table[2:2 + len(fp8.RECIPES)]] == list(fp8.RECIPES)
+    assert (tmp_path / "checkpoints" / "mxfp8.npz").exists()
+    if _has_matplotlib():
+        assert (tmp_path / "loss.png").stat().st_size > 0
+    else:
+        assert "pip install matplotlib" in out
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_default_run_learns_a_little_in_few_steps(capsys):
+    """The default recipe (unit), family and model, no --out: 40 small steps already lower the validation loss."""
+    status, out, _ = run_main(capsys, "--steps", "40", "--batch-size", "8", "--eval-interval", "20", "--eval-batches", "2",
+                              "--log-interval", "20", "--warmup-steps", "10")
+    assert status == 0
+    assert "recipe unit" in out and "unit model" in out
+    val = [float(line.split("val loss ")[1].split()[0]) for line in out.splitlines()
+           if line.startswith("step ") and "val loss" in line]
+    assert len(val) == 2 and val[1] < val[0] < np.log(14)
+
+
+# ---- reproducibility and resume -------------------------------------------------------------------
+
+def test_same_seed_same_losses(tmp_path):
+    config = TrainConfig(**{**vars(parse_args(TINY)[0]), "dropout": 0.1})
+    dataset = train_tiny.data_module.load_dataset()
+    run = Run("current", "standard")
+    quiet = lambda *args: None  # noqa: E731
+    first = train_tiny.train(run, config, dataset, print_fn=quiet)
+    second = train_tiny.train(run, config, dataset, print_fn=quiet)
+    assert first["train_loss"] == second["train_loss"] and first["val"] == second["val"]
+    other = train_tiny.train(run, TrainConfig(**{**vars(config), "seed": 1}), dataset, print_fn=quiet)
+    assert other["train_loss"] != first["train_loss"]
+
+
+def test_resume_is_bit_exact(tmp_path, capsys):
+    """Stop after 13 steps, resume: the same losses, evaluations and final weights as one run.
+
+    delayed (amax histories), dynamic loss scaling (scale, counters, skipped steps), dropout (the
+    model's generator) and two runs (the resume finishes the first and then runs the second).
+    """
+    flags = [*TINY, "--recipe", "delayed,unit", "--loss-scale", "dynamic", "--loss-scale-interval", "4",
+             "--dropout", "0.1"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert run_main(capsys, *flags, "--out", str(whole))[0] == 0
+    status, out, _ = run_main(capsys, *flags, "--out", str(parts), "--stop-after", "13")
+    assert status == 130 and f"continue with --resume {parts}" in out
+    assert not (parts / "metrics.json").exists()
+    status, out, _ = run_main(capsys, "--resume", str(parts))
+    assert status == 0 and "resumed at step 13/20" in out
+    expected, actual = metrics(whole)["runs"], metrics(parts)["runs"]
+    assert list(actual) == ["delayed + loss scale dynamic", "unit + loss scale dynamic"]
+    for label in expected:
+        for key in ("train_loss", "val", "cast_stats", "loss_scale", "skipped_steps", "cast_points", "final"):
+            assert actual[label][key] == expected[label][key], (label, key)
+        slug = "".join(c if c.isalnum() else "_" for c in label)
+        with np.load(whole / "checkpoints" / f"{slug}.npz") as a, np.load(parts / "checkpoints" / f"{slug}.npz") as b:
+            for key in a.files:
+                if key != "meta":
+                    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # the scaler did work: unit-scaled gradients times 2^16 overflow E5M2 until it backs off
+    assert expected["unit + loss scale dynamic"]["skipped_steps"] > 0
+
+
+def test_resume_rejects_other_flags_and_bad_directories(tmp_path, capsys):
+    status, _, err = run_main(capsys, "--resume", str(tmp_path), "--steps", "5")
+    assert status == 2 and "--steps" in err and err.count("\n") == 1
+    status, _, err = run_main(capsys, "--resume", str(tmp_path / "nothing"))
+    assert status == 2 and "not a train_tiny output directory" in err and err.count("\n") == 1
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["--recipe", "fp16"], "unknown recipe 'fp16'"),
+    (["--recipe", "fp32,fp32"], "twice"),
+    (["--recipe", "unit", "--family", "standard"], "needs --family unit"),
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--steps", "ten"], "invalid int value"),
+    (["--loss-scale", "-4"], "--loss-scale must be"),
+    (["--loss-scale", "inf"], "--loss-scale must be"),
+    (["--n-embd", "30", "--n-head", "4"], "multiple of --n-head"),
+    (["--dropout", "1"], "--dropout must be in [0, 1)"),
+    (["--lr", "nan"], "--lr must be"),
+    (["--no-such-flag"], "unrecognized arguments"),
+    (["--experiment", "headline", "--recipe", "fp8"], "fixes its runs"),
+    (["--experiment", "other"], "invalid choice"),
+])
+def test_bad_flags_give_one_line_errors(capsys, argv, message):
+    status, out, err = run_main(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+    assert err.startswith("python -m minifp8.train_tiny: error: ")
+
+
+def test_bad_data_gives_one_line_errors(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(bytes(range(256)))
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("café\n".encode("latin-1"))
+    short = tmp_path / "short.txt"
+    short.write_text("abcdefghij" * 3)
+    for path, message in [(tmp_path / "missing.txt", "not found"), (tmp_path, "directory"), (empty, "empty"),
+                          (binary, "NUL"), (latin1, "not a UTF-8"), (short, "--block-size 32 needs more")]:
+        status, out, err = run_main(capsys, "--data", str(path), "--steps", "1")
+        assert status == 2, path
+        assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_command_line_errors_have_no_traceback(tmp_path):
+    """The real command: exit status 2 and one line on stderr, for a bad flag and for bad data."""
+    for argv in (["--recipe", "bogus"], ["--data", str(tmp_path / "missing.txt")]):
+        result = subprocess.run([sys.executable, "-m", "minifp8.train_tiny", *argv], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    # a diverging run: one line too (no NumPy warnings about the Inf in the GEMMs)
+    result = subprocess.run([sys.executable, "-m", "minifp8.train_tiny", *TINY, "--steps", "2", "--recipe", "fp8",
+                             "--loss-scale", "1e30"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "gradients overflowed" in result.stderr
+
+
+def test_help_shows_every_flag_with_its_default(capsys):
+    status, out, _ = run_main(capsys, "-h")
+    assert status == 0
+    options = {}
+    for entry in re.split(r"\n  (?=--)", out.split("options:", 1)[1]):  # one entry per option
+        options[entry.split()[0]] = " ".join(entry.split())
+    for name in vars(TrainConfig()):
+        flag = "--" + name.replace("_", "-")
+        assert "default" in options[flag], options[flag]
+    assert "(default: unit)" in options["--recipe"] and "(default: 1000)" in options["--steps"]
+
+
+# ---- divergence and loss scaling ---------------------------------------------------------------------
+
+def test_gradient_overflow_stops_with_a_one_line_message(tmp_path, capsys):
+    """A static loss scale of 1e30 makes every E5M2 gradient cast overflow to Inf: the run stops at
+    step 1 naming the cast point, the next recipe still runs, and the exit status is 1."""
+    status, out, err = run_main(capsys, *TINY, "--recipe", "fp8,fp32", "--loss-scale", "1e30", "--out", str(tmp_path))
+    assert status == 1 and "Traceback" not in err
+    assert err.count("\n") == 1
+    assert "fp8 + loss scale 1e+30: gradients overflowed to Inf/NaN at step 1" in err
+    assert re.search(r"worst overflow at cast point [\w.]+:grad \(100(\.0)?% saturated or non-finite\)", err), err
+    assert "diverged at step 1" in out
+    runs = metrics(tmp_path)["runs"]
+    assert runs["fp8 + loss scale 1e+30"]["diverged"]["step"] == 1
+    # fp32 has no cast that overflows: its float32 gradients (1e30 * ~1e-3) stay finite and are unscaled
+    assert runs["fp32 + loss scale 1e+30"]["finished"]
+
+
+def test_saturating_gradient_casts(capsys):
+    """--saturate-gradients yes clamps the overflowing E5M2 casts instead: the same run goes on (its
+    gradients, clamped to 57344 and divided by 1e30, are tiny but finite)."""
+    status, out, err = run_main(capsys, *TINY, "--recipe", "fp8", "--loss-scale", "1e30", "--saturate-gradients", "yes")
+    assert status == 0 and err == ""
+    assert "| saturation 100% (" in out or "| saturation 100.0% (" in out
+    options = train_tiny._recipe_options
+    assert options("delayed", "auto") == {"saturate_gradients": True}
+    assert options("fp8", "auto") == options("unit", "auto") == {"saturate_gradients": False}
+    assert options("unit", "yes") == {"saturate_gradients": True} and options("current", "no") == {"saturate_gradients": False}
+    assert options("mxfp8", "yes") == options("fp32", "auto") == {}
+
+
+def test_nan_loss_stops_with_a_one_line_message(capsys, monkeypatch):
+    build = train_tiny._build
+
+    def poisoned(run, config, vocab_size):
+        built = build(run, config, vocab_size)
+        built[0].wte.weight.data[:] = np.nan
+        return built
+
+    monkeypatch.setattr(train_tiny, "_build", poisoned)
+    status, out, err = run_main(capsys, *TINY, "--recipe", "current")
+    assert status == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert "current: loss became nan at step 1; worst overflow at cast point" in err
+
+
+def test_loss_scaler():
+    static = LossScaler("1024")
+    static.update(False)
+    assert static.scale == 1024 and static.skipped == 0
+    dynamic = LossScaler("dynamic", growth_interval=3)
+    assert dynamic.scale == 2.0 ** 16
+    dynamic.update(False)
+    assert dynamic.scale == 2.0 ** 15 and dynamic.skipped == 1
+    for _ in range(3):
+        dynamic.update(True)
+    assert dynamic.scale == 2.0 ** 16 and dynamic.clean_steps == 0
+    dynamic.update(True)
+    dynamic.update(False)
+    assert dynamic.scale == 2.0 ** 15 and dynamic.clean_steps == 0 and dynamic.skipped == 2
+    restored = LossScaler("dynamic")
+    restored.load_state_dict(dynamic.state_dict())
+    assert restored.state_dict() == dynamic.state_dict()
+
+
+def test_dynamic_loss_scaling_rescues_naive_fp8_gradients(capsys):
+    """With a mean loss over 4 x 64 tokens the standard model's gradients sit near E5M2's bottom:
+    naive fp8 flushes a large share to zero, loss scaling brings them back into range."""
+    flags = ["--steps", "3", "--batch-size", "4", "--block-size", "64", "--n-layer", "1", "--n-head", "2",
+             "--n-embd", "16", "--eval-interval", "3", "--eval-batches", "1", "--log-interval", "1"]
+    config, runs = parse_args([*flags, "--recipe", "fp8"])
+    dataset = train_tiny.data_module.load_dataset()
+    quiet = lambda *args: None  # noqa: E731
+    naive = train_tiny.train(runs[0], config, dataset, print_fn=quiet)
+    scaled = train_tiny.train(Run("fp8", "standard", "dynamic"), config, dataset, print_fn=quiet)
+    assert naive["cast_stats"][0]["max_underflow"] > 0.5
+    assert scaled["cast_stats"][0]["max_underflow"] < 0.05
+
+
+# ---- the headline experiment ------------------------------------------------------------------------
+
+def test_headline_runs_and_results_file(tmp_path, capsys):
+    config, runs = parse_args(["--experiment", "headline"])
+    assert runs == list(HEADLINE_RUNS)
+    assert [run.label for run in runs] == ["fp32", "fp8", "fp8 + loss scale dynamic", "unit fp32", "unit",
+                                           "current", "delayed", "mxfp8"]
+    assert (config.steps, config.batch_size, config.block_size) == tuple(
+        train_tiny.HEADLINE_CONFIG[key] for key in ("steps", "batch_size", "block_size"))
+    # explicit flags override the experiment's config (here: a tiny version of it)
+    status, out, _ = run_main(capsys, "--experiment", "headline", *TINY[:12], "--steps", "4", "--eval-interval", "2",
+                              "--warmup-steps", "1", "--out", str(tmp_path))
+    assert status == 0
+    results = train_tiny.load_results(tmp_path / "headline.json")
+    assert results["config"]["steps"] == 4 and results["config"]["batch_size"] == 4
+    assert list(results["runs"]) == [run.label for run in runs]
+    assert all(len(run["val"]) == 2 for run in results["runs"].values())
+
+
+def test_committed_headline_results():
+    """The committed results file exists, has every run, and plots."""
+    results = train_tiny.load_results()
+    assert list(results["runs"]) == [run.label for run in HEADLINE_RUNS]
+    for run in results["runs"].values():
+        assert run["final"] is not None or run["diverged"] is not None
+    pytest.importorskip("matplotlib")
+    from minifp8 import plots
+
+    figure = plots.training_curves(results)
+    assert len(figure.axes) == 2
