@@ -550,7 +550,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
 
     Top: the training loss (averaged over windows of about ``smooth_steps`` steps, thin) and the
     validation loss (dots) of each run; the dashed line is the corpus' loss floor when it is known.
-    A run that diverged ends in a cross. Bottom: the largest fraction of a tensor flushed to zero
+    A run that diverged ends in a cross. The unit-scaled runs share a colour, their fp32 run dashed.
+    Bottom: the largest fraction of a tensor flushed to zero
     among the cast points of each FP8 run, at each progress line (fp32 runs have no casts). Naive
     FP8 loses most of its gradients here; unit scaling and per-tensor scales keep them.
 
@@ -572,9 +573,15 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     every = int(results.get("train_loss_every", 1))
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
-    colors = [f"C{i}" for i in range(10)]
-    for i, (label, metrics) in enumerate(runs.items()):
-        color = "black" if label == "fp32" else colors[i % len(colors)]
+    colors = iter(f"C{i}" for i in range(1000))
+    unit_color = None
+    for label, metrics in runs.items():
+        # the unit-scaled runs share a colour (fp32 dashed), so the pair reads as one comparison
+        if metrics.get("family") == "unit":
+            unit_color = unit_color or next(colors)
+            color = unit_color
+        else:
+            color = "black" if label == "fp32" else next(colors)
         style = "--" if metrics.get("family") == "unit" and metrics.get("recipe") == "fp32" else "-"
         steps, losses = _run_curve(metrics, every, smooth_steps)
         loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label)

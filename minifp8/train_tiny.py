@@ -689,7 +689,8 @@ def headline_results(document: dict, every: int = 10) -> dict:
                            for entry in metrics["cast_stats"]],
             "loss_scale": metrics["loss_scale"],
         }
-    return {"config": document["config"], "data": document["data"], "loss_floor": document["loss_floor"],
+    config = {key: value for key, value in document["config"].items() if key not in ("out", "resume", "stop_after")}
+    return {"config": config, "data": document["data"], "loss_floor": document["loss_floor"],
             "train_loss_every": every, "runs": runs}
 
 
