@@ -87,16 +87,17 @@ from pathlib import Path
 import numpy as np
 
 from . import data as data_module
-from . import fp8
+from . import fp8, fp8lm
 from .autograd import no_grad
 from .model import FAMILIES, GPT, GPTConfig
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
-__all__ = ["HEADLINE_CONFIG", "HEADLINE_RESULTS", "HEADLINE_RUNS", "LossScaler", "Run", "TrainConfig",
-           "load_results", "main", "train"]
+__all__ = ["EXPERIMENTS", "FP8LM_RESULTS", "FP8LM_RUNS", "HEADLINE_CONFIG", "HEADLINE_RESULTS", "HEADLINE_RUNS",
+           "LossScaler", "Run", "TrainConfig", "load_results", "main", "train"]
 
-#: Where the committed results of ``--experiment headline`` live (package data).
+#: Where the committed results of ``--experiment headline`` and ``--experiment fp8lm`` live (package data).
 HEADLINE_RESULTS = Path(__file__).resolve().parent / "results" / "headline.json"
+FP8LM_RESULTS = HEADLINE_RESULTS.with_name("fp8lm.json")
 
 
 # ================================================================================================
@@ -120,6 +121,19 @@ class TrainConfig:
                 "the scaled recipes current, delayed and blockwise (as TransformerEngine does), Inf in fp8 and "
                 "unit (as torch's float8 casts do, so that loss scaling sees the overflow)",
         "choices": ("auto", "yes", "no")})
+    fp8_grads: bool = field(default=False, metadata={
+        "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
+                "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
+    fp8_optimizer: str = field(default="none", metadata={
+        "help": "FP8-LM optimizer states: O2 (AdamW's first moment in FP8 E4M3, its second moment in FP16, each "
+                "with a per-tensor scale) or O3 (O2 plus FP16 master weights); a bare --fp8-optimizer means O2",
+        "choices": ("none", "O2", "O3"), "nargs": "?", "const": "O2"})
+    fp8_allreduce: int = field(default=0, metadata={
+        "help": "FP8-LM: split every batch over N simulated data-parallel workers and average their gradients "
+                "with the FP8 all-reduce (implies --fp8-grads; 1 is --fp8-grads; 0: off)", "metavar": "N"})
+    report_memory: bool = field(default=False, metadata={
+        "help": "print the bytes per parameter of weights, master weights, gradients and optimizer moments for "
+                "every FP8-LM combination, and those each run holds", "action": "store_true"})
     data: str | None = field(default=None, metadata={
         "help": "UTF-8 text file to train on (default: the bundled arithmetic corpus)", "metavar": "PATH"})
     seed: int = field(default=0, metadata={"help": "seed of the weights, the batches and the corpus"})
@@ -152,8 +166,9 @@ class TrainConfig:
         "help": "stop after this many steps in this session and write a checkpoint (continue with --resume)",
         "metavar": "STEPS"})
     experiment: str | None = field(default=None, metadata={
-        "help": "run a fixed experiment: headline (its config; flags given explicitly override it)",
-        "choices": ("headline",)})
+        "help": "run a fixed experiment at the headline config (flags given explicitly override it): headline "
+                "(the unit-scaling claim) or fp8lm (FP8-LM's options on the unit and current recipes)",
+        "choices": ("headline", "fp8lm")})
 
 
 #: The config of ``--experiment headline``: where naive FP8 breaks and the remedies show.
@@ -164,17 +179,31 @@ HEADLINE_CONFIG = dict(steps=500, batch_size=64, block_size=64, n_layer=2, n_hea
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: a recipe, a model family and a loss-scaling mode."""
+    """One training run: a recipe, a model family, a loss-scaling mode and the FP8-LM options.
+
+    ``workers > 1`` splits each batch over that many simulated workers whose gradients meet in the
+    FP8 all-reduce (so it needs ``fp8_grads``); ``workers == 1`` with ``fp8_grads`` is the local cast.
+    """
 
     recipe: str
     family: str
     loss_scale: str = "none"
+    fp8_grads: bool = False
+    fp8_optimizer: str = "none"
+    workers: int = 1
 
     @property
     def label(self) -> str:
-        """``fp32``, ``unit``, ``unit fp32`` (unit family, another recipe), ``fp8 + loss scale dynamic``."""
+        """``fp32``, ``unit``, ``unit fp32`` (unit family, another recipe), ``fp8 + loss scale dynamic``,
+        ``current + fp8 all-reduce x4 + fp8 optimizer O2``."""
         label = self.recipe if self.family == _default_family(self.recipe) else f"{self.family} {self.recipe}"
-        return label if self.loss_scale == "none" else f"{label} + loss scale {self.loss_scale}"
+        if self.loss_scale != "none":
+            label += f" + loss scale {self.loss_scale}"
+        if self.fp8_grads:
+            label += " + fp8 grads" if self.workers == 1 else f" + fp8 all-reduce x{self.workers}"
+        if self.fp8_optimizer != "none":
+            label += f" + fp8 optimizer {self.fp8_optimizer}"
+        return label
 
     @property
     def slug(self) -> str:
@@ -186,6 +215,16 @@ class Run:
 HEADLINE_RUNS = (Run("fp32", "standard"), Run("fp8", "standard"), Run("fp8", "standard", "dynamic"),
                  Run("fp32", "unit"), Run("unit", "unit"), Run("current", "standard"),
                  Run("delayed", "standard"), Run("mxfp8", "standard"))
+
+
+#: The runs of ``--experiment fp8lm``: each FP8-LM option alone, then all three, on top of the
+#: unit-scaled model (``unit``) and the standard model with current scaling (``current``).
+FP8LM_RUNS = tuple(Run(recipe, _family, **options) for recipe, _family in (("unit", "unit"), ("current", "standard"))
+                   for options in ({}, {"fp8_grads": True}, {"fp8_optimizer": "O2"},
+                                   {"fp8_grads": True, "workers": 4},
+                                   {"fp8_grads": True, "workers": 4, "fp8_optimizer": "O3"}))
+
+EXPERIMENTS = {"headline": HEADLINE_RUNS, "fp8lm": FP8LM_RUNS}
 
 
 def _default_family(recipe: str) -> str:
@@ -217,8 +256,8 @@ def build_parser(argument_default=None) -> argparse.ArgumentParser:
                      description="Train a mini-GPT in simulated FP8 on 2 CPU cores (see the module docstring).")
     for f in fields(TrainConfig):
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        options = {"help": f.metadata["help"], "type": kind}
-        for key in ("choices", "metavar"):
+        options = {"help": f.metadata["help"]} if "action" in f.metadata else {"help": f.metadata["help"], "type": kind}
+        for key in ("choices", "metavar", "action", "nargs", "const"):
             if key in f.metadata:
                 options[key] = f.metadata[key]
         if argument_default is None:
@@ -238,12 +277,13 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
             parser.error(f"--resume continues the saved config; do not combine it with "
                          f"{', '.join('--' + name.replace('_', '-') for name in extra)}")
         return config, []
-    if config.experiment == "headline":
-        for flag in ("recipe", "family", "loss_scale"):
+    if config.experiment is not None:
+        for flag in ("recipe", "family", "loss_scale", "fp8_grads", "fp8_optimizer", "fp8_allreduce"):
             if flag in explicit:
-                parser.error(f"--experiment headline fixes its runs; do not combine it with --{flag.replace('_', '-')}")
+                parser.error(f"--experiment {config.experiment} fixes its runs; do not combine it with "
+                             f"--{flag.replace('_', '-')}")
         config = replace(config, **{key: value for key, value in HEADLINE_CONFIG.items() if key not in explicit})
-        runs = list(HEADLINE_RUNS)
+        runs = list(EXPERIMENTS[config.experiment])
     else:
         runs = _runs(parser, config)
     _check_config(parser, config)
@@ -263,7 +303,9 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
         if recipe == "unit" and family != "unit":
             parser.error("recipe unit is the unit-scaled model with naive FP8 casts; it needs --family unit or auto "
                          "(for naive casts of the standard model use --recipe fp8)")
-        runs.append(Run(recipe, family, _loss_scale(parser, config.loss_scale)))
+        runs.append(Run(recipe, family, _loss_scale(parser, config.loss_scale),
+                        fp8_grads=config.fp8_grads or config.fp8_allreduce > 0, fp8_optimizer=config.fp8_optimizer,
+                        workers=max(config.fp8_allreduce, 1)))
     return runs
 
 
@@ -286,6 +328,11 @@ def _check_config(parser, config: TrainConfig) -> None:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(config, name)}")
     if config.n_embd % config.n_head:
         parser.error(f"--n-embd ({config.n_embd}) must be a multiple of --n-head ({config.n_head})")
+    if config.fp8_allreduce < 0:
+        parser.error(f"--fp8-allreduce must be >= 0 (0: off), got {config.fp8_allreduce}")
+    if config.fp8_allreduce > 1 and config.batch_size % config.fp8_allreduce:
+        parser.error(f"--fp8-allreduce {config.fp8_allreduce} splits each batch over that many workers, so "
+                     f"--batch-size ({config.batch_size}) must be a multiple of it")
     if config.stop_after is not None and config.stop_after < 1:
         parser.error(f"--stop-after must be >= 1, got {config.stop_after}")
     checks = [("dropout", 0.0 <= config.dropout < 1.0, "in [0, 1)"),
@@ -351,17 +398,27 @@ class Interrupted(Exception):
     """``--stop-after`` or Ctrl-C: the run was checkpointed and can be resumed."""
 
 
+def _model_config(config: TrainConfig, family: str, vocab_size: int) -> GPTConfig:
+    return GPTConfig(vocab_size=vocab_size, block_size=config.block_size, n_layer=config.n_layer,
+                     n_head=config.n_head, n_embd=config.n_embd, family=family, dropout=config.dropout)
+
+
 def _build(run: Run, config: TrainConfig, vocab_size: int):
-    """The model (weights from ``config.seed``), its FP8 state, the optimizer and its peak learning rates."""
-    model_config = GPTConfig(vocab_size=vocab_size, block_size=config.block_size, n_layer=config.n_layer,
-                             n_head=config.n_head, n_embd=config.n_embd, family=run.family, dropout=config.dropout)
+    """The model (weights from ``config.seed``), its FP8 state, the optimizer, its peak learning rates
+    and the FP8 gradient store (None without ``fp8_grads``)."""
     model_rng = np.random.default_rng(config.seed)  # draws the weights, then the dropout masks
-    model = GPT(model_config, rng=model_rng)
+    model = GPT(_model_config(config, run.family, vocab_size), rng=model_rng)
     state = fp8.apply_recipe(model, run.recipe, **_recipe_options(run.recipe, config.saturate_gradients))
     lr = config.lr if config.lr is not None else DEFAULT_LR[run.family]
-    optimizer = AdamW(model.optimizer_groups(lr, config.weight_decay), betas=(0.9, 0.99), eps=1e-8)
+    groups = model.optimizer_groups(lr, config.weight_decay)
+    if run.fp8_optimizer == "none":
+        optimizer = AdamW(groups, betas=(0.9, 0.99), eps=1e-8)
+    else:  # FP8-LM section 2.2: first moment FP8, second moment FP16; O3 adds FP16 master weights
+        optimizer = fp8lm.FP8AdamW(groups, betas=(0.9, 0.99), eps=1e-8, first_moment="E4M3", second_moment="float16",
+                                   master_weights="float16" if run.fp8_optimizer == "O3" else "float32")
     peak_lrs = [group["lr"] for group in optimizer.param_groups]
-    return model, model_rng, state, optimizer, peak_lrs
+    gradients = fp8lm.FP8Gradients(model.named_parameters()) if run.fp8_grads else None
+    return model, model_rng, state, optimizer, peak_lrs, gradients
 
 
 #: Peak learning rate of each family when ``--lr`` is not given: nanoGPT-like Adam for the standard
@@ -446,16 +503,17 @@ def train(run: Run, config: TrainConfig, dataset, *, out: Path | None = None, re
 
 
 def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
-    model, model_rng, state, optimizer, peak_lrs = _build(run, config, dataset.vocab_size)
+    model, model_rng, state, optimizer, peak_lrs, gradients = _build(run, config, dataset.vocab_size)
     data_rng = np.random.default_rng((config.seed, 1))
     scaler = LossScaler(run.loss_scale, config.loss_scale_interval)
     metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale,
                "parameters": model.num_parameters(), "train_loss": [], "val": [], "cast_stats": [],
-               "loss_scale": [], "skipped_steps": 0, "time_s": 0.0, "diverged": None, "finished": False}
+               "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0, "time_s": 0.0,
+               "diverged": None, "finished": False}
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
     start = 0
     if resume and checkpoint is not None and checkpoint.exists():
-        start, metrics = _load_checkpoint(checkpoint, model, model_rng, state, optimizer, data_rng, scaler)
+        start, metrics = _load_checkpoint(checkpoint, model, model_rng, state, optimizer, data_rng, scaler, gradients)
         if metrics["finished"] or metrics["diverged"]:
             return metrics
         print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}")
@@ -473,9 +531,14 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
     def save():
         if checkpoint is not None:
             metrics["time_s"] = time_before + time.perf_counter() - session_start
-            _save_checkpoint(checkpoint, step_done, model, model_rng, state, optimizer, data_rng, scaler, metrics)
+            _save_checkpoint(checkpoint, step_done, model, model_rng, state, optimizer, data_rng, scaler, gradients,
+                             metrics)
 
     step_done = start
+    if start == 0 and not metrics["val"]:  # where the loss starts, to read the drop against
+        metrics["val"].append({"step": 0, **_evaluate(model, state, eval_batches, dataset)})
+        print_fn(_val_line(metrics["val"][-1], config))
+    report = None
     try:
         for step in range(start, config.steps):
             factor = warmup_cosine_lr(step, max_lr=1.0, warmup_steps=min(config.warmup_steps, config.steps),
@@ -484,17 +547,27 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
                 group["lr"] = peak * factor
             x, y = dataset.get_batch("train", config.batch_size, config.block_size, data_rng)
             began = time.perf_counter()
-            _, loss = model(x, y)
-            loss_value = float(loss.data)
-            if not math.isfinite(loss_value):
-                raise Diverged(f"{run.label}: loss became {loss_value} at step {step + 1}; {_worst_overflow(state)}")
-            optimizer.zero_grad()
-            loss.backward(np.asarray(scaler.scale, dtype=loss.data.dtype))
-            if scaler.scale != 1.0:
-                inverse = np.float32(1.0 / scaler.scale)
-                for p in params:
-                    if p.grad is not None:
-                        p.grad *= inverse
+            # one shard per simulated data-parallel worker (one worker: the whole batch)
+            shards = fp8lm.split_batch(x, y, workers=run.workers) if run.workers > 1 else [(x, y)]
+            shard_losses, worker_grads = [], []
+            for shard_x, shard_y in shards:
+                _, loss = model(shard_x, shard_y)
+                shard_losses.append(float(loss.data))
+                if not math.isfinite(shard_losses[-1]):
+                    raise Diverged(f"{run.label}: loss became {shard_losses[-1]} at step {step + 1}; "
+                                   f"{_worst_overflow(state)}")
+                optimizer.zero_grad()
+                loss.backward(np.asarray(scaler.scale, dtype=loss.data.dtype))
+                if scaler.scale != 1.0:
+                    inverse = np.float32(1.0 / scaler.scale)
+                    for p in params:
+                        if p.grad is not None:
+                            p.grad *= inverse
+                if gradients is not None:
+                    worker_grads.append(gradients.collect())
+            loss_value = shard_losses[0] if len(shards) == 1 else float(np.mean(shard_losses))
+            if gradients is not None:  # FP8 gradients: the local cast, or the FP8 all-reduce over the workers
+                report = gradients.reduce(worker_grads)
             finite = all(np.isfinite(p.grad).all() for p in params if p.grad is not None)
             if not finite and not scaler.dynamic:
                 raise Diverged(f"{run.label}: gradients overflowed to Inf/NaN at step {step + 1}; "
@@ -503,6 +576,11 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
                 if clip > 0:
                     clip_grad_norm(params, clip)
                 optimizer.step()
+                if metrics["memory"] is None:  # what this run's arrays hold, read after its first step
+                    metrics["memory"] = _memory(fp8lm.measure_memory(model, optimizer, gradients,
+                                                                     configuration=run.label))
+                    if config.report_memory:
+                        print_fn(_memory_line(metrics["memory"]))
             scaler.update(finite)
             state.step()
             elapsed = time.perf_counter() - began
@@ -513,14 +591,11 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
             window_time += elapsed
             if step_done % config.log_interval == 0 or step_done == config.steps:
                 _log_progress(print_fn, run, config, step_done, window_losses, window_time, tokens_per_step,
-                              state, scaler, metrics)
+                              state, scaler, report, metrics)
                 window_losses, window_time = [], 0.0
             if step_done % config.eval_interval == 0 or step_done == config.steps:
-                result = {"step": step_done, **_evaluate(model, state, eval_batches, dataset)}
-                metrics["val"].append(result)
-                accuracy = (f" | answers: {_percent(result['char_accuracy'])} of characters, "
-                            f"{_percent(result['exact_match'])} exact" if "char_accuracy" in result else "")
-                print_fn(f"step {step_done}/{config.steps} | val loss {result['loss']:.4f}{accuracy}")
+                metrics["val"].append({"step": step_done, **_evaluate(model, state, eval_batches, dataset)})
+                print_fn(_val_line(metrics["val"][-1], config))
                 if step_done < config.steps:
                     save()
             if stop_at is not None and step_done >= stop_at and step_done < config.steps:
@@ -543,7 +618,25 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
     return metrics
 
 
-def _log_progress(print_fn, run, config, step, losses, seconds, tokens_per_step, state, scaler, metrics):
+def _val_line(result: dict, config: TrainConfig) -> str:
+    accuracy = (f" | answers: {_percent(result['char_accuracy'])} of characters, "
+                f"{_percent(result['exact_match'])} exact" if "char_accuracy" in result else "")
+    return f"step {result['step']}/{config.steps} | val loss {result['loss']:.4f}{accuracy}"
+
+
+def _memory(row) -> dict:
+    """A `minifp8.fp8lm.MemoryRow` as plain numbers: bytes per parameter of each component, and the dtypes."""
+    return {"bytes_per_parameter": {c: row.per_parameter(c) for c in fp8lm.COMPONENTS}, "total": row.total,
+            "persistent": row.persistent, "dtypes": dict(row.dtypes)}
+
+
+def _memory_line(memory: dict) -> str:
+    parts = ", ".join(f"{c.replace('_', ' ')} {memory['bytes_per_parameter'][c]:.3g}" for c in fp8lm.COMPONENTS)
+    return (f"memory held: {memory['total']:.3g} bytes per parameter ({parts}; FP32 AdamW holds "
+            f"{fp8lm.FP32_ADAMW_BYTES})")
+
+
+def _log_progress(print_fn, run, config, step, losses, seconds, tokens_per_step, state, scaler, report, metrics):
     per_step = seconds / len(losses)
     line = (f"step {step}/{config.steps} | loss {np.mean(losses):.4f} | {per_step * 1e3:.0f} ms | "
             f"{tokens_per_step / per_step:,.0f} tok/s | eta {_duration(per_step * (config.steps - step))}")
@@ -557,6 +650,11 @@ def _log_progress(print_fn, run, config, step, losses, seconds, tokens_per_step,
     if run.loss_scale != "none":
         line += f" | loss scale {scaler.scale:g}" + (f", {scaler.skipped} skipped" if scaler.dynamic else "")
         metrics["loss_scale"].append({"step": step, "scale": scaler.scale, "skipped": scaler.skipped})
+    if report is not None:  # the FP8 gradients of the latest step against their FP32 all-reduce
+        summary = report.summary()
+        line += (f" | fp8 grads: error {summary['relative_error']:.2g}, underflow "
+                 f"{_percent(summary['underflow_fraction'])}, mu {summary['min_factor']:.3g}-{summary['max_factor']:.3g}")
+        metrics["fp8_grads"].append({"step": step, **summary})
     print_fn(line)
 
 
@@ -585,21 +683,24 @@ def _cast_points(state) -> dict:
 # ================================================================================================
 # Checkpoints: one .npz per run, arrays plus a JSON header
 # ================================================================================================
-def _save_checkpoint(path: Path, step, model, model_rng, state, optimizer, data_rng, scaler, metrics) -> None:
+def _save_checkpoint(path: Path, step, model, model_rng, state, optimizer, data_rng, scaler, gradients,
+                     metrics) -> None:
     arrays = {f"model.{name}": value for name, value in model.state_dict().items()}
     optimizer_state = optimizer.state_dict()
-    optimizer_meta = {"param_groups": optimizer_state["param_groups"], "state": {}}
+    # everything but the per-parameter state is JSON (param_groups; FP8AdamW's precision)
+    optimizer_meta = {**{key: value for key, value in optimizer_state.items() if key != "state"}, "state": {}}
     for index, entries in optimizer_state["state"].items():
         optimizer_meta["state"][str(index)] = {}
         for name, value in entries.items():
-            if isinstance(value, np.ndarray):
-                arrays[f"optimizer.{index}.{name}"] = value
+            if isinstance(value, (np.ndarray, np.generic)):  # moments and their float32 scales keep their dtype
+                arrays[f"optimizer.{index}.{name}"] = np.asarray(value)
             else:
                 optimizer_meta["state"][str(index)][name] = value
     for name, value in state.state_dict().items():
         arrays[f"fp8.{name}"] = np.asarray(value)
     meta = {"step": step, "model_rng": model_rng.bit_generator.state, "data_rng": data_rng.bit_generator.state,
-            "scaler": scaler.state_dict(), "optimizer": optimizer_meta, "metrics": metrics}
+            "scaler": scaler.state_dict(), "optimizer": optimizer_meta, "metrics": metrics,
+            "fp8_gradients": gradients.state_dict() if gradients is not None else None}
     arrays["meta"] = np.array(json.dumps(meta))
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp.npz")
@@ -607,12 +708,12 @@ def _save_checkpoint(path: Path, step, model, model_rng, state, optimizer, data_
     os.replace(temporary, path)  # a crash while writing leaves the previous checkpoint intact
 
 
-def _load_checkpoint(path: Path, model, model_rng, state, optimizer, data_rng, scaler):
+def _load_checkpoint(path: Path, model, model_rng, state, optimizer, data_rng, scaler, gradients):
     with np.load(path, allow_pickle=False) as archive:
         meta = json.loads(str(archive["meta"]))
         model.load_state_dict({key[len("model."):]: archive[key] for key in archive.files if key.startswith("model.")})
         state.load_state_dict({key[len("fp8."):]: archive[key] for key in archive.files if key.startswith("fp8.")})
-        optimizer_state = {"param_groups": meta["optimizer"]["param_groups"], "state": {}}
+        optimizer_state = {**meta["optimizer"], "state": {}}
         for index, entries in meta["optimizer"]["state"].items():
             optimizer_state["state"][int(index)] = dict(entries)
         for key in archive.files:
@@ -625,6 +726,8 @@ def _load_checkpoint(path: Path, model, model_rng, state, optimizer, data_rng, s
     model_rng.bit_generator.state = meta["model_rng"]
     data_rng.bit_generator.state = meta["data_rng"]
     scaler.load_state_dict(meta["scaler"])
+    if gradients is not None:
+        gradients.load_state_dict(meta["fp8_gradients"])
     return meta["step"], meta["metrics"]
 
 
@@ -632,7 +735,8 @@ def _load_checkpoint(path: Path, model, model_rng, state, optimizer, data_rng, s
 # Summary, metrics.json, figure
 # ================================================================================================
 def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
-    header = f"{'run':<28} {'train loss':>10} {'val loss':>9}"
+    width = max([28] + [len(run.label) for run in runs])
+    header = f"{'run':<{width}} {'train loss':>10} {'val loss':>9}"
     if arithmetic:
         header += f" {'answer chars':>12} {'exact':>7}"
     header += f" {'time':>8}"
@@ -642,10 +746,10 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
         if metrics is None:
             continue
         if metrics["diverged"]:
-            lines.append(f"{run.label:<28} diverged at step {metrics['diverged']['step']}")
+            lines.append(f"{run.label:<{width}} diverged at step {metrics['diverged']['step']}")
             continue
         final = metrics.get("final") or _final(metrics)
-        line = f"{run.label:<28} {final['train_loss']:>10.4f} {final.get('val_loss', math.nan):>9.4f}"
+        line = f"{run.label:<{width}} {final['train_loss']:>10.4f} {final.get('val_loss', math.nan):>9.4f}"
         if arithmetic:
             line += f" {_percent(final.get('char_accuracy', math.nan)):>12} {_percent(final.get('exact_match', math.nan)):>7}"
         line += f" {_duration(metrics['time_s']):>8}"
@@ -688,6 +792,9 @@ def headline_results(document: dict, every: int = 10) -> dict:
             "cast_stats": [{key: round(value, 6) if isinstance(value, float) else value for key, value in entry.items()}
                            for entry in metrics["cast_stats"]],
             "loss_scale": metrics["loss_scale"],
+            "fp8_grads": [{key: round(value, 6) if isinstance(value, float) else value for key, value in entry.items()}
+                          for entry in metrics.get("fp8_grads", [])],
+            "memory": metrics.get("memory"),
         }
     config = {key: value for key, value in document["config"].items() if key not in ("out", "resume", "stop_after")}
     return {"config": config, "data": document["data"], "loss_floor": document["loss_floor"],
@@ -695,7 +802,8 @@ def headline_results(document: dict, every: int = 10) -> dict:
 
 
 def load_results(path=None) -> dict:
-    """A results document: the committed headline results by default, or a ``metrics.json``."""
+    """A results document: the committed headline results by default, or a ``metrics.json`` or
+    `FP8LM_RESULTS`."""
     with open(HEADLINE_RESULTS if path is None else path, encoding="utf-8") as file:
         return json.load(file)
 
@@ -757,6 +865,10 @@ def main(argv: list[str] | None = None) -> int:
         (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs]},
                                                     indent=1) + "\n")
     print(f"data: {dataset!r}" + (f", loss floor {dataset.loss_floor:.3f}" if dataset.loss_floor else ""))
+    if config.report_memory:  # FP8-LM's memory table for each model family trained
+        for family in dict.fromkeys(run.family for run in runs):
+            model = GPT(_model_config(config, family, dataset.vocab_size), rng=np.random.default_rng(config.seed))
+            print(f"{family} model, {fp8lm.format_memory_table(fp8lm.memory_rows(model))}\n")
     results, status = {}, 0
     for run in runs:
         try:
@@ -776,11 +888,12 @@ def main(argv: list[str] | None = None) -> int:
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
     if out is not None:
         _write_outputs(out, config, runs, results, dataset, print)
-        if config.experiment == "headline":
-            results_file = out / "headline.json"
+        if config.experiment is not None:
+            results_file = out / f"{config.experiment}.json"
             results_file.write_text(json.dumps(headline_results(json.loads((out / "metrics.json").read_text())),
                                                indent=1) + "\n")
-            print(f"wrote {results_file} (the committed copy is {HEADLINE_RESULTS})")
+            committed = HEADLINE_RESULTS.with_name(results_file.name)
+            print(f"wrote {results_file} (the committed copy is {committed})")
     return status
 
 
