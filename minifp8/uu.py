@@ -14,7 +14,9 @@ Hooks (the integration contract with ``minifp8.fp8``):
   module's ``mult``).
 
 Both are plain attributes: module discovery ignores callables, so ``state_dict`` is unaffected.
-Lines marked ``# track: <name>`` are where scale tracking records a tensor.
+Scale tracking (`minifp8.fp8.track`, identity ops that cost nothing outside a ``ScaleTracker``)
+records q, k, v, the attention output and the MLP's hidden layer under the names the standard
+model (`minifp8.model`) uses, so the scale plots of the two families line up row for row.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 from . import functional as F
 from . import unit as U
 from .autograd import Tensor
+from .fp8 import track
 from .nn import Module, Parameter, _check_generator, _check_size
 
 __all__ = ["Embedding", "LayerNorm", "Linear", "LinearReadout", "MHSA", "MLP", "TransformerLayer", "residual_taus"]
@@ -185,11 +188,8 @@ class MHSA(Module):
         qkv = self.linear_qkv(x)
         q, k, v = (t.reshape(batch, seq, self.heads, self.head_dim).transpose(0, 2, 1, 3)
                    for t in F.split(qkv, self.dim, axis=-1))
-        # track: q
-        # track: k
-        # track: v
-        attention = self.attention_core(q, k, v, self.causal)
-        # track: attention
+        q, k, v = track("q", q), track("k", k), track("v", v)
+        attention = track("attention", self.attention_core(q, k, v, self.causal))
         attention = attention.transpose(0, 2, 1, 3).reshape(batch, seq, self.dim)
         out = self.linear_o(attention)
         return U.dropout(out, self.dropout, self.rng, training=self.training)
@@ -219,11 +219,8 @@ class MLP(Module):
         self.linear_2 = Linear(self.hidden, dim, rng=rng, constraint=None)
 
     def forward(self, x) -> Tensor:
-        hidden = self.linear_1(x)
-        # track: mlp_hidden
-        activation = U.gelu(hidden, mult=self.mult)
-        # track: mlp_activation
-        return self.linear_2(activation)
+        hidden = track("mlp_hidden", self.linear_1(x))
+        return self.linear_2(U.gelu(hidden, mult=self.mult))
 
     def __repr__(self) -> str:
         return f"MLP(dim={self.dim}, hidden={self.hidden}, mult={self.mult})"
@@ -256,14 +253,10 @@ class TransformerLayer(Module):
     def forward(self, x) -> Tensor:
         residual, skip = U.residual_split(x, self.tau_attn)
         attention = U.dropout(self.attn(self.attn_norm(residual)), self.dropout, self.rng, training=self.training)
-        # track: attn_branch
         x = U.residual_add(attention, skip, self.tau_attn)
-        # track: residual_attn
         residual, skip = U.residual_split(x, self.tau_mlp)
         mlp = U.dropout(self.mlp(self.mlp_norm(residual)), self.dropout, self.rng, training=self.training)
-        # track: mlp_branch
         x = U.residual_add(mlp, skip, self.tau_mlp)
-        # track: residual_mlp
         return x
 
     def __repr__(self) -> str:
