@@ -204,7 +204,7 @@ def bench_fp8(args) -> None:
     block, step = _gpt_block()
     targets = {"fp8": 1.5, "unit": 1.5, "mxfp8": 2.0}
     seconds = dict.fromkeys(fp8.RECIPES, float("inf"))
-    for _ in range(5):
+    for _ in range(args.rounds):
         for recipe in fp8.RECIPES:
             fp8.apply_recipe(block, recipe)
             seconds[recipe] = min(seconds[recipe], median_seconds(step, args.repeats))
@@ -232,7 +232,7 @@ def bench_train(args) -> None:
     dataset = data.load_dataset()
     steps = {}
     for recipe in fp8.RECIPES:
-        model, _, state, optimizer, _ = _build(Run(recipe, "unit"), config, dataset.vocab_size)
+        model, _, state, optimizer, *_ = _build(Run(recipe, "unit"), config, dataset.vocab_size)
         rng = np.random.default_rng(0)
 
         def step(model=model, state=state, optimizer=optimizer, rng=rng):
@@ -246,7 +246,7 @@ def bench_train(args) -> None:
         steps[recipe] = step
     tokens = config.batch_size * config.block_size
     seconds = dict.fromkeys(fp8.RECIPES, float("inf"))
-    for _ in range(5):
+    for _ in range(args.rounds):
         for recipe in fp8.RECIPES:
             seconds[recipe] = min(seconds[recipe], median_seconds(steps[recipe], 4 * args.repeats, warmup=3))
     print(f"  default config: unit-scaled, {config.n_layer} layers, n_embd {config.n_embd}, batch "
@@ -269,9 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sections", nargs="*", metavar="SECTION",
                         help=f"sections to run (default: all). Choices: {', '.join(SECTIONS) or 'none yet'}")
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per measurement (default: 5)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="alternating rounds over the recipes in the fp8 and train sections; each recipe keeps "
+                             "its best round (default: 5)")
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    for name in ("repeats", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")

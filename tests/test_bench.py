@@ -1,0 +1,26 @@
+"""``python -m minifp8.bench`` runs: a smoke test of the training-step section (it reports
+ratios; no timing is asserted here, speed is read from the benchmark's own output)."""
+import pytest
+
+from minifp8 import bench, fp8
+
+
+def test_train_section_reports_every_recipe(capsys):
+    assert bench.main(["--repeats", "1", "--rounds", "1", "train"]) == 0
+    out = capsys.readouterr().out
+    for recipe in fp8.RECIPES:
+        assert f"train step under {recipe} " in out
+    assert out.count("fp32 step") == len(fp8.RECIPES)
+
+
+def test_bad_arguments_exit_with_a_message(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["nonsense"])
+    assert exit_.value.code == 2 and "unknown section" in capsys.readouterr().err
+
+
+def test_rounds_and_repeats_must_be_positive(capsys):
+    for flag in ("--repeats", "--rounds"):
+        with pytest.raises(SystemExit):
+            bench.main([flag, "0", "train"])
+        assert f"{flag} must be >= 1" in capsys.readouterr().err
