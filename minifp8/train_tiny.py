@@ -9,6 +9,7 @@ and prints progress, validation loss and answer accuracy, and a summary:
     python -m minifp8.train_tiny --recipe fp8 --loss-scale dynamic
     python -m minifp8.train_tiny --data input.txt --out runs/shakespeare
     python -m minifp8.train_tiny --experiment headline --out runs/headline
+    python -m minifp8.train_tiny --recipe current --fp8-grads --fp8-optimizer O3 --report-memory
     python -m minifp8.train_tiny -h                      # every flag with its default
 
 What it does
@@ -26,8 +27,9 @@ loss scaling the current factor and the skipped steps:
 
     step 120/500 | loss 2.31 | 41 ms | 6,214 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x) | saturation 0%
 
-Every ``--eval-interval`` steps it prints the validation loss on a fixed set of validation windows
-(the same for every recipe and every evaluation) and, on the arithmetic corpus, the answer accuracy
+Before the first step and every ``--eval-interval`` steps it prints the validation loss on a fixed
+set of validation windows (the same for every recipe and every evaluation) and, on the arithmetic
+corpus, the answer accuracy
 (`minifp8.data.answer_accuracy`: answer characters predicted exactly, and whole answers right).
 Evaluation runs through the recipe's casts (the model's numerics) and leaves the FP8 state as it
 found it.
@@ -38,6 +40,18 @@ every gradient is ``N`` times larger when the FP8 casts see it, and the gradient
 ``N`` before clipping and the optimizer. ``dynamic`` starts at 2^16 and, like
 ``torch.amp.GradScaler``, skips a step whose gradients overflowed and halves the factor, and
 doubles it after ``--loss-scale-interval`` clean steps in a row.
+
+FP8-LM (``--fp8-grads``, ``--fp8-optimizer [O2|O3]``, ``--fp8-allreduce N``, ``--report-memory``;
+Peng et al. 2023, arXiv:2310.18313; `minifp8.fp8lm`) composes with every recipe. ``--fp8-grads``
+stores each weight gradient in E4M3 with a per-tensor scale and the automatic factor ``mu`` (the
+local cast, `minifp8.fp8lm.FP8Gradients`); ``--fp8-allreduce N`` splits every batch into N equal
+shards, one per simulated data-parallel worker, and averages their gradients with the FP8
+all-reduce (so ``--fp8-allreduce 1`` is ``--fp8-grads``); ``--fp8-optimizer`` keeps AdamW's first
+moment in E4M3 and its second moment in FP16 (O2), plus FP16 master weights (O3)
+(`minifp8.fp8lm.FP8AdamW`). The progress line then adds the FP8 gradients' relative error against
+the FP32 all-reduce of the same gradients, their underflow and the range of ``mu``;
+``--report-memory`` prints the bytes per parameter of every combination and of each run's own
+arrays. ``--experiment fp8lm`` trains each option, and all three, on the unit and current recipes.
 
 Overflow. An E5M2 gradient cast that overflows either clamps to +-57344 or gives Inf
 (``--saturate-gradients``). By default the scaled recipes (current, delayed, blockwise) clamp, as

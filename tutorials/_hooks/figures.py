@@ -59,7 +59,15 @@ FIGURES = {
     "block-scaling-snr": lambda: plots.block_scaling_snr(rows=57, columns=2048, low_exponent=-28, seed=0),
     "scales-standard-gpt": lambda: headline_gpt_scales("standard"),
     "scales-unit-gpt": lambda: headline_gpt_scales("unit"),
+    "headline-training": lambda: plots.training_curves(train_results()),
 }
+
+
+def train_results(experiment: str = "headline") -> dict:
+    """The committed results of ``python -m minifp8.train_tiny --experiment EXPERIMENT`` (package data)."""
+    from minifp8 import train_tiny
+
+    return train_tiny.load_results(train_tiny.HEADLINE_RESULTS.with_name(f"{experiment}.json"))
 
 
 def headline_gpt_scales(family: str):
