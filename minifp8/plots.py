@@ -609,3 +609,84 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     underflow_axis.set_ylim(-3, 103)
     underflow_axis.grid(True, alpha=0.3)
     return figure
+
+
+def _options_label(label: str, recipe: str) -> str:
+    """The FP8-LM part of a run label: ``unit + fp8 grads`` -> ``fp8 grads``; a plain run -> ``baseline``."""
+    rest = label[len(recipe):].lstrip(" +")
+    return rest or "baseline"
+
+
+def fp8lm_options(results: dict):
+    """What FP8-LM's options do to the headline config (``train_tiny --experiment fp8lm``).
+
+    Top: the validation loss of every run relative to the run of the same recipe without options,
+    one colour per combination of options, solid for the unit-scaled model (``unit``), dashed for
+    the standard model with current scaling (``current``). Middle: the FP8 gradients against the
+    FP32 all-reduce of the same gradients, as the relative error ``||g_fp8 - g_fp32|| / ||g_fp32||``
+    at each progress line (FP8-LM section 2.1).
+    Bottom: the bytes per parameter each run held for weights, master weights, gradients and both
+    Adam moments, read from its arrays (`minifp8.fp8lm.measure_memory`), against FP32 AdamW's 16.
+
+    Parameters
+    ----------
+    results : dict
+        The ``fp8lm.json`` results of ``python -m minifp8.train_tiny --experiment fp8lm --out DIR``
+        (``minifp8.train_tiny.load_results(minifp8.train_tiny.FP8LM_RESULTS)``) or its ``metrics.json``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    runs = results["runs"]
+    figure, (loss_axis, error_axis, memory_axis) = _new_figure(8.0, 9.0, rows=3,
+                                                               gridspec_kw={"height_ratios": (2, 1.3, 1.5)})
+    options = list(dict.fromkeys(_options_label(label, m["recipe"]) for label, m in runs.items()))
+    colors = {name: f"C{i}" for i, name in enumerate(options)}
+    recipes = list(dict.fromkeys(m["recipe"] for m in runs.values()))
+    styles = dict(zip(recipes, ("-", "--", ":", "-.")))
+    for label, metrics in runs.items():
+        name = _options_label(label, metrics["recipe"])
+        style = dict(color=colors[name], linestyle=styles[metrics["recipe"]], linewidth=1.2)
+        val = [entry for entry in metrics.get("val") or [] if entry["step"] > 0]
+        baseline = {e["step"]: e["loss"] for e in runs[metrics["recipe"]]["val"]} if metrics["recipe"] in runs else {}
+        steps = [e["step"] for e in val if e["step"] in baseline]
+        loss_axis.plot(steps, [next(e["loss"] for e in val if e["step"] == step) / baseline[step] - 1 for step in steps],
+                       marker=".", label=label, **style)
+        grads = metrics.get("fp8_grads") or []
+        if grads:
+            error_axis.plot([e["step"] for e in grads], [e["relative_error"] for e in grads], label=label, **style)
+    _percent_axis(loss_axis)
+    low, high = loss_axis.get_ylim()
+    loss_axis.set_ylim(low, high + 0.6 * (high - low))  # headroom for the legend
+    loss_axis.set_ylabel("validation loss against\nthe recipe alone")
+    loss_axis.set_xlabel("step")
+    loss_axis.grid(True, alpha=0.3)
+    loss_axis.legend(fontsize=7, ncols=2, loc="upper right")
+    loss_axis.set_title("FP8-LM's options on the headline config (solid: unit, dashed: current)", fontsize=10)
+    _percent_axis(error_axis)
+    error_axis.set_ylim(bottom=0)
+    error_axis.set_ylabel("FP8 gradient error\nvs FP32 all-reduce")
+    error_axis.set_xlabel("step")
+    error_axis.grid(True, alpha=0.3, which="both")
+    # memory: one group of bars per combination of options (the first recipe's runs), stacked by component
+    components = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
+    first = [(label, m) for label, m in runs.items() if m["recipe"] == recipes[0] and m.get("memory")]
+    left = np.zeros(len(first))
+    for i, component in enumerate(components):
+        widths = np.array([m["memory"]["bytes_per_parameter"][component] for _, m in first])
+        memory_axis.barh(np.arange(len(first)), widths, left=left, color=f"C{i}", alpha=0.75,
+                         label=component.replace("_", " "))
+        left += widths
+    for y, total in enumerate(left):
+        memory_axis.text(total + 0.2, y, f"{total:.1f} B", va="center", fontsize=8)
+    memory_axis.axvline(16, color="black", linestyle=":", linewidth=1.0)
+    memory_axis.text(16.25, 0.5, "FP32 AdamW: 16 B", rotation=90, va="center", fontsize=8,
+                     transform=memory_axis.get_xaxis_transform())
+    memory_axis.set_yticks(np.arange(len(first)), [_options_label(label, m["recipe"]) for label, m in first],
+                           fontsize=8)
+    memory_axis.invert_yaxis()
+    memory_axis.set_xlim(0, 19)
+    memory_axis.set_xlabel("bytes per parameter held (float32 weights are the simulation's working copy)")
+    memory_axis.legend(fontsize=7, ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    return figure

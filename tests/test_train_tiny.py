@@ -402,3 +402,18 @@ def test_report_memory_matches_the_arrays_held(capsys):
     assert memory["bytes_per_parameter"]["second_moment"] == pytest.approx((2 * count + 4 * tensors) / count)
     assert memory["total"] == pytest.approx(total, abs=5e-4)
     assert memory["total"] < fp8lm.FP32_ADAMW_BYTES
+
+
+def test_committed_fp8lm_results():
+    """The committed FP8-LM results have every run of --experiment fp8lm, their memory and FP8 gradient logs, and plot."""
+    results = train_tiny.load_results(train_tiny.FP8LM_RESULTS)
+    assert list(results["runs"]) == [run.label for run in train_tiny.FP8LM_RUNS]
+    for run in train_tiny.FP8LM_RUNS:
+        entry = results["runs"][run.label]
+        assert entry["final"] is not None and entry["memory"]["total"] <= 16.01
+        assert bool(entry["fp8_grads"]) == run.fp8_grads
+        assert all(log["workers"] == run.workers for log in entry["fp8_grads"])
+    pytest.importorskip("matplotlib")
+    from minifp8 import plots
+
+    assert len(plots.fp8lm_options(results).axes) == 3

@@ -60,6 +60,7 @@ FIGURES = {
     "scales-standard-gpt": lambda: headline_gpt_scales("standard"),
     "scales-unit-gpt": lambda: headline_gpt_scales("unit"),
     "headline-training": lambda: plots.training_curves(train_results()),
+    "fp8lm-options": lambda: plots.fp8lm_options(train_results("fp8lm")),
 }
 
 
