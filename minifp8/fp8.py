@@ -72,8 +72,10 @@ elements of the tensor. The counts are exact, taken on the very scaled values th
 
 Speed. The casts compute what the reference functions compute, with the same float32
 operations, but without materialising codes: rounding is one lookup of the upper 16 bits of each
-float32 in a table of ``codec.quantize`` results, blocks and tiles are axes of a reshaped view,
-and big tensors are cast in cache-sized slices on `CAST_THREADS` threads. tests/test_fp8.py
+float32 in a table of ``codec.quantize`` results, blocks and tiles are axes of a reshaped view
+(an axis shorter than a block is one block; a partial last block is zero-padded, as the references
+pad), views are cast in the order their elements lie in memory, and big tensors are cast in
+cache-sized slices on `CAST_THREADS` threads. tests/test_fp8.py
 holds every recipe equal to its reference function, bit for bit.
 
 Scale tracking. `track` is an identity op that, inside a `ScaleTracker` context, records the
@@ -409,6 +411,45 @@ def _blocks_view(x: np.ndarray, axis: int, block: int) -> np.ndarray:
     return x.reshape(outer * (x.shape[axis] // block), block, inner)
 
 
+def _padded_to_tiles(x: np.ndarray, tile: tuple) -> tuple[np.ndarray, tuple]:
+    """C-contiguous ``x`` zero-padded to whole tiles, and the tile's length along each axis.
+
+    An axis shorter than the tile is one tile, unpadded; a longer one is zero-padded at its end to
+    a multiple of the tile, as scaling.py and mx.py pad. Either way each tile holds the elements
+    it holds there, plus zeros that change no tile's amax, hence no scale. ``x`` itself when
+    nothing needs padding.
+    """
+    tile = tuple(min(length, shape) for length, shape in zip(tile, x.shape))
+    padded_shape = tuple(shape + -shape % length for shape, length in zip(x.shape, tile))
+    if padded_shape == x.shape:
+        return x, tile
+    padded = np.zeros(padded_shape, x.dtype)
+    padded[tuple(map(slice, x.shape))] = x
+    return padded, tile
+
+
+def _cropped(padded: np.ndarray, shape: tuple, new=np.empty) -> np.ndarray:
+    """The leading ``shape`` part of ``padded``, C-contiguous (``padded`` itself when it has that shape)."""
+    if padded.shape == shape:
+        return padded
+    values = new(shape, padded.dtype)
+    values[...] = padded[tuple(map(slice, shape))]
+    return values
+
+
+def _block_amax(blocks: np.ndarray, axes: tuple) -> np.ndarray:
+    """max |x| over ``axes`` of C-contiguous float32 blocks, keepdims (NaN where a block holds NaN).
+
+    As in ``mx.block_amax``, magnitudes are compared as their bit patterns with the sign bit
+    cleared (NaN above Inf): one integer max, faster than NumPy's NaN-aware float max and min.
+    Blocks that are contiguous rows of a power-of-two length go to ``mx.block_amax`` itself.
+    """
+    if axes == (1,) and blocks.shape[2] == 1 and blocks.shape[1] & (blocks.shape[1] - 1) == 0:
+        return mx.block_amax(blocks.reshape(-1, blocks.shape[1])).reshape(-1, 1, 1)
+    magnitude = np.bitwise_and(blocks.view(np.uint32), np.uint32(0x7FFF_FFFF))
+    return magnitude.max(axis=axes, keepdims=True).view(np.float32)
+
+
 # ---- statistics --------------------------------------------------------------------------------
 # An element saturated exactly when the scaled input the cast rounded lies beyond the rounding
 # interval of max (or is Inf/NaN): a saturating cast clamped it to +-max, a non-saturating one made
@@ -429,7 +470,7 @@ def _count_saturated(scaled: np.ndarray, bound, fmt, nan_blocks: bool = False) -
     threshold, tie_overflows = _THRESHOLDS[fmt.name]
     bound = np.asarray(bound)
     with np.errstate(invalid="ignore"):
-        hot = bound > threshold
+        hot = bound >= threshold if tie_overflows else bound > threshold
         if not nan_blocks:
             hot |= np.isnan(bound)
     if not hot.any():
@@ -501,63 +542,47 @@ def _cast_per_tensor(x: np.ndarray, x32: np.ndarray, amax, scale, fmt, saturate:
 
 def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool, power_of_2: bool, new=np.empty):
     """``scaling.quantize_blockwise(...).dequantize()``, E5M2 clamps turned into Inf."""
-    rows, columns = (128, 128) if weight else (1, 128)
     axis = axis % x.ndim
+    if x.size == 0:
+        return np.zeros(x.shape, np.float32), CastStats(0.0, 0, 0, 0)
     x32 = _float32(x)
-    whole_tiles = (x.shape[axis] % columns == 0 if rows == 1
-                   else x.shape[0] % rows == 0 and x.shape[1] % columns == 0)
-    if not whole_tiles:  # scaling.py pads partial tiles: use it as it is
-        scaled_tensor = scaling.quantize_blockwise(x32, fmt, block_shape=(rows, columns), axis=axis,
-                                                   power_of_2=power_of_2)
-        values = scaled_tensor.dequantize()
-        scale = scaled_tensor.scale
-        for a in range(x.ndim):  # one scale per tile -> one per element
-            scale = np.repeat(scale, columns if a == axis else rows, axis=a)
-            scale = scale[(slice(None),) * a + (slice(0, x.shape[a]),)]
-        with np.errstate(over="ignore", invalid="ignore"):
-            beyond = _beyond_max(np.abs(x32 * scale), fmt)
-        if not saturate:  # E5M2 gradients do not saturate: scaling.py's clamps become Inf
-            clamped = beyond & np.isfinite(values)
-            values[clamped] = np.copysign(np.float32(np.inf), values[clamped])
-        return values, CastStats(float(_amax(x32)), int(x.size), _underflow_count(x, values),
-                                 int(np.count_nonzero(beyond)))
-    # Whole tiles as axes of a view; per slice: scaling.scale_from_amax, then x * scale and
+    # Tiles as axes of a view; per slice: scaling.scale_from_amax, then x * scale and
     # elements * float32(1 / scale) in float32, as scaling.quantize_blockwise and dequantize do.
-    if rows == 1:
-        tiles, reduce = _blocks_view(x32, axis, columns), (1,)
-    else:
-        tiles, reduce = x32.reshape(x.shape[0] // rows, rows, x.shape[1] // columns, columns), (1, 3)
-    values = new(tiles.shape, np.float32)
+    if weight:  # 128x128 tiles: the same tiles along either axis
+        padded, (rows, columns) = _padded_to_tiles(x32, (128, 128))
+        tiles = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // columns, columns)
+        reduce = (1, 3)
+    else:  # 1x128 tiles along axis
+        padded, tile = _padded_to_tiles(x32, tuple(128 if a == axis else 1 for a in range(x.ndim)))
+        tiles, reduce = _blocks_view(padded, axis, tile[axis]), (1,)
+    values = new(tiles.shape, np.float32) if padded is x32 else np.empty(tiles.shape, np.float32)
 
     def kernel(start, stop):
         part, out = tiles[start:stop], values[start:stop]
-        if part.ndim == 3 and part.shape[2] == 1:  # tiles along the last axis: contiguous rows of 128
-            amax = mx.block_amax(part.reshape(-1, columns)).reshape(-1, 1, 1)
-        else:
-            amax = np.maximum(part.max(axis=reduce, keepdims=True), -part.min(axis=reduce, keepdims=True))
+        amax = _block_amax(part, reduce)
         scale = scaling.scale_from_amax(amax, fmt, power_of_2=power_of_2)
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = part * scale
             _round_into(scaled, out, fmt, saturate)
             out *= np.float32(1) / scale
             bound = amax * scale
-        return _underflow_count(part, out), _count_saturated(scaled, bound, fmt), np.max(amax, initial=np.float32(0))
+        return _underflow_count(part, out), _count_saturated(scaled, bound, fmt), amax.max(initial=np.float32(0))
 
     parts = _map_slices(kernel, len(tiles), math.prod(tiles.shape[1:]))
-    values = values.reshape(x.shape)
+    values = _cropped(values.reshape(padded.shape), x.shape, new)
     return values, _stats(x, values, np.max([part[2] for part in parts], initial=np.float32(0)), parts)
 
 
 def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
     """``mx.quantize(x, MXFP8 with fmt elements, axis=axis, scale_mode=...).dequantize()``."""
     mx_format = _MX_FORMATS[fmt.name]
-    block = mx_format.block_size
     axis = axis % x.ndim
-    if x.dtype != np.float32 or x.shape[axis] % block:  # float64 or partial blocks: mx.py itself
+    if x.dtype != np.float32 or x.size == 0:  # float64 (rounded exactly, not through float32): mx.py itself
         quantized = mx.quantize(x, mx_format, axis=axis, scale_mode=scale_mode)
         values = quantized.dequantize()
         shared_exp = quantized.scales.astype(np.int32) - mx.E8M0_BIAS
-        shared_exp = np.repeat(shared_exp, block, axis=axis)[(slice(None),) * axis + (slice(0, x.shape[axis]),)]
+        shared_exp = np.repeat(shared_exp, mx_format.block_size, axis=axis)
+        shared_exp = shared_exp[(slice(None),) * axis + (slice(0, x.shape[axis]),)]
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = x * np.ldexp(np.ones((), x.dtype), -shared_exp)  # exact, as mx.py scales
         in_nan_block = np.isnan(values)  # only a NaN block decodes to NaN
@@ -565,20 +590,20 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
         saturated = int(np.count_nonzero(_beyond_max(np.abs(scaled), fmt) & ~in_nan_block)) + nan_elements
         underflow = _underflow_count(x, values, zeros_stay_zero=not nan_elements)
         return values, CastStats(float(_amax(x)), int(x.size), underflow, saturated)
-    # Whole blocks as an axis of a view; per slice: mx.block_amax (or the same max over the block
-    # axis), mx.shared_exponents, then x * 2**-shared_exp and elements * 2**shared_exp in float32,
-    # exactly the operations of mx.quantize and MXArray.dequantize.
-    blocks = _blocks_view(np.require(x, requirements="C"), axis, block)
-    values = new(blocks.shape, np.float32)
+    # Blocks as an axis of a view; per slice: mx.block_amax (or the same max over the block axis),
+    # mx.shared_exponents, then x * 2**-shared_exp and elements * 2**shared_exp in float32, exactly
+    # the operations of mx.quantize and MXArray.dequantize.
+    x = np.require(x, requirements="C")
+    padded, tile = _padded_to_tiles(x, tuple(mx_format.block_size if a == axis else 1 for a in range(x.ndim)))
+    block = tile[axis]
+    blocks = _blocks_view(padded, axis, block)
+    values = new(blocks.shape, np.float32) if padded is x else np.empty(blocks.shape, np.float32)
 
     def kernel(start, stop):
         part, out = blocks[start:stop], values[start:stop]
-        if part.shape[2] == 1:  # blocks along the last axis: contiguous rows of 32
-            amax = mx.block_amax(part.reshape(-1, block)).reshape(-1, 1, 1)
-        else:
-            amax = np.maximum(part.max(axis=1, keepdims=True), -part.min(axis=1, keepdims=True))
+        amax = _block_amax(part, (1,))
         scale_codes, shared_exp = mx.shared_exponents(amax, mx_format, scale_mode)
-        factor = np.ldexp(np.ones((), np.float32), -shared_exp.astype(np.int32))
+        factor = np.ldexp(np.float32(1), -shared_exp.astype(np.int32))
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = part * factor
             _round_into(scaled, out, fmt, saturate=True)
@@ -590,11 +615,16 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
             bound[nan_blocks] = np.nan
         saturated = _count_saturated(scaled, bound, fmt, nan_blocks=bool(nan_elements)) + nan_elements
         return (_underflow_count(part, out, zeros_stay_zero=not nan_elements), saturated,
-                np.max(amax, initial=np.float32(0)))
+                amax.max(initial=np.float32(0)), nan_elements)
 
     parts = _map_slices(kernel, len(blocks), math.prod(blocks.shape[1:]))
-    values = values.reshape(x.shape)
-    return values, _stats(x, values, np.max([part[2] for part in parts], initial=np.float32(0)), parts)
+    padded_values = values.reshape(padded.shape)
+    values = _cropped(padded_values, x.shape, new)
+    stats = _stats(x, values, np.max([part[2] for part in parts], initial=np.float32(0)), parts)
+    if padded is not x and any(part[3] for part in parts):  # the padding of NaN blocks is no element
+        padding_nans = int(np.count_nonzero(np.isnan(padded_values))) - int(np.count_nonzero(np.isnan(values)))
+        stats = CastStats(stats.amax, stats.size, stats.underflow_count, stats.saturation_count - padding_nans)
+    return values, stats
 
 
 def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = False, scaler=None,
@@ -674,17 +704,19 @@ def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis
 def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
     # E4M3 forward casts saturate; E5M2 gradient casts do not, unless the recipe is told to
     saturate = fmt == FORWARD_FORMAT or options.get("saturate_gradients", False)
+    # A cast is elementwise once the scales are known, and they are known per tensor or per block
+    # along axis: the elements may be cast in the order they lie in memory (no copy of a view).
+    order = _memory_order(x)
+    if order is not None:
+        values, stats = _quantize(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
+                                  scaler, new)
+        return values.transpose(np.argsort(order)), stats
     if recipe in ("fp8", "unit", "current", "delayed"):
         if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path
             values = codec.quantize(x, fmt, saturate=saturate)
             amax = _amax(x)
             return values, CastStats(float(amax), int(x.size), _underflow_count(x, values),
                                      _count_saturated(x, amax, fmt))
-        # One scale for all: the elements may be cast in the order they lie in memory.
-        order = _memory_order(x)
-        if order is not None:
-            values, stats = _quantize(x.transpose(order), recipe, options, fmt, axis, weight, scaler, new)
-            return values.transpose(np.argsort(order)), stats
         if recipe in ("fp8", "unit"):
             x = np.require(x, requirements="C")
             return _cast_per_tensor(x, x, None, None, fmt, saturate, new)
@@ -693,10 +725,10 @@ def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight:
         if recipe == "current":
             scale = scaling.scale_from_amax(amax, fmt, power_of_2=options["power_of_2"])
         else:
-            # The scaler records max|x| in its history and hands out the scale of the steps
-            # before. Quantizing the one-element array [max|x|] records exactly what quantizing x
-            # would (the same amax, NaN included) and returns the scale it casts with.
-            scale = scaler.quantize(np.reshape(amax, (1,)), update=False).scale
+            # The scaler records max|x| in its history, exactly as scaler.quantize(x) records it,
+            # and hands out the scale of the steps before.
+            scaler.record_amax(amax)
+            scale = scaler.scale
         return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)
     if recipe == "blockwise":
         return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)

@@ -430,7 +430,8 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
     else:  # rceil: amax / max_elem = (significand / max_significand) * 2**(floor_log2 - emax)
         shared = floor_log2 - element.emax + (significand > element.max / 2.0**element.emax)
     positive = (amax > 0) & (amax < np.inf)  # finite and > 0 (NaN fails both)
-    shared = np.where(positive, np.clip(shared, SHARED_EXP_MIN, SHARED_EXP_MAX), SHARED_EXP_MIN)
+    # np.minimum and np.maximum rather than np.clip: the same integers, less overhead per call
+    shared = np.where(positive, np.minimum(np.maximum(shared, SHARED_EXP_MIN), SHARED_EXP_MAX), SHARED_EXP_MIN)
     if scale_mode == "rceil":
         shared[np.isinf(amax)] = SHARED_EXP_MAX  # Inf / max_elem rounds up to the largest scale
         nan_scale = np.isnan(amax)

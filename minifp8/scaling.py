@@ -289,12 +289,17 @@ class DelayedScaling:
         """
         array = _as_float32(x)
         amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
-        self.amax_history[0] = np.maximum(self.amax_history[0], amax)  # NaN propagates
+        self.record_amax(amax)
         result = ScaledTensor(quantize_with_scale(array, self.scale, self.fmt), np.float32(self.scale),
                               np.float32(self.scale_inv), amax, self.fmt)
         if update:
             self.update()
         return result
+
+    def record_amax(self, amax) -> None:
+        """Record a tensor's ``max|x|`` (a float32) as `quantize` does: into this step's history
+        entry, as a running max (NaN propagates). For a caller that casts with ``scale`` itself."""
+        self.amax_history[0] = np.maximum(self.amax_history[0], np.abs(np.float32(amax)))
 
     def update(self) -> None:
         """End of step: reduce the history to an amax, roll the history, recompute the scale."""

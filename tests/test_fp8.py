@@ -406,6 +406,50 @@ def test_statistics_equal_a_direct_count(recipe, fmt, axis, monkeypatch):
     assert stats.size == x.size
 
 
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+@pytest.mark.parametrize("shape, axis", [((40, 16), -1), ((40, 80), -1), ((100, 208), 0), ((3, 5, 48), -1)])
+def test_partial_blocks_statistics_with_special_values(recipe, shape, axis):
+    """Blocks and tiles longer than their axis, or cut short at its end (zero-padded by the
+    references): the values and a direct count of the statistics, NaN and Inf blocks included
+    (an MX NaN block counts its own elements as saturated, not the padding)."""
+    rng = np.random.default_rng(hash((recipe, shape, axis)) % 2**32)
+    x = wide_tensor(rng, shape, high=12)
+    flat = x.reshape(-1)
+    flat[[-1, 7, flat.size // 2]] = [np.nan, np.inf, -np.inf]
+    for fmt in ("E4M3", "E5M2"):
+        for weight in ([False, True] if recipe == "blockwise" and x.ndim == 2 else [False]):
+            values, stats = fp8.fake_quantize(x, recipe, fmt, axis=axis, weight=weight)
+            expected = reference(x, recipe, fmt, axis, weight=weight)
+            assert_same(values, expected)
+            if recipe == "mxfp8":
+                shared_exp = mx.quantize(x, "MXFP8_" + fmt, axis=axis).scales.astype(np.int32) - 127
+                scaled = x * np.exp2(-expand(shared_exp, x.shape, (1, 32), axis).astype(np.float64))
+                in_nan_block = np.isnan(expected)
+            else:
+                tile_shape = (128, 128) if weight else (1, 128)
+                scale = scaling.quantize_blockwise(x, fmt, block_shape=tile_shape, axis=axis).scale
+                scaled = x * expand(scale, x.shape, tile_shape, axis)
+                in_nan_block = np.isnan(x)
+            threshold = 464 if fmt == "E4M3" else 61440
+            with np.errstate(invalid="ignore"):
+                beyond = (np.abs(scaled) > threshold) | (np.abs(scaled) == threshold) & (fmt == "E5M2")
+            assert stats.saturation_count == np.count_nonzero(beyond & ~in_nan_block | in_nan_block)
+            assert stats.underflow_count == np.count_nonzero((expected == 0) & (x != 0))
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "unit", "delayed", "mxfp8"])  # the recipes that cast it with scale 1
+def test_e5m2_overflow_tie_counts_as_saturated(recipe):
+    """61440 lies halfway between E5M2's max 57344 and 65536, and the tie rounds up: it overflows."""
+    x = np.ones((4, 128), np.float32)
+    x[1, 3] = 61440
+    scaler = scaling.DelayedScaling("E5M2", history_len=2) if recipe == "delayed" else None
+    if scaler is not None:
+        scaler.quantize(np.array([57344.0], np.float32))  # scale 1
+    values, stats = fp8.fake_quantize(x, recipe, "E5M2", scaler=scaler)
+    assert stats.saturation_count == 1
+    assert np.isinf(values[1, 3]) or recipe == "mxfp8"  # MX elements saturate inside a block
+
 def test_statistics_recorded_per_role_and_summary():
     rng = np.random.default_rng(2)
     layer = nn.Linear(128, 64, bias=False, rng=rng)
