@@ -417,3 +417,17 @@ def test_committed_fp8lm_results():
     from minifp8 import plots
 
     assert len(plots.fp8lm_options(results).axes) == 3
+
+
+def test_committed_seed_study_agrees_with_the_headline_and_fp8lm_results():
+    """seeds.json's seed 0 is the headline and fp8lm runs; the fp8lm baselines are the headline runs, bit for bit."""
+    seeds = json.loads(train_tiny.HEADLINE_RESULTS.with_name("seeds.json").read_text())["val_loss"]
+    assert list(seeds) == ["0", "1", "2"]
+    headline = train_tiny.load_results()["runs"]
+    fp8lm_runs = train_tiny.load_results(train_tiny.FP8LM_RESULTS)["runs"]
+    for label in ("unit fp32", "unit", "fp32", "current"):
+        assert seeds["0"][label] == round(headline[label]["final"]["val_loss"], 5)
+    assert seeds["0"]["current + fp8 optimizer O2"] == round(
+        fp8lm_runs["current + fp8 optimizer O2"]["final"]["val_loss"], 5)
+    for label in ("unit", "current"):
+        assert fp8lm_runs[label]["val"] == headline[label]["val"]
