@@ -648,11 +648,11 @@ def fp8lm_options(results: dict):
     for label, metrics in runs.items():
         name = _options_label(label, metrics["recipe"])
         style = dict(color=colors[name], linestyle=styles[metrics["recipe"]], linewidth=1.2)
-        val = [entry for entry in metrics.get("val") or [] if entry["step"] > 0]
-        baseline = {e["step"]: e["loss"] for e in runs[metrics["recipe"]]["val"]} if metrics["recipe"] in runs else {}
-        steps = [e["step"] for e in val if e["step"] in baseline]
-        loss_axis.plot(steps, [next(e["loss"] for e in val if e["step"] == step) / baseline[step] - 1 for step in steps],
-                       marker=".", label=label, **style)
+        # each evaluation after step 0 against the same step of the recipe's run without options
+        alone = {e["step"]: e["loss"] for e in runs.get(metrics["recipe"], {}).get("val", [])}
+        pairs = [(e["step"], e["loss"] / alone[e["step"]] - 1) for e in metrics.get("val") or []
+                 if e["step"] > 0 and e["step"] in alone]
+        loss_axis.plot([step for step, _ in pairs], [change for _, change in pairs], marker=".", label=label, **style)
         grads = metrics.get("fp8_grads") or []
         if grads:
             error_axis.plot([e["step"] for e in grads], [e["relative_error"] for e in grads], label=label, **style)
