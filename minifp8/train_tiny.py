@@ -579,7 +579,7 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
                             p.grad *= inverse
                 if gradients is not None:
                     worker_grads.append(gradients.collect())
-            loss_value = shard_losses[0] if len(shards) == 1 else float(np.mean(shard_losses))
+            loss_value = float(np.mean(shard_losses))  # equal shards: the full batch's mean loss
             if gradients is not None:  # FP8 gradients: the local cast, or the FP8 all-reduce over the workers
                 report = gradients.reduce(worker_grads)
             finite = all(np.isfinite(p.grad).all() for p in params if p.grad is not None)
