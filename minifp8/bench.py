@@ -279,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    from .train_tiny import _tune_malloc
+
+    _tune_malloc()  # measure steps with the allocator the trainer runs them with
     for name in args.sections or list(SECTIONS):
         print(f"[{name}]", flush=True)
         SECTIONS[name](args)

@@ -831,8 +831,9 @@ def _tune_malloc() -> None:
     Every step allocates and frees the same activation buffers (megabytes each). By default glibc
     serves big blocks with mmap and gives freed memory back to the kernel, so every step re-faults
     fresh zeroed pages. Raising the mmap threshold to its maximum and never trimming makes later
-    steps reuse the memory. Only the ``train_tiny`` command does this (a library should not change
-    its host's allocator); anywhere else it silently does nothing.
+    steps reuse the memory. Only the ``train_tiny`` and ``bench`` commands do this (a library should
+    not change its host's allocator), so that bench times the steps the trainer runs. It silently
+    does nothing where glibc is absent.
     """
     if not sys.platform.startswith("linux"):
         return
