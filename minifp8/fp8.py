@@ -87,6 +87,7 @@ import functools
 import math
 import os
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -340,11 +341,29 @@ def _round_into(x: np.ndarray, out: np.ndarray, fmt, saturate: bool) -> None:
     arrays of one size), as one table lookup of the upper 16 bits: no codes, no second lookup."""
     inside, boundary = _value_tables(fmt, saturate)
     bits = x.reshape(-1).view(np.uint32)
-    upper = bits.view(np.uint16)[1::2] if np.little_endian else bits.view(np.uint16)[0::2]
+    # The upper halves as indices of NumPy's own index type, which np.take would convert them to
+    # anyway, into a reused array.
+    upper = np.right_shift(bits, 16, out=_work_array("upper", bits.size, np.intp))
     flat_out = out.reshape(-1)
-    np.take(inside, upper, out=flat_out, mode="wrap")  # uint16 indices are always in range
+    np.take(inside, upper, out=flat_out, mode="wrap")  # indices below 2**16 are always in range
     exact = np.flatnonzero((bits << np.uint32(16)) == 0)  # the lower half is zero
     flat_out[exact] = boundary[upper[exact]]
+
+
+_work = threading.local()
+
+
+def _work_array(name: str, size: int, dtype) -> np.ndarray:
+    """A 1-d scratch array of ``size`` elements, kept per thread and reused by later casts.
+
+    A work array never leaves the function that asked for it, so no cast reads what another
+    wrote. Reusing it saves the page faults of fresh memory on every cast.
+    """
+    array = getattr(_work, name, None)
+    if array is None or array.size < size or array.dtype != dtype:
+        array = np.empty(max(size, 1024), dtype)
+        setattr(_work, name, array)
+    return array[:size]
 
 
 # ---- slices on threads -------------------------------------------------------------------------

@@ -127,6 +127,56 @@ def test_fake_quantize_equals_reference(recipe, fmt, shape, axis):
         assert scaler.scale == reference_scaler.scale
 
 
+def extreme_blocks(rng, fmt, rows, columns):
+    """Rows from every float32 binade, each holding the values a block scale can get wrong.
+
+    Row r is ``2**e_r`` times a mix of: the format's exact ties and their float32 neighbours, values
+    in the format's subnormal range and around its smallest normal, its overflow threshold (464 or
+    61440) and neighbours, zeros, and plain normal values. e_r covers float32's whole range, so
+    blocks sit among float32 subnormals (the MX scale clamped at 2**-127) and next to float32's max.
+    """
+    ties = midpoints(fmt).astype(np.float64)
+    threshold = 464.0 if fmt == "E4M3" else 61440.0
+    min_normal = 2.0 ** (-6 if fmt == "E4M3" else -14)
+    specials = np.concatenate([ties, [threshold, min_normal, min_normal / 2, min_normal * 0.75, 0.0]])
+    values = rng.choice(specials, (rows, columns)) * rng.choice([-1.0, 1.0], (rows, columns))
+    plain = rng.random((rows, columns)) < 0.3
+    values[plain] = rng.standard_normal(np.count_nonzero(plain)) * 8
+    values = values.astype(np.float32)
+    nudge = rng.integers(-1, 2, (rows, columns))  # one float32 ulp down, none, one up
+    towards = np.where(nudge > 0, np.inf, -np.inf).astype(np.float32)
+    values = np.where(nudge == 0, values, np.nextafter(values, towards))
+    exponents = rng.integers(-150, 120, (rows, 1)).astype(np.float64)
+    with np.errstate(over="ignore"):
+        return np.clip(values * np.exp2(exponents - 8), -3.4e38, 3.4e38).astype(np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+@pytest.mark.parametrize("scale_mode", mx.SCALE_MODES)
+def test_block_casts_at_the_edges_of_every_binade(fmt, scale_mode):
+    """mxfp8 (every scale mode) and blockwise casts against mx.quantize and
+    scaling.quantize_blockwise, along both axes, with their statistics: ties, near ties, the
+    format's subnormals and overflow threshold, in blocks from float32's subnormals to its max."""
+    rng = np.random.default_rng(hash((fmt, scale_mode)) % 2**32)
+    x = extreme_blocks(rng, fmt, 512, 256)
+    threshold = 464 if fmt == "E4M3" else 61440
+    for axis in (-1, 0):
+        values, stats = fp8.fake_quantize(x, "mxfp8", fmt, axis=axis, scale_mode=scale_mode)
+        quantized = mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode)
+        expected = quantized.dequantize()
+        assert_same(values, expected)
+        shared_exp = quantized.scales.astype(np.int32) - 127
+        scaled = x * np.exp2(-expand(shared_exp, x.shape, (1, 32), axis).astype(np.float64))
+        beyond = (np.abs(scaled) > threshold) | (np.abs(scaled) == threshold) & (fmt == "E5M2")
+        assert stats.saturation_count == np.count_nonzero(beyond)
+        assert stats.underflow_count == np.count_nonzero((expected == 0) & (x != 0)) > 0
+        if scale_mode == "floor":
+            assert stats.saturation_count > 0
+            values, stats = fp8.fake_quantize(x, "blockwise", fmt, axis=axis)
+            assert_same(values, reference(x, "blockwise", fmt, axis))
+            assert stats.underflow_count == np.count_nonzero((values == 0) & (x != 0)) > 0
+
+
 @pytest.mark.parametrize("recipe", ["fp8", "current", "delayed", "mxfp8", "blockwise"])
 def test_views_are_cast_like_copies(recipe):
     """Transposed and strided views (attention's heads are transposed views): the same values."""
