@@ -2,7 +2,9 @@
 
 Every section times minifp8 against a baseline measured in the same run, on the same data, and
 reports the median of several repetitions. The machine this runs on is usually shared and noisy,
-so the ratios are the numbers to quote, not the absolute times.
+so the ratios are the numbers to quote, not the absolute times. Like ``train_tiny``, the command
+keeps freed memory in the process (``train_tiny._tune_malloc``), so that it times steps as the
+trainer runs them.
 
 Sections register themselves with :func:`section`; ``python -m minifp8.bench`` with no argument
 runs them all.
