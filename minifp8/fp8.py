@@ -341,8 +341,8 @@ def _round_into(x: np.ndarray, out: np.ndarray, fmt, saturate: bool) -> None:
     arrays of one size), as one table lookup of the upper 16 bits: no codes, no second lookup."""
     inside, boundary = _value_tables(fmt, saturate)
     bits = x.reshape(-1).view(np.uint32)
-    # The upper halves as indices of NumPy's own index type, which np.take would convert them to
-    # anyway, into a reused array.
+    # The upper halves, as NumPy's index type (np.take converts other indices on every call),
+    # in a reused array.
     upper = np.right_shift(bits, 16, out=_work_array("upper", bits.size, np.intp))
     flat_out = out.reshape(-1)
     np.take(inside, upper, out=flat_out, mode="wrap")  # indices below 2**16 are always in range
