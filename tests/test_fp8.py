@@ -18,6 +18,7 @@ from minifp8.autograd import Tensor, make_op
 
 RECIPES_WITH_CASTS = ("fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
 MAX = {"E4M3": 448.0, "E5M2": 57344.0}
+THRESHOLD = {"E4M3": 464.0, "E5M2": 61440.0}  # the end of max's rounding interval (E5M2's tie overflows)
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -62,6 +63,19 @@ def expand(scale, shape, block_shape, axis):
         scale = np.repeat(scale, columns if a == axis % len(shape) else rows, axis=a)
         scale = np.take(scale, np.arange(shape[a]), axis=a)
     return scale
+
+
+def mx_scaled(x, quantized, axis):
+    """``x`` times ``2**-shared_exp`` of its block, from ``quantized = mx.quantize(x, ...)`` (float64, exact)."""
+    shared_exp = quantized.scales.astype(np.int32) - 127
+    return x * np.exp2(-expand(shared_exp, x.shape, (1, 32), axis).astype(np.float64))
+
+
+def beyond_max(scaled, fmt):
+    """Scaled inputs beyond the rounding interval of max: above 464 (E4M3), from 61440 up (E5M2)."""
+    with np.errstate(invalid="ignore"):
+        magnitude = np.abs(scaled)
+        return (magnitude > THRESHOLD[fmt]) | (magnitude == THRESHOLD[fmt]) & (fmt == "E5M2")
 
 
 def non_saturating(x32, scale_per_element, scale_inv_per_element):
@@ -136,7 +150,7 @@ def extreme_blocks(rng, fmt, rows, columns):
     blocks sit among float32 subnormals (the MX scale clamped at 2**-127) and next to float32's max.
     """
     ties = midpoints(fmt).astype(np.float64)
-    threshold = 464.0 if fmt == "E4M3" else 61440.0
+    threshold = THRESHOLD[fmt]
     min_normal = 2.0 ** (-6 if fmt == "E4M3" else -14)
     specials = np.concatenate([ties, [threshold, min_normal, min_normal / 2, min_normal * 0.75, 0.0]])
     values = rng.choice(specials, (rows, columns)) * rng.choice([-1.0, 1.0], (rows, columns))
@@ -159,16 +173,12 @@ def test_block_casts_at_the_edges_of_every_binade(fmt, scale_mode):
     format's subnormals and overflow threshold, in blocks from float32's subnormals to its max."""
     rng = np.random.default_rng(hash((fmt, scale_mode)) % 2**32)
     x = extreme_blocks(rng, fmt, 512, 256)
-    threshold = 464 if fmt == "E4M3" else 61440
     for axis in (-1, 0):
         values, stats = fp8.fake_quantize(x, "mxfp8", fmt, axis=axis, scale_mode=scale_mode)
         quantized = mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode)
         expected = quantized.dequantize()
         assert_same(values, expected)
-        shared_exp = quantized.scales.astype(np.int32) - 127
-        scaled = x * np.exp2(-expand(shared_exp, x.shape, (1, 32), axis).astype(np.float64))
-        beyond = (np.abs(scaled) > threshold) | (np.abs(scaled) == threshold) & (fmt == "E5M2")
-        assert stats.saturation_count == np.count_nonzero(beyond)
+        assert stats.saturation_count == np.count_nonzero(beyond_max(mx_scaled(x, quantized, axis), fmt))
         assert stats.underflow_count == np.count_nonzero((expected == 0) & (x != 0)) > 0
         if scale_mode == "floor":
             assert stats.saturation_count > 0
@@ -447,10 +457,8 @@ def test_statistics_equal_a_direct_count(recipe, fmt, axis, monkeypatch):
     elif recipe == "blockwise":
         scaled = x * expand(scaling.quantize_blockwise(x, fmt, axis=axis).scale, x.shape, (1, 128), axis)
     else:
-        shared_exp = mx.quantize(x, "MXFP8_" + fmt, axis=axis).scales.astype(np.int32) - 127
-        scaled = x * np.exp2(-expand(shared_exp, x.shape, (1, 32), axis).astype(np.float64))
-    threshold = 464 if fmt == "E4M3" else 61440
-    beyond = (np.abs(scaled) > threshold) | (np.abs(scaled) == threshold) & (fmt == "E5M2") | np.isnan(scaled)
+        scaled = mx_scaled(x, mx.quantize(x, "MXFP8_" + fmt, axis=axis), axis)
+    beyond = beyond_max(scaled, fmt) | np.isnan(scaled)
     assert stats.saturation_count == np.count_nonzero(beyond) > 0
     assert stats.underflow_count == np.count_nonzero((expected_values == 0) & (x != 0)) > 0
     assert stats.size == x.size
@@ -473,17 +481,14 @@ def test_partial_blocks_statistics_with_special_values(recipe, shape, axis):
             expected = reference(x, recipe, fmt, axis, weight=weight)
             assert_same(values, expected)
             if recipe == "mxfp8":
-                shared_exp = mx.quantize(x, "MXFP8_" + fmt, axis=axis).scales.astype(np.int32) - 127
-                scaled = x * np.exp2(-expand(shared_exp, x.shape, (1, 32), axis).astype(np.float64))
+                scaled = mx_scaled(x, mx.quantize(x, "MXFP8_" + fmt, axis=axis), axis)
                 in_nan_block = np.isnan(expected)
             else:
                 tile_shape = (128, 128) if weight else (1, 128)
                 scale = scaling.quantize_blockwise(x, fmt, block_shape=tile_shape, axis=axis).scale
                 scaled = x * expand(scale, x.shape, tile_shape, axis)
                 in_nan_block = np.isnan(x)
-            threshold = 464 if fmt == "E4M3" else 61440
-            with np.errstate(invalid="ignore"):
-                beyond = (np.abs(scaled) > threshold) | (np.abs(scaled) == threshold) & (fmt == "E5M2")
+            beyond = beyond_max(scaled, fmt)
             assert stats.saturation_count == np.count_nonzero(beyond & ~in_nan_block | in_nan_block)
             assert stats.underflow_count == np.count_nonzero((expected == 0) & (x != 0))
 
