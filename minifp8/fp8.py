@@ -71,12 +71,18 @@ value (it was clamped to +-max, or became Inf), or the output is NaN. Both fract
 elements of the tensor. The counts are exact, taken on the very scaled values the cast rounded.
 
 Speed. The casts compute what the reference functions compute, with the same float32
-operations, but without materialising codes: rounding is one lookup of the upper 16 bits of each
-float32 in a table of ``codec.quantize`` results, blocks and tiles are axes of a reshaped view
-(an axis shorter than a block is one block; a partial last block is zero-padded, as the references
-pad), views are cast in the order their elements lie in memory, and big tensors are cast in
-cache-sized slices on `CAST_THREADS` threads. tests/test_fp8.py
-holds every recipe equal to its reference function, bit for bit.
+operations, but without materialising codes. Inside the format's normal range a cast is
+round-to-nearest-even of the float32 significand, done with integer operations on the bit patterns;
+a power-of-two scale (MX blocks, ``blockwise`` tiles) leaves that rounding unchanged, so those
+elements need no multiplication at all. The few elements outside the range (the format's
+subnormals and underflow, overflow, Inf and NaN) are cast by one lookup of the upper 16 bits of
+each float32 in a table of ``codec.quantize`` results, and they alone can underflow or saturate,
+so they give the statistics. Small tensors, and tensors mostly outside the range, take the table
+whole. Blocks and tiles are axes of a reshaped view (an axis shorter than a block is one block; a
+partial last block is zero-padded, as the references pad), views are cast in the order their
+elements lie in memory, and big tensors are cast in cache-sized slices on `CAST_THREADS` threads.
+tests/test_fp8.py holds every recipe equal to its reference function, bit for bit, through each
+path.
 
 Scale tracking. `track` is an identity op that, inside a `ScaleTracker` context, records the
 std and mean |x| of a tensor and of its gradient: what ``plots.scale_plot`` draws.
@@ -311,6 +317,7 @@ def _overflow_threshold(fmt) -> tuple[float, bool]:
 
 
 _THRESHOLDS = {fmt.name: _overflow_threshold(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_E8M0_VALUES = codec.decode(np.arange(256, dtype=np.uint8), formats.E8M0)  # 2**(code - 127); 0xFF is NaN
 
 
 def _beyond_max(scaled_magnitude, fmt) -> np.ndarray:
@@ -366,6 +373,98 @@ def _work_array(name: str, size: int, dtype) -> np.ndarray:
     return array[:size]
 
 
+# ---- the element cast in the format's normal range: integer rounding, no table ---------------------
+# Inside the format's normal range a cast is round-to-nearest-even of the float32 significand to
+# the format's mantissa width, which integer arithmetic on the bit patterns does exactly. A
+# power-of-two scale 2**k leaves that rounding alone (round(x * 2**k) = round(x) * 2**k while both
+# are normal), so block casts with such scales need no multiplications at all. The elements
+# outside the range (the format's subnormals and underflow, overflow, Inf, NaN, and float32's own
+# subnormals) are few in a well-scaled tensor; they go through the table (`_round_into`), and
+# they are the only elements that can underflow or saturate, so they give the statistics too.
+
+_FIXUP_FRACTION = 0.25
+"""When more than this fraction of a tensor lies outside the normal range, the whole tensor goes
+through the table instead."""
+
+_IN_RANGE_MIN_SIZE = 1 << 14
+"""Smaller tensors go through the table: for them the calls cost more than the passes saved.
+(Tests set both knobs to hold each path to the references.)"""
+
+
+def _round_significand(bits: np.ndarray, out_bits: np.ndarray, fmt) -> None:
+    """``out_bits`` = float32 bit patterns ``bits`` rounded to ``fmt.mantissa_bits``, ties to even.
+
+    Adding half a unit of the last kept place (less one, plus the lowest kept bit, so that a tie
+    goes to the even neighbour) and clearing the dropped bits rounds the magnitude to nearest even;
+    a carry out of the significand moves into the exponent, as it should. The sign is untouched.
+    Valid for finite inputs whose result is normal in both float32 and the format.
+    """
+    drop = 23 - fmt.mantissa_bits
+    np.right_shift(bits, drop, out=out_bits)
+    np.bitwise_and(out_bits, np.uint32(1), out=out_bits)
+    np.add(out_bits, np.uint32((1 << (drop - 1)) - 1), out=out_bits)
+    np.add(out_bits, bits, out=out_bits)
+    np.bitwise_and(out_bits, np.uint32(0xFFFF_FFFF ^ ((1 << drop) - 1)), out=out_bits)
+
+
+def _normal_range(fmt, unit) -> tuple[np.ndarray, np.ndarray]:
+    """Magnitude bits ``(lower, beyond)`` of the inputs whose cast with scale ``1 / unit`` (a power
+    of two, or arrays of them) lands in the format's normal range: ``lower <= |x| < beyond``.
+
+    ``lower`` is ``fmt.min_normal * unit``, raised to float32's smallest normal (2**-126) so that
+    float32 subnormals, whose significands are shorter, go through the table; ``beyond`` is the
+    first magnitude past max's rounding interval (the threshold itself when its tie overflows).
+    Both products are exact: powers of two times short significands, in float32's normal range.
+    """
+    threshold, tie_overflows = _THRESHOLDS[fmt.name]
+    unit = np.asarray(unit, np.float32)
+    lower = np.maximum(np.float32(fmt.min_normal) * unit, np.float32(2.0**-126)).view(np.uint32)
+    beyond = (np.float32(threshold) * unit).view(np.uint32)
+    return lower, beyond if tie_overflows else beyond + np.uint32(1)
+
+
+_NORMAL_RANGES = {fmt.name: _normal_range(fmt, 1) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+
+
+def _cast_in_range(x, source, magnitude, out, fmt, saturate, unit=None, multiplier=None):
+    """Cast ``source`` into ``out`` by ranges: `_round_significand` for the elements whose cast lands
+    in the format's normal range (`_normal_range`), the table for the others; returns their
+    (underflow, saturated) counts, or None, with nothing written, when the tensor is small or
+    mostly outside the range (the caller uses the table).
+
+    ``source`` (C-contiguous, like ``x``, ``magnitude`` and ``out``) is what gets rounded: ``x``
+    times its scale, or, with power-of-two block scales, ``x`` itself; then ``unit`` holds each
+    block's ``1 / scale`` and ``multiplier`` its scale (keepdims arrays), which only the elements
+    outside the range need. The counts are exact: every element inside the range is nonzero
+    before and after the cast, and lies below max's rounding interval.
+    """
+    if source.size < _IN_RANGE_MIN_SIZE:
+        return None
+    lower, beyond = _NORMAL_RANGES[fmt.name] if unit is None else _normal_range(fmt, unit)
+    # unsigned wrap-around: below lower counts as outside too
+    outside = np.flatnonzero(np.subtract(magnitude, lower) >= np.subtract(beyond, lower))
+    if outside.size > _FIXUP_FRACTION * source.size:
+        return None
+    _round_significand(source.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), fmt)
+    if not outside.size:
+        return 0, 0
+    if unit is not None:  # one scale per block: the blocks of the elements
+        coordinates = np.unravel_index(outside, source.shape)
+        block = tuple(c if n != 1 else 0 for c, n in zip(coordinates, unit.shape))
+        multiplier, unit, beyond = multiplier[block], unit[block], beyond[block]
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = source.reshape(-1)[outside]
+        if unit is not None:
+            scaled *= multiplier
+        values = np.empty_like(scaled)
+        _round_into(scaled, values, fmt, saturate)
+        if unit is not None:
+            values *= unit
+    out.reshape(-1)[outside] = values
+    underflow = int(np.count_nonzero(values == 0)) - int(np.count_nonzero(x.reshape(-1)[outside] == 0))
+    return underflow, int(np.count_nonzero(magnitude.reshape(-1)[outside] >= beyond))
+
+
 # ---- slices on threads -------------------------------------------------------------------------
 CAST_THREADS = min(4, os.cpu_count() or 1)
 """Threads that cast the slices of a big tensor (set to 1 for a single thread). NumPy releases the
@@ -381,6 +480,8 @@ def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
     """``[kernel(start, stop), ...]`` over consecutive slices of ``range(rows)`` of about
     ``_CHUNK_ELEMENTS`` elements each, on ``CAST_THREADS`` threads."""
     global _pool, _pool_workers
+    if rows * row_elements <= _CHUNK_ELEMENTS:
+        return [kernel(0, rows)]
     step = max(1, _CHUNK_ELEMENTS // max(1, row_elements))
     slices = [(start, min(start + step, rows)) for start in range(0, rows, step)]
     threads = min(CAST_THREADS, len(slices))
@@ -456,17 +557,25 @@ def _cropped(padded: np.ndarray, shape: tuple, new=np.empty) -> np.ndarray:
     return values
 
 
-def _block_amax(blocks: np.ndarray, axes: tuple) -> np.ndarray:
-    """max |x| over ``axes`` of C-contiguous float32 blocks, keepdims (NaN where a block holds NaN).
+def _magnitudes(blocks: np.ndarray) -> np.ndarray:
+    """The bit patterns of ``|x|`` of C-contiguous float32 ``blocks`` (the sign bit cleared), as uint32.
 
-    As in ``mx.block_amax``, magnitudes are compared as their bit patterns with the sign bit
-    cleared (NaN above Inf): one integer max, faster than NumPy's NaN-aware float max and min.
-    Blocks that are contiguous rows of a power-of-two length go to ``mx.block_amax`` itself.
+    IEEE magnitudes order like these integers (NaN above Inf), so integer comparisons and maxima
+    on them are exact and faster than NumPy's NaN-aware float ones (as in ``mx.block_amax``).
     """
-    if axes == (1,) and blocks.shape[2] == 1 and blocks.shape[1] & (blocks.shape[1] - 1) == 0:
-        return mx.block_amax(blocks.reshape(-1, blocks.shape[1])).reshape(-1, 1, 1)
-    magnitude = np.bitwise_and(blocks.view(np.uint32), np.uint32(0x7FFF_FFFF))
-    return magnitude.max(axis=axes, keepdims=True).view(np.float32)
+    return np.bitwise_and(blocks.view(np.uint32), np.uint32(0x7FFF_FFFF))
+
+
+def _block_amax(magnitude: np.ndarray, axes: tuple) -> np.ndarray:
+    """max |x| over ``axes`` (keepdims) from `_magnitudes` bits, as float32 (NaN where a block holds NaN).
+
+    Blocks that are contiguous rows of a power-of-two length go to ``mx.row_max``'s tree of passes.
+    """
+    if axes == (1,) and magnitude.shape[2] == 1 and magnitude.shape[1] & (magnitude.shape[1] - 1) == 0:
+        amax = mx.row_max(magnitude.reshape(-1), magnitude.shape[1]).reshape(-1, 1, 1)
+    else:
+        amax = magnitude.max(axis=axes, keepdims=True)
+    return amax.view(np.float32)
 
 
 # ---- statistics --------------------------------------------------------------------------------
@@ -488,6 +597,8 @@ def _count_saturated(scaled: np.ndarray, bound, fmt, nan_blocks: bool = False) -
     """
     threshold, tie_overflows = _THRESHOLDS[fmt.name]
     bound = np.asarray(bound)
+    if bound.ndim == 0 and (bound < threshold if tie_overflows else bound <= threshold):
+        return 0  # one bound, below the threshold (NaN is not)
     with np.errstate(invalid="ignore"):
         hot = bound >= threshold if tie_overflows else bound > threshold
         if not nan_blocks:
@@ -512,6 +623,11 @@ def _underflow_count(x: np.ndarray, values: np.ndarray, zeros_stay_zero: bool = 
         zeros = int(np.count_nonzero(values == 0))
         return zeros - int(np.count_nonzero(x == 0)) if zeros else 0
     return int(np.count_nonzero((values == 0) & (x != 0)))
+
+
+def _largest(parts: list):
+    """The largest of the slices' amaxes (item 2 of each): NaN if one is NaN, 0 without slices."""
+    return parts[0][2] if len(parts) == 1 else np.max([part[2] for part in parts], initial=np.float32(0))
 
 
 def _stats(x: np.ndarray, values: np.ndarray, amax, parts: list) -> CastStats:
@@ -543,18 +659,20 @@ def _cast_per_tensor(x: np.ndarray, x32: np.ndarray, amax, scale, fmt, saturate:
     def kernel(start, stop):
         part, out = flat[start:stop], values[start:stop]
         with np.errstate(over="ignore", invalid="ignore"):
-            if scale is None:
-                scaled, part_bound = part, _amax(part)
-                _round_into(part, out, fmt, saturate)
-            else:
-                scaled, part_bound = part * scale, bound
+            scaled = part if scale is None else part * scale
+            magnitude = _magnitudes(scaled)
+            part_bound = magnitude.max(initial=np.uint32(0)).view(np.float32) if scale is None else bound
+            counts = _cast_in_range(part, scaled, magnitude, out, fmt, saturate)
+            if counts is None:
                 _round_into(scaled, out, fmt, saturate)
-                out *= inverse
-        return _underflow_count(part, out), _count_saturated(scaled, part_bound, fmt), part_bound
+                counts = _underflow_count(part, out), _count_saturated(scaled, part_bound, fmt)
+            if scale is not None:
+                out *= inverse  # a nonzero element stays nonzero: the counts hold
+        return (*counts, part_bound)
 
     parts = _map_slices(kernel, flat.size, 1)
     if scale is None:
-        amax = np.max([part[2] for part in parts], initial=np.float32(0))
+        amax = _largest(parts)
     values = values.reshape(x.shape)
     return values, _stats(x, values, amax, parts)
 
@@ -578,18 +696,24 @@ def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool,
 
     def kernel(start, stop):
         part, out = tiles[start:stop], values[start:stop]
-        amax = _block_amax(part, reduce)
+        magnitude = _magnitudes(part)
+        amax = _block_amax(magnitude, reduce)
         scale = scaling.scale_from_amax(amax, fmt, power_of_2=power_of_2)
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            inverse = np.float32(1) / scale
+            if power_of_2:  # x * scale and elements * inverse are exact: round x in place where it can
+                counts = _cast_in_range(part, part, magnitude, out, fmt, saturate, inverse, scale)
+                if counts is not None:
+                    return (*counts, amax.max(initial=np.float32(0)))
             scaled = part * scale
             _round_into(scaled, out, fmt, saturate)
-            out *= np.float32(1) / scale
+            out *= inverse
             bound = amax * scale
         return _underflow_count(part, out), _count_saturated(scaled, bound, fmt), amax.max(initial=np.float32(0))
 
     parts = _map_slices(kernel, len(tiles), math.prod(tiles.shape[1:]))
     values = _cropped(values.reshape(padded.shape), x.shape, new)
-    return values, _stats(x, values, np.max([part[2] for part in parts], initial=np.float32(0)), parts)
+    return values, _stats(x, values, _largest(parts), parts)
 
 
 def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
@@ -620,26 +744,39 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
 
     def kernel(start, stop):
         part, out = blocks[start:stop], values[start:stop]
-        amax = _block_amax(part, (1,))
+        magnitude = _magnitudes(part)
+        amax = _block_amax(magnitude, (1,))
         scale_codes, shared_exp = mx.shared_exponents(amax, mx_format, scale_mode)
-        factor = np.ldexp(np.float32(1), -shared_exp.astype(np.int32))
+        factor = np.ldexp(np.float32(1), -shared_exp)  # 2**-shared_exp, exact (from 2**-120 to 2**127)
+        scale = _E8M0_VALUES[scale_codes]  # 2**shared_exp; 0xFF decodes to NaN: NaN blocks
+        nan_elements = int(np.count_nonzero(scale_codes == mx.E8M0_NAN)) * block
+        if not nan_elements:  # round in place: the scales are powers of two
+            counts = _cast_in_range(part, part, magnitude, out, fmt, True, scale, factor)
+            if counts is not None:
+                return (*counts, amax.max(), 0)
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = part * factor
             _round_into(scaled, out, fmt, saturate=True)
-            out *= codec.decode(scale_codes, formats.E8M0)  # 0xFF decodes to NaN: NaN blocks
-            bound = amax * factor
-        nan_blocks = scale_codes == mx.E8M0_NAN
-        nan_elements = int(np.count_nonzero(nan_blocks)) * block
+            out *= scale
+            bound = amax * factor  # the largest |scaled| of each block
         if nan_elements:  # their elements are counted whole: leave them out of the search
-            bound[nan_blocks] = np.nan
-        saturated = _count_saturated(scaled, bound, fmt, nan_blocks=bool(nan_elements)) + nan_elements
-        return (_underflow_count(part, out, zeros_stay_zero=not nan_elements), saturated,
-                amax.max(initial=np.float32(0)), nan_elements)
+            bound[scale_codes == mx.E8M0_NAN] = np.nan
+            saturated = _count_saturated(scaled, bound, fmt, nan_blocks=True) + nan_elements
+            return _underflow_count(part, out, zeros_stay_zero=False), saturated, amax.max(), nan_elements
+        # Saturated elements: |x| beyond the threshold times the block's scale (exact: a power of
+        # two times 464 or 61440 is a normal float32), compared as magnitude bits.
+        threshold, tie_overflows = _THRESHOLDS[fmt.name]
+        saturated = 0
+        if (bound >= threshold).any():
+            limit = (np.float32(threshold) * scale).view(np.uint32)
+            beyond = magnitude >= limit if tie_overflows else magnitude > limit
+            saturated = int(np.count_nonzero(beyond))
+        return _underflow_count(part, out), saturated, amax.max(), 0
 
     parts = _map_slices(kernel, len(blocks), math.prod(blocks.shape[1:]))
     padded_values = values.reshape(padded.shape)
     values = _cropped(padded_values, x.shape, new)
-    stats = _stats(x, values, np.max([part[2] for part in parts], initial=np.float32(0)), parts)
+    stats = _stats(x, values, _largest(parts), parts)
     if padded is not x and any(part[3] for part in parts):  # the padding of NaN blocks is no element
         padding_nans = int(np.count_nonzero(np.isnan(padded_values))) - int(np.count_nonzero(np.isnan(values)))
         stats = CastStats(stats.amax, stats.size, stats.underflow_count, stats.saturation_count - padding_nans)
@@ -722,7 +859,7 @@ def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis
 
 def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
     # E4M3 forward casts saturate; E5M2 gradient casts do not, unless the recipe is told to
-    saturate = fmt == FORWARD_FORMAT or options.get("saturate_gradients", False)
+    saturate = fmt.name == FORWARD_FORMAT.name or options.get("saturate_gradients", False)
     # A cast is elementwise once the scales are known, and they are known per tensor or per block
     # along axis: the elements may be cast in the order they lie in memory (no copy of a view).
     order = _memory_order(x)

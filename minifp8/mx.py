@@ -392,16 +392,23 @@ def block_amax(blocks: np.ndarray) -> np.ndarray:
     """The largest magnitude of each row of a C-contiguous (n, power-of-two) float array.
 
     IEEE magnitudes order like their bit patterns with the sign bit cleared (NaN above Inf), so the
-    maximum is taken on those integers, pairwise in a tree of strided 1-d passes (fast in NumPy,
-    unlike a reduction over a short last axis). A NaN anywhere in a row gives NaN.
+    maximum is taken on those integers (`row_max`). A NaN anywhere in a row gives NaN.
     """
-    n, size = blocks.shape
     unsigned, sign_cleared = _MAGNITUDE_BITS[blocks.dtype.type]
     magnitude = np.bitwise_and(blocks.reshape(-1).view(unsigned), sign_cleared)
-    while size > 1:  # log2(block_size) levels; pairs never straddle a block boundary
-        magnitude = np.maximum(magnitude[0::2], magnitude[1::2])
-        size //= 2
-    return magnitude.view(blocks.dtype)
+    return row_max(magnitude, blocks.shape[1]).view(blocks.dtype)
+
+
+def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
+    """The maximum of each run of ``row_length`` (a power of two) consecutive elements of 1-d ``values``.
+
+    Taken pairwise in a tree of strided 1-d passes: fast in NumPy, unlike a reduction over a short
+    last axis.
+    """
+    while row_length > 1:  # log2(row_length) levels; pairs never straddle a row boundary
+        values = np.maximum(values[0::2], values[1::2])
+        row_length //= 2
+    return values
 
 
 def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple[np.ndarray, np.ndarray]:
@@ -419,27 +426,29 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
     _check_scale_mode(scale_mode)
     amax = np.asarray(amax)
     mantissa, exponent = np.frexp(amax)  # amax = mantissa * 2**exponent, mantissa in [0.5, 1)
-    floor_log2 = exponent - 1  # meaningful where amax is finite and > 0, selected below
-    significand = 2 * mantissa  # in [1, 2), exact
-    if scale_mode == "floor":
-        shared = floor_log2 - element.emax
-    elif scale_mode == "ceil":
-        shared = floor_log2 + (significand != 1) - element.emax
-    elif scale_mode == "even":  # rounding the significand to M bits, ties away, carries to 2
-        shared = floor_log2 + (significand >= 2 - 2.0 ** -(element.mantissa_bits + 1)) - element.emax
-    else:  # rceil: amax / max_elem = (significand / max_significand) * 2**(floor_log2 - emax)
-        shared = floor_log2 - element.emax + (significand > element.max / 2.0**element.emax)
-    positive = (amax > 0) & (amax < np.inf)  # finite and > 0 (NaN fails both)
+    # floor(log2(amax)) = exponent - 1, meaningful where amax is finite and > 0 (fixed below)
+    shared = exponent - (1 + element.emax)
+    if scale_mode == "ceil":  # up unless amax is a power of two
+        shared += mantissa != 0.5
+    elif scale_mode == "even":  # the significand 2*mantissa rounded to M bits, ties away, carries to 2
+        shared += mantissa >= 1 - 2.0 ** -(element.mantissa_bits + 2)
+    elif scale_mode == "rceil":  # amax / max_elem = (2*mantissa / max_significand) * 2**(floor_log2 - emax)
+        shared += mantissa > element.max / 2.0 ** (element.emax + 1)
     # np.minimum and np.maximum rather than np.clip: the same integers, less overhead per call
-    shared = np.where(positive, np.minimum(np.maximum(shared, SHARED_EXP_MIN), SHARED_EXP_MAX), SHARED_EXP_MIN)
-    if scale_mode == "rceil":
-        shared[np.isinf(amax)] = SHARED_EXP_MAX  # Inf / max_elem rounds up to the largest scale
-        nan_scale = np.isnan(amax)
-    else:
-        nan_scale = ~positive & (amax != 0)  # NaN or Inf
-    shared[nan_scale] = 0
+    shared = np.minimum(np.maximum(shared, SHARED_EXP_MIN), SHARED_EXP_MAX)
+    special = ~(mantissa >= 0.5)  # amax zero (mantissa 0), NaN, or Inf (mantissa +-Inf, NaN)
+    special |= mantissa == np.inf
     codes = (shared + E8M0_BIAS).astype(np.uint8)
-    codes[nan_scale] = E8M0_NAN
+    if special.any():
+        shared[special] = SHARED_EXP_MIN  # log2(0) = -inf, clamped
+        if scale_mode == "rceil":  # Inf / max_elem rounds up to the largest scale; NaN is NaN
+            shared[np.isinf(amax)] = SHARED_EXP_MAX
+            nan_scale = np.isnan(amax)
+        else:
+            nan_scale = special & (amax != 0)  # NaN or Inf
+        shared[nan_scale] = 0
+        codes = (shared + E8M0_BIAS).astype(np.uint8)
+        codes[nan_scale] = E8M0_NAN
     return codes, shared
 
 

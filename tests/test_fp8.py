@@ -12,7 +12,7 @@ import copy
 import numpy as np
 import pytest
 
-from minifp8 import codec, fp8, mx, nn, scaling
+from minifp8 import codec, formats, fp8, mx, nn, scaling
 from minifp8 import functional as F
 from minifp8.autograd import Tensor, make_op
 
@@ -22,6 +22,19 @@ THRESHOLD = {"E4M3": 464.0, "E5M2": 61440.0}  # the end of max's rounding interv
 
 
 # ---- helpers -----------------------------------------------------------------------------------
+@pytest.fixture(autouse=True, params=["default", "table", "in-range"])
+def cast_path(request, monkeypatch):
+    """Every test runs three times: with the casts' own choice of path per tensor, with every
+    element through the rounding table, and with every tensor through the integer rounding of the
+    normal range (the table then casts only the elements outside it)."""
+    if request.param == "table":
+        monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 2**62)
+    elif request.param == "in-range":
+        monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 0)
+        monkeypatch.setattr(fp8, "_FIXUP_FRACTION", 1.0)
+    return request.param
+
+
 def bits(a):
     """float32 bit patterns, so that -0.0 != 0.0 and NaN payloads count."""
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
@@ -769,3 +782,38 @@ def test_scale_plot_rows():
     assert [label.get_text() for label in ax.get_yticklabels()] == ["input", "scaled down", "zero"]
     assert ax.get_title() == "test"
     assert plots.scale_plot(tracker).axes[0].get_yticklabels()[0].get_text() == "input"
+
+
+# ================================================================================================
+# The integer rounding of the normal range, proved against the codec.
+# ================================================================================================
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+def test_integer_rounding_equals_the_codec_in_the_normal_range(fmt):
+    """Every float32 upper half whose value lies in the format's normal range (both signs), with
+    the lower halves that make exact ties (0), their neighbours and the ends of the interval:
+    `_round_significand` gives ``codec.quantize`` bit for bit, and `_normal_range` draws the
+    range's edges exactly where the table starts to differ."""
+    fmt = formats.get(fmt)
+    upper = np.arange(1 << 16, dtype=np.uint32) << 16
+    low = np.array([0, 1, 2, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF], np.uint32)
+    bits = (upper[:, None] | low[None, :]).reshape(-1)
+    x = bits.view(np.float32)
+    lower, beyond = fp8._normal_range(fmt, 1)
+    magnitude = bits & np.uint32(0x7FFF_FFFF)
+    inside = (magnitude >= lower) & (magnitude < beyond)
+    assert np.count_nonzero(inside) > 1000
+    rounded = np.empty_like(bits)
+    fp8._round_significand(bits[inside], rounded[: np.count_nonzero(inside)], fmt)
+    with np.errstate(invalid="ignore"):
+        expected = codec.quantize(x[inside], fmt, saturate=True)
+    np.testing.assert_array_equal(rounded[: np.count_nonzero(inside)], expected.view(np.uint32))
+    # the edges: the last magnitude inside rounds to max, the first beyond overflows (saturate=False),
+    # and just below lower (the format's subnormals) significand rounding would be wrong
+    assert lower == np.float32(fmt.min_normal).view(np.uint32)
+    assert codec.quantize(np.array([beyond - 1], np.uint32).view(np.float32), fmt)[0] == fmt.max
+    with np.errstate(invalid="ignore"):
+        assert not np.isfinite(codec.quantize(np.array([beyond], np.uint32).view(np.float32), fmt)[0])
+    below = (magnitude < lower) & (magnitude >= lower - (1 << 23))  # the binade under min_normal
+    rounded_below = np.empty(np.count_nonzero(below), np.uint32)
+    fp8._round_significand(bits[below], rounded_below, fmt)
+    assert (rounded_below != codec.quantize(x[below], fmt, saturate=True).view(np.uint32)).any()

@@ -118,6 +118,25 @@ def test_shared_exponents_of_special_amaxes():
     assert codes.tolist() == [0x00, 127, 0xFF, 0xFE, 0x00, 0xFE] and shared.tolist() == [-127, 0, 0, 127, -127, 127]
 
 
+def test_shared_exponents_equal_the_exact_rule_at_every_binade():
+    """Every float32 binade (subnormals too) times the significands where the scale modes decide
+    (1, its neighbours, the 'even' and 'rceil' thresholds and theirs, the top of the binade), for
+    every element format and scale mode, against the exact rule on Fractions, clamped to E8M0."""
+    significands = np.float32([1.0, 1.5, 1.75, 1.875, 1.9375, 1.96875, 1.984375])
+    significands = np.concatenate([significands, np.nextafter(significands, np.float32(0)),
+                                   np.nextafter(significands, np.float32(2)), [np.nextafter(np.float32(2), 0)]])
+    amax = (significands[None, :] * np.exp2(np.arange(-149, 128, dtype=np.float64))[:, None]).reshape(-1)
+    amax = np.unique(amax[(amax > 0) & (amax < 2.0**128)].astype(np.float32))
+    for elem in ELEMENTS:
+        element = formats.get(elem)
+        for mode in MODES:
+            codes, shared = mx.shared_exponents(amax, elem, mode)
+            expected = [min(max(mx._reference_shared_exponent(Fraction(float(a)), element, mode), -127), 127)
+                        for a in amax]
+            np.testing.assert_array_equal(shared, expected, err_msg=f"{elem} {mode}")
+            np.testing.assert_array_equal(codes, np.array(expected) + 127)
+
+
 def test_exponent_clamps_at_127_for_float64():
     x = block_of(1e300, dtype=np.float64)
     for mode in MODES:
