@@ -25,7 +25,8 @@ linear ``y = x W^T`` (x: tokens x in, W: out x in) that means three GEMMs with t
 Per-tensor recipes have one scale per tensor, so the copies coincide and only ``x``, ``w`` and
 ``grad`` are cast. The block recipes (``mxfp8``, ``blockwise``) cast the ``_t`` copies
 separately; a 128x128 weight tile is the same tile along either axis, so ``blockwise`` reuses
-``w`` for ``w_t``. The bias gradient is summed from the unquantized gradient, as TransformerEngine
+``w`` for ``w_t``. In training, ``x_t`` and ``w_t`` are cast in the forward pass, together with
+``x`` and ``w`` (the two casts of one operand share their work), and kept for the backward pass. The bias gradient is summed from the unquantized gradient, as TransformerEngine
 does.
 
 Recipes (`RECIPES`) choose the scale at every cast point:
@@ -78,7 +79,8 @@ elements need no multiplication at all. The few elements outside the range (the 
 subnormals and underflow, overflow, Inf and NaN) are cast by one lookup of the upper 16 bits of
 each float32 in a table of ``codec.quantize`` results, and they alone can underflow or saturate,
 so they give the statistics. Small tensors, and tensors mostly outside the range, take the table
-whole. Blocks and tiles are axes of a reshaped view (an axis shorter than a block is one block; a
+whole. The rowwise and columnwise copies of a GEMM operand share that rounding: with
+power-of-two scales it is the same for both (`_cast_pair`). Blocks and tiles are axes of a reshaped view (an axis shorter than a block is one block; a
 partial last block is zero-padded, as the references pad), views are cast in the order their
 elements lie in memory, and big tensors are cast in cache-sized slices on `CAST_THREADS` threads.
 tests/test_fp8.py holds every recipe equal to its reference function, bit for bit, through each
@@ -438,20 +440,34 @@ def _cast_in_range(x, source, magnitude, out, fmt, saturate, unit=None, multipli
     outside the range need. The counts are exact: every element inside the range is nonzero
     before and after the cast, and lies below max's rounding interval.
     """
-    if source.size < _IN_RANGE_MIN_SIZE:
+    outside = _outside_normal_range(magnitude, fmt, unit)
+    if outside is None:
+        return None
+    _round_significand(source.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), fmt)
+    return _cast_outside(x, source, magnitude, out, outside, fmt, saturate, unit, multiplier)
+
+
+def _outside_normal_range(magnitude, fmt, unit=None):
+    """Flat indices of the elements whose cast with scale ``1 / unit`` falls outside the format's
+    normal range; None when the tensor is small or they are many (`_cast_in_range`)."""
+    if magnitude.size < _IN_RANGE_MIN_SIZE:
         return None
     lower, beyond = _NORMAL_RANGES[fmt.name] if unit is None else _normal_range(fmt, unit)
     # unsigned wrap-around: below lower counts as outside too
     outside = np.flatnonzero(np.subtract(magnitude, lower) >= np.subtract(beyond, lower))
-    if outside.size > _FIXUP_FRACTION * source.size:
-        return None
-    _round_significand(source.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), fmt)
+    return None if outside.size > _FIXUP_FRACTION * magnitude.size else outside
+
+
+def _cast_outside(x, source, magnitude, out, outside, fmt, saturate, unit=None, multiplier=None):
+    """Cast the ``outside`` elements through the table into ``out``; their (underflow, saturated)
+    counts (`_cast_in_range`)."""
     if not outside.size:
         return 0, 0
+    beyond = _NORMAL_RANGES[fmt.name][1]
     if unit is not None:  # one scale per block: the blocks of the elements
         coordinates = np.unravel_index(outside, source.shape)
         block = tuple(c if n != 1 else 0 for c, n in zip(coordinates, unit.shape))
-        multiplier, unit, beyond = multiplier[block], unit[block], beyond[block]
+        multiplier, unit, beyond = multiplier[block], unit[block], _normal_range(fmt, unit[block])[1]
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = source.reshape(-1)[outside]
         if unit is not None:
@@ -783,6 +799,51 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
     return values, stats
 
 
+def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, new_rowwise=np.empty,
+               new_columnwise=np.empty):
+    """The rowwise and columnwise casts of a 2-D ``x`` under a block recipe (scales along axis 1, then
+    along axis 0), as `_quantize` gives them, sharing what they have in common: the magnitudes and,
+    the scales being powers of two, the rounding of the normal range.
+
+    Returns ``[(values, stats), (values, stats)]``, or None where either cast needs another path
+    (not C-contiguous float32, padded blocks, NaN blocks, a small tensor, many elements outside
+    the range); then the caller casts them one by one.
+    """
+    block = _MX_FORMATS[fmt.name].block_size if recipe == "mxfp8" else 128
+    saturate = saturate or recipe == "mxfp8"  # MX elements saturate inside their block
+    if (x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous or x.size < _IN_RANGE_MIN_SIZE
+            or any(length > block and length % block for length in x.shape)):
+        return None
+    magnitude = _magnitudes(x)
+    plans = []
+    for axis in (1, 0):  # each cast's scales, as in _cast_mx and _cast_blockwise
+        length = min(block, x.shape[axis])
+        magnitudes = _blocks_view(magnitude, axis, length)
+        amax = _block_amax(magnitudes, (1,))
+        if recipe == "mxfp8":
+            scale_codes, shared_exp = mx.shared_exponents(amax, _MX_FORMATS[fmt.name], options["scale_mode"])
+            if (scale_codes == mx.E8M0_NAN).any():
+                return None
+            unit, multiplier = _E8M0_VALUES[scale_codes], np.ldexp(np.float32(1), -shared_exp)
+        else:
+            multiplier = scaling.scale_from_amax(amax, fmt, power_of_2=True)
+            unit = np.float32(1) / multiplier
+        outside = _outside_normal_range(magnitudes, fmt, unit)
+        if outside is None:
+            return None
+        plans.append((axis, length, magnitudes, amax, unit, multiplier, outside))
+    rowwise, columnwise = new_rowwise(x.shape, np.float32), new_columnwise(x.shape, np.float32)
+    _round_significand(x.reshape(-1).view(np.uint32), rowwise.reshape(-1).view(np.uint32), fmt)
+    np.copyto(columnwise, rowwise)
+    results = []
+    for values, (axis, length, magnitudes, amax, unit, multiplier, outside) in zip((rowwise, columnwise), plans):
+        blocks = _blocks_view(x, axis, length)
+        counts = _cast_outside(blocks, blocks, magnitudes, _blocks_view(values, axis, length), outside, fmt,
+                               saturate, unit, multiplier)
+        results.append((values, CastStats(float(amax.max()), int(x.size), *counts)))
+    return results
+
+
 def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = False, scaler=None,
                   **options) -> tuple[np.ndarray, CastStats]:
     """Quantize and dequantize an array as a cast point of ``recipe`` does, with its statistics.
@@ -857,9 +918,25 @@ def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis
     return values
 
 
+def _cast_both(state: FP8State, point: CastPoint, roles: tuple, x: np.ndarray, fmt) -> tuple:
+    """The rowwise (axis -1) and columnwise (axis 0) casts of a 2-D ``x`` under a block recipe, for
+    ``roles`` (e.g. ``("x", "x_t")``): `_cast_pair`, or two `_cast` calls where it declines."""
+    news = (functools.partial(point._output, role) for role in roles)
+    pair = _cast_pair(x, state.recipe, state.options, fmt, _saturates(fmt, state.options), *news)
+    if pair is None:
+        return tuple(_cast(state, point, role, x, fmt, axis) for role, axis in zip(roles, (-1, 0)))
+    for role, (_, stats) in zip(roles, pair):
+        point.stats[role] = stats
+    return tuple(values for values, _ in pair)
+
+
+def _saturates(fmt, options: dict) -> bool:
+    """E4M3 forward casts saturate; E5M2 gradient casts do not, unless the recipe is told to."""
+    return fmt.name == FORWARD_FORMAT.name or options.get("saturate_gradients", False)
+
+
 def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
-    # E4M3 forward casts saturate; E5M2 gradient casts do not, unless the recipe is told to
-    saturate = fmt.name == FORWARD_FORMAT.name or options.get("saturate_gradients", False)
+    saturate = _saturates(fmt, options)
     # A cast is elementwise once the scales are known, and they are known per tensor or per block
     # along axis: the elements may be cast in the order they lie in memory (no copy of a view).
     order = _memory_order(x)
@@ -945,8 +1022,19 @@ class FP8Linear:
         dtype = x.data.dtype
         per_tensor = state.recipe in _PER_TENSOR
         x2 = x.data.reshape(-1, in_features)
-        x_q = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1).astype(dtype, copy=False)
-        w_q = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True).astype(dtype, copy=False)
+        # Block recipes cast an operand along both axes; where backward will need the columnwise
+        # copy, it is cast now, together with the rowwise one (they share work: _cast_both).
+        both = not per_tensor and is_grad_enabled()
+        x_t = w_t = None
+        if both and weight.requires_grad:
+            x_q, x_t = _cast_both(state, point, ("x", "x_t"), x2, FORWARD_FORMAT)
+        else:
+            x_q = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1)
+        if both and x.requires_grad and state.recipe == "mxfp8":  # blockwise: w's 128x128 tiles serve both
+            w_q, w_t = _cast_both(state, point, ("w", "w_t"), weight.data, FORWARD_FORMAT)
+        else:
+            w_q = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True)
+        x_q, w_q = x_q.astype(dtype, copy=False), w_q.astype(dtype, copy=False)
         out = x_q @ w_q.T
         if bias is not None:
             out += bias.data
@@ -962,17 +1050,24 @@ class FP8Linear:
                 if weight.requires_grad:
                     grad_w = g_q.T @ x_q
             else:
+                g_q = g_t = None
+                weight_t, input_t = w_t, x_t  # the columnwise copies cast in forward, if any
+                if x.requires_grad and weight.requires_grad:
+                    g_q, g_t = _cast_both(state, point, ("grad", "grad_t"), g2, BACKWARD_FORMAT)
                 if x.requires_grad:  # dgrad: contraction over out_features
-                    g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
+                    if g_q is None:
+                        g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1)
                     if state.recipe == "blockwise":  # a 128x128 tile is the same tile along either axis
-                        w_t = w_q
-                    else:
-                        w_t = _cast(state, point, "w_t", weight.data, FORWARD_FORMAT, axis=0, weight=True)
-                    grad_x = (g_q @ w_t.astype(dtype, copy=False)).reshape(x.shape)
+                        weight_t = w_q
+                    elif weight_t is None:
+                        weight_t = _cast(state, point, "w_t", weight.data, FORWARD_FORMAT, axis=0, weight=True)
+                    grad_x = (g_q.astype(dtype, copy=False) @ weight_t.astype(dtype, copy=False)).reshape(x.shape)
                 if weight.requires_grad:  # wgrad: contraction over the tokens
-                    g_t = _cast(state, point, "grad_t", g2, BACKWARD_FORMAT, axis=0).astype(dtype, copy=False)
-                    x_t = _cast(state, point, "x_t", x2, FORWARD_FORMAT, axis=0).astype(dtype, copy=False)
-                    grad_w = g_t.T @ x_t
+                    if g_t is None:
+                        g_t = _cast(state, point, "grad_t", g2, BACKWARD_FORMAT, axis=0)
+                    if input_t is None:
+                        input_t = _cast(state, point, "x_t", x2, FORWARD_FORMAT, axis=0)
+                    grad_w = g_t.astype(dtype, copy=False).T @ input_t.astype(dtype, copy=False)
             if bias is not None and bias.requires_grad:
                 grad_b = g2.sum(axis=0)
             return (grad_x, grad_w) if bias is None else (grad_x, grad_w, grad_b)

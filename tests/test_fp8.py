@@ -817,3 +817,30 @@ def test_integer_rounding_equals_the_codec_in_the_normal_range(fmt):
     rounded_below = np.empty(np.count_nonzero(below), np.uint32)
     fp8._round_significand(bits[below], rounded_below, fmt)
     assert (rounded_below != codec.quantize(x[below], fmt, saturate=True).view(np.uint32)).any()
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+@pytest.mark.parametrize("shape", [(256, 384), (1024, 64), (192, 64), (1024, 14)])
+def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
+    """The pair cast of a GEMM operand (`fp8._cast_pair`, which shares the rounding of the normal
+    range between the two copies) gives each copy's values and statistics exactly as its own cast
+    does, or declines (padded tiles, NaN blocks), leaving the casts to `fp8._quantize`."""
+    rng = np.random.default_rng(hash((recipe, fmt, shape)) % 2**32)
+    x = (rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, (shape[0], 1)))).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, 40, replace=False)] = rng.choice(midpoints(fmt), 40) * 2.0**-4
+    x[0, :3] = [0.0, -0.0, 1e30]  # zeros, and an element that overflows
+    fmt_ = formats.get(fmt)
+    options = fp8._recipe_options(recipe, {})
+    saturate = fmt == "E4M3"
+    pair = fp8._cast_pair(x, recipe, options, fmt_, saturate)
+    block = 32 if recipe == "mxfp8" else 128  # padded blocks or tiles: declined
+    declines = any(n > block and n % block for n in shape) or x.size < fp8._IN_RANGE_MIN_SIZE
+    assert (pair is None) == declines
+    for axis, cast in zip((-1, 0), pair or []):
+        values, stats = fp8._quantize(x, recipe, options, fmt_, axis, False, None)
+        assert_same(cast[0], values)
+        assert cast[1] == stats
+    if recipe == "mxfp8" and pair is not None:
+        x[5, 7] = np.nan
+        assert fp8._cast_pair(x, recipe, options, fmt_, saturate) is None
