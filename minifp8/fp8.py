@@ -428,7 +428,7 @@ def _normal_range(fmt, unit) -> tuple[np.ndarray, np.ndarray]:
 _NORMAL_RANGES = {fmt.name: _normal_range(fmt, 1) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
 
-def _cast_in_range(x, source, magnitude, out, fmt, saturate, unit=None, multiplier=None):
+def _cast_in_range(x, source, magnitude, largest, out, fmt, saturate, unit=None, multiplier=None):
     """Cast ``source`` into ``out`` by ranges: `_round_significand` for the elements whose cast lands
     in the format's normal range (`_normal_range`), the table for the others; returns their
     (underflow, saturated) counts, or None, with nothing written, when the tensor is small or
@@ -437,37 +437,46 @@ def _cast_in_range(x, source, magnitude, out, fmt, saturate, unit=None, multipli
     ``source`` (C-contiguous, like ``x``, ``magnitude`` and ``out``) is what gets rounded: ``x``
     times its scale, or, with power-of-two block scales, ``x`` itself; then ``unit`` holds each
     block's ``1 / scale`` and ``multiplier`` its scale (keepdims arrays), which only the elements
-    outside the range need. The counts are exact: every element inside the range is nonzero
-    before and after the cast, and lies below max's rounding interval.
+    outside the range need. ``largest``: the largest ``magnitude`` of each block (or of all).
+    The counts are exact: every element inside the range is nonzero before and after the cast,
+    and lies below max's rounding interval.
     """
-    outside = _outside_normal_range(magnitude, fmt, unit)
-    if outside is None:
+    found = _outside_normal_range(magnitude, largest, fmt, unit)
+    if found is None:
         return None
     _round_significand(source.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), fmt)
-    return _cast_outside(x, source, magnitude, out, outside, fmt, saturate, unit, multiplier)
+    return _cast_outside(x, source, magnitude, out, *found, fmt, saturate, unit, multiplier)
 
 
-def _outside_normal_range(magnitude, fmt, unit=None):
-    """Flat indices of the elements whose cast with scale ``1 / unit`` falls outside the format's
-    normal range; None when the tensor is small or they are many (`_cast_in_range`)."""
+def _outside_normal_range(magnitude, largest, fmt, unit=None):
+    """``(outside, beyond)``: the flat indices of the elements whose cast with scale ``1 / unit``
+    falls outside the format's normal range, and `_normal_range`'s upper bounds; None when the
+    tensor is small or those elements are many (`_cast_in_range`)."""
     if magnitude.size < _IN_RANGE_MIN_SIZE:
         return None
     lower, beyond = _NORMAL_RANGES[fmt.name] if unit is None else _normal_range(fmt, unit)
-    # unsigned wrap-around: below lower counts as outside too
-    outside = np.flatnonzero(np.subtract(magnitude, lower) >= np.subtract(beyond, lower))
-    return None if outside.size > _FIXUP_FRACTION * magnitude.size else outside
+    if (largest < beyond).all():  # no element reaches max's rounding interval: one comparison
+        outside = np.flatnonzero(magnitude < lower)
+    else:  # unsigned wrap-around: below lower counts as outside too
+        outside = np.flatnonzero(np.subtract(magnitude, lower) >= np.subtract(beyond, lower))
+    return None if outside.size > _FIXUP_FRACTION * magnitude.size else (outside, beyond)
 
 
-def _cast_outside(x, source, magnitude, out, outside, fmt, saturate, unit=None, multiplier=None):
+def _cast_outside(x, source, magnitude, out, outside, beyond, fmt, saturate, unit=None, multiplier=None):
     """Cast the ``outside`` elements through the table into ``out``; their (underflow, saturated)
     counts (`_cast_in_range`)."""
     if not outside.size:
         return 0, 0
-    beyond = _NORMAL_RANGES[fmt.name][1]
     if unit is not None:  # one scale per block: the blocks of the elements
-        coordinates = np.unravel_index(outside, source.shape)
-        block = tuple(c if n != 1 else 0 for c, n in zip(coordinates, unit.shape))
-        multiplier, unit, beyond = multiplier[block], unit[block], _normal_range(fmt, unit[block])[1]
+        if source.ndim == 3:  # (rows, block, inner) blocks, (rows, 1, inner) scales
+            inner = source.shape[2]
+            block = outside // source.shape[1] if inner == 1 else \
+                outside // (source.shape[1] * inner) * inner + outside % inner
+            multiplier, unit, beyond = (a.reshape(-1)[block] for a in (multiplier, unit, beyond))
+        else:
+            coordinates = np.unravel_index(outside, source.shape)
+            block = tuple(c if n != 1 else 0 for c, n in zip(coordinates, unit.shape))
+            multiplier, unit, beyond = multiplier[block], unit[block], beyond[block]
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = source.reshape(-1)[outside]
         if unit is not None:
@@ -678,7 +687,7 @@ def _cast_per_tensor(x: np.ndarray, x32: np.ndarray, amax, scale, fmt, saturate:
             scaled = part if scale is None else part * scale
             magnitude = _magnitudes(scaled)
             part_bound = magnitude.max(initial=np.uint32(0)).view(np.float32) if scale is None else bound
-            counts = _cast_in_range(part, scaled, magnitude, out, fmt, saturate)
+            counts = _cast_in_range(part, scaled, magnitude, part_bound.view(np.uint32), out, fmt, saturate)
             if counts is None:
                 _round_into(scaled, out, fmt, saturate)
                 counts = _underflow_count(part, out), _count_saturated(scaled, part_bound, fmt)
@@ -718,7 +727,7 @@ def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool,
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             inverse = np.float32(1) / scale
             if power_of_2:  # x * scale and elements * inverse are exact: round x in place where it can
-                counts = _cast_in_range(part, part, magnitude, out, fmt, saturate, inverse, scale)
+                counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, saturate, inverse, scale)
                 if counts is not None:
                     return (*counts, amax.max(initial=np.float32(0)))
             scaled = part * scale
@@ -767,7 +776,7 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
         scale = _E8M0_VALUES[scale_codes]  # 2**shared_exp; 0xFF decodes to NaN: NaN blocks
         nan_elements = int(np.count_nonzero(scale_codes == mx.E8M0_NAN)) * block
         if not nan_elements:  # round in place: the scales are powers of two
-            counts = _cast_in_range(part, part, magnitude, out, fmt, True, scale, factor)
+            counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, True, scale, factor)
             if counts is not None:
                 return (*counts, amax.max(), 0)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -828,17 +837,17 @@ def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, n
         else:
             multiplier = scaling.scale_from_amax(amax, fmt, power_of_2=True)
             unit = np.float32(1) / multiplier
-        outside = _outside_normal_range(magnitudes, fmt, unit)
-        if outside is None:
+        found = _outside_normal_range(magnitudes, amax.view(np.uint32), fmt, unit)
+        if found is None:
             return None
-        plans.append((axis, length, magnitudes, amax, unit, multiplier, outside))
+        plans.append((axis, length, magnitudes, amax, unit, multiplier, *found))
     rowwise, columnwise = new_rowwise(x.shape, np.float32), new_columnwise(x.shape, np.float32)
     _round_significand(x.reshape(-1).view(np.uint32), rowwise.reshape(-1).view(np.uint32), fmt)
     np.copyto(columnwise, rowwise)
     results = []
-    for values, (axis, length, magnitudes, amax, unit, multiplier, outside) in zip((rowwise, columnwise), plans):
+    for values, (axis, length, magnitudes, amax, unit, multiplier, outside, beyond) in zip((rowwise, columnwise), plans):
         blocks = _blocks_view(x, axis, length)
-        counts = _cast_outside(blocks, blocks, magnitudes, _blocks_view(values, axis, length), outside, fmt,
+        counts = _cast_outside(blocks, blocks, magnitudes, _blocks_view(values, axis, length), outside, beyond, fmt,
                                saturate, unit, multiplier)
         results.append((values, CastStats(float(amax.max()), int(x.size), *counts)))
     return results
