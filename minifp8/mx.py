@@ -414,42 +414,52 @@ def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
 def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple[np.ndarray, np.ndarray]:
     """E8M0 scale codes and shared exponents for blocks with largest magnitudes ``amax``.
 
-    The exponent comes from ``np.frexp`` (exact: it reads the binary exponent), never from ``log2``.
+    The exponent is read from the bits of ``amax`` (float32 or float64; other dtypes are converted
+    to float64, exactly), never computed with ``log2``: a normal ``amax`` is ``2**e * 1.m``, so
+    ``floor(log2(amax))`` is its unbiased exponent field ``e``, and the modes that round up decide
+    on the mantissa field ``m``. Zero and subnormal ``amax`` lie below any E8M0 scale: -127.
 
     Returns
     -------
-    (numpy.ndarray of uint8, numpy.ndarray of int)
+    (numpy.ndarray of uint8, numpy.ndarray of int32)
         The scale codes, and the exponents to scale the elements by (0 for 0xFF blocks, whose
         elements are discarded; 127 for rceil's Inf blocks).
     """
     element, _ = _element_and_block_size(elem, None)
     _check_scale_mode(scale_mode)
     amax = np.asarray(amax)
-    mantissa, exponent = np.frexp(amax)  # amax = mantissa * 2**exponent, mantissa in [0.5, 1)
-    # floor(log2(amax)) = exponent - 1, meaningful where amax is finite and > 0 (fixed below)
-    shared = exponent - (1 + element.emax)
-    if scale_mode == "ceil":  # up unless amax is a power of two
-        shared += mantissa != 0.5
-    elif scale_mode == "even":  # the significand 2*mantissa rounded to M bits, ties away, carries to 2
-        shared += mantissa >= 1 - 2.0 ** -(element.mantissa_bits + 2)
-    elif scale_mode == "rceil":  # amax / max_elem = (2*mantissa / max_significand) * 2**(floor_log2 - emax)
-        shared += mantissa > element.max / 2.0 ** (element.emax + 1)
-    # np.minimum and np.maximum rather than np.clip: the same integers, less overhead per call
+    if amax.dtype.type not in _FLOAT_FIELDS:
+        amax = amax.astype(np.float64)
+    unsigned, mantissa_width, bias = _FLOAT_FIELDS[amax.dtype.type]
+    bits = amax.view(unsigned)
+    exponent = (bits >> unsigned(mantissa_width)).astype(np.int32)  # the sign bit lands above the top exponent
+    shared = exponent - (bias + element.emax)  # floor(log2(amax)) - emax
+    if scale_mode != "floor":
+        mantissa = bits & unsigned((1 << mantissa_width) - 1)  # the significand is 1 + mantissa / 2**width
+        if scale_mode == "ceil":  # up unless amax is a power of two
+            shared += mantissa != 0
+        elif scale_mode == "even":  # the significand rounded to M bits, ties away, carries to 2
+            shared += mantissa >= (1 << mantissa_width) - (1 << (mantissa_width - 1 - element.mantissa_bits))
+        else:  # rceil: up when the significand exceeds max_elem's, max_elem / 2**emax
+            shared += mantissa > int((element.max / 2.0**element.emax - 1) * 2**mantissa_width)
     shared = np.minimum(np.maximum(shared, SHARED_EXP_MIN), SHARED_EXP_MAX)
-    special = ~(mantissa >= 0.5)  # amax zero (mantissa 0), NaN, or Inf (mantissa +-Inf, NaN)
-    special |= mantissa == np.inf
+    special = exponent > 2 * bias  # the all-ones exponent (NaN, Inf) or the sign bit (negative)
     codes = (shared + E8M0_BIAS).astype(np.uint8)
     if special.any():
-        shared[special] = SHARED_EXP_MIN  # log2(0) = -inf, clamped
+        shared[special] = SHARED_EXP_MIN  # -0.0 (and nothing else here) is zero: log2(0) = -inf, clamped
         if scale_mode == "rceil":  # Inf / max_elem rounds up to the largest scale; NaN is NaN
             shared[np.isinf(amax)] = SHARED_EXP_MAX
             nan_scale = np.isnan(amax)
         else:
-            nan_scale = special & (amax != 0)  # NaN or Inf
+            nan_scale = special & (amax != 0)  # NaN, Inf or negative
         shared[nan_scale] = 0
         codes = (shared + E8M0_BIAS).astype(np.uint8)
         codes[nan_scale] = E8M0_NAN
     return codes, shared
+
+
+# The unsigned integer of each float's width, its mantissa field's width and its exponent bias.
+_FLOAT_FIELDS = {np.float32: (np.uint32, 23, 127), np.float64: (np.uint64, 52, 1023)}
 
 
 # ---- layout: any axis, any length <-> rows of whole blocks -------------------------------------

@@ -118,15 +118,20 @@ def test_shared_exponents_of_special_amaxes():
     assert codes.tolist() == [0x00, 127, 0xFF, 0xFE, 0x00, 0xFE] and shared.tolist() == [-127, 0, 0, 127, -127, 127]
 
 
-def test_shared_exponents_equal_the_exact_rule_at_every_binade():
-    """Every float32 binade (subnormals too) times the significands where the scale modes decide
-    (1, its neighbours, the 'even' and 'rceil' thresholds and theirs, the top of the binade), for
-    every element format and scale mode, against the exact rule on Fractions, clamped to E8M0."""
-    significands = np.float32([1.0, 1.5, 1.75, 1.875, 1.9375, 1.96875, 1.984375])
-    significands = np.concatenate([significands, np.nextafter(significands, np.float32(0)),
-                                   np.nextafter(significands, np.float32(2)), [np.nextafter(np.float32(2), 0)]])
-    amax = (significands[None, :] * np.exp2(np.arange(-149, 128, dtype=np.float64))[:, None]).reshape(-1)
-    amax = np.unique(amax[(amax > 0) & (amax < 2.0**128)].astype(np.float32))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_shared_exponents_equal_the_exact_rule_at_every_binade(dtype):
+    """Every float32 binade (subnormals too; for float64 every 9th binade of its whole range) times
+    the significands where the scale modes decide (1, its neighbours, the 'even' and 'rceil'
+    thresholds and theirs, the top of the binade), for every element format and scale mode,
+    against the exact rule on Fractions, clamped to E8M0."""
+    significands = np.array([1.0, 1.5, 1.75, 1.875, 1.9375, 1.96875, 1.984375], dtype)
+    significands = np.concatenate([significands, np.nextafter(significands, dtype(0)),
+                                   np.nextafter(significands, dtype(2)), [np.nextafter(dtype(2), 0)]])
+    info = np.finfo(dtype)
+    binades = np.arange(int(np.log2(info.smallest_subnormal)), info.maxexp, 1 if dtype == np.float32 else 9)
+    with np.errstate(over="ignore", under="ignore"):
+        amax = (significands[None, :] * np.exp2(binades.astype(dtype))[:, None]).reshape(-1)
+    amax = np.unique(amax[(amax > 0) & np.isfinite(amax)])
     for elem in ELEMENTS:
         element = formats.get(elem)
         for mode in MODES:
