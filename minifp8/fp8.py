@@ -26,8 +26,8 @@ Per-tensor recipes have one scale per tensor, so the copies coincide and only ``
 ``grad`` are cast. The block recipes (``mxfp8``, ``blockwise``) cast the ``_t`` copies
 separately; a 128x128 weight tile is the same tile along either axis, so ``blockwise`` reuses
 ``w`` for ``w_t``. In training, ``x_t`` and ``w_t`` are cast in the forward pass, together with
-``x`` and ``w`` (the two casts of one operand share their work), and kept for the backward pass. The bias gradient is summed from the unquantized gradient, as TransformerEngine
-does.
+``x`` and ``w`` (the two casts of one operand share their work), and kept for the backward pass.
+The bias gradient is summed from the unquantized gradient, as TransformerEngine does.
 
 Recipes (`RECIPES`) choose the scale at every cast point:
 
@@ -80,9 +80,10 @@ subnormals and underflow, overflow, Inf and NaN) are cast by one lookup of the u
 each float32 in a table of ``codec.quantize`` results, and they alone can underflow or saturate,
 so they give the statistics. Small tensors, and tensors mostly outside the range, take the table
 whole. The rowwise and columnwise copies of a GEMM operand share that rounding: with
-power-of-two scales it is the same for both (`_cast_pair`). Blocks and tiles are axes of a reshaped view (an axis shorter than a block is one block; a
-partial last block is zero-padded, as the references pad), views are cast in the order their
-elements lie in memory, and big tensors are cast in cache-sized slices on `CAST_THREADS` threads.
+power-of-two scales it is the same for both (`_cast_pair`). Blocks and tiles are axes of a
+reshaped view (an axis shorter than a block is one block; a partial last block is zero-padded, as
+the references pad), views are cast in the order their elements lie in memory, and big tensors
+are cast in cache-sized slices on `CAST_THREADS` threads.
 tests/test_fp8.py holds every recipe equal to its reference function, bit for bit, through each
 path.
 
@@ -845,7 +846,8 @@ def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, n
     _round_significand(x.reshape(-1).view(np.uint32), rowwise.reshape(-1).view(np.uint32), fmt)
     np.copyto(columnwise, rowwise)
     results = []
-    for values, (axis, length, magnitudes, amax, unit, multiplier, outside, beyond) in zip((rowwise, columnwise), plans):
+    for values, plan in zip((rowwise, columnwise), plans):
+        axis, length, magnitudes, amax, unit, multiplier, outside, beyond = plan
         blocks = _blocks_view(x, axis, length)
         counts = _cast_outside(blocks, blocks, magnitudes, _blocks_view(values, axis, length), outside, beyond, fmt,
                                saturate, unit, multiplier)
