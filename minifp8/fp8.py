@@ -451,13 +451,13 @@ def _cast_in_range(x, source, magnitude, largest, out, fmt, saturate, unit=None,
 
 def _outside_normal_range(magnitude, largest, fmt, unit=None):
     """``(outside, beyond)``: the flat indices of the elements whose cast with scale ``1 / unit``
-    falls outside the format's normal range, and `_normal_range`'s upper bounds; None when the
-    tensor is small or those elements are many (`_cast_in_range`)."""
+    falls outside the format's normal range, and `_normal_range`'s upper bounds (None when no
+    element reaches them); None when the tensor is small or those elements are many."""
     if magnitude.size < _IN_RANGE_MIN_SIZE:
         return None
     lower, beyond = _NORMAL_RANGES[fmt.name] if unit is None else _normal_range(fmt, unit)
     if (largest < beyond).all():  # no element reaches max's rounding interval: one comparison
-        outside = np.flatnonzero(magnitude < lower)
+        outside, beyond = np.flatnonzero(magnitude < lower), None
     else:  # unsigned wrap-around: below lower counts as outside too
         outside = np.flatnonzero(np.subtract(magnitude, lower) >= np.subtract(beyond, lower))
     return None if outside.size > _FIXUP_FRACTION * magnitude.size else (outside, beyond)
@@ -473,21 +473,25 @@ def _cast_outside(x, source, magnitude, out, outside, beyond, fmt, saturate, uni
             inner = source.shape[2]
             block = outside // source.shape[1] if inner == 1 else \
                 outside // (source.shape[1] * inner) * inner + outside % inner
-            multiplier, unit, beyond = (a.reshape(-1)[block] for a in (multiplier, unit, beyond))
+            multiplier, unit = multiplier.reshape(-1)[block], unit.reshape(-1)[block]
+            beyond = None if beyond is None else beyond.reshape(-1)[block]
         else:
             coordinates = np.unravel_index(outside, source.shape)
             block = tuple(c if n != 1 else 0 for c, n in zip(coordinates, unit.shape))
-            multiplier, unit, beyond = multiplier[block], unit[block], beyond[block]
+            multiplier, unit = multiplier[block], unit[block]
+            beyond = None if beyond is None else beyond[block]
+    source_outside = source.reshape(-1)[outside]
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = source.reshape(-1)[outside]
-        if unit is not None:
-            scaled *= multiplier
+        scaled = source_outside * multiplier if unit is not None else source_outside
         values = np.empty_like(scaled)
         _round_into(scaled, values, fmt, saturate)
         if unit is not None:
             values *= unit
     out.reshape(-1)[outside] = values
-    underflow = int(np.count_nonzero(values == 0)) - int(np.count_nonzero(x.reshape(-1)[outside] == 0))
+    x_outside = source_outside if x is source else x.reshape(-1)[outside]
+    underflow = int(np.count_nonzero(values == 0)) - int(np.count_nonzero(x_outside == 0))
+    if beyond is None:  # nothing reached max's rounding interval
+        return underflow, 0
     return underflow, int(np.count_nonzero(magnitude.reshape(-1)[outside] >= beyond))
 
 
