@@ -732,7 +732,8 @@ def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool,
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             inverse = np.float32(1) / scale
             if power_of_2:  # x * scale and elements * inverse are exact: round x in place where it can
-                counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, saturate, inverse, scale)
+                counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, saturate,
+                                        inverse, scale)
                 if counts is not None:
                     return (*counts, amax.max(initial=np.float32(0)))
             scaled = part * scale
@@ -783,25 +784,17 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
         if not nan_elements:  # round in place: the scales are powers of two
             counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, True, scale, factor)
             if counts is not None:
-                return (*counts, amax.max(), 0)
+                return (*counts, amax.max(initial=np.float32(0)), 0)
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = part * factor
             _round_into(scaled, out, fmt, saturate=True)
             out *= scale
-            bound = amax * factor  # the largest |scaled| of each block
+            bound = amax * factor
         if nan_elements:  # their elements are counted whole: leave them out of the search
             bound[scale_codes == mx.E8M0_NAN] = np.nan
-            saturated = _count_saturated(scaled, bound, fmt, nan_blocks=True) + nan_elements
-            return _underflow_count(part, out, zeros_stay_zero=False), saturated, amax.max(), nan_elements
-        # Saturated elements: |x| beyond the threshold times the block's scale (exact: a power of
-        # two times 464 or 61440 is a normal float32), compared as magnitude bits.
-        threshold, tie_overflows = _THRESHOLDS[fmt.name]
-        saturated = 0
-        if (bound >= threshold).any():
-            limit = (np.float32(threshold) * scale).view(np.uint32)
-            beyond = magnitude >= limit if tie_overflows else magnitude > limit
-            saturated = int(np.count_nonzero(beyond))
-        return _underflow_count(part, out), saturated, amax.max(), 0
+        saturated = _count_saturated(scaled, bound, fmt, nan_blocks=bool(nan_elements)) + nan_elements
+        return (_underflow_count(part, out, zeros_stay_zero=not nan_elements), saturated,
+                amax.max(initial=np.float32(0)), nan_elements)
 
     parts = _map_slices(kernel, len(blocks), math.prod(blocks.shape[1:]))
     padded_values = values.reshape(padded.shape)
