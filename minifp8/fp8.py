@@ -747,6 +747,14 @@ def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool,
     return values, _stats(x, values, _largest(parts), parts)
 
 
+def _mx_scales(amax: np.ndarray, mx_format, scale_mode: str) -> tuple:
+    """``(scale_codes, scale, factor)`` of MX blocks with largest magnitudes ``amax``: the E8M0
+    codes, ``2**shared_exp`` (NaN for 0xFF: NaN blocks) and ``2**-shared_exp`` (exact, from 2**-120
+    to 2**127), as ``mx.quantize`` scales and ``MXArray.dequantize`` rescales."""
+    scale_codes, shared_exp = mx.shared_exponents(amax, mx_format, scale_mode)
+    return scale_codes, _E8M0_VALUES[scale_codes], np.ldexp(np.float32(1), -shared_exp)
+
+
 def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
     """``mx.quantize(x, MXFP8 with fmt elements, axis=axis, scale_mode=...).dequantize()``."""
     mx_format = _MX_FORMATS[fmt.name]
@@ -777,9 +785,7 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
         part, out = blocks[start:stop], values[start:stop]
         magnitude = _magnitudes(part)
         amax = _block_amax(magnitude, (1,))
-        scale_codes, shared_exp = mx.shared_exponents(amax, mx_format, scale_mode)
-        factor = np.ldexp(np.float32(1), -shared_exp)  # 2**-shared_exp, exact (from 2**-120 to 2**127)
-        scale = _E8M0_VALUES[scale_codes]  # 2**shared_exp; 0xFF decodes to NaN: NaN blocks
+        scale_codes, scale, factor = _mx_scales(amax, mx_format, scale_mode)
         nan_elements = int(np.count_nonzero(scale_codes == mx.E8M0_NAN)) * block
         if not nan_elements:  # round in place: the scales are powers of two
             counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, True, scale, factor)
@@ -828,10 +834,9 @@ def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, n
         magnitudes = _blocks_view(magnitude, axis, length)
         amax = _block_amax(magnitudes, (1,))
         if recipe == "mxfp8":
-            scale_codes, shared_exp = mx.shared_exponents(amax, _MX_FORMATS[fmt.name], options["scale_mode"])
+            scale_codes, unit, multiplier = _mx_scales(amax, _MX_FORMATS[fmt.name], options["scale_mode"])
             if (scale_codes == mx.E8M0_NAN).any():
                 return None
-            unit, multiplier = _E8M0_VALUES[scale_codes], np.ldexp(np.float32(1), -shared_exp)
         else:
             multiplier = scaling.scale_from_amax(amax, fmt, power_of_2=True)
             unit = np.float32(1) / multiplier

@@ -791,8 +791,9 @@ def test_scale_plot_rows():
 def test_integer_rounding_equals_the_codec_in_the_normal_range(fmt):
     """Every float32 upper half whose value lies in the format's normal range (both signs), with
     the lower halves that make exact ties (0), their neighbours and the ends of the interval:
-    `_round_significand` gives ``codec.quantize`` bit for bit, and `_normal_range` draws the
-    range's edges exactly where the table starts to differ."""
+    `_round_significand` gives ``codec.quantize`` bit for bit. `_normal_range`'s edges: the last
+    magnitude inside rounds to max, the first beyond overflows, and just below the range
+    significand rounding would be wrong."""
     fmt = formats.get(fmt)
     upper = np.arange(1 << 16, dtype=np.uint32) << 16
     low = np.array([0, 1, 2, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF], np.uint32)
@@ -807,8 +808,6 @@ def test_integer_rounding_equals_the_codec_in_the_normal_range(fmt):
     with np.errstate(invalid="ignore"):
         expected = codec.quantize(x[inside], fmt, saturate=True)
     np.testing.assert_array_equal(rounded[: np.count_nonzero(inside)], expected.view(np.uint32))
-    # the edges: the last magnitude inside rounds to max, the first beyond overflows (saturate=False),
-    # and just below lower (the format's subnormals) significand rounding would be wrong
     assert lower == np.float32(fmt.min_normal).view(np.uint32)
     assert codec.quantize(np.array([beyond - 1], np.uint32).view(np.float32), fmt)[0] == fmt.max
     with np.errstate(invalid="ignore"):
