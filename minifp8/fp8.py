@@ -73,19 +73,22 @@ elements of the tensor. The counts are exact, taken on the very scaled values th
 
 Speed. The casts compute what the reference functions compute, with the same float32
 operations, but without materialising codes. Inside the format's normal range a cast is
-round-to-nearest-even of the float32 significand, done with integer operations on the bit patterns;
-a power-of-two scale (MX blocks, ``blockwise`` tiles) leaves that rounding unchanged, so those
-elements need no multiplication at all. The few elements outside the range (the format's
-subnormals and underflow, overflow, Inf and NaN) are cast by one lookup of the upper 16 bits of
-each float32 in a table of ``codec.quantize`` results, and they alone can underflow or saturate,
-so they give the statistics. Small tensors, and tensors mostly outside the range, take the table
-whole. The rowwise and columnwise copies of a GEMM operand share that rounding: with
-power-of-two scales it is the same for both (`_cast_pair`). Blocks and tiles are axes of a
-reshaped view (an axis shorter than a block is one block; a partial last block is zero-padded, as
-the references pad), views are cast in the order their elements lie in memory, and big tensors
-are cast in cache-sized slices on `CAST_THREADS` threads.
-tests/test_fp8.py holds every recipe equal to its reference function, bit for bit, through each
-path.
+round-to-nearest-even of the float32 significand, which three float32 operations do (Veltkamp's
+splitting); a power-of-two scale (MX blocks, ``blockwise`` tiles) leaves that rounding unchanged, so
+those elements need no multiplication at all. The few elements outside the range are found with
+one comparison and cast on their own: below it, the format's subnormals are the multiples of its
+smallest one, which ``np.rint`` rounds to; beyond max's rounding interval, the values saturate or
+overflow (in a block, clamping the rounded values to its max is the same). They alone underflow or
+saturate, so they give the statistics. The rowwise and columnwise copies of a GEMM operand are
+one cast of two stacked copies (`_cast_pair`): they share the magnitudes, the search and the
+rounding, and each tile's work runs on all tiles of both at once. Blocks and tiles are described on
+a view of the tensor (an axis shorter than a block is one block; a partial last block counts
+only its elements, as the references' zero padding does), views are cast in the order their
+elements lie in memory, and big tensors are cast in cache-sized slabs on `CAST_THREADS` threads.
+Tensors with a NaN, an Inf or a magnitude of 2**100 in a block, or mostly outside the range, take
+the codec's table (`_round_into`) instead. tests/test_fp8.py holds every recipe equal to its
+reference function, bit for bit, through each path; tests/test_fp8_rounding.py proves the
+arithmetic of each piece against the codec.
 
 Scale tracking. `track` is an identity op that, inside a `ScaleTracker` context, records the
 std and mean |x| of a tensor and of its gradient: what ``plots.scale_plot`` draws.
@@ -99,7 +102,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -199,9 +202,10 @@ class CastPoint:
                 delayed_options = {key: options[key] for key in _DELAYED_SCALING_OPTIONS}
                 self.scalers[role] = scaling.DelayedScaling(fmt, **delayed_options)
 
-    def _output(self, role: str, shape: tuple, dtype) -> np.ndarray:
-        """An array for the values of a cast of ``role``: the previous cast's, once nothing but this
-        point refers to it any more (the graph that used it is gone), else a new one.
+    def _output(self, role, shape: tuple, dtype) -> np.ndarray:
+        """An array for the values of a cast of ``role`` (or of a tuple of roles cast together, stacked):
+        the previous cast's, once nothing but this point refers to it any more (the graph that used
+        it is gone), else a new one.
 
         Each step's casts would otherwise write into fresh memory, which the operating system
         must hand out and zero page by page. The check counts references (CPython's
@@ -376,123 +380,429 @@ def _work_array(name: str, size: int, dtype) -> np.ndarray:
     return array[:size]
 
 
-# ---- the element cast in the format's normal range: integer rounding, no table ---------------------
+# ---- the element cast in the format's normal range: no table -----------------------------------
 # Inside the format's normal range a cast is round-to-nearest-even of the float32 significand to
-# the format's mantissa width, which integer arithmetic on the bit patterns does exactly. A
+# the format's mantissa width, which float32 arithmetic does exactly (`_round_normal`). A
 # power-of-two scale 2**k leaves that rounding alone (round(x * 2**k) = round(x) * 2**k while both
-# are normal), so block casts with such scales need no multiplications at all. The elements
-# outside the range (the format's subnormals and underflow, overflow, Inf, NaN, and float32's own
-# subnormals) are few in a well-scaled tensor; they go through the table (`_round_into`), and
-# they are the only elements that can underflow or saturate, so they give the statistics too.
+# are normal), so block casts with such scales round x itself, with no multiplications at all.
+# The elements outside the range are few in a well-scaled tensor: below it (the format's
+# subnormals and underflow, float32's subnormals) and beyond max's rounding interval (saturation,
+# Inf, NaN). They are cast on their own (`_cast_elements`), and they alone can underflow or
+# saturate, so they give the statistics too.
+#
+# Inside a training step every NumPy call costs about 3 us (its code and data have left the caches
+# by then), as much as a pass over 100,000 elements, so this path is written for few calls: the
+# rowwise and columnwise casts of a GEMM operand are one cast of two stacked copies, whose tiles
+# are handled all at once.
 
 _FIXUP_FRACTION = 0.25
 """When more than this fraction of a tensor lies outside the normal range, the whole tensor goes
 through the table instead."""
 
-_IN_RANGE_MIN_SIZE = 1 << 14
-"""Smaller tensors go through the table: for them the calls cost more than the passes saved.
-(Tests set both knobs to hold each path to the references.)"""
+_IN_RANGE_MIN_SIZE = 1
+"""Smaller tensors (the empty one) go through the table. Measured, the fast path wins at every size,
+down to a handful of elements; tests raise this to hold the table path to the references too."""
+
+_OUTLIER_FRACTION = 1 / 16
+"""When more elements than this fraction lie below the largest lower bound of any tile, the tiles
+with the top sixteenth of the bounds are searched on their own (`_cast_in_range`). (Tests set the
+three knobs to hold each path to the references.)"""
+
+_HUGE = np.float32(2.0**100).view(np.uint32)
+"""Magnitude bits of 2**100. `_round_normal` would overflow on larger inputs, so block casts
+holding one (or Inf, or NaN) go through the table."""
 
 
-def _round_significand(bits: np.ndarray, out_bits: np.ndarray, fmt) -> None:
-    """``out_bits`` = float32 bit patterns ``bits`` rounded to ``fmt.mantissa_bits``, ties to even.
+def _round_normal(x: np.ndarray, out: np.ndarray, fmt) -> None:
+    """``out`` = float32 ``x`` rounded to ``fmt.mantissa_bits``, to nearest, ties to even.
 
-    Adding half a unit of the last kept place (less one, plus the lowest kept bit, so that a tie
-    goes to the even neighbour) and clearing the dropped bits rounds the magnitude to nearest even;
-    a carry out of the significand moves into the exponent, as it should. The sign is untouched.
-    Valid for finite inputs whose result is normal in both float32 and the format.
+    Veltkamp's splitting (Dekker 1971, "A floating-point technique for extending the available
+    precision", section 5): with ``c = x * (2**s + 1)`` rounded to float32, ``c - (c - x)`` is
+    ``x`` rounded to nearest on ``24 - s`` significant bits, and float32's ties-to-even decides
+    its ties too; ``s = 23 - mantissa_bits`` keeps the format's. Valid where nothing overflows and
+    the result is normal in float32 and the format: ``2**-126 <= |x| < 2**100`` inside the
+    format's normal range (tests/test_fp8.py holds it to the codec there, every binade).
     """
-    drop = 23 - fmt.mantissa_bits
-    np.right_shift(bits, drop, out=out_bits)
-    np.bitwise_and(out_bits, np.uint32(1), out=out_bits)
-    np.add(out_bits, np.uint32((1 << (drop - 1)) - 1), out=out_bits)
-    np.add(out_bits, bits, out=out_bits)
-    np.bitwise_and(out_bits, np.uint32(0xFFFF_FFFF ^ ((1 << drop) - 1)), out=out_bits)
+    split = _work_array("split", x.size, np.float32)
+    np.multiply(x, np.float32(2 ** (23 - fmt.mantissa_bits) + 1), out=out)
+    np.subtract(out, x, out=split)
+    np.subtract(out, split, out=out)
 
 
-def _normal_range(fmt, unit) -> tuple[np.ndarray, np.ndarray]:
-    """Magnitude bits ``(lower, beyond)`` of the inputs whose cast with scale ``1 / unit`` (a power
-    of two, or arrays of them) lands in the format's normal range: ``lower <= |x| < beyond``.
+_MAGNITUDE = np.uint32(0x7FFF_FFFF)
 
-    ``lower`` is ``fmt.min_normal * unit``, raised to float32's smallest normal (2**-126) so that
-    float32 subnormals, whose significands are shorter, go through the table; ``beyond`` is the
-    first magnitude past max's rounding interval (the threshold itself when its tie overflows).
-    Both products are exact: powers of two times short significands, in float32's normal range.
-    """
+
+def _first_beyond(fmt) -> np.int32:
+    """Magnitude bits of the first float32 whose cast (scale 1) lies beyond max's rounding
+    interval: the threshold itself when its tie overflows, else the next float32."""
     threshold, tie_overflows = _THRESHOLDS[fmt.name]
-    unit = np.asarray(unit, np.float32)
-    lower = np.maximum(np.float32(fmt.min_normal) * unit, np.float32(2.0**-126)).view(np.uint32)
-    beyond = (np.float32(threshold) * unit).view(np.uint32)
-    return lower, beyond if tie_overflows else beyond + np.uint32(1)
+    return np.int32(np.float32(threshold).view(np.int32) + (0 if tie_overflows else 1))
 
 
-_NORMAL_RANGES = {fmt.name: _normal_range(fmt, 1) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_FIRST_BEYOND = {fmt.name: _first_beyond(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
 
-def _cast_in_range(x, source, magnitude, largest, out, fmt, saturate, unit=None, multiplier=None):
-    """Cast ``source`` into ``out`` by ranges: `_round_significand` for the elements whose cast lands
-    in the format's normal range (`_normal_range`), the table for the others; returns their
-    (underflow, saturated) counts, or None, with nothing written, when the tensor is small or
-    mostly outside the range (the caller uses the table).
+_MIN_NORMAL_FIELDS = {fmt.name: np.int32(127 + round(math.log2(fmt.min_normal))) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
-    ``source`` (C-contiguous, like ``x``, ``magnitude`` and ``out``) is what gets rounded: ``x``
-    times its scale, or, with power-of-two block scales, ``x`` itself; then ``unit`` holds each
-    block's ``1 / scale`` and ``multiplier`` its scale (keepdims arrays), which only the elements
-    outside the range need. ``largest``: the largest ``magnitude`` of each block (or of all).
-    The counts are exact: every element inside the range is nonzero before and after the cast,
-    and lies below max's rounding interval.
+
+def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
+    """Magnitude bits ``(lower, beyond)`` of the inputs whose cast with scale ``2**-exponent`` (int32
+    arrays, or 0) lands in the format's normal range: ``lower <= |x| < beyond``.
+
+    ``lower`` is ``fmt.min_normal * 2**exponent``, raised to float32's smallest normal (2**-126) so
+    that float32 subnormals, whose significands are shorter, are cast on their own; ``beyond`` is
+    `_first_beyond` times ``2**exponent``. Adding ``exponent`` to a normal float's exponent field
+    multiplies it by ``2**exponent``; for exponents from -127 to 100 (the scales of tiles below
+    2**100, `_HUGE`) both stay finite and normal.
     """
-    found = _outside_normal_range(magnitude, largest, fmt, unit)
-    if found is None:
-        return None
-    _round_significand(source.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), fmt)
-    return _cast_outside(x, source, magnitude, out, *found, fmt, saturate, unit, multiplier)
+    exponent = np.asarray(exponent, np.int32)
+    lower = np.maximum(exponent + _MIN_NORMAL_FIELDS[fmt.name], np.int32(1)) << np.int32(23)
+    beyond = (exponent << np.int32(23)) + _FIRST_BEYOND[fmt.name]
+    if not exponent.ndim:
+        return np.uint32(lower), np.uint32(beyond)
+    return lower.view(np.uint32), beyond.view(np.uint32)
 
 
-def _outside_normal_range(magnitude, largest, fmt, unit=None):
-    """``(outside, beyond)``: the flat indices of the elements whose cast with scale ``1 / unit``
-    falls outside the format's normal range, and `_normal_range`'s upper bounds (None when no
-    element reaches them); None when the tensor is small or those elements are many."""
-    if magnitude.size < _IN_RANGE_MIN_SIZE:
-        return None
-    lower, beyond = _NORMAL_RANGES[fmt.name] if unit is None else _normal_range(fmt, unit)
-    if (largest < beyond).all():  # no element reaches max's rounding interval: one comparison
-        outside, beyond = np.flatnonzero(magnitude < lower), None
-    else:  # unsigned wrap-around: below lower counts as outside too
-        outside = np.flatnonzero(np.subtract(magnitude, lower) >= np.subtract(beyond, lower))
-    return None if outside.size > _FIXUP_FRACTION * magnitude.size else (outside, beyond)
+_NORMAL_RANGES = {fmt.name: _normal_range(fmt, 0) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_STEPS = {fmt.name: np.float32(fmt.min_subnormal) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_MAXIMA = {fmt.name: np.float32(fmt.max) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+# Scales 2**-k with k below this raise the lower bound of the normal range to 2**-126 (`_normal_range`).
+_RAISED_BELOW = {fmt.name: round(-126 - math.log2(fmt.min_normal)) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
 
-def _cast_outside(x, source, magnitude, out, outside, beyond, fmt, saturate, unit=None, multiplier=None):
-    """Cast the ``outside`` elements through the table into ``out``; their (underflow, saturated)
-    counts (`_cast_in_range`)."""
-    if not outside.size:
-        return 0, 0
-    if unit is not None:  # one scale per block: the blocks of the elements
-        if source.ndim == 3:  # (rows, block, inner) blocks, (rows, 1, inner) scales
-            inner = source.shape[2]
-            block = outside // source.shape[1] if inner == 1 else \
-                outside // (source.shape[1] * inner) * inner + outside % inner
-            multiplier, unit = multiplier.reshape(-1)[block], unit.reshape(-1)[block]
-            beyond = None if beyond is None else beyond.reshape(-1)[block]
+# ---- tilings: which elements share a scale -------------------------------------------------------
+class _Tiling(NamedTuple):
+    """The tiles that a cast's scales cover, on a C-contiguous array seen as ``(outer, n, inner)``.
+
+    A tile is ``length`` consecutive positions along n by ``width`` along inner, in one outer row;
+    the last tile along n (or inner) is shorter when ``length`` (``width``) does not divide it, as
+    the references zero-pad it. Tiles are numbered in C order of (outer, tile along n, tile along
+    inner), the order of `_tile_amax`. Examples: a per-tensor scale is ``(1, size, 1, size, 1)``;
+    blocks of 32 along the last axis of a (rows, columns) array ``(rows, columns, 1, 32, 1)``;
+    blocks of 32 along axis 0 of it ``(1, rows, columns, 32, 1)``; 128x128 tiles of it
+    ``(1, rows, columns, 128, 128)``.
+    """
+
+    outer: int
+    n: int
+    inner: int
+    length: int
+    width: int
+
+    @property
+    def tiles_along_n(self) -> int:
+        return -(-self.n // self.length)
+
+    @property
+    def tiles_along_inner(self) -> int:
+        return -(-self.inner // self.width)
+
+    @property
+    def count(self) -> int:
+        return self.outer * self.tiles_along_n * self.tiles_along_inner
+
+
+def _blocks_tiling(shape: tuple, axis: int, block: int) -> _Tiling:
+    """Blocks of ``block`` consecutive elements along ``axis`` (one block if the axis is shorter)."""
+    n = shape[axis]
+    return _Tiling(math.prod(shape[:axis]), n, math.prod(shape[axis + 1:]), max(1, min(block, n)), 1)
+
+
+def _tile_amax(magnitude: np.ndarray, tiling: _Tiling) -> np.ndarray:
+    """The largest of the (1-d, C-order) ``magnitude`` bits in each tile, in tile order."""
+    outer, n, inner, length, width = tiling
+    if length == n and inner == width:  # one tile per outer row: runs of n * inner elements
+        return mx.row_max(magnitude, n * inner)
+    if inner == 1 and n % length == 0:  # runs of length consecutive elements
+        return mx.row_max(magnitude, length)
+    if inner == 1:  # rows of n, the last run of each row shorter
+        return np.maximum.reduceat(magnitude.reshape(outer, n), np.arange(0, n, length), axis=1).reshape(-1)
+    view = magnitude.reshape(outer, n, inner)
+    if n % length == 0:
+        amax = view.reshape(-1, length, inner).max(axis=1)
+    else:
+        amax = np.maximum.reduceat(view, np.arange(0, n, length), axis=1).reshape(-1, inner)
+    if width > 1:
+        amax = np.maximum.reduceat(amax, np.arange(0, inner, width), axis=1)
+    return amax.reshape(-1)
+
+
+def _tile_index(positions: np.ndarray, tiling: _Tiling) -> np.ndarray:
+    """The tile of each flat (C-order) element position."""
+    outer, n, inner, length, width = tiling
+    if inner == 1:
+        if n % length == 0:
+            return positions // length
+        row, position = np.divmod(positions, n)
+        return row * tiling.tiles_along_n + position // length
+    row, column = np.divmod(positions, inner)
+    if n % length == 0:
+        tile_row = row // length
+    else:
+        outer_row, position = np.divmod(row, n)
+        tile_row = outer_row * tiling.tiles_along_n + position // length
+    return tile_row * tiling.tiles_along_inner + (column // width if width > 1 else column)
+
+
+def _tile_positions(tiles: np.ndarray, tiling: _Tiling) -> tuple:
+    """``(positions, inside)``: the flat positions of the elements of ``tiles``, one row per tile, and
+    which of them are elements (None when all are; the missing ones of a partial tile are 0)."""
+    outer, n, inner, length, width = tiling
+    if n % length == 0 and inner == 1:  # runs of consecutive elements
+        return tiles[:, None] * length + np.arange(length), None
+    if n % length == 0 and width == 1:  # columns of length elements, inner apart
+        row_block, column = np.divmod(tiles, inner)
+        return (row_block[:, None] * length + np.arange(length)) * inner + column[:, None], None
+    tile_row, tile_column = np.divmod(tiles, tiling.tiles_along_inner)
+    outer_row, tile_along_n = np.divmod(tile_row, tiling.tiles_along_n)
+    rows = tile_along_n[:, None] * length + np.arange(length)  # (tiles, length) positions along n
+    columns = tile_column[:, None] * width + np.arange(width)  # (tiles, width) positions along inner
+    positions = ((outer_row[:, None, None] * n + rows[:, :, None]) * inner + columns[:, None, :])
+    inside = ((rows < n)[:, :, None] & (columns < inner)[:, None, :]).reshape(tiles.size, -1)
+    return np.where(inside, positions.reshape(tiles.size, -1), 0), inside
+
+
+def _elements_between(magnitude: np.ndarray, tiling: _Tiling, tiles: np.ndarray, low, high) -> tuple:
+    """The flat positions, and tiles, of the elements of ``tiles`` whose ``magnitude`` bits lie in
+    ``[low, high)`` (one bound, or one per tile): ``magnitude - low < high - low`` in unsigned
+    arithmetic, where a magnitude below ``low`` wraps around to a large number."""
+    positions, inside = _tile_positions(tiles, tiling)
+    found = magnitude[positions] - low < (np.asarray(high - low)).reshape(-1, 1)
+    if inside is not None:
+        found &= inside
+    found = found.reshape(-1).nonzero()[0]  # (1-d: NumPy's nonzero is much slower on 2-d arrays)
+    return positions.reshape(-1)[found], tiles[found // positions.shape[1]]
+
+
+def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exponent, fmt, saturate: bool) -> int:
+    """In the rounded ``values`` (1-d) of ``tiles`` (whose amax reaches max's rounding interval), the
+    elements beyond ``fmt.max * 2**exponent`` become that bound (``saturate``) or +-Inf; returns
+    how many. They are exactly those whose input lay beyond max's rounding interval: rounding is
+    monotonic and max is a format value, so clamping after rounding is rounding the clamped input."""
+    outer, n, inner, length, width = tiling
+    if n % length == 0 and inner == 1:  # runs of consecutive elements: rows of a (tiles, length) view
+        view, index = values.reshape(-1, length), tiles
+    elif n % length == 0 and width == 1:  # columns of length elements, inner apart
+        row_block, column = np.divmod(tiles, inner)
+        view, index = values.reshape(-1, length, inner), (row_block, slice(None), column)
+    else:  # any tiling: the positions of the elements of each tile
+        positions, inside = _tile_positions(tiles, tiling)
+        view, index = values, positions if inside is None else None
+    block = view[index] if index is not None else np.where(inside, values[positions], 0)
+    bound = np.ldexp(_MAXIMA[fmt.name], exponent).reshape(-1, 1)
+    beyond = np.abs(block) > bound
+    count = int(np.count_nonzero(beyond))
+    if count:
+        block = np.minimum(np.maximum(block, -bound), bound) if saturate else np.where(beyond, block * np.float32(np.inf), block)
+        if index is not None:
+            view[index] = block
         else:
-            coordinates = np.unravel_index(outside, source.shape)
-            block = tuple(c if n != 1 else 0 for c, n in zip(coordinates, unit.shape))
-            multiplier, unit = multiplier[block], unit[block]
-            beyond = None if beyond is None else beyond[block]
-    source_outside = source.reshape(-1)[outside]
-    with np.errstate(over="ignore", invalid="ignore"):
-        scaled = source_outside * multiplier if unit is not None else source_outside
+            values[positions[inside]] = block[inside]
+    return count
+
+
+# ---- the in-range cast -------------------------------------------------------------------------
+def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate: bool, rule=None, scale=None):
+    """Cast the 1-d float32 ``x`` once per tiling, into the rows of ``out`` (``(len(tilings),
+    x.size)`` float32, C-contiguous): `_round_normal` for every element, then `_cast_elements` for
+    those outside the normal range of their tile's scale.
+
+    ``rule(amax)`` gives the exponents ``k`` (int32) of the power-of-two scales ``2**-k`` of the
+    tiles from their amax bits (those of every tiling, one after another), or None to decline;
+    without a rule the scale is 1, or the per-tensor ``scale``, which multiplies ``x`` before the
+    cast (the values are multiplied by ``float32(1 / scale)`` after it), as scaling.py does. The
+    copies share the rounding: a power-of-two scale leaves it unchanged, so every row of ``out``
+    starts as a copy of the first, and is fixed at its own outside elements.
+
+    Those are found in one comparison against the largest lower bound of any tile, and then
+    checked against their own tile's (`_normal_range`); elements beyond max's rounding interval
+    can only lie in tiles whose amax reaches it, and are searched there. Every element inside the
+    range is nonzero before and after the cast and lies below that interval, so the outside
+    elements give exact statistics.
+
+    Returns
+    -------
+    list of (int, int, numpy.uint32) or None
+        Per tiling: the underflow and saturation counts, and the largest magnitude's bits (of
+        ``x * scale`` with a scale). None, with ``out`` unspecified, where the rule declines, a
+        block cast holds a magnitude of 2**100 or more (`_HUGE`: Inf and NaN too), or more than
+        `_FIXUP_FRACTION` of the elements lie outside the range.
+    """
+    size, copies = x.size, len(tilings)
+    if scale is None:
+        source = x
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            source = np.multiply(x, scale, out=_work_array("scaled", size, np.float32))
+    magnitude = np.bitwise_and(source.view(np.uint32), _MAGNITUDE, out=_work_array("magnitude", size, np.uint32))
+    if rule is None:  # one scale, known
+        exponent, amax, largest = None, None, magnitude.max()
+        lower, beyond = _NORMAL_RANGES[fmt.name]
+        lowest = lower
+    else:
+        offsets = [0]
+        for tiling in tilings:
+            offsets.append(offsets[-1] + tiling.count)
+        amax = np.concatenate([_tile_amax(magnitude, tiling) for tiling in tilings]) if copies > 1 else \
+            _tile_amax(magnitude, tilings[0])
+        largest = amax.max()
+        exponent = None if largest >= _HUGE else rule(amax)
+        if exponent is None:
+            return None
+        lower, beyond = _normal_range(fmt, exponent)
+        lowest = lower.max()
+    candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
+    far = None
+    if candidates.size > _OUTLIER_FRACTION * size and lower.size > 16:
+        # A few tiles with a far larger amax than the rest (an outlier) raise the bound for all:
+        # take the bound below the top sixteenth of the tiles, and search those on their own.
+        lowest = far = np.partition(lower, -1 - lower.size // 16)[-1 - lower.size // 16]
+        candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
+    if candidates.size > _FIXUP_FRACTION * size:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # only elements beyond max overflow here
+        _round_normal(source, out[0], fmt)
+    if copies > 1:
+        out[1:] = out[0]
+    # The elements to fix, as positions in the stacked copies, and their tiles: first those below
+    # the normal range, then those beyond max's rounding interval.
+    if exponent is None:
+        tiles = None
+        high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else candidates[:0]
+        positions, lows = (np.concatenate((candidates, high)) if high.size else candidates), candidates.size
+    else:
+        positions = np.concatenate([candidates + copy * size for copy in range(copies)]) if copies > 1 else candidates
+        tiles = np.concatenate([_tile_index(candidates, tiling) + offset for tiling, offset in zip(tilings, offsets)]) \
+            if copies > 1 else _tile_index(candidates, tilings[0])
+        keep = (np.concatenate([magnitude[candidates]] * copies) if copies > 1 else magnitude[candidates]) < lower[tiles]
+        positions, tiles = positions[keep], tiles[keep]
+        if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
+            found = [(positions, tiles)]
+            for copy, mine in _by_copy((lower > far).nonzero()[0], offsets):
+                if mine.size:
+                    found_positions, found_tiles = _elements_between(magnitude, tilings[copy], mine - offsets[copy],
+                                                                     far, lower[mine])
+                    found.append((found_positions + copy * size, found_tiles + offsets[copy]))
+            positions, tiles = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        lows = positions.size
+    underflow = _cast_elements(x, source, out.reshape(-1), positions, tiles, lows, exponent, fmt, saturate, copies)
+    if exponent is None:
+        saturated = [high.size]
+    else:  # beyond max's rounding interval: only in the tiles whose amax reaches it (MX blocks)
+        saturated = [0] * copies
+        for copy, hot in _by_copy((amax >= beyond).nonzero()[0], offsets):
+            if hot.size:
+                saturated[copy] = _clamp_hot_tiles(out[copy], tilings[copy], hot - offsets[copy], exponent[hot], fmt,
+                                                   saturate)
+    if scale is not None:
+        out *= np.float32(1) / scale  # a nonzero element stays nonzero: the counts hold
+    return [(underflow[copy], saturated[copy], largest) for copy in range(copies)]
+
+
+def _by_copy(tiles: np.ndarray, offsets: list):
+    """``(copy, tiles of that copy)`` for sorted tile numbers over stacked copies (`_cast_in_range`)."""
+    if len(offsets) == 2:
+        return [(0, tiles)]
+    starts = np.searchsorted(tiles, offsets).tolist()
+    return [(copy, tiles[starts[copy]:starts[copy + 1]]) for copy in range(len(offsets) - 1)]
+
+
+def _cast_elements(x, source, flat_out, positions, tiles, lows, exponent, fmt, saturate: bool, copies: int):
+    """Cast the elements at ``positions`` of the stacked copies (``source`` at ``position % size``,
+    times ``2**-exponent[tile]``) into ``flat_out``: the first ``lows`` lie below the normal range
+    once scaled (`_round_below_normal`; unless a tile's bound was raised to 2**-126: then float32
+    subnormals may be normal once scaled, and they take the table), the others (per-tensor
+    scales only) beyond max's rounding interval (`_round_beyond_max`). Returns each copy's
+    underflow count (nonzero ``x``, zero value), all among the first ``lows``.
+    """
+    if not positions.size:
+        return [0] * copies
+    size = source.size
+    where = positions % size if copies > 1 else positions
+    inputs = source[where]
+    scaled = inputs if exponent is None else np.ldexp(inputs, -exponent[tiles])
+    if exponent is not None and exponent.min() < _RAISED_BELOW[fmt.name]:
         values = np.empty_like(scaled)
-        _round_into(scaled, values, fmt, saturate)
-        if unit is not None:
-            values *= unit
-    out.reshape(-1)[outside] = values
-    x_outside = source_outside if x is source else x.reshape(-1)[outside]
-    underflow = int(np.count_nonzero(values == 0)) - int(np.count_nonzero(x_outside == 0))
-    if beyond is None:  # nothing reached max's rounding interval
-        return underflow, 0
-    return underflow, int(np.count_nonzero(magnitude.reshape(-1)[outside] >= beyond))
+        _round_into(np.ascontiguousarray(scaled), values, fmt, saturate)
+    else:
+        values = _round_below_normal(scaled[:lows] if lows < scaled.size else scaled, fmt)
+        if lows < scaled.size:  # (Inf and NaN among them, and products that overflow to Inf)
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = np.concatenate((values, _round_beyond_max(scaled[lows:], fmt, saturate)))
+    if exponent is not None:
+        with np.errstate(over="ignore"):
+            values = np.ldexp(values, exponent[tiles])
+    flat_out[positions] = values
+    if x is not source:  # the inputs before scaling (a product can underflow to zero)
+        inputs = x[where]
+    if copies == 1:
+        return [int(np.count_nonzero(inputs[:lows])) - int(np.count_nonzero(values[:lows]))]
+    underflow = (values[:lows] == 0) & (inputs[:lows] != 0)
+    return np.bincount(positions[:lows] // size, weights=underflow, minlength=copies).astype(int).tolist()
+
+
+def _round_below_normal(scaled: np.ndarray, fmt) -> np.ndarray:
+    """The cast of magnitudes below ``fmt.min_normal``, where the format's values are the multiples
+    of its smallest subnormal: round to the nearest multiple, ties to even, as ``np.rint`` does
+    after scaling by a power of two (each step exact in float32, the sign of zero kept)."""
+    step = _STEPS[fmt.name]
+    values = np.rint(scaled * (np.float32(1) / step))
+    values *= step
+    return values
+
+
+def _round_beyond_max(scaled: np.ndarray, fmt, saturate: bool) -> np.ndarray:
+    """The cast of magnitudes beyond max's rounding interval (Inf and NaN too): +-max where the cast
+    saturates, else +-Inf (an infinite product, no overflow); NaN stays NaN (both propagate it)."""
+    if not saturate:
+        return scaled * np.float32(np.inf)
+    largest = _MAXIMA[fmt.name]
+    return np.minimum(np.maximum(scaled, -largest), largest)
+
+
+def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None, scale=None):
+    """`_cast_in_range` of the C-contiguous float32 ``x`` over slabs of whole tiles of about
+    ``_CHUNK_ELEMENTS`` elements each on `CAST_THREADS` threads, into ``new(shape, float32)``: x's
+    shape for one tiling, stacked ``(len(tilings),) + x.shape`` for several.
+
+    Returns ``(values, results)``, the results summed over the slabs, or None where the tensor is
+    small or empty (then nothing is allocated) or a slab declined.
+    """
+    if x.size < max(_IN_RANGE_MIN_SIZE, 1):
+        return None
+    out = new(x.shape if len(tilings) == 1 else (len(tilings),) + x.shape, np.float32)
+    flat, stacked = x.reshape(-1), out.reshape(len(tilings), -1)
+    if x.size <= _CHUNK_ELEMENTS:  # one slab: the tensor
+        results = _cast_in_range(flat, tilings, stacked, fmt, saturate, rule, scale)
+        return None if results is None else (out, results)
+    # Slabs hold whole tiles of every tiling: whole outer rows, or whole rows of tiles along n;
+    # a per-tensor scale (no rule) allows any slab.
+    granules = [1 if rule is None else tiling.n * tiling.inner if tiling.outer > 1 else tiling.length * tiling.inner
+                for tiling in tilings]
+    granule = math.lcm(*granules)
+
+    def slab_tiling(tiling: _Tiling, elements: int) -> _Tiling:
+        if rule is None:
+            return _Tiling(1, elements, 1, elements, 1)
+        if tiling.outer > 1:
+            return tiling._replace(outer=elements // (tiling.n * tiling.inner))
+        return tiling._replace(n=elements // tiling.inner)
+
+    def kernel(start, stop):
+        start, stop = start * granule, min(stop * granule, flat.size)
+        # one copy: its slab of out; several: a slab of each, cast into a stacked array, then copied
+        slab_out = stacked[:, start:stop] if len(tilings) == 1 else np.empty((len(tilings), stop - start), np.float32)
+        result = _cast_in_range(flat[start:stop], [slab_tiling(tiling, stop - start) for tiling in tilings], slab_out,
+                                fmt, saturate, rule, scale)
+        if len(tilings) > 1:
+            stacked[:, start:stop] = slab_out
+        return result
+
+    parts = _map_slices(kernel, -(-flat.size // granule), granule)
+    if any(part is None for part in parts):
+        return None
+    return out, [(sum(part[i][0] for part in parts), sum(part[i][1] for part in parts),
+                  max(part[i][2] for part in parts)) for i in range(len(tilings))]
 
 
 # ---- slices on threads -------------------------------------------------------------------------
@@ -547,12 +857,14 @@ def _float32(x: np.ndarray) -> np.ndarray:
 
 
 def _memory_order(x: np.ndarray):
-    """The axis order that makes ``x`` C-contiguous when ``x`` is a permuted view of a contiguous
-    array (a transposed tensor), else None (also when x is C-contiguous already)."""
+    """The axis order in which the elements of a view ``x`` lie in memory (strides decreasing), where
+    it is not x's own: transposed to it, x is C-contiguous (a transposed tensor) or copies to
+    C order by whole rows (a transposed slice, such as the heads of q split from qkv). None for a
+    C-contiguous x, or one already in that order."""
     if x.ndim < 2 or x.flags.c_contiguous:
         return None
-    order = tuple(np.argsort([-abs(stride) for stride in x.strides], kind="stable"))
-    return order if x.transpose(order).flags.c_contiguous else None
+    order = tuple(int(axis) for axis in np.argsort([-abs(stride) for stride in x.strides], kind="stable"))
+    return None if order == tuple(range(x.ndim)) else order
 
 
 def _blocks_view(x: np.ndarray, axis: int, block: int) -> np.ndarray:
@@ -690,12 +1002,9 @@ def _cast_per_tensor(x: np.ndarray, x32: np.ndarray, amax, scale, fmt, saturate:
         part, out = flat[start:stop], values[start:stop]
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = part if scale is None else part * scale
-            magnitude = _magnitudes(scaled)
-            part_bound = magnitude.max(initial=np.uint32(0)).view(np.float32) if scale is None else bound
-            counts = _cast_in_range(part, scaled, magnitude, part_bound.view(np.uint32), out, fmt, saturate)
-            if counts is None:
-                _round_into(scaled, out, fmt, saturate)
-                counts = _underflow_count(part, out), _count_saturated(scaled, part_bound, fmt)
+            part_bound = _magnitudes(scaled).max(initial=np.uint32(0)).view(np.float32) if scale is None else bound
+            _round_into(scaled, out, fmt, saturate)
+            counts = _underflow_count(part, out), _count_saturated(scaled, part_bound, fmt)
             if scale is not None:
                 out *= inverse  # a nonzero element stays nonzero: the counts hold
         return (*counts, part_bound)
@@ -731,11 +1040,6 @@ def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool,
         scale = scaling.scale_from_amax(amax, fmt, power_of_2=power_of_2)
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             inverse = np.float32(1) / scale
-            if power_of_2:  # x * scale and elements * inverse are exact: round x in place where it can
-                counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, saturate,
-                                        inverse, scale)
-                if counts is not None:
-                    return (*counts, amax.max(initial=np.float32(0)))
             scaled = part * scale
             _round_into(scaled, out, fmt, saturate)
             out *= inverse
@@ -787,10 +1091,6 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
         amax = _block_amax(magnitude, (1,))
         scale_codes, scale, factor = _mx_scales(amax, mx_format, scale_mode)
         nan_elements = int(np.count_nonzero(scale_codes == mx.E8M0_NAN)) * block
-        if not nan_elements:  # round in place: the scales are powers of two
-            counts = _cast_in_range(part, part, magnitude, amax.view(np.uint32), out, fmt, True, scale, factor)
-            if counts is not None:
-                return (*counts, amax.max(initial=np.float32(0)), 0)
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = part * factor
             _round_into(scaled, out, fmt, saturate=True)
@@ -812,49 +1112,65 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
     return values, stats
 
 
-def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, new_rowwise=np.empty,
-               new_columnwise=np.empty):
-    """The rowwise and columnwise casts of a 2-D ``x`` under a block recipe (scales along axis 1, then
-    along axis 0), as `_quantize` gives them, sharing what they have in common: the magnitudes and,
-    the scales being powers of two, the rounding of the normal range.
+def _blockwise_rule(fmt):
+    """The tile scales of ``blockwise``, as `_cast_in_range` takes them: from the tiles' amax bits
+    (finite, below 2**100), the exponents ``k`` of ``scale = 2**-k``. That is
+    `scaling.scale_from_amax` with ``power_of_2=True`` (as scaling.quantize_blockwise scales),
+    spelled out for such amax: ``fp8_max / amax`` in float32 with its mantissa cleared, Inf (a
+    zero or tiny amax) taken as FLT_MAX (2**127 once cleared), and scale 1 for a zero amax;
+    tests/test_fp8_rounding.py holds it to scale_from_amax."""
+    largest = np.float32(fmt.max)
 
-    Returns ``[(values, stats), (values, stats)]``, or None where either cast needs another path
-    (not C-contiguous float32, padded blocks, NaN blocks, a small tensor, many elements outside
-    the range); then the caller casts them one by one.
+    def rule(amax):
+        with np.errstate(divide="ignore", over="ignore"):
+            quotient = largest / amax.view(np.float32)
+        exponent = np.int32(127) - np.minimum(quotient.view(np.uint32) >> np.uint32(23), np.uint32(254)).astype(np.int32)
+        if not amax.all():
+            exponent[amax == 0] = 0
+        return exponent
+
+    return rule
+
+
+def _mx_rule(fmt, scale_mode: str):
+    """The MX block scales (`mx.shared_exponents`, as mx.quantize computes them), as `_cast_in_range`
+    takes them: from the blocks' amax bits, the shared exponents, ``2**-shared_exp`` scaling the
+    elements. (Blocks holding NaN or Inf, whose scale is 0xFF, never reach it.) The OCP rule,
+    ``floor``, is spelled out for finite float32 amax: the exponent field less the bias and
+    ``emax_elem``, at least -127 (zero and subnormal amax too); tests/test_fp8.py holds it to
+    mx.shared_exponents."""
+    mx_format = _MX_FORMATS[fmt.name]
+    if scale_mode == "floor":
+        offset = np.int32(mx.E8M0_BIAS + mx_format.elem.emax)
+        return lambda amax: np.maximum((amax >> np.uint32(23)).astype(np.int32) - offset,
+                                       np.int32(mx.SHARED_EXP_MIN))
+    return lambda amax: mx.shared_exponents(amax.view(np.float32), mx_format, scale_mode)[1]
+
+
+def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, new=np.empty):
+    """The rowwise and columnwise casts of a 2-D ``x`` under a block recipe (scales along axis 1, then
+    along axis 0), as `_quantize` gives them, as one cast of two stacked copies (`_cast_in_range`):
+    they share the magnitudes, the search for the elements outside the normal range and, the
+    scales being powers of two, its rounding. ``new(shape, dtype)`` allocates the stacked values.
+
+    Returns ``[(values, stats), (values, stats)]``, or None where the fast path declines (not
+    C-contiguous float32, not power-of-two scales, a small tensor, NaN, Inf or huge values, many
+    elements outside the range); then the caller casts them one by one.
     """
-    block = _MX_FORMATS[fmt.name].block_size if recipe == "mxfp8" else 128
-    saturate = saturate or recipe == "mxfp8"  # MX elements saturate inside their block
-    if (x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous or x.size < _IN_RANGE_MIN_SIZE
-            or any(length > block and length % block for length in x.shape)):
+    if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous:
         return None
-    magnitude = _magnitudes(x)
-    plans = []
-    for axis in (1, 0):  # each cast's scales, as in _cast_mx and _cast_blockwise
-        length = min(block, x.shape[axis])
-        magnitudes = _blocks_view(magnitude, axis, length)
-        amax = _block_amax(magnitudes, (1,))
-        if recipe == "mxfp8":
-            scale_codes, unit, multiplier = _mx_scales(amax, _MX_FORMATS[fmt.name], options["scale_mode"])
-            if (scale_codes == mx.E8M0_NAN).any():
-                return None
-        else:
-            multiplier = scaling.scale_from_amax(amax, fmt, power_of_2=True)
-            unit = np.float32(1) / multiplier
-        found = _outside_normal_range(magnitudes, amax.view(np.uint32), fmt, unit)
-        if found is None:
-            return None
-        plans.append((axis, length, magnitudes, amax, unit, multiplier, *found))
-    rowwise, columnwise = new_rowwise(x.shape, np.float32), new_columnwise(x.shape, np.float32)
-    _round_significand(x.reshape(-1).view(np.uint32), rowwise.reshape(-1).view(np.uint32), fmt)
-    np.copyto(columnwise, rowwise)
-    results = []
-    for values, plan in zip((rowwise, columnwise), plans):
-        axis, length, magnitudes, amax, unit, multiplier, outside, beyond = plan
-        blocks = _blocks_view(x, axis, length)
-        counts = _cast_outside(blocks, blocks, magnitudes, _blocks_view(values, axis, length), outside, beyond, fmt,
-                               saturate, unit, multiplier)
-        results.append((values, CastStats(float(amax.max()), int(x.size), *counts)))
-    return results
+    if recipe == "mxfp8":
+        block, rule, saturate = _MX_FORMATS[fmt.name].block_size, _mx_rule(fmt, options["scale_mode"]), True
+    elif options["power_of_2"]:
+        block, rule = 128, _blockwise_rule(fmt)
+    else:
+        return None
+    fast = _cast_fast(x, [_blocks_tiling(x.shape, 1, block), _blocks_tiling(x.shape, 0, block)], new, fmt, saturate,
+                      rule)
+    if fast is None:
+        return None
+    return [(values, CastStats(float(largest.view(np.float32)), int(x.size), underflow, saturated))
+            for values, (underflow, saturated, largest) in zip(*fast)]
 
 
 def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = False, scaler=None,
@@ -934,8 +1250,8 @@ def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis
 def _cast_both(state: FP8State, point: CastPoint, roles: tuple, x: np.ndarray, fmt) -> tuple:
     """The rowwise (axis -1) and columnwise (axis 0) casts of a 2-D ``x`` under a block recipe, for
     ``roles`` (e.g. ``("x", "x_t")``): `_cast_pair`, or two `_cast` calls where it declines."""
-    news = (functools.partial(point._output, role) for role in roles)
-    pair = _cast_pair(x, state.recipe, state.options, fmt, _saturates(fmt, state.options), *news)
+    pair = _cast_pair(x, state.recipe, state.options, fmt, _saturates(fmt, state.options),
+                      functools.partial(point._output, roles))
     if pair is None:
         return tuple(_cast(state, point, role, x, fmt, axis) for role, axis in zip(roles, (-1, 0)))
     for role, (_, stats) in zip(roles, pair):
@@ -957,27 +1273,44 @@ def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight:
         values, stats = _quantize(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
                                   scaler, new)
         return values.transpose(np.argsort(order)), stats
-    if recipe in ("fp8", "unit", "current", "delayed"):
+    if recipe in _PER_TENSOR:
         if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path
             values = codec.quantize(x, fmt, saturate=saturate)
             amax = _amax(x)
             return values, CastStats(float(amax), int(x.size), _underflow_count(x, values),
                                      _count_saturated(x, amax, fmt))
         if recipe in ("fp8", "unit"):
-            x = np.require(x, requirements="C")
-            return _cast_per_tensor(x, x, None, None, fmt, saturate, new)
-        x32 = _float32(x)
-        amax = _amax(x32)
-        if recipe == "current":
-            scale = scaling.scale_from_amax(amax, fmt, power_of_2=options["power_of_2"])
+            x32, amax, scale = np.require(x, requirements="C"), None, None
         else:
-            # The scaler records max|x| in its history, exactly as scaler.quantize(x) records it,
-            # and hands out the scale of the steps before.
-            scaler.record_amax(amax)
-            scale = scaler.scale
-        return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)
+            x32 = _float32(x)
+            amax = _amax(x32)
+            if recipe == "current":
+                scale = scaling.scale_from_amax(amax, fmt, power_of_2=options["power_of_2"])
+            else:
+                # The scaler records max|x| in its history, exactly as scaler.quantize(x) records it,
+                # and hands out the scale of the steps before.
+                scaler.record_amax(amax)
+                scale = np.float32(scaler.scale)
+        fast = _cast_fast(x32, [_Tiling(1, x.size, 1, x.size, 1)], new, fmt, saturate, scale=scale)
+        if fast is None:
+            return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)
+        values, [(underflow, saturated, largest)] = fast
+        return values, _stats(x, values, largest.view(np.float32) if scale is None else amax, [(underflow, saturated)])
     if recipe == "blockwise":
+        if options["power_of_2"] and x.ndim:
+            tiling = (_Tiling(1, *x.shape, min(128, x.shape[0]), min(128, x.shape[1])) if weight
+                      else _blocks_tiling(x.shape, axis % x.ndim, 128))
+            fast = _cast_fast(_float32(x), [tiling], new, fmt, saturate, _blockwise_rule(fmt))
+            if fast is not None:
+                values, [(underflow, saturated, largest)] = fast
+                return values, _stats(x, values, largest.view(np.float32), [(underflow, saturated)])
         return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)
+    if x.dtype == np.float32 and x.ndim:
+        tiling = _blocks_tiling(x.shape, axis % x.ndim, _MX_FORMATS[fmt.name].block_size)
+        fast = _cast_fast(np.require(x, requirements="C"), [tiling], new, fmt, True, _mx_rule(fmt, options["scale_mode"]))
+        if fast is not None:
+            values, [(underflow, saturated, largest)] = fast
+            return values, _stats(x, values, largest.view(np.float32), [(underflow, saturated)])
     return _cast_mx(x, fmt, axis, options["scale_mode"], new)
 
 

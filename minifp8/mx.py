@@ -400,11 +400,15 @@ def block_amax(blocks: np.ndarray) -> np.ndarray:
 
 
 def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
-    """The maximum of each run of ``row_length`` (a power of two) consecutive elements of 1-d ``values``.
+    """The maximum of each run of ``row_length`` consecutive elements of 1-d ``values`` (whose size is
+    a multiple of it).
 
-    Taken pairwise in a tree of strided 1-d passes: fast in NumPy, unlike a reduction over a short
-    last axis.
+    A reduction over a short last axis is slow in NumPy (one inner loop per row), so short rows of a
+    power-of-two length are taken pairwise, in a tree of strided 1-d passes, and longer rows (64 and
+    up, where it is faster) with ``np.maximum.reduceat``.
     """
+    if row_length >= 64 or row_length & (row_length - 1):
+        return np.maximum.reduceat(values, np.arange(0, values.size, row_length))
     while row_length > 1:  # log2(row_length) levels; pairs never straddle a row boundary
         values = np.maximum(values[0::2], values[1::2])
         row_length //= 2

@@ -104,11 +104,10 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     fmt = _format(fmt)
     amax = np.asarray(amax, dtype=np.float32)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        scale = np.float32(fmt.max) / amax
-    scale = np.where(np.isinf(scale), FLOAT32_MAX, scale).astype(np.float32)
+        scale = np.minimum(np.float32(fmt.max) / amax, FLOAT32_MAX)  # Inf -> FLT_MAX; NaN stays NaN
     if power_of_2:
         scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
-    return np.where((amax == 0) | ~np.isfinite(amax), np.float32(1), scale).astype(np.float32)
+    return np.where(np.isfinite(amax) & (amax != 0), scale, np.float32(1))
 
 
 def quantize_with_scale(x, scale, fmt) -> np.ndarray:

@@ -22,16 +22,18 @@ THRESHOLD = {"E4M3": 464.0, "E5M2": 61440.0}  # the end of max's rounding interv
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-@pytest.fixture(autouse=True, params=["default", "table", "in-range"])
+@pytest.fixture(autouse=True, params=["default", "table", "in-range", "outliers"])
 def cast_path(request, monkeypatch):
-    """Every test runs three times: with the casts' own choice of path per tensor, with every
-    element through the rounding table, and with every tensor through the integer rounding of the
-    normal range (the table then casts only the elements outside it)."""
+    """Every test runs four times: with the casts' own choice of path per tensor, with every
+    element through the rounding table, with every tensor through the fast path (rounding in
+    place, the elements outside the normal range cast on their own, however many), and the same
+    with the tiles of the largest normal-range bounds always searched on their own."""
     if request.param == "table":
         monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 2**62)
-    elif request.param == "in-range":
+    elif request.param in ("in-range", "outliers"):
         monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 0)
         monkeypatch.setattr(fp8, "_FIXUP_FRACTION", 1.0)
+        monkeypatch.setattr(fp8, "_OUTLIER_FRACTION", 0.0 if request.param == "outliers" else 1.0)
     return request.param
 
 
@@ -785,46 +787,16 @@ def test_scale_plot_rows():
 
 
 # ================================================================================================
-# The integer rounding of the normal range, proved against the codec.
+# The pair cast
 # ================================================================================================
-@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
-def test_integer_rounding_equals_the_codec_in_the_normal_range(fmt):
-    """Every float32 upper half whose value lies in the format's normal range (both signs), with
-    the lower halves that make exact ties (0), their neighbours and the ends of the interval:
-    `_round_significand` gives ``codec.quantize`` bit for bit. `_normal_range`'s edges: the last
-    magnitude inside rounds to max, the first beyond overflows, and just below the range
-    significand rounding would be wrong."""
-    fmt = formats.get(fmt)
-    upper = np.arange(1 << 16, dtype=np.uint32) << 16
-    low = np.array([0, 1, 2, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF], np.uint32)
-    bits = (upper[:, None] | low[None, :]).reshape(-1)
-    x = bits.view(np.float32)
-    lower, beyond = fp8._normal_range(fmt, 1)
-    magnitude = bits & np.uint32(0x7FFF_FFFF)
-    inside = (magnitude >= lower) & (magnitude < beyond)
-    assert np.count_nonzero(inside) > 1000
-    rounded = np.empty_like(bits)
-    fp8._round_significand(bits[inside], rounded[: np.count_nonzero(inside)], fmt)
-    with np.errstate(invalid="ignore"):
-        expected = codec.quantize(x[inside], fmt, saturate=True)
-    np.testing.assert_array_equal(rounded[: np.count_nonzero(inside)], expected.view(np.uint32))
-    assert lower == np.float32(fmt.min_normal).view(np.uint32)
-    assert codec.quantize(np.array([beyond - 1], np.uint32).view(np.float32), fmt)[0] == fmt.max
-    with np.errstate(invalid="ignore"):
-        assert not np.isfinite(codec.quantize(np.array([beyond], np.uint32).view(np.float32), fmt)[0])
-    below = (magnitude < lower) & (magnitude >= lower - (1 << 23))  # the binade under min_normal
-    rounded_below = np.empty(np.count_nonzero(below), np.uint32)
-    fp8._round_significand(bits[below], rounded_below, fmt)
-    assert (rounded_below != codec.quantize(x[below], fmt, saturate=True).view(np.uint32)).any()
-
-
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 @pytest.mark.parametrize("shape", [(256, 384), (1024, 64), (192, 64), (1024, 14)])
 def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
     """The pair cast of a GEMM operand (`fp8._cast_pair`, which shares the rounding of the normal
     range between the two copies) gives each copy's values and statistics exactly as its own cast
-    does, or declines (padded tiles, NaN blocks), leaving the casts to `fp8._quantize`."""
+    does, or declines (small tensors, NaN blocks), leaving the casts to `fp8._quantize`. The 1e30
+    element makes one tile's normal range lie far above all others'."""
     rng = np.random.default_rng(hash((recipe, fmt, shape)) % 2**32)
     x = (rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, (shape[0], 1)))).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, 40, replace=False)] = rng.choice(midpoints(fmt), 40) * 2.0**-4
@@ -833,9 +805,7 @@ def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
     options = fp8._recipe_options(recipe, {})
     saturate = fmt == "E4M3"
     pair = fp8._cast_pair(x, recipe, options, fmt_, saturate)
-    block = 32 if recipe == "mxfp8" else 128  # padded blocks or tiles: declined
-    declines = any(n > block and n % block for n in shape) or x.size < fp8._IN_RANGE_MIN_SIZE
-    assert (pair is None) == declines
+    assert (pair is None) == (x.size < fp8._IN_RANGE_MIN_SIZE)  # padded blocks and the outlier tile too
     for axis, cast in zip((-1, 0), pair or []):
         values, stats = fp8._quantize(x, recipe, options, fmt_, axis, False, None)
         assert_same(cast[0], values)
@@ -843,3 +813,22 @@ def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
     if recipe == "mxfp8" and pair is not None:
         x[5, 7] = np.nan
         assert fp8._cast_pair(x, recipe, options, fmt_, saturate) is None
+
+
+@pytest.mark.parametrize("scale_mode", mx.SCALE_MODES)
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+def test_mx_special_values_in_every_scale_mode(scale_mode, fmt):
+    """NaN and +-Inf blocks under each MX scale rule: a NaN block is all NaN; rceil gives an Inf
+    block the largest scale (0xFE), where Inf saturates to max and dequantizes to Inf, and the
+    other rules give it 0xFF (all NaN). Along both axes, against mx.quantize."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    x[3, 5], x[10, 100], x[20, 7], x[40, 64] = np.nan, np.inf, -np.inf, 1e30
+    for axis in (-1, 0):
+        values, stats = fp8.fake_quantize(x, "mxfp8", fmt, axis=axis, scale_mode=scale_mode)
+        quantized = mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode)
+        assert_same(values, quantized.dequantize())
+        assert np.isnan(stats.amax)
+        if scale_mode == "rceil":  # the Inf elements saturate (counted), their block stays finite elsewhere
+            assert np.isinf(values[10, 100]) and np.isinf(values[20, 7])
+            assert np.isfinite(values[11, 100]) and np.isfinite(values[21, 7])

@@ -1,0 +1,154 @@
+"""The arithmetic of the FP8 casts' fast path (minifp8.fp8), proved against the codec.
+
+A fast cast splits the elements of a tensor by the magnitude their tile's power-of-two scale gives
+them: inside the format's normal range it rounds them in place (`fp8._round_normal`, Veltkamp's
+splitting), below it onto the subnormal grid (`fp8._round_below_normal`), beyond max's rounding
+interval it saturates or overflows (`fp8._round_beyond_max`); `fp8._normal_range` draws the
+lines. Each piece must equal ``codec.quantize`` on its whole domain: structured sweeps here (every
+float32 upper half with the lower halves that make exact ties, their neighbours and the ends of
+the interval), every float32 under ``pytest -m slow``. tests/test_fp8.py holds the casts built
+from them to the scaling.py and mx.py references.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats, fp8
+
+FORMATS = ("E4M3", "E5M2")
+LOW_HALVES = np.array([0, 1, 2, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF], np.uint32)
+
+
+def structured_float32() -> np.ndarray:
+    """Every float32 upper half, both signs, times the lower halves of LOW_HALVES."""
+    upper = np.arange(1 << 16, dtype=np.uint32) << 16
+    return (upper[:, None] | LOW_HALVES[None, :]).reshape(-1).view(np.float32)
+
+
+def magnitude_bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.uint32) & np.uint32(0x7FFF_FFFF)
+
+
+def assert_same_bits(actual, expected):
+    """Equal bit for bit (so -0.0 != 0.0), except that any NaN matches any NaN."""
+    actual, expected = np.asarray(actual, np.float32), np.asarray(expected, np.float32)
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(actual), nan)
+    np.testing.assert_array_equal(actual[~nan].view(np.uint32), expected[~nan].view(np.uint32))
+
+
+def round_normal(x: np.ndarray, fmt) -> np.ndarray:
+    out = np.empty_like(x)
+    fp8._round_normal(np.ascontiguousarray(x), out, fmt)
+    return out
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_normal_range_edges(name):
+    """`_normal_range` at scale 1: min_normal is the first magnitude inside; the last one inside
+    rounds to max, the first beyond does not; just below min_normal, rounding in place would be
+    wrong. At scale 2**-k the bounds are these times 2**k: min_normal's raised to float32's
+    smallest normal (k from -127, the smallest MX scale's, to 100, `_HUGE`'s)."""
+    fmt = formats.get(name)
+    lower, beyond = fp8._normal_range(fmt, 0)
+    assert lower == np.float32(fmt.min_normal).view(np.uint32)
+    last_inside, first_beyond = np.array([beyond - 1, beyond], np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        assert codec.quantize(last_inside, fmt) == fmt.max
+        assert not np.isfinite(codec.quantize(first_beyond, fmt))
+    below = structured_float32()
+    below = below[(magnitude_bits(below) < lower) & (magnitude_bits(below) >= lower - (1 << 23))]
+    assert (round_normal(below, fmt) != codec.quantize(below, fmt)).any()
+
+    exponents = np.arange(-127, 101, dtype=np.int32)
+    lowers, beyonds = fp8._normal_range(fmt, exponents)
+    expected_lower = np.maximum(fmt.min_normal * np.exp2(exponents), 2.0**-126).astype(np.float32)
+    expected_beyond = (np.float64(first_beyond) * np.exp2(exponents)).astype(np.float32)
+    np.testing.assert_array_equal(lowers, expected_lower.view(np.uint32))
+    np.testing.assert_array_equal(beyonds, expected_beyond.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_rounding_in_place_equals_the_codec_in_every_binade(name):
+    """`_round_normal` inside the normal range, both signs: at scale 1 against codec.quantize, and
+    the same inputs times every power of two that keeps them within [2**-126, 2**100), where block
+    casts with power-of-two scales round them in place, against codec.quantize times it."""
+    fmt = formats.get(name)
+    lower, beyond = fp8._normal_range(fmt, 0)
+    x = structured_float32()
+    x = x[(magnitude_bits(x) >= lower) & (magnitude_bits(x) < beyond)]
+    expected = codec.quantize(x, fmt, saturate=True)
+    assert_same_bits(round_normal(x, fmt), expected)
+    smallest = -126 - round(math.log2(fmt.min_normal))
+    largest = 100 - math.ceil(math.log2(float(np.array([beyond], np.uint32).view(np.float32)[0])))
+    for k in range(smallest, largest + 1):
+        factor = np.float32(2.0**k)
+        assert_same_bits(round_normal(x * factor, fmt), expected * factor)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_rounding_below_normal_equals_the_codec(name):
+    """`_round_below_normal` on every magnitude below min_normal, both signs: the format's
+    subnormals, their ties, underflow to +-0, and float32's own subnormals."""
+    fmt = formats.get(name)
+    lower, _ = fp8._normal_range(fmt, 0)
+    x = structured_float32()
+    x = x[magnitude_bits(x) < lower]
+    assert_same_bits(fp8._round_below_normal(x.copy(), fmt), codec.quantize(x, fmt, saturate=True))
+
+
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("name", FORMATS)
+def test_rounding_beyond_max_equals_the_codec(name, saturate):
+    """`_round_beyond_max` on every magnitude from the first beyond max's rounding interval up,
+    Inf and NaN: +-max saturating, else +-Inf (E5M2; E4M3 forward casts always saturate)."""
+    fmt = formats.get(name)
+    _, beyond = fp8._normal_range(fmt, 0)
+    x = structured_float32()
+    x = x[magnitude_bits(x) >= beyond]
+    if not saturate and name == "E4M3":
+        pytest.skip("E4M3 has no Inf: its casts in training always saturate")
+    with np.errstate(invalid="ignore"):
+        assert_same_bits(fp8._round_beyond_max(x, fmt, saturate), codec.quantize(x, fmt, saturate=saturate))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FORMATS)
+def test_all_float32_inputs_take_the_codec_value(name):
+    """Every float32, each through the piece its magnitude selects at scale 1, equals codec.quantize."""
+    fmt = formats.get(name)
+    lower, beyond = fp8._normal_range(fmt, 0)
+    chunk = 1 << 24
+    for start in range(0, 1 << 32, chunk):
+        x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        magnitude = magnitude_bits(x)
+        with np.errstate(invalid="ignore", over="ignore"):
+            expected = codec.quantize(x, fmt, saturate=True)
+            inside = (magnitude >= lower) & (magnitude < beyond)
+            if inside.any():
+                assert_same_bits(round_normal(x[inside], fmt), expected[inside])
+            if (magnitude < lower).any():
+                assert_same_bits(fp8._round_below_normal(x[magnitude < lower], fmt), expected[magnitude < lower])
+            if (magnitude >= beyond).any():
+                assert_same_bits(fp8._round_beyond_max(x[magnitude >= beyond], fmt, True), expected[magnitude >= beyond])
+
+
+def test_block_scale_rules_equal_their_references():
+    """The block scales the fast path computes from amax bits: MX's shared exponents equal
+    mx.shared_exponents in every scale mode (the floor rule is spelled out there), blockwise's
+    equal -log2 of scaling.scale_from_amax(power_of_2=True); for every float32 exponent field the
+    fast path takes (finite amax below 2**100, zero and subnormals included), with mantissas at
+    the edges that decide the rounding modes."""
+    from minifp8 import mx, scaling
+
+    fields = np.arange(0, 127 + 100, dtype=np.uint32) << np.uint32(23)
+    mantissas = np.array([0, 1, 0x40_0000, 0x5F_FFFF, 0x60_0000, 0x60_0001, 0x70_0000, 0x7F_FFFF], np.uint32)
+    amax = (fields[:, None] | mantissas[None, :]).reshape(-1)
+    for name in FORMATS:
+        fmt = formats.get(name)
+        for mode in mx.SCALE_MODES:
+            expected = mx.shared_exponents(amax.view(np.float32), "MXFP8_" + name, mode)[1]
+            np.testing.assert_array_equal(fp8._mx_rule(fmt, mode)(amax), expected)
+        scale = scaling.scale_from_amax(amax.view(np.float32), fmt, power_of_2=True)
+        np.testing.assert_array_equal(np.exp2(-fp8._blockwise_rule(fmt)(amax).astype(np.float64)), scale)
