@@ -421,7 +421,7 @@ def _round_normal(x: np.ndarray, out: np.ndarray, fmt) -> None:
     ``x`` rounded to nearest on ``24 - s`` significant bits, and float32's ties-to-even decides
     its ties too; ``s = 23 - mantissa_bits`` keeps the format's. Valid where nothing overflows and
     the result is normal in float32 and the format: ``2**-126 <= |x| < 2**100`` inside the
-    format's normal range (tests/test_fp8.py holds it to the codec there, every binade).
+    format's normal range (tests/test_fp8_rounding.py holds it to the codec there, every binade).
     """
     split = _work_array("split", x.size, np.float32)
     np.multiply(x, np.float32(2 ** (23 - fmt.mantissa_bits) + 1), out=out)
@@ -442,7 +442,8 @@ def _first_beyond(fmt) -> np.int32:
 _FIRST_BEYOND = {fmt.name: _first_beyond(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
 
-_MIN_NORMAL_FIELDS = {fmt.name: np.int32(127 + round(math.log2(fmt.min_normal))) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_MIN_NORMAL_FIELDS = {fmt.name: np.int32(127 + round(math.log2(fmt.min_normal)))  # min_normal's exponent field
+                      for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
 
 def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
@@ -580,24 +581,29 @@ def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exp
     how many. They are exactly those whose input lay beyond max's rounding interval: rounding is
     monotonic and max is a format value, so clamping after rounding is rounding the clamped input."""
     outer, n, inner, length, width = tiling
+    inside = None
     if n % length == 0 and inner == 1:  # runs of consecutive elements: rows of a (tiles, length) view
         view, index = values.reshape(-1, length), tiles
     elif n % length == 0 and width == 1:  # columns of length elements, inner apart
         row_block, column = np.divmod(tiles, inner)
         view, index = values.reshape(-1, length, inner), (row_block, slice(None), column)
-    else:  # any tiling: the positions of the elements of each tile
-        positions, inside = _tile_positions(tiles, tiling)
-        view, index = values, positions if inside is None else None
-    block = view[index] if index is not None else np.where(inside, values[positions], 0)
+    else:  # any tiling: the positions of the elements of each tile (a partial one's missing ones are 0)
+        (index, inside), view = _tile_positions(tiles, tiling), values
+    block = view[index]  # (tiles, elements of a tile)
     bound = np.ldexp(_MAXIMA[fmt.name], exponent).reshape(-1, 1)
     beyond = np.abs(block) > bound
+    if inside is not None:
+        beyond &= inside
     count = int(np.count_nonzero(beyond))
     if count:
-        block = np.minimum(np.maximum(block, -bound), bound) if saturate else np.where(beyond, block * np.float32(np.inf), block)
-        if index is not None:
+        if saturate:
+            block = np.minimum(np.maximum(block, -bound), bound)
+        else:
+            block = np.where(beyond, block * np.float32(np.inf), block)
+        if inside is None:
             view[index] = block
         else:
-            values[positions[inside]] = block[inside]
+            values[index[inside]] = block[inside]
     return count
 
 
@@ -664,17 +670,23 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         _round_normal(source, out[0], fmt)
     if copies > 1:
         out[1:] = out[0]
-    # The elements to fix, as positions in the stacked copies, and their tiles: first those below
-    # the normal range, then those beyond max's rounding interval.
+    # The elements to fix, as positions in the stacked copies, and their tiles: those below the
+    # normal range, then (one scale) those beyond max's rounding interval.
     if exponent is None:
         tiles = None
         high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else candidates[:0]
         positions, lows = (np.concatenate((candidates, high)) if high.size else candidates), candidates.size
+    elif not candidates.size and far is None:  # (often so for well-scaled tiles)
+        positions, tiles, lows = candidates, candidates, 0
     else:
         positions = np.concatenate([candidates + copy * size for copy in range(copies)]) if copies > 1 else candidates
-        tiles = np.concatenate([_tile_index(candidates, tiling) + offset for tiling, offset in zip(tilings, offsets)]) \
-            if copies > 1 else _tile_index(candidates, tilings[0])
-        keep = (np.concatenate([magnitude[candidates]] * copies) if copies > 1 else magnitude[candidates]) < lower[tiles]
+        if copies > 1:
+            tiles = np.concatenate([_tile_index(candidates, tiling) + offset
+                                    for tiling, offset in zip(tilings, offsets)])
+            keep = np.concatenate([magnitude[candidates]] * copies) < lower[tiles]
+        else:
+            tiles = _tile_index(candidates, tilings[0])
+            keep = magnitude[candidates] < lower[tiles]
         positions, tiles = positions[keep], tiles[keep]
         if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
             found = [(positions, tiles)]
@@ -766,7 +778,7 @@ def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None
     shape for one tiling, stacked ``(len(tilings),) + x.shape`` for several.
 
     Returns ``(values, results)``, the results summed over the slabs, or None where the tensor is
-    small or empty (then nothing is allocated) or a slab declined.
+    smaller than `_IN_RANGE_MIN_SIZE` (then nothing is allocated) or a slab declined.
     """
     if x.size < max(_IN_RANGE_MIN_SIZE, 1):
         return None
@@ -1124,7 +1136,8 @@ def _blockwise_rule(fmt):
     def rule(amax):
         with np.errstate(divide="ignore", over="ignore"):
             quotient = largest / amax.view(np.float32)
-        exponent = np.int32(127) - np.minimum(quotient.view(np.uint32) >> np.uint32(23), np.uint32(254)).astype(np.int32)
+        field = np.minimum(quotient.view(np.uint32) >> np.uint32(23), np.uint32(254))  # Inf -> FLT_MAX's
+        exponent = np.int32(127) - field.astype(np.int32)
         if not amax.all():
             exponent[amax == 0] = 0
         return exponent
@@ -1307,7 +1320,8 @@ def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight:
         return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)
     if x.dtype == np.float32 and x.ndim:
         tiling = _blocks_tiling(x.shape, axis % x.ndim, _MX_FORMATS[fmt.name].block_size)
-        fast = _cast_fast(np.require(x, requirements="C"), [tiling], new, fmt, True, _mx_rule(fmt, options["scale_mode"]))
+        fast = _cast_fast(np.require(x, requirements="C"), [tiling], new, fmt, True,
+                          _mx_rule(fmt, options["scale_mode"]))
         if fast is not None:
             values, [(underflow, saturated, largest)] = fast
             return values, _stats(x, values, largest.view(np.float32), [(underflow, saturated)])

@@ -832,3 +832,19 @@ def test_mx_special_values_in_every_scale_mode(scale_mode, fmt):
         if scale_mode == "rceil":  # the Inf elements saturate (counted), their block stays finite elsewhere
             assert np.isinf(values[10, 100]) and np.isinf(values[20, 7])
             assert np.isfinite(values[11, 100]) and np.isfinite(values[21, 7])
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+def test_an_outlier_tile_keeps_its_own_underflow(recipe):
+    """One tile a million times larger than the rest (an outlier row): its normal range lies far
+    above every other tile's, so its small elements are searched on their own; they underflow in
+    it, where everywhere else the same values would be cast normally."""
+    rng = np.random.default_rng(23)
+    x = (rng.uniform(1, 2, (256, 128)) * rng.choice([-1, 1], (256, 128))).astype(np.float32)  # nothing small
+    x[7] *= 1e6
+    x[7, 3] = 1e-3  # below the outlier tile's normal range: underflows to 0
+    for axis in (-1, 0):
+        values, stats = fp8.fake_quantize(x, recipe, "E4M3", axis=axis)
+        assert_same(values, reference(x, recipe, "E4M3", axis))
+        if axis == -1:  # the row is the tile
+            assert values[7, 3] == 0 and stats.underflow_count >= 1

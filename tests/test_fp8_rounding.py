@@ -123,15 +123,15 @@ def test_all_float32_inputs_take_the_codec_value(name):
     for start in range(0, 1 << 32, chunk):
         x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
         magnitude = magnitude_bits(x)
+        below, inside, above = magnitude < lower, (magnitude >= lower) & (magnitude < beyond), magnitude >= beyond
         with np.errstate(invalid="ignore", over="ignore"):
             expected = codec.quantize(x, fmt, saturate=True)
-            inside = (magnitude >= lower) & (magnitude < beyond)
             if inside.any():
                 assert_same_bits(round_normal(x[inside], fmt), expected[inside])
-            if (magnitude < lower).any():
-                assert_same_bits(fp8._round_below_normal(x[magnitude < lower], fmt), expected[magnitude < lower])
-            if (magnitude >= beyond).any():
-                assert_same_bits(fp8._round_beyond_max(x[magnitude >= beyond], fmt, True), expected[magnitude >= beyond])
+            if below.any():
+                assert_same_bits(fp8._round_below_normal(x[below], fmt), expected[below])
+            if above.any():
+                assert_same_bits(fp8._round_beyond_max(x[above], fmt, True), expected[above])
 
 
 def test_block_scale_rules_equal_their_references():
