@@ -31,6 +31,7 @@ axis: pass that axis as ``axis`` to `quantize_rowwise` and `quantize_blockwise`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,6 +104,16 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     """
     fmt = _format(fmt)
     amax = np.asarray(amax, dtype=np.float32)
+    if amax.ndim == 0:  # one tensor's amax, as the per-tensor recipes ask on every cast: in Python floats
+        value = float(amax)
+        if value == 0 or not math.isfinite(value):
+            return np.array(1, np.float32)
+        # A float64 quotient rounded to float32 is the float32 quotient (53 >= 2 * 24 + 2 bits: the
+        # double rounding is innocuous, Figueroa 1995); past FLT_MAX it is FLT_MAX either way.
+        scale = np.float32(min(fmt.max / value, float(FLOAT32_MAX)))
+        if power_of_2:
+            scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
+        return np.array(scale, np.float32)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         scale = np.minimum(np.float32(fmt.max) / amax, FLOAT32_MAX)  # Inf -> FLT_MAX; NaN stays NaN
     if power_of_2:

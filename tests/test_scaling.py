@@ -262,3 +262,19 @@ def test_delayed_scaling_several_casts_in_one_step():
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+def test_one_amax_is_scaled_as_an_array_of_them(fmt):
+    """A single amax (the per-tensor recipes' case, computed in Python floats) gets exactly the
+    scale the elementwise float32 path gives: every float32 binade, the mantissas that round the
+    quotient either way, subnormals, zero, Inf and NaN, with and without power_of_2."""
+    rng = np.random.default_rng(5)
+    exponents = np.arange(-149, 128, dtype=np.float64)
+    amaxes = np.concatenate([(np.exp2(exponents)[:, None] * rng.uniform(1, 2, (exponents.size, 16))).ravel(),
+                             [0.0, np.inf, np.nan, 2.0**-149, np.finfo(np.float32).max, 448.0, 57344.0, 1.75]])
+    amaxes = amaxes[np.isfinite(amaxes.astype(np.float32)) | ~np.isfinite(amaxes)].astype(np.float32)
+    for power_of_2 in (False, True):
+        elementwise = scaling.scale_from_amax(amaxes, fmt, power_of_2=power_of_2)
+        one_by_one = np.array([scaling.scale_from_amax(a, fmt, power_of_2=power_of_2) for a in amaxes])
+        np.testing.assert_array_equal(one_by_one.view(np.uint32), elementwise.view(np.uint32))
