@@ -666,8 +666,11 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
     if candidates.size > _FIXUP_FRACTION * size:
         return None
-    with np.errstate(over="ignore", invalid="ignore"):  # only elements beyond max overflow here
+    if largest < _HUGE:
         _round_normal(source, out[0], fmt)
+    else:  # per-tensor: Inf, NaN or huge elements lie beyond max, overflow here, and are cast below
+        with np.errstate(over="ignore", invalid="ignore"):
+            _round_normal(source, out[0], fmt)
     if copies > 1:
         out[1:] = out[0]
     # The elements to fix, as positions in the stacked copies, and their tiles: those below the
@@ -741,9 +744,8 @@ def _cast_elements(x, source, flat_out, positions, tiles, lows, exponent, fmt, s
         if lows < scaled.size:  # (Inf and NaN among them, and products that overflow to Inf)
             with np.errstate(over="ignore", invalid="ignore"):
                 values = np.concatenate((values, _round_beyond_max(scaled[lows:], fmt, saturate)))
-    if exponent is not None:
-        with np.errstate(over="ignore"):
-            values = np.ldexp(values, exponent[tiles])
+    if exponent is not None:  # (every value here lies below the normal range: nothing overflows)
+        values = np.ldexp(values, exponent[tiles])
     flat_out[positions] = values
     if x is not source:  # the inputs before scaling (a product can underflow to zero)
         inputs = x[where]
@@ -864,6 +866,8 @@ def _amax(x: np.ndarray):
 
 def _float32(x: np.ndarray) -> np.ndarray:
     """C-contiguous float32 of x's shape (float64 rounds once, as scaling.py converts its inputs)."""
+    if x.dtype == np.float32 and x.flags.c_contiguous:
+        return x
     with np.errstate(over="ignore"):
         return np.require(x, np.float32, "C")
 
@@ -1132,10 +1136,14 @@ def _blockwise_rule(fmt):
     zero or tiny amax) taken as FLT_MAX (2**127 once cleared), and scale 1 for a zero amax;
     tests/test_fp8_rounding.py holds it to scale_from_amax."""
     largest = np.float32(fmt.max)
+    overflows_below = np.float32(2 * fmt.max / np.finfo(np.float32).max).view(np.uint32)  # (amax bits, with room)
 
     def rule(amax):
-        with np.errstate(divide="ignore", over="ignore"):
+        if amax.min() >= overflows_below:
             quotient = largest / amax.view(np.float32)
+        else:  # a zero or tiny amax: the quotient overflows to Inf
+            with np.errstate(divide="ignore", over="ignore"):
+                quotient = largest / amax.view(np.float32)
         field = np.minimum(quotient.view(np.uint32) >> np.uint32(23), np.uint32(254))  # Inf -> FLT_MAX's
         exponent = np.int32(127) - field.astype(np.int32)
         if not amax.all():
