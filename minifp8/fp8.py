@@ -442,8 +442,7 @@ def _first_beyond(fmt) -> np.int32:
 _FIRST_BEYOND = {fmt.name: _first_beyond(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
 
-_MIN_NORMAL_FIELDS = {fmt.name: np.int32(127 + round(math.log2(fmt.min_normal)))  # min_normal's exponent field
-                      for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_MIN_NORMAL_FIELDS = {fmt.name: np.int32(127 + fmt.emin) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}  # as float32
 
 
 def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
@@ -468,7 +467,7 @@ _NORMAL_RANGES = {fmt.name: _normal_range(fmt, 0) for fmt in (FORWARD_FORMAT, BA
 _STEPS = {fmt.name: np.float32(fmt.min_subnormal) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 _MAXIMA = {fmt.name: np.float32(fmt.max) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 # Scales 2**-k with k below this raise the lower bound of the normal range to 2**-126 (`_normal_range`).
-_RAISED_BELOW = {fmt.name: round(-126 - math.log2(fmt.min_normal)) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_RAISED_BELOW = {fmt.name: -126 - fmt.emin for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 
 
 # ---- tilings: which elements share a scale -------------------------------------------------------

@@ -809,6 +809,7 @@ def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
     for axis, cast in zip((-1, 0), pair or []):
         values, stats = fp8._quantize(x, recipe, options, fmt_, axis, False, None)
         assert_same(cast[0], values)
+        assert_same(cast[0], reference(x, recipe, fmt, axis))
         assert cast[1] == stats
     if recipe == "mxfp8" and pair is not None:
         x[5, 7] = np.nan
