@@ -455,11 +455,12 @@ def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
     multiplies it by ``2**exponent``; for exponents from -127 to 100 (the scales of tiles below
     2**100, `_HUGE`) both stay finite and normal.
     """
-    exponent = np.asarray(exponent, np.int32)
+    if np.ndim(exponent) == 0:  # one scale: in Python integers
+        exponent = int(exponent)
+        return (np.uint32(max(exponent + int(_MIN_NORMAL_FIELDS[fmt.name]), 1) << 23),
+                np.uint32((exponent << 23) + int(_FIRST_BEYOND[fmt.name])))
     lower = np.maximum(exponent + _MIN_NORMAL_FIELDS[fmt.name], np.int32(1)) << np.int32(23)
     beyond = (exponent << np.int32(23)) + _FIRST_BEYOND[fmt.name]
-    if not exponent.ndim:
-        return np.uint32(lower), np.uint32(beyond)
     return lower.view(np.uint32), beyond.view(np.uint32)
 
 
@@ -612,12 +613,13 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     x.size)`` float32, C-contiguous): `_round_normal` for every element, then `_cast_elements` for
     those outside the normal range of their tile's scale.
 
-    ``rule(amax)`` gives the exponents ``k`` (int32) of the power-of-two scales ``2**-k`` of the
-    tiles from their amax bits (those of every tiling, one after another), or None to decline;
-    without a rule the scale is 1, or the per-tensor ``scale``, which multiplies ``x`` before the
+    ``rule`` (a `_Rule`) gives the exponents ``k`` (int32) of the power-of-two scales ``2**-k`` of
+    the tiles from their amax bits (those of every tiling, one after another); without a rule the
+    scale is 1, or the per-tensor ``scale``, which multiplies ``x`` before the
     cast (the values are multiplied by ``float32(1 / scale)`` after it), as scaling.py does. The
     copies share the rounding: a power-of-two scale leaves it unchanged, so every row of ``out``
-    starts as a copy of the first, and is fixed at its own outside elements.
+    starts as a copy of the first (unless none has anything to fix), and is fixed at its own
+    outside elements.
 
     Those are found in one comparison against the largest lower bound of any tile, and then
     checked against their own tile's (`_normal_range`); elements beyond max's rounding interval
@@ -627,11 +629,12 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
 
     Returns
     -------
-    list of (int, int, numpy.uint32) or None
+    (list of (int, int, numpy.uint32), bool) or None
         Per tiling: the underflow and saturation counts, and the largest magnitude's bits (of
-        ``x * scale`` with a scale). None, with ``out`` unspecified, where the rule declines, a
-        block cast holds a magnitude of 2**100 or more (`_HUGE`: Inf and NaN too), or more than
-        `_FIXUP_FRACTION` of the elements lie outside the range.
+        ``x * scale`` with a scale); and True where no element needed fixing, so that every copy
+        equals the first, and the other rows of ``out`` were left unwritten. None, with ``out``
+        unspecified, where a block cast holds a magnitude of 2**100 or more (`_HUGE`: Inf and NaN
+        too), or more than `_FIXUP_FRACTION` of the elements lie outside the range.
     """
     size, copies = x.size, len(tilings)
     if scale is None:
@@ -640,10 +643,10 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         with np.errstate(over="ignore", invalid="ignore"):
             source = np.multiply(x, scale, out=_work_array("scaled", size, np.float32))
     magnitude = np.bitwise_and(source.view(np.uint32), _MAGNITUDE, out=_work_array("magnitude", size, np.uint32))
+    far = lower = None
     if rule is None:  # one scale, known
         exponent, amax, largest = None, None, magnitude.max()
-        lower, beyond = _NORMAL_RANGES[fmt.name]
-        lowest = lower
+        lowest, beyond = _NORMAL_RANGES[fmt.name]
     else:
         offsets = [0]
         for tiling in tilings:
@@ -651,16 +654,15 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         amax = np.concatenate([_tile_amax(magnitude, tiling) for tiling in tilings]) if copies > 1 else \
             _tile_amax(magnitude, tilings[0])
         largest = amax.max()
-        exponent = None if largest >= _HUGE else rule(amax)
+        exponent = None if largest >= _HUGE else rule.exponents(amax)
         if exponent is None:
             return None
-        lower, beyond = _normal_range(fmt, exponent)
-        lowest = lower.max()
+        lowest = _normal_range(fmt, exponent.max())[0]  # the largest tile's bound (the others' when needed)
     candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
-    far = None
-    if candidates.size > _OUTLIER_FRACTION * size and lower.size > 16:
+    if candidates.size > _OUTLIER_FRACTION * size and exponent is not None and exponent.size > 16:
         # A few tiles with a far larger amax than the rest (an outlier) raise the bound for all:
         # take the bound below the top sixteenth of the tiles, and search those on their own.
+        lower = _normal_range(fmt, exponent)[0]
         lowest = far = np.partition(lower, -1 - lower.size // 16)[-1 - lower.size // 16]
         candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
     if candidates.size > _FIXUP_FRACTION * size:
@@ -670,8 +672,6 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     else:  # per-tensor: Inf, NaN or huge elements lie beyond max, overflow here, and are cast below
         with np.errstate(over="ignore", invalid="ignore"):
             _round_normal(source, out[0], fmt)
-    if copies > 1:
-        out[1:] = out[0]
     # The elements to fix, as positions in the stacked copies, and their tiles: those below the
     # normal range, then (one scale) those beyond max's rounding interval.
     if exponent is None:
@@ -685,10 +685,10 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         if copies > 1:
             tiles = np.concatenate([_tile_index(candidates, tiling) + offset
                                     for tiling, offset in zip(tilings, offsets)])
-            keep = np.concatenate([magnitude[candidates]] * copies) < lower[tiles]
+            keep = np.concatenate([magnitude[candidates]] * copies) < _normal_range(fmt, exponent[tiles])[0]
         else:
             tiles = _tile_index(candidates, tilings[0])
-            keep = magnitude[candidates] < lower[tiles]
+            keep = magnitude[candidates] < _normal_range(fmt, exponent[tiles])[0]
         positions, tiles = positions[keep], tiles[keep]
         if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
             found = [(positions, tiles)]
@@ -699,18 +699,25 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
                     found.append((found_positions + copy * size, found_tiles + offsets[copy]))
             positions, tiles = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
         lows = positions.size
+    # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
+    hot = (amax >= _normal_range(fmt, exponent)[1]).nonzero()[0] if exponent is not None and rule.reaches_max \
+        else candidates[:0]
+    if copies > 1:
+        if not positions.size and not hot.size:  # nothing to fix: every copy is the rounded x
+            return [(0, 0, largest)] * copies, True
+        out[1:] = out[0]
     underflow = _cast_elements(x, source, out.reshape(-1), positions, tiles, lows, exponent, fmt, saturate, copies)
     if exponent is None:
         saturated = [high.size]
-    else:  # beyond max's rounding interval: only in the tiles whose amax reaches it (MX blocks)
+    else:
         saturated = [0] * copies
-        for copy, hot in _by_copy((amax >= beyond).nonzero()[0], offsets):
-            if hot.size:
-                saturated[copy] = _clamp_hot_tiles(out[copy], tilings[copy], hot - offsets[copy], exponent[hot], fmt,
-                                                   saturate)
+        for copy, mine in _by_copy(hot, offsets):
+            if mine.size:
+                saturated[copy] = _clamp_hot_tiles(out[copy], tilings[copy], mine - offsets[copy], exponent[mine],
+                                                   fmt, saturate)
     if scale is not None:
         out *= np.float32(1) / scale  # a nonzero element stays nonzero: the counts hold
-    return [(underflow[copy], saturated[copy], largest) for copy in range(copies)]
+    return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
 
 
 def _by_copy(tiles: np.ndarray, offsets: list):
@@ -778,16 +785,22 @@ def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None
     ``_CHUNK_ELEMENTS`` elements each on `CAST_THREADS` threads, into ``new(shape, float32)``: x's
     shape for one tiling, stacked ``(len(tilings),) + x.shape`` for several.
 
-    Returns ``(values, results)``, the results summed over the slabs, or None where the tensor is
-    smaller than `_IN_RANGE_MIN_SIZE` (then nothing is allocated) or a slab declined.
+    Returns ``(values, results)``, the results summed over the slabs; ``values`` is that array
+    for one tiling, and the list of each tiling's values for several (one array for all where
+    nothing needed fixing). None where the tensor is smaller than `_IN_RANGE_MIN_SIZE` (then
+    nothing is allocated) or a slab declined.
     """
     if x.size < max(_IN_RANGE_MIN_SIZE, 1):
         return None
-    out = new(x.shape if len(tilings) == 1 else (len(tilings),) + x.shape, np.float32)
-    flat, stacked = x.reshape(-1), out.reshape(len(tilings), -1)
+    copies = len(tilings)
+    out = new(x.shape if copies == 1 else (copies,) + x.shape, np.float32)
+    flat, stacked = x.reshape(-1), out.reshape(copies, -1)
     if x.size <= _CHUNK_ELEMENTS:  # one slab: the tensor
-        results = _cast_in_range(flat, tilings, stacked, fmt, saturate, rule, scale)
-        return None if results is None else (out, results)
+        cast = _cast_in_range(flat, tilings, stacked, fmt, saturate, rule, scale)
+        if cast is None:
+            return None
+        results, same = cast
+        return (out if copies == 1 else [out[0]] * copies if same else list(out)), results
     # Slabs hold whole tiles of every tiling: whole outer rows, or whole rows of tiles along n;
     # a per-tensor scale (no rule) allows any slab.
     granules = [1 if rule is None else tiling.n * tiling.inner if tiling.outer > 1 else tiling.length * tiling.inner
@@ -804,18 +817,21 @@ def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None
     def kernel(start, stop):
         start, stop = start * granule, min(stop * granule, flat.size)
         # one copy: its slab of out; several: a slab of each, cast into a stacked array, then copied
-        slab_out = stacked[:, start:stop] if len(tilings) == 1 else np.empty((len(tilings), stop - start), np.float32)
-        result = _cast_in_range(flat[start:stop], [slab_tiling(tiling, stop - start) for tiling in tilings], slab_out,
-                                fmt, saturate, rule, scale)
-        if len(tilings) > 1:
-            stacked[:, start:stop] = slab_out
-        return result
+        slab_out = stacked[:, start:stop] if copies == 1 else np.empty((copies, stop - start), np.float32)
+        cast = _cast_in_range(flat[start:stop], [slab_tiling(tiling, stop - start) for tiling in tilings], slab_out,
+                              fmt, saturate, rule, scale)
+        if cast is None:
+            return None
+        if copies > 1:
+            stacked[:, start:stop] = slab_out[0] if cast[1] else slab_out
+        return cast[0]
 
     parts = _map_slices(kernel, -(-flat.size // granule), granule)
     if any(part is None for part in parts):
         return None
-    return out, [(sum(part[i][0] for part in parts), sum(part[i][1] for part in parts),
-                  max(part[i][2] for part in parts)) for i in range(len(tilings))]
+    return (out if copies == 1 else list(out)), [
+        (sum(part[i][0] for part in parts), sum(part[i][1] for part in parts), max(part[i][2] for part in parts))
+        for i in range(copies)]
 
 
 # ---- slices on threads -------------------------------------------------------------------------
@@ -1127,17 +1143,25 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
     return values, stats
 
 
-def _blockwise_rule(fmt):
-    """The tile scales of ``blockwise``, as `_cast_in_range` takes them: from the tiles' amax bits
-    (finite, below 2**100), the exponents ``k`` of ``scale = 2**-k``. That is
-    `scaling.scale_from_amax` with ``power_of_2=True`` (as scaling.quantize_blockwise scales),
-    spelled out for such amax: ``fp8_max / amax`` in float32 with its mantissa cleared, Inf (a
-    zero or tiny amax) taken as FLT_MAX (2**127 once cleared), and scale 1 for a zero amax;
-    tests/test_fp8_rounding.py holds it to scale_from_amax."""
+class _Rule(NamedTuple):
+    """Power-of-two tile scales, as `_cast_in_range` takes them: ``exponents(amax)`` gives, from the
+    tiles' amax bits (finite, below 2**100), the exponents ``k`` (int32) of the scales ``2**-k``;
+    ``reaches_max`` says whether a tile's scaled amax can lie beyond max's rounding interval."""
+
+    exponents: Callable
+    reaches_max: bool
+
+
+def _blockwise_rule(fmt) -> _Rule:
+    """The tile scales of ``blockwise``: `scaling.scale_from_amax` with ``power_of_2=True`` (as
+    scaling.quantize_blockwise scales), spelled out for finite amax: ``fp8_max / amax`` in float32
+    with its mantissa cleared, Inf (a zero or tiny amax) taken as FLT_MAX (2**127 once cleared),
+    and scale 1 for a zero amax; tests/test_fp8_rounding.py holds it to scale_from_amax. A scaled
+    amax never passes max (the quotient, rounded down to a power of two, is at most fp8_max / amax)."""
     largest = np.float32(fmt.max)
     overflows_below = np.float32(2 * fmt.max / np.finfo(np.float32).max).view(np.uint32)  # (amax bits, with room)
 
-    def rule(amax):
+    def exponents(amax):
         if amax.min() >= overflows_below:
             quotient = largest / amax.view(np.float32)
         else:  # a zero or tiny amax: the quotient overflows to Inf
@@ -1149,22 +1173,22 @@ def _blockwise_rule(fmt):
             exponent[amax == 0] = 0
         return exponent
 
-    return rule
+    return _Rule(exponents, reaches_max=False)
 
 
-def _mx_rule(fmt, scale_mode: str):
-    """The MX block scales (`mx.shared_exponents`, as mx.quantize computes them), as `_cast_in_range`
-    takes them: from the blocks' amax bits, the shared exponents, ``2**-shared_exp`` scaling the
-    elements. (Blocks holding NaN or Inf, whose scale is 0xFF, never reach it.) The OCP rule,
-    ``floor``, is spelled out for finite float32 amax: the exponent field less the bias and
-    ``emax_elem``, at least -127 (zero and subnormal amax too); tests/test_fp8.py holds it to
-    mx.shared_exponents."""
+def _mx_rule(fmt, scale_mode: str) -> _Rule:
+    """The MX block scales (`mx.shared_exponents`, as mx.quantize computes them): the shared
+    exponents, ``2**-shared_exp`` scaling the elements. (Blocks holding NaN or Inf, whose scale is
+    0xFF, never reach it.) The OCP rule, ``floor``, is spelled out for finite float32 amax: the
+    exponent field less the bias and ``emax_elem``, at least -127 (zero and subnormal amax too);
+    tests/test_fp8_rounding.py holds it to mx.shared_exponents. It lets a scaled amax pass max
+    (up to 2**(emax_elem + 1)): there the elements saturate."""
     mx_format = _MX_FORMATS[fmt.name]
     if scale_mode == "floor":
         offset = np.int32(mx.E8M0_BIAS + mx_format.elem.emax)
-        return lambda amax: np.maximum((amax >> np.uint32(23)).astype(np.int32) - offset,
-                                       np.int32(mx.SHARED_EXP_MIN))
-    return lambda amax: mx.shared_exponents(amax.view(np.float32), mx_format, scale_mode)[1]
+        return _Rule(lambda amax: np.maximum((amax >> np.uint32(23)).astype(np.int32) - offset,
+                                             np.int32(mx.SHARED_EXP_MIN)), reaches_max=True)
+    return _Rule(lambda amax: mx.shared_exponents(amax.view(np.float32), mx_format, scale_mode)[1], reaches_max=True)
 
 
 def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, new=np.empty):

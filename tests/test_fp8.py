@@ -849,3 +849,23 @@ def test_an_outlier_tile_keeps_its_own_underflow(recipe):
         assert_same(values, reference(x, recipe, "E4M3", axis))
         if axis == -1:  # the row is the tile
             assert values[7, 3] == 0 and stats.underflow_count >= 1
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+def test_a_pair_with_nothing_to_fix_is_one_array(recipe, cast_path):
+    """Magnitudes within [1, 1.75] sit in the normal range of every tile and below max once scaled,
+    so neither copy has an element to fix: both are the rounded tensor (one array; the table
+    path casts them one by one), each equal to its reference, with nothing underflowed or saturated."""
+    rng = np.random.default_rng(29)
+    x = (rng.uniform(1, 1.75, (256, 128)) * rng.choice([-1, 1], (256, 128))).astype(np.float32)
+    x[:, 0] = 1.75  # every block's amax 1.75: E4M3 MX scales it to 448, max itself
+    options = fp8._recipe_options(recipe, {})
+    pair = fp8._cast_pair(x, recipe, options, formats.E4M3, True)
+    if cast_path == "table":
+        assert pair is None
+        pair = [fp8._quantize(x, recipe, options, formats.E4M3, axis, False, None) for axis in (-1, 0)]
+    else:
+        assert pair[0][0] is pair[1][0]
+    for axis, (values, stats) in zip((-1, 0), pair):
+        assert_same(values, reference(x, recipe, "E4M3", axis))
+        assert (stats.underflow_count, stats.saturation_count, stats.amax) == (0, 0, 1.75)
