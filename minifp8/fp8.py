@@ -589,15 +589,16 @@ def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exp
         view, index = values.reshape(-1, length, inner), (row_block, slice(None), column)
     else:  # any tiling: the positions of the elements of each tile (a partial one's missing ones are 0)
         (index, inside), view = _tile_positions(tiles, tiling), values
-    block = view[index]  # (tiles, elements of a tile)
-    bound = np.ldexp(_MAXIMA[fmt.name], exponent).reshape(-1, 1)
-    beyond = np.abs(block) > bound
+    block = np.take(view, index, axis=0) if index is tiles else view[index]  # (tiles, elements of a tile)
+    bound = np.ldexp(_MAXIMA[fmt.name], exponent)[:, None]
+    magnitude = np.abs(block)
+    beyond = magnitude > bound
     if inside is not None:
         beyond &= inside
     count = int(np.count_nonzero(beyond))
     if count:
         if saturate:
-            block = np.minimum(np.maximum(block, -bound), bound)
+            block = np.copysign(np.minimum(magnitude, bound, out=magnitude), block, out=block)
         else:
             block = np.where(beyond, block * np.float32(np.inf), block)
         if inside is None:
