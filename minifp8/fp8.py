@@ -447,7 +447,7 @@ _MIN_NORMAL_FIELDS = {fmt.name: np.int32(127 + fmt.emin) for fmt in (FORWARD_FOR
 
 def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
     """Magnitude bits ``(lower, beyond)`` of the inputs whose cast with scale ``2**-exponent`` (int32
-    arrays, or 0) lands in the format's normal range: ``lower <= |x| < beyond``.
+    arrays, or one int) lands in the format's normal range: ``lower <= |x| < beyond``.
 
     ``lower`` is ``fmt.min_normal * 2**exponent``, raised to float32's smallest normal (2**-126) so
     that float32 subnormals, whose significands are shorter, are cast on their own; ``beyond`` is
@@ -455,13 +455,21 @@ def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
     multiplies it by ``2**exponent``; for exponents from -127 to 100 (the scales of tiles below
     2**100, `_HUGE`) both stay finite and normal.
     """
+    return _lower_bits(fmt, exponent), _beyond_bits(fmt, exponent)
+
+
+def _lower_bits(fmt, exponent):
+    """`_normal_range`'s ``lower``."""
     if np.ndim(exponent) == 0:  # one scale: in Python integers
-        exponent = int(exponent)
-        return (np.uint32(max(exponent + int(_MIN_NORMAL_FIELDS[fmt.name]), 1) << 23),
-                np.uint32((exponent << 23) + int(_FIRST_BEYOND[fmt.name])))
-    lower = np.maximum(exponent + _MIN_NORMAL_FIELDS[fmt.name], np.int32(1)) << np.int32(23)
-    beyond = (exponent << np.int32(23)) + _FIRST_BEYOND[fmt.name]
-    return lower.view(np.uint32), beyond.view(np.uint32)
+        return np.uint32(max(int(exponent) + int(_MIN_NORMAL_FIELDS[fmt.name]), 1) << 23)
+    return (np.maximum(exponent + _MIN_NORMAL_FIELDS[fmt.name], np.int32(1)) << np.int32(23)).view(np.uint32)
+
+
+def _beyond_bits(fmt, exponent):
+    """`_normal_range`'s ``beyond``."""
+    if np.ndim(exponent) == 0:
+        return np.uint32((int(exponent) << 23) + int(_FIRST_BEYOND[fmt.name]))
+    return ((exponent << np.int32(23)) + _FIRST_BEYOND[fmt.name]).view(np.uint32)
 
 
 _NORMAL_RANGES = {fmt.name: _normal_range(fmt, 0) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
@@ -658,12 +666,12 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         exponent = None if largest >= _HUGE else rule.exponents(amax)
         if exponent is None:
             return None
-        lowest = _normal_range(fmt, exponent.max())[0]  # the largest tile's bound (the others' when needed)
+        lowest = _lower_bits(fmt, exponent.max())  # the largest tile's bound (the others' when needed)
     candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
     if candidates.size > _OUTLIER_FRACTION * size and exponent is not None and exponent.size > 16:
         # A few tiles with a far larger amax than the rest (an outlier) raise the bound for all:
         # take the bound below the top sixteenth of the tiles, and search those on their own.
-        lower = _normal_range(fmt, exponent)[0]
+        lower = _lower_bits(fmt, exponent)
         lowest = far = np.partition(lower, -1 - lower.size // 16)[-1 - lower.size // 16]
         candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
     if candidates.size > _FIXUP_FRACTION * size:
@@ -686,10 +694,10 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         if copies > 1:
             tiles = np.concatenate([_tile_index(candidates, tiling) + offset
                                     for tiling, offset in zip(tilings, offsets)])
-            keep = np.concatenate([magnitude[candidates]] * copies) < _normal_range(fmt, exponent[tiles])[0]
+            keep = np.concatenate([magnitude[candidates]] * copies) < _lower_bits(fmt, exponent[tiles])
         else:
             tiles = _tile_index(candidates, tilings[0])
-            keep = magnitude[candidates] < _normal_range(fmt, exponent[tiles])[0]
+            keep = magnitude[candidates] < _lower_bits(fmt, exponent[tiles])
         positions, tiles = positions[keep], tiles[keep]
         if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
             found = [(positions, tiles)]
@@ -701,7 +709,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             positions, tiles = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
         lows = positions.size
     # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
-    hot = (amax >= _normal_range(fmt, exponent)[1]).nonzero()[0] if exponent is not None and rule.reaches_max \
+    hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if exponent is not None and rule.reaches_max \
         else candidates[:0]
     if copies > 1:
         if not positions.size and not hot.size:  # nothing to fix: every copy is the rounded x
