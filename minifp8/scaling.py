@@ -318,8 +318,10 @@ class DelayedScaling:
             amax = np.fmax.reduce(history)
         else:
             amax = history[0]
-        self.amax_history = np.roll(history, -1)
-        self.amax_history[0] = 0
+        oldest_first = history[0]  # np.roll(history, -1), in place: every step, at every cast point
+        history[:-1] = history[1:]
+        history[-1] = oldest_first
+        history[0] = 0
         if np.isfinite(amax) and amax > 0:
             scaled_max = np.float32(self.fmt.max * 2.0**-self.margin)
             with np.errstate(over="ignore"):
