@@ -81,7 +81,8 @@ smallest one, which ``np.rint`` rounds to; beyond max's rounding interval, the v
 overflow (in a block, clamping the rounded values to its max is the same). They alone underflow or
 saturate, so they give the statistics. The rowwise and columnwise copies of a GEMM operand are
 one cast of two stacked copies (`_cast_pair`): they share the magnitudes, the search and the
-rounding, and each tile's work runs on all tiles of both at once. Blocks and tiles are described on
+rounding, each tile's work runs on all tiles of both at once, and where neither has an element
+to fix they are one array. Blocks and tiles are described on
 a view of the tensor (an axis shorter than a block is one block; a partial last block counts
 only its elements, as the references' zero padding does), views are cast in the order their
 elements lie in memory, and big tensors are cast in cache-sized slabs on `CAST_THREADS` threads.
