@@ -1208,7 +1208,7 @@ def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, n
     scales being powers of two, its rounding. ``new(shape, dtype)`` allocates the stacked values.
 
     Returns ``[(values, stats), (values, stats)]``, or None where the fast path declines (not
-    C-contiguous float32, not power-of-two scales, a small tensor, NaN, Inf or huge values, many
+    C-contiguous float32, not power-of-two scales, an empty tensor, NaN, Inf or huge values, many
     elements outside the range); then the caller casts them one by one.
     """
     if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous:
@@ -1348,25 +1348,29 @@ def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight:
         fast = _cast_fast(x32, [_Tiling(1, x.size, 1, x.size, 1)], new, fmt, saturate, scale=scale)
         if fast is None:
             return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)
-        values, [(underflow, saturated, largest)] = fast
-        return values, _stats(x, values, largest.view(np.float32) if scale is None else amax, [(underflow, saturated)])
+        return _with_stats(x, fast, None if scale is None else amax)
     if recipe == "blockwise":
         if options["power_of_2"] and x.ndim:
             tiling = (_Tiling(1, *x.shape, min(128, x.shape[0]), min(128, x.shape[1])) if weight
                       else _blocks_tiling(x.shape, axis % x.ndim, 128))
             fast = _cast_fast(_float32(x), [tiling], new, fmt, saturate, _blockwise_rule(fmt))
             if fast is not None:
-                values, [(underflow, saturated, largest)] = fast
-                return values, _stats(x, values, largest.view(np.float32), [(underflow, saturated)])
+                return _with_stats(x, fast)
         return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)
     if x.dtype == np.float32 and x.ndim:
         tiling = _blocks_tiling(x.shape, axis % x.ndim, _MX_FORMATS[fmt.name].block_size)
         fast = _cast_fast(np.require(x, requirements="C"), [tiling], new, fmt, True,
                           _mx_rule(fmt, options["scale_mode"]))
         if fast is not None:
-            values, [(underflow, saturated, largest)] = fast
-            return values, _stats(x, values, largest.view(np.float32), [(underflow, saturated)])
+            return _with_stats(x, fast)
     return _cast_mx(x, fmt, axis, options["scale_mode"], new)
+
+
+def _with_stats(x: np.ndarray, fast: tuple, amax=None) -> tuple:
+    """`_cast_fast`'s result for one tiling as ``(values, CastStats)``; ``amax``: x's own, where the
+    cast saw ``x * scale`` (per-tensor scales), else the largest magnitude it found."""
+    values, [(underflow, saturated, largest)] = fast
+    return values, _stats(x, values, largest.view(np.float32) if amax is None else amax, [(underflow, saturated)])
 
 
 def _quantize_forward(state, point, role, x: Tensor, axis: int) -> Tensor:

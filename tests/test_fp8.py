@@ -795,7 +795,7 @@ def test_scale_plot_rows():
 def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
     """The pair cast of a GEMM operand (`fp8._cast_pair`, which shares the rounding of the normal
     range between the two copies) gives each copy's values and statistics exactly as its own cast
-    does, or declines (small tensors, NaN blocks), leaving the casts to `fp8._quantize`. The 1e30
+    does, or declines (the table path forced, NaN blocks), leaving the casts to `fp8._quantize`. The 1e30
     element makes one tile's normal range lie far above all others'."""
     rng = np.random.default_rng(hash((recipe, fmt, shape)) % 2**32)
     x = (rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, (shape[0], 1)))).astype(np.float32)
