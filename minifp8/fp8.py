@@ -409,6 +409,11 @@ _OUTLIER_FRACTION = 1 / 16
 with the top sixteenth of the bounds are searched on their own (`_cast_in_range`). (Tests set the
 three knobs to hold each path to the references.)"""
 
+_SPARSE_TILES_FRACTION = 1 / 4
+"""Where the tiles of the elements below the largest tile's bound hold at most this fraction of a
+tensor, only their amax is taken (rules whose scaled amax never passes max: ``blockwise``); else
+every tile's is, as MX blocks always need (`_cast_in_range`)."""
+
 _HUGE = np.float32(2.0**100).view(np.uint32)
 """Magnitude bits of 2**100. `_round_normal` would overflow on larger inputs, so block casts
 holding one (or Inf, or NaN) go through the table."""
@@ -475,6 +480,7 @@ def _beyond_bits(fmt, exponent):
 
 _NORMAL_RANGES = {fmt.name: _normal_range(fmt, 0) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 _STEPS = {fmt.name: np.float32(fmt.min_subnormal) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_STEP_EXPONENTS = {fmt.name: np.int32(fmt.emin - fmt.mantissa_bits) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 _MAXIMA = {fmt.name: np.float32(fmt.max) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
 # Scales 2**-k with k below this raise the lower bound of the normal range to 2**-126 (`_normal_range`).
 _RAISED_BELOW = {fmt.name: -126 - fmt.emin for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
@@ -584,21 +590,27 @@ def _elements_between(magnitude: np.ndarray, tiling: _Tiling, tiles: np.ndarray,
     return positions.reshape(-1)[found], tiles[found // positions.shape[1]]
 
 
+def _tile_elements(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray) -> tuple:
+    """``(view, index, inside)``: ``view[index]`` holds the elements of ``tiles`` of the 1-d ``values``,
+    one row per tile (assigning to it writes them back); ``inside`` says which are elements (None
+    when all are; the missing ones of a partial tile are read at position 0)."""
+    outer, n, inner, length, width = tiling
+    if n % length == 0 and inner == 1:  # runs of consecutive elements: rows of a (tiles, length) view
+        return values.reshape(-1, length), tiles, None
+    if n % length == 0 and width == 1:  # columns of length elements, inner apart
+        row_block, column = np.divmod(tiles, inner)
+        return values.reshape(-1, length, inner), (row_block, slice(None), column), None
+    index, inside = _tile_positions(tiles, tiling)  # any tiling: the positions of each tile's elements
+    return values, index, inside
+
+
 def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exponent, fmt, saturate: bool) -> int:
     """In the rounded ``values`` (1-d) of ``tiles`` (whose amax reaches max's rounding interval), the
     elements beyond ``fmt.max * 2**exponent`` become that bound (``saturate``) or +-Inf; returns
     how many. They are exactly those whose input lay beyond max's rounding interval: rounding is
     monotonic and max is a format value, so clamping after rounding is rounding the clamped input."""
-    outer, n, inner, length, width = tiling
-    inside = None
-    if n % length == 0 and inner == 1:  # runs of consecutive elements: rows of a (tiles, length) view
-        view, index = values.reshape(-1, length), tiles
-    elif n % length == 0 and width == 1:  # columns of length elements, inner apart
-        row_block, column = np.divmod(tiles, inner)
-        view, index = values.reshape(-1, length, inner), (row_block, slice(None), column)
-    else:  # any tiling: the positions of the elements of each tile (a partial one's missing ones are 0)
-        (index, inside), view = _tile_positions(tiles, tiling), values
-    block = np.take(view, index, axis=0) if index is tiles else view[index]  # (tiles, elements of a tile)
+    view, index, inside = _tile_elements(values, tiling, tiles)
+    block = view[index]  # (tiles, elements of a tile)
     bound = np.ldexp(_MAXIMA[fmt.name], exponent)[:, None]
     magnitude = np.abs(block)
     beyond = magnitude > bound
@@ -653,28 +665,35 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         with np.errstate(over="ignore", invalid="ignore"):
             source = np.multiply(x, scale, out=_work_array("scaled", size, np.float32))
     magnitude = np.bitwise_and(source.view(np.uint32), _MAGNITUDE, out=_work_array("magnitude", size, np.uint32))
-    far = lower = None
+    far = lower = amax = exponent = None
     if rule is None:  # one scale, known
-        exponent, amax, largest = None, None, magnitude.max()
+        largest = magnitude.max()
         lowest, beyond = _NORMAL_RANGES[fmt.name]
     else:
         offsets = [0]
         for tiling in tilings:
             offsets.append(offsets[-1] + tiling.count)
-        amax = np.concatenate([_tile_amax(magnitude, tiling) for tiling in tilings]) if copies > 1 else \
-            _tile_amax(magnitude, tilings[0])
-        largest = amax.max()
-        exponent = None if largest >= _HUGE else rule.exponents(amax)
-        if exponent is None:
+        if rule.reaches_max:  # the tiles that reach max are searched: every tile's amax
+            amax = _every_tile_amax(magnitude, tilings)
+            largest = amax.max()
+        else:  # taken later, of the tiles that need it
+            largest = magnitude.max()
+        if largest >= _HUGE:
             return None
-        lowest = _lower_bits(fmt, exponent.max())  # the largest tile's bound (the others' when needed)
-    candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
+        # The exponents grow with amax: the largest tile's bound is the largest of all.
+        lowest = _lower_bits(fmt, rule.exponent_of(largest))
+    candidates = _nonzero_below(x, magnitude, lowest)
+    if rule is not None and amax is None and \
+            candidates.size * sum(tiling.length * tiling.width for tiling in tilings) > _SPARSE_TILES_FRACTION * size:
+        amax = _every_tile_amax(magnitude, tilings)
+    if amax is not None:
+        exponent = rule.exponents(amax)
     if candidates.size > _OUTLIER_FRACTION * size and exponent is not None and exponent.size > 16:
         # A few tiles with a far larger amax than the rest (an outlier) raise the bound for all:
         # take the bound below the top sixteenth of the tiles, and search those on their own.
         lower = _lower_bits(fmt, exponent)
         lowest = far = np.partition(lower, -1 - lower.size // 16)[-1 - lower.size // 16]
-        candidates = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_)).nonzero()[0]
+        candidates = _nonzero_below(x, magnitude, lowest)
     if candidates.size > _FIXUP_FRACTION * size:
         return None
     if largest < _HUGE:
@@ -682,42 +701,42 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     else:  # per-tensor: Inf, NaN or huge elements lie beyond max, overflow here, and are cast below
         with np.errstate(over="ignore", invalid="ignore"):
             _round_normal(source, out[0], fmt)
-    # The elements to fix, as positions in the stacked copies, and their tiles: those below the
-    # normal range, then (one scale) those beyond max's rounding interval.
-    if exponent is None:
-        tiles = None
+    # The elements to fix, as positions in the stacked copies, each with its tile's exponent: those
+    # below the normal range (of the largest tile), then (one scale) those beyond max's interval.
+    if rule is None:
+        exponents = None
         high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else candidates[:0]
         positions, lows = (np.concatenate((candidates, high)) if high.size else candidates), candidates.size
-    elif not candidates.size and far is None:  # (often so for well-scaled tiles)
-        positions, tiles, lows = candidates, candidates, 0
     else:
         positions = np.concatenate([candidates + copy * size for copy in range(copies)]) if copies > 1 else candidates
-        if copies > 1:
-            tiles = np.concatenate([_tile_index(candidates, tiling) + offset
-                                    for tiling, offset in zip(tilings, offsets)])
-            keep = np.concatenate([magnitude[candidates]] * copies) < _lower_bits(fmt, exponent[tiles])
+        if not candidates.size:
+            exponents = np.zeros(0, np.int32)
+        elif exponent is None:  # from the amax of the candidates' own tiles
+            exponents = _candidate_tile_exponents(magnitude, tilings, candidates, rule)
         else:
-            tiles = _tile_index(candidates, tilings[0])
-            keep = magnitude[candidates] < _lower_bits(fmt, exponent[tiles])
-        positions, tiles = positions[keep], tiles[keep]
+            exponents = exponent[np.concatenate([_tile_index(candidates, tiling) + offset
+                                                 for tiling, offset in zip(tilings, offsets)])]
         if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
-            found = [(positions, tiles)]
+            found = [(positions, exponents)]
             for copy, mine in _by_copy((lower > far).nonzero()[0], offsets):
                 if mine.size:
                     found_positions, found_tiles = _elements_between(magnitude, tilings[copy], mine - offsets[copy],
                                                                      far, lower[mine])
-                    found.append((found_positions + copy * size, found_tiles + offsets[copy]))
-            positions, tiles = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+                    found.append((found_positions + copy * size, exponent[found_tiles + offsets[copy]]))
+            positions, exponents = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
         lows = positions.size
+    positions, values, underflow = _cast_elements(source, magnitude, positions, exponents, lows, fmt, saturate,
+                                                  copies)
     # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
-    hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if exponent is not None and rule.reaches_max \
+    hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule is not None and rule.reaches_max \
         else candidates[:0]
     if copies > 1:
         if not positions.size and not hot.size:  # nothing to fix: every copy is the rounded x
             return [(0, 0, largest)] * copies, True
         out[1:] = out[0]
-    underflow = _cast_elements(x, source, out.reshape(-1), positions, tiles, lows, exponent, fmt, saturate, copies)
-    if exponent is None:
+    if positions.size:
+        out.reshape(-1)[positions] = values
+    if rule is None:
         saturated = [high.size]
     else:
         saturated = [0] * copies
@@ -730,6 +749,36 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
 
 
+def _every_tile_amax(magnitude: np.ndarray, tilings: list) -> np.ndarray:
+    """The amax bits of every tile of every tiling, one tiling after another (`_tile_amax`)."""
+    if len(tilings) == 1:
+        return _tile_amax(magnitude, tilings[0])
+    return np.concatenate([_tile_amax(magnitude, tiling) for tiling in tilings])
+
+
+def _nonzero_below(x: np.ndarray, magnitude: np.ndarray, lowest) -> np.ndarray:
+    """The positions of the nonzero elements of ``x`` whose ``magnitude`` bits (of ``x`` scaled) lie
+    below ``lowest``. A zero stays zero through `_round_normal`, sign and all, and never counts as
+    underflow, so it needs no fixing; a nonzero ``x`` whose scaled value is zero does."""
+    candidates = np.less(magnitude, lowest, out=_work_array("below", magnitude.size, np.bool_)).nonzero()[0]
+    if candidates.size:
+        candidates = candidates[x[candidates] != 0]
+    return candidates
+
+
+def _candidate_tile_exponents(magnitude: np.ndarray, tilings: list, candidates: np.ndarray, rule) -> np.ndarray:
+    """The exponent of the tile that holds each element at ``candidates`` in each tiling, one tiling
+    after another (`_cast_in_range`), from those tiles' amax alone."""
+    amax = []
+    for tiling in tilings:
+        view, index, inside = _tile_elements(magnitude, tiling, _tile_index(candidates, tiling))
+        elements = view[index]
+        if inside is not None:
+            elements = np.where(inside, elements, np.uint32(0))
+        amax.append(elements.max(axis=1))
+    return rule.exponents(np.concatenate(amax) if len(amax) > 1 else amax[0])
+
+
 def _by_copy(tiles: np.ndarray, offsets: list):
     """``(copy, tiles of that copy)`` for sorted tile numbers over stacked copies (`_cast_in_range`)."""
     if len(offsets) == 2:
@@ -738,47 +787,67 @@ def _by_copy(tiles: np.ndarray, offsets: list):
     return [(copy, tiles[starts[copy]:starts[copy + 1]]) for copy in range(len(offsets) - 1)]
 
 
-def _cast_elements(x, source, flat_out, positions, tiles, lows, exponent, fmt, saturate: bool, copies: int):
-    """Cast the elements at ``positions`` of the stacked copies (``source`` at ``position % size``,
-    times ``2**-exponent[tile]``) into ``flat_out``: the first ``lows`` lie below the normal range
-    once scaled (`_round_below_normal`; unless a tile's bound was raised to 2**-126: then float32
-    subnormals may be normal once scaled, and they take the table), the others (per-tensor
-    scales only) beyond max's rounding interval (`_round_beyond_max`). Returns each copy's
-    underflow count (nonzero ``x``, zero value), all among the first ``lows``.
+def _cast_elements(source, magnitude, positions, exponents, lows, fmt, saturate: bool, copies: int) -> tuple:
+    """The cast of the elements at ``positions`` of the stacked copies: ``source`` at ``position %
+    size`` (``magnitude`` its bits), times ``2**-exponents`` (one per element; None: scale 1).
+
+    The first ``lows`` lie below the normal range of the largest tile; with exponents, those below
+    their own tile's stay (the others are normal there, and `_round_normal` cast them), and are cast
+    by `_round_below_normal`, unless a tile's bound was raised to 2**-126 (then float32 subnormals
+    may be normal once scaled, and they take the table). The others (one scale only) lie beyond
+    max's rounding interval (`_round_beyond_max`).
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray, list of int)
+        The positions of the elements to write and their values, and each copy's underflow count:
+        every element here comes from a nonzero input (`_nonzero_below`), so a zero value underflowed.
     """
     if not positions.size:
-        return [0] * copies
+        return positions, None, [0] * copies
     size = source.size
     where = positions % size if copies > 1 else positions
     inputs = source[where]
-    scaled = inputs if exponent is None else np.ldexp(inputs, -exponent[tiles])
-    if exponent is not None and exponent.min() < _RAISED_BELOW[fmt.name]:
-        values = np.empty_like(scaled)
-        _round_into(np.ascontiguousarray(scaled), values, fmt, saturate)
-    else:
-        values = _round_below_normal(scaled[:lows] if lows < scaled.size else scaled, fmt)
-        if lows < scaled.size:  # (Inf and NaN among them, and products that overflow to Inf)
+    if exponents is None:
+        values = _round_below_normal(inputs[:lows] if lows < inputs.size else inputs, fmt)
+        if lows < inputs.size:  # (Inf and NaN among them, and products that overflow to Inf)
             with np.errstate(over="ignore", invalid="ignore"):
-                values = np.concatenate((values, _round_beyond_max(scaled[lows:], fmt, saturate)))
-    if exponent is not None:  # (every value here lies below the normal range: nothing overflows)
-        values = np.ldexp(values, exponent[tiles])
-    flat_out[positions] = values
-    if x is not source:  # the inputs before scaling (a product can underflow to zero)
-        inputs = x[where]
+                values = np.concatenate((values, _round_beyond_max(inputs[lows:], fmt, saturate)))
+    else:
+        keep = magnitude[where] < _lower_bits(fmt, exponents)  # below their own tile's range
+        if not keep.all():
+            positions, inputs, exponents = positions[keep], inputs[keep], exponents[keep]
+            lows = positions.size
+        if not positions.size:
+            return positions, None, [0] * copies
+        if exponents.min() < _RAISED_BELOW[fmt.name]:
+            values = np.empty_like(inputs)
+            _round_into(np.ldexp(inputs, -exponents), values, fmt, saturate)
+            values = np.ldexp(values, exponents)  # (each lies below the normal range: nothing overflows)
+        else:
+            values = _round_below_normal(inputs, fmt, exponents)
+    zero = values[:lows] == 0
     if copies == 1:
-        return [int(np.count_nonzero(inputs[:lows])) - int(np.count_nonzero(values[:lows]))]
-    underflow = (values[:lows] == 0) & (inputs[:lows] != 0)
-    return np.bincount(positions[:lows] // size, weights=underflow, minlength=copies).astype(int).tolist()
+        return positions, values, [int(np.count_nonzero(zero))]
+    return positions, values, np.bincount(positions[:lows][zero] // size, minlength=copies).tolist()
 
 
-def _round_below_normal(scaled: np.ndarray, fmt) -> np.ndarray:
+def _round_below_normal(scaled: np.ndarray, fmt, exponents=None) -> np.ndarray:
     """The cast of magnitudes below ``fmt.min_normal``, where the format's values are the multiples
     of its smallest subnormal: round to the nearest multiple, ties to even, as ``np.rint`` does
-    after scaling by a power of two (each step exact in float32, the sign of zero kept)."""
+    after scaling by a power of two (each step exact in float32, the sign of zero kept).
+
+    With ``exponents`` (int32, one per element), the cast of ``scaled * 2**-exponents``, times
+    ``2**exponents``: the grid's step is then ``2**(exponents + log2(min_subnormal))``. (Where
+    that scaling underflows in float32, the result lies below half a step and rounds to zero.)
+    """
     step = _STEPS[fmt.name]
-    values = np.rint(scaled * (np.float32(1) / step))
-    values *= step
-    return values
+    if exponents is None:
+        values = np.rint(scaled * (np.float32(1) / step))
+        values *= step
+        return values
+    step_exponents = exponents + _STEP_EXPONENTS[fmt.name]
+    return np.ldexp(np.rint(np.ldexp(scaled, -step_exponents)), step_exponents)
 
 
 def _round_beyond_max(scaled: np.ndarray, fmt, saturate: bool) -> np.ndarray:
@@ -1155,13 +1224,17 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
 
 class _Rule(NamedTuple):
     """Power-of-two tile scales, as `_cast_in_range` takes them: ``exponents(amax)`` gives, from the
-    tiles' amax bits (finite, below 2**100), the exponents ``k`` (int32) of the scales ``2**-k``;
-    ``reaches_max`` says whether a tile's scaled amax can lie beyond max's rounding interval."""
+    tiles' amax bits (finite, below 2**100), the exponents ``k`` (int32) of the scales ``2**-k``,
+    and ``exponent_of(amax)`` the one exponent of one amax (numpy.uint32 bits) as a Python int;
+    ``reaches_max`` says whether a tile's scaled amax can lie beyond max's rounding interval.
+    The exponents never fall as amax grows."""
 
     exponents: Callable
+    exponent_of: Callable
     reaches_max: bool
 
 
+@functools.cache
 def _blockwise_rule(fmt) -> _Rule:
     """The tile scales of ``blockwise``: `scaling.scale_from_amax` with ``power_of_2=True`` (as
     scaling.quantize_blockwise scales), spelled out for finite amax: ``fp8_max / amax`` in float32
@@ -1183,9 +1256,17 @@ def _blockwise_rule(fmt) -> _Rule:
             exponent[amax == 0] = 0
         return exponent
 
-    return _Rule(exponents, reaches_max=False)
+    def exponent_of(amax):
+        if amax == 0:
+            return 0
+        if amax < overflows_below:
+            return 127 - 254
+        return 127 - min(int((largest / amax.view(np.float32)).view(np.uint32)) >> 23, 254)
+
+    return _Rule(exponents, exponent_of, reaches_max=False)
 
 
+@functools.cache
 def _mx_rule(fmt, scale_mode: str) -> _Rule:
     """The MX block scales (`mx.shared_exponents`, as mx.quantize computes them): the shared
     exponents, ``2**-shared_exp`` scaling the elements. (Blocks holding NaN or Inf, whose scale is
@@ -1197,8 +1278,13 @@ def _mx_rule(fmt, scale_mode: str) -> _Rule:
     if scale_mode == "floor":
         offset = np.int32(mx.E8M0_BIAS + mx_format.elem.emax)
         return _Rule(lambda amax: np.maximum((amax >> np.uint32(23)).astype(np.int32) - offset,
-                                             np.int32(mx.SHARED_EXP_MIN)), reaches_max=True)
-    return _Rule(lambda amax: mx.shared_exponents(amax.view(np.float32), mx_format, scale_mode)[1], reaches_max=True)
+                                             np.int32(mx.SHARED_EXP_MIN)),
+                     lambda amax: max((int(amax) >> 23) - int(offset), mx.SHARED_EXP_MIN), reaches_max=True)
+
+    def exponents(amax):
+        return mx.shared_exponents(amax.view(np.float32), mx_format, scale_mode)[1]
+
+    return _Rule(exponents, lambda amax: int(exponents(np.array([amax], np.uint32))[0]), reaches_max=True)
 
 
 def _cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, saturate: bool, new=np.empty):

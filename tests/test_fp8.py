@@ -26,14 +26,18 @@ THRESHOLD = {"E4M3": 464.0, "E5M2": 61440.0}  # the end of max's rounding interv
 def cast_path(request, monkeypatch):
     """Every test runs four times: with the casts' own choice of path per tensor, with every
     element through the rounding table, with every tensor through the fast path (rounding in
-    place, the elements outside the normal range cast on their own, however many), and the same
-    with the tiles of the largest normal-range bounds always searched on their own."""
+    place, the elements outside the normal range cast on their own, however many, with only
+    their tiles' amax taken where the rule allows), and the same with every tile's amax and the
+    tiles of the largest normal-range bounds always searched on their own."""
     if request.param == "table":
         monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 2**62)
     elif request.param in ("in-range", "outliers"):
         monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 0)
         monkeypatch.setattr(fp8, "_FIXUP_FRACTION", 1.0)
         monkeypatch.setattr(fp8, "_OUTLIER_FRACTION", 0.0 if request.param == "outliers" else 1.0)
+        # in-range: the amax of the candidates' tiles alone (unless their tiles hold 16 times the
+        # tensor); outliers: of every tile
+        monkeypatch.setattr(fp8, "_SPARSE_TILES_FRACTION", 0.0 if request.param == "outliers" else 16.0)
     return request.param
 
 
@@ -833,6 +837,37 @@ def test_mx_special_values_in_every_scale_mode(scale_mode, fmt):
         if scale_mode == "rceil":  # the Inf elements saturate (counted), their block stays finite elsewhere
             assert np.isinf(values[10, 100]) and np.isinf(values[20, 7])
             assert np.isfinite(values[11, 100]) and np.isfinite(values[21, 7])
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_a_partial_tile_takes_its_amax_from_its_own_elements(axis):
+    """The last 1x128 tile of a 192-long row holds 64 elements: its amax, and so its scale, comes
+    from them alone, though the tensor's largest element lies at position 0, where the missing
+    elements of a partial tile are read."""
+    x = np.full((512, 192), 2.0**9, np.float32)
+    x[0, 0] = 2.0**10
+    x[1, 128:] = 2.0**-6  # one partial tile of small elements: the only ones to check
+    x[1, 150] = 1.125 * 2.0**-18  # scale 2**14 in its tile: 1.125 * 2**-4, normal; under 2**10's: 0
+    x = x if axis == -1 else x.T.copy()
+    values, stats = fp8.fake_quantize(x, "blockwise", "E4M3", axis=axis)
+    assert_same(values, reference(x, "blockwise", "E4M3", axis))
+    assert values[(1, 150) if axis == -1 else (150, 1)] == np.float32(1.125 * 2.0**-18)
+    assert stats.underflow_count == 0
+
+
+@pytest.mark.parametrize("recipe", ["current", "delayed"])
+def test_a_product_that_underflows_to_zero_counts(recipe):
+    """A scale below 1 can take a nonzero input to zero before the cast (float32 underflow): that
+    element underflowed, where a zero input did not."""
+    x = np.array([2.0**20, 1e-44, 0.0, -0.0, 2.0**10], np.float32)  # current: scale 448 / 2**20
+    scaler = None
+    if recipe == "delayed":  # the history holds amax 2**20
+        scaler = scaling.DelayedScaling("E4M3", history_len=2)
+        scaler.quantize(np.array([2.0**20], np.float32))
+    expected = reference(x, recipe, "E4M3", scaler=copy.deepcopy(scaler))
+    values, stats = fp8.fake_quantize(x, recipe, "E4M3", scaler=scaler)
+    assert_same(values, expected)
+    assert values[1] == 0 and stats.underflow_count == 1
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])

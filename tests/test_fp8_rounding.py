@@ -137,7 +137,8 @@ def test_all_float32_inputs_take_the_codec_value(name):
 def test_block_scale_rules_equal_their_references():
     """The block scales the fast path computes from amax bits: MX's shared exponents equal
     mx.shared_exponents in every scale mode (the floor rule is spelled out there), blockwise's
-    equal -log2 of scaling.scale_from_amax(power_of_2=True), and never take an amax past max;
+    equal -log2 of scaling.scale_from_amax(power_of_2=True), and never take an amax past max (the
+    exponent of one amax, as the largest tile's is taken, equals them too);
     for every float32 exponent field the fast path takes (finite amax below 2**100, zero and
     subnormals included), with mantissas at the edges that decide the rounding modes."""
     from minifp8 import mx, scaling
@@ -149,10 +150,13 @@ def test_block_scale_rules_equal_their_references():
         fmt = formats.get(name)
         for mode in mx.SCALE_MODES:
             expected = mx.shared_exponents(amax.view(np.float32), "MXFP8_" + name, mode)[1]
-            np.testing.assert_array_equal(fp8._mx_rule(fmt, mode).exponents(amax), expected)
+            rule = fp8._mx_rule(fmt, mode)
+            np.testing.assert_array_equal(rule.exponents(amax), expected)
+            assert [rule.exponent_of(one) for one in amax] == expected.tolist()  # one amax at a time
         scale = scaling.scale_from_amax(amax.view(np.float32), fmt, power_of_2=True)
         exponents = fp8._blockwise_rule(fmt).exponents(amax)
         np.testing.assert_array_equal(np.exp2(-exponents.astype(np.float64)), scale)
+        assert [fp8._blockwise_rule(fmt).exponent_of(one) for one in amax] == exponents.tolist()
         # blockwise's scaled amax never passes max (so its tiles never saturate: reaches_max False)
         assert not fp8._blockwise_rule(fmt).reaches_max
         assert (amax.view(np.float32).astype(np.float64) * np.exp2(-exponents.astype(np.float64)) <= fmt.max).all()
