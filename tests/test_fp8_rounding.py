@@ -98,6 +98,22 @@ def test_rounding_below_normal_equals_the_codec(name):
     assert_same_bits(fp8._round_below_normal(x.copy(), fmt), codec.quantize(x, fmt, saturate=True))
 
 
+@pytest.mark.parametrize("name", FORMATS)
+def test_rounding_below_normal_with_tile_exponents_equals_the_codec(name):
+    """`_round_below_normal` with a tile exponent k per element: an ``x`` below min_normal * 2**k
+    is cast as ``x * 2**-k`` is (computed in float64, exactly), times ``2**k``: for tile exponents
+    from the lowest that does not raise the bound (-120 for E4M3) up to 100, every magnitude below
+    the bound, float32's subnormals and the products that underflow in float32 included."""
+    fmt = formats.get(name)
+    x = structured_float32()
+    lowest = fp8._RAISED_BELOW[fmt.name]
+    for k in sorted({lowest, lowest + 1, -64, -9, -1, 0, 1, 9, 64, 99, 100}):
+        below = x[magnitude_bits(x) < fp8._lower_bits(fmt, k)]
+        expected = (codec.quantize(below.astype(np.float64) * 2.0**-k, fmt, saturate=True) * 2.0**k).astype(np.float32)
+        actual = fp8._round_below_normal(below, fmt, np.full(below.size, k, np.int32))
+        assert_same_bits(actual, expected)
+
+
 @pytest.mark.parametrize("saturate", [True, False])
 @pytest.mark.parametrize("name", FORMATS)
 def test_rounding_beyond_max_equals_the_codec(name, saturate):
