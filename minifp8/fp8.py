@@ -466,14 +466,14 @@ def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
 
 def _lower_bits(fmt, exponent):
     """`_normal_range`'s ``lower``."""
-    if np.ndim(exponent) == 0:  # one scale: in Python integers
+    if not isinstance(exponent, np.ndarray):  # one scale: in Python integers
         return np.uint32(max(int(exponent) + int(_MIN_NORMAL_FIELDS[fmt.name]), 1) << 23)
     return (np.maximum(exponent + _MIN_NORMAL_FIELDS[fmt.name], np.int32(1)) << np.int32(23)).view(np.uint32)
 
 
 def _beyond_bits(fmt, exponent):
     """`_normal_range`'s ``beyond``."""
-    if np.ndim(exponent) == 0:
+    if not isinstance(exponent, np.ndarray):
         return np.uint32((int(exponent) << 23) + int(_FIRST_BEYOND[fmt.name]))
     return ((exponent << np.int32(23)) + _FIRST_BEYOND[fmt.name]).view(np.uint32)
 
@@ -740,7 +740,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         saturated = [high.size]
     else:
         saturated = [0] * copies
-        for copy, mine in _by_copy(hot, offsets):
+        for copy, mine in _by_copy(hot, offsets) if hot.size else ():
             if mine.size:
                 saturated[copy] = _clamp_hot_tiles(out[copy], tilings[copy], mine - offsets[copy], exponent[mine],
                                                    fmt, saturate)
@@ -772,9 +772,7 @@ def _candidate_tile_exponents(magnitude: np.ndarray, tilings: list, candidates: 
     amax = []
     for tiling in tilings:
         view, index, inside = _tile_elements(magnitude, tiling, _tile_index(candidates, tiling))
-        elements = view[index]
-        if inside is not None:
-            elements = np.where(inside, elements, np.uint32(0))
+        elements = view[index] if inside is None else np.where(inside, view[index], np.uint32(0))
         amax.append(elements.max(axis=1))
     return rule.exponents(np.concatenate(amax) if len(amax) > 1 else amax[0])
 
@@ -1238,20 +1236,17 @@ class _Rule(NamedTuple):
 def _blockwise_rule(fmt) -> _Rule:
     """The tile scales of ``blockwise``: `scaling.scale_from_amax` with ``power_of_2=True`` (as
     scaling.quantize_blockwise scales), spelled out for finite amax: ``fp8_max / amax`` in float32
-    with its mantissa cleared, Inf (a zero or tiny amax) taken as FLT_MAX (2**127 once cleared),
-    and scale 1 for a zero amax; tests/test_fp8_rounding.py holds it to scale_from_amax. A scaled
-    amax never passes max (the quotient, rounded down to a power of two, is at most fp8_max / amax)."""
+    with its mantissa cleared, Inf (a tiny amax) taken as FLT_MAX (2**127 once cleared), and scale
+    1 for a zero amax; tests/test_fp8_rounding.py holds it to scale_from_amax. A scaled amax never
+    passes max (the quotient, rounded down to a power of two, is at most fp8_max / amax)."""
     largest = np.float32(fmt.max)
-    overflows_below = np.float32(2 * fmt.max / np.finfo(np.float32).max).view(np.uint32)  # (amax bits, with room)
+    # fp8_max * 2**-127, whose quotient is 2**127: a smaller amax's quotient lies in that binade
+    # too, or overflows to Inf, which is taken as FLT_MAX (also in it); so amax is raised to it.
+    smallest = np.float32(fmt.max * 2.0**-127).view(np.uint32)
 
     def exponents(amax):
-        if amax.min() >= overflows_below:
-            quotient = largest / amax.view(np.float32)
-        else:  # a zero or tiny amax: the quotient overflows to Inf
-            with np.errstate(divide="ignore", over="ignore"):
-                quotient = largest / amax.view(np.float32)
-        field = np.minimum(quotient.view(np.uint32) >> np.uint32(23), np.uint32(254))  # Inf -> FLT_MAX's
-        exponent = np.int32(127) - field.astype(np.int32)
+        quotient = largest / np.maximum(amax, smallest).view(np.float32)
+        exponent = np.int32(127) - (quotient.view(np.int32) >> np.int32(23))
         if not amax.all():
             exponent[amax == 0] = 0
         return exponent
@@ -1259,9 +1254,7 @@ def _blockwise_rule(fmt) -> _Rule:
     def exponent_of(amax):
         if amax == 0:
             return 0
-        if amax < overflows_below:
-            return 127 - 254
-        return 127 - min(int((largest / amax.view(np.float32)).view(np.uint32)) >> 23, 254)
+        return 127 - (int((largest / max(amax, smallest).view(np.float32)).view(np.uint32)) >> 23)
 
     return _Rule(exponents, exponent_of, reaches_max=False)
 
