@@ -708,7 +708,10 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else candidates[:0]
         positions, lows = (np.concatenate((candidates, high)) if high.size else candidates), candidates.size
     else:
-        positions = np.concatenate([candidates + copy * size for copy in range(copies)]) if copies > 1 else candidates
+        if copies > 1 and candidates.size:
+            positions = np.concatenate([candidates + copy * size for copy in range(copies)])
+        else:  # (none in any copy, or those of the one copy)
+            positions = candidates
         if not candidates.size:
             exponents = np.zeros(0, np.int32)
         elif exponent is None:  # from the amax of the candidates' own tiles
@@ -971,7 +974,7 @@ def _memory_order(x: np.ndarray):
     C-contiguous x, or one already in that order."""
     if x.ndim < 2 or x.flags.c_contiguous:
         return None
-    order = tuple(int(axis) for axis in np.argsort([-abs(stride) for stride in x.strides], kind="stable"))
+    order = tuple(sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis])))  # (a stable sort)
     return None if order == tuple(range(x.ndim)) else order
 
 
@@ -1405,7 +1408,7 @@ def _quantize(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight:
     if order is not None:
         values, stats = _quantize(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
                                   scaler, new)
-        return values.transpose(np.argsort(order)), stats
+        return values.transpose(sorted(range(x.ndim), key=order.__getitem__)), stats  # (order's inverse)
     if recipe in _PER_TENSOR:
         if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path
             values = codec.quantize(x, fmt, saturate=saturate)
