@@ -643,11 +643,14 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     starts as a copy of the first (unless none has anything to fix), and is fixed at its own
     outside elements.
 
-    Those are found in one comparison against the largest lower bound of any tile, and then
-    checked against their own tile's (`_normal_range`); elements beyond max's rounding interval
-    can only lie in tiles whose amax reaches it, and are searched there. Every element inside the
-    range is nonzero before and after the cast and lies below that interval, so the outside
-    elements give exact statistics.
+    Those are found in one comparison against the largest lower bound of any tile (the largest
+    tile's: the exponents grow with amax, so the tensor's max gives it), zeros left out (they stay
+    zero and never underflow), and then checked against their own tile's (`_normal_range`): from
+    the amax of every tile, or, where the rule never reaches max and the candidates' tiles are few
+    (`_SPARSE_TILES_FRACTION`), from theirs alone. Elements beyond max's rounding interval can
+    only lie in tiles whose amax reaches it (MX blocks, whose every amax is taken), and are
+    searched there. Every element inside the range is nonzero before and after the cast and lies
+    below that interval, so the outside elements give exact statistics.
 
     Returns
     -------
