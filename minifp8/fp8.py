@@ -562,13 +562,9 @@ def _tile_index(positions: np.ndarray, tiling: _Tiling) -> np.ndarray:
 
 def _tile_positions(tiles: np.ndarray, tiling: _Tiling) -> tuple:
     """``(positions, inside)``: the flat positions of the elements of ``tiles``, one row per tile, and
-    which of them are elements (None when all are; the missing ones of a partial tile are 0)."""
+    which of them are elements (the missing ones of a partial tile are at position 0). Any tiling;
+    `_tile_elements` reads runs and columns through views instead."""
     outer, n, inner, length, width = tiling
-    if n % length == 0 and inner == 1:  # runs of consecutive elements
-        return tiles[:, None] * length + np.arange(length), None
-    if n % length == 0 and width == 1:  # columns of length elements, inner apart
-        row_block, column = np.divmod(tiles, inner)
-        return (row_block[:, None] * length + np.arange(length)) * inner + column[:, None], None
     tile_row, tile_column = np.divmod(tiles, tiling.tiles_along_inner)
     outer_row, tile_along_n = np.divmod(tile_row, tiling.tiles_along_n)
     rows = tile_along_n[:, None] * length + np.arange(length)  # (tiles, length) positions along n
@@ -584,8 +580,7 @@ def _elements_between(magnitude: np.ndarray, tiling: _Tiling, tiles: np.ndarray,
     arithmetic, where a magnitude below ``low`` wraps around to a large number."""
     positions, inside = _tile_positions(tiles, tiling)
     found = magnitude[positions] - low < (np.asarray(high - low)).reshape(-1, 1)
-    if inside is not None:
-        found &= inside
+    found &= inside
     found = found.reshape(-1).nonzero()[0]  # (1-d: NumPy's nonzero is much slower on 2-d arrays)
     return positions.reshape(-1)[found], tiles[found // positions.shape[1]]
 
