@@ -886,6 +886,19 @@ def test_an_outlier_tile_keeps_its_own_underflow(recipe):
             assert values[7, 3] == 0 and stats.underflow_count >= 1
 
 
+def test_an_outlier_partial_tile_searches_only_its_own_elements():
+    """A partial 1x128 tile (64 elements) a million times larger than the rest, searched on its own
+    (the "outliers" path): the missing elements of the tile are not elements, though position 0,
+    where they are read, holds a value that would lie below the tile's normal range."""
+    rng = np.random.default_rng(31)
+    x = (rng.uniform(1, 2, (256, 192)) * rng.choice([-1, 1], (256, 192))).astype(np.float32)
+    x[7, 128:] *= 1e6
+    x[0, 0] = 1.3  # cast in its own tile: 1.25; at the outlier tile's scale it would be 0
+    values, stats = fp8.fake_quantize(x, "blockwise", "E4M3")
+    assert_same(values, reference(x, "blockwise", "E4M3"))
+    assert values[0, 0] == 1.25 and stats.underflow_count == 0
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
 def test_a_pair_with_nothing_to_fix_is_one_array(recipe, cast_path):
     """Magnitudes within [1, 1.75] sit in the normal range of every tile and below max once scaled,
