@@ -112,7 +112,7 @@ import numpy as np
 
 from . import codec, formats, scaling
 from .autograd import Tensor
-from .optim import AdamW
+from .optim import AdamW, adamw_update
 
 __all__ = [
     "AllReduceResult", "AutoScale", "FP8AdamW", "FP8Gradients", "GradientReport", "MemoryRow",
@@ -645,8 +645,8 @@ def _named(named_parameters, owner: str) -> dict:
 class FP8AdamW(AdamW):
     """AdamW with low-precision, per-tensor-scaled states (FP8-LM section 2.2; MS-AMP O2, and O3).
 
-    The algorithm is `minifp8.optim.AdamW`'s, computed in float32 with the same operations in
-    the same order; only the storage between steps changes. Each step, per parameter:
+    The algorithm is `minifp8.optim.AdamW`'s: the same function, `minifp8.optim.adamw_update`, in
+    float32; only the storage between steps changes. Each step, per parameter:
 
     1. read back ``m``, ``v`` (and the master weights) to float32: ``array * float32(1 / scale)``;
     2. the AdamW step in float32 (decoupled decay, moments, bias correction, update);
@@ -704,26 +704,11 @@ class FP8AdamW(AdamW):
                 if not state:
                     self._init_state(p, state)
                 state["step"] += 1
-                t = state["step"]
                 m = load_scaled(state["exp_avg"], state["exp_avg_scale"], self.first_moment)
                 v = load_scaled(state["exp_avg_sq"], state["exp_avg_sq_scale"], self.second_moment)
                 master = self.master_weights == "float16"
                 weights = load_scaled(state["master"], state["master_scale"], "float16") if master else p.data
-                # optim.AdamW.step, operation for operation, in float32:
-                if weight_decay:
-                    weights *= 1.0 - lr * weight_decay
-                m *= beta1
-                m += (1.0 - beta1) * g
-                v *= beta2
-                v += (1.0 - beta2) * (g * g)
-                bias_correction1 = 1.0 - beta1 ** t
-                bias_correction2 = 1.0 - beta2 ** t
-                denominator = np.sqrt(v)
-                denominator /= math.sqrt(bias_correction2)
-                denominator += eps
-                update = m / denominator
-                update *= lr / bias_correction1
-                weights -= update
+                adamw_update(weights, g, m, v, state["step"], lr, beta1, beta2, eps, weight_decay)
                 # store with fresh scales
                 state["exp_avg"], state["exp_avg_scale"] = store_scaled(m, self.first_moment)
                 state["exp_avg_sq"], state["exp_avg_sq_scale"] = store_scaled(v, self.second_moment)

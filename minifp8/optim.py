@@ -198,22 +198,28 @@ class AdamW(Optimizer):
                     state["exp_avg"] = np.zeros_like(p.data)
                     state["exp_avg_sq"] = np.zeros_like(p.data)
                 state["step"] += 1
-                t = state["step"]
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                if weight_decay:
-                    p.data *= 1.0 - lr * weight_decay
-                m *= beta1
-                m += (1.0 - beta1) * g
-                v *= beta2
-                v += (1.0 - beta2) * (g * g)
-                bias_correction1 = 1.0 - beta1 ** t
-                bias_correction2 = 1.0 - beta2 ** t
-                denominator = np.sqrt(v)
-                denominator /= math.sqrt(bias_correction2)
-                denominator += eps
-                update = m / denominator
-                update *= lr / bias_correction1
-                p.data -= update
+                adamw_update(p.data, g, state["exp_avg"], state["exp_avg_sq"], state["step"], lr, beta1, beta2, eps,
+                             weight_decay)
+
+
+def adamw_update(weights: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int, lr: float, beta1: float,
+                 beta2: float, eps: float, weight_decay: float) -> None:
+    """One AdamW step (`AdamW`'s equations) at step ``t`` (from 1), in place on ``weights``, ``m``
+    and ``v``: shared by `AdamW` and `minifp8.fp8lm.FP8AdamW`, so the two agree bit for bit."""
+    if weight_decay:
+        weights *= 1.0 - lr * weight_decay
+    m *= beta1
+    m += (1.0 - beta1) * g
+    v *= beta2
+    v += (1.0 - beta2) * (g * g)
+    bias_correction1 = 1.0 - beta1 ** t
+    bias_correction2 = 1.0 - beta2 ** t
+    denominator = np.sqrt(v)
+    denominator /= math.sqrt(bias_correction2)
+    denominator += eps
+    update = m / denominator
+    update *= lr / bias_correction1
+    weights -= update
 
 
 def clip_grad_norm(params: Iterable[Tensor], max_norm: float, error_if_nonfinite: bool = False) -> float:
