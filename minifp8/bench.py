@@ -12,6 +12,7 @@ runs them all.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable
@@ -287,6 +288,16 @@ def bench_train(args) -> None:
 # (new sections go above this line)
 
 
+def machine_line() -> str:
+    """The cores and the load before the run: the ratios move with what else the machine runs (on a
+    shared 2-core machine, a busy second core slows the multithreaded fp32 GEMMs more than the
+    single-threaded FP8 casts), so a quoted ratio should come with this line."""
+    line = f"machine: {os.cpu_count()} cores, numpy {np.__version__}"
+    if hasattr(os, "getloadavg"):
+        line += f", load average {os.getloadavg()[0]:.2f} over the last minute before the run"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m minifp8.bench",
@@ -308,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     from .train_tiny import _tune_malloc
 
     _tune_malloc()  # measure steps with the allocator the trainer runs them with
+    print(machine_line(), flush=True)
     for name in args.sections or list(SECTIONS):
         print(f"[{name}]", flush=True)
         SECTIONS[name](args)

@@ -8,6 +8,7 @@ from minifp8 import bench, fp8
 def test_train_section_reports_every_recipe(capsys):
     assert bench.main(["--repeats", "1", "--rounds", "1", "train"]) == 0
     out = capsys.readouterr().out
+    assert out.startswith("machine: ") and " cores" in out.splitlines()[0]  # the context to read ratios with
     for recipe in fp8.RECIPES:
         assert f"train step under {recipe} " in out
     assert out.count("fp32 step") == len(fp8.RECIPES)
