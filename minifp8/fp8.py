@@ -640,8 +640,9 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
 
     Those are found in one comparison against the largest lower bound of any tile (the largest
     tile's: the exponents grow with amax, so the tensor's max gives it), zeros left out (they stay
-    zero and never underflow), and then checked against their own tile's (`_normal_range`): from
-    the amax of every tile, or, where the rule never reaches max and the candidates' tiles are few
+    zero and never underflow), and then cast on their own tile's grid (`_round_in_tiles`, which
+    also tells whether any lay below that tile's range): with the exponents from the amax of every
+    tile, or, where the rule never reaches max and the candidates' tiles are few
     (`_SPARSE_TILES_FRACTION`), from theirs alone. Elements beyond max's rounding interval can
     only lie in tiles whose amax reaches it (MX blocks, whose every amax is taken), and are
     searched there. Every element inside the range is nonzero before and after the cast and lies
@@ -705,9 +706,12 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         exponents = None
         high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else candidates[:0]
         positions, lows = (np.concatenate((candidates, high)) if high.size else candidates), candidates.size
+        inputs = source[positions] if positions.size else None
     else:
-        if copies > 1 and candidates.size:
+        inputs = source[candidates] if candidates.size else None
+        if copies > 1 and candidates.size:  # the copies share the candidates and their inputs
             positions = np.concatenate([candidates + copy * size for copy in range(copies)])
+            inputs = np.concatenate([inputs] * copies)
         else:  # (none in any copy, or those of the one copy)
             positions = candidates
         if not candidates.size:
@@ -718,16 +722,16 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             exponents = exponent[np.concatenate([_tile_index(candidates, tiling) + offset
                                                  for tiling, offset in zip(tilings, offsets)])]
         if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
-            found = [(positions, exponents)]
+            found = [(positions, exponents, source[candidates[:0]] if inputs is None else inputs)]
             for copy, mine in _by_copy((lower > far).nonzero()[0], offsets):
                 if mine.size:
                     found_positions, found_tiles = _elements_between(magnitude, tilings[copy], mine - offsets[copy],
                                                                      far, lower[mine])
-                    found.append((found_positions + copy * size, exponent[found_tiles + offsets[copy]]))
-            positions, exponents = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+                    found.append((found_positions + copy * size, exponent[found_tiles + offsets[copy]],
+                                  source[found_positions]))
+            positions, exponents, inputs = (np.concatenate(arrays) for arrays in zip(*found))
         lows = positions.size
-    positions, values, underflow = _cast_elements(source, magnitude, positions, exponents, lows, fmt, saturate,
-                                                  copies)
+    positions, values, underflow = _cast_elements(inputs, positions, exponents, lows, fmt, saturate, copies, size)
     # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
     hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule is not None and rule.reaches_max \
         else candidates[:0]
@@ -786,15 +790,16 @@ def _by_copy(tiles: np.ndarray, offsets: list):
     return [(copy, tiles[starts[copy]:starts[copy + 1]]) for copy in range(len(offsets) - 1)]
 
 
-def _cast_elements(source, magnitude, positions, exponents, lows, fmt, saturate: bool, copies: int) -> tuple:
-    """The cast of the elements at ``positions`` of the stacked copies: ``source`` at ``position %
-    size`` (``magnitude`` its bits), times ``2**-exponents`` (one per element; None: scale 1).
+def _cast_elements(inputs, positions, exponents, lows, fmt, saturate: bool, copies: int, size: int) -> tuple:
+    """The cast of the elements at ``positions`` of the stacked copies (each copy ``size`` long):
+    ``inputs``, the source's values there, times ``2**-exponents`` (one per element; None: scale 1).
 
-    The first ``lows`` lie below the normal range of the largest tile; with exponents, those below
-    their own tile's stay (the others are normal there, and `_round_normal` cast them), and are cast
-    by `_round_below_normal`, unless a tile's bound was raised to 2**-126 (then float32 subnormals
-    may be normal once scaled, and they take the table). The others (one scale only) lie beyond
-    max's rounding interval (`_round_beyond_max`).
+    The first ``lows`` lie below the normal range of the largest tile. With exponents, each is cast
+    onto its own tile's grid (`_round_in_tiles`): those that lie inside their tile's normal range
+    get the value `_round_normal` gave them, so all are written, and none is where none lies below
+    its tile's range. Where a tile's bound was raised to 2**-126 (then float32 subnormals may be
+    normal once scaled) they take the table instead. The others (one scale only) lie beyond max's
+    rounding interval (`_round_beyond_max`).
 
     Returns
     -------
@@ -804,49 +809,60 @@ def _cast_elements(source, magnitude, positions, exponents, lows, fmt, saturate:
     """
     if not positions.size:
         return positions, None, [0] * copies
-    size = source.size
-    where = positions % size if copies > 1 else positions
-    inputs = source[where]
     if exponents is None:
         values = _round_below_normal(inputs[:lows] if lows < inputs.size else inputs, fmt)
         if lows < inputs.size:  # (Inf and NaN among them, and products that overflow to Inf)
             with np.errstate(over="ignore", invalid="ignore"):
                 values = np.concatenate((values, _round_beyond_max(inputs[lows:], fmt, saturate)))
+    elif exponents.min() < _RAISED_BELOW[fmt.name]:
+        values = np.empty_like(inputs)
+        _round_into(np.ldexp(inputs, -exponents), values, fmt, saturate)
+        values = np.ldexp(values, exponents)  # (each lies below max: nothing overflows)
     else:
-        keep = magnitude[where] < _lower_bits(fmt, exponents)  # below their own tile's range
-        if not keep.all():
-            positions, inputs, exponents = positions[keep], inputs[keep], exponents[keep]
-            lows = positions.size
-        if not positions.size:
-            return positions, None, [0] * copies
-        if exponents.min() < _RAISED_BELOW[fmt.name]:
-            values = np.empty_like(inputs)
-            _round_into(np.ldexp(inputs, -exponents), values, fmt, saturate)
-            values = np.ldexp(values, exponents)  # (each lies below the normal range: nothing overflows)
-        else:
-            values = _round_below_normal(inputs, fmt, exponents)
+        values, below = _round_in_tiles(inputs, fmt, exponents)
+        if not below:  # every one lies inside its tile's normal range: nothing to fix
+            return positions[:0], None, [0] * copies
     zero = values[:lows] == 0
     if copies == 1:
         return positions, values, [int(np.count_nonzero(zero))]
     return positions, values, np.bincount(positions[:lows][zero] // size, minlength=copies).tolist()
 
 
-def _round_below_normal(scaled: np.ndarray, fmt, exponents=None) -> np.ndarray:
+def _round_below_normal(scaled: np.ndarray, fmt) -> np.ndarray:
     """The cast of magnitudes below ``fmt.min_normal``, where the format's values are the multiples
     of its smallest subnormal: round to the nearest multiple, ties to even, as ``np.rint`` does
-    after scaling by a power of two (each step exact in float32, the sign of zero kept).
-
-    With ``exponents`` (int32, one per element), the cast of ``scaled * 2**-exponents``, times
-    ``2**exponents``: the grid's step is then ``2**(exponents + log2(min_subnormal))``. (Where
-    that scaling underflows in float32, the result lies below half a step and rounds to zero.)
-    """
+    after scaling by a power of two (each step exact in float32, the sign of zero kept)."""
     step = _STEPS[fmt.name]
-    if exponents is None:
-        values = np.rint(scaled * (np.float32(1) / step))
-        values *= step
-        return values
-    step_exponents = exponents + _STEP_EXPONENTS[fmt.name]
-    return np.ldexp(np.rint(np.ldexp(scaled, -step_exponents)), step_exponents)
+    values = np.rint(scaled * (np.float32(1) / step))
+    values *= step
+    return values
+
+
+_FIELD_OFFSETS = {fmt.name: np.int32(127 + fmt.mantissa_bits) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+
+
+def _round_in_tiles(x: np.ndarray, fmt, exponents: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The cast of the nonzero float32 ``x`` times ``2**-exponents`` (int32, one per element), times
+    ``2**exponents``, for magnitudes below max's rounding interval of their tile, with exponents
+    from ``_RAISED_BELOW`` up: onto the format's grid scaled by ``2**exponents``.
+
+    The grid's spacing at ``x`` is the larger of the subnormal step ``2**(exponents +
+    log2(min_subnormal))`` (below the tile's normal range) and the spacing of x's own binade,
+    ``2**(e - mantissa_bits)`` with ``2**e <= |x|`` (inside it, where it is the larger); ``x`` is
+    rounded to the nearest multiple, ties to even, by ``np.rint`` between two scalings by powers
+    of two (each exact; where the first underflows in float32 the result lies below half a step
+    and rounds to zero, the sign kept). A float32 subnormal ``x`` always lies below its tile's
+    range at these exponents, so its exponent field, 0, never decides.
+
+    Returns the values, and whether any element lay below its tile's normal range (otherwise each
+    value is ``x`` rounded to ``mantissa_bits``, what `_round_normal` gives).
+    """
+    field = ((x.view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF)).view(np.int32)
+    tile_steps = exponents + _STEP_EXPONENTS[fmt.name]
+    own_steps = np.subtract(field, _FIELD_OFFSETS[fmt.name], out=field)
+    below = bool((own_steps < tile_steps).any())
+    steps = np.maximum(tile_steps, own_steps, out=own_steps)
+    return np.ldexp(np.rint(np.ldexp(x, -steps)), steps), below
 
 
 def _round_beyond_max(scaled: np.ndarray, fmt, saturate: bool) -> np.ndarray:

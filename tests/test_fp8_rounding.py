@@ -2,7 +2,8 @@
 
 A fast cast splits the elements of a tensor by the magnitude their tile's power-of-two scale gives
 them: inside the format's normal range it rounds them in place (`fp8._round_normal`, Veltkamp's
-splitting), below it onto the subnormal grid (`fp8._round_below_normal`), beyond max's rounding
+splitting), below it onto the subnormal grid (`fp8._round_below_normal`; with a scale per tile
+`fp8._round_in_tiles`, on both sides of the range), beyond max's rounding
 interval it saturates or overflows (`fp8._round_beyond_max`); `fp8._normal_range` draws the
 lines. Each piece must equal ``codec.quantize`` on its whole domain: structured sweeps here (every
 float32 upper half with the lower halves that make exact ties, their neighbours and the ends of
@@ -99,19 +100,33 @@ def test_rounding_below_normal_equals_the_codec(name):
 
 
 @pytest.mark.parametrize("name", FORMATS)
-def test_rounding_below_normal_with_tile_exponents_equals_the_codec(name):
-    """`_round_below_normal` with a tile exponent k per element: an ``x`` below min_normal * 2**k
-    is cast as ``x * 2**-k`` is (computed in float64, exactly), times ``2**k``: for tile exponents
-    from the lowest that does not raise the bound (-120 for E4M3) up to 100, every magnitude below
-    the bound, float32's subnormals and the products that underflow in float32 included."""
+def test_rounding_in_tiles_equals_the_codec(name):
+    """`_round_in_tiles` with a tile exponent k per element: a nonzero ``x`` below max's rounding
+    interval of its tile is cast as ``x * 2**-k`` is (computed in float64, exactly), times
+    ``2**k``: for tile exponents from the lowest that does not raise the bound (-120 for E4M3) up
+    to 100, every magnitude below the tile's normal range (float32's subnormals and the products
+    that underflow in float32 included) and inside it. It reports elements below the range exactly
+    when there are some."""
     fmt = formats.get(name)
     x = structured_float32()
+    x = x[magnitude_bits(x) != 0]
     lowest = fp8._RAISED_BELOW[fmt.name]
     for k in sorted({lowest, lowest + 1, -64, -9, -1, 0, 1, 9, 64, 99, 100}):
-        below = x[magnitude_bits(x) < fp8._lower_bits(fmt, k)]
-        expected = (codec.quantize(below.astype(np.float64) * 2.0**-k, fmt, saturate=True) * 2.0**k).astype(np.float32)
-        actual = fp8._round_below_normal(below, fmt, np.full(below.size, k, np.int32))
-        assert_same_bits(actual, expected)
+        lower, beyond = fp8._normal_range(fmt, k)
+        for part in (x[magnitude_bits(x) < lower], x[(magnitude_bits(x) >= lower) & (magnitude_bits(x) < beyond)],
+                     x[magnitude_bits(x) < beyond]):
+            expected = (codec.quantize(part.astype(np.float64) * 2.0**-k, fmt, saturate=True) * 2.0**k).astype(np.float32)
+            actual, below = fp8._round_in_tiles(part, fmt, np.full(part.size, k, np.int32))
+            assert_same_bits(actual, expected)
+            assert below == bool((magnitude_bits(part) < lower).any())
+    # exponents that differ element by element: each element on its own tile's grid
+    rng = np.random.default_rng(0)
+    part = x[magnitude_bits(x) < fp8._normal_range(fmt, lowest)[1]]
+    exponents = rng.integers(lowest, 101, part.size).astype(np.int32)
+    part = (part * np.exp2((exponents - lowest).astype(np.float64))).astype(np.float32)  # (exact, below 2**100)
+    expected = (codec.quantize(part.astype(np.float64) * np.exp2(-exponents.astype(np.float64)), fmt, saturate=True)
+                * np.exp2(exponents.astype(np.float64))).astype(np.float32)
+    assert_same_bits(fp8._round_in_tiles(part, fmt, exponents)[0], expected)
 
 
 @pytest.mark.parametrize("saturate", [True, False])
