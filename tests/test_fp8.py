@@ -22,18 +22,23 @@ THRESHOLD = {"E4M3": 464.0, "E5M2": 61440.0}  # the end of max's rounding interv
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-@pytest.fixture(autouse=True, params=["default", "table", "in-range", "outliers"])
+@pytest.fixture(autouse=True, params=["default", "table", "in-range", "outliers", "dense"])
 def cast_path(request, monkeypatch):
-    """Every test runs four times: with the casts' own choice of path per tensor, with every
+    """Every test runs five times: with the casts' own choice of path per tensor, with every
     element through the rounding table, with every tensor through the fast path (rounding in
     place, the elements outside the normal range cast on their own, however many, with only
-    their tiles' amax taken where the rule allows), and the same with every tile's amax and the
-    tiles of the largest normal-range bounds always searched on their own."""
+    their tiles' amax taken where the rule allows), the same with every tile's amax and the
+    tiles of the largest normal-range bounds always searched on their own, and with block casts
+    cast whole, tile grids broadcast (`fp8._cast_in_tiles`), wherever an element needs a fix."""
     if request.param == "table":
         monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 2**62)
+    elif request.param == "dense":
+        monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 0)
+        monkeypatch.setattr(fp8, "_DENSE_FRACTION", 0.0)
     elif request.param in ("in-range", "outliers"):
         monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 0)
         monkeypatch.setattr(fp8, "_FIXUP_FRACTION", 1.0)
+        monkeypatch.setattr(fp8, "_DENSE_FRACTION", 2.0)
         monkeypatch.setattr(fp8, "_OUTLIER_FRACTION", 0.0 if request.param == "outliers" else 1.0)
         # in-range: the amax of the candidates' tiles alone (unless their tiles hold 16 times the
         # tensor); outliers: of every tile
@@ -820,6 +825,44 @@ def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
         assert fp8._cast_pair(x, recipe, options, fmt_, saturate) is None
 
 
+@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, monkeypatch):
+    """A tensor like a GELU output late in training: a third of it far below its tiles' normal
+    ranges (by default cast whole, `fp8._cast_in_tiles`), with ties on the
+    subnormal grids, an all-zero block of both signs, float32 subnormals, and, in a second tensor,
+    a tile of tiny nonzero values whose bound is raised to 2**-126 (there the whole-tensor fix
+    declines). Each copy of the pair equals its reference, and its statistics the single cast's."""
+    fixes = []
+    cast_in_tiles = fp8._cast_in_tiles
+    monkeypatch.setattr(fp8, "_cast_in_tiles", lambda *args: fixes.append(args[3]) or cast_in_tiles(*args))
+    rng = np.random.default_rng(hash((recipe, fmt)) % 2**32)
+    x = rng.standard_normal((256, 384)).astype(np.float32)
+    tiny = rng.random(x.shape) < 1 / 3
+    x[tiny] *= np.float32(2.0**-18 if fmt == "E4M3" else 2.0**-34)
+    ties = rng.choice(x.size, 64, replace=False)
+    x.reshape(-1)[ties] = rng.choice(midpoints(fmt)[:8], 64) * np.float32(2.0**-8 if fmt == "E4M3" else 2.0**-16)
+    x[:32, :32] = 0.0
+    x[3:9, 5:20] = -0.0
+    x[100, 200:210] = np.float32(1e-40)  # float32 subnormals
+    raised = x.copy()
+    raised[64:96, 128:256] = rng.standard_normal((32, 128)).astype(np.float32) * np.float32(1e-36)
+    fmt_ = formats.get(fmt)
+    options = fp8._recipe_options(recipe, {})
+    for tensor, dense in ((x, True), (raised, False)):
+        fixes.clear()
+        pair = fp8._cast_pair(tensor, recipe, options, fmt_, fmt == "E4M3")
+        whole_tensor_fix = dense and cast_path in ("default", "dense")
+        assert bool(fixes) == whole_tensor_fix
+        # without it, a third of the tensor to fix one by one is too many (but where forced)
+        assert (pair is None) == (cast_path == "table" or (not whole_tensor_fix and cast_path != "in-range"
+                                                           and cast_path != "outliers"))
+        singles = [fp8._quantize(tensor, recipe, options, fmt_, axis, False, None) for axis in (-1, 0)]
+        for axis, (values, stats), single in zip((-1, 0), pair or singles, singles):
+            assert_same(values, reference(tensor, recipe, fmt, axis))
+            assert stats == single[1] and stats.underflow_count > 0
+
+
 @pytest.mark.parametrize("scale_mode", mx.SCALE_MODES)
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 def test_mx_special_values_in_every_scale_mode(scale_mode, fmt):
@@ -858,8 +901,9 @@ def test_a_partial_tile_takes_its_amax_from_its_own_elements(axis):
 @pytest.mark.parametrize("recipe", ["current", "delayed"])
 def test_a_product_that_underflows_to_zero_counts(recipe):
     """A scale below 1 can take a nonzero input to zero before the cast (float32 underflow): that
-    element underflowed, where a zero input did not."""
-    x = np.array([2.0**20, 1e-44, 0.0, -0.0, 2.0**10], np.float32)  # current: scale 448 / 2**20
+    element underflowed, where a zero input did not. (2**3 lands among E4M3's subnormals, so that
+    the whole-tensor cast, where forced, takes this tensor.)"""
+    x = np.array([2.0**20, 1e-44, 0.0, -0.0, 2.0**10, 2.0**3], np.float32)  # current: scale 448 / 2**20
     scaler = None
     if recipe == "delayed":  # the history holds amax 2**20
         scaler = scaling.DelayedScaling("E4M3", history_len=2)
@@ -867,7 +911,7 @@ def test_a_product_that_underflows_to_zero_counts(recipe):
     expected = reference(x, recipe, "E4M3", scaler=copy.deepcopy(scaler))
     values, stats = fp8.fake_quantize(x, recipe, "E4M3", scaler=scaler)
     assert_same(values, expected)
-    assert values[1] == 0 and stats.underflow_count == 1
+    assert values[1] == 0 and values[5] != 0 and stats.underflow_count == 1
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
