@@ -54,7 +54,7 @@ def alternating_rounds(steps: dict, rounds: int, repeats: int, warmup: int = 1) 
     return seconds
 
 
-def report_ratios(seconds: dict, label: str, tokens: int | None = None, targets: dict | None = None) -> None:
+def report_ratios(seconds: dict, label: str, targets: dict | None = None) -> None:
     """One line per entry of `alternating_rounds` output against its ``"fp32"`` entry: the median
     step time, and the median over the rounds of the ratio to the fp32 time of the same round (a
     slow stretch of a shared machine lands on both), with the range of those per-round ratios."""
@@ -62,10 +62,7 @@ def report_ratios(seconds: dict, label: str, tokens: int | None = None, targets:
     for name, times in seconds.items():
         times = np.array(times)
         ratios = times / baseline
-        line = f"  {label + ' ' + name:<44s} {np.median(times) * 1e3:9.2f} ms"
-        if tokens is not None:
-            line += f" {tokens / np.median(times):9,.0f} tok/s"
-        line += f"   x{np.median(ratios):5.2f} fp32 step"
+        line = f"  {label + ' ' + name:<44s} {np.median(times) * 1e3:9.2f} ms   x{np.median(ratios):5.2f} fp32 step"
         if len(ratios) > 1 and name != "fp32":
             line += f" ({ratios.min():.2f}-{ratios.max():.2f} over {len(ratios)} rounds)"
         if targets and name in targets:
@@ -252,17 +249,23 @@ def bench_fp8(args) -> None:
 
 @section("train")
 def bench_train(args) -> None:
-    """Whole training steps of ``python -m minifp8.train_tiny``'s default config under every recipe.
+    """Whole default runs of ``python -m minifp8.train_tiny`` under every recipe, interleaved.
 
     A step is what train_tiny times: forward, backward, AdamW and the FP8 state's step, on a fresh
-    batch, of the default model (unit-scaled) under each recipe. Baseline: its fp32 step
-    (``--recipe fp32 --family unit``), measured in the same run. Targets (issue 6): every FP8 recipe <= 1.5x
-    the fp32 step, mxfp8 <= 2x. Alternating rounds, the median of the per-round ratios (as "fp8").
+    batch, of the default model (unit-scaled) under each recipe. The recipes train side by side,
+    one step each in turn, for the default run's ``--steps`` (1000), so that every step of every
+    recipe meets the same machine and the same point of training: late in training more elements
+    fall below the FP8 ranges and the casts cost more. Baseline: the fp32 step
+    (``--recipe fp32 --family unit``) of the same turn. Reported: the median step time, and the
+    median over the run of the step's ratio to the fp32 step of its turn, with the medians over
+    the first and the last tenth of the run. Targets (issue 6): every FP8 recipe <= 1.5x the fp32
+    step, mxfp8 <= 2x.
     """
     from . import data, fp8
     from .train_tiny import Run, TrainConfig, _build
 
     config = TrainConfig()
+    steps_total = config.steps if args.steps is None else args.steps
     dataset = data.load_dataset()
     steps = {}
     for recipe in fp8.RECIPES:
@@ -278,11 +281,31 @@ def bench_train(args) -> None:
             state.step()
 
         steps[recipe] = step
-    seconds = alternating_rounds(steps, args.rounds, 4 * args.repeats, warmup=3)
     print(f"  default config: unit-scaled, {config.n_layer} layers, n_embd {config.n_embd}, batch "
-          f"{config.batch_size} x {config.block_size} tokens", flush=True)
-    report_ratios(seconds, "train step under", tokens=config.batch_size * config.block_size,
-                  targets={recipe: 2.0 if recipe == "mxfp8" else 1.5 for recipe in fp8.RECIPES if recipe != "fp32"})
+          f"{config.batch_size} x {config.block_size} tokens, {steps_total} steps per recipe, interleaved",
+          flush=True)
+    seconds = {recipe: np.empty(steps_total) for recipe in steps}
+    started = time.perf_counter()
+    for index in range(steps_total):
+        for recipe, step in steps.items():
+            start = time.perf_counter()
+            step()
+            seconds[recipe][index] = time.perf_counter() - start
+        done = index + 1
+        if done % max(1, steps_total // 4) == 0 and done < steps_total:
+            elapsed = time.perf_counter() - started
+            print(f"  ... step {done}/{steps_total}, eta {elapsed / done * (steps_total - done):.0f}s", file=sys.stderr,
+                  flush=True)
+    tenth = max(1, steps_total // 10)
+    tokens = config.batch_size * config.block_size
+    for recipe, times in seconds.items():
+        ratios = times / seconds["fp32"]
+        line = (f"  {'train step under ' + recipe:<44s} {np.median(times) * 1e3:9.2f} ms "
+                f"{tokens / np.median(times):9,.0f} tok/s   x{np.median(ratios):5.2f} fp32 step")
+        if recipe != "fp32":
+            line += (f" (first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f})"
+                     f" (target <= {2 if recipe == 'mxfp8' else 1.5:g})")
+        print(line, flush=True)
 
 
 # (new sections go above this line)
@@ -307,11 +330,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"sections to run (default: all). Choices: {', '.join(SECTIONS) or 'none yet'}")
     parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per measurement (default: 5)")
     parser.add_argument("--rounds", type=int, default=5,
-                        help="alternating rounds over the recipes in the fp8 and train sections; the ratio to fp32 is "
-                             "the median over the rounds (default: 5)")
+                        help="alternating rounds over the recipes in the fp8 section; the ratio to fp32 is the median "
+                             "over the rounds (default: 5)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps per recipe in the train section (default: the default run's, 1000)")
     args = parser.parse_args(argv)
-    for name in ("repeats", "rounds"):
-        if getattr(args, name) < 1:
+    for name in ("repeats", "rounds", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:

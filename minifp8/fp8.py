@@ -718,7 +718,11 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule.reaches_max else None
             saturated = _clamp_copies(out, tilings, hot, exponent, offsets, fmt, saturate)
         return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
-    candidates = _nonzero_of(x, below)
+    if below_count > _DENSE_FRACTION * size and scale is None:  # mostly zeros: left out of the search
+        candidates = np.less(np.subtract(magnitude, np.uint32(1), out=_work_array("own", size, np.uint32)),
+                             lowest - np.uint32(1), out=below).nonzero()[0]  # (a zero wraps around)
+    else:
+        candidates = _nonzero_of(x, below)
     if rule is not None and amax is None and \
             candidates.size * sum(tiling.length * tiling.width for tiling in tilings) > _SPARSE_TILES_FRACTION * size:
         amax = _every_tile_amax(magnitude, tilings)

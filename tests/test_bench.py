@@ -6,12 +6,12 @@ from minifp8 import bench, fp8
 
 
 def test_train_section_reports_every_recipe(capsys):
-    assert bench.main(["--repeats", "1", "--rounds", "1", "train"]) == 0
+    assert bench.main(["--steps", "3", "train"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("machine: ") and " cores" in out.splitlines()[0]  # the context to read ratios with
     for recipe in fp8.RECIPES:
         assert f"train step under {recipe} " in out
-    assert out.count("fp32 step") == len(fp8.RECIPES)
+    assert out.count("fp32 step") == len(fp8.RECIPES) and "3 steps per recipe, interleaved" in out
 
 
 def test_bad_arguments_exit_with_a_message(capsys):
@@ -21,7 +21,7 @@ def test_bad_arguments_exit_with_a_message(capsys):
 
 
 def test_rounds_and_repeats_must_be_positive(capsys):
-    for flag in ("--repeats", "--rounds"):
+    for flag in ("--repeats", "--rounds", "--steps"):
         with pytest.raises(SystemExit):
             bench.main([flag, "0", "train"])
         assert f"{flag} must be >= 1" in capsys.readouterr().err

@@ -830,9 +830,10 @@ def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
 def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, monkeypatch):
     """A tensor like a GELU output late in training: a third of it far below its tiles' normal
     ranges (by default cast whole, `fp8._cast_in_tiles`), with ties on the
-    subnormal grids, an all-zero block of both signs, float32 subnormals, and, in a second tensor,
-    a tile of tiny nonzero values whose bound is raised to 2**-126 (there the whole-tensor fix
-    declines). Each copy of the pair equals its reference, and its statistics the single cast's."""
+    subnormal grids, an all-zero block of both signs, float32 subnormals; in a second tensor, a
+    tile of tiny nonzero values whose bound is raised to 2**-126 (there the whole-tensor cast
+    declines); in a third, 60% zeros with few elements to fix, which the search leaves out. Each
+    copy of the pair equals its reference, and its statistics the single cast's."""
     fixes = []
     cast_in_tiles = fp8._cast_in_tiles
     monkeypatch.setattr(fp8, "_cast_in_tiles", lambda *args: fixes.append(args[3]) or cast_in_tiles(*args))
@@ -847,20 +848,23 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
     x[100, 200:210] = np.float32(1e-40)  # float32 subnormals
     raised = x.copy()
     raised[64:96, 128:256] = rng.standard_normal((32, 128)).astype(np.float32) * np.float32(1e-36)
+    zeros = np.where(rng.random(x.shape) < 0.6, np.float32(0), x)  # mostly zeros, few to fix
+    zeros[tiny] = np.where(rng.random(x.shape) < 0.05, x, 0)[tiny]
     fmt_ = formats.get(fmt)
     options = fp8._recipe_options(recipe, {})
-    for tensor, dense in ((x, True), (raised, False)):
+    # (tensor, cast whole by default, cast whole where forced, declined by the one by one cast)
+    for tensor, by_default, where_forced, too_many in ((x, True, True, True), (raised, False, False, True),
+                                                       (zeros, False, True, False)):
         fixes.clear()
         pair = fp8._cast_pair(tensor, recipe, options, fmt_, fmt == "E4M3")
-        whole_tensor_fix = dense and cast_path in ("default", "dense")
-        assert bool(fixes) == whole_tensor_fix
-        # without it, a third of the tensor to fix one by one is too many (but where forced)
-        assert (pair is None) == (cast_path == "table" or (not whole_tensor_fix and cast_path != "in-range"
-                                                           and cast_path != "outliers"))
+        whole = by_default if cast_path == "default" else where_forced if cast_path == "dense" else False
+        assert bool(fixes) == whole
+        assert (pair is None) == (cast_path == "table" or (too_many and not whole and cast_path in ("default", "dense")))
         singles = [fp8._quantize(tensor, recipe, options, fmt_, axis, False, None) for axis in (-1, 0)]
         for axis, (values, stats), single in zip((-1, 0), pair or singles, singles):
             assert_same(values, reference(tensor, recipe, fmt, axis))
-            assert stats == single[1] and stats.underflow_count > 0
+            assert stats == single[1]
+            assert stats.underflow_count == np.count_nonzero((values == 0) & (tensor != 0)) > 0
 
 
 @pytest.mark.parametrize("scale_mode", mx.SCALE_MODES)
