@@ -302,7 +302,9 @@ def bench_train(args) -> None:
         ratios = times / seconds["fp32"]
         line = (f"  {'train step under ' + recipe:<44s} {np.median(times) * 1e3:9.2f} ms "
                 f"{tokens / np.median(times):9,.0f} tok/s   x{np.median(ratios):5.2f} fp32 step")
-        if recipe != "fp32":
+        if recipe == "fp32":  # (a change of the machine's state shows here)
+            line += f" (first tenth {np.median(times[:tenth]) * 1e3:.1f} ms, last {np.median(times[-tenth:]) * 1e3:.1f})"
+        else:
             line += (f" (first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f})"
                      f" (target <= {2 if recipe == 'mxfp8' else 1.5:g})")
         print(line, flush=True)
