@@ -654,7 +654,9 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     (`_SPARSE_TILES_FRACTION`), from theirs alone. Elements beyond max's rounding interval can
     only lie in tiles whose amax reaches it (MX blocks, whose every amax is taken), and are
     searched there. Every element inside the range is nonzero before and after the cast and lies
-    below that interval, so the outside elements give exact statistics.
+    below that interval, so the outside elements give exact statistics. Where more than
+    `_DENSE_FRACTION` of the elements are nonzero and below the largest tile's bound, each copy is
+    cast whole instead (`_cast_in_tiles`), with every tile's amax.
 
     Returns
     -------
@@ -663,7 +665,8 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         ``x * scale`` with a scale); and True where no element needed fixing, so that every copy
         equals the first, and the other rows of ``out`` were left unwritten. None, with ``out``
         unspecified, where a block cast holds a magnitude of 2**100 or more (`_HUGE`: Inf and NaN
-        too), or more than `_FIXUP_FRACTION` of the elements lie outside the range.
+        too), or more than `_FIXUP_FRACTION` of the elements lie outside the range and the whole
+        cast declines (a nonzero tile's bound raised to 2**-126; one scale: Inf, NaN or huge).
     """
     size, copies = x.size, len(tilings)
     if scale is None:
