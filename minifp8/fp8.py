@@ -697,8 +697,10 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     # tile's bound is raised to 2**-126 (its float32 subnormals need the table) or, with one
     # scale, an element is huge, Inf or NaN.
     below_count = np.count_nonzero(below)
-    dense = below_count > _DENSE_FRACTION * size and \
-        below_count - np.count_nonzero(magnitude == 0) > _DENSE_FRACTION * size
+    dense = below_count > _DENSE_FRACTION * size
+    if dense:
+        zeros = int(np.count_nonzero(magnitude == 0))  # (of x itself where no scale multiplies it)
+        dense = below_count - zeros > _DENSE_FRACTION * size
     if dense and rule is None:
         dense, offsets, exponent = largest < _HUGE, [0, 1], np.zeros(1, np.int32)  # (x scaled already)
     elif dense:
@@ -708,7 +710,8 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         raised = exponent < _RAISED_BELOW[fmt.name]
         dense = not (raised.any() and amax[raised].any())
     if dense:
-        underflow = _cast_in_tiles(x, source, magnitude, out, tilings, exponent, offsets, fmt)
+        underflow = _cast_in_tiles(x, source, magnitude, out, tilings, exponent, offsets, fmt,
+                                   zeros if scale is None else None)
         if rule is None:  # beyond max's rounding interval: cast on their own
             high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else None
             if high is not None:
@@ -819,13 +822,13 @@ _OWN_MAGIC_OFFSETS = {fmt.name: np.uint32(((23 - fmt.mantissa_bits) << 23) | 0x4
 
 
 def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out: np.ndarray, tilings: list,
-                   exponent: np.ndarray, offsets: list, fmt) -> list:
+                   exponent: np.ndarray, offsets: list, fmt, zeros=None) -> list:
     """Cast the 1-d float32 ``source`` (``x`` scaled, or ``x``; ``magnitude`` its bits, each below
     2**100) once per tiling into the rows of ``out``, whole: each element onto its tile's grid
     (`_round_in_tiles`), with the tiles' exponents ``exponent`` (one tiling after another, from
     ``offsets``) broadcast over their elements. Returns each copy's underflow count (the nonzero
-    ``x`` cast to zero). Beyond max's rounding interval the values are the rounded ones, for the
-    caller to clamp or replace.
+    ``x`` cast to zero; ``zeros``: how many zeros ``x`` holds, where known). Beyond max's rounding
+    interval the values are the rounded ones, for the caller to clamp or replace.
 
     The grid's spacing ``2**s`` is the larger of the tile's subnormal step and the spacing of the
     element's own binade, and ``|x|`` is rounded to a multiple of it by adding and subtracting
@@ -839,7 +842,6 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
     own = np.add(magic, _OWN_MAGIC_OFFSETS[fmt.name], out=magic)
     sign = np.bitwise_xor(source.view(np.uint32), magnitude, out=_work_array("sign", x.size, np.uint32))
     tile_magic = (((exponent + _TILE_MAGIC_FIELDS[fmt.name]) << np.int32(23)) | np.int32(0x40_0000)).view(np.uint32)
-    zeros = None
     underflow = []
     for copy, tiling in enumerate(tilings):
         grid = _work_array("grid", x.size, np.uint32) if copy < len(tilings) - 1 else own  # (own, last)
