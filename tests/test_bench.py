@@ -11,7 +11,7 @@ def test_train_section_reports_every_recipe(capsys):
     assert out.startswith("machine: ") and " cores" in out.splitlines()[0]  # the context to read ratios with
     for recipe in fp8.RECIPES:
         assert f"train step under {recipe} " in out
-    assert out.count("fp32 step") == len(fp8.RECIPES) and "3 steps per recipe, interleaved" in out
+    assert out.count("fp32 step") == len(fp8.RECIPES) and "3 steps per recipe, each beside an fp32 run" in out
 
 
 def test_bad_arguments_exit_with_a_message(capsys):
