@@ -256,10 +256,10 @@ def bench_train(args) -> None:
     (``--recipe fp32 --family unit``), one step each in turn, for the default run's ``--steps``
     (1000), so that both meet the same machine and the same point of training (late in training
     more elements fall below the FP8 ranges and the casts cost more). Pairs, not all seven side by
-    side: seven models in one process evict each other from the caches, and measured on a 2-core
-    machine that took fp32 from 13.8 to 17 ms a step (its GEMMs lost what their second thread
-    gains) but the FP8 steps, most of which is single-threaded casts, far less, flattering their
-    ratios; beside one other model, fp32 steps as fast as alone. Reported: the median step time,
+    side: measured on a 2-core machine, seven models in one process took fp32 from 13.8 to 17 ms a
+    step (its speed with one BLAS thread: its GEMMs lost what their second thread gains), but the
+    FP8 steps, mostly single-threaded casts, far less, which flattered their ratios; beside one
+    other model, fp32 steps as fast as alone. Reported: the median step time,
     and the median over the run of the step's ratio to the fp32 step of its turn, with the medians
     over the first and the last tenth of the run; fp32's line, last, pools its runs. Targets (issue 6):
     every FP8 recipe <= 1.5x the fp32 step, mxfp8 <= 2x.
