@@ -259,10 +259,11 @@ def bench_train(args) -> None:
     side: measured on a 2-core machine, seven models in one process took fp32 from 13.8 to 17 ms a
     step (its speed with one BLAS thread: its GEMMs lost what their second thread gains), but the
     FP8 steps, mostly single-threaded casts, far less, which flattered their ratios; beside one
-    other model, fp32 steps as fast as alone. Reported: the median step time,
-    and the median over the run of the step's ratio to the fp32 step of its turn, with the medians
-    over the first and the last tenth of the run; fp32's line, last, pools its runs. Targets (issue 6):
-    every FP8 recipe <= 1.5x the fp32 step, mxfp8 <= 2x.
+    other model, fp32 steps as fast as alone. Reported per recipe, as its pair finishes: the median
+    step time, and the median over the run of the step's ratio to the fp32 step of its turn, with
+    the medians over the first and the last tenth of the run, and its pair's fp32 step (which
+    shows the machine's state); then fp32's line, pooling its runs. Targets (issue 6): every FP8
+    recipe <= 1.5x the fp32 step, mxfp8 <= 2x.
     """
     from . import data, fp8
     from .train_tiny import Run, TrainConfig, _build
@@ -304,9 +305,10 @@ def bench_train(args) -> None:
         baseline.append(seconds["fp32"])
         times, ratios = seconds[recipe], seconds[recipe] / seconds["fp32"]
         print(f"  {'train step under ' + recipe:<44s} {np.median(times) * 1e3:9.2f} ms "
-                     f"{tokens / np.median(times):9,.0f} tok/s   x{np.median(ratios):5.2f} fp32 step "
-                     f"(first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f}; "
-                     f"its fp32 {np.median(seconds['fp32']) * 1e3:.1f} ms) (target <= {2 if recipe == 'mxfp8' else 1.5:g})", flush=True)
+              f"{tokens / np.median(times):9,.0f} tok/s   x{np.median(ratios):5.2f} fp32 step "
+              f"(first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f}; "
+              f"its fp32 {np.median(seconds['fp32']) * 1e3:.1f} ms) (target <= {2 if recipe == 'mxfp8' else 1.5:g})",
+              flush=True)
         elapsed = time.perf_counter() - started
         if number + 1 < len(recipes):
             print(f"  ... {recipe} done, eta {elapsed / (number + 1) * (len(recipes) - number - 1):.0f}s",
