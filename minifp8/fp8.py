@@ -676,9 +676,10 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             source = np.multiply(x, scale, out=_work_array("scaled", size, np.float32))
     magnitude = np.bitwise_and(source.view(np.uint32), _MAGNITUDE, out=_work_array("magnitude", size, np.uint32))
     far = lower = amax = exponent = None
-    if rule is None:  # one scale, known
+    if rule is None:  # one scale, known; the elements beyond max's rounding interval are cast on their own
         largest = magnitude.max()
         lowest, beyond = _NORMAL_RANGES[fmt.name]
+        high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else np.zeros(0, np.intp)
     else:
         offsets = [0]
         for tiling in tilings:
@@ -712,14 +713,13 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     if dense:
         underflow = _cast_in_tiles(x, source, magnitude, out, tilings, exponent, offsets, fmt,
                                    zeros if scale is None else None)
-        if rule is None:  # beyond max's rounding interval: cast on their own
-            high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else None
-            if high is not None:
+        if rule is None:
+            if high.size:
                 with np.errstate(over="ignore", invalid="ignore"):
                     out[0][high] = _round_beyond_max(source[high], fmt, saturate)
             if scale is not None:
                 out *= np.float32(1) / scale  # a nonzero element stays nonzero: the counts hold
-            saturated = [0 if high is None else high.size]
+            saturated = [high.size]
         else:
             hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule.reaches_max else None
             saturated = _clamp_copies(out, tilings, hot, exponent, offsets, fmt, saturate)
@@ -751,7 +751,6 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     # below the normal range (of the largest tile), then (one scale) those beyond max's interval.
     if rule is None:
         exponents = None
-        high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else candidates[:0]
         positions, lows = (np.concatenate((candidates, high)) if high.size else candidates), candidates.size
         inputs = source[positions] if positions.size else None
     else:
