@@ -12,7 +12,7 @@ import copy
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, fp8, mx, nn, scaling
+from minifp8 import codec, fastcast, formats, fp8, mx, nn, scaling
 from minifp8 import functional as F
 from minifp8.autograd import Tensor, make_op
 
@@ -29,20 +29,20 @@ def cast_path(request, monkeypatch):
     place, the elements outside the normal range cast on their own, however many, with only
     their tiles' amax taken where the rule allows), the same with every tile's amax and the
     tiles of the largest normal-range bounds always searched on their own, and with block casts
-    cast whole, tile grids broadcast (`fp8._cast_in_tiles`), wherever an element needs a fix."""
+    cast whole, tile grids broadcast (`fastcast._cast_in_tiles`), wherever an element needs a fix."""
     if request.param == "table":
-        monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 2**62)
+        monkeypatch.setattr(fastcast, "_IN_RANGE_MIN_SIZE", 2**62)
     elif request.param == "dense":
-        monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 0)
-        monkeypatch.setattr(fp8, "_DENSE_FRACTION", 0.0)
+        monkeypatch.setattr(fastcast, "_IN_RANGE_MIN_SIZE", 0)
+        monkeypatch.setattr(fastcast, "_DENSE_FRACTION", 0.0)
     elif request.param in ("in-range", "outliers"):
-        monkeypatch.setattr(fp8, "_IN_RANGE_MIN_SIZE", 0)
-        monkeypatch.setattr(fp8, "_FIXUP_FRACTION", 1.0)
-        monkeypatch.setattr(fp8, "_DENSE_FRACTION", 2.0)
-        monkeypatch.setattr(fp8, "_OUTLIER_FRACTION", 0.0 if request.param == "outliers" else 1.0)
+        monkeypatch.setattr(fastcast, "_IN_RANGE_MIN_SIZE", 0)
+        monkeypatch.setattr(fastcast, "_FIXUP_FRACTION", 1.0)
+        monkeypatch.setattr(fastcast, "_DENSE_FRACTION", 2.0)
+        monkeypatch.setattr(fastcast, "_OUTLIER_FRACTION", 0.0 if request.param == "outliers" else 1.0)
         # in-range: the amax of the candidates' tiles alone (unless their tiles hold 16 times the
         # tensor); outliers: of every tile
-        monkeypatch.setattr(fp8, "_SPARSE_TILES_FRACTION", 0.0 if request.param == "outliers" else 16.0)
+        monkeypatch.setattr(fastcast, "_SPARSE_TILES_FRACTION", 0.0 if request.param == "outliers" else 16.0)
     return request.param
 
 
@@ -467,7 +467,7 @@ def test_statistics_equal_a_direct_count(recipe, fmt, axis, monkeypatch):
     a zero output from a nonzero input; saturation a scaled input beyond the rounding interval of
     max (E4M3: above 464, a tie at 464 rounds down to 448; E5M2: from 61440 up, a tie that rounds
     up to 65536) or a NaN."""
-    monkeypatch.setattr(fp8, "_CHUNK_ELEMENTS", 4096)
+    monkeypatch.setattr(fastcast, "_CHUNK_ELEMENTS", 4096)
     rng = np.random.default_rng(hash((recipe, fmt, axis)) % 2**32)
     x = wide_tensor(rng, (256, 384), high=12 if fmt == "E4M3" else 19, ties=fmt)
     x[5, :7] = [np.nan, 0, 0, 0, 0, 0, 0] if recipe != "mxfp8" else [0] * 7  # (mx: see test_special_values)
@@ -734,10 +734,10 @@ def test_later_casts_never_overwrite_a_live_graph(recipe):
 
 def test_determinism_and_thread_count(monkeypatch):
     """Same seeds, same bits: across runs, and for any number of cast threads."""
-    monkeypatch.setattr(fp8, "_CHUNK_ELEMENTS", 4096)  # many slices per tensor
+    monkeypatch.setattr(fastcast, "_CHUNK_ELEMENTS", 4096)  # many slices per tensor
     results = []
-    for threads in (fp8.CAST_THREADS, 1, fp8.CAST_THREADS):
-        previous, fp8.CAST_THREADS = fp8.CAST_THREADS, threads
+    for threads in (fastcast.CAST_THREADS, 1, fastcast.CAST_THREADS):
+        previous, fastcast.CAST_THREADS = fastcast.CAST_THREADS, threads
         try:
             rng = np.random.default_rng(12)
             model = small_model(rng)
@@ -745,7 +745,7 @@ def test_determinism_and_thread_count(monkeypatch):
             grads = run(model, rng.standard_normal((4, 512, 32)) * 100, rng.standard_normal((4, 512, 32)))
             results.append((grads, {(p, r): s for p, point in state.points.items() for r, s in point.stats.items()}))
         finally:
-            fp8.CAST_THREADS = previous
+            fastcast.CAST_THREADS = previous
     for grads, stats in results[1:]:
         for a, b in zip(grads, results[0][0]):
             assert_same(a, b)
@@ -802,41 +802,40 @@ def test_scale_plot_rows():
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 @pytest.mark.parametrize("shape", [(256, 384), (1024, 64), (192, 64), (1024, 14)])
 def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
-    """The pair cast of a GEMM operand (`fp8._cast_pair`, which shares the rounding of the normal
+    """The pair cast of a GEMM operand (`fastcast.cast_pair`, which shares the rounding of the normal
     range between the two copies) gives each copy's values and statistics exactly as its own cast
-    does, or declines (the table path forced, NaN blocks), leaving the casts to `fp8._quantize`. The 1e30
-    element makes one tile's normal range lie far above all others'."""
+    (`fastcast.cast`) does, or declines (the table path forced, NaN blocks), leaving them to it. The
+    1e30 element makes one tile's normal range lie far above all others'."""
     rng = np.random.default_rng(hash((recipe, fmt, shape)) % 2**32)
     x = (rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, (shape[0], 1)))).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, 40, replace=False)] = rng.choice(midpoints(fmt), 40) * 2.0**-4
     x[0, :3] = [0.0, -0.0, 1e30]  # zeros, and an element that overflows
     fmt_ = formats.get(fmt)
     options = fp8._recipe_options(recipe, {})
-    saturate = fmt == "E4M3"
-    pair = fp8._cast_pair(x, recipe, options, fmt_, saturate)
-    assert (pair is None) == (x.size < fp8._IN_RANGE_MIN_SIZE)  # padded blocks and the outlier tile too
+    pair = fastcast.cast_pair(x, recipe, options, fmt_)
+    assert (pair is None) == (x.size < fastcast._IN_RANGE_MIN_SIZE)  # padded blocks and the outlier tile too
     for axis, cast in zip((-1, 0), pair or []):
-        values, stats = fp8._quantize(x, recipe, options, fmt_, axis, False, None)
+        values, stats = fastcast.cast(x, recipe, options, fmt_, axis, False, None)
         assert_same(cast[0], values)
         assert_same(cast[0], reference(x, recipe, fmt, axis))
         assert cast[1] == stats
     if recipe == "mxfp8" and pair is not None:
         x[5, 7] = np.nan
-        assert fp8._cast_pair(x, recipe, options, fmt_, saturate) is None
+        assert fastcast.cast_pair(x, recipe, options, fmt_) is None
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, monkeypatch):
     """A tensor like a GELU output late in training: a third of it far below its tiles' normal
-    ranges (by default cast whole, `fp8._cast_in_tiles`), with ties on the
+    ranges (by default cast whole, `fastcast._cast_in_tiles`), with ties on the
     subnormal grids, an all-zero block of both signs, float32 subnormals; in a second tensor, a
     tile of tiny nonzero values whose bound is raised to 2**-126 (there the whole-tensor cast
     declines); in a third, 60% zeros with few elements to fix, which the search leaves out. Each
     copy of the pair equals its reference, and its statistics the single cast's."""
     fixes = []
-    cast_in_tiles = fp8._cast_in_tiles
-    monkeypatch.setattr(fp8, "_cast_in_tiles", lambda *args: fixes.append(args[3]) or cast_in_tiles(*args))
+    cast_in_tiles = fastcast._cast_in_tiles
+    monkeypatch.setattr(fastcast, "_cast_in_tiles", lambda *args: fixes.append(args[3]) or cast_in_tiles(*args))
     rng = np.random.default_rng(hash((recipe, fmt)) % 2**32)
     x = rng.standard_normal((256, 384)).astype(np.float32)
     tiny = rng.random(x.shape) < 1 / 3
@@ -856,11 +855,11 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
     for tensor, by_default, where_forced, too_many in ((x, True, True, True), (raised, False, False, True),
                                                        (zeros, False, True, False)):
         fixes.clear()
-        pair = fp8._cast_pair(tensor, recipe, options, fmt_, fmt == "E4M3")
+        pair = fastcast.cast_pair(tensor, recipe, options, fmt_)
         whole = by_default if cast_path == "default" else where_forced if cast_path == "dense" else False
         assert bool(fixes) == whole
         assert (pair is None) == (cast_path == "table" or (too_many and not whole and cast_path in ("default", "dense")))
-        singles = [fp8._quantize(tensor, recipe, options, fmt_, axis, False, None) for axis in (-1, 0)]
+        singles = [fastcast.cast(tensor, recipe, options, fmt_, axis, False, None) for axis in (-1, 0)]
         for axis, (values, stats), single in zip((-1, 0), pair or singles, singles):
             assert_same(values, reference(tensor, recipe, fmt, axis))
             assert stats == single[1]
@@ -956,10 +955,10 @@ def test_a_pair_with_nothing_to_fix_is_one_array(recipe, cast_path):
     x = (rng.uniform(1, 1.75, (256, 128)) * rng.choice([-1, 1], (256, 128))).astype(np.float32)
     x[:, 0] = 1.75  # every block's amax 1.75: E4M3 MX scales it to 448, max itself
     options = fp8._recipe_options(recipe, {})
-    pair = fp8._cast_pair(x, recipe, options, formats.E4M3, True)
+    pair = fastcast.cast_pair(x, recipe, options, formats.E4M3)
     if cast_path == "table":
         assert pair is None
-        pair = [fp8._quantize(x, recipe, options, formats.E4M3, axis, False, None) for axis in (-1, 0)]
+        pair = [fastcast.cast(x, recipe, options, formats.E4M3, axis, False, None) for axis in (-1, 0)]
     else:
         assert pair[0][0] is pair[1][0]
     for axis, (values, stats) in zip((-1, 0), pair):

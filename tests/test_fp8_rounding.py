@@ -1,10 +1,10 @@
-"""The arithmetic of the FP8 casts' fast path (minifp8.fp8), proved against the codec.
+"""The arithmetic of the FP8 casts' fast path (minifp8.fastcast), proved against the codec.
 
 A fast cast splits the elements of a tensor by the magnitude their tile's power-of-two scale gives
-them: inside the format's normal range it rounds them in place (`fp8._round_normal`, Veltkamp's
-splitting), below it onto the subnormal grid (`fp8._round_below_normal`; with a scale per tile
-`fp8._round_in_tiles`, on both sides of the range), beyond max's rounding
-interval it saturates or overflows (`fp8._round_beyond_max`); `fp8._normal_range` draws the
+them: inside the format's normal range it rounds them in place (`fastcast._round_normal`,
+Veltkamp's splitting), below it onto the subnormal grid (`fastcast._round_below_normal`; with a
+scale per tile `fastcast._round_in_tiles`, on both sides of the range), beyond max's rounding
+interval it saturates or overflows (`fastcast._round_beyond_max`); `fastcast._normal_range` draws the
 lines. Each piece must equal ``codec.quantize`` on its whole domain: structured sweeps here (every
 float32 upper half with the lower halves that make exact ties, their neighbours and the ends of
 the interval), every float32 under ``pytest -m slow``. tests/test_fp8.py holds the casts built
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, fp8
+from minifp8 import codec, fastcast, formats
 
 FORMATS = ("E4M3", "E5M2")
 LOW_HALVES = np.array([0, 1, 2, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF], np.uint32)
@@ -41,7 +41,7 @@ def assert_same_bits(actual, expected):
 
 def round_normal(x: np.ndarray, fmt) -> np.ndarray:
     out = np.empty_like(x)
-    fp8._round_normal(np.ascontiguousarray(x), out, fmt)
+    fastcast._round_normal(np.ascontiguousarray(x), out, fmt)
     return out
 
 
@@ -52,7 +52,7 @@ def test_normal_range_edges(name):
     wrong. At scale 2**-k the bounds are these times 2**k: min_normal's raised to float32's
     smallest normal (k from -127, the smallest MX scale's, to 100, `_HUGE`'s)."""
     fmt = formats.get(name)
-    lower, beyond = fp8._normal_range(fmt, 0)
+    lower, beyond = fastcast._normal_range(fmt, 0)
     assert lower == np.float32(fmt.min_normal).view(np.uint32)
     last_inside, first_beyond = np.array([beyond - 1, beyond], np.uint32).view(np.float32)
     with np.errstate(invalid="ignore"):
@@ -63,7 +63,7 @@ def test_normal_range_edges(name):
     assert (round_normal(below, fmt) != codec.quantize(below, fmt)).any()
 
     exponents = np.arange(-127, 101, dtype=np.int32)
-    lowers, beyonds = fp8._normal_range(fmt, exponents)
+    lowers, beyonds = fastcast._normal_range(fmt, exponents)
     expected_lower = np.maximum(fmt.min_normal * np.exp2(exponents), 2.0**-126).astype(np.float32)
     expected_beyond = (np.float64(first_beyond) * np.exp2(exponents)).astype(np.float32)
     np.testing.assert_array_equal(lowers, expected_lower.view(np.uint32))
@@ -76,7 +76,7 @@ def test_rounding_in_place_equals_the_codec_in_every_binade(name):
     the same inputs times every power of two that keeps them within [2**-126, 2**100), where block
     casts with power-of-two scales round them in place, against codec.quantize times it."""
     fmt = formats.get(name)
-    lower, beyond = fp8._normal_range(fmt, 0)
+    lower, beyond = fastcast._normal_range(fmt, 0)
     x = structured_float32()
     x = x[(magnitude_bits(x) >= lower) & (magnitude_bits(x) < beyond)]
     expected = codec.quantize(x, fmt, saturate=True)
@@ -93,10 +93,10 @@ def test_rounding_below_normal_equals_the_codec(name):
     """`_round_below_normal` on every magnitude below min_normal, both signs: the format's
     subnormals, their ties, underflow to +-0, and float32's own subnormals."""
     fmt = formats.get(name)
-    lower, _ = fp8._normal_range(fmt, 0)
+    lower, _ = fastcast._normal_range(fmt, 0)
     x = structured_float32()
     x = x[magnitude_bits(x) < lower]
-    assert_same_bits(fp8._round_below_normal(x.copy(), fmt), codec.quantize(x, fmt, saturate=True))
+    assert_same_bits(fastcast._round_below_normal(x.copy(), fmt), codec.quantize(x, fmt, saturate=True))
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -110,23 +110,23 @@ def test_rounding_in_tiles_equals_the_codec(name):
     fmt = formats.get(name)
     x = structured_float32()
     x = x[magnitude_bits(x) != 0]
-    lowest = fp8._RAISED_BELOW[fmt.name]
+    lowest = fastcast._RAISED_BELOW[fmt.name]
     for k in sorted({lowest, lowest + 1, -64, -9, -1, 0, 1, 9, 64, 99, 100}):
-        lower, beyond = fp8._normal_range(fmt, k)
+        lower, beyond = fastcast._normal_range(fmt, k)
         for part in (x[magnitude_bits(x) < lower], x[(magnitude_bits(x) >= lower) & (magnitude_bits(x) < beyond)],
                      x[magnitude_bits(x) < beyond]):
             expected = (codec.quantize(part.astype(np.float64) * 2.0**-k, fmt, saturate=True) * 2.0**k).astype(np.float32)
-            actual, below = fp8._round_in_tiles(part, fmt, np.full(part.size, k, np.int32))
+            actual, below = fastcast._round_in_tiles(part, fmt, np.full(part.size, k, np.int32))
             assert_same_bits(actual, expected)
             assert below == bool((magnitude_bits(part) < lower).any())
     # exponents that differ element by element: each element on its own tile's grid
     rng = np.random.default_rng(0)
-    part = x[magnitude_bits(x) < fp8._normal_range(fmt, lowest)[1]]
+    part = x[magnitude_bits(x) < fastcast._normal_range(fmt, lowest)[1]]
     exponents = rng.integers(lowest, 101, part.size).astype(np.int32)
     part = (part * np.exp2((exponents - lowest).astype(np.float64))).astype(np.float32)  # (exact, below 2**100)
     expected = (codec.quantize(part.astype(np.float64) * np.exp2(-exponents.astype(np.float64)), fmt, saturate=True)
                 * np.exp2(exponents.astype(np.float64))).astype(np.float32)
-    assert_same_bits(fp8._round_in_tiles(part, fmt, exponents)[0], expected)
+    assert_same_bits(fastcast._round_in_tiles(part, fmt, exponents)[0], expected)
 
 
 @pytest.mark.parametrize("saturate", [True, False])
@@ -135,13 +135,13 @@ def test_rounding_beyond_max_equals_the_codec(name, saturate):
     """`_round_beyond_max` on every magnitude from the first beyond max's rounding interval up,
     Inf and NaN: +-max saturating, else +-Inf (E5M2; E4M3 forward casts always saturate)."""
     fmt = formats.get(name)
-    _, beyond = fp8._normal_range(fmt, 0)
+    _, beyond = fastcast._normal_range(fmt, 0)
     x = structured_float32()
     x = x[magnitude_bits(x) >= beyond]
     if not saturate and name == "E4M3":
         pytest.skip("E4M3 has no Inf: its casts in training always saturate")
     with np.errstate(invalid="ignore"):
-        assert_same_bits(fp8._round_beyond_max(x, fmt, saturate), codec.quantize(x, fmt, saturate=saturate))
+        assert_same_bits(fastcast._round_beyond_max(x, fmt, saturate), codec.quantize(x, fmt, saturate=saturate))
 
 
 @pytest.mark.slow
@@ -149,7 +149,7 @@ def test_rounding_beyond_max_equals_the_codec(name, saturate):
 def test_all_float32_inputs_take_the_codec_value(name):
     """Every float32, each through the piece its magnitude selects at scale 1, equals codec.quantize."""
     fmt = formats.get(name)
-    lower, beyond = fp8._normal_range(fmt, 0)
+    lower, beyond = fastcast._normal_range(fmt, 0)
     chunk = 1 << 24
     for start in range(0, 1 << 32, chunk):
         x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
@@ -160,9 +160,9 @@ def test_all_float32_inputs_take_the_codec_value(name):
             if inside.any():
                 assert_same_bits(round_normal(x[inside], fmt), expected[inside])
             if below.any():
-                assert_same_bits(fp8._round_below_normal(x[below], fmt), expected[below])
+                assert_same_bits(fastcast._round_below_normal(x[below], fmt), expected[below])
             if above.any():
-                assert_same_bits(fp8._round_beyond_max(x[above], fmt, True), expected[above])
+                assert_same_bits(fastcast._round_beyond_max(x[above], fmt, True), expected[above])
 
 
 def test_block_scale_rules_equal_their_references():
@@ -181,13 +181,13 @@ def test_block_scale_rules_equal_their_references():
         fmt = formats.get(name)
         for mode in mx.SCALE_MODES:
             expected = mx.shared_exponents(amax.view(np.float32), "MXFP8_" + name, mode)[1]
-            rule = fp8._mx_rule(fmt, mode)
+            rule = fastcast._mx_rule(fmt, mode)
             np.testing.assert_array_equal(rule.exponents(amax), expected)
             assert [rule.exponent_of(one) for one in amax] == expected.tolist()  # one amax at a time
         scale = scaling.scale_from_amax(amax.view(np.float32), fmt, power_of_2=True)
-        exponents = fp8._blockwise_rule(fmt).exponents(amax)
+        exponents = fastcast._blockwise_rule(fmt).exponents(amax)
         np.testing.assert_array_equal(np.exp2(-exponents.astype(np.float64)), scale)
-        assert [fp8._blockwise_rule(fmt).exponent_of(one) for one in amax] == exponents.tolist()
+        assert [fastcast._blockwise_rule(fmt).exponent_of(one) for one in amax] == exponents.tolist()
         # blockwise's scaled amax never passes max (so its tiles never saturate: reaches_max False)
-        assert not fp8._blockwise_rule(fmt).reaches_max
+        assert not fastcast._blockwise_rule(fmt).reaches_max
         assert (amax.view(np.float32).astype(np.float64) * np.exp2(-exponents.astype(np.float64)) <= fmt.max).all()

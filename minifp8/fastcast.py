@@ -1,0 +1,1279 @@
+"""The casts of the FP8 recipes, at NumPy speed: fp8.py's casts, computed without codes.
+
+`cast` is one recipe's cast of one tensor (fp8.fake_quantize checks its arguments, then calls
+it; fp8.py's cast points call it in training), and `cast_pair` the rowwise and columnwise casts of
+a GEMM operand under a block recipe, as one cast. Each returns the dequantized values and
+`CastStats`. They compute what the reference functions compute (codec.quantize,
+scaling.quantize_current, DelayedScaling.quantize, scaling.quantize_blockwise, mx.quantize, each
+then dequantized), with the same float32 operations, bit for bit, but without materialising
+codes: a training step makes 35 casts, and they are all of FP8's extra cost in this simulation.
+
+How. Inside the format's normal range a cast is round-to-nearest-even of the float32
+significand, which three float32 operations do (Veltkamp's splitting); a power-of-two scale (MX
+blocks, ``blockwise`` tiles) leaves that rounding unchanged, so those elements need no
+multiplication at all. The few elements outside the range are found with one comparison and cast
+on their own: below it, the format's subnormals are the multiples of its smallest one, which
+``np.rint`` rounds to; beyond max's rounding interval, the values saturate or overflow (in a
+block, clamping the rounded values to its max is the same). They alone underflow or saturate, so
+they give the statistics. The rowwise and columnwise copies of a GEMM operand are one cast of two
+stacked copies (`cast_pair`): they share the magnitudes, the search and the rounding, each tile's
+work runs on all tiles of both at once, and where neither has an element to fix they are one
+array. Blocks and tiles are described on a view of the tensor (an axis shorter than a block is
+one block; a partial last block counts only its elements, as the references' zero padding does),
+views are cast in the order their elements lie in memory, and big tensors are cast in
+cache-sized slabs on `CAST_THREADS` threads. Tensors with a NaN, an Inf or a magnitude of 2**100
+in a block, or mostly outside the range, take the codec's table (`_round_into`) instead.
+
+Proof. tests/test_fp8.py holds every recipe equal to its reference function, bit for bit,
+through each path (its fixtures set this module's knobs to force each one);
+tests/test_fp8_rounding.py proves the arithmetic of each piece against the codec, in every binade
+(every float32 under ``pytest -m slow``).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from . import codec, formats, mx, scaling
+
+__all__ = ["BACKWARD_FORMAT", "CAST_THREADS", "FORWARD_FORMAT", "PER_TENSOR_RECIPES", "cast", "cast_pair"]  # (CastStats: fp8.py's)
+
+FORWARD_FORMAT = formats.E4M3   # x, w, q, k, v
+BACKWARD_FORMAT = formats.E5M2  # output gradients
+PER_TENSOR_RECIPES = ("fp8", "unit", "current", "delayed")
+_MX_FORMATS = {"E4M3": mx.MXFP8_E4M3, "E5M2": mx.MXFP8_E5M2}
+
+
+@dataclass(frozen=True)
+class CastStats:
+    """What one cast did to one tensor.
+
+    Attributes
+    ----------
+    amax : float
+        ``max |x|`` of the input before scaling (NaN if it held a NaN).
+    size : int
+        Number of elements.
+    underflow_count : int
+        Nonzero inputs that came out as (+-)0.
+    saturation_count : int
+        Elements whose scaled input lay beyond the rounding interval of the largest finite value
+        (clamped to +-max, or became +-Inf), or that came out as NaN.
+    """
+
+    amax: float
+    size: int
+    underflow_count: int
+    saturation_count: int
+
+    @property
+    def underflow_fraction(self) -> float:
+        """``underflow_count / size`` (0 for an empty tensor)."""
+        return self.underflow_count / self.size if self.size else 0.0
+
+    @property
+    def saturation_fraction(self) -> float:
+        """``saturation_count / size`` (0 for an empty tensor)."""
+        return self.saturation_count / self.size if self.size else 0.0
+
+
+# ---- max's rounding interval ---------------------------------------------------------------------
+def _overflow_threshold(fmt) -> tuple[float, bool]:
+    """The midpoint between ``fmt.max`` and the next value an unbounded exponent would give, and
+    whether round-to-nearest-even takes that midpoint itself up (beyond max)."""
+    half_ulp = 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits - 1)
+    threshold = fmt.max + half_ulp
+    tie_overflows = not np.isfinite(codec.quantize(np.float64(threshold), fmt))
+    return threshold, tie_overflows
+
+
+_THRESHOLDS = {fmt.name: _overflow_threshold(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_E8M0_VALUES = codec.decode(np.arange(256, dtype=np.uint8), formats.E8M0)  # 2**(code - 127); 0xFF is NaN
+
+
+def _beyond_max(scaled_magnitude, fmt) -> np.ndarray:
+    """True where a scaled input magnitude rounds beyond ``fmt.max`` (or is NaN)."""
+    threshold, tie_overflows = _THRESHOLDS[fmt.name]
+    with np.errstate(invalid="ignore"):
+        return ~(scaled_magnitude < threshold) if tie_overflows else ~(scaled_magnitude <= threshold)
+
+
+# ---- the element cast: the codec's float32 table path, fused with decode ----------------------
+@functools.lru_cache(maxsize=None)
+def _value_tables(fmt, saturate: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``codec.quantize`` of every float32 upper half ``u``: with the lower half nonzero, and zero.
+
+    By the codec's argument (``codec._float32_tables``) every float32 ``(u << 16) | low`` with
+    ``low != 0`` lies strictly inside one rounding interval, so ``(u << 16) | 1`` stands for all
+    of them; only ``low == 0`` can sit on a boundary. Built with the public ``codec.quantize``.
+    """
+    upper = np.arange(1 << 16, dtype=np.uint32) << 16
+    with np.errstate(invalid="ignore"):
+        inside = codec.quantize((upper | 1).view(np.float32), fmt, saturate=saturate)
+        boundary = codec.quantize(upper.view(np.float32), fmt, saturate=saturate)
+    return inside, boundary
+
+
+def _round_into(x: np.ndarray, out: np.ndarray, fmt, saturate: bool) -> None:
+    """``out[...] = codec.quantize(x, fmt, saturate=saturate)`` bit for bit (C-contiguous float32
+    arrays of one size), as one table lookup of the upper 16 bits: no codes, no second lookup."""
+    inside, boundary = _value_tables(fmt, saturate)
+    bits = x.reshape(-1).view(np.uint32)
+    # The upper halves, as NumPy's index type (np.take converts other indices on every call),
+    # in a reused array.
+    upper = np.right_shift(bits, 16, out=_work_array("upper", bits.size, np.intp))
+    flat_out = out.reshape(-1)
+    np.take(inside, upper, out=flat_out, mode="wrap")  # indices below 2**16 are always in range
+    exact = np.flatnonzero((bits << np.uint32(16)) == 0)  # the lower half is zero
+    flat_out[exact] = boundary[upper[exact]]
+
+
+_work = threading.local()
+
+
+def _work_array(name: str, size: int, dtype) -> np.ndarray:
+    """A 1-d scratch array of ``size`` elements, kept per thread and reused by later casts.
+
+    A work array never leaves the function that asked for it, so no cast reads what another
+    wrote. Reusing it saves the page faults of fresh memory on every cast.
+    """
+    array = getattr(_work, name, None)
+    if array is None or array.size < size or array.dtype != dtype:
+        array = np.empty(max(size, 1024), dtype)
+        setattr(_work, name, array)
+    return array[:size]
+
+
+# ---- the element cast in the format's normal range: no table -----------------------------------
+# Inside the format's normal range a cast is round-to-nearest-even of the float32 significand to
+# the format's mantissa width, which float32 arithmetic does exactly (`_round_normal`). A
+# power-of-two scale 2**k leaves that rounding alone (round(x * 2**k) = round(x) * 2**k while both
+# are normal), so block casts with such scales round x itself, with no multiplications at all.
+# The elements outside the range are few in a well-scaled tensor: below it (the format's
+# subnormals and underflow, float32's subnormals) and beyond max's rounding interval (saturation,
+# Inf, NaN). They are cast on their own (`_cast_elements`), and they alone can underflow or
+# saturate, so they give the statistics too. Where they are many (a GELU output late in training
+# holds 14% nonzero elements below its tiles' ranges, and as many exact zeros), each copy is cast
+# whole instead, in a few passes that put every element on its tile's grid (`_cast_in_tiles`).
+#
+# Inside a training step every NumPy call costs about 3 us (its code and data have left the caches
+# by then), as much as a pass over 100,000 elements, so this path is written for few calls: the
+# rowwise and columnwise casts of a GEMM operand are one cast of two stacked copies, whose tiles
+# are handled all at once.
+
+_FIXUP_FRACTION = 0.25
+"""When more than this fraction of a tensor lies outside the normal range, the whole tensor goes
+through the table instead."""
+
+_IN_RANGE_MIN_SIZE = 1
+"""Smaller tensors (the empty one) go through the table. Measured, the fast path wins at every size,
+down to a handful of elements; tests raise this to hold the table path to the references too."""
+
+_OUTLIER_FRACTION = 1 / 16
+"""When more elements than this fraction lie below the largest lower bound of any tile, the tiles
+with the top sixteenth of the bounds are searched on their own (`_cast_in_range`). (Tests set the
+three knobs to hold each path to the references.)"""
+
+_SPARSE_TILES_FRACTION = 1 / 4
+"""Where the tiles of the elements below the largest tile's bound hold at most this fraction of a
+tensor, only their amax is taken (rules whose scaled amax never passes max: ``blockwise``); else
+every tile's is, as MX blocks always need (`_cast_in_range`)."""
+
+_DENSE_FRACTION = 1 / 10
+"""Where more than this fraction of a cast's elements are nonzero and lie below the normal range of
+the largest tile, every copy is cast whole (`_cast_in_tiles`) rather than those elements one by
+one. (Measured on the default model's tensors late in training, the two cost the same between 5%
+for block casts and about 10% for per-tensor ones; fewer favour the one by one cast.)"""
+
+_HUGE = np.float32(2.0**100).view(np.uint32)
+"""Magnitude bits of 2**100. `_round_normal` would overflow on larger inputs, so block casts
+holding one (or Inf, or NaN) go through the table."""
+
+
+def _round_normal(x: np.ndarray, out: np.ndarray, fmt) -> None:
+    """``out`` = float32 ``x`` rounded to ``fmt.mantissa_bits``, to nearest, ties to even.
+
+    Veltkamp's splitting (Dekker 1971, "A floating-point technique for extending the available
+    precision", section 5): with ``c = x * (2**s + 1)`` rounded to float32, ``c - (c - x)`` is
+    ``x`` rounded to nearest on ``24 - s`` significant bits, and float32's ties-to-even decides
+    its ties too; ``s = 23 - mantissa_bits`` keeps the format's. Valid where nothing overflows and
+    the result is normal in float32 and the format: ``2**-126 <= |x| < 2**100`` inside the
+    format's normal range (tests/test_fp8_rounding.py holds it to the codec there, every binade).
+    """
+    split = _work_array("split", x.size, np.float32)
+    np.multiply(x, np.float32(2 ** (23 - fmt.mantissa_bits) + 1), out=out)
+    np.subtract(out, x, out=split)
+    np.subtract(out, split, out=out)
+
+
+_MAGNITUDE = np.uint32(0x7FFF_FFFF)
+
+
+def _first_beyond(fmt) -> np.int32:
+    """Magnitude bits of the first float32 whose cast (scale 1) lies beyond max's rounding
+    interval: the threshold itself when its tie overflows, else the next float32."""
+    threshold, tie_overflows = _THRESHOLDS[fmt.name]
+    return np.int32(np.float32(threshold).view(np.int32) + (0 if tie_overflows else 1))
+
+
+_FIRST_BEYOND = {fmt.name: _first_beyond(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+
+
+_MIN_NORMAL_FIELDS = {fmt.name: np.int32(127 + fmt.emin) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}  # as float32
+
+
+def _normal_range(fmt, exponent) -> tuple[np.ndarray, np.ndarray]:
+    """Magnitude bits ``(lower, beyond)`` of the inputs whose cast with scale ``2**-exponent`` (int32
+    arrays, or one int) lands in the format's normal range: ``lower <= |x| < beyond``.
+
+    ``lower`` is ``fmt.min_normal * 2**exponent``, raised to float32's smallest normal (2**-126) so
+    that float32 subnormals, whose significands are shorter, are cast on their own; ``beyond`` is
+    `_first_beyond` times ``2**exponent``. Adding ``exponent`` to a normal float's exponent field
+    multiplies it by ``2**exponent``; for exponents from -127 to 100 (the scales of tiles below
+    2**100, `_HUGE`) both stay finite and normal.
+    """
+    return _lower_bits(fmt, exponent), _beyond_bits(fmt, exponent)
+
+
+def _lower_bits(fmt, exponent):
+    """`_normal_range`'s ``lower``."""
+    if not isinstance(exponent, np.ndarray):  # one scale: in Python integers
+        return np.uint32(max(int(exponent) + int(_MIN_NORMAL_FIELDS[fmt.name]), 1) << 23)
+    return (np.maximum(exponent + _MIN_NORMAL_FIELDS[fmt.name], np.int32(1)) << np.int32(23)).view(np.uint32)
+
+
+def _beyond_bits(fmt, exponent):
+    """`_normal_range`'s ``beyond``."""
+    if not isinstance(exponent, np.ndarray):
+        return np.uint32((int(exponent) << 23) + int(_FIRST_BEYOND[fmt.name]))
+    return ((exponent << np.int32(23)) + _FIRST_BEYOND[fmt.name]).view(np.uint32)
+
+
+_NORMAL_RANGES = {fmt.name: _normal_range(fmt, 0) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_STEPS = {fmt.name: np.float32(fmt.min_subnormal) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_STEP_EXPONENTS = {fmt.name: np.int32(fmt.emin - fmt.mantissa_bits) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_MAXIMA = {fmt.name: np.float32(fmt.max) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+# Scales 2**-k with k below this raise the lower bound of the normal range to 2**-126 (`_normal_range`).
+_RAISED_BELOW = {fmt.name: -126 - fmt.emin for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+
+
+# ---- tilings: which elements share a scale -------------------------------------------------------
+class _Tiling(NamedTuple):
+    """The tiles that a cast's scales cover, on a C-contiguous array seen as ``(outer, n, inner)``.
+
+    A tile is ``length`` consecutive positions along n by ``width`` along inner, in one outer row;
+    the last tile along n (or inner) is shorter when ``length`` (``width``) does not divide it, as
+    the references zero-pad it. Tiles are numbered in C order of (outer, tile along n, tile along
+    inner), the order of `_tile_amax`. Examples: a per-tensor scale is ``(1, size, 1, size, 1)``;
+    blocks of 32 along the last axis of a (rows, columns) array ``(rows, columns, 1, 32, 1)``;
+    blocks of 32 along axis 0 of it ``(1, rows, columns, 32, 1)``; 128x128 tiles of it
+    ``(1, rows, columns, 128, 128)``.
+    """
+
+    outer: int
+    n: int
+    inner: int
+    length: int
+    width: int
+
+    @property
+    def tiles_along_n(self) -> int:
+        return -(-self.n // self.length)
+
+    @property
+    def tiles_along_inner(self) -> int:
+        return -(-self.inner // self.width)
+
+    @property
+    def count(self) -> int:
+        return self.outer * self.tiles_along_n * self.tiles_along_inner
+
+
+def _blocks_tiling(shape: tuple, axis: int, block: int) -> _Tiling:
+    """Blocks of ``block`` consecutive elements along ``axis`` (one block if the axis is shorter)."""
+    n = shape[axis]
+    return _Tiling(math.prod(shape[:axis]), n, math.prod(shape[axis + 1:]), max(1, min(block, n)), 1)
+
+
+def _tile_amax(magnitude: np.ndarray, tiling: _Tiling) -> np.ndarray:
+    """The largest of the (1-d, C-order) ``magnitude`` bits in each tile, in tile order."""
+    outer, n, inner, length, width = tiling
+    if length == n and inner == width:  # one tile per outer row: runs of n * inner elements
+        return mx.row_max(magnitude, n * inner)
+    if inner == 1 and n % length == 0:  # runs of length consecutive elements
+        return mx.row_max(magnitude, length)
+    if inner == 1:  # rows of n, the last run of each row shorter
+        return np.maximum.reduceat(magnitude.reshape(outer, n), np.arange(0, n, length), axis=1).reshape(-1)
+    view = magnitude.reshape(outer, n, inner)
+    if n % length == 0:
+        amax = view.reshape(-1, length, inner).max(axis=1)
+    else:
+        amax = np.maximum.reduceat(view, np.arange(0, n, length), axis=1).reshape(-1, inner)
+    if width > 1:
+        amax = np.maximum.reduceat(amax, np.arange(0, inner, width), axis=1)
+    return amax.reshape(-1)
+
+
+def _tile_index(positions: np.ndarray, tiling: _Tiling) -> np.ndarray:
+    """The tile of each flat (C-order) element position."""
+    outer, n, inner, length, width = tiling
+    if inner == 1:
+        if n % length == 0:
+            return positions // length
+        row, position = np.divmod(positions, n)
+        return row * tiling.tiles_along_n + position // length
+    row, column = np.divmod(positions, inner)
+    if n % length == 0:
+        tile_row = row // length
+    else:
+        outer_row, position = np.divmod(row, n)
+        tile_row = outer_row * tiling.tiles_along_n + position // length
+    return tile_row * tiling.tiles_along_inner + (column // width if width > 1 else column)
+
+
+def _tile_positions(tiles: np.ndarray, tiling: _Tiling) -> tuple:
+    """``(positions, inside)``: the flat positions of the elements of ``tiles``, one row per tile, and
+    which of them are elements (the missing ones of a partial tile are at position 0). Any tiling;
+    `_tile_elements` reads runs and columns through views instead."""
+    outer, n, inner, length, width = tiling
+    tile_row, tile_column = np.divmod(tiles, tiling.tiles_along_inner)
+    outer_row, tile_along_n = np.divmod(tile_row, tiling.tiles_along_n)
+    rows = tile_along_n[:, None] * length + np.arange(length)  # (tiles, length) positions along n
+    columns = tile_column[:, None] * width + np.arange(width)  # (tiles, width) positions along inner
+    positions = ((outer_row[:, None, None] * n + rows[:, :, None]) * inner + columns[:, None, :])
+    inside = ((rows < n)[:, :, None] & (columns < inner)[:, None, :]).reshape(tiles.size, -1)
+    return np.where(inside, positions.reshape(tiles.size, -1), 0), inside
+
+
+def _elements_between(magnitude: np.ndarray, tiling: _Tiling, tiles: np.ndarray, low, high) -> tuple:
+    """The flat positions, and tiles, of the elements of ``tiles`` whose ``magnitude`` bits lie in
+    ``[low, high)`` (one bound, or one per tile): ``magnitude - low < high - low`` in unsigned
+    arithmetic, where a magnitude below ``low`` wraps around to a large number."""
+    positions, inside = _tile_positions(tiles, tiling)
+    found = magnitude[positions] - low < (np.asarray(high - low)).reshape(-1, 1)
+    found &= inside
+    found = found.reshape(-1).nonzero()[0]  # (1-d: NumPy's nonzero is much slower on 2-d arrays)
+    return positions.reshape(-1)[found], tiles[found // positions.shape[1]]
+
+
+def _tile_elements(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray) -> tuple:
+    """``(view, index, inside)``: ``view[index]`` holds the elements of ``tiles`` of the 1-d ``values``,
+    one row per tile (assigning to it writes them back); ``inside`` says which are elements (None
+    when all are; the missing ones of a partial tile are read at position 0)."""
+    outer, n, inner, length, width = tiling
+    if n % length == 0 and inner == 1:  # runs of consecutive elements: rows of a (tiles, length) view
+        return values.reshape(-1, length), tiles, None
+    if n % length == 0 and width == 1:  # columns of length elements, inner apart
+        row_block, column = np.divmod(tiles, inner)
+        return values.reshape(-1, length, inner), (row_block, slice(None), column), None
+    index, inside = _tile_positions(tiles, tiling)  # any tiling: the positions of each tile's elements
+    return values, index, inside
+
+
+def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exponent, fmt, saturate: bool) -> int:
+    """In the rounded ``values`` (1-d) of ``tiles`` (whose amax reaches max's rounding interval), the
+    elements beyond ``fmt.max * 2**exponent`` become that bound (``saturate``) or +-Inf; returns
+    how many. They are exactly those whose input lay beyond max's rounding interval: rounding is
+    monotonic and max is a format value, so clamping after rounding is rounding the clamped input."""
+    view, index, inside = _tile_elements(values, tiling, tiles)
+    block = view[index]  # (tiles, elements of a tile)
+    bound = np.ldexp(_MAXIMA[fmt.name], exponent)[:, None]
+    magnitude = np.abs(block)
+    beyond = magnitude > bound
+    if inside is not None:
+        beyond &= inside
+    count = int(np.count_nonzero(beyond))
+    if count:
+        if saturate:
+            block = np.copysign(np.minimum(magnitude, bound, out=magnitude), block, out=block)
+        else:
+            block = np.where(beyond, block * np.float32(np.inf), block)
+        if inside is None:
+            view[index] = block
+        else:
+            values[index[inside]] = block[inside]
+    return count
+
+
+# ---- the in-range cast -------------------------------------------------------------------------
+def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate: bool, rule=None, scale=None):
+    """Cast the 1-d float32 ``x`` once per tiling, into the rows of ``out`` (``(len(tilings),
+    x.size)`` float32, C-contiguous): `_round_normal` for every element, then `_cast_elements` for
+    those outside the normal range of their tile's scale.
+
+    ``rule`` (a `_Rule`) gives the exponents ``k`` (int32) of the power-of-two scales ``2**-k`` of
+    the tiles from their amax bits (those of every tiling, one after another); without a rule the
+    scale is 1, or the per-tensor ``scale``, which multiplies ``x`` before the
+    cast (the values are multiplied by ``float32(1 / scale)`` after it), as scaling.py does. The
+    copies share the rounding: a power-of-two scale leaves it unchanged, so every row of ``out``
+    starts as a copy of the first (unless none has anything to fix), and is fixed at its own
+    outside elements.
+
+    Those are found in one comparison against the largest lower bound of any tile (the largest
+    tile's: the exponents grow with amax, so the tensor's max gives it), zeros left out (they stay
+    zero and never underflow), and then cast on their own tile's grid (`_round_in_tiles`, which
+    also tells whether any lay below that tile's range): with the exponents from the amax of every
+    tile, or, where the rule never reaches max and the candidates' tiles are few
+    (`_SPARSE_TILES_FRACTION`), from theirs alone. Elements beyond max's rounding interval can
+    only lie in tiles whose amax reaches it (MX blocks, whose every amax is taken), and are
+    searched there. Every element inside the range is nonzero before and after the cast and lies
+    below that interval, so the outside elements give exact statistics. Where more than
+    `_DENSE_FRACTION` of the elements are nonzero and below the largest tile's bound, each copy is
+    cast whole instead (`_cast_in_tiles`), with every tile's amax.
+
+    Returns
+    -------
+    (list of (int, int, numpy.uint32), bool) or None
+        Per tiling: the underflow and saturation counts, and the largest magnitude's bits (of
+        ``x * scale`` with a scale); and True where no element needed fixing, so that every copy
+        equals the first, and the other rows of ``out`` were left unwritten. None, with ``out``
+        unspecified, where a block cast holds a magnitude of 2**100 or more (`_HUGE`: Inf and NaN
+        too), or more than `_FIXUP_FRACTION` of the elements lie outside the range and the whole
+        cast declines (a nonzero tile's bound raised to 2**-126; one scale: Inf, NaN or huge).
+    """
+    size, copies = x.size, len(tilings)
+    if scale is None:
+        source = x
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            source = np.multiply(x, scale, out=_work_array("scaled", size, np.float32))
+    magnitude = np.bitwise_and(source.view(np.uint32), _MAGNITUDE, out=_work_array("magnitude", size, np.uint32))
+    far = lower = amax = exponent = None
+    if rule is None:  # one scale, known; the elements beyond max's rounding interval are cast on their own
+        largest = magnitude.max()
+        lowest, beyond = _NORMAL_RANGES[fmt.name]
+        high = (magnitude >= beyond).nonzero()[0] if largest >= beyond else np.zeros(0, np.intp)
+    else:
+        offsets = [0]
+        for tiling in tilings:
+            offsets.append(offsets[-1] + tiling.count)
+        if rule.reaches_max:  # the tiles that reach max are searched: every tile's amax
+            amax = _every_tile_amax(magnitude, tilings)
+            largest = amax.max()
+        else:  # taken later, of the tiles that need it
+            largest = magnitude.max()
+        if largest >= _HUGE:
+            return None
+        # The exponents grow with amax: the largest tile's bound is the largest of all.
+        lowest = _lower_bits(fmt, rule.exponent_of(largest))
+    below = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_))
+    # Many nonzero elements below: every copy is cast whole (`_cast_in_tiles`), unless a nonzero
+    # tile's bound is raised to 2**-126 (its float32 subnormals need the table) or, with one
+    # scale, an element is huge, Inf or NaN.
+    below_count = np.count_nonzero(below)
+    dense = below_count > _DENSE_FRACTION * size
+    if dense:
+        zeros = int(np.count_nonzero(magnitude == 0))  # (of x itself where no scale multiplies it)
+        dense = below_count - zeros > _DENSE_FRACTION * size
+    if dense and rule is None:
+        dense, offsets, exponent = largest < _HUGE, [0, 1], np.zeros(1, np.int32)  # (x scaled already)
+    elif dense:
+        if amax is None:
+            amax = _every_tile_amax(magnitude, tilings)
+        exponent = rule.exponents(amax)
+        raised = exponent < _RAISED_BELOW[fmt.name]
+        dense = not (raised.any() and amax[raised].any())
+    if dense:
+        underflow = _cast_in_tiles(x, source, magnitude, out, tilings, exponent, offsets, fmt,
+                                   zeros if scale is None else None)
+        if rule is None:
+            if high.size:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    out[0][high] = _round_beyond_max(source[high], fmt, saturate)
+            if scale is not None:
+                out *= np.float32(1) / scale  # a nonzero element stays nonzero: the counts hold
+            saturated = [high.size]
+        else:
+            hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule.reaches_max else None
+            saturated = _clamp_copies(out, tilings, hot, exponent, offsets, fmt, saturate)
+        return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
+    if below_count > _DENSE_FRACTION * size and scale is None:  # mostly zeros: left out of the search
+        candidates = np.less(np.subtract(magnitude, np.uint32(1), out=_work_array("own", size, np.uint32)),
+                             lowest - np.uint32(1), out=below).nonzero()[0]  # (a zero wraps around)
+    else:
+        candidates = _nonzero_of(x, below)
+    if rule is not None and amax is None and \
+            candidates.size * sum(tiling.length * tiling.width for tiling in tilings) > _SPARSE_TILES_FRACTION * size:
+        amax = _every_tile_amax(magnitude, tilings)
+    if amax is not None and exponent is None:
+        exponent = rule.exponents(amax)
+    if candidates.size > _OUTLIER_FRACTION * size and exponent is not None and exponent.size > 16:
+        # A few tiles with a far larger amax than the rest (an outlier) raise the bound for all:
+        # take the bound below the top sixteenth of the tiles, and search those on their own.
+        lower = _lower_bits(fmt, exponent)
+        lowest = far = np.partition(lower, -1 - lower.size // 16)[-1 - lower.size // 16]
+        candidates = _nonzero_of(x, np.less(magnitude, lowest, out=below))
+    if candidates.size > _FIXUP_FRACTION * size:
+        return None
+    if largest < _HUGE:
+        _round_normal(source, out[0], fmt)
+    else:  # per-tensor: Inf, NaN or huge elements lie beyond max, overflow here, and are cast below
+        with np.errstate(over="ignore", invalid="ignore"):
+            _round_normal(source, out[0], fmt)
+    # The elements to fix, as positions in the stacked copies, each with its tile's exponent: those
+    # below the normal range (of the largest tile), then (one scale) those beyond max's interval.
+    if rule is None:
+        exponents = None
+        positions, lows = (np.concatenate((candidates, high)) if high.size else candidates), candidates.size
+        inputs = source[positions] if positions.size else None
+    else:
+        inputs = source[candidates] if candidates.size else None
+        if copies > 1 and candidates.size:  # the copies share the candidates and their inputs
+            positions = np.concatenate([candidates + copy * size for copy in range(copies)])
+            inputs = np.concatenate([inputs] * copies)
+        else:  # (none in any copy, or those of the one copy)
+            positions = candidates
+        if not candidates.size:
+            exponents = np.zeros(0, np.int32)
+        elif exponent is None:  # from the amax of the candidates' own tiles
+            exponents = _candidate_tile_exponents(magnitude, tilings, candidates, rule)
+        else:
+            exponents = exponent[np.concatenate([_tile_index(candidates, tiling) + offset
+                                                 for tiling, offset in zip(tilings, offsets)])]
+        if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
+            found = [(positions, exponents, source[candidates[:0]] if inputs is None else inputs)]
+            for copy, mine in _by_copy((lower > far).nonzero()[0], offsets):
+                if mine.size:
+                    found_positions, found_tiles = _elements_between(magnitude, tilings[copy], mine - offsets[copy],
+                                                                     far, lower[mine])
+                    found.append((found_positions + copy * size, exponent[found_tiles + offsets[copy]],
+                                  source[found_positions]))
+            positions, exponents, inputs = (np.concatenate(arrays) for arrays in zip(*found))
+        lows = positions.size
+    positions, values, underflow = _cast_elements(inputs, positions, exponents, lows, fmt, saturate, copies, size)
+    # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
+    hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule is not None and rule.reaches_max \
+        else candidates[:0]
+    if copies > 1:
+        if not positions.size and not hot.size:  # nothing to fix: every copy is the rounded x
+            return [(0, 0, largest)] * copies, True
+        out[1:] = out[0]
+    if positions.size:
+        out.reshape(-1)[positions] = values
+    saturated = [high.size] if rule is None else _clamp_copies(out, tilings, hot, exponent, offsets, fmt, saturate)
+    if scale is not None:
+        out *= np.float32(1) / scale  # a nonzero element stays nonzero: the counts hold
+    return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
+
+
+def _every_tile_amax(magnitude: np.ndarray, tilings: list) -> np.ndarray:
+    """The amax bits of every tile of every tiling, one tiling after another (`_tile_amax`)."""
+    if len(tilings) == 1:
+        return _tile_amax(magnitude, tilings[0])
+    return np.concatenate([_tile_amax(magnitude, tiling) for tiling in tilings])
+
+
+def _clamp_copies(out: np.ndarray, tilings: list, hot, exponent, offsets: list, fmt, saturate: bool) -> list:
+    """Each copy's saturation count, after `_clamp_hot_tiles` on its ``hot`` tiles (tile numbers over
+    the stacked copies, sorted; None or empty: none)."""
+    saturated = [0] * len(tilings)
+    for copy, mine in _by_copy(hot, offsets) if hot is not None and hot.size else ():
+        if mine.size:
+            saturated[copy] = _clamp_hot_tiles(out[copy], tilings[copy], mine - offsets[copy], exponent[mine], fmt,
+                                               saturate)
+    return saturated
+
+
+# Bits of 1.5 * 2**(s + 23), s the spacing's exponent (`_cast_in_tiles`): for a tile's subnormal step
+# s = k + emin - mantissa_bits (k added to the field), and for an element's own binade
+# s = e - mantissa_bits (the element's exponent field added).
+_TILE_MAGIC_FIELDS = {fmt.name: np.int32(127 + 23 + fmt.emin - fmt.mantissa_bits)
+                      for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+_OWN_MAGIC_OFFSETS = {fmt.name: np.uint32(((23 - fmt.mantissa_bits) << 23) | 0x40_0000)
+                      for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+
+
+def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out: np.ndarray, tilings: list,
+                   exponent: np.ndarray, offsets: list, fmt, zeros=None) -> list:
+    """Cast the 1-d float32 ``source`` (``x`` scaled, or ``x``; ``magnitude`` its bits, each below
+    2**100) once per tiling into the rows of ``out``, whole: each element onto its tile's grid
+    (`_round_in_tiles`), with the tiles' exponents ``exponent`` (one tiling after another, from
+    ``offsets``) broadcast over their elements. Returns each copy's underflow count (the nonzero
+    ``x`` cast to zero; ``zeros``: how many zeros ``x`` holds, where known). Beyond max's rounding
+    interval the values are the rounded ones, for the caller to clamp or replace.
+
+    The grid's spacing ``2**s`` is the larger of the tile's subnormal step and the spacing of the
+    element's own binade, and ``|x|`` is rounded to a multiple of it by adding and subtracting
+    ``c = 1.5 * 2**(s + 23)``: float32 rounds ``|x| + c``, which lies in c's binade, to a multiple
+    of its spacing, ``2**s``, to nearest, ties to even, and ``- c`` is exact. The larger of the two
+    ``c`` is the larger of their bits. x's sign goes back on last, on zeros too. Tiles whose bound
+    `_normal_range` raised to 2**-126 must hold only zeros: the own binade of a float32 subnormal
+    is not its exponent field's.
+    """
+    magic = np.bitwise_and(source.view(np.uint32), np.uint32(0x7F80_0000), out=_work_array("own", x.size, np.uint32))
+    own = np.add(magic, _OWN_MAGIC_OFFSETS[fmt.name], out=magic)
+    sign = np.bitwise_xor(source.view(np.uint32), magnitude, out=_work_array("sign", x.size, np.uint32))
+    tile_magic = (((exponent + _TILE_MAGIC_FIELDS[fmt.name]) << np.int32(23)) | np.int32(0x40_0000)).view(np.uint32)
+    underflow = []
+    for copy, tiling in enumerate(tilings):
+        grid = _work_array("grid", x.size, np.uint32) if copy < len(tilings) - 1 else own  # (own, last)
+        (own_view, grid_view), (tile_view,) = _tile_broadcast(tiling, (own, grid), (
+            tile_magic[offsets[copy]:offsets[copy + 1]],))
+        np.maximum(own_view, tile_view, out=grid_view)
+        values = np.add(magnitude.view(np.float32), grid.view(np.float32), out=out[copy])
+        values -= grid.view(np.float32)
+        underflow.append(int(np.count_nonzero(values == 0)))  # |x| rounded: zeros, and those that underflowed
+        np.bitwise_or(values.view(np.uint32), sign, out=values.view(np.uint32))
+        if zeros is None and underflow[-1]:
+            zeros = int(np.count_nonzero(x == 0))
+        underflow[-1] -= zeros or 0
+    return underflow
+
+
+def _tile_broadcast(tiling: _Tiling, elements: tuple, per_tile: tuple) -> tuple:
+    """Views of the 1-d ``elements`` arrays, and the ``per_tile`` arrays (one value per tile, in tile
+    order) shaped to broadcast over them: each tile's value over the tile's elements. Where a
+    partial tile breaks the views, a tile's value is repeated over its rows and columns."""
+    outer, n, inner, length, width = tiling
+    along_n, along_inner = tiling.tiles_along_n, tiling.tiles_along_inner
+    if n % length == 0 and inner % width == 0:
+        shape = (outer, along_n, length, along_inner, width)
+        return ([a.reshape(shape) for a in elements],
+                [t.reshape(outer, along_n, 1, along_inner, 1) for t in per_tile])
+    expanded = []
+    for t in per_tile:
+        t = np.repeat(t.reshape(outer, along_n, along_inner), length, axis=1)[:, :n]
+        if width > 1:
+            t = np.repeat(t, width, axis=2)[:, :, :inner]
+        expanded.append(t)
+    return [a.reshape(outer, n, inner) for a in elements], expanded
+
+
+def _nonzero_of(x: np.ndarray, below: np.ndarray) -> np.ndarray:
+    """The positions where ``below`` holds and ``x`` is not zero. A zero stays zero through
+    `_round_normal`, sign and all, and never counts as underflow, so it needs no fixing; a nonzero
+    ``x`` whose scaled value is zero does."""
+    candidates = below.nonzero()[0]
+    return candidates[x[candidates] != 0] if candidates.size else candidates
+
+
+def _candidate_tile_exponents(magnitude: np.ndarray, tilings: list, candidates: np.ndarray, rule) -> np.ndarray:
+    """The exponent of the tile that holds each element at ``candidates`` in each tiling, one tiling
+    after another (`_cast_in_range`), from those tiles' amax alone."""
+    amax = []
+    for tiling in tilings:
+        view, index, inside = _tile_elements(magnitude, tiling, _tile_index(candidates, tiling))
+        elements = view[index] if inside is None else np.where(inside, view[index], np.uint32(0))
+        amax.append(elements.max(axis=1))
+    return rule.exponents(np.concatenate(amax) if len(amax) > 1 else amax[0])
+
+
+def _by_copy(tiles: np.ndarray, offsets: list):
+    """``(copy, tiles of that copy)`` for sorted tile numbers over stacked copies (`_cast_in_range`)."""
+    if len(offsets) == 2:
+        return [(0, tiles)]
+    starts = np.searchsorted(tiles, offsets).tolist()
+    return [(copy, tiles[starts[copy]:starts[copy + 1]]) for copy in range(len(offsets) - 1)]
+
+
+def _cast_elements(inputs, positions, exponents, lows, fmt, saturate: bool, copies: int, size: int) -> tuple:
+    """The cast of the elements at ``positions`` of the stacked copies (each copy ``size`` long):
+    ``inputs``, the source's values there, times ``2**-exponents`` (one per element; None: scale 1).
+
+    The first ``lows`` lie below the normal range of the largest tile. With exponents, each is cast
+    onto its own tile's grid (`_round_in_tiles`): those that lie inside their tile's normal range
+    get the value `_round_normal` gave them, so all are written, and none is where none lies below
+    its tile's range. Where a tile's bound was raised to 2**-126 (then float32 subnormals may be
+    normal once scaled) they take the table instead. The others (one scale only) lie beyond max's
+    rounding interval (`_round_beyond_max`).
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray, list of int)
+        The positions of the elements to write and their values, and each copy's underflow count:
+        every element here comes from a nonzero input (`_nonzero_of`), so a zero value underflowed.
+    """
+    if not positions.size:
+        return positions, None, [0] * copies
+    if exponents is None:
+        values = _round_below_normal(inputs[:lows] if lows < inputs.size else inputs, fmt)
+        if lows < inputs.size:  # (Inf and NaN among them, and products that overflow to Inf)
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = np.concatenate((values, _round_beyond_max(inputs[lows:], fmt, saturate)))
+    elif exponents.min() < _RAISED_BELOW[fmt.name]:
+        values = np.empty_like(inputs)
+        _round_into(np.ldexp(inputs, -exponents), values, fmt, saturate)
+        values = np.ldexp(values, exponents)  # (each lies below max: nothing overflows)
+    else:
+        values, below = _round_in_tiles(inputs, fmt, exponents)
+        if not below:  # every one lies inside its tile's normal range: nothing to fix
+            return positions[:0], None, [0] * copies
+    zero = values[:lows] == 0
+    if copies == 1:
+        return positions, values, [int(np.count_nonzero(zero))]
+    return positions, values, np.bincount(positions[:lows][zero] // size, minlength=copies).tolist()
+
+
+def _round_below_normal(scaled: np.ndarray, fmt) -> np.ndarray:
+    """The cast of magnitudes below ``fmt.min_normal``, where the format's values are the multiples
+    of its smallest subnormal: round to the nearest multiple, ties to even, as ``np.rint`` does
+    after scaling by a power of two (each step exact in float32, the sign of zero kept)."""
+    step = _STEPS[fmt.name]
+    values = np.rint(scaled * (np.float32(1) / step))
+    values *= step
+    return values
+
+
+_FIELD_OFFSETS = {fmt.name: np.int32(127 + fmt.mantissa_bits) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)}
+
+
+def _round_in_tiles(x: np.ndarray, fmt, exponents: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The cast of the nonzero float32 ``x`` times ``2**-exponents`` (int32, one per element), times
+    ``2**exponents``, for magnitudes below max's rounding interval of their tile, with exponents
+    from ``_RAISED_BELOW`` up: onto the format's grid scaled by ``2**exponents``.
+
+    The grid's spacing at ``x`` is the larger of the subnormal step ``2**(exponents +
+    log2(min_subnormal))`` (below the tile's normal range) and the spacing of x's own binade,
+    ``2**(e - mantissa_bits)`` with ``2**e <= |x|`` (inside it, where it is the larger); ``x`` is
+    rounded to the nearest multiple, ties to even, by ``np.rint`` between two scalings by powers
+    of two (each exact; where the first underflows in float32 the result lies below half a step
+    and rounds to zero, the sign kept). A float32 subnormal ``x`` always lies below its tile's
+    range at these exponents, so its exponent field, 0, never decides.
+
+    Returns the values, and whether any element lay below its tile's normal range (otherwise each
+    value is ``x`` rounded to ``mantissa_bits``, what `_round_normal` gives).
+    """
+    field = ((x.view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF)).view(np.int32)
+    tile_steps = exponents + _STEP_EXPONENTS[fmt.name]
+    own_steps = np.subtract(field, _FIELD_OFFSETS[fmt.name], out=field)
+    below = bool((own_steps < tile_steps).any())
+    steps = np.maximum(tile_steps, own_steps, out=own_steps)
+    return np.ldexp(np.rint(np.ldexp(x, -steps)), steps), below
+
+
+def _round_beyond_max(scaled: np.ndarray, fmt, saturate: bool) -> np.ndarray:
+    """The cast of magnitudes beyond max's rounding interval (Inf and NaN too): +-max where the cast
+    saturates, else +-Inf (an infinite product, no overflow); NaN stays NaN (both propagate it)."""
+    if not saturate:
+        return scaled * np.float32(np.inf)
+    largest = _MAXIMA[fmt.name]
+    return np.minimum(np.maximum(scaled, -largest), largest)
+
+
+def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None, scale=None):
+    """`_cast_in_range` of the C-contiguous float32 ``x`` over slabs of whole tiles of about
+    ``_CHUNK_ELEMENTS`` elements each on `CAST_THREADS` threads, into ``new(shape, float32)``: x's
+    shape for one tiling, stacked ``(len(tilings),) + x.shape`` for several.
+
+    Returns ``(values, results)``, the results summed over the slabs; ``values`` is that array
+    for one tiling, and the list of each tiling's values for several (one array for all where
+    nothing needed fixing). None where the tensor is smaller than `_IN_RANGE_MIN_SIZE` (then
+    nothing is allocated) or a slab declined.
+    """
+    if x.size < max(_IN_RANGE_MIN_SIZE, 1):
+        return None
+    copies = len(tilings)
+    out = new(x.shape if copies == 1 else (copies,) + x.shape, np.float32)
+    flat, stacked = x.reshape(-1), out.reshape(copies, -1)
+    if x.size <= _CHUNK_ELEMENTS:  # one slab: the tensor
+        result = _cast_in_range(flat, tilings, stacked, fmt, saturate, rule, scale)
+        if result is None:
+            return None
+        results, same = result
+        return (out if copies == 1 else [out[0]] * copies if same else list(out)), results
+    # Slabs hold whole tiles of every tiling: whole outer rows, or whole rows of tiles along n;
+    # a per-tensor scale (no rule) allows any slab.
+    granules = [1 if rule is None else tiling.n * tiling.inner if tiling.outer > 1 else tiling.length * tiling.inner
+                for tiling in tilings]
+    granule = math.lcm(*granules)
+
+    def slab_tiling(tiling: _Tiling, elements: int) -> _Tiling:
+        if rule is None:
+            return _Tiling(1, elements, 1, elements, 1)
+        if tiling.outer > 1:
+            return tiling._replace(outer=elements // (tiling.n * tiling.inner))
+        return tiling._replace(n=elements // tiling.inner)
+
+    def kernel(start, stop):
+        start, stop = start * granule, min(stop * granule, flat.size)
+        # one copy: its slab of out; several: a slab of each, cast into a stacked array, then copied
+        slab_out = stacked[:, start:stop] if copies == 1 else np.empty((copies, stop - start), np.float32)
+        result = _cast_in_range(flat[start:stop], [slab_tiling(tiling, stop - start) for tiling in tilings], slab_out,
+                              fmt, saturate, rule, scale)
+        if result is None:
+            return None
+        if copies > 1:
+            stacked[:, start:stop] = slab_out[0] if result[1] else slab_out
+        return result[0]
+
+    parts = _map_slices(kernel, -(-flat.size // granule), granule)
+    if any(part is None for part in parts):
+        return None
+    return (out if copies == 1 else list(out)), [
+        (sum(part[i][0] for part in parts), sum(part[i][1] for part in parts), max(part[i][2] for part in parts))
+        for i in range(copies)]
+
+
+# ---- slices on threads -------------------------------------------------------------------------
+CAST_THREADS = min(4, os.cpu_count() or 1)
+"""Threads that cast the slices of a big tensor (set to 1 for a single thread). NumPy releases the
+GIL inside its loops, so the slices run in parallel, as the GEMMs do on all cores. Each slice writes
+its own part of the output, so the results are the same for any number of threads."""
+
+_CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 per slice: it and its temporaries stay in cache
+_pool: ThreadPoolExecutor | None = None
+_pool_workers = 0
+
+
+def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
+    """``[kernel(start, stop), ...]`` over consecutive slices of ``range(rows)`` of about
+    ``_CHUNK_ELEMENTS`` elements each, on ``CAST_THREADS`` threads."""
+    global _pool, _pool_workers
+    if rows * row_elements <= _CHUNK_ELEMENTS:
+        return [kernel(0, rows)]
+    step = max(1, _CHUNK_ELEMENTS // max(1, row_elements))
+    slices = [(start, min(start + step, rows)) for start in range(0, rows, step)]
+    threads = min(CAST_THREADS, len(slices))
+    if threads < 2:
+        return [kernel(start, stop) for start, stop in slices]
+    if _pool_workers < threads - 1:
+        _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="minifp8-cast")
+        _pool_workers = threads - 1
+    groups = [slices[i::threads] for i in range(threads)]
+    futures = [_pool.submit(_run_slices, kernel, group) for group in groups[1:]]
+    results = _run_slices(kernel, groups[0])  # this thread works too
+    for future in futures:
+        results.extend(future.result())
+    return results
+
+
+def _run_slices(kernel: Callable, slices: list) -> list:
+    return [kernel(start, stop) for start, stop in slices]
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+def _amax(x: np.ndarray):
+    """max |x| (NaN if x holds a NaN, 0 for an empty x), without a temporary |x|."""
+    if x.size == 0:
+        return x.dtype.type(0)
+    return np.maximum(x.max(), -x.min())
+
+
+def _float32(x: np.ndarray) -> np.ndarray:
+    """C-contiguous float32 of x's shape (float64 rounds once, as scaling.py converts its inputs)."""
+    if x.dtype == np.float32 and x.flags.c_contiguous:
+        return x
+    with np.errstate(over="ignore"):
+        return np.require(x, np.float32, "C")
+
+
+def _memory_order(x: np.ndarray):
+    """The axis order in which the elements of a view ``x`` lie in memory (strides decreasing), where
+    it is not x's own: transposed to it, x is C-contiguous (a transposed tensor) or copies to
+    C order by whole rows (a transposed slice, such as the heads of q split from qkv). None for a
+    C-contiguous x, or one already in that order."""
+    if x.ndim < 2 or x.flags.c_contiguous:
+        return None
+    order = tuple(sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis])))  # (a stable sort)
+    return None if order == tuple(range(x.ndim)) else order
+
+
+def _blocks_view(x: np.ndarray, axis: int, block: int) -> np.ndarray:
+    """C-contiguous ``x`` as ``(rows, block, inner)``: every ``[row, :, j]`` is one block along ``axis``."""
+    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
+    return x.reshape(outer * (x.shape[axis] // block), block, inner)
+
+
+def _padded_to_tiles(x: np.ndarray, tile: tuple) -> tuple[np.ndarray, tuple]:
+    """C-contiguous ``x`` zero-padded to whole tiles, and the tile's length along each axis.
+
+    An axis shorter than the tile is one tile, unpadded; a longer one is zero-padded at its end to
+    a multiple of the tile, as scaling.py and mx.py pad. Either way each tile holds the elements
+    it holds there, plus zeros that change no tile's amax, hence no scale. ``x`` itself when
+    nothing needs padding.
+    """
+    tile = tuple(min(length, shape) for length, shape in zip(tile, x.shape))
+    padded_shape = tuple(shape + -shape % length for shape, length in zip(x.shape, tile))
+    if padded_shape == x.shape:
+        return x, tile
+    padded = np.zeros(padded_shape, x.dtype)
+    padded[tuple(map(slice, x.shape))] = x
+    return padded, tile
+
+
+def _cropped(padded: np.ndarray, shape: tuple, new=np.empty) -> np.ndarray:
+    """The leading ``shape`` part of ``padded``, C-contiguous (``padded`` itself when it has that shape)."""
+    if padded.shape == shape:
+        return padded
+    values = new(shape, padded.dtype)
+    values[...] = padded[tuple(map(slice, shape))]
+    return values
+
+
+def _magnitudes(blocks: np.ndarray) -> np.ndarray:
+    """The bit patterns of ``|x|`` of C-contiguous float32 ``blocks`` (the sign bit cleared), as uint32.
+
+    IEEE magnitudes order like these integers (NaN above Inf), so integer comparisons and maxima
+    on them are exact and faster than NumPy's NaN-aware float ones (as in ``mx.block_amax``).
+    """
+    return np.bitwise_and(blocks.view(np.uint32), np.uint32(0x7FFF_FFFF))
+
+
+def _block_amax(magnitude: np.ndarray, axes: tuple) -> np.ndarray:
+    """max |x| over ``axes`` (keepdims) from `_magnitudes` bits, as float32 (NaN where a block holds NaN).
+
+    Blocks that are contiguous rows of a power-of-two length go to ``mx.row_max``'s tree of passes.
+    """
+    if axes == (1,) and magnitude.shape[2] == 1 and magnitude.shape[1] & (magnitude.shape[1] - 1) == 0:
+        amax = mx.row_max(magnitude.reshape(-1), magnitude.shape[1]).reshape(-1, 1, 1)
+    else:
+        amax = magnitude.max(axis=axes, keepdims=True)
+    return amax.view(np.float32)
+
+
+# ---- statistics --------------------------------------------------------------------------------
+# An element saturated exactly when the scaled input the cast rounded lies beyond the rounding
+# interval of max (or is Inf/NaN): a saturating cast clamped it to +-max, a non-saturating one made
+# it Inf/NaN. So the count needs the scaled inputs, not the codes; and only blocks whose largest
+# scaled magnitude (amax * scale, known from the scale computation) is beyond max can hold one.
+def _count_beyond(scaled: np.ndarray, fmt) -> int:
+    return int(np.count_nonzero(_beyond_max(np.abs(scaled), fmt)))
+
+
+def _count_saturated(scaled: np.ndarray, bound, fmt, nan_blocks: bool = False) -> int:
+    """Saturated elements of ``scaled``, knowing each block's largest |scaled| (``bound``).
+
+    ``bound`` broadcasts against ``scaled`` (size-1 axes where a block spans the axis). Nothing
+    can have saturated when no bound is beyond max. A NaN bound is a block holding NaN; its NaNs
+    count, unless ``nan_blocks`` says they are MX NaN blocks, counted whole elsewhere (then only
+    the blocks with a bound beyond max are searched).
+    """
+    threshold, tie_overflows = _THRESHOLDS[fmt.name]
+    bound = np.asarray(bound)
+    if bound.ndim == 0 and (bound < threshold if tie_overflows else bound <= threshold):
+        return 0  # one bound, below the threshold (NaN is not)
+    with np.errstate(invalid="ignore"):
+        hot = bound >= threshold if tie_overflows else bound > threshold
+        if not nan_blocks:
+            hot |= np.isnan(bound)
+    if not hot.any():
+        return 0
+    if not nan_blocks and not np.isnan(bound).any():
+        # No NaN anywhere: two comparisons over the whole array, cheaper than finding the blocks.
+        if tie_overflows:
+            return int(np.count_nonzero(scaled >= threshold)) + int(np.count_nonzero(scaled <= -threshold))
+        return int(np.count_nonzero(scaled > threshold)) + int(np.count_nonzero(scaled < -threshold))
+    if hot.ndim == 0:
+        return _count_beyond(scaled, fmt)
+    blocks = np.nonzero(hot)
+    index = tuple(slice(None) if hot.shape[a] == 1 and scaled.shape[a] != 1 else blocks[a] for a in range(scaled.ndim))
+    return _count_beyond(scaled[index], fmt)
+
+
+def _underflow_count(x: np.ndarray, values: np.ndarray, zeros_stay_zero: bool = True) -> int:
+    """Nonzero inputs whose value became (+-)0."""
+    if zeros_stay_zero:  # then the nonzero inputs that became zero are the difference of the counts
+        zeros = int(np.count_nonzero(values == 0))
+        return zeros - int(np.count_nonzero(x == 0)) if zeros else 0
+    return int(np.count_nonzero((values == 0) & (x != 0)))
+
+
+def _largest(parts: list):
+    """The largest of the slices' amaxes (item 2 of each): NaN if one is NaN, 0 without slices."""
+    return parts[0][2] if len(parts) == 1 else np.max([part[2] for part in parts], initial=np.float32(0))
+
+
+def _stats(x: np.ndarray, values: np.ndarray, amax, parts: list) -> CastStats:
+    """Sum the per-slice (underflow, saturated) counts; recount underflow against a float64 input
+    (a value that became 0 already in the conversion to float32 underflowed too)."""
+    underflow = sum(part[0] for part in parts)
+    if x.dtype != np.float32:
+        underflow = _underflow_count(x, values.reshape(x.shape))
+    return CastStats(float(amax), int(x.size), underflow, sum(part[1] for part in parts))
+
+
+# ---- the recipes -------------------------------------------------------------------------------
+def _cast_per_tensor(x: np.ndarray, x32: np.ndarray, amax, scale, fmt, saturate: bool, new=np.empty):
+    """One scale for the whole tensor; ``scale=None`` is the naive cast ``codec.quantize`` (scale 1).
+
+    Otherwise ``scaling.quantize_with_scale`` then ``ScaledTensor.dequantize``, fused:
+    ``x * scale`` and ``elements * float32(1 / scale)`` in float32, the operations scaling.py
+    performs. ``x32``: x as C-contiguous float32; ``amax``: its max |x| (None with ``scale=None``:
+    then each slice finds its own, while it is in cache).
+    """
+    if scale is not None:
+        scale = np.float32(scale)
+        inverse = np.float32(1) / scale
+        with np.errstate(over="ignore", invalid="ignore"):
+            bound = amax * scale
+    flat = x32.reshape(-1)
+    values = new(flat.shape, np.float32)
+
+    def kernel(start, stop):
+        part, out = flat[start:stop], values[start:stop]
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = part if scale is None else part * scale
+            part_bound = _magnitudes(scaled).max(initial=np.uint32(0)).view(np.float32) if scale is None else bound
+            _round_into(scaled, out, fmt, saturate)
+            counts = _underflow_count(part, out), _count_saturated(scaled, part_bound, fmt)
+            if scale is not None:
+                out *= inverse  # a nonzero element stays nonzero: the counts hold
+        return (*counts, part_bound)
+
+    parts = _map_slices(kernel, flat.size, 1)
+    if scale is None:
+        amax = _largest(parts)
+    values = values.reshape(x.shape)
+    return values, _stats(x, values, amax, parts)
+
+
+def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool, power_of_2: bool, new=np.empty):
+    """``scaling.quantize_blockwise(...).dequantize()``, E5M2 clamps turned into Inf."""
+    axis = axis % x.ndim
+    if x.size == 0:
+        return np.zeros(x.shape, np.float32), CastStats(0.0, 0, 0, 0)
+    x32 = _float32(x)
+    # Tiles as axes of a view; per slice: scaling.scale_from_amax, then x * scale and
+    # elements * float32(1 / scale) in float32, as scaling.quantize_blockwise and dequantize do.
+    if weight:  # 128x128 tiles: the same tiles along either axis
+        padded, (rows, columns) = _padded_to_tiles(x32, (128, 128))
+        tiles = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // columns, columns)
+        reduce = (1, 3)
+    else:  # 1x128 tiles along axis
+        padded, tile = _padded_to_tiles(x32, tuple(128 if a == axis else 1 for a in range(x.ndim)))
+        tiles, reduce = _blocks_view(padded, axis, tile[axis]), (1,)
+    values = new(tiles.shape, np.float32) if padded is x32 else np.empty(tiles.shape, np.float32)
+
+    def kernel(start, stop):
+        part, out = tiles[start:stop], values[start:stop]
+        magnitude = _magnitudes(part)
+        amax = _block_amax(magnitude, reduce)
+        scale = scaling.scale_from_amax(amax, fmt, power_of_2=power_of_2)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            inverse = np.float32(1) / scale
+            scaled = part * scale
+            _round_into(scaled, out, fmt, saturate)
+            out *= inverse
+            bound = amax * scale
+        return _underflow_count(part, out), _count_saturated(scaled, bound, fmt), amax.max(initial=np.float32(0))
+
+    parts = _map_slices(kernel, len(tiles), math.prod(tiles.shape[1:]))
+    values = _cropped(values.reshape(padded.shape), x.shape, new)
+    return values, _stats(x, values, _largest(parts), parts)
+
+
+def _mx_scales(amax: np.ndarray, mx_format, scale_mode: str) -> tuple:
+    """``(scale_codes, scale, factor)`` of MX blocks with largest magnitudes ``amax``: the E8M0
+    codes, ``2**shared_exp`` (NaN for 0xFF: NaN blocks) and ``2**-shared_exp`` (exact, from 2**-120
+    to 2**127), as ``mx.quantize`` scales and ``MXArray.dequantize`` rescales."""
+    scale_codes, shared_exp = mx.shared_exponents(amax, mx_format, scale_mode)
+    return scale_codes, _E8M0_VALUES[scale_codes], np.ldexp(np.float32(1), -shared_exp)
+
+
+def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
+    """``mx.quantize(x, MXFP8 with fmt elements, axis=axis, scale_mode=...).dequantize()``."""
+    mx_format = _MX_FORMATS[fmt.name]
+    axis = axis % x.ndim
+    if x.dtype != np.float32 or x.size == 0:  # float64 (rounded exactly, not through float32): mx.py itself
+        quantized = mx.quantize(x, mx_format, axis=axis, scale_mode=scale_mode)
+        values = quantized.dequantize()
+        shared_exp = quantized.scales.astype(np.int32) - mx.E8M0_BIAS
+        shared_exp = np.repeat(shared_exp, mx_format.block_size, axis=axis)
+        shared_exp = shared_exp[(slice(None),) * axis + (slice(0, x.shape[axis]),)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = x * np.ldexp(np.ones((), x.dtype), -shared_exp)  # exact, as mx.py scales
+        in_nan_block = np.isnan(values)  # only a NaN block decodes to NaN
+        nan_elements = int(np.count_nonzero(in_nan_block))
+        saturated = int(np.count_nonzero(_beyond_max(np.abs(scaled), fmt) & ~in_nan_block)) + nan_elements
+        underflow = _underflow_count(x, values, zeros_stay_zero=not nan_elements)
+        return values, CastStats(float(_amax(x)), int(x.size), underflow, saturated)
+    # Blocks as an axis of a view; per slice: mx.block_amax (or the same max over the block axis),
+    # mx.shared_exponents, then x * 2**-shared_exp and elements * 2**shared_exp in float32, exactly
+    # the operations of mx.quantize and MXArray.dequantize.
+    x = np.require(x, requirements="C")
+    padded, tile = _padded_to_tiles(x, tuple(mx_format.block_size if a == axis else 1 for a in range(x.ndim)))
+    block = tile[axis]
+    blocks = _blocks_view(padded, axis, block)
+    values = new(blocks.shape, np.float32) if padded is x else np.empty(blocks.shape, np.float32)
+
+    def kernel(start, stop):
+        part, out = blocks[start:stop], values[start:stop]
+        magnitude = _magnitudes(part)
+        amax = _block_amax(magnitude, (1,))
+        scale_codes, scale, factor = _mx_scales(amax, mx_format, scale_mode)
+        nan_elements = int(np.count_nonzero(scale_codes == mx.E8M0_NAN)) * block
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = part * factor
+            _round_into(scaled, out, fmt, saturate=True)
+            out *= scale
+            bound = amax * factor
+        if nan_elements:  # their elements are counted whole: leave them out of the search
+            bound[scale_codes == mx.E8M0_NAN] = np.nan
+        saturated = _count_saturated(scaled, bound, fmt, nan_blocks=bool(nan_elements)) + nan_elements
+        return (_underflow_count(part, out, zeros_stay_zero=not nan_elements), saturated,
+                amax.max(initial=np.float32(0)), nan_elements)
+
+    parts = _map_slices(kernel, len(blocks), math.prod(blocks.shape[1:]))
+    padded_values = values.reshape(padded.shape)
+    values = _cropped(padded_values, x.shape, new)
+    stats = _stats(x, values, _largest(parts), parts)
+    if padded is not x and any(part[3] for part in parts):  # the padding of NaN blocks is no element
+        padding_nans = int(np.count_nonzero(np.isnan(padded_values))) - int(np.count_nonzero(np.isnan(values)))
+        stats = CastStats(stats.amax, stats.size, stats.underflow_count, stats.saturation_count - padding_nans)
+    return values, stats
+
+
+class _Rule(NamedTuple):
+    """Power-of-two tile scales, as `_cast_in_range` takes them: ``exponents(amax)`` gives, from the
+    tiles' amax bits (finite, below 2**100), the exponents ``k`` (int32) of the scales ``2**-k``,
+    and ``exponent_of(amax)`` the one exponent of one amax (numpy.uint32 bits) as a Python int;
+    ``reaches_max`` says whether a tile's scaled amax can lie beyond max's rounding interval.
+    The exponents never fall as amax grows."""
+
+    exponents: Callable
+    exponent_of: Callable
+    reaches_max: bool
+
+
+@functools.cache
+def _blockwise_rule(fmt) -> _Rule:
+    """The tile scales of ``blockwise``: `scaling.scale_from_amax` with ``power_of_2=True`` (as
+    scaling.quantize_blockwise scales), spelled out for finite amax: ``fp8_max / amax`` in float32
+    with its mantissa cleared, Inf (a tiny amax) taken as FLT_MAX (2**127 once cleared), and scale
+    1 for a zero amax; tests/test_fp8_rounding.py holds it to scale_from_amax. A scaled amax never
+    passes max (the quotient, rounded down to a power of two, is at most fp8_max / amax)."""
+    largest = np.float32(fmt.max)
+    # fp8_max * 2**-127, whose quotient is 2**127: a smaller amax's quotient lies in that binade
+    # too, or overflows to Inf, which is taken as FLT_MAX (also in it); so amax is raised to it.
+    smallest = np.float32(fmt.max * 2.0**-127).view(np.uint32)
+
+    def exponents(amax):
+        quotient = largest / np.maximum(amax, smallest).view(np.float32)
+        exponent = np.int32(127) - (quotient.view(np.int32) >> np.int32(23))
+        if not amax.all():
+            exponent[amax == 0] = 0
+        return exponent
+
+    def exponent_of(amax):
+        if amax == 0:
+            return 0
+        return 127 - (int((largest / max(amax, smallest).view(np.float32)).view(np.uint32)) >> 23)
+
+    return _Rule(exponents, exponent_of, reaches_max=False)
+
+
+@functools.cache
+def _mx_rule(fmt, scale_mode: str) -> _Rule:
+    """The MX block scales (`mx.shared_exponents`, as mx.quantize computes them): the shared
+    exponents, ``2**-shared_exp`` scaling the elements. (Blocks holding NaN or Inf, whose scale is
+    0xFF, never reach it.) The OCP rule, ``floor``, is spelled out for finite float32 amax: the
+    exponent field less the bias and ``emax_elem``, at least -127 (zero and subnormal amax too);
+    tests/test_fp8_rounding.py holds it to mx.shared_exponents. It lets a scaled amax pass max
+    (up to 2**(emax_elem + 1)): there the elements saturate."""
+    mx_format = _MX_FORMATS[fmt.name]
+    if scale_mode == "floor":
+        offset = np.int32(mx.E8M0_BIAS + mx_format.elem.emax)
+        return _Rule(lambda amax: np.maximum((amax >> np.uint32(23)).astype(np.int32) - offset,
+                                             np.int32(mx.SHARED_EXP_MIN)),
+                     lambda amax: max((int(amax) >> 23) - int(offset), mx.SHARED_EXP_MIN), reaches_max=True)
+
+    def exponents(amax):
+        return mx.shared_exponents(amax.view(np.float32), mx_format, scale_mode)[1]
+
+    return _Rule(exponents, lambda amax: int(exponents(np.array([amax], np.uint32))[0]), reaches_max=True)
+
+
+def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, new=np.empty):
+    """The rowwise and columnwise casts of a 2-D ``x`` under a block recipe (scales along axis 1, then
+    along axis 0), as `cast` gives them, as one cast of two stacked copies (`_cast_in_range`):
+    they share the magnitudes, the search for the elements outside the normal range and, the
+    scales being powers of two, its rounding. ``new(shape, dtype)`` allocates the stacked values.
+
+    Returns ``[(values, stats), (values, stats)]``, or None where the fast path declines (not
+    C-contiguous float32, not power-of-two scales, an empty tensor, NaN, Inf or huge values, many
+    elements outside the range); then the caller casts them one by one.
+    """
+    if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous:
+        return None
+    saturate = _saturates(fmt, options)
+    if recipe == "mxfp8":
+        block, rule, saturate = _MX_FORMATS[fmt.name].block_size, _mx_rule(fmt, options["scale_mode"]), True
+    elif options["power_of_2"]:
+        block, rule = 128, _blockwise_rule(fmt)
+    else:
+        return None
+    fast = _cast_fast(x, [_blocks_tiling(x.shape, 1, block), _blocks_tiling(x.shape, 0, block)], new, fmt, saturate,
+                      rule)
+    if fast is None:
+        return None
+    return [(values, CastStats(float(largest.view(np.float32)), int(x.size), underflow, saturated))
+            for values, (underflow, saturated, largest) in zip(*fast)]
+
+
+# ---- the entry point ---------------------------------------------------------------------------
+def _saturates(fmt, options: dict) -> bool:
+    """E4M3 forward casts saturate; E5M2 gradient casts do not, unless the recipe is told to."""
+    return fmt.name == FORWARD_FORMAT.name or options.get("saturate_gradients", False)
+
+
+def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
+    """One cast of ``recipe`` (fp8.fake_quantize, whose checks it assumes): ``(values, CastStats)``.
+
+    ``x`` is float32 or float64 (float64 is rounded once, exactly as the references convert it);
+    ``options`` the recipe's, defaults filled in; ``scaler`` the `scaling.DelayedScaling` of
+    ``delayed`` (None otherwise). ``new(shape, float32)`` allocates the values (fp8.py's cast
+    points hand back the previous step's array).
+    """
+    if recipe == "fp32":
+        values = x.astype(np.float32)
+        return values, CastStats(float(_amax(values)), int(values.size), 0, 0)
+    saturate = _saturates(fmt, options)
+    # A cast is elementwise once the scales are known, and they are known per tensor or per block
+    # along axis: the elements may be cast in the order they lie in memory (no copy of a view).
+    order = _memory_order(x)
+    if order is not None:
+        values, stats = cast(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
+                                  scaler, new)
+        return values.transpose(sorted(range(x.ndim), key=order.__getitem__)), stats  # (order's inverse)
+    if recipe in PER_TENSOR_RECIPES:
+        if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path
+            values = codec.quantize(x, fmt, saturate=saturate)
+            amax = _amax(x)
+            return values, CastStats(float(amax), int(x.size), _underflow_count(x, values),
+                                     _count_saturated(x, amax, fmt))
+        if recipe in ("fp8", "unit"):
+            x32, amax, scale = np.require(x, requirements="C"), None, None
+        else:
+            x32 = _float32(x)
+            amax = _amax(x32)
+            if recipe == "current":
+                scale = scaling.scale_from_amax(amax, fmt, power_of_2=options["power_of_2"])
+            else:
+                # The scaler records max|x| in its history, exactly as scaler.quantize(x) records it,
+                # and hands out the scale of the steps before.
+                scaler.record_amax(amax)
+                scale = np.float32(scaler.scale)
+        fast = _cast_fast(x32, [_Tiling(1, x.size, 1, x.size, 1)], new, fmt, saturate, scale=scale)
+        if fast is None:
+            return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)
+        return _with_stats(x, fast, None if scale is None else amax)
+    if recipe == "blockwise":
+        if options["power_of_2"] and x.ndim:
+            tiling = (_Tiling(1, *x.shape, min(128, x.shape[0]), min(128, x.shape[1])) if weight
+                      else _blocks_tiling(x.shape, axis % x.ndim, 128))
+            fast = _cast_fast(_float32(x), [tiling], new, fmt, saturate, _blockwise_rule(fmt))
+            if fast is not None:
+                return _with_stats(x, fast)
+        return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)
+    if x.dtype == np.float32 and x.ndim:
+        tiling = _blocks_tiling(x.shape, axis % x.ndim, _MX_FORMATS[fmt.name].block_size)
+        fast = _cast_fast(np.require(x, requirements="C"), [tiling], new, fmt, True,
+                          _mx_rule(fmt, options["scale_mode"]))
+        if fast is not None:
+            return _with_stats(x, fast)
+    return _cast_mx(x, fmt, axis, options["scale_mode"], new)
+
+
+def _with_stats(x: np.ndarray, fast: tuple, amax=None) -> tuple:
+    """`_cast_fast`'s result for one tiling as ``(values, CastStats)``; ``amax``: x's own, where the
+    cast saw ``x * scale`` (per-tensor scales), else the largest magnitude it found."""
+    values, [(underflow, saturated, largest)] = fast
+    return values, _stats(x, values, largest.view(np.float32) if amax is None else amax, [(underflow, saturated)])
+
