@@ -6,7 +6,8 @@ a GEMM operand under a block recipe, as one cast. Each returns the dequantized v
 `CastStats`. They compute what the reference functions compute (codec.quantize,
 scaling.quantize_current, DelayedScaling.quantize, scaling.quantize_blockwise, mx.quantize, each
 then dequantized), with the same float32 operations, bit for bit, but without materialising
-codes: a training step makes 35 casts, and they are all of FP8's extra cost in this simulation.
+codes: a training step of the default model makes 35 casts (a pair counted once), and they are
+all of FP8's extra cost in this simulation.
 
 How. Inside the format's normal range a cast is round-to-nearest-even of the float32
 significand, which three float32 operations do (Veltkamp's splitting); a power-of-two scale (MX
