@@ -370,7 +370,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.n_embd is not None and args.n_embd % heads:
         parser.error(f"--n-embd must be a multiple of the default run's {heads} heads, got {args.n_embd}")
     if args.recipes is not None:
-
         args.recipes = [recipe.strip() for recipe in args.recipes.split(",") if recipe.strip()]
         wrong = [recipe for recipe in args.recipes if recipe not in RECIPES or recipe == "fp32"]
         if wrong or not args.recipes:
