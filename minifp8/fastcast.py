@@ -1204,8 +1204,7 @@ def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, new=np.empty):
                       rule)
     if fast is None:
         return None
-    return [(values, CastStats(float(largest.view(np.float32)), int(x.size), underflow, saturated))
-            for values, (underflow, saturated, largest) in zip(*fast)]
+    return [_with_stats(x, (values, [result])) for values, result in zip(*fast)]
 
 
 # ---- the entry point ---------------------------------------------------------------------------
@@ -1231,7 +1230,7 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
     order = _memory_order(x)
     if order is not None:
         values, stats = cast(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
-                                  scaler, new)
+                             scaler, new)
         return values.transpose(sorted(range(x.ndim), key=order.__getitem__)), stats  # (order's inverse)
     if recipe in PER_TENSOR_RECIPES:
         if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path
