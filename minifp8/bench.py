@@ -273,6 +273,7 @@ def bench_train(args) -> None:
 
     config = TrainConfig() if args.n_embd is None else dataclasses.replace(TrainConfig(), n_embd=args.n_embd)
     steps_total = config.steps if args.steps is None else args.steps
+    tokens = config.batch_size * config.block_size
     dataset = data.load_dataset()
 
     def trainer(recipe: str) -> Callable[[], None]:
@@ -289,16 +290,20 @@ def bench_train(args) -> None:
 
         return step
 
+    def step_line(name: str, times: np.ndarray, ratio: float) -> str:
+        median = np.median(times)
+        return (f"  {'train step under ' + name:<44s} {median * 1e3:9.2f} ms {tokens / median:9,.0f} tok/s"
+                f"   x{ratio:5.2f} fp32 step")
+
     def target(recipe: str) -> str:  # issue 6 states them for the default config
         return f" (target <= {2 if recipe == 'mxfp8' else 1.5:g})" if args.n_embd is None else ""
 
     recipes = args.recipes or [recipe for recipe in fp8.RECIPES if recipe != "fp32"]
-    label = "default config" if args.n_embd is None else f"default config with n_embd {config.n_embd}"
+    label = "default config" if args.n_embd is None else "default config at another width"
     print(f"  {label}: unit-scaled, {config.n_layer} layers, n_embd {config.n_embd}, batch "
           f"{config.batch_size} x {config.block_size} tokens, {steps_total} steps per recipe, each beside an fp32 run",
           flush=True)
     tenth = max(1, steps_total // 10)
-    tokens = config.batch_size * config.block_size
     baseline = []
     started = time.perf_counter()
     for number, recipe in enumerate(recipes):
@@ -310,9 +315,8 @@ def bench_train(args) -> None:
                 step()
                 seconds[name][index] = time.perf_counter() - start
         baseline.append(seconds["fp32"])
-        times, ratios = seconds[recipe], seconds[recipe] / seconds["fp32"]
-        print(f"  {'train step under ' + recipe:<44s} {np.median(times) * 1e3:9.2f} ms "
-              f"{tokens / np.median(times):9,.0f} tok/s   x{np.median(ratios):5.2f} fp32 step "
+        ratios = seconds[recipe] / seconds["fp32"]
+        print(f"{step_line(recipe, seconds[recipe], np.median(ratios))} "
               f"(first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f}; "
               f"its fp32 {np.median(seconds['fp32']) * 1e3:.1f} ms){target(recipe)}",
               flush=True)
@@ -322,9 +326,8 @@ def bench_train(args) -> None:
                   file=sys.stderr, flush=True)
     fp32 = np.concatenate(baseline)
     first, last = np.concatenate([b[:tenth] for b in baseline]), np.concatenate([b[-tenth:] for b in baseline])
-    print(f"  {'train step under fp32':<44s} {np.median(fp32) * 1e3:9.2f} ms {tokens / np.median(fp32):9,.0f} tok/s"
-          f"   x 1.00 fp32 step (all {len(baseline)} runs; first tenths {np.median(first) * 1e3:.1f} ms, last "
-          f"{np.median(last) * 1e3:.1f})", flush=True)
+    print(f"{step_line('fp32', fp32, 1.0)} (all {len(baseline)} runs; first tenths {np.median(first) * 1e3:.1f} ms, "
+          f"last {np.median(last) * 1e3:.1f})", flush=True)
 
 
 # (new sections go above this line)

@@ -19,7 +19,7 @@ def test_train_section_times_the_recipes_and_width_asked_for(capsys):
     out = capsys.readouterr().out
     timed = [line.split("train step under ")[1].split()[0] for line in out.splitlines() if "train step under" in line]
     assert timed == ["blockwise", "mxfp8", "fp32"]
-    assert "default config with n_embd 32: unit-scaled, 2 layers, n_embd 32," in out
+    assert "default config at another width: unit-scaled, 2 layers, n_embd 32," in out
     assert "target" not in out  # the targets are stated for the default width
 
 
