@@ -73,7 +73,10 @@ Outputs (``--out DIR``)
   ``--stop-after``. ``--resume DIR`` continues every unfinished run from its checkpoint bit-exactly:
   weights, optimizer moments, the batch and dropout generators, the loss-scaling state and the FP8
   state (delayed-scaling histories) all come back, so the continuation computes exactly what an
-  uninterrupted run computes.
+  uninterrupted run computes. Ctrl-C lets the step under way finish first (a second Ctrl-C stops at
+  once, and saves nothing), so a checkpoint never holds half a step. Each checkpoint records its
+  config and run, and resuming refuses one that does not match ``config.json``. A new run into a
+  ``DIR`` that holds an earlier one replaces its ``config.json`` and removes its checkpoints.
 
 The headline experiment
 -----------------------
@@ -93,10 +96,14 @@ import ctypes
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
+import zipfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Callable, NoReturn
 
 import numpy as np
 
@@ -290,6 +297,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
         if extra:
             parser.error(f"--resume continues the saved config; do not combine it with "
                          f"{', '.join('--' + name.replace('_', '-') for name in extra)}")
+        _check_stop_after(parser.error, config)
         return config, []
     if config.experiment is not None:
         for flag in ("recipe", "family", "loss_scale", "fp8_grads", "fp8_optimizer", "fp8_allreduce"):
@@ -300,7 +308,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
         runs = list(EXPERIMENTS[config.experiment])
     else:
         runs = _runs(parser, config)
-    _check_config(parser, config)
+    _check_config(parser.error, config, runs)
     return config, runs
 
 
@@ -323,6 +331,9 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
     return runs
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _loss_scale(parser, text: str) -> str:
     if text in ("none", "dynamic"):
         return text
@@ -330,35 +341,46 @@ def _loss_scale(parser, text: str) -> str:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        parser.error(f"--loss-scale must be none, dynamic or a finite number > 0, got {text!r}")
+    if not (math.isfinite(value) and 0 < value <= _FLOAT32_MAX):
+        parser.error(f"--loss-scale must be none, dynamic or a number > 0 that float32 holds (at most "
+                     f"{_FLOAT32_MAX:.4g}), got {text!r}")
     return str(int(value)) if value == int(value) and value < 1e15 else repr(value)
 
 
-def _check_config(parser, config: TrainConfig) -> None:
+def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
+    """Check the values of the flags (argparse checked their types); ``fail(message)`` raises."""
     for name in ("steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd", "eval_interval",
                  "eval_batches", "log_interval", "loss_scale_interval"):
         if getattr(config, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(config, name)}")
+            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(config, name)}")
     if config.n_embd % config.n_head:
-        parser.error(f"--n-embd ({config.n_embd}) must be a multiple of --n-head ({config.n_head})")
+        fail(f"--n-embd ({config.n_embd}) must be a multiple of --n-head ({config.n_head})")
     if config.fp8_allreduce < 0:
-        parser.error(f"--fp8-allreduce must be >= 0 (0: off), got {config.fp8_allreduce}")
-    if config.fp8_allreduce > 1 and config.batch_size % config.fp8_allreduce:
-        parser.error(f"--fp8-allreduce {config.fp8_allreduce} splits each batch over that many workers, so "
-                     f"--batch-size ({config.batch_size}) must be a multiple of it")
-    if config.stop_after is not None and config.stop_after < 1:
-        parser.error(f"--stop-after must be >= 1, got {config.stop_after}")
-    checks = [("dropout", 0.0 <= config.dropout < 1.0, "in [0, 1)"),
+        fail(f"--fp8-allreduce must be >= 0 (0: off), got {config.fp8_allreduce}")
+    for run in runs:
+        if config.batch_size % run.workers:
+            flag = f"--fp8-allreduce {config.fp8_allreduce}" if config.fp8_allreduce > 1 else f"run {run.label!r}"
+            fail(f"{flag} splits each batch over {run.workers} workers, so --batch-size "
+                 f"({config.batch_size}) must be a multiple of {run.workers}")
+    _check_stop_after(fail, config)
+    if config.out == "":
+        fail("--out must name a directory, got an empty string")
+    checks = [("seed", config.seed >= 0, ">= 0"),
+              ("dropout", 0.0 <= config.dropout < 1.0, "in [0, 1)"),
               ("min-lr-ratio", 0.0 <= config.min_lr_ratio <= 1.0, "in [0, 1]"),
               ("warmup-steps", config.warmup_steps >= 0, ">= 0"),
-              ("weight-decay", config.weight_decay >= 0.0, ">= 0"),
+              ("weight-decay", 0.0 <= config.weight_decay < math.inf, "a finite number >= 0"),
               ("grad-clip", config.grad_clip >= 0.0, ">= 0 (0: off)"),
               ("lr", config.lr is None or (math.isfinite(config.lr) and config.lr > 0), "a finite number > 0")]
     for name, ok, expected in checks:
         value = getattr(config, name.replace("-", "_"))
         if not ok:
-            parser.error(f"--{name} must be {expected}, got {value}")
+            fail(f"--{name} must be {expected}, got {value}")
+
+
+def _check_stop_after(fail: Callable[[str], NoReturn], config: TrainConfig) -> None:
+    if config.stop_after is not None and config.stop_after < 1:
+        fail(f"--stop-after must be >= 1, got {config.stop_after}")
 
 
 # ================================================================================================
@@ -409,7 +431,33 @@ class Diverged(Exception):
 
 
 class Interrupted(Exception):
-    """``--stop-after`` or Ctrl-C: the run was checkpointed and can be resumed."""
+    """``--stop-after`` or Ctrl-C: the run stopped (checkpointed where it could be) and can be resumed."""
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be resumed: unreadable, or written by another config or run."""
+
+
+class _DeferredInterrupt:
+    """Hold a Ctrl-C (SIGINT) until the training loop asks for it, so that a checkpoint never holds
+    half a step; a second Ctrl-C interrupts at once. Only in the main thread, and only where SIGINT
+    has Python's default handler (elsewhere Ctrl-C arrives as KeyboardInterrupt, as it would anyway)."""
+
+    def __enter__(self) -> "_DeferredInterrupt":
+        self.requested, self._previous = False, None
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._hold)
+        return self
+
+    def _hold(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _model_config(config: TrainConfig, family: str, vocab_size: int) -> GPTConfig:
@@ -480,8 +528,9 @@ def _evaluate(model, state, batches, dataset) -> dict:
     for name, point in state.points.items():
         point.stats = saved_stats[name]
     result = {"loss": float(np.mean(losses))}
-    if accuracy is not None:
-        result.update(char_accuracy=accuracy.char_accuracy, exact_match=accuracy.exact_match)
+    if accuracy is not None:  # (None where no answer was scored: windows too short to hold one)
+        result.update({key: None if math.isnan(value) else value for key, value in
+                       (("char_accuracy", accuracy.char_accuracy), ("exact_match", accuracy.exact_match))})
     return result
 
 
@@ -493,30 +542,35 @@ def _worst_overflow(state) -> str:
             f"({_percent(summary['max_saturation'])} saturated or non-finite)")
 
 
-def _percent(fraction: float) -> str:
+def _percent(fraction: float | None) -> str:
+    if fraction is None or math.isnan(fraction):  # nothing was scored
+        return "n/a"
     if fraction == 0:
         return "0%"
     return f"{100 * fraction:.2g}%" if fraction < 0.1 else f"{100 * fraction:.1f}%"
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds:.0f}s" if seconds < 100 else f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    seconds = round(seconds)
+    return f"{seconds}s" if seconds < 100 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def train(run: Run, config: TrainConfig, dataset, *, out: Path | None = None, resume: bool = False,
-          stop_at: int | None = None, print_fn=print) -> dict:
+          stop_after: int | None = None, print_fn=print) -> dict:
     """Train one run and return its metrics (what ``metrics.json`` holds for it).
 
-    With ``out``, checkpoints go to ``out/checkpoints/<run>.npz``; ``resume`` continues from there.
-    ``stop_at``: checkpoint and stop after that step. Raises `Diverged` (the metrics so far are in
-    ``error.metrics``) and `Interrupted`. Overflow is detected explicitly (the loss and every gradient
-    are checked), so NumPy's floating-point warnings, which would only repeat it, are silenced.
+    With ``out``, checkpoints go to ``out/checkpoints/<run>.npz``; ``resume`` continues from there
+    (raising `CheckpointError` for a checkpoint of another config or run, or one that cannot be read).
+    ``stop_after``: checkpoint and stop after that many steps of this call. Raises `Diverged` (the
+    metrics so far are in ``error.metrics``) and `Interrupted` (Ctrl-C is held until the step under
+    way ends: `_DeferredInterrupt`). Overflow is detected explicitly (the loss and every gradient are
+    checked), so NumPy's floating-point warnings, which would only repeat it, are silenced.
     """
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _train(run, config, dataset, out, resume, stop_at, print_fn)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"), _DeferredInterrupt() as interrupt:
+        return _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt)
 
 
-def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
+def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt) -> dict:
     model, model_rng, state, optimizer, peak_lrs, gradients = _build(run, config, dataset.vocab_size)
     data_rng = np.random.default_rng((config.seed, 1))
     scaler = LossScaler(run.loss_scale, config.loss_scale_interval)
@@ -527,7 +581,8 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
     start = 0
     if resume and checkpoint is not None and checkpoint.exists():
-        start, metrics = _load_checkpoint(checkpoint, model, model_rng, state, optimizer, data_rng, scaler, gradients)
+        start, metrics = _load_checkpoint(checkpoint, _identity(config, run), model, model_rng, state, optimizer,
+                                          data_rng, scaler, gradients)
         if metrics["finished"] or metrics["diverged"]:
             return metrics
         print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}")
@@ -538,23 +593,29 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
     params = model.parameters()
     tokens_per_step = config.batch_size * config.block_size
     clip = config.grad_clip if run.family == "standard" else 0.0
-    window_losses, window_time = [], 0.0
+    # The progress line's loss averages the steps since the last line, those before a resume too;
+    # its timing, this session's steps.
+    window_losses = metrics["train_loss"][start - start % config.log_interval:]
+    window_steps, window_time = 0, 0.0
     session_start = time.perf_counter()
     time_before = metrics["time_s"]
 
     def save():
         if checkpoint is not None:
             metrics["time_s"] = time_before + time.perf_counter() - session_start
-            _save_checkpoint(checkpoint, step_done, model, model_rng, state, optimizer, data_rng, scaler, gradients,
-                             metrics)
+            _save_checkpoint(checkpoint, _identity(config, run), step_done, model, model_rng, state, optimizer,
+                             data_rng, scaler, gradients, metrics)
 
     step_done = start
-    if start == 0 and not metrics["val"]:  # where the loss starts, to read the drop against
-        metrics["val"].append({"step": 0, **_evaluate(model, state, eval_batches, dataset)})
-        print_fn(_val_line(metrics["val"][-1], config))
     report = None
     try:
+        if start == 0 and not metrics["val"]:  # where the loss starts, to read the drop against
+            metrics["val"].append({"step": 0, **_evaluate(model, state, eval_batches, dataset)})
+            print_fn(_val_line(metrics["val"][-1], config))
         for step in range(start, config.steps):
+            if interrupt.requested:  # Ctrl-C came during the last step (or the first evaluation)
+                save()
+                raise Interrupted(f"{run.label}: interrupted at step {step_done}")
             factor = warmup_cosine_lr(step, max_lr=1.0, warmup_steps=min(config.warmup_steps, config.steps),
                                       total_steps=config.steps, min_lr=config.min_lr_ratio)
             for group, peak in zip(optimizer.param_groups, peak_lrs):
@@ -602,22 +663,22 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
             metrics["train_loss"].append(loss_value)
             metrics["skipped_steps"] = scaler.skipped
             window_losses.append(loss_value)
-            window_time += elapsed
+            window_steps, window_time = window_steps + 1, window_time + elapsed
             if step_done % config.log_interval == 0 or step_done == config.steps:
-                _log_progress(print_fn, run, config, step_done, window_losses, window_time, tokens_per_step,
-                              state, scaler, report, metrics)
-                window_losses, window_time = [], 0.0
+                _log_progress(print_fn, run, config, step_done, window_losses, window_time / window_steps,
+                              tokens_per_step, state, scaler, report, metrics)
+                window_losses, window_steps, window_time = [], 0, 0.0
             if step_done % config.eval_interval == 0 or step_done == config.steps:
                 metrics["val"].append({"step": step_done, **_evaluate(model, state, eval_batches, dataset)})
                 print_fn(_val_line(metrics["val"][-1], config))
                 if step_done < config.steps:
                     save()
-            if stop_at is not None and step_done >= stop_at and step_done < config.steps:
+            if stop_after is not None and step_done - start >= stop_after and step_done < config.steps:
                 save()
                 raise Interrupted(f"{run.label}: stopped after step {step_done}")
-    except KeyboardInterrupt:
-        save()
-        raise Interrupted(f"{run.label}: interrupted at step {step_done}") from None
+    except KeyboardInterrupt:  # a second Ctrl-C, inside a step: a checkpoint now would hold half of it
+        raise Interrupted(f"{run.label}: interrupted inside step {step_done + 1}, which is not saved "
+                          f"(the run's last checkpoint stands)") from None
     except Diverged as error:
         metrics["diverged"] = {"step": step_done + 1, "message": str(error)}
         metrics["time_s"] = time_before + time.perf_counter() - session_start
@@ -629,6 +690,8 @@ def _train(run, config, dataset, out, resume, stop_at, print_fn) -> dict:
     metrics["final"] = _final(metrics)
     metrics["cast_points"] = _cast_points(state)
     save()
+    if interrupt.requested:  # Ctrl-C during the last step: the run is done, the next does not start
+        raise Interrupted(f"{run.label}: interrupted after its last step")
     return metrics
 
 
@@ -650,8 +713,7 @@ def _memory_line(memory: dict) -> str:
             f"{fp8lm.FP32_ADAMW_BYTES})")
 
 
-def _log_progress(print_fn, run, config, step, losses, seconds, tokens_per_step, state, scaler, report, metrics):
-    per_step = seconds / len(losses)
+def _log_progress(print_fn, run, config, step, losses, per_step, tokens_per_step, state, scaler, report, metrics):
     line = (f"step {step}/{config.steps} | loss {np.mean(losses):.4f} | {per_step * 1e3:.0f} ms | "
             f"{tokens_per_step / per_step:,.0f} tok/s | eta {_duration(per_step * (config.steps - step))}")
     summary = state.summary()
@@ -697,8 +759,19 @@ def _cast_points(state) -> dict:
 # ================================================================================================
 # Checkpoints: one .npz per run, arrays plus a JSON header
 # ================================================================================================
-def _save_checkpoint(path: Path, step, model, model_rng, state, optimizer, data_rng, scaler, gradients,
-                     metrics) -> None:
+#: Flags that may differ between the sessions of one run.
+_SESSION_FLAGS = ("out", "resume", "stop_after")
+
+
+def _identity(config: TrainConfig, run: Run) -> dict:
+    """What a checkpoint must have been trained with to be resumed: the config (less `_SESSION_FLAGS`)
+    and the run, as JSON values."""
+    return {"config": {key: value for key, value in asdict(config).items() if key not in _SESSION_FLAGS},
+            "run": asdict(run)}
+
+
+def _save_checkpoint(path: Path, identity: dict, step, model, model_rng, state, optimizer, data_rng, scaler,
+                     gradients, metrics) -> None:
     arrays = {f"model.{name}": value for name, value in model.state_dict().items()}
     optimizer_state = optimizer.state_dict()
     # everything but the per-parameter state is JSON (param_groups; FP8AdamW's precision)
@@ -712,7 +785,8 @@ def _save_checkpoint(path: Path, step, model, model_rng, state, optimizer, data_
                 optimizer_meta["state"][str(index)][name] = value
     for name, value in state.state_dict().items():
         arrays[f"fp8.{name}"] = np.asarray(value)
-    meta = {"step": step, "model_rng": model_rng.bit_generator.state, "data_rng": data_rng.bit_generator.state,
+    meta = {"identity": identity, "step": step,
+            "model_rng": model_rng.bit_generator.state, "data_rng": data_rng.bit_generator.state,
             "scaler": scaler.state_dict(), "optimizer": optimizer_meta, "metrics": metrics,
             "fp8_gradients": gradients.state_dict() if gradients is not None else None}
     arrays["meta"] = np.array(json.dumps(meta))
@@ -722,9 +796,27 @@ def _save_checkpoint(path: Path, step, model, model_rng, state, optimizer, data_
     os.replace(temporary, path)  # a crash while writing leaves the previous checkpoint intact
 
 
-def _load_checkpoint(path: Path, model, model_rng, state, optimizer, data_rng, scaler, gradients):
+def _load_checkpoint(path: Path, identity: dict, model, model_rng, state, optimizer, data_rng, scaler, gradients):
+    """Restore a run from its checkpoint; `CheckpointError` where it is not this run's or cannot be read."""
+    try:
+        return _restore(path, identity, model, model_rng, state, optimizer, data_rng, scaler, gradients)
+    except CheckpointError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
+        message = " ".join(str(error).split())
+        message = message if len(message) <= 160 else message[:157] + "..."
+        raise CheckpointError(f"{path}: cannot resume from it ({type(error).__name__}: {message})") from None
+
+
+def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, data_rng, scaler, gradients):
     with np.load(path, allow_pickle=False) as archive:
         meta = json.loads(str(archive["meta"]))
+        saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)
+        differing = sorted({key for part in ("config", "run") for key in {*saved[part], *identity[part]}
+                            if saved[part].get(key) != identity[part].get(key)})
+        if differing:
+            raise CheckpointError(f"{path} was written by another config or run (it differs in "
+                                  f"{', '.join(differing)}); start afresh without --resume")
         model.load_state_dict({key[len("model."):]: archive[key] for key in archive.files if key.startswith("model.")})
         state.load_state_dict({key[len("fp8."):]: archive[key] for key in archive.files if key.startswith("fp8.")})
         optimizer_state = {**meta["optimizer"], "state": {}}
@@ -844,6 +936,52 @@ def _tune_malloc() -> None:
         libc.mallopt(m_trim_threshold, 1 << 30)
 
 
+_JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
+
+
+def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, list[Run]]:
+    """The config and runs saved in ``resume_dir`` (its ``config.json``, checked as the flags are), and
+    a check that its checkpoints are those of these runs. Raises OSError, ValueError or TypeError."""
+    saved = json.loads((resume_dir / "config.json").read_text())
+    values = {**saved["config"], "resume": str(resume_dir), "stop_after": stop_after, "out": str(resume_dir)}
+    for f in fields(TrainConfig):
+        value, kinds = values.get(f.name, f.default), str(f.type).split(" | ")
+        if (not isinstance(value, tuple(python_type for kind in kinds for python_type in _JSON_TYPES[kind]))
+                or isinstance(value, bool) and "bool" not in kinds):
+            raise TypeError(f"config.json: {f.name} must be {' or '.join(kinds)}, got {value!r}")
+    config = TrainConfig(**values)
+    runs = [Run(**run) for run in saved["runs"]]
+    for run in runs:
+        if run.recipe not in fp8.RECIPES or run.family not in FAMILIES:
+            raise ValueError(f"config.json: unknown run {asdict(run)}")
+
+    def fail(message: str) -> NoReturn:
+        raise ValueError(f"config.json: {message}")
+
+    _check_config(fail, config, runs)
+    slugs = {f"{run.slug}.npz" for run in runs}
+    others = sorted(path.name for path in (resume_dir / "checkpoints").glob("*.npz")
+                    if path.name not in slugs and not path.name.endswith(".tmp.npz"))
+    if others:
+        raise ValueError(f"checkpoints/ holds {', '.join(others)}, of runs that config.json does not list")
+    return config, runs
+
+
+def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn) -> None:
+    """Make ``out`` and write its ``config.json``. A new run replaces an earlier one there: its
+    ``config.json`` and its checkpoints (which could otherwise be resumed under the new config)."""
+    out.mkdir(parents=True, exist_ok=True)
+    if config.resume is None:
+        stale = sorted((out / "checkpoints").glob("*.npz"))
+        for path in stale:
+            path.unlink()
+        if stale:
+            print_fn(f"--out {out}: removed {len(stale)} checkpoint(s) of an earlier run there")
+    saved_config = {**asdict(config), "resume": None, "stop_after": None}
+    (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs]},
+                                                indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (0 ok, 1 a run diverged, 2 bad flags or data, 130 stopped)."""
     try:
@@ -854,14 +992,13 @@ def main(argv: list[str] | None = None) -> int:
     if config.resume is not None:
         resume_dir = Path(config.resume)
         try:
-            saved = json.loads((resume_dir / "config.json").read_text())
-            stop_after = config.stop_after
-            config = TrainConfig(**{**saved["config"], "resume": str(resume_dir), "stop_after": stop_after,
-                                    "out": str(resume_dir)})
-            runs = [Run(**run) for run in saved["runs"]]
+            config, runs = _resumed(resume_dir, config.stop_after)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"{prog}: error: --resume {resume_dir}: not a train_tiny output directory ({error})", file=sys.stderr)
+            print(f"{prog}: error: --resume {resume_dir}: not a train_tiny output directory, or not one this "
+                  f"version can continue ({error})", file=sys.stderr)
             return 2
+    elif config.data is not None:  # a later --resume may run elsewhere
+        config = replace(config, data=os.path.abspath(config.data))
     try:
         dataset = data_module.load_dataset(config.data, seed=config.seed)
     except (OSError, ValueError) as error:
@@ -872,13 +1009,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: --block-size {config.block_size} needs more than {config.block_size} tokens in each "
               f"split, but {dataset.name} has {smallest} in its smaller split", file=sys.stderr)
         return 2
+    if dataset.vocab_size < 2:
+        print(f"{prog}: error: --data: {dataset.name} holds a single distinct character; a language model needs "
+              f"at least 2", file=sys.stderr)
+        return 2
     _tune_malloc()
     out = Path(config.out) if config.out is not None else None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        saved_config = {**asdict(config), "resume": None, "stop_after": None}
-        (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs]},
-                                                    indent=1) + "\n")
+        try:
+            _prepare_out(out, config, runs, print)
+        except (OSError, ValueError) as error:
+            print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
+            return 2
     print(f"data: {dataset!r}" + (f", loss floor {dataset.loss_floor:.3f}" if dataset.loss_floor else ""))
     if config.report_memory:  # FP8-LM's memory table for each model family trained
         for family in dict.fromkeys(run.family for run in runs):
@@ -888,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         try:
             results[run.label] = train(run, config, dataset, out=out, resume=config.resume is not None,
-                                       stop_at=config.stop_after)
+                                       stop_after=config.stop_after)
             if results[run.label]["diverged"]:  # diverged in an earlier session (reported there)
                 status = 1
         except Diverged as error:
@@ -899,6 +1041,13 @@ def main(argv: list[str] | None = None) -> int:
             hint = f"; continue with --resume {out}" if out is not None else " (no --out: nothing saved)"
             print(f"{stop}{hint}")
             return 130
+        except CheckpointError as error:
+            print(f"{prog}: error: --resume: {error}", file=sys.stderr)
+            return 2
+        except MemoryError as error:
+            print(f"{prog}: error: {run.label}: out of memory ({error or 'MemoryError'}); use a smaller "
+                  f"--batch-size, --block-size, --n-embd or --n-layer", file=sys.stderr)
+            return 2
     print()
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
     if out is not None:

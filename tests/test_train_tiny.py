@@ -2,6 +2,7 @@
 bad flags and bad data give one-line errors, divergence stops cleanly, loss scaling does its job."""
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,105 @@ def test_resume_rejects_other_flags_and_bad_directories(tmp_path, capsys):
     assert status == 2 and "not a train_tiny output directory" in err and err.count("\n") == 1
 
 
+def test_stop_after_counts_the_steps_of_this_session(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out), "--stop-after", "6")[0] == 130
+    status, printed, _ = run_main(capsys, "--resume", str(out), "--stop-after", "5")
+    assert status == 130 and "resumed at step 6/20" in printed and "stopped after step 11" in printed
+
+
+def test_ctrl_c_lets_the_step_finish_and_resumes_bit_exactly(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the middle of a step (here: while its batch is drawn) is held until the step ends,
+    so the checkpoint holds whole steps and the resumed run computes what one run computes."""
+    flags = [*TINY, "--recipe", "delayed", "--dropout", "0.1"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert run_main(capsys, *flags, "--out", str(whole))[0] == 0
+    get_batch, calls = train_tiny.data_module.Dataset.get_batch, []
+
+    def interrupted_get_batch(self, split, *args):
+        if split == "train":
+            calls.append(split)
+            if len(calls) == 8:  # inside step 8
+                signal.raise_signal(signal.SIGINT)
+        return get_batch(self, split, *args)
+
+    monkeypatch.setattr(train_tiny.data_module.Dataset, "get_batch", interrupted_get_batch)
+    status, printed, _ = run_main(capsys, *flags, "--out", str(parts))
+    assert status == 130 and "interrupted at step 8;" in printed
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    monkeypatch.undo()
+    status, printed, _ = run_main(capsys, "--resume", str(parts))
+    assert status == 0 and "resumed at step 8/20" in printed
+    expected, actual = metrics(whole)["runs"]["delayed"], metrics(parts)["runs"]["delayed"]
+    for key in ("train_loss", "val", "cast_stats", "final"):
+        assert actual[key] == expected[key], key
+
+
+def test_resume_refuses_checkpoints_it_cannot_continue(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32,current", "--out", str(out), "--stop-after", "3")[0] == 130
+    checkpoint = out / "checkpoints" / "fp32.npz"
+    saved = (out / "config.json").read_text()
+
+    def resume_error():
+        status, printed, err = run_main(capsys, "--resume", str(out))
+        assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        return err
+
+    (out / "config.json").write_text(saved.replace('"lr": null', '"lr": 0.01'))  # another config
+    assert "written by another config or run (it differs in lr)" in resume_error()
+    (out / "config.json").write_text(saved.replace('"steps": 20', '"steps": "20"'))
+    assert "steps must be int, got '20'" in resume_error()
+    (out / "config.json").write_text(saved.replace('"steps": 20', '"steps": 0'))
+    assert "config.json: --steps must be >= 1" in resume_error()
+    (out / "config.json").write_text(saved.replace('"recipe": "fp32"', '"recipe": "delayed"'))
+    assert "fp32.npz, of runs that config.json does not list" in resume_error()
+    (out / "config.json").write_text(saved)
+    contents = checkpoint.read_bytes()
+    for broken in (contents[:len(contents) // 2], b"not a checkpoint"):
+        checkpoint.write_bytes(broken)
+        assert f"{checkpoint}: cannot resume from it (" in resume_error()
+
+
+def test_a_new_run_into_an_old_directory_replaces_its_checkpoints(tmp_path, capsys):
+    """The second command's fp32 run stops before current starts: current's checkpoint of the first
+    command (another learning rate) must not be resumed under the second command's config."""
+    out = tmp_path / "run"
+    first = ["--recipe", "current", "--out", str(out), "--stop-after", "5", "--lr", "1e-3"]
+    assert run_main(capsys, *TINY, *first)[0] == 130
+    status, printed, _ = run_main(capsys, *TINY, "--recipe", "fp32,current", "--out", str(out), "--stop-after", "4")
+    assert status == 130 and "removed 1 checkpoint(s) of an earlier run" in printed
+    status, printed, _ = run_main(capsys, "--resume", str(out))
+    assert status == 0 and "resumed at step 4/20" in printed and "current: resumed" not in printed
+
+
+def test_bad_out_and_one_character_data_give_one_line_errors(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    one_character = tmp_path / "aaaa.txt"
+    one_character.write_text("a" * 500)
+    for argv, message in [(["--out", str(a_file)], f"--out {a_file}: "),
+                          (["--out", str(a_file / "sub")], f"--out {a_file / 'sub'}: "),
+                          (["--data", str(one_character), "--block-size", "8"], "a single distinct character")]:
+        status, printed, err = run_main(capsys, *TINY, *argv)
+        assert status == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_short_windows_score_no_answers(tmp_path, capsys):
+    """Windows too short to hold a whole answer score none: 'n/a', and null in metrics.json (not NaN)."""
+    status, printed, _ = run_main(capsys, *TINY, "--recipe", "fp32", "--block-size", "2", "--steps", "3",
+                                  "--out", str(tmp_path))
+    assert status == 0 and "answers: n/a of characters, n/a exact" in printed and "nan" not in printed
+    text = (tmp_path / "metrics.json").read_text()
+    assert "NaN" not in text and json.loads(text)["runs"]["fp32"]["final"]["exact_match"] is None
+
+
+@pytest.mark.parametrize("seconds, text", [(0.4, "0s"), (99.4, "99s"), (99.6, "1m40s"), (119.7, "2m00s"),
+                                           (3599.9, "60m00s"), (61 * 60 + 5, "61m05s")])
+def test_durations_round_before_splitting_minutes(seconds, text):
+    assert train_tiny._duration(seconds) == text
+
+
 # ---- errors ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
@@ -153,8 +253,14 @@ def test_resume_rejects_other_flags_and_bad_directories(tmp_path, capsys):
     (["--experiment", "other"], "invalid choice"),
     (["--experiment", "fp8lm", "--fp8-grads"], "fixes its runs"),
     (["--fp8-allreduce", "-1"], "--fp8-allreduce must be >= 0"),
-    (["--fp8-allreduce", "3", "--batch-size", "32"], "must be a multiple of it"),
+    (["--fp8-allreduce", "3", "--batch-size", "32"], "--fp8-allreduce 3 splits each batch over 3 workers"),
+    (["--experiment", "fp8lm", "--batch-size", "6"], "--batch-size (6) must be a multiple of 4"),
     (["--fp8-optimizer", "O4"], "invalid choice: 'O4'"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--weight-decay", "inf"], "--weight-decay must be a finite number"),
+    (["--loss-scale", "1e39"], "that float32 holds"),
+    (["--out", ""], "--out must name a directory"),
+    (["--resume", "somewhere", "--stop-after", "0"], "--stop-after must be >= 1"),
 ])
 def test_bad_flags_give_one_line_errors(capsys, argv, message):
     status, out, err = run_main(capsys, *argv)
