@@ -504,7 +504,8 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
     ValueError
         For an unknown recipe (the message lists the valid ones) or a bad option value.
     TypeError
-        For an option the recipe does not take, or a model without ``named_modules``.
+        For an option the recipe does not take, an option value of the wrong type (``margin=0.5``),
+        or a model without ``named_modules``.
     """
     if recipe not in RECIPES:
         raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
