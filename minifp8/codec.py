@@ -45,24 +45,41 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
     Parameters
     ----------
     x : float, int or fractions.Fraction
-        The value. Floats (including NaN, Inf and -0.0) are taken exactly.
+        The value (NumPy float16/32/64 and integer scalars too). Floats (including NaN, Inf and
+        -0.0) are taken exactly.
     fmt : FloatFormat or str
     rounding, saturate, random_bits, random_bit_count
-        As in `encode`; ``random_bits`` is one int in ``[0, 2**random_bit_count)``.
+        As in `encode`; ``random_bits`` is one int in ``[0, 2**random_bit_count)``, and both are
+        required for (and only allowed with) ``rounding="stochastic"``.
 
     Returns
     -------
     int
         The code.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `encode` raises them: for bool, complex, str or other non-numeric x, a non-bool
+        ``saturate``, and random bits that are missing, unused or out of range.
     """
     fmt = get(fmt)
     _check_rounding(rounding)
-    if rounding == "stochastic" and (random_bits is None or random_bit_count is None):
-        raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
-    if isinstance(x, np.floating):
-        x = float(x)  # exact for float16/32/64
-    elif isinstance(x, np.integer):
-        x = int(x)
+    _check_saturate(saturate)
+    if rounding == "stochastic":
+        if random_bits is None or random_bit_count is None:
+            raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
+        random_bit_count = _check_random_bit_count(random_bit_count, 32)
+        if isinstance(random_bits, (bool, np.bool_)) or not isinstance(random_bits, (int, np.integer)):
+            raise TypeError(f"random_bits must be an int, got {type(random_bits).__name__} {random_bits!r}")
+        if not 0 <= random_bits < 1 << random_bit_count:
+            raise ValueError(f"random_bits must lie in [0, 2**{random_bit_count}), got {random_bits}")
+    else:
+        _check_no_random_bits(rounding, random_bits, random_bit_count)
+    if isinstance(x, np.generic):
+        x = _as_numeric_array(x).item()  # exact for float16/32/64 and integers; encode's TypeErrors
+    elif isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
+        raise TypeError(f"x must be a float, int or fractions.Fraction, got {type(x).__name__} {x!r}")
     if isinstance(x, float) and x != x:  # NaN
         if not fmt.has_nan:
             raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
@@ -154,7 +171,8 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
         ``random_bit_count`` bits, plus ``random_bits`` reaches ``2**random_bit_count``
         (IEEE P3109 "Stochastic"), so the probability is that fraction.
     random_bit_count : int, optional
-        Width of ``random_bits``; defaults to the width of its unsigned dtype.
+        Width of ``random_bits``; defaults to the width of its unsigned dtype, which must then be
+        at most 32 (pass a count for uint64 bits).
 
     Returns
     -------
@@ -164,19 +182,21 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     Raises
     ------
     TypeError
-        For bool, complex, object or other non-numeric input, or non-unsigned random bits.
+        For bool, complex, object or other non-numeric input, a non-bool ``saturate``, or
+        non-unsigned random bits.
     ValueError
         For an unknown format or rounding mode, NaN into a format without NaN, integers too large
-        to convert exactly, or random bits of the wrong shape or range.
+        to convert exactly, random bits of the wrong shape or range, or random bits (or their
+        count) without ``rounding="stochastic"``.
     """
     fmt = get(fmt)
     _check_rounding(rounding)
+    saturate = _check_saturate(saturate)
     array = _as_numeric_array(x)
     if rounding == "stochastic":
         bits, count = _check_random_bits(random_bits, random_bit_count, array.shape)
         return _encode_exact(_to_float64(array), fmt, rounding, saturate, bits, count)
-    if random_bits is not None:
-        raise ValueError(f"random_bits is only used with rounding='stochastic', not {rounding!r}")
+    _check_no_random_bits(rounding, random_bits, random_bit_count)
     if array.dtype in (np.float32, np.float16):
         if not fmt.has_nan and array.size and np.isnan(array).any():
             raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
@@ -196,6 +216,7 @@ def decode(codes, fmt) -> np.ndarray:
     Returns
     -------
     numpy.ndarray of float32
+        The codes' shape (a 0-d array for a single code).
     """
     fmt = get(fmt)
     codes = np.asarray(codes)
@@ -205,7 +226,7 @@ def decode(codes, fmt) -> np.ndarray:
     if codes.size and not every_code_valid and (codes.min() < 0 or codes.max() >= (1 << fmt.bits)):
         raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got values in "
                          f"[{codes.min()}, {codes.max()}]")
-    return _float32_table(fmt)[codes]
+    return _float32_table(fmt)[codes.reshape(-1)].reshape(codes.shape)  # indexing would give a scalar for 0-d
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:
@@ -219,23 +240,32 @@ def _check_rounding(rounding) -> None:
         raise ValueError(f"unknown rounding mode {rounding!r}; choose one of {', '.join(ROUNDING_MODES)}")
 
 
-def _as_numeric_array(x) -> np.ndarray:
+def _check_saturate(saturate) -> bool:
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__} {saturate!r}")
+    return bool(saturate)
+
+
+def _as_numeric_array(x, name: str = "x") -> np.ndarray:
+    """``np.asarray(x)``, or a TypeError naming the argument unless it holds real numbers."""
     array = np.asarray(x)
     kind = array.dtype.kind
     if kind == "b":
-        raise TypeError("cannot encode a bool array: expected float16/32/64 or integer values")
+        raise TypeError(f"{name} must hold float16/32/64 or integer values, got a bool array")
     if kind == "c":
-        raise TypeError(f"cannot encode complex values ({array.dtype}): expected real numbers")
+        raise TypeError(f"{name} must hold real numbers, got complex values ({array.dtype})")
     if kind not in "fiu" or array.dtype.itemsize > 8:
-        raise TypeError(f"cannot encode dtype {array.dtype}: expected float16, float32, float64 or integers")
+        raise TypeError(f"{name} must hold float16, float32, float64 or integer values, got dtype {array.dtype}")
     return array
 
 
 def _to_float64(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind in "iu" and array.size:
-        largest = np.abs(array.astype(np.float64)).max()
-        if largest > _EXACT_INTEGER_LIMIT:
-            raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {array.max()}")
+        magnitudes = np.abs(array.astype(np.float64))
+        largest = int(np.argmax(magnitudes))
+        if magnitudes.flat[largest] > _EXACT_INTEGER_LIMIT:
+            raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, "
+                             f"got {array.flat[largest]}")
     with np.errstate(invalid="ignore"):  # signalling NaNs are quieted, as every cast does
         return array.astype(np.float64, copy=False)
 
@@ -249,13 +279,27 @@ def _check_random_bits(random_bits, random_bit_count, shape):
     if bits.shape != shape:
         raise ValueError(f"random_bits must have x's shape {shape}, got {bits.shape}")
     width = bits.dtype.itemsize * 8
-    count = width if random_bit_count is None else random_bit_count
-    if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or not 1 <= count <= min(width, 32):
-        raise ValueError(f"random_bit_count must be an int in [1, {min(width, 32)}] for {bits.dtype} bits, "
-                         f"got {random_bit_count!r}")
-    if bits.size and int(bits.max()) >= 1 << int(count):
+    count = _check_random_bit_count(width if random_bit_count is None else random_bit_count, min(width, 32),
+                                    f" for {bits.dtype} bits")
+    if bits.size and int(bits.max()) >= 1 << count:
         raise ValueError(f"random_bits must lie in [0, 2**{count}), got a value {int(bits.max())}")
-    return bits.astype(np.int64), int(count)
+    return bits.astype(np.int64), count
+
+
+def _check_random_bit_count(random_bit_count, largest: int, bits_description: str = "") -> int:
+    if isinstance(random_bit_count, (bool, np.bool_)) or not isinstance(random_bit_count, (int, np.integer)):
+        raise TypeError(f"random_bit_count must be an int, got {type(random_bit_count).__name__} "
+                        f"{random_bit_count!r}")
+    if not 1 <= random_bit_count <= largest:
+        raise ValueError(f"random_bit_count must be an int in [1, {largest}]{bits_description}, "
+                         f"got {random_bit_count!r}")
+    return int(random_bit_count)
+
+
+def _check_no_random_bits(rounding, random_bits, random_bit_count) -> None:
+    for name, value in (("random_bits", random_bits), ("random_bit_count", random_bit_count)):
+        if value is not None:
+            raise ValueError(f"{name} is only used with rounding='stochastic', not {rounding!r}")
 
 
 # ---- the exact core ----------------------------------------------------------------------------

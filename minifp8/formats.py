@@ -70,12 +70,46 @@ class FloatFormat:
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str, got {type(self.name).__name__} {self.name!r}")
+        for name in ("exponent_bits", "mantissa_bits", "bias"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        for name in ("signed", "has_subnormals", "has_infinity"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
         if self.nan_style not in NAN_STYLES:
             raise ValueError(f"nan_style must be one of {NAN_STYLES}, got {self.nan_style!r}")
-        if self.has_infinity and self.nan_style != "ieee":
-            raise ValueError("infinity is only supported with IEEE-style NaNs")
+        if self.exponent_bits < 1 or self.mantissa_bits < 0:
+            raise ValueError(f"a format needs exponent_bits >= 1 and mantissa_bits >= 0, "
+                             f"got {self.exponent_bits} and {self.mantissa_bits}")
         if not 1 <= self.bits <= 8:
             raise ValueError(f"codes are stored in uint8: a format needs 1 to 8 bits, got {self.bits}")
+        if self.has_infinity and self.nan_style != "ieee":
+            raise ValueError("infinity is only supported with IEEE-style NaNs")
+        if self.nan_style == "ieee" and self.mantissa_bits == 0:
+            raise ValueError("nan_style='ieee' spells NaN with a non-zero mantissa, so it needs mantissa_bits >= 1")
+        # The codec handles two families: signed formats with subnormals and a zero (OFP8, FP6, FP4),
+        # and unsigned scale formats without zero, subnormals or infinity, whose zeros and negative
+        # numbers encode as NaN (E8M0). Elsewhere it would lose signs or encode zero as NaN.
+        if self.signed and not self.has_subnormals:
+            raise ValueError("a signed format needs has_subnormals=True (without them it has no zero)")
+        if not self.signed and (self.has_subnormals or self.nan_style != "all_ones"):
+            raise ValueError("an unsigned format must be an E8M0-style scale format: has_subnormals=False and "
+                             f"nan_style='all_ones', got has_subnormals={self.has_subnormals}, "
+                             f"nan_style={self.nan_style!r}")
+        # decode returns float32: every value must be one, from 2**-149 up to below 2**128.
+        top_field_is_special = self.has_infinity or (self.nan_style == "all_ones" and self.mantissa_bits == 0)
+        largest_exponent = (1 << self.exponent_bits) - 1 - top_field_is_special - self.bias
+        smallest_exponent = self.emin - (self.mantissa_bits if self.has_subnormals else 0)
+        if largest_exponent > 127 or smallest_exponent < -149:
+            raise ValueError(f"bias {self.bias} gives values from 2**{smallest_exponent} to below "
+                             f"2**{largest_exponent + 1}, which float32 cannot hold: bias must lie in "
+                             f"[{self.bias + largest_exponent - 127}, {self.bias + smallest_exponent + 149}]")
+        if not self.max > 0:
+            raise ValueError(f"{self.name} has no positive finite value")
 
     # ---- layout --------------------------------------------------------------------------------
     @property

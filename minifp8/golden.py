@@ -31,7 +31,8 @@ zeros, +-Inf and NaN (where the format has NaN), and 4,096 random values spread 
 ``float64`` files add the midpoints times (1 +- 2^-40), which a float32-first cast rounds wrongly.
 Block files hold a (24, 80) float32 array blocked along its last axis: rows at random binades, an
 all-zero row, an outlier, float32 subnormals, a NaN and an Inf (MX only), and signed zeros; the
-scales have shape (24, 3), the last block padded with zeros.
+scales have shape (24, 3) for MX (blocks of 32) and (24, 5) for NVFP4 (blocks of 16), the last MX
+block padded with zeros.
 """
 from __future__ import annotations
 
@@ -176,7 +177,19 @@ def block_entries(out: Path) -> list[dict]:
 
 
 def write(out, format_names=None, blocks: bool = True) -> dict:
-    """Write every golden file under ``out`` and return the manifest (also written as manifest.json)."""
+    """Write every golden file under ``out`` and return the manifest (also written as manifest.json).
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The folder (created if missing).
+    format_names : str, FloatFormat or sequence of them, optional
+        The formats of the codec files: one name, or a non-empty list (duplicates are written
+        once); default every catalogued format.
+    blocks : bool
+        Also write the MX and NVFP4 files.
+    """
+    selected = _selected_formats(format_names)
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -185,7 +198,6 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
         probe.unlink()
     except OSError as error:
         raise OSError(f"cannot write golden files to {out}: {error.strerror or error}") from error
-    selected = [formats.get(name) for name in (format_names or list(formats.CATALOGUE))]
     entries = []
     for fmt in selected:
         entries += codec_entries(fmt, out)
@@ -195,6 +207,22 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
                 "entries": entries}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def _selected_formats(format_names) -> list:
+    """The formats `write` is asked for, each once, in order."""
+    if format_names is None:
+        return list(formats.CATALOGUE.values())
+    if isinstance(format_names, (str, formats.FloatFormat)):
+        format_names = [format_names]
+    try:
+        names = list(format_names)
+    except TypeError:
+        raise TypeError(f"format_names must be a format name or a list of them, got "
+                        f"{type(format_names).__name__} {format_names!r}") from None
+    if not names:
+        raise ValueError("format_names must name at least one format (or be None for all), got an empty list")
+    return list(dict.fromkeys(formats.get(name) for name in names))
 
 
 def load(directory) -> tuple[dict, dict]:

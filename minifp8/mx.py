@@ -25,7 +25,8 @@ The scale modes (torchao ``ScaleCalculationMode``, ``torchao/prototype/mx_format
   the element's mantissa width, ties away from zero (torchao adds half an element ulp to the float
   bits and truncates). It clips less than floor: never beyond the element rounding for FP6/FP4,
   whose largest significand is all ones; for E4M3 and E5M2 (largest significand 1.75) amaxes with
-  significands in (1.75, 1.9375) still saturate. (Within half an element ulp of FLT_MAX, torchao's
+  significands in (1.75, 1.9375) (E4M3) or (1.75, 1.875) (E5M2) still saturate, where for E5M2
+  they round to max anyway. (Within half an element ulp of FLT_MAX, torchao's
   bit trick overflows to Inf and gives 0xFF; the definition here gives ``128 - emax``.)
 - ``rceil``: NVIDIA's rule, ``ceil(log2(amax / max_elem))`` (cuBLAS "1D block quantization",
   ``cvt.rp.ue8m0`` of ``amax / max_elem``). We compute it exactly; an implementation that forms
@@ -347,8 +348,8 @@ def quantize(x, elem, *, block_size=None, axis=-1, scale_mode="floor", rounding=
         random_bits = np.asarray(random_bits)
         random_bit_count = random_bits.dtype.itemsize * 8 if random_bit_count is None else int(random_bit_count)
         bit_blocks, _ = _to_blocks(random_bits, axis, block_size)
-    elif random_bits is not None:
-        raise ValueError(f"random_bits is only used with rounding='stochastic', not {rounding!r}")
+    else:
+        codec._check_no_random_bits(rounding, random_bits, random_bit_count)
 
     blocks, moved_shape = _to_blocks(array, axis, block_size)
     scales = np.empty(len(blocks), np.uint8)
@@ -389,11 +390,18 @@ _MAGNITUDE_BITS = {np.float32: (np.uint32, np.uint32(0x7FFF_FFFF)),
 
 
 def block_amax(blocks: np.ndarray) -> np.ndarray:
-    """The largest magnitude of each row of a C-contiguous (n, power-of-two) float array.
+    """The largest magnitude of each row of a 2-d float32 or float64 array (fastest C-contiguous,
+    with power-of-two rows), in its dtype (native byte order).
 
     IEEE magnitudes order like their bit patterns with the sign bit cleared (NaN above Inf), so the
     maximum is taken on those integers (`row_max`). A NaN anywhere in a row gives NaN.
     """
+    blocks = np.asarray(blocks)
+    if blocks.dtype.type not in _MAGNITUDE_BITS:
+        raise TypeError(f"blocks must be a float32 or float64 array, got dtype {blocks.dtype}")
+    if blocks.ndim != 2 or blocks.shape[1] == 0:
+        raise ValueError(f"blocks must be a 2-d (number of blocks, block size >= 1) array, got shape {blocks.shape}")
+    blocks = blocks.astype(blocks.dtype.newbyteorder("="), copy=False)  # the bit view needs native order
     unsigned, sign_cleared = _MAGNITUDE_BITS[blocks.dtype.type]
     magnitude = np.bitwise_and(blocks.reshape(-1).view(unsigned), sign_cleared)
     return row_max(magnitude, blocks.shape[1]).view(blocks.dtype)
@@ -418,22 +426,25 @@ def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
 def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple[np.ndarray, np.ndarray]:
     """E8M0 scale codes and shared exponents for blocks with largest magnitudes ``amax``.
 
-    The exponent is read from the bits of ``amax`` (float32 or float64; other dtypes are converted
-    to float64, exactly), never computed with ``log2``: a normal ``amax`` is ``2**e * 1.m``, so
-    ``floor(log2(amax))`` is its unbiased exponent field ``e``, and the modes that round up decide
-    on the mantissa field ``m``. Zero and subnormal ``amax`` lie below any E8M0 scale: -127.
+    The exponent is read from the bits of ``amax`` (float32 or float64, any shape and byte order;
+    float16 and integers are converted to float64, exactly), never computed with ``log2``: a
+    normal ``amax`` is ``2**e * 1.m``, so ``floor(log2(amax))`` is its unbiased exponent field
+    ``e``, and the modes that round up decide on the mantissa field ``m``. Zero and subnormal
+    ``amax`` lie below any E8M0 scale: -127.
 
     Returns
     -------
     (numpy.ndarray of uint8, numpy.ndarray of int32)
-        The scale codes, and the exponents to scale the elements by (0 for 0xFF blocks, whose
-        elements are discarded; 127 for rceil's Inf blocks).
+        Of amax's shape: the scale codes, and the exponents to scale the elements by (0 for 0xFF
+        blocks, whose elements are discarded; 127 for rceil's Inf blocks).
     """
     element, _ = _element_and_block_size(elem, None)
     _check_scale_mode(scale_mode)
-    amax = np.asarray(amax)
+    amax = codec._as_numeric_array(amax, "amax")  # TypeError for bool, complex, str, ...
+    amax = amax.astype(amax.dtype.newbyteorder("="), copy=False)  # the bit view needs native order
     if amax.dtype.type not in _FLOAT_FIELDS:
-        amax = amax.astype(np.float64)
+        amax = codec._to_float64(amax)  # float16 and integers up to 2**53, exactly
+    shape, amax = amax.shape, amax.reshape(-1)  # 1-d, so that 0-d input works like any other
     unsigned, mantissa_width, bias = _FLOAT_FIELDS[amax.dtype.type]
     bits = amax.view(unsigned)
     exponent = (bits >> unsigned(mantissa_width)).astype(np.int32)  # the sign bit lands above the top exponent
@@ -459,7 +470,7 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
         shared[nan_scale] = 0
         codes = (shared + E8M0_BIAS).astype(np.uint8)
         codes[nan_scale] = E8M0_NAN
-    return codes, shared
+    return codes.reshape(shape), shared.reshape(shape)
 
 
 # The unsigned integer of each float's width, its mantissa field's width and its exponent bias.
@@ -530,10 +541,21 @@ class NVFP4Array:
 
         ``x = e2m1 * ((float(S_dec_b) * global_amax) * float32(1 / (6 * 448)))``, in float32, left
         to right. (It uses the amax, not ``1 / S_enc``; for an all-zero tensor both give zeros.)
+
+        Where ``S_dec_b * global_amax`` overflows float32 (``global_amax > FLT_MAX / 448``, where
+        the kernel would give Inf and NaN), the same steps run on ``global_amax * 2**-9`` and the
+        result is multiplied by ``2**9``: both scalings are exact, so this is the kernel's rounding
+        with a wider exponent range, and the values are finite wherever the true ones fit float32.
         """
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
         block_scales = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E4M3)
-        factor = (block_scales * self.global_amax) * np.float32(1 / (6 * 448))
+        one_over_2688 = np.float32(1 / (6 * 448))
+        with np.errstate(over="ignore"):
+            factor = (block_scales * self.global_amax) * one_over_2688
+        overflow = np.isinf(factor)
+        if overflow.any():  # S_dec_b <= 448 < 2**9, so the product with global_amax * 2**-9 fits float32
+            shrunk_amax = self.global_amax * np.float32(2.0**-9)
+            factor[overflow] = ((block_scales[overflow] * shrunk_amax) * one_over_2688) * np.float32(2.0**9)
         values = codec.decode(blocks, formats.E2M1) * factor[:, None]
         return _from_blocks(values, moved_shape, self.axis)
 

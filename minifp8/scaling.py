@@ -101,11 +101,14 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
 
     ``scale = fp8_max / amax``; amax 0, Inf or NaN -> 1; a quotient that overflows -> ``FLT_MAX``;
     ``power_of_2`` rounds the float32 quotient down to a power of two (clears its mantissa).
+    ``amax`` is a number or an array of them, each >= 0 (or NaN); a negative amax is a ValueError.
     """
     fmt = _format(fmt)
-    amax = np.asarray(amax, dtype=np.float32)
+    amax = _as_float32(amax, "amax")
     if amax.ndim == 0:  # one tensor's amax, as the per-tensor recipes ask on every cast: in Python floats
         value = float(amax)
+        if value < 0:
+            raise ValueError(f"amax must be >= 0 (a largest magnitude), got {value}")
         if value == 0 or not math.isfinite(value):
             return np.array(1, np.float32)
         # A float64 quotient rounded to float32 is the float32 quotient (53 >= 2 * 24 + 2 bits: the
@@ -114,6 +117,9 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
         if power_of_2:
             scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
         return np.array(scale, np.float32)
+    negative = amax < 0
+    if negative.any():
+        raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax[negative][0])}")
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         scale = np.minimum(np.float32(fmt.max) / amax, FLOAT32_MAX)  # Inf -> FLT_MAX; NaN stays NaN
     if power_of_2:
@@ -124,11 +130,24 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
 def quantize_with_scale(x, scale, fmt) -> np.ndarray:
     """``encode(float32(x * scale), fmt, saturate=True)``: the cast every recipe ends with.
 
-    ``scale`` broadcasts against ``x`` (a scalar, or keepdims rows).
+    ``scale`` holds finite numbers > 0 and broadcasts to x's shape without enlarging it (a scalar,
+    keepdims rows, or one scale per element); the codes have x's shape.
     """
     fmt = _format(fmt)
+    array = _as_float32(x)
+    scale = _as_float32(scale, "scale")
+    try:
+        fits = np.broadcast_shapes(array.shape, scale.shape) == array.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"scale must broadcast to x's shape {array.shape} (a scalar or keepdims rows), "
+                         f"got shape {scale.shape}")
+    bad = ~(np.isfinite(scale) & (scale > 0))
+    if bad.any():
+        raise ValueError(f"scale must be finite and > 0, got {float(scale[bad].flat[0])}")
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = _as_float32(x) * np.asarray(scale, dtype=np.float32)
+        scaled = array * scale
     return codec.encode(scaled, fmt, saturate=True)
 
 
@@ -272,7 +291,11 @@ class DelayedScaling:
         Window length (TransformerEngine's default 1024).
     amax_compute_algo : {"max", "most_recent"}
     margin : int
-        Scale down by ``2**margin`` more than needed (headroom for growth).
+        Scale down by ``2**margin`` more than needed (headroom for growth). Limited to the margins
+        for which every scale, whatever the amax, is a finite float32 > 0 with a finite inverse:
+        ``[emax - 127, emax]`` (E4M3: ``[-119, 8]``). TransformerEngine does not check; beyond them
+        ``fp8_max * 2**-margin`` overflows (every scale FLT_MAX) or a large amax gives a scale of
+        0 or one whose inverse overflows (dequantize gives NaN or Inf).
     """
 
     def __init__(self, fmt="E4M3", *, history_len=1024, amax_compute_algo="max", margin=0):
@@ -284,6 +307,10 @@ class DelayedScaling:
                              f"choose one of {', '.join(AMAX_COMPUTE_ALGOS)}")
         if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)):
             raise TypeError(f"margin must be an int (a power-of-two exponent), got {type(margin).__name__} {margin!r}")
+        lowest, highest = _margin_range(self.fmt)
+        if not lowest <= margin <= highest:
+            raise ValueError(f"margin must lie in [{lowest}, {highest}] for {self.fmt.name}, so that every scale is a "
+                             f"finite float32 > 0 with a finite inverse, got {margin}")
         self.history_len = int(history_len)
         self.amax_compute_algo = amax_compute_algo
         self.margin = int(margin)
@@ -299,9 +326,9 @@ class DelayedScaling:
         """
         array = _as_float32(x)
         amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
+        codes = quantize_with_scale(array, self.scale, self.fmt)  # first: a cast that raises records nothing
         self.record_amax(amax)
-        result = ScaledTensor(quantize_with_scale(array, self.scale, self.fmt), np.float32(self.scale),
-                              np.float32(self.scale_inv), amax, self.fmt)
+        result = ScaledTensor(codes, np.float32(self.scale), np.float32(self.scale_inv), amax, self.fmt)
         if update:
             self.update()
         return result
@@ -309,7 +336,11 @@ class DelayedScaling:
     def record_amax(self, amax) -> None:
         """Record a tensor's ``max|x|`` (a float32) as `quantize` does: into this step's history
         entry, as a running max (NaN propagates). For a caller that casts with ``scale`` itself."""
-        self.amax_history[0] = np.maximum(self.amax_history[0], np.abs(np.float32(amax)))
+        if not isinstance(amax, np.float32):  # (what the casts pass, on every cast: checked already)
+            amax = _as_float32(amax, "amax")
+            if amax.ndim:
+                raise ValueError(f"amax must be one number (a tensor's max|x|), got an array of shape {amax.shape}")
+        self.amax_history[0] = np.maximum(self.amax_history[0], np.abs(amax))
 
     def update(self) -> None:
         """End of step: reduce the history to an amax, roll the history, recompute the scale."""
@@ -334,6 +365,17 @@ class DelayedScaling:
                 f"amax_compute_algo={self.amax_compute_algo!r}, margin={self.margin}, scale={self.scale!r})")
 
 
+def _margin_range(fmt: FloatFormat) -> tuple[int, int]:
+    """The margins for which ``float32(fp8_max * 2**-margin)`` is finite and divided by any amax up
+    to FLT_MAX gives a scale > 0 whose float32 inverse is finite.
+
+    With ``fp8_max = s * 2**emax``, ``1 <= s < 2``: the first needs ``emax - margin <= 127``; the
+    second ``fp8_max * 2**-margin > 1``, i.e. ``margin <= emax`` when ``s > 1`` (every catalogued
+    format) and ``margin < emax`` when ``fp8_max`` is a power of two.
+    """
+    return fmt.emax - 127, fmt.emax - (fmt.max == 2.0**fmt.emax)
+
+
 # ---- input checking ----------------------------------------------------------------------------
 def _format(fmt) -> FloatFormat:
     fmt = formats.get(fmt)
@@ -342,8 +384,8 @@ def _format(fmt) -> FloatFormat:
     return fmt
 
 
-def _as_float32(x) -> np.ndarray:
-    array = codec._as_numeric_array(x)  # TypeError for bool, complex, object, ...
+def _as_float32(x, name: str = "x") -> np.ndarray:
+    array = codec._as_numeric_array(x, name)  # TypeError for bool, complex, object, ...
     if array.dtype.kind in "iu":
         array = codec._to_float64(array)  # |x| <= 2**53 or a clear error
     with np.errstate(over="ignore"):

@@ -336,6 +336,7 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     x = np.asarray(x)
     if x.dtype.kind != "f":
         raise TypeError(f"x must be a float16/32/64 array of the inputs, got dtype {x.dtype}")
+    x = x.astype(x.dtype.newbyteorder("="), copy=False)  # the input bits are shown in native order
     actual_codes = _codes_of(actual, fmt, x.shape)
     expected_codes = codec.encode(x, fmt, **encode_options)
     table = fmt.values()
@@ -548,7 +549,8 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     nan : {"exact", "class"}
         As in `compare`, for the elements.
     **quantize_options
-        ``block_size``, ``axis``, ``scale_mode``, ``rounding`` (MX) or ``axis``, ``global_amax`` (NVFP4).
+        ``block_size``, ``axis``, ``scale_mode``, ``rounding``, ``random_bits``, ``random_bit_count``
+        (MX) or ``axis``, ``global_amax`` (NVFP4).
     """
     from . import mx
 
@@ -575,7 +577,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     padding = [(0, 0)] * (blocks_x.ndim - 1) + [(0, padded_length - blocks_x.shape[-1])]
     with np.errstate(invalid="ignore"):
         amax = np.max(np.abs(np.pad(blocks_x.astype(np.float64), padding)).reshape(
-            blocks_x.shape[:-1] + (-1, block_size)), axis=-1, initial=0.0)
+            blocks_x.shape[:-1] + (padded_length // block_size, block_size)), axis=-1, initial=0.0)
     amax = np.moveaxis(amax, -1, axis)
     scale_differs = scales != expected.scales
     scale_rows = []
@@ -600,9 +602,12 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
         same_scale &= exponent != 128  # NaN-scale blocks carry no element information
         seen = np.ldexp(x.astype(np.float64), -np.where(exponent == 128, 0, exponent).astype(np.int32))
     positions = np.flatnonzero(same_scale.reshape(-1))
+    element_options = {} if is_nvfp4 else {"rounding": quantize_options.get("rounding", "nearest_even")}
+    if element_options.get("rounding") == "stochastic":  # each compared element with its own random bits
+        element_options.update(random_bits=np.asarray(quantize_options["random_bits"]).reshape(-1)[positions],
+                               random_bit_count=quantize_options.get("random_bit_count"))
     element_report = compare(codes.reshape(-1)[positions], seen.reshape(-1)[positions], element_format, nan=nan,
-                             max_rows=max_rows, saturate=True,
-                             **({} if is_nvfp4 else {"rounding": quantize_options.get("rounding", "nearest_even")}))
+                             max_rows=max_rows, saturate=True, **element_options)
     element_report.mismatches = [
         replace(row, index=tuple(int(i) for i in np.unravel_index(positions[row.index[0]], x.shape)))
         for row in element_report.mismatches]

@@ -270,6 +270,15 @@ def test_every_input_dtype_and_shape():
     assert codec.decode(codec.encode(view, "E5M2"), "E5M2").shape == view.shape
 
 
+def test_zero_d_input_gives_zero_d_arrays_from_encode_decode_and_quantize():
+    for x in (2.5, np.float32(2.5), np.array(2.5)):
+        for result, dtype in ((codec.encode(x, "E4M3"), np.uint8), (codec.quantize(x, "E4M3"), np.float32),
+                              (codec.decode(np.uint8(0x42), "E4M3"), np.float32),
+                              (codec.decode(0x42, "E4M3"), np.float32)):
+            assert isinstance(result, np.ndarray) and result.shape == () and result.dtype == dtype
+    assert codec.quantize(2.5, "E4M3") == codec.decode(0x42, "E4M3") == 2.5
+
+
 def test_decode_checks_its_input():
     with pytest.raises(TypeError, match="integer array"):
         codec.decode(np.array([1.0]), "E4M3")
@@ -289,6 +298,45 @@ def test_decode_checks_its_input():
 def test_bad_inputs_raise_clear_errors(bad, error, message):
     with pytest.raises(error, match=message):
         codec.encode(bad, "E4M3")
+
+
+def test_integer_range_error_names_the_offending_value():
+    with pytest.raises(ValueError, match=r"\|x\| <= 2\*\*53 .*got -1152921504606846976$"):
+        codec.encode(np.array([-2**60, 1]), "E5M2")
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (True, TypeError, "x must be a float, int or fractions.Fraction, got bool True"),
+    (np.bool_(True), TypeError, "bool"),
+    (1 + 2j, TypeError, "got complex"),
+    (np.complex64(1), TypeError, "complex"),
+    ("1.0", TypeError, "got str '1.0'"),
+    (None, TypeError, "got NoneType None"),
+    (np.array(1.0), TypeError, "got ndarray"),
+])
+def test_encode_scalar_rejects_what_encode_rejects(bad, error, message):
+    with pytest.raises(error, match=message):
+        codec.encode_scalar(bad, "E4M3")
+
+
+def test_encode_scalar_checks_its_options_as_encode_does():
+    assert codec.encode_scalar(np.float16(1.5), "E4M3") == 0x3C and codec.encode_scalar(np.uint8(3), "E4M3") == 0x44
+    stochastic = {"rounding": "stochastic", "random_bit_count": 4}
+    assert codec.encode_scalar(1.1, "E4M3", random_bits=15, **stochastic) == 0x39
+    with pytest.raises(ValueError, match=r"random_bits must lie in \[0, 2\*\*4\), got 16"):
+        codec.encode_scalar(1.1, "E4M3", random_bits=16, **stochastic)
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*4\), got -1"):
+        codec.encode_scalar(1.1, "E4M3", random_bits=-1, **stochastic)
+    with pytest.raises(TypeError, match="random_bits must be an int, got float"):
+        codec.encode_scalar(1.1, "E4M3", random_bits=1.0, **stochastic)
+    with pytest.raises(ValueError, match=r"random_bit_count must be an int in \[1, 32\]"):
+        codec.encode_scalar(1.1, "E4M3", rounding="stochastic", random_bits=1, random_bit_count=33)
+    with pytest.raises(ValueError, match="random_bits is only used with rounding='stochastic'"):
+        codec.encode_scalar(1.1, "E4M3", random_bits=1)
+    with pytest.raises(ValueError, match="random_bit_count is only used with rounding='stochastic'"):
+        codec.encode_scalar(1.1, "E4M3", random_bit_count=4)
+    with pytest.raises(TypeError, match="saturate must be a bool, got str 'no'"):
+        codec.encode_scalar(1000.0, "E4M3", saturate="no")
 
 
 def test_bad_options_raise_clear_errors():
@@ -311,6 +359,14 @@ def test_bad_options_raise_clear_errors():
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.full(4, 8, np.uint8), random_bit_count=3)
     with pytest.raises(ValueError, match="only used with rounding='stochastic'"):
         codec.encode(x, "E4M3", random_bits=np.zeros(4, np.uint8))
+    with pytest.raises(ValueError, match="random_bit_count is only used with rounding='stochastic'"):
+        codec.encode(x, "E4M3", random_bit_count=4)
+    with pytest.raises(TypeError, match="random_bit_count must be an int, got float"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint8), random_bit_count=4.0)
+    for saturate in ("no", None, 1, np.array([True])):
+        with pytest.raises(TypeError, match="saturate must be a bool"):
+            codec.encode(x, "E4M3", saturate=saturate)
+    assert codec.encode(np.float32(1000), "E4M3", saturate=np.bool_(True)) == 0x7E  # NumPy bools are bools
 
 
 # ---- 5. the exhaustive sweep (pytest -m slow) --------------------------------------------------------

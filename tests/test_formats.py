@@ -100,6 +100,36 @@ def test_format_fields_are_validated():
         formats.FloatFormat("X", 4, 3, 7, has_infinity=True, nan_style="all_ones")
 
 
+@pytest.mark.parametrize("fields, options, error, match", [
+    (("X", -1, 3, 7), {}, ValueError, "exponent_bits >= 1 and mantissa_bits >= 0, got -1 and 3"),
+    (("X", 4, -1, 7), {}, ValueError, "got 4 and -1"),
+    (("X", 0, 3, 0), {}, ValueError, "exponent_bits >= 1"),        # no exponent: not a float format
+    (("X", 0, 0, 0), {"signed": False}, ValueError, "exponent_bits >= 1"),  # zero width
+    (("X", 4.0, 3, 7), {}, TypeError, "exponent_bits must be an int, got float 4.0"),
+    (("X", True, 1, 0), {}, TypeError, "exponent_bits must be an int, got bool"),
+    (("X", 4, 3, 7.5), {}, TypeError, "bias must be an int, got float 7.5"),
+    ((None, 4, 3, 7), {}, TypeError, "name must be a non-empty str"),
+    (("X", 4, 3, 7), {"signed": 1}, TypeError, "signed must be a bool, got int 1"),
+    (("X", 4, 3, 2000), {}, ValueError, r"bias 2000 .* float32 cannot hold: bias must lie in \[-112, 147\]"),
+    (("X", 4, 3, -2000), {}, ValueError, r"bias must lie in \[-112, 147\]"),
+    (("X", 8, 0, 126), {"signed": False, "has_subnormals": False}, ValueError, r"\[127, 149\]"),  # 2**128
+    (("X", 5, 0, 15), {"has_infinity": True, "nan_style": "ieee"}, ValueError, "mantissa_bits >= 1"),
+    (("X", 1, 0, 0), {}, ValueError, "no positive finite value"),  # codes +-0 and NaN only
+    (("X", 4, 3, 7), {"has_subnormals": False}, ValueError, "signed format needs has_subnormals=True"),
+    (("X", 4, 3, 7), {"signed": False}, ValueError, "unsigned format must be an E8M0-style"),
+    (("X", 4, 3, 7), {"signed": False, "has_subnormals": False, "nan_style": "none"}, ValueError, "E8M0-style"),
+])
+def test_format_fields_and_combinations_are_validated(fields, options, error, match):
+    with pytest.raises(error, match=match):
+        formats.FloatFormat(*fields, **options)
+
+
+def test_bias_range_edges_give_values_that_fit_float32():
+    lowest, highest = formats.FloatFormat("X", 4, 3, -112), formats.FloatFormat("X", 4, 3, 147)
+    assert lowest.max == 1.75 * 2.0**127 and highest.min_subnormal == 2.0**-149
+    assert np.isfinite(codec.decode(np.uint8(0x7E), lowest)) and codec.decode(np.uint8(0x01), highest) > 0
+
+
 def test_a_new_format_is_just_data():
     # A format nobody catalogued (E3M4, bias 3) decodes from its fields and round-trips.
     fmt = formats.FloatFormat("E3M4", 3, 4, 3, nan_style="none")

@@ -142,6 +142,21 @@ def test_shared_exponents_equal_the_exact_rule_at_every_binade(dtype):
             np.testing.assert_array_equal(codes, np.array(expected) + 127)
 
 
+def test_shared_exponents_and_block_amax_read_any_byte_order_and_shape():
+    amax = np.array([[1.0, 448.0], [3.0, 2.0**-130]], np.float32)
+    codes, shared = mx.shared_exponents(amax, "E4M3")
+    assert codes.tolist() == [[119, 127], [120, 0]] and shared.shape == (2, 2)
+    for dtype in (">f4", ">f8"):  # big-endian bits are read as the values they spell
+        np.testing.assert_array_equal(mx.shared_exponents(amax.astype(dtype), "E4M3")[0], codes)
+    np.testing.assert_array_equal(mx.shared_exponents(amax[0].astype(np.float16), "E4M3")[0], codes[0])
+    zero_d = mx.shared_exponents(np.float32(np.nan), "E4M3")  # 0-d in, 0-d out
+    assert zero_d[0].shape == () and zero_d[0] == 0xFF and zero_d[1] == 0
+    blocks = np.array([[1.0, -3.0], [-0.5, 0.25]])
+    for dtype in (np.float32, ">f4", np.float64, ">f8"):
+        result = mx.block_amax(blocks.astype(dtype))
+        assert result.tolist() == [3.0, 0.5] and result.dtype.isnative
+
+
 def test_exponent_clamps_at_127_for_float64():
     x = block_of(1e300, dtype=np.float64)
     for mode in MODES:
@@ -568,6 +583,23 @@ def test_nvfp4_dequantize_order_and_error():
     assert packed.shape == (8, 24) and (packed & 0xF == n.codes[:, 0::2]).all()
 
 
+def test_nvfp4_dequantize_stays_finite_when_block_scale_times_amax_overflows():
+    # global_amax > FLT_MAX / 448: TransformerEngine's first product, S_dec_b * global_amax, overflows
+    # float32. The values follow its steps with an unbounded exponent (f32 rounds without overflow).
+    x = np.array([1e36, 0, 5e35, -2.5e35, 7e35, -1e36] + [0] * 10 + [3e38, 1e38] + [0] * 14, np.float32)
+    n = mx.quantize_nvfp4(x)
+    values = n.dequantize()
+    assert np.isfinite(values).all()
+    amax = Fraction(float(n.global_amax))
+    one_over_2688 = Fraction(float(np.float32(1 / 2688)))
+    block_scales = codec.decode(n.scales, "E4M3")
+    for i, code in enumerate(n.codes):
+        factor = f32(f32(Fraction(float(block_scales[i // 16])) * amax) * one_over_2688)
+        assert Fraction(float(values[i])) == f32(Fraction(float(formats.E2M1.values()[code])) * factor), i
+    block_amax = np.repeat(np.abs(x.reshape(2, 16)).max(-1), 16)  # the error bound of the test above
+    assert (np.abs(values.astype(np.float64) - x) <= block_amax / 6 * (1 + 2**-4)).all()
+
+
 def test_nvfp4_global_amax_below_the_data_saturates():
     x = np.linspace(-10, 10, 32, dtype=np.float32)
     n = mx.quantize_nvfp4(x, global_amax=1)
@@ -602,11 +634,20 @@ def test_bad_block_size(block_size, error):
     (lambda x: mx.quantize(x.astype(complex), "E4M3"), TypeError, "complex"),
     (lambda x: mx.quantize(np.full((2, 3), 2**60), "E4M3"), ValueError, "2\\*\\*53"),
     (lambda x: mx.quantize(x, "E4M3", random_bits=np.zeros(x.shape, np.uint8)), ValueError, "stochastic"),
+    (lambda x: mx.quantize(x[:, :0], "E4M3", random_bit_count=4), ValueError, "random_bit_count is only used"),
     (lambda x: mx.quantize(x, "E4M3", rounding="stochastic"), ValueError, "random_bits"),
     (lambda x: mx.quantize(x, "E4M3", rounding="stochastic", random_bits=np.zeros(3, np.uint8)), ValueError,
      "shape"),
     (lambda x: mx.quantize(x, "E4M3", rounding="stochastic", random_bits=np.zeros(x.shape)), TypeError, "unsigned"),
     (lambda x: mx.shared_exponents(np.ones(3), "E4M3", "round"), ValueError, "scale_mode"),
+    (lambda x: mx.shared_exponents(np.array([1 + 1j]), "E4M3"), TypeError, "amax must hold real numbers"),
+    (lambda x: mx.shared_exponents(["3"], "E4M3"), TypeError, "amax must hold .* got dtype <U1"),
+    (lambda x: mx.shared_exponents([True], "E4M3"), TypeError, "amax .* bool"),
+    (lambda x: mx.block_amax(x.astype(np.float16)), TypeError,
+     "blocks must be a float32 or float64 array, got dtype float16"),
+    (lambda x: mx.block_amax(x.astype(np.int32)), TypeError, "got dtype int32"),
+    (lambda x: mx.block_amax(x[0]), ValueError, r"blocks must be a 2-d .* got shape \(40,\)"),
+    (lambda x: mx.block_amax(x[:, :0]), ValueError, r"got shape \(2, 0\)"),
     (lambda x: mx.quantize_block_reference([1.0], "E4M3", scale_mode="up"), ValueError, "scale_mode"),
     (lambda x: mx.get(3), TypeError, "MX format"),
 ])

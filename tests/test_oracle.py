@@ -66,6 +66,14 @@ def test_report_table_names_everything_and_assert_raises_with_it():
     testing.assert_codes_equal(codec.encode(x, "E4M3"), x, "E4M3")
 
 
+def test_report_shows_the_input_bits_of_big_endian_x_in_native_order():
+    x = np.array([1.0625], np.float32)
+    actual = np.array([0x39], np.uint8)  # 1.0625 ties to even 1.0 (0x38)
+    for order in ("<f4", ">f4"):
+        row = testing.compare(actual, x.astype(order), "E4M3").mismatches[0]
+        assert row.input_bits == "0x3f880000" and row.input == 1.0625 and row.expected_code == 0x38
+
+
 def test_actual_may_be_codes_float8_dtypes_or_values():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     x = np.linspace(-500, 500, 1001, dtype=np.float32)
@@ -194,6 +202,20 @@ def test_golden_cli_rejects_unknown_formats_and_unwritable_folders(tmp_path, cap
     assert (tmp_path / "ok" / "manifest.json").exists()
 
 
+def test_golden_write_takes_one_name_or_a_non_empty_list_once_each(tmp_path):
+    def written_formats(format_names):
+        return [e["format"] for e in golden.write(tmp_path, format_names, blocks=False)["entries"]]
+
+    per_format = 2 * len(golden.ROUNDINGS) * 2  # input dtypes x roundings x saturation
+    assert written_formats("E4M3") == ["E4M3"] * per_format  # one name is one format, not its characters
+    assert written_formats(["E4M3", "e4m3", formats.E4M3, "E2M1"]) == ["E4M3"] * per_format + ["E2M1"] * per_format
+    with pytest.raises(ValueError, match="at least one format.*empty list"):
+        golden.write(tmp_path / "empty", [])
+    with pytest.raises(ValueError, match="unknown format 'bogus'"):
+        golden.write(tmp_path / "bogus", ["E4M3", "bogus"])
+    assert not (tmp_path / "bogus").exists()  # names are checked before anything is written
+
+
 def test_golden_block_files_reload_and_match_the_oracle(golden_dir):
     from minifp8 import mx
 
@@ -243,6 +265,32 @@ def test_compare_mx_classifies_a_ties_away_element_encoder():
     report = testing.compare_mx(away.scales, away.codes, x, "MXFP4_E2M1")
     assert report.scale_count == 0 and report.elements.count > 0
     assert report.elements.by_class["tie"] == report.elements.count
+
+
+def test_compare_mx_checks_stochastic_rounding_with_the_same_random_bits():
+    from minifp8 import mx
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 40)).astype(np.float32)
+    bits = rng.integers(0, 16, x.shape).astype(np.uint8)
+    options = {"axis": 0, "rounding": "stochastic", "random_bits": bits, "random_bit_count": 4}
+    expected = mx.quantize(x, "MXFP8_E4M3", **options)
+    assert testing.compare_mx(expected.scales, expected.codes, x, "MXFP8_E4M3", **options).ok
+    codes = expected.codes.copy()
+    codes[2, 7] ^= 1
+    report = testing.compare_mx(expected.scales, codes, x, "MXFP8_E4M3", **options)
+    assert report.elements.count == 1 and report.elements.mismatches[0].index == (2, 7)
+    assert "random_bits" not in report.options and report.options["random_bit_count"] == 4
+
+
+@pytest.mark.parametrize("shape, axis", [((0,), -1), ((0, 5), -1), ((0, 5), 0), ((5, 0), -1), ((5, 0), 0)])
+def test_compare_mx_accepts_empty_inputs(shape, axis):
+    from minifp8 import mx
+
+    x = np.zeros(shape, np.float32)
+    expected = mx.quantize(x, "E4M3", axis=axis)
+    report = testing.compare_mx(expected.scales, expected.codes, x, "E4M3", axis=axis)
+    assert report.ok and report.elements.total == 0
 
 
 def test_compare_mx_rejects_bad_shapes_and_dtypes():

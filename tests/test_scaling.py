@@ -5,6 +5,7 @@ compute_scale_from_amax and amax_and_scale_update), exact rational arithmetic ro
 by ``test_mx.f32``, and composition: per-row and per-tile results must equal per-tensor current
 scaling applied to each row or tile on its own.
 """
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -83,6 +84,16 @@ def test_current_scaling_special_inputs():
     x64 = np.random.default_rng(0).standard_normal(50)
     np.testing.assert_array_equal(scaling.quantize_current(x64).codes,
                                   scaling.quantize_current(x64.astype(np.float32)).codes)  # float32 first
+
+
+def test_quantize_with_scale_keeps_x_shape_for_every_scale_that_broadcasts_into_it():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for scale in (2, np.float32(2), np.full((3, 1), 2.0), np.full((1, 4), 2.0), np.full((3, 4), 2.0)):
+        np.testing.assert_array_equal(scaling.quantize_with_scale(x, scale, "E4M3"), codec.encode(x * 2, "E4M3"))
+    for scale, shape in ((np.ones((3, 1)), (3, 1)), (np.ones(3), (3,)), (np.ones((2, 3, 4)), (2, 3, 4))):
+        message = rf"scale must broadcast to x's shape \(4,\).*got shape {re.escape(str(shape))}"
+        with pytest.raises(ValueError, match=message):
+            scaling.quantize_with_scale(np.ones(4), scale, "E4M3")
 
 
 def test_power_of_two_scales_make_dequantize_an_exact_division():
@@ -204,6 +215,31 @@ def test_delayed_scaling_margin_and_defaults():
     assert e5m2.scale == np.float32(57344 / 4 / 7)
 
 
+def test_delayed_scaling_margin_range_keeps_every_scale_finite_and_positive():
+    for fmt, lowest, highest in (("E4M3", -119, 8), ("E5M2", -112, 15), ("E2M1", -125, 2)):
+        for margin in (lowest, highest):
+            for amax in (FLT_MAX, np.float32(2.0**-149), np.float32(1)):
+                recipe = scaling.DelayedScaling(fmt, margin=margin)
+                recipe.quantize(np.array([amax]))
+                assert 0 < recipe.scale <= FLT_MAX and 0 < recipe.scale_inv < np.inf, (fmt, margin, amax)
+        for margin in (lowest - 1, highest + 1):
+            message = rf"margin must lie in \[{lowest}, {highest}\] for {fmt}.*got {margin}"
+            with pytest.raises(ValueError, match=message):
+                scaling.DelayedScaling(fmt, margin=margin)
+
+
+def test_delayed_scaling_a_cast_that_raises_leaves_the_state_untouched():
+    for algo in ("most_recent", "max"):
+        recipe = scaling.DelayedScaling("E2M1", history_len=4, amax_compute_algo=algo)
+        recipe.quantize(np.array([3.0]))
+        history, scale = recipe.amax_history.copy(), recipe.scale
+        for update in (False, True):
+            with pytest.raises(ValueError, match="NaN cannot be encoded in E2M1"):
+                recipe.quantize(np.array([np.nan, 1.0]), update=update)
+            np.testing.assert_array_equal(recipe.amax_history, history)
+            assert recipe.scale == scale
+
+
 def test_delayed_scaling_keeps_the_scale_on_zero_or_non_finite_amax():
     recent = scaling.DelayedScaling(history_len=4, amax_compute_algo="most_recent")
     window = scaling.DelayedScaling(history_len=4, amax_compute_algo="max")
@@ -258,6 +294,20 @@ def test_delayed_scaling_several_casts_in_one_step():
     (lambda: scaling.quantize_blockwise(np.ones((2, 3)), block_shape=(1.0, 128)), ValueError, "positive"),
     (lambda: scaling.quantize_blockwise(np.float32(2)), ValueError, "0-d"),
     (lambda: scaling.quantize_blockwise(np.ones((2, 3)), axis=-3), ValueError, "out of range"),
+    (lambda: scaling.quantize_with_scale(np.ones(2), np.nan, "E4M3"), ValueError, "scale must be finite and > 0, got"),
+    (lambda: scaling.quantize_with_scale(np.ones(2), [1.0, -1.0], "E4M3"), ValueError, "> 0, got -1.0"),
+    (lambda: scaling.quantize_with_scale(np.ones(2), 0, "E4M3"), ValueError, "> 0, got 0.0"),
+    (lambda: scaling.quantize_with_scale(np.ones(2), np.inf, "E4M3"), ValueError, "finite"),
+    (lambda: scaling.quantize_with_scale(np.ones(2), "2", "E4M3"), TypeError, "scale must hold .* got dtype <U1"),
+    (lambda: scaling.scale_from_amax(-2.0, "E4M3"), ValueError, r"amax must be >= 0 \(a largest magnitude\), got -2.0"),
+    (lambda: scaling.scale_from_amax([1.0, -3.0], "E4M3"), ValueError, "got -3.0"),
+    (lambda: scaling.scale_from_amax(None, "E4M3"), TypeError, "amax must hold .* got dtype object"),
+    (lambda: scaling.scale_from_amax("3", "E4M3"), TypeError, "amax must hold .* got dtype <U1"),
+    (lambda: scaling.scale_from_amax(3 + 4j, "E4M3"), TypeError, "amax must hold real numbers"),
+    (lambda: scaling.DelayedScaling().record_amax(None), TypeError, "amax must hold .* got dtype object"),
+    (lambda: scaling.DelayedScaling().record_amax("5"), TypeError, "amax must hold .* got dtype <U1"),
+    (lambda: scaling.DelayedScaling().record_amax(np.array([1.0, 2.0])), ValueError,
+     r"amax must be one number .* shape \(2,\)"),
 ])
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
