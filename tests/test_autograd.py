@@ -68,6 +68,7 @@ def test_pow_tensor_exponent_and_rpow_gradcheck():
     ((4, 5), (2, 5, 3)),       # shared left, batched right
     ((2, 1, 3, 4), (3, 4, 2)),  # broadcast batch axes on both sides
     ((4,), (4, 3)),            # vector @ matrix
+    ((4,), (2, 4, 3)),         # vector @ batched matrix: the vector's gradient sums over the batch
     ((2, 3, 4), (4,)),         # matrix @ vector
     ((4,), (4,)),              # dot product
 ])
@@ -109,6 +110,7 @@ def test_shape_ops_gradcheck():
     np.array([2, 0, 2, 1]),                      # integer array with a repeated index: gradients add
     (np.array([0, 1, 1]), np.array([3, 3, 0])),  # pairs of integer arrays
     [1, 1],                                      # a list is an integer-array index
+    (slice(None), [0, 2, 2]),                    # a slice, then an integer array with a repeated index
 ])
 def test_indexing_gradcheck(index):
     x = param(3, 4, 2)

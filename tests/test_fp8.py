@@ -314,10 +314,13 @@ def test_fp32_is_the_identity():
 # ================================================================================================
 # The FP8 GEMM: forward and both gradients are float32 GEMMs of the fake-quantised copies.
 # ================================================================================================
+@pytest.mark.parametrize("needs_grad", ["x weight bias", "x weight", "x", "weight bias"])
 @pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
-def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe):
+def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe, needs_grad):
+    """``needs_grad``: the operands that require grad ("x weight": a layer without bias); the others
+    get no gradient, and only the GEMMs and casts of the gradients asked for run."""
     rng = np.random.default_rng(11)
-    layer = nn.Linear(256, 384, rng=rng)
+    layer = nn.Linear(256, 384, bias="bias" in needs_grad or needs_grad == "x", rng=rng)
     layer.weight.data = wide_tensor(rng, (384, 256), low=-12, high=2)  # scales that differ block to block
     x_data = wide_tensor(rng, (2, 64, 256), low=-12, high=9)
     grad_data = wide_tensor(rng, (2, 64, 384), low=-30, high=-2)
@@ -332,12 +335,13 @@ def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe):
         for role, tensor in (("x", warm_x), ("w", layer.weight.data), ("grad", warm_grad)):
             references[role].quantize(tensor.reshape(-1, tensor.shape[-1]))  # and update
         state.step()
-    x = Tensor(x_data, requires_grad=True)
-    layer.weight.grad = layer.bias.grad = None
+    x = Tensor(x_data, requires_grad="x" in needs_grad)
+    for p in layer.parameters():
+        p.grad, p.requires_grad = None, "weight" in needs_grad
     y = layer(x)
     y.backward(grad_data)
 
-    x2, g2, w, b = x_data.reshape(-1, 256), grad_data.reshape(-1, 384), layer.weight.data, layer.bias.data
+    x2, g2, w = x_data.reshape(-1, 256), grad_data.reshape(-1, 384), layer.weight.data
 
     def ref(t, fmt, axis=-1, weight=False, role=None):
         return reference(t, recipe, fmt, axis, weight, scaler=references.get(role))
@@ -350,47 +354,65 @@ def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe):
         assert np.array_equal(w_t, w_q) == (recipe == "blockwise")  # 128x128 tiles: the same either way
     else:  # one scale per tensor: the copies coincide
         w_t, g_t, x_t = w_q, g_q, x_q
-    assert_same(y.data, (x_q @ w_q.T + b).reshape(2, 64, 384))
-    assert_same(x.grad, (g_q @ w_t).reshape(x_data.shape))
-    assert_same(layer.weight.grad, g_t.T @ x_t)
-    assert_same(layer.bias.grad, g2.sum(axis=0))  # the bias gradient is not quantised
-    point = state.points["Linear"]
-    expected_roles = {"x", "w", "grad"} | ({"x_t", "w_t", "grad_t"} if recipe == "mxfp8" else set()) \
-        | ({"x_t", "grad_t"} if recipe == "blockwise" else set())
-    assert set(point.stats) == expected_roles
+    y_expected = x_q @ w_q.T
+    if layer.bias is not None:  # (adding 0.0 instead would turn -0.0 into 0.0)
+        y_expected = y_expected + layer.bias.data
+    assert_same(y.data, y_expected.reshape(2, 64, 384))
+    assert (x.grad is None, layer.weight.grad is None) == ("x" not in needs_grad, "weight" not in needs_grad)
+    if "x" in needs_grad:
+        assert_same(x.grad, (g_q @ w_t).reshape(x_data.shape))
+    if "weight" in needs_grad:
+        assert_same(layer.weight.grad, g_t.T @ x_t)
+    if layer.bias is not None:
+        assert (layer.bias.grad is None) == ("bias" not in needs_grad)
+    if "bias" in needs_grad:
+        assert_same(layer.bias.grad, g2.sum(axis=0))  # the bias gradient is not quantised
+    roles = {"x", "w"}  # forward
+    if "x" in needs_grad:  # dgrad: grad and w_t (blockwise reuses w's 128x128 tiles; per-tensor: w itself)
+        roles |= {"grad", "w_t"} if recipe == "mxfp8" else {"grad"}
+    if "weight" in needs_grad:  # wgrad: grad_t and x_t (per-tensor recipes: grad and x themselves)
+        roles |= {"grad_t", "x_t"} if recipe in ("mxfp8", "blockwise") else {"grad"}
+    assert set(state.points["Linear"].stats) == roles
 
 
-def test_attention_casts():
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+def test_attention_casts(recipe):
     """q, k (along head_dim) and v (along the sequence) in E4M3; the output gradient in E5M2 along
     head_dim; gradients pass straight through the forward casts."""
     rng = np.random.default_rng(5)
     shape = (2, 3, 64, 96)
     q, k, v = (Tensor(wide_tensor(rng, shape, low=-8, high=4), requires_grad=True) for _ in range(3))
     grad = rng.standard_normal(shape).astype(np.float32) * 2.0 ** rng.integers(-20, 0, shape)
-    for recipe in ("fp8", "current", "mxfp8", "blockwise"):
-        seen = {}
+    seen = {}
 
-        def core(q_in, k_in, v_in, causal):
-            seen.update(q=q_in.data, k=k_in.data, v=v_in.data, causal=causal)
-            out = F.scaled_dot_product_attention(q_in, k_in, v_in, causal)
-            return make_op(out.data, (out,), lambda g: (seen.setdefault("grad", g),), "record")
+    def core(q_in, k_in, v_in, causal):
+        seen.update(q=q_in.data, k=k_in.data, v=v_in.data, causal=causal)
+        out = F.scaled_dot_product_attention(q_in, k_in, v_in, causal)
+        return make_op(out.data, (out,), lambda g: (seen.setdefault("grad", g),), "record")
 
-        module = AttentionModule(core)
-        state = fp8.apply_recipe(module, recipe)
-        for t in (q, k, v):
-            t.grad = None
-        module(q, k, v).backward(grad)
-        assert seen["causal"] is True
-        assert_same(seen["q"], reference(q.data, recipe, "E4M3", axis=-1))
-        assert_same(seen["k"], reference(k.data, recipe, "E4M3", axis=-1))
-        assert_same(seen["v"], reference(v.data, recipe, "E4M3", axis=-2))
-        assert_same(seen["grad"], reference(grad, recipe, "E5M2", axis=-1))
-        # straight through: the gradients are the core's, computed on the quantised values
-        leaves = [Tensor(seen[name], requires_grad=True) for name in ("q", "k", "v")]
-        F.scaled_dot_product_attention(*leaves, causal=True).backward(seen["grad"])
-        for leaf, t in zip(leaves, (q, k, v)):
-            assert_same(t.grad, leaf.grad)
-        assert set(state.points["AttentionModule"].stats) == {"q", "k", "v", "grad"}
+    module = AttentionModule(core)
+    state = fp8.apply_recipe(module, recipe, **({"history_len": 4} if recipe == "delayed" else {}))
+    scalers = {}
+    if recipe == "delayed":  # one step first, so that the scales come from a history (as for the GEMM)
+        scalers = {role: scaling.DelayedScaling(fmt, history_len=4)
+                   for role, fmt in (("q", "E4M3"), ("k", "E4M3"), ("v", "E4M3"), ("grad", "E5M2"))}
+        warm = {"q": q.data * 0.5, "k": k.data * 4, "v": v.data[::-1] * 0.25, "grad": grad * 2}
+        module(*(Tensor(warm[name], requires_grad=True) for name in "qkv")).backward(warm["grad"])
+        for role, tensor in warm.items():
+            scalers[role].quantize(tensor)  # and update
+        state.step()
+        seen.clear()
+    module(q, k, v).backward(grad)
+    assert seen["causal"] is True
+    for name, t, fmt, axis in (("q", q.data, "E4M3", -1), ("k", k.data, "E4M3", -1), ("v", v.data, "E4M3", -2),
+                               ("grad", grad, "E5M2", -1)):
+        assert_same(seen[name], reference(t, recipe, fmt, axis=axis, scaler=scalers.get(name)))
+    # straight through: the gradients are the core's, computed on the quantised values
+    leaves = [Tensor(seen[name], requires_grad=True) for name in ("q", "k", "v")]
+    F.scaled_dot_product_attention(*leaves, causal=True).backward(seen["grad"])
+    for leaf, t in zip(leaves, (q, k, v)):
+        assert_same(t.grad, leaf.grad)
+    assert set(state.points["AttentionModule"].stats) == {"q", "k", "v", "grad"}
 
 
 # ================================================================================================

@@ -77,6 +77,15 @@ def test_linear_skips_gradients_not_needed():
     np.testing.assert_array_equal(w.grad, np.full((4, 3), 2.0))
 
 
+@pytest.mark.parametrize("needs_grad, with_bias", [
+    ("weight", False), ("weight", True), ("bias", True), ("x", True), ("x bias", True)])
+def test_linear_gradcheck_when_only_some_inputs_need_grad(needs_grad, with_bias):
+    x, w, b = param(2, 3, 4, seed=1), param(5, 4, seed=2), param(5, seed=3)
+    for name, t in (("x", x), ("weight", w), ("bias", b)):
+        t.requires_grad = name in needs_grad.split()
+    gradcheck(lambda *t: F.linear(*t), *((x, w, b) if with_bias else (x, w)))
+
+
 def test_linear_bad_shapes_raise():
     with pytest.raises(ValueError, match="in_features=4"):
         F.linear(Tensor(np.ones((2, 3))), Tensor(np.ones((5, 4))))
@@ -184,17 +193,16 @@ def layer_norm_reference(x, weight, bias, eps):
     return out
 
 
-@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
 @pytest.mark.parametrize("shape", [(3, 6), (2, 3, 6), (6,)])
 def test_layer_norm_values_and_gradcheck(shape, affine):
     x = param(*shape, scale=2.0)
-    w = param(6, seed=1) if affine != "none" else None
-    b = param(6, seed=2) if affine == "both" else None
+    w = param(6, seed=1) if affine in ("both", "weight") else None
+    b = param(6, seed=2) if affine in ("both", "bias") else None
     expected = layer_norm_reference(as64(x) + 0.5, as64(w) if w is not None else 1.0,
                                     as64(b) if b is not None else 0.0, 1e-5)
     np.testing.assert_allclose(F.layer_norm(x + 0.5, w, b).data, expected, rtol=1e-5, atol=1e-5)
-    inputs = [t for t in (x, w, b) if t is not None]
-    gradcheck(lambda x, *wb: F.layer_norm(x, *wb), *inputs)
+    gradcheck(F.layer_norm, x, w, b)  # None stays in its place: a bias without a weight is the bias
 
 
 def test_layer_norm_constant_row_is_finite():
@@ -265,6 +273,20 @@ def test_attention_with_dropout_gradcheck_and_determinism():
     gradcheck(attend, q, k, v)
     assert np.array_equal(attend(q, k, v).data, attend(q, k, v).data)
     assert not np.array_equal(attend(q, k, v).data, F.scaled_dot_product_attention(q, k, v, causal=True).data)
+
+
+@pytest.mark.parametrize("needs_grad", ["q", "k", "v", "q k", "k v", "q v"])
+def test_attention_gradcheck_when_only_some_inputs_need_grad(needs_grad):
+    q, k, v = param(2, 4, 3, seed=1), param(2, 5, 3, seed=2), param(2, 5, 2, seed=3)
+    for name, t in zip("qkv", (q, k, v)):
+        t.requires_grad = name in needs_grad.split()
+    gradcheck(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True), q, k, v)
+
+
+def test_attention_gradcheck_with_one_tensor_as_q_k_and_v():
+    x = param(2, 4, 3)  # self-attention without projections: the three gradients add up in x
+    gradcheck(lambda t: F.scaled_dot_product_attention(t, t, t, causal=True), x)
+    gradcheck(lambda t: F.scaled_dot_product_attention(t, t, t), x)
 
 
 def test_attention_on_strided_views():
@@ -338,6 +360,17 @@ def test_concat_stack_split_values_and_gradcheck():
     gradcheck(lambda t: F.split(t, [1, 0, 1], axis=1), x)
     # round trip
     np.testing.assert_array_equal(F.concat(F.split(x, [2, 5]), axis=0).data, x.data)
+
+
+@pytest.mark.parametrize("op, axis", [("concat", 0), ("concat", 1), ("stack", 0), ("stack", -1)])
+def test_concat_and_stack_along_other_axes_gradcheck(op, axis):
+    shape_b = [2, 3, 2]
+    if op == "concat":
+        shape_b[axis] = 1  # a different length along the joined axis
+    a, b = param(2, 3, 2, seed=1), param(*shape_b, seed=2)
+    join, reference = (F.concat, np.concatenate) if op == "concat" else (F.stack, np.stack)
+    np.testing.assert_array_equal(join([a, b, a], axis=axis).data, reference([a.data, b.data, a.data], axis=axis))
+    gradcheck(lambda a, b: join([a, b, a], axis=axis), a, b)  # a joined twice: its gradients add
 
 
 def test_concat_stack_split_bad_inputs_raise():

@@ -145,16 +145,28 @@ def test_optimizer_groups():
 
 # ---- gradients ----------------------------------------------------------------------------------
 
-def test_gradcheck_standard_gpt():
+@pytest.mark.parametrize("overrides", [{}, {"bias": False, "n_layer": 1}, {"dropout": 0.3, "n_layer": 1}],
+                         ids=["bias", "no-bias", "dropout"])
+def test_gradcheck_standard_gpt(overrides):
     """Every parameter's gradient against float64 central differences (the whole model)."""
-    model = tiny("standard", n_embd=4, block_size=4)
+    model = tiny("standard", n_embd=4, block_size=4, **overrides)
     ids, targets = batch(7, (2, 4))
     names, params = zip(*model.named_parameters())
     # LayerNorm gains start at 1 and biases at 0: perturb them so that no gradient is trivially symmetric
     rng = np.random.default_rng(5)
     for p in params:
         p.data = p.data + rng.normal(0.0, 0.1, p.shape).astype(np.float32)
-    gradcheck(lambda *_: model(ids, targets)[1], *params, names=list(names))
+    masks = model.drop.rng  # the Generator every dropout draws its masks from
+    state = masks.bit_generator.state
+
+    def loss(*_):  # every evaluation replays the same masks
+        masks.bit_generator.state = state
+        return model(ids, targets)[1]
+
+    gradcheck(loss, *params, names=list(names))
+    if overrides.get("dropout"):  # the masks do drop something
+        masks.bit_generator.state = state
+        assert model(ids, targets)[1].item() != model.eval()(ids, targets)[1].item()
 
 
 def test_unit_gpt_gradients_are_scaled_true_gradients():

@@ -321,9 +321,13 @@ def test_linear_gemm_hook_is_called_with_the_scale_bwd_operands():
     assert len(calls) == 1 and calls[0][2] is None
 
 
+@pytest.mark.parametrize("left_shape, right_shape", [
+    ((2, 3, 4), (4, 5)),      # right broadcast over left's batch axis
+    ((3, 4), (2, 4, 5)),      # left broadcast over right's batch axis
+])
 @pytest.mark.parametrize("constraint", CONSTRAINTS)
-def test_matmul_definition(constraint):
-    left, right = rand(0, 2, 3, 4), rand(1, 4, 5)  # right broadcast over left's batch axis
+def test_matmul_definition(constraint, left_shape, right_shape):
+    left, right = rand(0, *left_shape), rand(1, *right_shape)
     out_scale, left_scale, right_scale = tie(constraint, 4 ** -0.5, 5 ** -0.5, 3 ** -0.5)
     check_definition(lambda a, b: U.matmul(a, b, constraint=constraint), F.matmul, [left, right],
                      out_scale, {0: left_scale, 1: right_scale})
@@ -373,12 +377,18 @@ def test_softmax_definition(axis, mult, constraint):
         gradcheck(lambda t: U.softmax(t, axis=axis, mult=mult), Tensor(x, requires_grad=True))
 
 
-def test_layer_norm_definition():
-    x, weight, bias = rand(0, 2, 3, 6), rand(1, 6), rand(2, 6)
+@pytest.mark.parametrize("affine", [("weight", "bias"), ("weight",), ("bias",), ()])
+def test_layer_norm_definition(affine):
+    x, params = rand(0, 2, 3, 6), {"weight": rand(1, 6), "bias": rand(2, 6)}
     scale = math.sqrt(6 / x.size)
-    check_definition(U.layer_norm, F.layer_norm, [x, weight, bias], 1.0, {0: 1.0, 1: scale, 2: scale})
-    check_definition(U.layer_norm, F.layer_norm, [x], 1.0, {0: 1.0})
-    gradcheck(U.layer_norm, Tensor(x, requires_grad=True))  # no scale on x: a true gradient
+
+    def by_name(op):  # op(x, weight=..., bias=...) with the parameters in `affine` only
+        return lambda t, *p: op(t, **dict(zip(affine, p)))
+
+    check_definition(by_name(U.layer_norm), by_name(F.layer_norm), [x, *(params[n] for n in affine)], 1.0,
+                     {0: 1.0, **{i: scale for i in range(1, len(affine) + 1)}})
+    if not affine:
+        gradcheck(U.layer_norm, Tensor(x, requires_grad=True))  # no scale on x: a true gradient
 
 
 def test_embedding_definition():
@@ -465,15 +475,18 @@ def test_attention_definition(causal, mult):
               *(Tensor(t, requires_grad=True) for t in (q, k, v)))
 
 
-def test_attention_definition_with_dropout_and_cross_lengths():
-    q, k, v = rand(0, 1, 2, 3, 4), rand(1, 1, 2, 6, 4), rand(2, 1, 2, 6, 4)  # 3 queries, 6 keys
-    scale = attention_scale(6, 4, False, 1.0, dropout_p=0.25)
+@pytest.mark.parametrize("causal, queries, keys, p", [
+    (False, 3, 6, 0.25), (True, 3, 6, 0.0), (True, 6, 3, 0.0), (True, 3, 6, 0.25), (True, 5, 5, 0.25)])
+def test_attention_definition_with_dropout_and_cross_lengths(causal, queries, keys, p):
+    q, k, v = rand(0, 1, 2, queries, 4), rand(1, 1, 2, keys, 4), rand(2, 1, 2, keys, 4)
+    scale = attention_scale(keys, 4, causal, 1.0, dropout_p=p)  # s is the key length
 
-    def u_fn(a, b, c):
-        return U.scaled_dot_product_attention(a, b, c, dropout_p=0.25, rng=np.random.default_rng(5))
+    def u_fn(a, b, c):  # the dropout masks: a Generator from the same seed in u_fn and f_fn, every call
+        return U.scaled_dot_product_attention(a, b, c, causal=causal, dropout_p=p, rng=np.random.default_rng(5))
 
     def f_fn(a, b, c):
-        return F.scaled_dot_product_attention(a, b, c, scale=1 / 4, dropout_p=0.25, rng=np.random.default_rng(5))
+        return F.scaled_dot_product_attention(a, b, c, causal=causal, scale=1 / 4, dropout_p=p,
+                                              rng=np.random.default_rng(5))
 
     check_definition(u_fn, f_fn, [q, k, v], scale, {0: scale, 1: scale, 2: scale})
 
@@ -509,6 +522,25 @@ def test_cross_entropy_definition(mult):
     loss32.backward()
     assert loss32.dtype == np.float32 and z32.grad.dtype == np.float32
     np.testing.assert_allclose(z32.grad, z.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mult, ignore_index, targets_as", [
+    (1.0, -1, "array"), (0.5, -1, "tensor"), (0.5, 4, "array"), (1.0, 4, "tensor")])
+def test_cross_entropy_definition_with_ignore_index(mult, ignore_index, targets_as):
+    """As above over the counted tokens: grad z = V/sqrt(V-1) * d(their sum of CE)(y)/dy at y = mult z,
+    zero where the target is ignore_index (a class index or not); the value is their mean."""
+    logits, targets = rand(0, 2, 3, 5, scale=2.0), np.array([[0, ignore_index, 3], [ignore_index, 1, 3]])
+    counted, classes = 4, 5
+    passed = targets_as == "tensor"  # check_definition hands integer arrays to the ops as integer Tensors
+
+    def u_fn(z, *t):
+        return U.cross_entropy(z, t[0] if passed else targets, mult=mult, ignore_index=ignore_index)
+
+    def f_fn(z, *t):  # the sum of CE(mult z) over the counted tokens
+        return F.cross_entropy(z * mult, t[0] if passed else targets, ignore_index=ignore_index) * float(counted)
+
+    check_definition(u_fn, f_fn, [logits, targets] if passed else [logits], 1.0 / counted,
+                     {0: classes / math.sqrt(classes - 1) / mult})
 
 
 def test_cross_entropy_ignore_index():

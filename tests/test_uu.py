@@ -1,5 +1,7 @@
-"""minifp8.uu: shapes, N(0, 1) init, parameter names, the u-muP residual tau rule, the gemm and
-attention_core hooks of the FP8 integration contract, and unit scale through a stack at init."""
+"""minifp8.uu: shapes, N(0, 1) init, parameter names, values against the documented rules in NumPy,
+gradients against the unit-scaling rule times float64 central differences, the u-muP residual tau
+rule, the gemm and attention_core hooks of the FP8 integration contract, and unit scale through a
+stack at init."""
 import functools
 import math
 
@@ -9,7 +11,8 @@ import pytest
 import minifp8.functional as F
 import minifp8.unit as U
 import minifp8.uu as uu
-from minifp8.autograd import Tensor
+from minifp8.autograd import Tensor, default_dtype
+from test_unit import central_differences, interp, tie
 
 
 def rng(seed=0):
@@ -18,6 +21,20 @@ def rng(seed=0):
 
 def normal(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def as64(t):
+    return t.data.astype(np.float64)
+
+
+def gelu_tanh(h):
+    """GPT-2's tanh GELU (Hendrycks & Gimpel 2016), in NumPy."""
+    return 0.5 * h * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h ** 3)))
+
+
+def layer_norm_numpy(x, eps=1e-5):
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + eps)
 
 
 # ---- shapes, init and names ----------------------------------------------------------------------
@@ -32,11 +49,15 @@ def test_linear_init_names_and_forward():
     np.testing.assert_array_equal(with_bias.bias.data, 0.0)
     np.testing.assert_array_equal(with_bias.weight.data, uu.Linear(5, 3, rng=rng(1)).weight.data)  # same seed
     x = Tensor(normal(2, 2, 7, 5))
+    with_bias.bias.data = normal(3, 3)
     y = with_bias(x)
     assert y.shape == (2, 7, 3)
-    np.testing.assert_array_equal(y.data, U.linear(x, with_bias.weight, with_bias.bias).data)
+    # output (x W^T + b) * fan_in^-1/2, whatever the constraint (it ties grad x to the output scale)
+    expected = (as64(x) @ as64(with_bias.weight).T + as64(with_bias.bias)) / math.sqrt(5)
+    np.testing.assert_allclose(y.data, expected, rtol=1e-5, atol=1e-6)
     unconstrained = uu.Linear(5, 3, rng=rng(1), constraint=None)
-    np.testing.assert_array_equal(unconstrained(x).data, U.linear(x, unconstrained.weight, constraint=None).data)
+    np.testing.assert_allclose(unconstrained(x).data, as64(x) @ as64(unconstrained.weight).T / math.sqrt(5),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_linear_readout_uses_the_readout_scale():
@@ -61,9 +82,11 @@ def test_embedding_and_layer_norm():
     assert norm.parameters() == []  # non-trainable by default, as unit_scaling.LayerNorm
     affine = uu.LayerNorm(8, elementwise_affine=True)
     assert [n for n, _ in affine.named_parameters()] == ["weight", "bias"]
-    x = Tensor(normal(6, 3, 8))
-    np.testing.assert_array_equal(norm(x).data, F.layer_norm(x).data)
-    np.testing.assert_array_equal(affine(x).data, F.layer_norm(x, affine.weight, affine.bias).data)
+    x = Tensor(normal(6, 3, 8) * 3 + 1)
+    np.testing.assert_allclose(norm(x).data, layer_norm_numpy(as64(x)), rtol=1e-5, atol=1e-5)
+    affine.weight.data, affine.bias.data = normal(7, 8), normal(8, 8)  # not the ones and zeros of init
+    np.testing.assert_allclose(affine(x).data, layer_norm_numpy(as64(x)) * as64(affine.weight) + as64(affine.bias),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_mhsa_mlp_and_layer_names_and_shapes():
@@ -85,22 +108,28 @@ def test_mhsa_mlp_and_layer_names_and_shapes():
         repr(module)
 
 
-def test_mhsa_matches_the_unit_ops_written_out():
+def test_mhsa_matches_the_documented_rules_in_numpy():
     attention = uu.MHSA(12, 3, rng=rng(2), mult=0.5, causal=True)
     x = Tensor(normal(3, 2, 5, 12))
-    qkv = U.linear(x, attention.linear_qkv.weight).data
-    heads = [qkv[..., i * 12:(i + 1) * 12].reshape(2, 5, 3, 4).transpose(0, 2, 1, 3) for i in range(3)]
-    core = U.scaled_dot_product_attention(*(Tensor(h) for h in heads), causal=True, mult=0.5).data
-    expected = U.linear(Tensor(core.transpose(0, 2, 1, 3).reshape(2, 5, 12)), attention.linear_o.weight).data
+    qkv = as64(x) @ as64(attention.linear_qkv.weight).T / math.sqrt(12)  # U.linear: * fan_in^-1/2
+    q, k, v = (qkv[..., i * 12:(i + 1) * 12].reshape(2, 5, 3, 4).transpose(0, 2, 1, 3) for i in range(3))
+    logits = q @ k.swapaxes(-1, -2) * 0.5 / 4 + np.triu(np.full((5, 5), -np.inf), 1)  # mult / d_head, causal
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    alpha = 1 / (1 + 4 * 4 / 0.5 ** 2)  # U.scaled_dot_product_attention's rule, s = 5 keys, causal
+    core = probabilities @ v / interp(alpha, math.sqrt(math.log(5) / 5), 1.0)
+    expected = core.transpose(0, 2, 1, 3).reshape(2, 5, 12) @ as64(attention.linear_o.weight).T / math.sqrt(12)
     np.testing.assert_allclose(attention(x).data, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_mlp_matches_the_unit_ops_written_out():
+def test_mlp_matches_the_documented_rules_in_numpy():
     mlp = uu.MLP(6, hidden_multiplier=2, rng=rng(4), mult=2.0)
     x = Tensor(normal(5, 3, 6))
-    hidden = U.linear(x, mlp.linear_1.weight, constraint=None)
-    expected = U.linear(U.gelu(hidden, mult=2.0), mlp.linear_2.weight, constraint=None)
-    np.testing.assert_array_equal(mlp(x).data, expected.data)
+    hidden = as64(x) @ as64(mlp.linear_1.weight).T / math.sqrt(6)  # U.linear: * fan_in^-1/2
+    alpha = 1 / (1 + 0.25 / 2.0 ** 2)  # U.gelu at mult 2, to_output_scale: the output scale
+    activation = interp(alpha, 2.0, math.sqrt(2 / (1 - 1 / math.pi))) * gelu_tanh(2.0 * hidden) / 2.0
+    expected = activation @ as64(mlp.linear_2.weight).T / math.sqrt(12)
+    np.testing.assert_allclose(mlp(x).data, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_dropout_modes():
@@ -112,6 +141,117 @@ def test_dropout_modes():
     np.testing.assert_allclose(attention(x).data, math.sqrt(0.5) * plain(x).data, rtol=1e-6)
     attention.train()
     assert not np.allclose(attention(x).data, math.sqrt(0.5) * plain(x).data)
+
+
+# ---- gradients: the unit-scaling rule times the true gradient ------------------------------------
+# Every U op's input gradient is (backward scale) x (the plain op's gradient) and its value is
+# (forward scale) x (the plain op's value) (minifp8.unit docstrings), so along a chain of ops the
+# gradient of an input or parameter is the true gradient of the module's output times
+# prod(backward scales) / prod(forward scales) on the way from the output to it.
+
+def linear_scales(fan_in, fan_out, constraint="to_output_scale", output_power=0.5, tokens=6):
+    """U.linear's (forward, grad x, grad weight and bias) scales: fan_in^-1/2 (linear_readout: fan_in^-1),
+    fan_out^-1/2, tokens^-1/2, the first two tied by ``constraint`` (test_unit.tie)."""
+    forward, grad_x = tie(constraint, fan_in ** -output_power, fan_out ** -0.5)
+    return forward, grad_x, tokens ** -0.5
+
+
+def linear_ratios(forward, grad_x, grad_weight, bias=True):
+    return {"x": grad_x / forward, "weight": grad_weight / forward, **({"bias": grad_weight / forward} if bias else {})}
+
+
+def two_linear_ratios(first, second, names):
+    """linear -> ops with one scale both ways (a tied U.gelu, the attention core, U.dropout) -> linear."""
+    (forward_1, grad_x_1, grad_weight_1), (forward_2, grad_x_2, grad_weight_2) = first, second
+    return {"x": grad_x_2 * grad_x_1 / (forward_2 * forward_1),
+            names[0]: grad_x_2 * grad_weight_1 / (forward_2 * forward_1), names[1]: grad_weight_2 / forward_2}
+
+
+# dim 4 and 6 tokens: MLP(4, hidden_multiplier=2) (both linears unconstrained), MHSA(4, heads=2)
+MLP_RATIOS = two_linear_ratios(linear_scales(4, 8, None), linear_scales(8, 4, None),
+                               ("linear_1.weight", "linear_2.weight"))
+MHSA_RATIOS = two_linear_ratios(linear_scales(4, 12), linear_scales(4, 4), ("linear_qkv.weight", "linear_o.weight"))
+
+
+def transformer_layer_ratios(tau_attn, tau_mlp):
+    """U.residual_add weighs a branch by tau / sqrt(1 + tau^2) forward and passes the gradient unchanged;
+    U.residual_split gives the branch's input the same weight backward (and the skip 1 / sqrt(1 + tau^2)
+    both ways). So x, whose every path has matching weights and true-gradient branches (the MLP docstring;
+    the attention's ratio is 1 too), gets its true gradient, and a branch's parameters their module's
+    ratio over the branch weight (the layers after it pass a true gradient)."""
+    ratios = {"x": 1.0}
+    for prefix, tau, branch in (("attn.", tau_attn, MHSA_RATIOS), ("mlp.", tau_mlp, MLP_RATIOS)):
+        ratios.update({prefix + name: ratio * math.sqrt(1 + tau * tau) / tau for name, ratio in branch.items()
+                       if name != "x"})
+    return ratios
+
+
+def check_module_gradients(module, x, expected, replay):
+    """In float64, the gradients of <r, module(x)> (fixed random r) for x and every parameter equal
+    ``expected[name]`` times float64 central differences of it (test_unit.central_differences).
+
+    The parameters get fresh N(0, 1) values first (LayerNorm's ones and zero biases could hide a
+    swapped gradient). Every forward replays ``replay``, the module's Generator, from its state
+    here, so that the dropout masks are the same in all of them.
+    """
+    named = list(module.named_parameters())
+    names = ["x"] + [name for name, _ in named]
+    assert sorted(expected) == sorted(names if x.dtype.kind == "f" else names[1:])  # token ids have no gradient
+    saved, state = [(p, p.data) for _, p in named], replay.bit_generator.state
+    arrays = [x] + [normal(10 + i, *p.shape).astype(np.float64) for i, (_, p) in enumerate(named)]
+
+    def forward(x, *values):
+        replay.bit_generator.state = state
+        for (_, p), value in zip(named, values):
+            p.data = value.data
+        return module(x)
+
+    try:
+        with default_dtype(np.float64):
+            tensors = [Tensor(a, requires_grad=i == 0 and a.dtype.kind == "f") for i, a in enumerate(arrays)]
+            out = forward(*tensors)
+            weight = np.random.default_rng(7).standard_normal(out.shape)
+            out.backward(weight)
+        grads = [tensors[0].grad] + [p.grad for _, p in named]
+        for index, (name, grad) in enumerate(zip(names, grads)):
+            if name in expected:
+                scaled_true = expected[name] * central_differences(forward, arrays, index, [weight])
+                np.testing.assert_allclose(grad, scaled_true, rtol=1e-6, atol=1e-7 * np.abs(scaled_true).max(),
+                                           err_msg=f"{type(module).__name__} {name}: not {expected[name]:.6g} x true")
+    finally:
+        for p, data in saved:
+            p.data, p.grad = data, None
+
+
+X = normal(1, 2, 3, 4).astype(np.float64)  # 6 tokens of width 4
+X5, X6 = normal(2, 2, 3, 5).astype(np.float64), normal(3, 2, 3, 6).astype(np.float64)
+
+
+@pytest.mark.parametrize("make, x, expected", [
+    pytest.param(lambda g: uu.Linear(5, 3, bias=True, rng=g), X5, linear_ratios(*linear_scales(5, 3)), id="Linear"),
+    pytest.param(lambda g: uu.Linear(5, 3, bias=True, rng=g, constraint=None), X5,
+                 linear_ratios(*linear_scales(5, 3, None)), id="Linear-None"),
+    pytest.param(lambda g: uu.Linear(5, 3, rng=g, constraint="gmean"), X5,
+                 linear_ratios(*linear_scales(5, 3, "gmean"), bias=False), id="Linear-gmean"),
+    pytest.param(lambda g: uu.LinearReadout(5, 3, bias=True, rng=g), X5,
+                 linear_ratios(*linear_scales(5, 3, None, output_power=1.0)), id="LinearReadout"),
+    pytest.param(lambda g: uu.Embedding(5, 3, rng=g), np.array([[0, 3, 3, 1], [4, 0, 3, 3]]),
+                 {"weight": math.sqrt(5 / 8)}, id="Embedding"),
+    pytest.param(lambda g: uu.LayerNorm(6), X6, {"x": 1.0}, id="LayerNorm"),
+    pytest.param(lambda g: uu.LayerNorm(6, elementwise_affine=True), X6,
+                 {"x": 1.0, "weight": math.sqrt(6 / 36), "bias": math.sqrt(6 / 36)}, id="LayerNorm-affine"),
+    pytest.param(lambda g: uu.LayerNorm(6, elementwise_affine=True, bias=False), X6,
+                 {"x": 1.0, "weight": math.sqrt(6 / 36)}, id="LayerNorm-weight"),
+    pytest.param(lambda g: uu.MLP(4, hidden_multiplier=2, rng=g, mult=1.5), X, MLP_RATIOS, id="MLP"),
+    pytest.param(lambda g: uu.MHSA(4, 2, rng=g, mult=1.5, dropout=0.2), X, MHSA_RATIOS, id="MHSA-dropout"),
+    pytest.param(lambda g: uu.MHSA(4, 2, rng=g, causal=False), X, MHSA_RATIOS, id="MHSA-noncausal"),
+    pytest.param(lambda g: uu.TransformerLayer(4, 2, rng=g, tau_attn=0.6, tau_mlp=0.4, mult=1.5, mlp_mult=0.7,
+                                               hidden_multiplier=2, dropout=0.2), X,
+                 transformer_layer_ratios(0.6, 0.4), id="TransformerLayer"),
+])
+def test_module_gradients_are_the_rule_times_the_true_gradients(make, x, expected):
+    generator = rng(0)
+    check_module_gradients(make(generator), x, expected, replay=generator)
 
 
 # ---- the u-muP residual rule ---------------------------------------------------------------------
