@@ -83,7 +83,7 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -112,6 +112,8 @@ RECIPE_OPTIONS: dict[str, dict] = {
     "blockwise": {"power_of_2": True, "saturate_gradients": False},
 }
 _DELAYED_SCALING_OPTIONS = ("history_len", "amax_compute_algo", "margin")
+_OPTION_TYPES = {bool: (bool, np.bool_), int: (int, np.integer), str: (str,)}  # by the default's type
+_OPTION_TYPE_NAMES = {bool: "a bool", int: "an int", str: "a str"}
 
 _GEMM_ROLES = ("x", "w", "grad")
 _ATTENTION_ROLES = ("q", "k", "v", "grad")
@@ -232,7 +234,21 @@ class FP8State:
         return state
 
     def load_state_dict(self, state) -> None:
-        """Restore `state_dict` output; the recipe and the keys must match exactly."""
+        """Restore `state_dict` output. Everything is checked before anything is loaded.
+
+        Raises
+        ------
+        TypeError
+            ``state`` is not a mapping, or an entry is not a floating array.
+        KeyError
+            Missing or unexpected keys (another model, or another recipe's keys).
+        ValueError
+            Another recipe, an entry of another shape (another ``history_len``), a negative amax,
+            a scale that is not finite and > 0, or ``steps`` not an integer >= 0.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"FP8State.load_state_dict: state must be a mapping (what state_dict returns), "
+                            f"got {type(state).__name__}")
         expected = self.state_dict()
         missing = [key for key in expected if key not in state]
         unexpected = [key for key in state if key not in expected]
@@ -241,17 +257,32 @@ class FP8State:
         if str(np.asarray(state["recipe"])) != self.recipe:
             raise ValueError(f"FP8State.load_state_dict: the state is for recipe {str(np.asarray(state['recipe']))!r}, "
                              f"this model uses {self.recipe!r}")
+        steps = np.asarray(state["steps"])
+        if steps.shape != () or steps.dtype.kind not in "iu" or steps < 0:
+            raise ValueError(f"FP8State.load_state_dict: steps must be an integer >= 0, got {state['steps']!r}")
+        arrays = {}
+        for key, current in expected.items():
+            if key in ("recipe", "steps"):
+                continue
+            array = np.asarray(state[key])
+            if array.dtype.kind != "f":
+                raise TypeError(f"FP8State.load_state_dict: {key} must be a floating array, got dtype {array.dtype}")
+            if array.shape != current.shape:
+                raise ValueError(f"FP8State.load_state_dict: {key} has shape {array.shape}, expected {current.shape}")
+            with np.errstate(over="ignore"):
+                array = array.astype(np.float32)
+            if key.endswith(".amax_history") and (array < 0).any():  # amaxes are |x| (NaN and Inf are recorded)
+                raise ValueError(f"FP8State.load_state_dict: {key} holds a negative amax, {array[array < 0][0]}")
+            if not key.endswith(".amax_history") and not (np.isfinite(array) and array > 0):
+                raise ValueError(f"FP8State.load_state_dict: {key} must be finite and > 0, got {array}")
+            arrays[key] = array
         for point in self.points.values():
             for role, scaler in point.scalers.items():
                 prefix = f"{point.name}.{role}."
-                history = np.asarray(state[prefix + "amax_history"], np.float32)
-                if history.shape != scaler.amax_history.shape:
-                    raise ValueError(f"FP8State.load_state_dict: {prefix}amax_history has shape {history.shape}, "
-                                     f"expected {scaler.amax_history.shape}")
-                scaler.amax_history = history.copy()
-                scaler.scale = np.float32(state[prefix + "scale"])
-                scaler.scale_inv = np.float32(state[prefix + "scale_inv"])
-        self.steps = int(state["steps"])
+                scaler.amax_history = arrays[prefix + "amax_history"]
+                scaler.scale = np.float32(arrays[prefix + "scale"])
+                scaler.scale_inv = np.float32(arrays[prefix + "scale_inv"])
+        self.steps = int(steps)
 
     def __repr__(self) -> str:
         return f"FP8State(recipe={self.recipe!r}, points={len(self.points)}, steps={self.steps})"
@@ -267,19 +298,20 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     Parameters
     ----------
     x : array_like
-        float32 or float64 values, any shape (0-d only for the per-tensor recipes).
+        float16, float32 or float64 values (float16 converts exactly), any shape (0-d only for the
+        per-tensor recipes), views too.
     recipe : str
         One of `RECIPES` (``fp32`` returns float32 ``x`` unchanged).
     fmt : {"E4M3", "E5M2"}
         E4M3 is a forward cast and saturates; E5M2 is a gradient cast and does not (overflow and
         Inf give Inf), except inside MX blocks (module docstring).
     axis : int
-        The contraction axis the scales run along (block recipes).
+        The contraction axis the scales run along (block recipes; per-tensor recipes ignore it).
     weight : bool
-        128x128 tiles instead of 1x128 under ``blockwise``.
+        128x128 tiles instead of 1x128 under ``blockwise`` (2-d ``x`` only).
     scaler : scaling.DelayedScaling, optional
-        Required by ``delayed``: the history to record ``max|x|`` in and take the scale from (its
-        format must be ``fmt``). Its ``update`` is left to the caller.
+        Required by ``delayed``, refused by the others: the history to record ``max|x|`` in and
+        take the scale from (its format must be ``fmt``). Its ``update`` is left to the caller.
     **options
         The recipe's options (`RECIPE_OPTIONS`).
 
@@ -287,6 +319,16 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     -------
     (numpy.ndarray, CastStats)
         The dequantized values (float32, x's shape) and what the cast did.
+
+    Raises
+    ------
+    ValueError
+        An unknown recipe or format, a format other than E4M3/E5M2, a bad option value, a 0-d
+        ``x`` or an out-of-range axis under a block recipe, ``weight=True`` on a non-2-d ``x``
+        under ``blockwise``, or a scaler of another format.
+    TypeError
+        ``x`` not float16/32/64 (int, bool, complex, object), an ill-typed ``fmt``, option,
+        ``axis`` or ``weight``, a missing scaler under ``delayed`` or one given to another recipe.
 
     Notes
     -----
@@ -308,11 +350,12 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
     if array.dtype == np.float16:
         array = array.astype(np.float32)  # exact
+    if not isinstance(weight, (bool, np.bool_)):
+        raise TypeError(f"fake_quantize: weight must be a bool, got {type(weight).__name__} {weight!r}")
     if recipe in ("mxfp8", "blockwise"):
         if array.ndim == 0:
             raise ValueError(f"recipe {recipe!r} scales blocks along an axis; got a 0-d array")
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -array.ndim <= axis < array.ndim:
-            raise ValueError(f"axis {axis!r} is out of range for an array of shape {array.shape}")
+        axis = scaling._axis(axis, array.ndim)
         if recipe == "blockwise" and weight and array.ndim != 2:
             raise ValueError(f"128x128 weight tiles need a 2-d array, got shape {array.shape}")
     if recipe == "delayed":
@@ -320,6 +363,8 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
             raise TypeError("recipe 'delayed' needs scaler=scaling.DelayedScaling(...) holding the amax history")
         if scaler.fmt != fmt:
             raise ValueError(f"the scaler casts to {scaler.fmt.name}, but fmt is {fmt.name}")
+    elif scaler is not None:
+        raise TypeError(f"fake_quantize: scaler is only used by recipe 'delayed', got recipe {recipe!r}")
     return fastcast.cast(array, recipe, options, fmt, axis, weight, scaler)
 
 
@@ -502,10 +547,13 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
     Raises
     ------
     ValueError
-        For an unknown recipe (the message lists the valid ones) or a bad option value.
+        For an unknown recipe (the message lists the valid ones), a bad option value of the right
+        type (``history_len=0``, ``scale_mode="round"``), or a model in which a recipe other than
+        ``fp32`` finds nothing to cast (no linear, no attention core).
     TypeError
-        For an option the recipe does not take, an option value of the wrong type (``margin=0.5``),
-        or a model without ``named_modules``.
+        For an option the recipe does not take, an option value of the wrong type (each option
+        has its default's type: ``margin=0.5``, ``history_len=2.0``, ``power_of_2=1``), or a
+        model without ``named_modules``.
     """
     if recipe not in RECIPES:
         raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
@@ -526,6 +574,9 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
             if recipe != "fp32":
                 core = FP8Attention(core, state, state._add_point(name, "attention"))
             module.attention_core = core
+    if recipe != "fp32" and not state.points:
+        raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
+                         f"in {type(model).__name__}; recipe {recipe!r} would cast nothing")
     return state
 
 
@@ -536,9 +587,11 @@ def _recipe_options(recipe: str, options: dict) -> dict:
         takes = f"takes the options {', '.join(allowed)}" if allowed else "takes no options"
         raise TypeError(f"apply_recipe: recipe {recipe!r} {takes}; got {', '.join(map(repr, unknown))}")
     merged = {**allowed, **options}
-    for flag in ("power_of_2", "saturate_gradients"):
-        if flag in options and not isinstance(options[flag], (bool, np.bool_)):
-            raise TypeError(f"apply_recipe: {flag} must be a bool, got {options[flag]!r}")
+    for key, value in options.items():  # each option has its default's type
+        kind = type(allowed[key])
+        if not isinstance(value, _OPTION_TYPES[kind]) or (kind is int and isinstance(value, bool)):
+            raise TypeError(f"apply_recipe: {key} must be {_OPTION_TYPE_NAMES[kind]}, "
+                            f"got {type(value).__name__} {value!r}")
     if "scale_mode" in options and options["scale_mode"] not in mx.SCALE_MODES:
         raise ValueError(f"apply_recipe: unknown scale_mode {options['scale_mode']!r}; "
                          f"choose one of {', '.join(mx.SCALE_MODES)}")

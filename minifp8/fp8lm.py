@@ -55,7 +55,8 @@ We use exactly that rule with the same defaults, ``threshold = 1e-5`` (0.001 %) 
 ``window = 1000``, and start at ``mu = 1``. ``mu`` multiplies the scale (MS-AMP's ``pre_scale``),
 not the gradient: the amax-derived scale would cancel a factor on the values. To keep ``mu``
 exact, `AutoScale` stores the integer ``exponent`` with ``mu = 2**(exponent / window)``:
-halving subtracts ``window``, growing adds 1.
+halving subtracts ``window``, growing adds 1. Growth stops at ``mu = 2**256``, where it no longer
+changes any scale (`AutoScale`).
 
 FP8 format of the gradients: MS-AMP stores weight gradients as **E4M3** (``msamp/nn/functional.py``
 casts the weight gradient to ``kfloat8_e4m3``; ``msamp/nn/distributed.py`` reduces with
@@ -106,7 +107,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -122,6 +123,7 @@ __all__ = [
 
 DEFAULT_THRESHOLD = 1e-5   # FP8-LM section 2.1: 0.001 % of the values at the FP8 max
 DEFAULT_WINDOW = 1000      # FP8-LM section 2.1: mu doubles over 1,000 steps
+MAX_FACTOR_LOG2 = 256      # mu stops growing at 2**256 (AutoScale)
 FLOAT16_MAX = 65504.0
 FP32_ADAMW_BYTES = 16      # weight + gradient + two moments, 4 bytes each
 STORAGE_KINDS = ("E4M3", "E5M2", "float16", "float32")
@@ -204,6 +206,12 @@ class AutoScale:
     format's max: above ``threshold`` it halves ``mu`` (``exponent -= window``), otherwise it grows
     ``mu`` by ``2**(1/window)`` (``exponent += 1``), doubling it over ``window`` quiet steps.
 
+    Growth stops at ``mu = 2**MAX_FACTOR_LOG2 = 2**256`` (``exponent = 256 * window``), which a
+    gradient that stays zero would otherwise pass on its way to overflowing a Python float (after
+    ``1024 * window`` steps). The cap changes no cast: a worker scale ``mu * 2**k`` has
+    ``k >= -120`` (E4M3 and E5M2, for any finite float32 amax), so from ``mu = 2**248`` on every
+    scale is float32's max already. MS-AMP's rule has no cap.
+
     Parameters
     ----------
     threshold : float
@@ -227,7 +235,10 @@ class AutoScale:
         fraction = float(saturation_fraction)
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"AutoScale.update: the saturated fraction must be in [0, 1], got {saturation_fraction!r}")
-        self.exponent += -self.window if fraction > self.threshold else 1
+        if fraction > self.threshold:
+            self.exponent -= self.window
+        else:
+            self.exponent = min(self.exponent + 1, MAX_FACTOR_LOG2 * self.window)
         return self.factor
 
     def __repr__(self) -> str:
@@ -537,6 +548,13 @@ class FP8Gradients:
         Returns
         -------
         GradientReport
+
+        Raises
+        ------
+        TypeError, KeyError, ValueError
+            Ill-formed ``worker_grads``: not a list of mappings, unknown names, a gradient on some
+            workers only, non-floating or mis-shaped arrays. Every tensor is checked before any is
+            reduced, so an error changes no ``p.grad`` and no ``mu``.
         """
         if worker_grads is None:
             worker_grads = [self.collect()]
@@ -551,8 +569,7 @@ class FP8Gradients:
             if unknown:
                 raise KeyError(f"FP8Gradients.reduce: worker {i} has gradients for unknown parameters "
                                f"{sorted(unknown)}")
-        results, nonfinite = {}, []
-        self.codes, self.scales = {}, {}
+        checked = {}  # every tensor is checked before any is reduced: an error changes nothing
         for name, p in self.parameters.items():
             present = [name in grads and grads[name] is not None for grads in worker_grads]
             if not any(present):
@@ -564,6 +581,11 @@ class FP8Gradients:
             if arrays[0].shape != p.shape:
                 raise ValueError(f"FP8Gradients.reduce: the gradient of {name!r} has shape {arrays[0].shape}, "
                                  f"the parameter has {p.shape}")
+            checked[name] = arrays
+        results, nonfinite = {}, []
+        self.codes, self.scales = {}, {}
+        for name, arrays in checked.items():
+            p = self.parameters[name]
             auto_scale = self.auto_scales.get(name)
             if auto_scale is None or not all(np.isfinite(a).all() for a in arrays):
                 if auto_scale is not None:
@@ -584,6 +606,9 @@ class FP8Gradients:
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore what `state_dict` saved; the format, rule and FP8 tensor names must match."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"FP8Gradients.load_state_dict: state must be a mapping (what state_dict returns), "
+                            f"got {type(state).__name__}")
         saved = (state.get("fmt"), state.get("threshold"), state.get("window"))
         if saved != (self.fmt.name, self.threshold, self.window):
             raise ValueError(f"FP8Gradients.load_state_dict: saved (fmt, threshold, window) = {saved}, "
@@ -595,6 +620,9 @@ class FP8Gradients:
         for name, exponent in exponents.items():
             if isinstance(exponent, bool) or not isinstance(exponent, (int, np.integer)):
                 raise TypeError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be an int, got {exponent!r}")
+            if exponent > MAX_FACTOR_LOG2 * self.window:
+                raise ValueError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be at most "
+                                 f"{MAX_FACTOR_LOG2 * self.window} (mu <= 2**{MAX_FACTOR_LOG2}), got {exponent}")
         for name, exponent in exponents.items():
             self.auto_scales[name].exponent = int(exponent)
 
@@ -602,19 +630,24 @@ class FP8Gradients:
 def split_batch(*arrays, workers: int) -> list[tuple]:
     """Split arrays (ids, targets, ...) along axis 0 into ``workers`` equal shards, one per simulated worker.
 
-    The batch size must be a multiple of ``workers``: then the mean of the shards' mean-loss
-    gradients is the full batch's mean-loss gradient, which is what the all-reduce's division by N
-    relies on. (A loss summed over tokens instead gives N times the shard mean.)
+    The batch size must be a positive multiple of ``workers``: then the mean of the shards'
+    mean-loss gradients is the full batch's mean-loss gradient, which is what the all-reduce's
+    division by N relies on. (A loss summed over tokens instead gives N times the shard mean.)
+    Arrays or Tensors (their data) of numbers; the shards are views of them.
     """
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"split_batch: workers must be an int >= 1, got {workers!r}")
     if not arrays:
         raise ValueError("split_batch: give at least one array to split")
-    arrays = [np.asarray(a) for a in arrays]
+    arrays = [np.asarray(a.data if isinstance(a, Tensor) else a) for a in arrays]
     for a in arrays:
+        if a.dtype.kind == "O":
+            raise TypeError("split_batch: arrays must be numeric arrays (ids, targets, ...), got an object array")
         if a.ndim == 0 or a.shape[0] != arrays[0].shape[0]:
             raise ValueError(f"split_batch: arrays must share their first dimension, got shapes "
                              f"{[x.shape for x in arrays]}")
+    if arrays[0].shape[0] == 0:
+        raise ValueError("split_batch: batch size 0; every worker needs at least one example")
     if arrays[0].shape[0] % workers:
         raise ValueError(f"split_batch: batch size {arrays[0].shape[0]} is not a multiple of workers={workers}")
     shards = [np.split(a, int(workers)) for a in arrays]
@@ -692,14 +725,17 @@ class FP8AdamW(AdamW):
                 "master_weights": self.master_weights}
 
     def step(self) -> None:
+        """One AdamW step of every parameter with a gradient (all shapes are checked first: an error updates none)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.grad.shape != p.shape:
+                    raise ValueError(f"FP8AdamW: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
         for group in self.param_groups:
             lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 g = p.grad
-                if g.shape != p.shape:
-                    raise ValueError(f"FP8AdamW: gradient of shape {g.shape} for a parameter of shape {p.shape}")
                 state = self.state.setdefault(p, {})
                 if not state:
                     self._init_state(p, state)
@@ -737,7 +773,14 @@ class FP8AdamW(AdamW):
         return state
 
     def load_state_dict(self, state_dict: Mapping) -> None:
-        """Restore a `state_dict`: precision, array dtypes and shapes must match; bit-exact."""
+        """Restore a `state_dict`: precision, array dtypes and shapes must match; bit-exact.
+
+        Each ``step`` must be an int >= 1 and each scale a finite float32 > 0; nothing is loaded
+        unless all of it is valid.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"FP8AdamW.load_state_dict: state_dict must be a mapping (what state_dict returns), "
+                            f"got {type(state_dict).__name__}")
         saved = state_dict.get("precision")
         if saved != self.precision:
             raise ValueError(f"FP8AdamW.load_state_dict: the state was saved with precision {saved}, "
@@ -750,6 +793,12 @@ class FP8AdamW(AdamW):
                 raise KeyError(f"FP8AdamW.load_state_dict: parameter {index} has state keys {sorted(saved_state)}, "
                                f"expected {sorted(expected_keys)}")
             entry = dict(saved_state)
+            step = saved_state["step"]
+            message = f"FP8AdamW.load_state_dict: step of parameter {index} must be an int >= 1, got {step!r}"
+            if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+                raise TypeError(message)
+            if step < 1:
+                raise ValueError(message)
             for name, kind in kinds.items():
                 array = saved_state[name]
                 if not isinstance(array, np.ndarray) or array.dtype != _state_dtype(kind):
@@ -760,6 +809,9 @@ class FP8AdamW(AdamW):
                 if scale.shape != () or scale.dtype != np.float32:
                     raise TypeError(f"FP8AdamW.load_state_dict: {name}_scale of parameter {index} must be a "
                                     f"float32 scalar, got {scale.dtype} of shape {scale.shape}")
+                if not (np.isfinite(scale) and scale > 0):
+                    raise ValueError(f"FP8AdamW.load_state_dict: {name}_scale of parameter {index} must be finite "
+                                     f"and > 0, got {scale}")
                 entry[f"{name}_scale"] = np.float32(scale)
             normalised[index] = entry
         super().load_state_dict({"state": normalised, "param_groups": state_dict["param_groups"]})
@@ -834,6 +886,8 @@ def measure_memory(named_parameters, optimizer, gradients: FP8Gradients | None =
     params = _named(named_parameters, "measure_memory")
     if not isinstance(optimizer, AdamW):
         raise TypeError(f"measure_memory: optimizer must be an optim.AdamW or FP8AdamW, got {type(optimizer).__name__}")
+    if gradients is not None and not isinstance(gradients, FP8Gradients):
+        raise TypeError(f"measure_memory: gradients must be an FP8Gradients or None, got {type(gradients).__name__}")
     totals = dict.fromkeys(COMPONENTS, 0)
     held = {component: set() for component in COMPONENTS}
     kinds = optimizer._expected_state() if isinstance(optimizer, FP8AdamW) else \
@@ -900,10 +954,17 @@ def memory_rows(named_parameters, *, fmt="E4M3", select: Callable | None = None)
     return rows
 
 
-def format_memory_table(rows: Sequence[MemoryRow]) -> str:
-    """A plain-text table of bytes per parameter, with the dtypes held underneath."""
+def format_memory_table(rows: Iterable[MemoryRow]) -> str:
+    """A plain-text table of bytes per parameter, with the dtypes held underneath.
+
+    ``rows``: `MemoryRow` objects (any iterable), as `memory_rows` returns them.
+    """
+    rows = list(rows)
     if not rows:
         raise ValueError("format_memory_table: no rows")
+    for row in rows:
+        if not isinstance(row, MemoryRow):
+            raise TypeError(f"format_memory_table: rows must be MemoryRow objects, got {type(row).__name__}")
     headers = ("configuration", "weights", "master", "grads", "1st mom", "2nd mom", "total", "vs 16 B", "persist.")
     width = max(len(headers[0]), *(len(r.configuration) for r in rows))
     lines = [f"Bytes per parameter ({rows[0].parameters:,} parameters; FP32 AdamW = {FP32_ADAMW_BYTES}: "

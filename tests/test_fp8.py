@@ -986,3 +986,87 @@ def test_a_pair_with_nothing_to_fix_is_one_array(recipe, cast_path):
     for axis, (values, stats) in zip((-1, 0), pair):
         assert_same(values, reference(x, recipe, "E4M3", axis))
         assert (stats.underflow_count, stats.saturation_count, stats.amax) == (0, 0, 1.75)
+
+
+# ================================================================================================
+# Misuse: clear errors, and nothing changed by a call that raises.
+# ================================================================================================
+def bits_equal(a, b):
+    """Same dtype, shape and bytes (NaN payloads and signs of zero included)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def delayed_state_after_two_steps(history_len=3):
+    rng = np.random.default_rng(12)
+    model = nn.Sequential(nn.Linear(16, 8, rng=rng), nn.GELU(), nn.Linear(8, 4, rng=rng))
+    state = fp8.apply_recipe(model, "delayed", history_len=history_len)
+    for _ in range(2):
+        model(Tensor(rng.standard_normal((5, 16)))).backward(np.ones((5, 4), np.float32))
+        state.step()
+    return state
+
+
+def test_fp8_state_load_state_dict_checks_everything_before_loading_anything():
+    saved = delayed_state_after_two_steps().state_dict()
+    state = fp8.apply_recipe(nn.Sequential(nn.Linear(16, 8, rng=np.random.default_rng(0)), nn.GELU(),
+                                           nn.Linear(8, 4, rng=np.random.default_rng(1))), "delayed", history_len=3)
+    untouched = state.state_dict()
+    last = sorted(key for key in saved if key.endswith(".amax_history"))[-1]  # checked after the others
+    prefix = last[:-len("amax_history")]
+    for key, value, error, message in [
+            (last, np.zeros(5, np.float32), ValueError, r"amax_history has shape \(5,\), expected \(3,\)"),
+            (last, np.array(["a", "b", "c"]), TypeError, "amax_history must be a floating array, got dtype <U1"),
+            (last, np.array([1.0, -2.0, 0.0], np.float32), ValueError, "amax_history holds a negative amax"),
+            (prefix + "scale", np.array([1.0, 2.0], np.float32), ValueError, r"scale has shape \(2,\), expected \(\)"),
+            (prefix + "scale", np.float32(np.nan), ValueError, "scale must be finite and > 0, got nan"),
+            (prefix + "scale_inv", np.float32(-1.0), ValueError, "scale_inv must be finite and > 0, got -1.0"),
+            ("steps", np.array(2.7), ValueError, "steps must be an integer >= 0"),
+            ("steps", np.array(-1), ValueError, "steps must be an integer >= 0"),
+            ("steps", np.array([1, 2]), ValueError, "steps must be an integer >= 0")]:
+        with pytest.raises(error, match=message):
+            state.load_state_dict({**saved, key: value})
+        now = state.state_dict()
+        assert now.keys() == untouched.keys() and all(bits_equal(now[k], untouched[k]) for k in now), key
+    with pytest.raises(TypeError, match="mapping"):
+        state.load_state_dict(None)
+    state.load_state_dict(saved)  # the valid state still loads
+    assert state.steps == 2 and all(bits_equal(state.state_dict()[k], saved[k]) for k in saved)
+
+
+def test_apply_recipe_option_of_the_wrong_type_is_a_type_error():
+    """As the Raises section says: a value of the wrong type is a TypeError, a bad value of the
+    right type a ValueError."""
+    model = small_model(np.random.default_rng(0))
+    for recipe, options, message in [("delayed", {"history_len": 2.0}, "history_len must be an int, got float 2.0"),
+                                     ("delayed", {"margin": True}, "margin must be an int, got bool True"),
+                                     ("delayed", {"amax_compute_algo": ["max"]}, "amax_compute_algo must be a str"),
+                                     ("mxfp8", {"scale_mode": None}, "scale_mode must be a str, got NoneType"),
+                                     ("blockwise", {"power_of_2": 1}, "power_of_2 must be a bool, got int 1")]:
+        with pytest.raises(TypeError, match=message):
+            fp8.apply_recipe(model, recipe, **options)
+    with pytest.raises(ValueError, match="amax_compute_algo"):
+        fp8.apply_recipe(model, "delayed", amax_compute_algo="mean")
+    state = fp8.apply_recipe(model, "delayed", history_len=np.int64(4), margin=np.int32(1))
+    assert state.points["layers.0"].scalers["x"].history_len == 4
+
+
+def test_apply_recipe_to_a_model_without_linears_or_attention_is_an_error():
+    """Nothing would be cast: training would silently stay in float32."""
+    with pytest.raises(ValueError, match="no linear .* or attention core"):
+        fp8.apply_recipe(nn.Sequential(nn.GELU(), nn.LayerNorm(4)), "current")
+    assert fp8.apply_recipe(nn.Sequential(nn.GELU()), "fp32").points == {}  # fp32 casts nothing anyway
+
+
+def test_fake_quantize_rejects_ill_typed_arguments():
+    x = np.ones((4, 256), np.float32)
+    with pytest.raises(TypeError, match="axis must be an int, got float 1.0"):
+        fp8.fake_quantize(x, "mxfp8", axis=1.0)
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        fp8.fake_quantize(x, "blockwise", axis=2)
+    with pytest.raises(TypeError, match="weight must be a bool, got str 'no'"):
+        fp8.fake_quantize(x, "blockwise", weight="no")  # (a truthy str would have meant 128x128 tiles)
+    with pytest.raises(TypeError, match="scaler is only used by recipe 'delayed'"):
+        fp8.fake_quantize(x, "current", scaler=scaling.DelayedScaling("E4M3"))
+    values, _ = fp8.fake_quantize(x, "blockwise", axis=np.int64(0), weight=np.bool_(False))
+    assert_same(values, reference(x, "blockwise", "E4M3", axis=0))

@@ -628,3 +628,91 @@ def test_store_scaled_round_trips_every_kind():
         np.testing.assert_allclose(back, x, rtol=tolerance, atol=np.abs(x).max() * 2.0 ** -16 if tolerance else 0)
     with pytest.raises(ValueError, match="storage"):
         fp8lm.store_scaled(x, "bfloat16")
+
+
+# ---- misuse: clear errors, and nothing changed by a call that raises ---------------------------------
+
+def test_fp8_gradients_reduce_checks_every_tensor_before_reducing_any():
+    """A bad gradient of a later tensor must not leave earlier ones reduced and their mu moved."""
+    model = tiny_model()
+    store = fp8lm.FP8Gradients(model.named_parameters())
+    per_worker = worker_gradients(model, *data(), workers=2)
+    local = {name: p.grad.copy() for name, p in model.named_parameters()}
+    for bad, error in ((np.ones((2, 2), np.float32), ValueError), (np.ones((4, 16), np.int32), TypeError)):
+        with pytest.raises(error, match="3.weight"):
+            store.reduce([per_worker[0], {**per_worker[1], "3.weight": bad}])
+        assert all(bits_equal(p.grad, local[name]) for name, p in model.named_parameters())
+        assert [a.exponent for a in store.auto_scales.values()] == [0, 0]
+    store.reduce(per_worker)  # then the good gradients reduce as usual
+    assert store.auto_scales["0.weight"].exponent == 1
+
+
+def test_auto_scale_stops_growing_before_mu_overflows():
+    """mu = 2**(exponent / window) would overflow a Python float after 1024 * window quiet steps (a
+    gradient that stays zero); it stops at 2**256, past which every worker scale mu * 2**k (k >= -120
+    for E4M3 and E5M2) is float32's max anyway."""
+    rule = fp8lm.AutoScale(window=1)
+    for _ in range(1100):
+        rule.update(0.0)
+    assert rule.exponent == 256 and rule.factor == 2.0 ** 256
+    rule.update(1.0)  # saturation halves it at once
+    assert rule.factor == 2.0 ** 255
+    store = fp8lm.FP8Gradients([("w", Tensor(np.zeros((2, 2), np.float32), requires_grad=True))], window=1)
+    with pytest.raises(ValueError, match="exponent of 'w' must be at most 256"):
+        store.load_state_dict({**store.state_dict(), "exponents": {"w": 257}})
+    largest = fp8lm.fp8_all_reduce([np.array([3e38, -1e-3], np.float32)], factor=2.0 ** 256)
+    assert largest.shared_scale == np.finfo(np.float32).max  # (E4M3: 3e38 gives k = -120)
+
+
+def test_fp8_adamw_step_checks_every_gradient_before_updating():
+    p = Tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    q = Tensor(np.ones(3, np.float32), requires_grad=True)
+    optimizer = fp8lm.FP8AdamW([p, q])
+    p.grad, q.grad = np.ones((2, 3), np.float32), np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="shape"):
+        optimizer.step()
+    assert np.array_equal(p.data, np.ones((2, 3), np.float32)) and optimizer.state.get(p, {}) == {}
+
+
+def test_fp8_adamw_load_state_dict_rejects_bad_steps_scales_and_non_mappings():
+    model = tiny_model()
+    optimizer = fp8lm.FP8AdamW(model.parameters())
+    train(model, optimizer, 1)
+    saved = optimizer.state_dict()
+    for key, value, error, message in [("step", "3", TypeError, "step of parameter 0 must be an int >= 1, got '3'"),
+                                       ("step", 1.5, TypeError, "step of parameter 0 must be an int >= 1"),
+                                       ("step", 0, ValueError, "step of parameter 0 must be an int >= 1, got 0"),
+                                       ("exp_avg_scale", np.float32(0), ValueError, "finite and > 0, got 0.0"),
+                                       ("exp_avg_sq_scale", np.float32(np.nan), ValueError, "finite and > 0, got nan")]:
+        bad = pickle.loads(pickle.dumps(saved))
+        bad["state"][0][key] = value
+        with pytest.raises(error, match=message):
+            fp8lm.FP8AdamW(model.parameters()).load_state_dict(bad)
+    with pytest.raises(TypeError, match="mapping"):
+        optimizer.load_state_dict(None)
+    with pytest.raises(TypeError, match="mapping"):
+        fp8lm.FP8Gradients(model.named_parameters()).load_state_dict([("fmt", "E4M3")])
+
+
+def test_split_batch_takes_tensors_and_refuses_empty_batches():
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    shards = fp8lm.split_batch(Tensor(x), workers=2)  # not an object array of 0-d Tensors
+    assert shards[0][0].dtype == np.float32 and np.array_equal(shards[1][0], x[3:])
+    with pytest.raises(ValueError, match="batch size 0"):
+        fp8lm.split_batch(np.zeros((0, 4)), workers=2)
+    with pytest.raises(TypeError, match="numeric array"):
+        fp8lm.split_batch(np.array([None, None]), workers=1)
+
+
+def test_memory_table_functions_reject_wrong_types():
+    model = tiny_model()
+    optimizer = optim.AdamW(model.parameters())
+    train(model, optimizer, 1)
+    for p in model.parameters():
+        p.grad = np.zeros(p.shape, np.float32)
+    with pytest.raises(TypeError, match="gradients must be an FP8Gradients or None, got dict"):
+        fp8lm.measure_memory(model, optimizer, {"0.weight": np.zeros(3)})
+    rows = fp8lm.memory_rows(model)
+    with pytest.raises(TypeError, match="MemoryRow"):
+        fp8lm.format_memory_table(["FP32 AdamW"])
+    assert fp8lm.format_memory_table(iter(rows)) == fp8lm.format_memory_table(rows)
