@@ -854,7 +854,7 @@ def _amax(x: np.ndarray):
     """max |x| (NaN if x holds a NaN, 0 for an empty x), without a temporary |x|."""
     if x.size == 0:
         return x.dtype.type(0)
-    return np.maximum(x.max(), -x.min())
+    return np.maximum(x.max(), -x.min()) + x.dtype.type(0)  # (+ 0: -0.0 for a tensor of zeros is +0.0)
 
 
 def _float32(x: np.ndarray) -> np.ndarray:

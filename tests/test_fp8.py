@@ -8,6 +8,7 @@ from those functions; statistics are checked on tensors whose counts are worked 
 the format tables (E4M3 max 448, overflow beyond 464; E5M2 max 57344, 61440 overflows).
 """
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -1070,3 +1071,12 @@ def test_fake_quantize_rejects_ill_typed_arguments():
         fp8.fake_quantize(x, "current", scaler=scaling.DelayedScaling("E4M3"))
     values, _ = fp8.fake_quantize(x, "blockwise", axis=np.int64(0), weight=np.bool_(False))
     assert_same(values, reference(x, "blockwise", "E4M3", axis=0))
+
+
+@pytest.mark.parametrize("recipe", [r for r in fp8.RECIPES if r != "fp32"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_amax_of_signed_zeros_is_plus_zero(recipe, dtype):
+    """amax is max|x|: +0.0 for a tensor of zeros, whatever their signs (its sign is not the input's)."""
+    options = {"scaler": scaling.DelayedScaling("E4M3")} if recipe == "delayed" else {}
+    _, stats = fp8.fake_quantize(np.array([[-0.0, -0.0], [-0.0, 0.0]], dtype), recipe, **options)
+    assert stats.amax == 0 and math.copysign(1.0, stats.amax) == 1.0
