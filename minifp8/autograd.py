@@ -15,6 +15,9 @@ arrays instead of scalars:
   ``t.retain_grad()`` to keep it on an intermediate result too. The graph lives as long as its
   output, so ``backward`` may be called again on it.
 * Inside ``with no_grad():`` ops compute values only and record nothing.
+* Ops save references to their inputs' arrays, not copies. Changing ``.data`` in place between the
+  forward pass and ``backward`` (``t.data[:] = ...``, an optimizer step) gives silently wrong
+  gradients: there is no version counter to catch it as torch has. Run the forward pass again.
 
 Data types. A Tensor holds float32 data (floating input is converted: float16/float64 to float32)
 or integer data (token ids, targets: never differentiable). bool, complex and object data raise
@@ -354,13 +357,13 @@ class Tensor:
 
     def __add__(self, other) -> "Tensor":
         other = self._operand(other)
-        return make_op(self.data + other.data, (self, other), lambda g: (g, g), "add")
+        return make_op(_elementwise(np.add, self, other, "add"), (self, other), lambda g: (g, g), "add")
 
     __radd__ = __add__
 
     def __sub__(self, other) -> "Tensor":
         other = self._operand(other)
-        return make_op(self.data - other.data, (self, other), lambda g: (g, -g), "sub")
+        return make_op(_elementwise(np.subtract, self, other, "sub"), (self, other), lambda g: (g, -g), "sub")
 
     def __rsub__(self, other) -> "Tensor":
         return self._operand(other) - self
@@ -375,14 +378,14 @@ class Tensor:
         def backward(g):
             return (g * b.data if a._requires_grad else None, g * a.data if b._requires_grad else None)
 
-        return make_op(a.data * b.data, (a, b), backward, "mul")
+        return make_op(_elementwise(np.multiply, a, b, "mul"), (a, b), backward, "mul")
 
     __rmul__ = __mul__
 
     def __truediv__(self, other) -> "Tensor":
         other = self._operand(other)
         a, b = self, other
-        out_data = a.data / b.data
+        out_data = _elementwise(np.divide, a, b, "div")
 
         def backward(g):
             grad_a = g / b.data if a._requires_grad else None
@@ -399,7 +402,7 @@ class Tensor:
         if isinstance(exponent, Tensor):
             exponent = self._operand(exponent)
             base = self
-            out_data = base.data ** exponent.data
+            out_data = _elementwise(np.power, base, exponent, "pow")
 
             def backward(g):
                 grad_base = g * exponent.data * base.data ** (exponent.data - 1) if base._requires_grad else None
@@ -601,6 +604,15 @@ class _SliceGrad:
         self.index, self.values = index, values
 
 
+def _elementwise(ufunc, a: Tensor, b: Tensor, op: str) -> np.ndarray:
+    """``ufunc(a.data, b.data)``; a shape mismatch raises an error that names ``op`` and both shapes."""
+    try:
+        return ufunc(a.data, b.data)
+    except ValueError:
+        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast "
+                         "(NumPy rules: trailing axes must be equal or 1)") from None
+
+
 def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...], op: str) -> np.ndarray:
     """Sum ``grad`` over the axes along which an operand of ``shape`` was broadcast."""
     extra = grad.ndim - len(shape)
@@ -616,7 +628,7 @@ def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...], op: str) -> np.ndarra
 def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     normalized = []
     for a in axes:
         if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not -ndim <= a < ndim:

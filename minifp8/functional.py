@@ -40,10 +40,25 @@ def _generator(rng, op: str) -> np.random.Generator:
     return rng
 
 
+def _real(value, op: str, name: str) -> float:
+    """``value`` as a Python float; ``TypeError`` unless it is a real number (bool is not one)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
+    return float(value)
+
+
 def _axis(axis: int, ndim: int, op: str) -> int:
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
         raise ValueError(f"{op}: axis {axis!r} is out of range for a {ndim}-D tensor")
     return int(axis) % ndim
+
+
+def _nonempty_axis(x: Tensor, axis: int, op: str) -> int:
+    """``_axis``, and a clear error when that axis has length 0 (a softmax over nothing)."""
+    axis = _axis(axis, x.ndim, op)
+    if x.shape[axis] == 0:
+        raise ValueError(f"{op}: axis {axis} of shape {x.shape} is empty")
+    return axis
 
 
 # ---- elementwise -------------------------------------------------------------------------------
@@ -127,6 +142,7 @@ def linear(x, weight, bias=None) -> Tensor:
     """``x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
 
     All leading axes of ``x`` are flattened into one GEMM (forward and both backward GEMMs).
+    Zero features are allowed: ``in_features == 0`` gives ``bias`` (or zeros).
     """
     x = _floating(x, "linear", "x")
     weight = _floating(weight, "linear", "weight")
@@ -140,14 +156,15 @@ def linear(x, weight, bias=None) -> Tensor:
         bias = _floating(bias, "linear", "bias")
         if bias.shape != (out_features,):
             raise ValueError(f"linear: bias must have shape ({out_features},), got {bias.shape}")
-    x2 = x.data.reshape(-1, in_features)
+    rows = math.prod(x.shape[:-1])  # not reshape(-1, ...), which cannot infer rows when a size is 0
+    x2 = x.data.reshape(rows, in_features)
     out = x2 @ weight.data.T
     if bias is not None:
         out += bias.data
     out = out.reshape(x.shape[:-1] + (out_features,))
 
     def backward(g):
-        g2 = g.reshape(-1, out_features)
+        g2 = g.reshape(rows, out_features)
         grad_x = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None
         grad_w = g2.T @ x2 if weight.requires_grad else None
         grad_b = g2.sum(axis=0) if bias is not None and bias.requires_grad else None
@@ -165,7 +182,7 @@ def softmax(x, axis: int = -1) -> Tensor:
     Backward (s = softmax(x)): ``dx = s * (g - sum(g * s, axis))``.
     """
     x = _floating(x, "softmax")
-    axis = _axis(axis, x.ndim, "softmax")
+    axis = _nonempty_axis(x, axis, "softmax")
     s = x.data - x.data.max(axis=axis, keepdims=True)
     np.exp(s, out=s)
     s /= s.sum(axis=axis, keepdims=True)
@@ -182,7 +199,7 @@ def softmax(x, axis: int = -1) -> Tensor:
 def log_softmax(x, axis: int = -1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``. Backward: ``dx = g - softmax(x) * sum(g, axis)``."""
     x = _floating(x, "log_softmax")
-    axis = _axis(axis, x.ndim, "log_softmax")
+    axis = _nonempty_axis(x, axis, "log_softmax")
     shifted = x.data - x.data.max(axis=axis, keepdims=True)
     out_data = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
@@ -204,12 +221,14 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     if x.ndim == 0:
         raise ValueError("layer_norm: x must have at least one axis")
     features = x.shape[-1]
+    if features == 0:
+        raise ValueError(f"layer_norm: the last axis of x (shape {x.shape}) is empty: nothing to normalise")
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and as_tensor(p).shape != (features,):
             raise ValueError(f"layer_norm: {name} must have shape ({features},), got {as_tensor(p).shape}")
     weight = None if weight is None else _floating(weight, "layer_norm", "weight")
     bias = None if bias is None else _floating(bias, "layer_norm", "bias")
-    if not eps >= 0:
+    if not _real(eps, "layer_norm", "eps") >= 0:
         raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
     x2 = x.data.reshape(-1, features)
     xhat = x2 - x2.mean(axis=1, keepdims=True)
@@ -280,7 +299,8 @@ def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:
     """Mean cross-entropy of ``logits`` (..., V) against integer class ``targets`` (...).
 
     ``loss = mean_n(logsumexp(z_n) - z_n[t_n])`` over the tokens whose target is not
-    ``ignore_index``. Fused backward: ``dz_n = g * (softmax(z_n) - onehot(t_n)) / N``.
+    ``ignore_index`` (an int, or None to count every token). Fused backward:
+    ``dz_n = g * (softmax(z_n) - onehot(t_n)) / N``.
     """
     logits = _floating(logits, "cross_entropy", "logits")
     targets = _integer_ids(targets, "cross_entropy", "targets")
@@ -288,6 +308,10 @@ def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:
         raise ValueError(f"cross_entropy: targets shape {targets.shape} must be the logits shape {logits.shape} "
                          f"without its last (class) axis")
     classes = logits.shape[-1]
+    if classes == 0:
+        raise ValueError(f"cross_entropy: logits of shape {logits.shape} have no classes")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))):
+        raise TypeError(f"cross_entropy: ignore_index must be an int or None, got {ignore_index!r}")
     z = logits.data.reshape(-1, classes)
     t = targets.reshape(-1)
     valid = t != ignore_index if ignore_index is not None else np.ones(t.shape, dtype=bool)
@@ -325,7 +349,7 @@ def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Ten
     ``training=False`` or ``p == 0`` returns ``x`` itself and draws nothing.
     """
     x = _floating(x, "dropout")
-    if not 0.0 <= p <= 1.0:
+    if not 0.0 <= _real(p, "dropout", "p") <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     _generator(rng, "dropout")
     if not training or p == 0.0:
@@ -359,11 +383,15 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | N
     if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"scaled_dot_product_attention: incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}: "
                          "need equal leading axes, q and k the same head_dim, k and v the same seq")
-    if not 0.0 <= dropout_p < 1.0:
+    if k.shape[-2] == 0:
+        raise ValueError(f"scaled_dot_product_attention: no keys: k has shape {k.shape}, so the softmax is over nothing")
+    if not 0.0 <= _real(dropout_p, "scaled_dot_product_attention", "dropout_p") < 1.0:
         raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
     if dropout_p > 0.0:
         _generator(rng, "scaled_dot_product_attention")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _real(scale, "scaled_dot_product_attention", "scale")
+    if not math.isfinite(scale):
+        raise ValueError(f"scaled_dot_product_attention: scale must be finite, got {scale}")
     q_scaled = q.data * scale
     k_t = k.data.swapaxes(-1, -2)
     probs = q_scaled @ k_t

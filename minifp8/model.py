@@ -60,6 +60,9 @@ FAMILIES = ("standard", "unit")
 class GPTConfig:
     """The shape of a `GPT`.
 
+    Every field is checked on creation (``ValueError`` or ``TypeError`` naming it) and stored as a
+    plain Python int, float or bool, so `to_dict` goes to JSON even from NumPy numbers.
+
     Attributes
     ----------
     vocab_size : int
@@ -93,19 +96,24 @@ class GPTConfig:
     mlp_mult: float = 1.0
 
     def __post_init__(self):
+        # every field is checked and stored as a plain Python value (NumPy numbers would not go to JSON)
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ValueError(f"GPTConfig: {name} must be a positive int, got {value!r}")
+            object.__setattr__(self, name, int(value))
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig: n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
         if self.family not in FAMILIES:
             raise ValueError(f"GPTConfig: family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
-        if not 0.0 <= self.dropout < 1.0:
+        if not 0.0 <= F._real(self.dropout, "GPTConfig", "dropout") < 1.0:
             raise ValueError(f"GPTConfig: dropout must be in [0, 1), got {self.dropout!r}")
+        object.__setattr__(self, "dropout", float(self.dropout))
+        if not isinstance(self.bias, (bool, np.bool_)):
+            raise TypeError(f"GPTConfig: bias must be a bool, got {self.bias!r}")
+        object.__setattr__(self, "bias", bool(self.bias))
         for name in ("attention_mult", "mlp_mult"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"GPTConfig: {name} must be > 0, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, U._positive(getattr(self, name), name, "GPTConfig"))
 
     def to_dict(self) -> dict:
         """The fields as a plain dict (for JSON): ``GPTConfig(**config.to_dict()) == config``."""
@@ -260,10 +268,10 @@ class GPT(nn.Module):
         N(0, 1) weights this makes an Adam update change a unit-scaled layer's output by the same
         amount whatever its width.
         """
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"optimizer_groups: lr must be a finite number > 0, got {lr!r}")
-        if not weight_decay >= 0:
-            raise ValueError(f"optimizer_groups: weight_decay must be >= 0, got {weight_decay!r}")
+        lr = U._positive(lr, "lr", "optimizer_groups")
+        weight_decay = F._real(weight_decay, "optimizer_groups", "weight_decay")
+        if not (weight_decay >= 0 and math.isfinite(weight_decay)):
+            raise ValueError(f"optimizer_groups: weight_decay must be >= 0 and finite, got {weight_decay!r}")
         groups = []
         for name, p in self.named_parameters():
             scale = 1.0

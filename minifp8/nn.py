@@ -136,6 +136,8 @@ class Module:
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Copy arrays into the parameters; keys and shapes must match exactly (nothing is loaded otherwise)."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"load_state_dict: state must be a mapping of names to arrays, got {type(state).__name__}")
         params = dict(self.named_parameters())
         missing = [name for name in params if name not in state]
         unexpected = [name for name in state if name not in params]
@@ -188,7 +190,7 @@ class Linear(Module):
             self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)))
             self.bias = Parameter(rng.uniform(-bound, bound, (out_features,))) if bias else None
         else:
-            if not std >= 0:
+            if not F._real(std, "Linear", "std") >= 0:
                 raise ValueError(f"Linear: std must be >= 0, got {std}")
             self.weight = Parameter(rng.normal(0.0, std, (out_features, in_features)))
             self.bias = Parameter(np.zeros(out_features)) if bias else None
@@ -212,7 +214,7 @@ class Embedding(Module):
         num_embeddings = _check_size(num_embeddings, "num_embeddings", "Embedding")
         embedding_dim = _check_size(embedding_dim, "embedding_dim", "Embedding")
         _check_generator(rng, "Embedding")
-        if not std >= 0:
+        if not F._real(std, "Embedding", "std") >= 0:
             raise ValueError(f"Embedding: std must be >= 0, got {std}")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(rng.normal(0.0, std, (num_embeddings, embedding_dim)))
@@ -229,7 +231,9 @@ class LayerNorm(Module):
 
     def __init__(self, features: int, eps: float = 1e-5, bias: bool = True, elementwise_affine: bool = True):
         self.features = _check_size(features, "features", "LayerNorm")
-        self.eps = float(eps)
+        self.eps = F._real(eps, "LayerNorm", "eps")
+        if not self.eps >= 0:
+            raise ValueError(f"LayerNorm: eps must be >= 0, got {eps}")
         self.weight = Parameter(np.ones(features)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
@@ -244,7 +248,7 @@ class Dropout(Module):
     """Inverted dropout with probability ``p`` in training mode; identity in eval mode."""
 
     def __init__(self, p: float = 0.5, *, rng: np.random.Generator):
-        if not 0.0 <= p <= 1.0:
+        if not 0.0 <= F._real(p, "Dropout", "p") <= 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
         self.p = float(p)
         self.rng = _check_generator(rng, "Dropout")

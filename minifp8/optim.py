@@ -1,23 +1,27 @@
 """Optimizers (SGD, AdamW), gradient-norm clipping and a warmup + cosine learning-rate schedule.
 
-Optimizers update ``p.data`` in place from ``p.grad``, skipping parameters whose grad is None.
+Optimizers update ``p.data`` in place from ``p.grad``, skipping parameters whose grad is None; a
+grad not shaped like its parameter raises before any update. Parameters must be leaf tensors.
 Like torch, ``params`` is a list of tensors or a list of *parameter groups*, dicts with a
 ``"params"`` list and any hyperparameter to override for that group (for example
 ``{"params": biases, "weight_decay": 0.0}``). Set ``group["lr"]`` to change the learning rate,
 or use `Optimizer.set_lr`.
 
 ``state_dict()`` returns copies of every hyperparameter and state array; ``load_state_dict``
-restores them bit-exactly, so a resumed run continues exactly as the uninterrupted one.
+restores them bit-exactly, so a resumed run continues exactly as the uninterrupted one. It checks
+everything first (hyperparameters, state keys, array dtypes and shapes) and loads nothing if any
+check fails.
 """
 from __future__ import annotations
 
 import copy
 import math
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
 from .autograd import Tensor
+from .functional import _real
 
 __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "zero_grad"]
 
@@ -34,6 +38,9 @@ class Optimizer:
     defaults: dict = {}
 
     def __init__(self, params, defaults: dict):
+        if isinstance(params, Tensor):  # list(t) would give the slices t[0], t[1], ..., which never get a grad
+            raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors or of parameter groups, "
+                            "got a Tensor (pass [t])")
         groups = list(params)
         if not groups:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list")
@@ -48,11 +55,16 @@ class Optimizer:
             unknown = set(group) - set(defaults) - {"params"}
             if unknown:
                 raise ValueError(f"{type(self).__name__}: unknown hyperparameter(s) {sorted(unknown)}")
+            if isinstance(group["params"], Tensor):
+                raise TypeError(f"{type(self).__name__}: a group's 'params' must be a list of Tensors, got a Tensor")
             settings = {**defaults, **group, "params": list(group["params"])}
             for p in settings["params"]:
                 if not isinstance(p, Tensor) or not p.requires_grad:
                     raise TypeError(f"{type(self).__name__}: parameters must be Tensors that require grad, "
                                     f"got {p!r}")
+                if not p.is_leaf:
+                    raise ValueError(f"{type(self).__name__}: {p!r} is a non-leaf tensor (the output of an op): "
+                                     "backward never gives it a .grad, so it would never be updated")
                 if id(p) in seen:
                     raise ValueError(f"{type(self).__name__}: a parameter appears twice: {p!r}")
                 seen.add(id(p))
@@ -60,10 +72,24 @@ class Optimizer:
             self.param_groups.append(settings)
 
     def _check(self, group: dict) -> None:
-        if not group["lr"] >= 0:
-            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
-        if not group.get("weight_decay", 0.0) >= 0:
-            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {group['weight_decay']}")
+        """Raise unless the group's hyperparameters are valid (subclasses add theirs)."""
+        for name in ("lr", "weight_decay"):
+            value = _real(group.get(name, 0.0), type(self).__name__, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{type(self).__name__}: {name} must be >= 0 and finite, got {group[name]}")
+
+    def _check_grads(self) -> None:
+        """Raise before any update if a gradient is not shaped like its parameter (it would broadcast)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.grad.shape != p.shape:
+                    raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter "
+                                     f"of shape {p.shape}")
+
+    def _state_template(self, p: Tensor) -> dict | None:
+        """The state that ``step`` creates for ``p`` (keys, array dtypes and shapes), for `load_state_dict`;
+        None: not checked."""
+        return None
 
     def zero_grad(self) -> None:
         """``p.grad = None`` for every parameter."""
@@ -71,7 +97,8 @@ class Optimizer:
             zero_grad(group["params"])
 
     def set_lr(self, lr: float) -> None:
-        """Set the learning rate of every group (for a schedule)."""
+        """Set the learning rate of every group (for a schedule); a finite number >= 0."""
+        self._check({**self.param_groups[0], "lr": lr})
         for group in self.param_groups:
             group["lr"] = float(lr)
 
@@ -93,27 +120,72 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore hyperparameters and state saved by `state_dict` (same parameter layout)."""
+        """Restore hyperparameters and state saved by `state_dict` (same parameter layout).
+
+        Everything is checked before anything is loaded: the hyperparameters as in the constructor,
+        and each parameter's state against what ``step`` would create (the same keys, arrays of the
+        same kind and shape, cast to the parameter's dtype; ``step`` an int). On error the optimizer
+        is unchanged.
+        """
+        owner = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
+            raise TypeError(f"{owner}: expected a dict with 'state' and 'param_groups' (from state_dict()), "
+                            f"got {type(state_dict).__name__}")
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
                 len(saved["params"]) != len(group["params"]) for saved, group in zip(groups, self.param_groups)):
-            raise ValueError(f"{type(self).__name__}.load_state_dict: parameter groups of sizes "
+            raise ValueError(f"{owner}: parameter groups of sizes "
                              f"{[len(g['params']) for g in groups]} do not match this optimizer's "
                              f"{[len(g['params']) for g in self.param_groups]}")
         params = [p for group in self.param_groups for p in group["params"]]
         new_state = {}
         for i, saved in state_dict["state"].items():
             if not 0 <= int(i) < len(params):
-                raise KeyError(f"{type(self).__name__}.load_state_dict: state for unknown parameter index {i}")
+                raise KeyError(f"{owner}: state for unknown parameter index {i}")
             p = params[int(i)]
+            new_state[p] = self._checked_state(owner, i, p, saved)
+        new_groups = []
+        for saved, group in zip(groups, self.param_groups):
+            unknown = set(saved) - set(group)
+            if unknown:
+                raise ValueError(f"{owner}: unknown hyperparameter(s) {sorted(unknown)}")
+            settings = {**group, **{k: copy.deepcopy(v) for k, v in saved.items() if k != "params"}}
+            self._check(settings)
+            new_groups.append(settings)
+        for settings, group in zip(new_groups, self.param_groups):
+            group.update(settings)
+        self.state = new_state
+
+    def _checked_state(self, owner: str, i, p: Tensor, saved: Mapping) -> dict:
+        """A copy of one parameter's saved state, checked against `_state_template`."""
+        template = self._state_template(p)
+        if template is None or not saved:  # (an empty state is filled in by the next step)
             for name, value in saved.items():
                 if isinstance(value, np.ndarray) and value.shape != p.shape:
-                    raise ValueError(f"{type(self).__name__}.load_state_dict: state {name!r} of parameter {i} "
-                                     f"has shape {value.shape}, the parameter has {p.shape}")
-            new_state[p] = copy.deepcopy(saved)
-        for saved, group in zip(groups, self.param_groups):
-            group.update({k: copy.deepcopy(v) for k, v in saved.items() if k != "params"})
-        self.state = new_state
+                    raise ValueError(f"{owner}: state {name!r} of parameter {i} has shape {value.shape}, "
+                                     f"the parameter has {p.shape}")
+            return copy.deepcopy(dict(saved))
+        if set(saved) != set(template):
+            raise KeyError(f"{owner}: parameter {i} has state keys {sorted(saved)}, expected {sorted(template)}")
+        state = {}
+        for name, example in template.items():
+            value = saved[name]
+            if isinstance(example, np.ndarray):
+                kind = "floating" if example.dtype.kind == "f" else str(example.dtype)
+                if not isinstance(value, np.ndarray) or value.dtype.kind != example.dtype.kind:
+                    got = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+                    raise TypeError(f"{owner}: {name!r} of parameter {i} must be a {kind} array, got {got}")
+                if value.shape != example.shape:
+                    raise ValueError(f"{owner}: state {name!r} of parameter {i} has shape {value.shape}, "
+                                     f"the parameter has {p.shape}")
+                state[name] = np.array(value, dtype=example.dtype, copy=True)
+            elif isinstance(example, (int, np.integer)):
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+                    raise TypeError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {value!r}")
+                state[name] = int(value)
+            else:
+                state[name] = type(example)(_real(value, owner, f"{name!r} of parameter {i}"))
+        return state
 
 
 class SGD(Optimizer):
@@ -131,12 +203,18 @@ class SGD(Optimizer):
 
     def _check(self, group: dict) -> None:
         super()._check(group)
-        if not 0.0 <= group["momentum"] < 1.0:
+        if not 0.0 <= _real(group["momentum"], "SGD", "momentum") < 1.0:
             raise ValueError(f"SGD: momentum must be in [0, 1), got {group['momentum']}")
+        if not 0.0 <= _real(group["dampening"], "SGD", "dampening") <= 1.0:
+            raise ValueError(f"SGD: dampening must be in [0, 1], got {group['dampening']}")
         if group["nesterov"] and (group["momentum"] == 0.0 or group["dampening"] != 0.0):
             raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
 
+    def _state_template(self, p: Tensor) -> dict:
+        return {"momentum_buffer": np.zeros_like(p.data)}
+
     def step(self) -> None:
+        self._check_grads()
         for group in self.param_groups:
             lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
             weight_decay, nesterov = group["weight_decay"], group["nesterov"]
@@ -175,17 +253,33 @@ class AdamW(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        betas = tuple(betas) if isinstance(betas, (tuple, list)) else betas
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     def _check(self, group: dict) -> None:
         super()._check(group)
         betas = group["betas"]
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        if not isinstance(betas, (tuple, list)):
+            raise TypeError(f"AdamW: betas must be a pair of real numbers, got {betas!r}")
+        if len(betas) != 2 or not all(0.0 <= _real(b, "AdamW", "a beta") < 1.0 for b in betas):
             raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got {betas}")
-        if not group["eps"] >= 0:
-            raise ValueError(f"AdamW: eps must be >= 0, got {group['eps']}")
+        eps = _real(group["eps"], "AdamW", "eps")
+        if not (eps >= 0 and math.isfinite(eps)):
+            raise ValueError(f"AdamW: eps must be >= 0 and finite, got {group['eps']}")
+
+    def _init_state(self, p: Tensor, state: dict) -> None:
+        """Fill the empty ``state`` of ``p`` before its first step."""
+        state["step"] = 0
+        state["exp_avg"] = np.zeros_like(p.data)
+        state["exp_avg_sq"] = np.zeros_like(p.data)
+
+    def _state_template(self, p: Tensor) -> dict:
+        state = {}
+        self._init_state(p, state)
+        return state
 
     def step(self) -> None:
+        self._check_grads()
         for group in self.param_groups:
             lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             for p in group["params"]:
@@ -194,9 +288,7 @@ class AdamW(Optimizer):
                 g = p.grad
                 state = self.state.setdefault(p, {})
                 if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = np.zeros_like(p.data)
-                    state["exp_avg_sq"] = np.zeros_like(p.data)
+                    self._init_state(p, state)
                 state["step"] += 1
                 adamw_update(p.data, g, state["exp_avg"], state["exp_avg_sq"], state["step"], lr, beta1, beta2, eps,
                              weight_decay)

@@ -171,6 +171,8 @@ def _linear(x, weight, bias, constraint, gemm, output_power: float, op: str) -> 
     if weight.ndim != 2:
         raise ValueError(f"{op}: weight must be 2-D (fan_out, fan_in), got shape {weight.shape}")
     fan_out, fan_in = weight.shape
+    if weight.size == 0:
+        raise ValueError(f"{op}: weight of shape {weight.shape} is empty; the unit scales need fan_in, fan_out > 0")
     if x.ndim == 0 or x.shape[-1] != fan_in:
         raise ValueError(f"{op}: x has shape {x.shape}, its last axis must be fan_in={fan_in} "
                          f"(weight shape {weight.shape})")
@@ -198,7 +200,7 @@ def matmul(left, right, constraint: str | None = "to_output_scale") -> Tensor:
     rows, inner = left.shape[-2:]
     columns = right.shape[-1]
     output_scale, left_scale, right_scale = _apply_constraint(
-        constraint, "matmul", inner ** -0.5, max(columns, 1) ** -0.5, max(rows, 1) ** -0.5)
+        constraint, "matmul", max(inner, 1) ** -0.5, max(columns, 1) ** -0.5, max(rows, 1) ** -0.5)
     out = F.matmul(scale_bwd(left, left_scale), scale_bwd(right, right_scale))
     return scale_fwd(out, output_scale)
 
@@ -304,7 +306,7 @@ def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Ten
     Blake et al. 2023 (arXiv:2303.11257).
     """
     x = _floating(x, "dropout")
-    if not 0.0 <= p <= 1.0:
+    if not 0.0 <= F._real(p, "dropout", "p") <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     scale = math.sqrt(1.0 - p)
     return scale_fwd(F.dropout(scale_bwd(x, scale), p, rng, training=training), scale)
@@ -379,7 +381,7 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mult: float = 1.
     seq, d_head = v.shape[-2:]
     if seq == 0 or d_head == 0:
         raise ValueError(f"{op}: empty sequence or head dimension, got shapes q {q.shape}, k {k.shape}, v {v.shape}")
-    if not 0.0 <= dropout_p < 1.0:
+    if not 0.0 <= F._real(dropout_p, op, "dropout_p") < 1.0:
         raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p}")
     flat = math.sqrt((math.log(seq) if causal else 1.0) / seq) if not (causal and seq == 1) else 1.0
     alpha = 1.0 / (1.0 + 4.0 * d_head / mult ** 2)

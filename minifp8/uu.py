@@ -142,7 +142,7 @@ class LayerNorm(Module):
 
     def __init__(self, features: int, eps: float = 1e-5, *, elementwise_affine: bool = False, bias: bool = True):
         self.features = _check_size(features, "features", "LayerNorm")
-        if not eps >= 0:
+        if not F._real(eps, "LayerNorm", "eps") >= 0:
             raise ValueError(f"LayerNorm: eps must be >= 0, got {eps}")
         self.eps = float(eps)
         self.weight = Parameter(np.ones(features)) if elementwise_affine else None
@@ -170,7 +170,7 @@ class MHSA(Module):
         heads = _check_size(heads, "heads", "MHSA")
         if dim % heads:
             raise ValueError(f"MHSA: dim {dim} must be a multiple of heads {heads}")
-        if not 0.0 <= dropout < 1.0:
+        if not 0.0 <= F._real(dropout, "MHSA", "dropout") < 1.0:
             raise ValueError(f"MHSA: dropout must be in [0, 1), got {dropout}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.causal = bool(causal)
@@ -182,6 +182,7 @@ class MHSA(Module):
         self.attention_core = functools.partial(U.scaled_dot_product_attention, mult=self.mult)
 
     def forward(self, x) -> Tensor:
+        x = U._floating(x, "MHSA")
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"MHSA: x must have shape (batch, seq, {self.dim}), got {x.shape}")
         batch, seq, _ = x.shape
@@ -239,7 +240,7 @@ class TransformerLayer(Module):
                  causal: bool = True, mult: float = 1.0, mlp_mult: float = 1.0, hidden_multiplier: int = 4,
                  dropout: float = 0.0, eps: float = 1e-5):
         _check_generator(rng, "TransformerLayer")
-        if not 0.0 <= dropout < 1.0:
+        if not 0.0 <= F._real(dropout, "TransformerLayer", "dropout") < 1.0:
             raise ValueError(f"TransformerLayer: dropout must be in [0, 1), got {dropout}")
         self.tau_attn = U._positive(tau_attn, "tau_attn", "TransformerLayer")
         self.tau_mlp = U._positive(tau_mlp, "tau_mlp", "TransformerLayer")

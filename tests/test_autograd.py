@@ -365,6 +365,19 @@ def test_elementwise_shape_mismatch_raises():
         Tensor(np.ones((2, 3))) + Tensor(np.ones((4,)))
 
 
+@pytest.mark.parametrize("op, name", [
+    (lambda a, b: a + b, "add"), (lambda a, b: a - b, "sub"), (lambda a, b: a * b, "mul"),
+    (lambda a, b: a / b, "div"), (lambda a, b: a ** b, "pow"), (lambda a, b: b - a, "sub"),
+])
+def test_elementwise_shape_mismatch_names_the_op_and_both_shapes(op, name):
+    message = rf"{name}: shapes (\(2, 3\) and \(4,\)|\(4,\) and \(2, 3\)) do not broadcast"
+    with pytest.raises(ValueError, match=message):
+        op(Tensor(np.ones((2, 3))), Tensor(np.ones(4)))
+    if name != "pow":  # a plain array operand (** takes a number or a Tensor exponent)
+        with pytest.raises(ValueError, match=message):
+            op(Tensor(np.ones((2, 3))), np.ones(4))
+
+
 def test_backward_on_non_scalar_needs_grad():
     x = Tensor(np.ones((2, 3)), requires_grad=True)
     y = x * 2.0
@@ -385,6 +398,8 @@ def test_bad_axes_and_transpose_raise():
         x.sum(axis=2)
     with pytest.raises(ValueError, match="repeated"):
         x.sum(axis=(0, -2))
+    with pytest.raises(ValueError, match="axis 1.0 is out of range"):
+        x.mean(axis=1.0)
     with pytest.raises(ValueError, match="permutation"):
         x.transpose(0, 0)
     with pytest.raises(ValueError, match="one-element"):

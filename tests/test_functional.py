@@ -97,6 +97,20 @@ def test_linear_bad_shapes_raise():
         F.linear(Tensor(np.ones((2, 4), dtype=np.int64)), Tensor(np.ones((5, 4))))
 
 
+def test_linear_with_zero_features_is_an_empty_gemm():
+    x, weight, bias = param(2, 3, 0), param(4, 0, seed=1), param(4, seed=2)
+    out = F.linear(x, weight, bias)
+    np.testing.assert_array_equal(out.data, np.broadcast_to(bias.data, (2, 3, 4)))
+    out.backward(np.ones((2, 3, 4)))
+    assert x.grad.shape == (2, 3, 0) and weight.grad.shape == (4, 0)
+    np.testing.assert_array_equal(bias.grad, np.full(4, 6.0))
+    x, weight = param(2, 3), param(0, 3, seed=1)
+    out = F.linear(x, weight)
+    assert out.shape == (2, 0)
+    out.backward(np.ones((2, 0)))
+    np.testing.assert_array_equal(x.grad, np.zeros((2, 3)))
+
+
 def test_matmul_is_exported():
     a, b = param(2, 3), param(3, 2, seed=1)
     gradcheck(F.matmul, a, b)
@@ -163,6 +177,22 @@ def test_cross_entropy_ignore_index_and_gradient_formula():
     np.testing.assert_allclose(logits.grad[0, 0], (probs[0, 0] - np.eye(5)[1]) / 6, rtol=1e-5, atol=1e-7)
 
 
+def test_empty_softmax_class_and_feature_axes_raise_clearly():
+    with pytest.raises(ValueError, match=r"softmax: axis 1 of shape \(2, 0\) is empty"):
+        F.softmax(Tensor(np.ones((2, 0))))
+    with pytest.raises(ValueError, match=r"log_softmax: axis 0 of shape \(0, 3\) is empty"):
+        F.log_softmax(Tensor(np.ones((0, 3))), axis=0)
+    with pytest.raises(ValueError, match=r"cross_entropy: logits of shape \(3, 0\) have no classes"):
+        F.cross_entropy(Tensor(np.ones((3, 0))), np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"layer_norm: the last axis of x \(shape \(3, 0\)\) is empty"):
+        F.layer_norm(Tensor(np.ones((3, 0))))
+    with pytest.raises(ValueError, match=r"no keys: k has shape \(1, 0, 2\)"):
+        F.scaled_dot_product_attention(Tensor(np.ones((1, 3, 2))), Tensor(np.ones((1, 0, 2))), Tensor(np.ones((1, 0, 2))))
+    # an empty batch (no rows) is fine
+    assert F.softmax(Tensor(np.ones((0, 3)))).shape == (0, 3)
+    assert F.layer_norm(Tensor(np.ones((0, 3)))).shape == (0, 3)
+
+
 def test_cross_entropy_extreme_logits_finite():
     loss = F.cross_entropy(Tensor([[1e4, 0.0, -1e4]]), np.array([2]))
     assert loss.item() == pytest.approx(2e4, rel=1e-6)
@@ -180,6 +210,9 @@ def test_cross_entropy_bad_inputs_raise():
         F.cross_entropy(logits, np.array([0, -2, 1]), ignore_index=-1)
     with pytest.raises(ValueError, match="no targets"):
         F.cross_entropy(logits, np.array([-1, -1, -1]), ignore_index=-1)
+    for bad in (1.5, "1", True):  # would compare unequal to every target and ignore nothing
+        with pytest.raises(TypeError, match="ignore_index must be an int or None"):
+            F.cross_entropy(logits, np.array([0, 1, 2]), ignore_index=bad)
 
 
 # ---- layer norm ----------------------------------------------------------------------------------
@@ -215,6 +248,8 @@ def test_layer_norm_bad_shapes_raise():
         F.layer_norm(Tensor(np.ones((2, 4))), Tensor(np.ones(3)))
     with pytest.raises(ValueError, match="at least one axis"):
         F.layer_norm(Tensor(1.0))
+    with pytest.raises(TypeError, match="layer_norm: eps must be a real number, got str"):
+        F.layer_norm(Tensor(np.ones((2, 4))), eps="1e-5")
 
 
 # ---- embedding -----------------------------------------------------------------------------------
@@ -309,6 +344,12 @@ def test_attention_bad_inputs_raise():
         F.scaled_dot_product_attention(Tensor(np.ones(3)), q, q)
     with pytest.raises(TypeError, match="np.random.Generator"):
         F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    with pytest.raises(TypeError, match="dropout_p must be a real number, got NoneType"):
+        F.scaled_dot_product_attention(q, q, q, dropout_p=None)
+    with pytest.raises(TypeError, match="scale must be a real number, got str"):
+        F.scaled_dot_product_attention(q, q, q, scale="0.5")
+    with pytest.raises(ValueError, match="scale must be finite, got nan"):  # NaN would fill the output
+        F.scaled_dot_product_attention(q, q, q, scale=float("nan"))
 
 
 # ---- dropout -------------------------------------------------------------------------------------
@@ -343,6 +384,9 @@ def test_dropout_bad_inputs_raise():
         F.dropout(x, 0.5, 0)
     with pytest.raises(TypeError, match="np.random.Generator"):
         F.dropout(x, 0.5, np.random.RandomState(0))
+    for bad in ("0.5", None, True):
+        with pytest.raises(TypeError, match="dropout: p must be a real number"):
+            F.dropout(x, bad, np.random.default_rng(0))
 
 
 # ---- joining and splitting -----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The mini-GPT of both families: shapes, errors, hooks, gradients (float64 finite differences), and
 the scales at initialisation that make naive FP8 fail for the standard model and work for the unit one."""
+import json
 import math
 
 import numpy as np
@@ -106,6 +107,33 @@ def test_bad_config_and_inputs():
 def test_round_trip_config():
     config = GPTConfig(7, 6, family="unit", dropout=0.1)
     assert GPTConfig(**config.to_dict()) == config
+
+
+def test_config_from_numpy_numbers_is_plain_python_for_json():
+    config = GPTConfig(np.int64(7), np.int32(6), n_embd=np.int64(8), n_head=np.int64(2), dropout=np.float32(0.25),
+                       attention_mult=np.float32(2.0), bias=np.bool_(False))
+    assert json.loads(json.dumps(config.to_dict())) == config.to_dict()
+    assert config == GPTConfig(7, 6, n_embd=8, n_head=2, dropout=0.25, attention_mult=2.0, bias=False)
+
+
+@pytest.mark.parametrize("overrides, error, message", [
+    ({"attention_mult": float("inf")}, ValueError, "attention_mult must be a finite number > 0, got inf"),
+    ({"mlp_mult": "2"}, TypeError, "mlp_mult must be a real number, got str"),
+    ({"dropout": "0.1"}, TypeError, "dropout must be a real number, got str"),
+    ({"bias": "no"}, TypeError, "bias must be a bool, got 'no'"),
+])
+def test_config_rejects_wrongly_typed_or_infinite_values(overrides, error, message):
+    with pytest.raises(error, match=message):
+        GPTConfig(7, 6, **overrides)
+
+
+def test_optimizer_groups_checks_its_arguments():
+    model = tiny("standard")
+    assert all(group["lr"] == pytest.approx(0.1) for group in model.optimizer_groups(np.float32(0.1)))
+    with pytest.raises(ValueError, match="weight_decay must be >= 0 and finite, got inf"):
+        model.optimizer_groups(0.1, weight_decay=float("inf"))
+    with pytest.raises(TypeError, match="weight_decay must be a real number, got str"):
+        model.optimizer_groups(0.1, weight_decay="0.1")
 
 
 # ---- hooks and optimizer groups --------------------------------------------------------------------

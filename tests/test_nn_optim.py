@@ -1,5 +1,6 @@
 """minifp8.nn and minifp8.optim: module gradients, parameter discovery, state round trips, the
 published optimizer equations, schedules and determinism."""
+import copy
 import math
 
 import numpy as np
@@ -158,6 +159,8 @@ def test_load_state_dict_errors_are_clear_and_load_nothing():
         net.load_state_dict({**good, "scale": np.ones(2), "embed.weight": np.zeros((10, 4))})
     with pytest.raises(TypeError, match="floating"):
         net.load_state_dict({**good, "scale": np.ones(1, dtype=np.int64)})
+    with pytest.raises(TypeError, match="load_state_dict: state must be a mapping of names to arrays, got list"):
+        net.load_state_dict(list(good.items()))
     assert np.array_equal(net.embed.weight.data, before)  # nothing was half-loaded
 
 
@@ -188,6 +191,13 @@ def test_constructors_need_an_explicit_generator_and_valid_sizes():
         nn.Linear(0, 3, rng=rng())
     with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):
         nn.Dropout(-0.1, rng=rng())
+    with pytest.raises(TypeError, match="Dropout: p must be a real number, got str"):
+        nn.Dropout("0.1", rng=rng())
+    with pytest.raises(TypeError, match="Linear: std must be a real number, got str"):
+        nn.Linear(2, 3, rng=rng(), std="0.02")
+    for eps in (-1.0, float("nan")):  # caught when the layer is made, not at its first forward pass
+        with pytest.raises(ValueError, match="LayerNorm: eps must be >= 0"):
+            nn.LayerNorm(3, eps=eps)
     with pytest.raises(TypeError, match="not a Module"):
         nn.Sequential(nn.GELU(), F.gelu)
     with pytest.raises(NotImplementedError):
@@ -339,6 +349,117 @@ def test_optimizer_bad_inputs_raise():
     other = optim.AdamW([p, Tensor([2.0], requires_grad=True)])
     with pytest.raises(ValueError, match="do not match"):
         optim.AdamW([p]).load_state_dict(other.state_dict())
+
+
+def test_optimizer_rejects_params_it_could_never_update():
+    p = Tensor(np.ones(3), requires_grad=True)
+    # a Tensor is not a list of tensors: iterating it would give slices p[0], p[1], p[2], never updated
+    with pytest.raises(TypeError, match="params must be an iterable of Tensors or of parameter groups, got a Tensor"):
+        optim.AdamW(p)
+    with pytest.raises(TypeError, match="'params' must be a list of Tensors, got a Tensor"):
+        optim.SGD([{"params": p}], lr=0.1)
+    # a non-leaf tensor never receives .grad from backward
+    with pytest.raises(ValueError, match="non-leaf"):
+        optim.AdamW([p * 2.0])
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda p: optim.AdamW([p], lr=float("inf")), ValueError, "lr must be >= 0 and finite, got inf"),
+    (lambda p: optim.AdamW([p], lr="1e-3"), TypeError, "lr must be a real number, got str"),
+    (lambda p: optim.SGD([p], lr=None), TypeError, "lr must be a real number, got NoneType"),
+    (lambda p: optim.AdamW([p], weight_decay=float("inf")), ValueError, "weight_decay must be >= 0 and finite"),
+    (lambda p: optim.AdamW([p], eps="1e-8"), TypeError, "eps must be a real number, got str"),
+    (lambda p: optim.AdamW([p], eps=float("inf")), ValueError, "eps must be >= 0 and finite"),
+    (lambda p: optim.AdamW([p], betas=0.9), TypeError, "betas must be a pair of real numbers, got 0.9"),
+    (lambda p: optim.AdamW([p], betas=("0.9", "0.99")), TypeError, "a beta must be a real number, got str"),
+    (lambda p: optim.SGD([p], lr=0.1, momentum="0.9"), TypeError, "momentum must be a real number, got str"),
+    (lambda p: optim.SGD([p], lr=0.1, momentum=0.9, dampening=float("nan")), ValueError, r"dampening must be in \[0, 1\]"),
+    (lambda p: optim.SGD([p], lr=0.1, momentum=0.9, dampening=5.0), ValueError, r"dampening must be in \[0, 1\]"),
+])
+def test_optimizer_hyperparameters_must_be_finite_numbers(make, error, message):
+    with pytest.raises(error, match=message):
+        make(Tensor(np.ones(3), requires_grad=True))
+
+
+def test_set_lr_checks_the_value_and_changes_nothing_on_error():
+    p = Tensor(np.ones(3), requires_grad=True)
+    opt = optim.AdamW([{"params": [p]}, {"params": [Tensor(np.ones(2), requires_grad=True)]}], lr=0.1)
+    for bad, error in ((float("nan"), ValueError), (-1.0, ValueError), ("0.1", TypeError)):
+        with pytest.raises(error, match="lr"):
+            opt.set_lr(bad)
+    assert [group["lr"] for group in opt.param_groups] == [0.1, 0.1]
+
+
+@pytest.mark.parametrize("make", [lambda p: optim.AdamW([p]), lambda p: optim.SGD([p], lr=0.1, momentum=0.9)])
+@pytest.mark.parametrize("grad_shape", [(1,), (4,), (3, 1)])
+def test_step_rejects_a_gradient_of_the_wrong_shape(make, grad_shape):
+    p = Tensor(np.ones(3), requires_grad=True)
+    opt = make(p)
+    p.grad = np.ones(grad_shape, dtype=np.float32)  # (1,) would broadcast silently
+    with pytest.raises(ValueError, match=rf"gradient of shape \({grad_shape[0]},.*for a parameter of shape \(3,\)"):
+        opt.step()
+    np.testing.assert_array_equal(p.data, np.ones(3))
+    assert opt.state == {}
+
+
+def _trained_adamw():
+    a, b = Tensor(np.ones((2, 3)), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
+    opt = optim.AdamW([{"params": [a]}, {"params": [b], "weight_decay": 0.0}], lr=0.1)
+    a.grad, b.grad = np.full((2, 3), 0.5, np.float32), np.full(3, 0.25, np.float32)
+    opt.step()
+    return opt
+
+
+def _sgd_state():
+    p, q = Tensor(np.ones((2, 3)), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
+    opt = optim.SGD([{"params": [p]}, {"params": [q]}], lr=0.1, momentum=0.9)
+    p.grad, q.grad = np.ones((2, 3), np.float32), np.ones(3, np.float32)
+    opt.step()
+    return opt.state_dict()
+
+
+def _edit(change):
+    state = copy.deepcopy(_trained_adamw().state_dict())
+    change(state)
+    return state
+
+
+@pytest.mark.parametrize("state, error, message", [
+    (_edit(lambda s: s["state"][1].pop("exp_avg")), KeyError, r"parameter 1 has state keys \['exp_avg_sq', 'step'\], "
+                                                               r"expected \['exp_avg', 'exp_avg_sq', 'step'\]"),
+    (_sgd_state(), KeyError, r"state keys \['momentum_buffer'\]"),
+    (_edit(lambda s: s["state"][1].update(step="1")), TypeError, "'step' of parameter 1 must be an int >= 0, got '1'"),
+    (_edit(lambda s: s["state"][1].update(step=1.5)), TypeError, "'step' of parameter 1 must be an int"),
+    (_edit(lambda s: s["state"][1].update(exp_avg=[0.0, 0.0, 0.0])), TypeError,
+     "'exp_avg' of parameter 1 must be a floating array, got list"),
+    (_edit(lambda s: s["state"][1].update(exp_avg=np.zeros(3, np.int64))), TypeError,
+     "'exp_avg' of parameter 1 must be a floating array, got int64"),
+    (_edit(lambda s: s["state"][1].update(exp_avg=np.zeros(4, np.float32))), ValueError,
+     r"'exp_avg' of parameter 1 has shape \(4,\), the parameter has \(3,\)"),
+    (_edit(lambda s: s["param_groups"][1].update(lr=float("nan"))), ValueError, "lr must be >= 0 and finite"),
+    (_edit(lambda s: s["param_groups"][0].update(lr="0.1")), TypeError, "lr must be a real number"),
+    (_edit(lambda s: s["param_groups"][0].update(momentum=0.9)), ValueError, r"unknown hyperparameter\(s\) \['momentum'\]"),
+    (_edit(lambda s: s.pop("state")), TypeError, "'state' and 'param_groups'"),
+    (None, TypeError, "'state' and 'param_groups'"),
+])
+def test_optimizer_load_state_dict_checks_everything_before_loading(state, error, message):
+    opt = _trained_adamw()
+    before = copy.deepcopy(opt.state_dict())
+    with pytest.raises(error, match=message):
+        opt.load_state_dict(state)
+    after = opt.state_dict()
+    assert after["param_groups"] == before["param_groups"]  # nothing half-loaded
+    assert {i: sorted(s) for i, s in after["state"].items()} == {i: sorted(s) for i, s in before["state"].items()}
+    opt.step()  # and still usable
+
+
+def test_optimizer_load_state_dict_keeps_the_parameter_dtype():
+    saved = _edit(lambda s: s["state"][0].update(exp_avg=s["state"][0]["exp_avg"].astype(np.float64)))
+    opt = _trained_adamw()
+    opt.load_state_dict(saved)
+    loaded = opt.state_dict()["state"][0]["exp_avg"]
+    assert loaded.dtype == np.float32 and loaded.tobytes() == saved["state"][0]["exp_avg"].astype(np.float32).tobytes()
+    assert opt.state_dict()["state"][0]["step"] == 1 and type(opt.state_dict()["state"][0]["step"]) is int
 
 
 def test_clip_grad_norm_scales_all_gradients_together():

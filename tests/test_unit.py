@@ -589,6 +589,14 @@ def test_tau_must_be_a_number():
         U.residual_split(leaf(0, 3), "1")
 
 
+def test_matmul_with_an_empty_inner_axis_is_zero():
+    left, right = leaf(0, 2, 0), leaf(1, 0, 3)
+    out = U.matmul(left, right)
+    np.testing.assert_array_equal(out.data, np.zeros((2, 3)))
+    out.backward(np.ones((2, 3)))
+    assert left.grad.shape == (2, 0) and right.grad.shape == (0, 3)
+
+
 @pytest.mark.parametrize("shapes, message", [
     (((2, 5, 4), (2, 5, 3), (2, 5, 4)), "same d_head"),
     (((2, 5, 4), (2, 5, 4), (2, 5, 8)), "same d_head"),
@@ -614,9 +622,14 @@ def test_attention_shape_mismatch(shapes, message):
     (lambda: U.cross_entropy(leaf(0, 3, 1), np.zeros(3, dtype=int)), ValueError, "at least 2 classes"),
     (lambda: U.cross_entropy(leaf(0, 3, 4), np.zeros(2, dtype=int)), ValueError, "targets shape"),
     (lambda: U.linear(leaf(0, 2, 3), leaf(1, 4, 5)), ValueError, "fan_in"),
+    (lambda: U.linear(leaf(0, 2, 0), leaf(1, 4, 0)), ValueError, r"weight of shape \(4, 0\) is empty"),
+    (lambda: U.linear_readout(leaf(0, 2, 3), leaf(1, 0, 3)), ValueError, r"weight of shape \(0, 3\) is empty"),
     (lambda: U.matmul(leaf(0, 3), leaf(1, 3, 4)), ValueError, "at least 2-D"),
     (lambda: U.dropout(leaf(0, 3), 1.5, np.random.default_rng(0)), ValueError, r"\[0, 1\]"),
     (lambda: U.dropout(leaf(0, 3), 0.5, 0), TypeError, "Generator"),
+    (lambda: U.dropout(leaf(0, 3), "0.5", np.random.default_rng(0)), TypeError, "p must be a real number, got str"),
+    (lambda: U.scaled_dot_product_attention(leaf(0, 1, 2, 4), leaf(1, 1, 2, 4), leaf(2, 1, 2, 4), dropout_p=None),
+     TypeError, "dropout_p must be a real number, got NoneType"),
     (lambda: U.embedding(np.array([0.5]), leaf(0, 4, 2)), TypeError, "integer"),
 ])
 def test_bad_input(call, error, message):

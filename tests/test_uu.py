@@ -374,6 +374,12 @@ def test_transformer_stack_is_unit_scaled_at_init():
             assert 0.25 <= p.grad.std() <= 4, f"{name}: grad std {p.grad.std()}"
 
 
+def test_mhsa_takes_nested_lists_like_the_other_layers():
+    attention = uu.MHSA(4, 2, rng=rng())
+    x = np.random.default_rng(1).standard_normal((1, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(attention(x.tolist()).data, attention(Tensor(x)).data)
+
+
 # ---- errors --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call, error, message", [
@@ -388,6 +394,10 @@ def test_transformer_stack_is_unit_scaled_at_init():
     (lambda: uu.MHSA(12, 3, rng=rng())(Tensor(np.zeros((2, 12), np.float32))), ValueError, "batch, seq"),
     (lambda: uu.TransformerLayer(8, 2, rng=rng(), tau_attn=0.0, tau_mlp=0.5), ValueError, "tau_attn"),
     (lambda: uu.TransformerLayer(8, 2, rng=rng(), tau_attn=0.5, tau_mlp=-1.0), ValueError, "tau_mlp"),
+    (lambda: uu.TransformerLayer(8, 2, rng=rng(), tau_attn=0.5, tau_mlp=0.5, dropout="0.1"), TypeError,
+     "TransformerLayer: dropout must be a real number, got str"),
+    (lambda: uu.MHSA(12, 3, rng=rng(), dropout=None), TypeError, "MHSA: dropout must be a real number, got NoneType"),
+    (lambda: uu.LayerNorm(4, eps="1e-5"), TypeError, "LayerNorm: eps must be a real number, got str"),
     (lambda: uu.residual_taus(0), ValueError, "n_layer"),
     (lambda: uu.residual_taus(2, residual_mult=0.0), ValueError, "residual_mult"),
     (lambda: uu.residual_taus(2, residual_attn_ratio=-1.0), ValueError, "residual_attn_ratio"),
