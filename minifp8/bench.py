@@ -7,7 +7,8 @@ keeps freed memory in the process (``train_tiny._tune_malloc``), so that it time
 trainer runs them.
 
 Sections register themselves with :func:`section`; ``python -m minifp8.bench`` with no argument
-runs them all.
+runs them all. A flag that only some sections read (`FLAG_SECTIONS`) is refused when none of them
+runs, rather than silently ignored.
 """
 from __future__ import annotations
 
@@ -47,11 +48,16 @@ def median_seconds(function: Callable[[], object], repeats: int, warmup: int = 1
 
 def alternating_rounds(steps: dict, rounds: int, repeats: int, warmup: int = 1) -> dict:
     """Each round times every entry of ``steps`` once, one after another (the median of ``repeats``
-    calls); returns the per-round medians of each entry."""
+    calls); returns the per-round medians of each entry. After each round but the last, a progress
+    line with the time left goes to stderr."""
     seconds = {name: [] for name in steps}
-    for _ in range(rounds):
+    started = time.perf_counter()
+    for done in range(1, rounds + 1):
         for name, step in steps.items():
             seconds[name].append(median_seconds(step, repeats, warmup))
+        if done < rounds:
+            eta = (time.perf_counter() - started) / done * (rounds - done)
+            print(f"  ... round {done}/{rounds} done, eta {eta:.0f}s", file=sys.stderr, flush=True)
     return seconds
 
 
@@ -343,15 +349,34 @@ def machine_line() -> str:
     return line
 
 
+#: The flags that only some sections read, and which: a flag given to a run of none of them is an
+#: error rather than silently ignored.
+FLAG_SECTIONS = {"repeats": ("codec", "block", "mx", "fp8"), "rounds": ("fp8",), "steps": ("train",),
+                 "recipes": ("train",), "n_embd": ("train",)}
+
+
+def _check_flags_apply(parser: argparse.ArgumentParser, args: argparse.Namespace, selected: list[str]) -> None:
+    """``parser.error`` for a flag given (not None) although no selected section reads it."""
+    for name, readers in FLAG_SECTIONS.items():
+        if getattr(args, name) is not None and not set(readers) & set(selected):
+            which = (f"the {readers[0]} section, which is not" if len(readers) == 1 else
+                     f"the {', '.join(readers[:-1])} and {readers[-1]} sections, none of which is")
+            parser.error(f"--{name.replace('_', '-')} applies to {which} selected (sections: {' '.join(selected)})")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from .fp8 import RECIPES
+    from .train_tiny import TrainConfig, _Parser, _tune_malloc
+
+    parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.bench",
         description="Time minifp8 against baselines measured in the same run (medians; quote the ratios).",
     )
     parser.add_argument("sections", nargs="*", metavar="SECTION",
                         help=f"sections to run (default: all). Choices: {', '.join(SECTIONS) or 'none yet'}")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per measurement (default: 5)")
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed repetitions per measurement in the codec, block, mx and fp8 sections (default: 5)")
+    parser.add_argument("--rounds", type=int, default=None,
                         help="alternating rounds over the recipes in the fp8 section; the ratio to fp32 is the median "
                              "over the rounds (default: 5)")
     parser.add_argument("--steps", type=int, default=None,
@@ -366,9 +391,6 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("repeats", "rounds", "steps", "n_embd"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    from .fp8 import RECIPES
-    from .train_tiny import TrainConfig, _tune_malloc
-
     heads = TrainConfig().n_head
     if args.n_embd is not None and args.n_embd % heads:
         parser.error(f"--n-embd must be a multiple of the default run's {heads} heads, got {args.n_embd}")
@@ -381,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    _check_flags_apply(parser, args, args.sections or list(SECTIONS))
+    args.repeats = 5 if args.repeats is None else args.repeats
+    args.rounds = 5 if args.rounds is None else args.rounds
     _tune_malloc()  # measure steps with the allocator the trainer runs them with
     print(machine_line(), flush=True)
     for name in args.sections or list(SECTIONS):

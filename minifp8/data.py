@@ -451,6 +451,14 @@ class AnswerAccuracy:
                               self.total_answers + other.total_answers)
 
 
+def _check_ids(name: str, ids: np.ndarray, tokenizer: CharTokenizer) -> None:
+    """ValueError naming the first id of ``ids`` that is not one of ``tokenizer``'s."""
+    bad = (ids < 0) | (ids >= tokenizer.vocab_size)
+    if bad.any():
+        raise ValueError(f"{name} hold id {ids.flat[np.argmax(bad)]}, outside the vocabulary of "
+                         f"{tokenizer.vocab_size} characters (ids 0..{tokenizer.vocab_size - 1})")
+
+
 def _check_windows(inputs, targets, tokenizer):
     """Validate (inputs, targets) windows and return the full sequences plus the '='/newline ids."""
     if not isinstance(tokenizer, CharTokenizer):
@@ -465,6 +473,7 @@ def _check_windows(inputs, targets, tokenizer):
             raise TypeError(f"{name} must hold integer token ids, got dtype {array.dtype}")
         if array.ndim != 2:
             raise ValueError(f"{name} must have shape (batch, block), got {array.shape}")
+        _check_ids(name, array, tokenizer)
         arrays.append(array)
     inputs, targets = arrays
     if inputs.shape != targets.shape:
@@ -487,6 +496,8 @@ def _answer_spans(sequence: np.ndarray, equals_id: int, newline_id: int):
     (the whole answer is in the window). Answers are identified by the flat index of their '='.
     """
     batch, length = sequence.shape
+    if length == 0:  # windows of no token: nothing to score
+        return np.zeros((batch, 0), bool), np.zeros((batch, 0), np.int64)
     positions = np.arange(length)
     rows = np.arange(batch)[:, None]
     is_equals = sequence == equals_id
@@ -524,7 +535,8 @@ def answer_accuracy(inputs, targets, predictions, tokenizer: CharTokenizer) -> A
     Parameters
     ----------
     inputs, targets : array of int, shape (batch, block)
-        A batch from `Dataset.get_batch` (``targets`` is ``inputs`` shifted by one).
+        A batch from `Dataset.get_batch` (``targets`` is ``inputs`` shifted by one). A ValueError
+        names the first id outside ``0..tokenizer.vocab_size - 1`` (here and in ``predictions``).
     predictions : array of int, shape (batch, block)
         The model's predicted next token at every position, e.g. ``logits.argmax(-1)`` for the
         logits of ``model(inputs)``: ``predictions[b, t]`` is its guess for ``targets[b, t]``.
@@ -546,6 +558,7 @@ def answer_accuracy(inputs, targets, predictions, tokenizer: CharTokenizer) -> A
     if predictions.dtype == np.bool_ or not np.issubdtype(predictions.dtype, np.integer):
         raise TypeError(f"predictions must hold integer token ids (logits.argmax(-1)), got dtype "
                         f"{predictions.dtype}")
+    _check_ids("predictions", predictions, tokenizer)
     if predictions.shape != sequence[:, 1:].shape:
         raise ValueError(f"predictions must have the shape of targets {sequence[:, 1:].shape}, got "
                          f"{predictions.shape} (pass logits.argmax(-1), not logits)")

@@ -23,7 +23,8 @@ Each entry describes one expected result:
   "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``expected_scales`` and
   ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax`` and
   ``encode_scale``), and ``random_bit_count`` for stochastic rounding;
-- ``shapes``: the shape of every array named.
+- ``shapes``: the shape of the input and of every expected array (a codec entry's ``random_bits``
+  has the input's shape).
 
 Codes are uint8, one per element in the low bits. Inputs of ``codec`` entries are every value of the
 format, every midpoint between neighbours and one float32 ulp either side, the overflow threshold,
@@ -238,7 +239,10 @@ def load(directory) -> tuple[dict, dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    """The command line; returns the exit status (0 written, 1 the folder cannot be written, 2 bad flags)."""
+    from .train_tiny import _Parser
+
+    parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
         epilog=__doc__.split("File layout (schema version 1)\n------------------------------\n", 1)[1],
@@ -246,21 +250,30 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", required=True, help="output folder (created if missing)")
     parser.add_argument("--formats", default=None,
-                        help=f"comma-separated formats (default: all: {','.join(formats.CATALOGUE)})")
+                        help=f"comma-separated formats of the codec files (default: all: "
+                             f"{','.join(formats.CATALOGUE)}); the MX and NVFP4 files do not depend on it "
+                             f"(see --no-blocks)")
     parser.add_argument("--no-blocks", action="store_true", help="skip the MX and NVFP4 files")
     args = parser.parse_args(argv)
+    if not args.out.strip():
+        parser.error("--out must name a folder, got an empty string")
     names = None
-    if args.formats:
+    if args.formats is not None:
         names = [name.strip() for name in args.formats.split(",") if name.strip()]
+        if not names:
+            parser.error(f"--formats names no format, got {args.formats!r}; leave it out for all formats")
         for name in names:
             try:
                 formats.get(name)
             except ValueError as error:
                 parser.error(str(error))
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"{parser.prog}: error: --out {args.out} is a file, not a folder", file=sys.stderr)
+        return 1
     try:
         manifest = write(args.out, names, blocks=not args.no_blocks)
     except OSError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
     files = sorted({entry["file"] for entry in manifest["entries"]})
     print(f"wrote {len(files)} files and manifest.json ({len(manifest['entries'])} entries) to {args.out}")

@@ -13,10 +13,14 @@ and training figures as they are added.
 """
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 
 from . import formats as _formats
 from .codec import quantize
+from .data import _check_int
 
 # One colour per format, the same in every figure (matplotlib's default cycle, colour-blind safe
 # enough for two or three lines; subnormals and special regions get their own).
@@ -39,6 +43,16 @@ def _new_figure(width: float, height: float, rows: int = 1, **subplot_options):
 
 def _color(fmt) -> str:
     return FORMAT_COLORS.get(fmt.name, "black")
+
+
+def _formats_of(names) -> list:
+    """The formats ``names`` names: one name (or FloatFormat), or a non-empty sequence of them."""
+    if isinstance(names, (str, _formats.FloatFormat)):
+        names = [names]
+    fmts = [_formats.get(name) for name in names]
+    if not fmts:
+        raise ValueError(f"names must name at least one format, got an empty {type(names).__name__}")
+    return fmts
 
 
 def _log2_axis(ax, low_exponent: int, high_exponent: int, step: int = 2) -> None:
@@ -78,14 +92,14 @@ def value_grid(names=("E4M3", "E5M2")):
 
     Parameters
     ----------
-    names : sequence of str
-        Format names (see :func:`minifp8.formats.get`).
+    names : str or sequence of str
+        One format name, or several (see :func:`minifp8.formats.get`).
 
     Returns
     -------
     matplotlib.figure.Figure
     """
-    fmts = [_formats.get(name) for name in names]
+    fmts = _formats_of(names)
     figure, (grid_axis, gap_axis) = _new_figure(8.0, 5.2, rows=2, sharex=True)
     low = min(int(np.log2(f.min_subnormal)) for f in fmts) - 2
     high = max(int(np.ceil(np.log2(f.max))) for f in fmts) + 1
@@ -144,18 +158,21 @@ def rounding_error(names=("E4M3", "E5M2"), low_exponent: int = -19, high_exponen
 
     Parameters
     ----------
-    names : sequence of str
-        Format names.
+    names : str or sequence of str
+        One format name, or several: one panel each.
     low_exponent, high_exponent : int
-        The input range is ``[2**low_exponent, 2**high_exponent]``.
+        The input range is ``[2**low_exponent, 2**high_exponent]``, ``low_exponent < high_exponent``.
     points : int
-        Number of log-spaced inputs.
+        Number of log-spaced inputs (at least 2).
 
     Returns
     -------
     matplotlib.figure.Figure
     """
-    fmts = [_formats.get(name) for name in names]
+    fmts = _formats_of(names)
+    low_exponent = _check_int("low_exponent", low_exponent, -1074, 1022)  # float64's range
+    high_exponent = _check_int("high_exponent", high_exponent, low_exponent + 1, 1023)
+    points = _check_int("points", points, 2)
     figure, axes = _new_figure(8.0, 2.3 * len(fmts) + 0.6, rows=len(fmts), sharex=True, sharey=True)
     # Log-spaced inputs, nudged off the powers of two so that few land exactly on a value.
     x = np.logspace(low_exponent, high_exponent, points, base=2.0) * (1 + 1 / 3 * 2.0**-20)
@@ -203,11 +220,11 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
     name : str
         Format name.
     low, high : float
-        Input range; best kept inside one binade so that the gap is constant.
+        Input range, ``0 < low < high``; best kept inside one binade so that the gap is constant.
     points : int
-        Number of inputs.
+        Number of inputs (at least 2).
     samples : int
-        Stochastic roundings averaged per input (16 random bits each).
+        Stochastic roundings averaged per input (16 random bits each; at least 1).
     seed : int
         Seed of the ``numpy.random.Generator`` that draws the random bits.
 
@@ -216,6 +233,10 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
     matplotlib.figure.Figure
     """
     fmt = _formats.get(name)
+    if not 0 < low < high < math.inf:
+        raise ValueError(f"stochastic_rounding_bias draws positive inputs: it needs 0 < low < high, got "
+                         f"low={low!r}, high={high!r}")
+    points, samples = _check_int("points", points, 2), _check_int("samples", samples, 1)
     x = np.linspace(low, high, points)
     random_bits = np.random.default_rng(seed).integers(0, 1 << 16, size=(points, samples), dtype=np.uint16)
     inputs = np.broadcast_to(x[:, None], random_bits.shape)
@@ -268,12 +289,20 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     ``history_len`` steps afterwards. Middle: the scale each recipe multiplies by. Bottom: the
     number of values that clip at ``+-fp8_max`` in each step (current scaling never clips).
 
+    ``spike_step`` must be one of the ``steps`` (``0 <= spike_step < steps``), ``spike_factor``
+    positive and ``size`` at least 1.
+
     Returns
     -------
     matplotlib.figure.Figure
     """
     from .scaling import DelayedScaling, scale_from_amax
 
+    steps = _check_int("steps", steps, 1)
+    spike_step = _check_int("spike_step", spike_step, 0, steps - 1)
+    size = _check_int("size", size, 1)
+    if not spike_factor > 0:
+        raise ValueError(f"spike_factor must be > 0, got {spike_factor!r}")
     fmt = _formats.get(name)
     rng = np.random.default_rng(seed)
     recipe = DelayedScaling(fmt, history_len=history_len)
@@ -353,12 +382,17 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     MX block scales (E8M0, any power of two) keep every row at its format's SNR. NVFP4 shares one
     float32 scale per tensor and E4M3 block scales, which cover about 2**17 below the amax.
 
+    ``rows`` and ``columns`` are at least 1, ``low_exponent`` from -126 to -1.
+
     Returns
     -------
     matplotlib.figure.Figure
     """
     from . import mx
     from .scaling import quantize_current
+
+    rows, columns = _check_int("rows", rows, 1), _check_int("columns", columns, 1)
+    low_exponent = _check_int("low_exponent", low_exponent, -126, -1)
 
     exponents = np.linspace(low_exponent, 0, rows)
     rng = np.random.default_rng(seed)
@@ -433,9 +467,9 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     shown = np.concatenate([forward, backward])
     positive = shown[np.isfinite(shown) & (shown > 0)]
     low = min([int(np.floor(np.log2(f.min_subnormal))) - 1 for f in fmts]
-              + [int(np.floor(np.log2(positive.min()))) - 1] if positive.size else [])
+              + ([int(np.floor(np.log2(positive.min()))) - 1] if positive.size else []))
     high = max([int(np.ceil(np.log2(f.max))) + 1 for f in fmts]
-               + [int(np.ceil(np.log2(positive.max()))) + 1] if positive.size else [])
+               + ([int(np.ceil(np.log2(positive.max()))) + 1] if positive.size else []))
 
     rows = len(records)
     figure, (ax,) = _new_figure(8.0, 0.32 * rows + 1.9)
@@ -460,7 +494,10 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     for fmt in fmts:
         handles.append(Patch(color=_color(fmt), alpha=0.3,
                              label=f"{fmt.name} normal (light: subnormal)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.09 - 0.9 / (rows + 5)), ncols=2,
+    from matplotlib.transforms import offset_copy
+
+    below_x_label = offset_copy(ax.transAxes, fig=figure, y=-30, units="points")  # whatever the axes' height
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below_x_label, ncols=2,
               fontsize=8, frameon=False)
     ax.set_yticks(y, [r.name for r in records])
     ax.set_ylim(rows - 0.5, -0.5)
@@ -534,6 +571,39 @@ def gpt_cast_scales(config, batch_size: int, seed: int = 0) -> list:
 # ================================================================================================
 # Training (tutorial 07): add figures here as that part lands.
 # ================================================================================================
+def _require(figure: str, where: str, mapping, keys) -> None:
+    """TypeError unless ``mapping`` is a dict, ValueError naming the first of ``keys`` it lacks."""
+    if not isinstance(mapping, dict):
+        raise TypeError(f"{figure}: {where} must be a dict, got {type(mapping).__name__}")
+    for key in keys:
+        if key not in mapping:
+            raise ValueError(f"{figure}: {where} has no {key!r} (it has {', '.join(map(repr, mapping)) or 'nothing'})")
+
+
+def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> dict:
+    """The runs of a ``train_tiny`` results document, checked for what ``figure`` reads.
+
+    Each run must hold ``run_keys``; each entry of its lists named in ``entry_keys`` (``{"val":
+    ("step", "loss")}``), the keys listed there. Lists a run lacks are left out of the figure.
+    """
+    try:
+        _require(figure, "results", results, ("runs",))
+    except ValueError as error:
+        raise ValueError(f"{error}: pass a train_tiny results document (metrics.json of --out DIR, or "
+                         f"train_tiny.load_results())") from None
+    runs = results["runs"]
+    if not isinstance(runs, dict):
+        raise TypeError(f"{figure}: results['runs'] must be a dict of run label -> metrics, got {type(runs).__name__}")
+    if not runs:
+        raise ValueError(f"{figure}: results holds no runs")
+    for label, metrics in runs.items():
+        _require(figure, f"run {label!r}", metrics, run_keys)
+        for key, fields in entry_keys.items():
+            for entry in metrics.get(key) or []:
+                _require(figure, f"run {label!r}: an entry of {key!r}", entry, fields)
+    return runs
+
+
 def _run_curve(metrics: dict, every: int, smooth_steps: int):
     """(steps, losses) of one run's training loss, averaged over windows of about ``smooth_steps``."""
     losses = np.asarray(metrics["train_loss"], dtype=np.float64)
@@ -560,7 +630,9 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     results : dict
         ``metrics.json`` of ``python -m minifp8.train_tiny --out DIR``, or the headline results
         (``minifp8.train_tiny.load_results()``), whose training losses are window means
-        (``train_loss_every`` steps each).
+        (``train_loss_every`` steps each). At least one run; each needs ``train_loss``, and is
+        drawn with the ``val`` and ``cast_stats`` it has. A missing key raises a ValueError that
+        names the run and the key.
     smooth_steps : int
         Width of the averaging window of the training loss, in steps.
     title : str, optional
@@ -569,8 +641,9 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     -------
     matplotlib.figure.Figure
     """
-    runs = results["runs"]
-    every = int(results.get("train_loss_every", 1))
+    runs = _runs(results, "training_curves", ("train_loss",),
+                 {"val": ("step", "loss"), "cast_stats": ("step", "max_underflow")})
+    every = _check_int("train_loss_every", results.get("train_loss_every", 1), 1)
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
     colors = iter(f"C{i}" for i in range(1000))
@@ -633,18 +706,21 @@ def fp8lm_options(results: dict):
     results : dict
         The ``fp8lm.json`` results of ``python -m minifp8.train_tiny --experiment fp8lm --out DIR``
         (``minifp8.train_tiny.load_results(minifp8.train_tiny.FP8LM_RESULTS)``) or its ``metrics.json``.
+        At least one run; each needs ``recipe``, and is drawn with the ``val``, ``fp8_grads`` and
+        ``memory`` it has. A missing key raises a ValueError that names the run and the key.
 
     Returns
     -------
     matplotlib.figure.Figure
     """
-    runs = results["runs"]
+    runs = _runs(results, "fp8lm_options", ("recipe",),
+                 {"val": ("step", "loss"), "fp8_grads": ("step", "relative_error")})
     figure, (loss_axis, error_axis, memory_axis) = _new_figure(8.0, 9.0, rows=3,
                                                                gridspec_kw={"height_ratios": (2, 1.3, 1.5)})
     options = list(dict.fromkeys(_options_label(label, m["recipe"]) for label, m in runs.items()))
     colors = {name: f"C{i}" for i, name in enumerate(options)}
     recipes = list(dict.fromkeys(m["recipe"] for m in runs.values()))
-    styles = dict(zip(recipes, ("-", "--", ":", "-.")))
+    styles = dict(zip(recipes, itertools.cycle(("-", "--", ":", "-."))))  # more recipes than styles: again
     for label, metrics in runs.items():
         name = _options_label(label, metrics["recipe"])
         style = dict(color=colors[name], linestyle=styles[metrics["recipe"]], linewidth=1.2)
@@ -663,7 +739,10 @@ def fp8lm_options(results: dict):
     loss_axis.set_xlabel("step")
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(fontsize=7, ncols=2, loc="upper right")
-    loss_axis.set_title("FP8-LM's options on the headline config (solid: unit, dashed: current)", fontsize=10)
+    style_names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
+    key = ", ".join(f"{style_names[styles[recipe]]}: {recipe}" for recipe in recipes)
+    separator = " " if len(recipes) <= 2 else "\n"  # a long key on a line of its own
+    loss_axis.set_title(f"FP8-LM's options on the headline config{separator}({key})", fontsize=10)
     _percent_axis(error_axis)
     error_axis.set_ylim(bottom=0)
     error_axis.set_ylabel("FP8 gradient error\nvs FP32 all-reduce")
@@ -672,6 +751,10 @@ def fp8lm_options(results: dict):
     # memory: one group of bars per combination of options (the first recipe's runs), stacked by component
     components = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
     first = [(label, m) for label, m in runs.items() if m["recipe"] == recipes[0] and m.get("memory")]
+    for label, m in first:
+        _require("fp8lm_options", f"run {label!r}: memory", m["memory"], ("bytes_per_parameter",))
+        _require("fp8lm_options", f"run {label!r}: memory['bytes_per_parameter']", m["memory"]["bytes_per_parameter"],
+                 components)
     left = np.zeros(len(first))
     for i, component in enumerate(components):
         widths = np.array([m["memory"]["bytes_per_parameter"][component] for _, m in first])
@@ -686,6 +769,7 @@ def fp8lm_options(results: dict):
     memory_axis.set_yticks(np.arange(len(first)), [_options_label(label, m["recipe"]) for label, m in first],
                            fontsize=8)
     memory_axis.invert_yaxis()
+    memory_axis.set_ylabel(f"options ({recipes[0]} runs)")
     memory_axis.set_xlim(0, 19)
     memory_axis.set_xlabel("bytes per parameter held (float32 weights are the simulation's working copy)")
     memory_axis.legend(fontsize=7, ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)

@@ -47,3 +47,38 @@ def test_bad_train_flags_exit_with_a_message(capsys, argv, message):
         bench.main(argv + ["train"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--steps", "-1", "train"], ["nonsense"], ["--repeats", "x"],
+                                  ["--recipes", "nope", "train"], ["--n-embd", "30", "train"]])
+def test_errors_are_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("python -m minifp8.bench: error: ") and err.rstrip().endswith("(see -h)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "2", "--repeats", "1", "mx"], "--steps applies to the train section, which is not selected"),
+    (["--recipes", "unit", "--repeats", "1", "mx"], "--recipes applies to the train section"),
+    (["--n-embd", "32", "--repeats", "1", "mx"], "--n-embd applies to the train section"),
+    (["--rounds", "2", "--repeats", "1", "mx"], "--rounds applies to the fp8 section"),
+    (["--repeats", "2", "--steps", "1", "--recipes", "unit", "train"],
+     "--repeats applies to the codec, block, mx and fp8 sections"),
+])
+def test_flags_of_sections_not_run_are_refused_not_ignored(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and message in captured.err and captured.out == ""
+
+
+def test_alternating_rounds_report_progress_on_stderr(capsys):
+    seconds = bench.alternating_rounds({"fp32": lambda: None, "fp8": lambda: None}, rounds=3, repeats=1)
+    assert [len(times) for times in seconds.values()] == [3, 3]
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    progress = [line.split(",")[0] for line in captured.err.splitlines()]
+    assert progress == ["  ... round 1/3 done", "  ... round 2/3 done"]
+    assert "eta" in captured.err

@@ -374,3 +374,19 @@ def test_answer_accuracy_errors():
         D.answer_accuracy(x, y, y, None)
     with pytest.raises(ValueError, match="'=' and"):
         D.answer_mask(x, y, D.CharTokenizer("ab="))
+
+
+def test_answer_accuracy_of_windows_without_tokens_scores_nothing():
+    empty = np.zeros((2, 0), np.int64)  # like an empty batch (0, block), which scores nothing
+    assert D.answer_accuracy(empty, empty, empty, TOK) == D.AnswerAccuracy(0, 0, 0, 0)
+    assert D.answer_mask(empty, empty, TOK).shape == (2, 0)
+
+
+def test_answer_accuracy_rejects_ids_outside_the_vocabulary():
+    x, y = windows(TEXT)
+    with pytest.raises(ValueError, match=r"inputs hold id 100, outside the vocabulary of 14 characters \(ids 0..13\)"):
+        D.answer_accuracy(x + 100, y + 100, y, TOK)
+    with pytest.raises(ValueError, match="targets hold id -1, outside"):
+        D.answer_mask(x, np.where(y == TOK.encode("=")[0], -1, y), TOK)
+    with pytest.raises(ValueError, match="predictions hold id 14, outside"):
+        D.answer_accuracy(x, y, np.full(y.shape, 14), TOK)

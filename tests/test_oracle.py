@@ -306,3 +306,39 @@ def test_compare_mx_rejects_bad_shapes_and_dtypes():
         testing.compare_mx(expected.scales.astype(np.int32), expected.codes, x, "MXFP4_E2M1")
     with pytest.raises(TypeError, match="x must be"):
         testing.compare_mx(expected.scales, expected.codes, np.zeros(x.shape, np.int32), "MXFP4_E2M1")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--formats", ","], "--formats names no format"),
+    (["--formats", ""], "--formats names no format"),
+    (["--formats", "E4M3,E9M9"], "unknown format 'E9M9'"),
+    (["--out", ""], "--out must name a folder"),
+])
+def test_golden_cli_errors_are_one_line_without_traceback(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    argv = argv if "--out" in argv else ["--out", str(tmp_path / "g")] + argv
+    with pytest.raises(SystemExit) as exit_info:
+        golden.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []  # nothing written, in the folder asked for or the current one
+
+
+def test_golden_cli_says_when_out_is_a_file(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert golden.main(["--out", str(blocker), "--no-blocks", "--formats", "E4M3"]) == 1
+    err = capsys.readouterr().err
+    assert f"--out {blocker} is a file, not a folder" in err and len(err.splitlines()) == 1
+
+
+def test_golden_cli_help_says_which_shapes_the_manifest_lists(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        golden.main(["--help"])
+    text = capsys.readouterr().out
+    assert "``shapes``: the shape of the input and of every expected array" in text
+    assert "formats of the codec files" in text  # --formats does not pick MX or NVFP4 files
+    manifest = golden.write(tmp_path, ["E2M1"])
+    for entry in manifest["entries"]:
+        expected = [name for role, name in entry["arrays"].items() if role == "input" or role.startswith("expected")]
+        assert set(expected) <= set(entry["shapes"]), entry["file"]
