@@ -104,7 +104,8 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     ``amax`` is a number or an array of them, each >= 0 (or NaN); a negative amax is a ValueError.
     """
     fmt = _format(fmt)
-    amax = _as_float32(amax, "amax")
+    if not isinstance(amax, np.float32):  # (a cast's own float32 amax, on every cast: checked already)
+        amax = _as_float32(amax, "amax")
     if amax.ndim == 0:  # one tensor's amax, as the per-tensor recipes ask on every cast: in Python floats
         value = float(amax)
         if value < 0:
