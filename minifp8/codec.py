@@ -261,11 +261,11 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
 
 def _to_float64(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind in "iu" and array.size:
-        magnitudes = np.abs(array.astype(np.float64))
-        largest = int(np.argmax(magnitudes))
-        if magnitudes.flat[largest] > _EXACT_INTEGER_LIMIT:
+        # compared as integers: in float64, 2**53 + 1 would round to 2**53 and pass
+        outside = (array > _EXACT_INTEGER_LIMIT) | (array < -_EXACT_INTEGER_LIMIT)
+        if outside.any():
             raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, "
-                             f"got {array.flat[largest]}")
+                             f"got {array.flat[int(np.argmax(outside))]}")
     with np.errstate(invalid="ignore"):  # signalling NaNs are quieted, as every cast does
         return array.astype(np.float64, copy=False)
 

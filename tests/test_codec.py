@@ -9,7 +9,7 @@ References used here, none of them the code under test:
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats
+from minifp8 import codec, formats, mx
 
 from test_formats import ML_DTYPES_NAMES
 
@@ -169,6 +169,17 @@ def test_e8m0_special_cases_follow_ml_dtypes_semantics():
     assert codec.encode(x, "E8M0", saturate=True).tolist()[3] == 0xFE
 
 
+def test_e8m0_toward_zero_just_below_each_power_of_two():
+    # x = 2**k * (1 - 2**-53), the float64 just below 2**k, lies in [2**(k-1), 2**k): toward_zero gives
+    # 2**(k-1) (code k - 1 + 127) and nearest gives 2**k (code k + 127). A binade taken from a float
+    # log2 instead of the exponent bits sees log2(x) == k and gives 2**k for both. Same for the
+    # float32 just below 2**k (for k = -126 the subnormal 2**-126 - 2**-149).
+    k = np.arange(-126, 128)
+    float32_below = np.nextafter(np.ldexp(np.float32(1), k).astype(np.float32), np.float32(0))
+    for below in (np.ldexp(1 - 2.0**-53, k), float32_below):
+        assert codec.encode(below, "E8M0", rounding="toward_zero").tolist() == (k - 1 + 127).tolist()
+        assert codec.encode(below, "E8M0").tolist() == (k + 127).tolist()
+
 def test_signed_zero_and_fnuz():
     x = np.array([0.0, -0.0, -1e-30], np.float32)
     assert codec.encode(x, "E4M3").tolist() == [0x00, 0x80, 0x80]
@@ -303,6 +314,27 @@ def test_bad_inputs_raise_clear_errors(bad, error, message):
 def test_integer_range_error_names_the_offending_value():
     with pytest.raises(ValueError, match=r"\|x\| <= 2\*\*53 .*got -1152921504606846976$"):
         codec.encode(np.array([-2**60, 1]), "E5M2")
+
+
+def test_integers_of_magnitude_2_pow_53_are_accepted():
+    # The limit |x| <= 2**53 is inclusive: 2**53 converts to float64 exactly. It is far above every
+    # format's max: E5M2 gives +-Inf (0x7C, 0xFC), E4M3 with saturation +-448 (0x7E, 0xFE), and
+    # E8M0 holds it exactly, 2**53 = code 53 + 127.
+    x = np.array([2**53, -2**53], np.int64)
+    assert codec.encode(x, "E5M2").tolist() == [0x7C, 0xFC]
+    assert codec.encode(x, "E4M3", saturate=True).tolist() == [0x7E, 0xFE]
+    assert codec.encode(np.array([2**53], np.uint64), "E8M0").tolist() == [53 + 127]
+
+
+@pytest.mark.parametrize("x", [np.array([2**53 + 1], np.int64), np.array([-(2**53) - 1], np.int64),
+                               np.array([2**53 + 1], np.uint64), np.array([2**63 - 1], np.int64)])
+def test_integers_beyond_2_pow_53_are_refused_even_where_float64_rounds_them_to_it(x):
+    # 2**53 + 1 rounds to 2**53 in float64, so a check after the conversion let it through (and
+    # mx.quantize then cast 2**53 instead: scale code 172 under ceil, where the value needs 173).
+    with pytest.raises(ValueError, match=r"\|x\| <= 2\*\*53"):
+        codec.encode(x, "E4M3")
+    with pytest.raises(ValueError, match=r"\|x\| <= 2\*\*53"):
+        mx.quantize(np.resize(x, 32), "E4M3", scale_mode="ceil")
 
 
 @pytest.mark.parametrize("bad, error, message", [

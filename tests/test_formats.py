@@ -84,6 +84,11 @@ def test_get_accepts_our_and_library_spellings(spelling, name):
     assert formats.get(formats.CATALOGUE[name]) is formats.CATALOGUE[name]
 
 
+@pytest.mark.parametrize("name", ML_DTYPES_NAMES)
+def test_every_ml_dtypes_name_is_a_spelling_of_its_format(name):
+    assert formats.get(ML_DTYPES_NAMES[name]) is formats.CATALOGUE[name]
+    assert formats.get("torch." + ML_DTYPES_NAMES[name].upper()) is formats.CATALOGUE[name]
+
 def test_get_rejects_unknown_names_clearly():
     with pytest.raises(ValueError, match="unknown format 'e4m4'"):
         formats.get("e4m4")

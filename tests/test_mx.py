@@ -251,6 +251,21 @@ def test_stochastic_rounding_rounds_up_with_the_discarded_fraction():
     assert q.dequantize()[:, 1].tolist() == [1, 1, 1, 1.125]
 
 
+def test_stochastic_random_bit_count_defaults_to_the_width_of_the_bits_dtype():
+    # As above, x = 1 + 1/32 discards 1/4 of a quantum. Without random_bit_count the count is the
+    # dtype's width: for uint8 the fraction is 64/256, and x rounds up when bits + 64 >= 256, i.e.
+    # bits >= 192; for uint16 when bits >= 3 * 2**14 = 49152. The codec has the same default.
+    x = np.full((4, 32), 448.0, np.float32)
+    x[:, 1] = 1 + 1 / 32
+    for dtype, cases in ((np.uint8, [0, 191, 192, 255]), (np.uint16, [0, 49151, 49152, 65535])):
+        bits = np.zeros((4, 32), dtype)
+        bits[:, 1] = cases
+        q = mx.quantize(x, "E4M3", rounding="stochastic", random_bits=bits)
+        assert q.dequantize()[:, 1].tolist() == [1, 1, 1.125, 1.125], dtype
+        values = codec.quantize(x[:, 1], "E4M3", rounding="stochastic", random_bits=bits[:, 1])
+        assert values.tolist() == [1, 1, 1.125, 1.125], dtype
+
+
 # ================================================================================================
 # Must show 3: axes, padding, 0-d and empty inputs, shapes.
 # ================================================================================================
@@ -606,6 +621,23 @@ def test_nvfp4_global_amax_below_the_data_saturates():
     assert (n.scales == 0x7E).all()  # block scale saturates at E4M3 448
     # the ends clip to +-6 and come back as +-6 * 448 * 1 / 2688 = +-1 (to float32 rounding)
     np.testing.assert_allclose(n.dequantize()[[0, -1]], [-1, 1], rtol=2**-22)
+
+
+def test_nvfp4_tiny_global_amax_clamps_the_encode_scale_to_flt_max():
+    # 2688 / 1e-38 = 2.7e41 overflows float32, so step 2 clamps S_enc to FLT_MAX (without the clamp
+    # S_enc = Inf, S_dec = 0, and every block scale would saturate to 448, code 0x7E).
+    # Block 0, amax float32(1e-38): 1e-38 * FLT_MAX / 6 = 0.5671 lies between the E4M3 values 9/16
+    # and 10/16, nearer 9/16 = 1.125 * 2**-1: code 0x31 (exponent field 6, mantissa 1).
+    # Block 1, amax float32(2e-39) (a subnormal): 2e-39 * FLT_MAX / 6 = 0.11343 = 14.52 / 128, nearer
+    # 15/128 = 1.875 * 2**-4: code 0x1F (exponent field 3, mantissa 7).
+    x = np.zeros(32, np.float32)
+    x[:4] = [1e-38, 5e-39, -2.5e-39, 7e-39]
+    x[16:18] = [2e-39, -1e-39]
+    n = mx.quantize_nvfp4(x)
+    assert n.encode_scale == np.finfo(np.float32).max and n.scales.tolist() == [0x31, 0x1F]
+    for b in (0, 1):
+        code, codes, _ = te_model(x[16 * b:16 * b + 16], n.global_amax)
+        assert n.scales[b] == code and n.codes[16 * b:16 * b + 16].tolist() == codes
 
 
 # ================================================================================================

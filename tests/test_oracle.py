@@ -52,6 +52,41 @@ def test_sign_of_zero_and_nan_payload_handling():
     assert testing.compare(actual, x, "E5M2", nan="class").count == 1
 
 
+def test_nan_class_still_reports_nan_against_a_number():
+    # nan="class" forgives a different NaN payload only: a NaN where a number belongs, or a number
+    # where a NaN belongs, is still a mismatch. E5M2: 1.0 = 0x3C, 2.0 = 0x40; 0x7D and 0xFF are NaNs.
+    x = np.array([1.0, np.nan, np.nan, 2.0], np.float32)
+    actual = np.array([0x7D, 0x3C, 0xFF, 0x40], np.uint8)
+    report = testing.compare(actual, x, "E5M2", nan="class")
+    assert report.count == 2 and [row.index for row in report.mismatches] == [(0,), (1,)]
+
+
+def test_mismatch_rows_give_the_index_and_input_bits_of_their_own_element():
+    # E4M3 codes by hand: 1 = 0x38, 2 = 0x40, 3 = 0x44, 4 = 0x48, 464 -> 448 = 0x7E, 6 = 0x4C.
+    # The backend is wrong at (0, 2) and (1, 1) of a 2-d x; float32 3.0 is 0x40400000, 464.0 0x43e80000.
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 464.0, 6.0]], np.float32)
+    actual = np.array([[0x38, 0x40, 0x45], [0x48, 0x7F, 0x4C]], np.uint8)
+    report = testing.compare(actual, x, "E4M3")
+    assert [(row.index, row.input, row.input_bits, row.expected_code) for row in report.mismatches] == [
+        ((0, 2), 3.0, "0x40400000", 0x44), ((1, 1), 464.0, "0x43e80000", 0x7E)]
+
+
+def test_code_distance_counts_steps_across_zero():
+    # E4M3 1.0 is code 0x38, 56 steps above zero (codes 0x00..0x38 increase); -1.0 is 56 steps below,
+    # and +0 and -0 are one point. A sign error on 1.0 is 112 steps away; -0 for +0 is 0 steps.
+    x = np.array([-1.0, 0.0], np.float32)
+    report = testing.compare(np.array([0x38, 0x80], np.uint8), x, "E4M3")
+    assert [(row.distance, row.kind) for row in report.mismatches] == [(112, "other"), (0, "sign-of-zero")]
+
+
+def test_overflow_class_covers_inputs_exactly_at_max():
+    # "overflow" is |x| >= max: a backend that gives E2M1's max 6 as 4 (code 0x6 instead of 0x7) has
+    # an overflow mismatch, even though both codes are finite.
+    x = np.array([6.0, -6.0], np.float32)
+    report = testing.compare(np.array([0x6, 0xE], np.uint8), x, "E2M1")
+    assert [row.kind for row in report.mismatches] == ["overflow", "overflow"]
+
+
 def test_report_table_names_everything_and_assert_raises_with_it():
     # 464 must tie to even 448 (0x7E), not overflow; 17/1024 must tie to even 16/1024 (0x08), not 18/1024.
     x = np.array([1.0, 464.0, 17 / 1024], np.float32)
@@ -281,6 +316,22 @@ def test_compare_mx_checks_stochastic_rounding_with_the_same_random_bits():
     report = testing.compare_mx(expected.scales, codes, x, "MXFP8_E4M3", **options)
     assert report.elements.count == 1 and report.elements.mismatches[0].index == (2, 7)
     assert "random_bits" not in report.options and report.options["random_bit_count"] == 4
+
+
+def test_compare_mx_stochastic_elements_keep_their_own_random_bits_when_a_scale_differs():
+    # A correct backend except for one block scale: only that scale is reported, and the elements of
+    # the other three blocks (96 of them) are compared with their own random bits, so they all agree.
+    from minifp8 import mx
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    options = {"rounding": "stochastic", "random_bits": rng.integers(0, 256, x.shape).astype(np.uint8),
+               "random_bit_count": 8}
+    expected = mx.quantize(x, "MXFP8_E4M3", **options)
+    scales = expected.scales.copy()
+    scales[0, 0] += 1
+    report = testing.compare_mx(scales, expected.codes, x, "MXFP8_E4M3", **options)
+    assert report.scale_count == 1 and report.elements.total == 96 and report.elements.ok, str(report)
 
 
 @pytest.mark.parametrize("shape, axis", [((0,), -1), ((0, 5), -1), ((0, 5), 0), ((5, 0), -1), ((5, 0), 0)])
