@@ -617,7 +617,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
 
     with np.errstate(divide="ignore", over="ignore"):
         encode_scale = np.minimum(np.float32(E4M3_MAX * FP4_MAX) / global_amax, FLOAT32_MAX)  # step 2
-    if global_amax == 0 or encode_scale == 0:
+    if global_amax == 0:  # (a finite amax gives encode_scale >= 2688 / FLT_MAX > 0: never 0)
         encode_scale = np.float32(1)
     decode_scale = np.float32(1) / encode_scale  # step 3
 
