@@ -212,6 +212,27 @@ def test_block_casts_at_the_edges_of_every_binade(fmt, scale_mode):
             assert stats.underflow_count == np.count_nonzero((values == 0) & (x != 0)) > 0
 
 
+@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+def test_a_tensor_of_float32_subnormals_is_cast_on_the_format_grid(recipe):
+    """Every magnitude below 2**-126, so every tile's scale is 2**127: blockwise's 448 / amax
+    overflows float32 (FLT_MAX, rounded down to a power of two), MX's floor(log2(amax)) - 8 lies below
+    the smallest shared exponent, -127. The scaled elements are E4M3 normals, but float32
+    subnormals carry fewer significant bits than their scaled values, so they cannot be rounded in
+    place. By hand, in every row (so along either axis):
+    1.75 * 2**-127 -> 1.75 exactly; (1.5 + 2**-22) * 2**-127 -> 1.5; -1.3125 * 2**-127, a tie between
+    1.25 and 1.375 (mantissas 010 and 011), -> -1.25 (even); the rest are random float32
+    subnormals, checked against the reference."""
+    rng = np.random.default_rng(43)
+    x = (rng.integers(1, 2**23, (64, 128)) * rng.choice([-1, 1], (64, 128)) * 2.0**-149).astype(np.float32)
+    x[:, :3] = np.array([1.75, 1.5 + 2.0**-22, -1.3125]) * 2.0**-127
+    assert (np.abs(x) < 2.0**-126).all()
+    for axis in (-1, 0):
+        values, stats = fp8.fake_quantize(x, recipe, "E4M3", axis=axis)
+        assert_same(values, reference(x, recipe, "E4M3", axis))
+        assert_same(values[:, :3], np.broadcast_to(np.array([1.75, 1.5, -1.25]) * 2.0**-127, (64, 3)))
+        assert stats.underflow_count == np.count_nonzero((values == 0) & (x != 0))
+
+
 @pytest.mark.parametrize("recipe", ["fp8", "current", "delayed", "mxfp8", "blockwise"])
 def test_views_are_cast_like_copies(recipe):
     """Transposed and strided views (attention's heads are transposed views): the same values."""
@@ -279,6 +300,33 @@ def test_saturate_gradients_option_gives_the_reference_itself(recipe):
     assert np.isinf(fp8.fake_quantize(g, recipe, "E5M2", scaler=copy.deepcopy(reference_scaler))[0]).any()
 
 
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+@pytest.mark.parametrize("recipe, options", [("current", {"power_of_2": True}), ("blockwise", {"power_of_2": False})])
+def test_power_of_2_option_gives_its_reference(recipe, options, fmt):
+    """The recipes' power_of_2 option reaches the cast: ``current`` with power-of-two scales is
+    scaling.quantize_current(power_of_2=True), ``blockwise`` without them
+    scaling.quantize_blockwise(power_of_2=False) (1x128 along either axis, 128x128 weight tiles);
+    E5M2 without saturating. The statistics are a direct count on the scaled input."""
+    rng = np.random.default_rng(47)
+    x = wide_tensor(rng, (200, 300), high=10 if fmt == "E4M3" else 18, ties=fmt)
+    for axis, weight in [(-1, False), (0, False), (-1, True)] if recipe == "blockwise" else [(-1, False)]:
+        values, stats = fp8.fake_quantize(x, recipe, fmt, axis=axis, weight=weight, **options)
+        tile = (128, 128) if weight else (1, 128)
+        other = {"power_of_2": not options["power_of_2"]}
+        if recipe == "current":
+            scaled, unwanted = (scaling.quantize_current(x, fmt, **o) for o in (options, other))
+            scale, scale_inv = scaled.scale, scaled.scale_inv
+        else:
+            scaled, unwanted = (scaling.quantize_blockwise(x, fmt, block_shape=tile, axis=axis, **o)
+                                for o in (options, other))
+            scale, scale_inv = (expand(s, x.shape, tile, axis) for s in (scaled.scale, scaled.scale_inv))
+        expected = scaled.dequantize() if fmt == "E4M3" else non_saturating(x, scale, scale_inv)
+        assert_same(values, expected)
+        assert not np.array_equal(bits(values), bits(unwanted.dequantize()))  # the option changes the cast
+        assert stats.saturation_count == np.count_nonzero(beyond_max(np.multiply(x, scale, dtype=np.float32), fmt))
+        assert stats.underflow_count == np.count_nonzero((expected == 0) & (x != 0)) > 0
+
+
 def test_float64_inputs_round_once():
     """float64 (gradcheck) inputs: the naive cast rounds once (codec), mxfp8 exactly (mx.py), and
     the scaling.py recipes round to float32 first, as TransformerEngine reads float32."""
@@ -286,6 +334,19 @@ def test_float64_inputs_round_once():
     assert_same(fp8.fake_quantize(x, "fp8", "E4M3")[0], codec.quantize(x, "E4M3", saturate=True))
     assert_same(fp8.fake_quantize(x, "mxfp8", "E4M3")[0], mx.quantize(x, "MXFP8_E4M3").dequantize())
     assert_same(fp8.fake_quantize(x, "current", "E4M3")[0], scaling.quantize_current(x).dequantize())
+
+
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+def test_a_float64_input_that_float32_rounds_to_zero_underflows(recipe):
+    """1e-50 is nonzero in float64 but lies below half of float32's smallest subnormal (2**-150,
+    about 7e-46): where a recipe reads float32 it is 0 before any scaling, and it comes out as 0
+    in every recipe. It is a nonzero input cast to zero, an underflow; the zeros are not."""
+    x = np.zeros((4, 128))
+    x[0, :5] = [1.0, 1e-50, 0.0, -0.5, -0.0]
+    scaler = scaling.DelayedScaling("E4M3") if recipe == "delayed" else None  # scale 1
+    values, stats = fp8.fake_quantize(x, recipe, "E4M3", scaler=scaler)
+    assert values[0, 1] == 0 and values[0, 0] == 1.0 and values[0, 3] == -0.5
+    assert stats.underflow_count == 1 and stats.saturation_count == 0
 
 
 def test_fp32_is_the_identity():
@@ -374,6 +435,31 @@ def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe, needs_grad):
     if "weight" in needs_grad:  # wgrad: grad_t and x_t (per-tensor recipes: grad and x themselves)
         roles |= {"grad_t", "x_t"} if recipe in ("mxfp8", "blockwise") else {"grad"}
     assert set(state.points["Linear"].stats) == roles
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "current", "mxfp8", "blockwise"])
+def test_a_weight_updated_in_place_is_cast_again(recipe):
+    """Optimizers update ``weight.data`` in place, the same array: the next step's GEMMs must use the
+    cast of the new values (and record its statistics), never a cast kept from the step before."""
+    rng = np.random.default_rng(37)
+    layer = nn.Linear(256, 128, bias=False, rng=rng)
+    state = fp8.apply_recipe(layer, recipe)
+    x = wide_tensor(rng, (64, 256), low=-8, high=4)
+    grad = rng.standard_normal((64, 128)).astype(np.float32)
+    weight = layer.weight.data
+    layer(Tensor(x)).backward(grad)
+    state.step()
+    weight += rng.standard_normal(weight.shape).astype(np.float32) * np.float32(0.1)  # in place
+    assert layer.weight.data is weight
+    layer.zero_grad()
+    y = layer(Tensor(x))
+    y.backward(grad)
+    x_q, w_q = reference(x, recipe, "E4M3"), reference(weight, recipe, "E4M3", weight=True)
+    assert_same(y.data, x_q @ w_q.T)
+    columnwise = 0 if recipe in ("mxfp8", "blockwise") else -1  # per-tensor: the copies coincide
+    g_t, x_t = reference(grad, recipe, "E5M2", axis=columnwise), reference(x, recipe, "E4M3", axis=columnwise)
+    assert_same(layer.weight.grad, g_t.T @ x_t)
+    assert state.points["Linear"].stats["w"].amax == np.max(np.abs(weight))
 
 
 @pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
@@ -512,6 +598,22 @@ def test_statistics_equal_a_direct_count(recipe, fmt, axis, monkeypatch):
 
 
 
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+def test_statistics_amax_is_the_largest_over_every_slice(recipe, monkeypatch):
+    """A tensor cast in many slices (and threads): its amax is the largest magnitude of all of them,
+    here in the last slice (-3.5; everything else lies in [-1, 1]); a NaN in a middle slice makes it NaN."""
+    monkeypatch.setattr(fastcast, "_CHUNK_ELEMENTS", 4096)
+    x = np.random.default_rng(41).uniform(-1, 1, (256, 384)).astype(np.float32)
+    x[-1, -1] = -3.5
+    for fmt in ("E4M3", "E5M2"):
+        for axis in (-1, 0):
+            scaler = scaling.DelayedScaling(fmt) if recipe == "delayed" else None
+            assert fp8.fake_quantize(x, recipe, fmt, axis=axis, scaler=scaler)[1].amax == 3.5
+    x[130, 7] = np.nan
+    scaler = scaling.DelayedScaling("E4M3") if recipe == "delayed" else None
+    assert np.isnan(fp8.fake_quantize(x, recipe, "E4M3", scaler=scaler)[1].amax)
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
 @pytest.mark.parametrize("shape, axis", [((40, 16), -1), ((40, 80), -1), ((100, 208), 0), ((3, 5, 48), -1)])
 def test_partial_blocks_statistics_with_special_values(recipe, shape, axis):
@@ -601,6 +703,23 @@ def test_delayed_history_advances_once_per_step():
     state.step()
     np.testing.assert_array_equal(scalers["x"].amax_history, [0.0, 8.0, 0.5, 0.0])
     assert scalers["w"].amax_history[-1] == 0 and scalers["w"].amax_history[-2] != 0
+
+
+def test_apply_recipe_gives_every_scaler_the_delayed_options():
+    """margin and amax_compute_algo reach the histories of every role. x's amax is 4 at step 1 and 1
+    at step 2; with margin 2 the scale is (448 * 2**-2) / amax: 112 / 4 = 28 after step 1, and
+    with "most_recent" 112 / 1 = 112 after step 2 (the window's max, 4, would give 28 again;
+    margin 0 would give 448 / 4 = 112 after step 1)."""
+    layer = nn.Linear(8, 4, bias=False, rng=np.random.default_rng(3))
+    state = fp8.apply_recipe(layer, "delayed", history_len=4, margin=2, amax_compute_algo="most_recent")
+    scalers = state.points["Linear"].scalers
+    assert {(s.history_len, s.margin, s.amax_compute_algo) for s in scalers.values()} == {(4, 2, "most_recent")}
+    for amax, scale in ((4.0, 28.0), (1.0, 112.0)):
+        x = np.full((3, 8), amax / 4, np.float32)
+        x[1, 2] = -amax
+        layer(Tensor(x))
+        state.step()
+        assert scalers["x"].scale == scale
 
 
 def test_delayed_state_dict_resumes_bit_exactly():

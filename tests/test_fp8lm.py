@@ -179,6 +179,24 @@ def test_all_reduce_of_two_workers_matches_the_hand_computed_example():
                                                   rel=1e-12)
 
 
+def test_all_reduce_of_three_workers_rounds_every_partial_sum_in_worker_order():
+    # Three workers, E4M3, mu = 1; each holds amax 1, so every s_i = 2**floor(log2(448)) = 256 = s_g.
+    #   element 0: 1.0 everywhere -> q_i = 256; 256 + 256 = 512 saturates to 448, + 256 -> 448 again.
+    #   element 1: 9/256, 8/256, 1/256 -> q = 9, 8, 1 (exact E4M3 values).
+    #     In worker order: 9 + 8 = 17 lies in [16, 32) (spacing 2), a tie between 16 (mantissa 000) and
+    #     18 (001): 16, the even one; 16 + 1 = 17 -> 16 again. (Summed once, 9 + 8 + 1 = 18 exactly;
+    #     in the order 0, 2, 1: 10, then 18.)
+    # s = 3 * 256 = 768; gradient = [448, 16] * float32(1 / 768).
+    workers = [np.array([1.0, 9 / 256], np.float32), np.array([1.0, 8 / 256], np.float32),
+               np.array([1.0, 1 / 256], np.float32)]
+    result = fp8lm.fp8_all_reduce(workers, "E4M3")
+    assert list(result.worker_scales) == [256.0] * 3 and result.shared_scale == 256 and result.scale == 768
+    assert list(codec.decode(result.codes, "E4M3")) == [448.0, 16.0]
+    inverse = np.float32(1) / np.float32(768)
+    assert bits_equal(result.gradient, np.array([448, 16], np.float32) * inverse)
+    assert result.saturated_count == 1 and result.workers == 3
+
+
 def test_all_reduce_of_identical_workers_is_their_local_cast():
     # q + q = 2q exactly and s = 2 s_g, so two identical workers give back the local cast
     # (mu = 1/2 keeps every |q| <= 224, hence the sum <= 448, unsaturated).
@@ -256,6 +274,23 @@ def test_fp8_gradients_reduce_two_workers_on_a_model():
     assert 0 < report.relative_error < 0.1  # E4M3 keeps 3 mantissa bits: a few percent
     summary = report.summary()
     assert summary["workers"] == 2 and summary["nonfinite"] == []
+
+
+def test_gradient_report_pools_its_tensors():
+    # Two tensors with error norms 3 and 4 against reference norms 4 and 3: pooled, the error is
+    # sqrt(3**2 + 4**2) = 5 against sqrt(4**2 + 3**2) = 5, a relative error of 1 (the mean of the two
+    # ratios would be (3/4 + 4/3) / 2, the sum of the norms over the pooled reference 7/5).
+    # Underflow: (1 + 2) of (10 + 20) nonzero inputs; saturation: (0 + 3) of (4 + 8) values.
+    from types import SimpleNamespace
+    results = {"a": SimpleNamespace(error_norm=3.0, reference_norm=4.0, underflow_count=1, nonzero_count=10,
+                                    saturated_count=0, size=4, factor=0.5),
+               "b": SimpleNamespace(error_norm=4.0, reference_norm=3.0, underflow_count=2, nonzero_count=20,
+                                    saturated_count=3, size=8, factor=2.0)}
+    report = fp8lm.GradientReport(results, workers=2)
+    assert report.relative_error == 1.0
+    assert report.underflow_fraction == 3 / 30 and report.saturation_fraction == 3 / 12
+    summary = report.summary()
+    assert (summary["min_factor"], summary["max_factor"], summary["relative_error"]) == (0.5, 2.0, 1.0)
 
 
 def test_fp8_gradients_pass_non_finite_gradients_through_in_fp32():
@@ -628,6 +663,17 @@ def test_store_scaled_round_trips_every_kind():
         np.testing.assert_allclose(back, x, rtol=tolerance, atol=np.abs(x).max() * 2.0 ** -16 if tolerance else 0)
     with pytest.raises(ValueError, match="storage"):
         fp8lm.store_scaled(x, "bfloat16")
+
+
+def test_store_scaled_of_an_all_zero_tensor_has_scale_one():
+    # amax 0: the scale rule's special case, scale 1 (no quotient fp_max / 0), for every kind; the
+    # stored values are zeros, signs kept.
+    x = np.array([0.0, -0.0, 0.0], np.float32)
+    for kind in fp8lm.STORAGE_KINDS:
+        array, scale = fp8lm.store_scaled(x, kind)
+        assert scale == 1 and type(scale) is np.float32, kind
+        back = fp8lm.load_scaled(array, scale, kind)
+        assert bits_equal(back, x), kind
 
 
 # ---- misuse: clear errors, and nothing changed by a call that raises ---------------------------------

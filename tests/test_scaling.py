@@ -161,6 +161,25 @@ def test_blockwise_without_power_of_two_and_empty_inputs():
     assert scaling.quantize_rowwise(np.zeros((3, 0)), axis=1).scale.tolist() == [[1], [1], [1]]
 
 
+def test_blockwise_without_power_of_two_dequantizes_with_the_float32_inverse():
+    # Without power_of_2 a tile's scale 448 / amax is not a power of two, so the way back matters:
+    # decode(code) * float32(1 / scale), rounded to float32 (TransformerEngine's scale_inv), which
+    # differs from decode(code) / scale in the last bit for many elements. Worked in exact rationals:
+    # tile 0 has amax 3 (scale f32(448 / 3)), tile 1 amax 5 (scale f32(448 / 5)).
+    x = np.linspace(-3, 5, 256, dtype=np.float32).reshape(2, 128)
+    q = scaling.quantize_blockwise(x, block_shape=(1, 128), power_of_2=False)
+    values = q.dequantize()
+    divided_differs = 0
+    for row, amax in enumerate((3, 5)):
+        scale = f32(Fraction(448, amax))
+        assert Fraction(float(q.scale[row, 0])) == scale
+        for column in range(128):
+            element = Fraction(float(codec.decode(q.codes[row, column], "E4M3")))
+            assert Fraction(float(values[row, column])) == f32(element * f32(1 / scale)), (row, column)
+            divided_differs += f32(element / scale) != f32(element * f32(1 / scale))
+    assert divided_differs > 0  # (so the test tells the two apart)
+
+
 # ================================================================================================
 # Must show 5: DelayedScaling against TransformerEngine's amax_and_scale_update.
 # ================================================================================================
@@ -261,6 +280,19 @@ def test_delayed_scaling_keeps_the_scale_on_zero_or_non_finite_amax():
     tiny = scaling.DelayedScaling()
     tiny.quantize(np.array([1e-45], np.float32))
     assert tiny.scale == FLT_MAX  # 448 / 2**-149 overflows float32
+
+
+def test_delayed_scaling_max_skips_nan_entries_of_the_window():
+    # history_len 4, "max" (fmaxf: a NaN entry is skipped, not propagated):
+    #   step 1 amax 2            window max 2 -> 448 / 2 = 224
+    #   step 2 amax NaN          NaN skipped, max 2 -> 224
+    #   step 3 amax 4            entries 4, NaN, 2 (and 0): max 4 -> 112, NaN still in the window
+    # A max that propagated NaN would see NaN at step 3 and keep 224.
+    recipe = scaling.DelayedScaling(history_len=4)
+    for x, scale in (([2.0], 224), ([1.0, np.nan], 224), ([4.0], 112)):
+        recipe.quantize(np.array(x, np.float32))
+        assert recipe.scale == scale
+    assert np.isnan(recipe.amax_history).sum() == 1
 
 
 def test_delayed_scaling_several_casts_in_one_step():
