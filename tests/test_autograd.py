@@ -236,6 +236,21 @@ def test_no_grad_builds_no_graph():
     assert (x * 2.0).requires_grad  # re-enabled after the decorated call
 
 
+def test_nested_switches_restore_the_outer_setting():
+    # leaving an inner no_grad / default_dtype restores the enclosing one, not the global default
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    with no_grad():
+        with no_grad():
+            pass
+        assert not is_grad_enabled() and not (x * 2.0).requires_grad
+    assert is_grad_enabled()
+    with default_dtype(np.float64):
+        with default_dtype(np.float32):
+            assert Tensor([1.0]).dtype == np.float32
+        assert get_default_dtype() == np.float64 and Tensor([1.0]).dtype == np.float64
+    assert get_default_dtype() == np.float32
+
+
 def test_constants_do_not_require_grad_and_detach_cuts_the_graph():
     x = param(3)
     c = Tensor([1.0, 2.0, 3.0])

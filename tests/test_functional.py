@@ -52,6 +52,14 @@ def test_elementwise_values_and_gradcheck(name, reference, low):
     gradcheck(op, x)
 
 
+def test_relu_gradient_at_exactly_zero_is_zero():
+    # the docstring's convention (torch's too: its backward is grad * (x > 0)); finite differences
+    # cannot see the kink, so it is checked by hand
+    x = Tensor([-1.5, 0.0, -0.0, 2.0], requires_grad=True)
+    F.relu(x).backward(np.ones(4))
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0, 1.0])
+
+
 def test_sigmoid_does_not_overflow():
     y = F.sigmoid(Tensor([-1000.0, 1000.0]))
     np.testing.assert_array_equal(y.data, [0.0, 1.0])
@@ -308,6 +316,23 @@ def test_attention_with_dropout_gradcheck_and_determinism():
     gradcheck(attend, q, k, v)
     assert np.array_equal(attend(q, k, v).data, attend(q, k, v).data)
     assert not np.array_equal(attend(q, k, v).data, F.scaled_dot_product_attention(q, k, v, causal=True).data)
+
+
+def test_attention_dropout_scales_the_kept_probabilities():
+    # with v the identity, the output row i is the dropped probability row P'_i itself; inverted
+    # dropout (torch's scaled_dot_product_attention too) keeps P_ij / (1 - p) or sets it to 0.
+    # P comes from the explicit float64 loops of attention_reference.
+    p, seq = 0.4, 8
+    q, k = param(2, 4, seq, 3, seed=1), param(2, 4, seq, 3, seed=2)
+    v = Tensor(np.broadcast_to(np.eye(seq), (2, 4, seq, seq)))
+    out = F.scaled_dot_product_attention(q, k, v, causal=True, dropout_p=p, rng=np.random.default_rng(7)).data
+    probs = attention_reference(as64(q), as64(k), np.eye(seq) + np.zeros((2, 4, 1, 1)), True, 1 / math.sqrt(3))
+    kept = out != 0
+    np.testing.assert_allclose(out[kept], probs[kept] / (1 - p), rtol=1e-5)
+    allowed = np.broadcast_to(np.tril(np.ones((seq, seq), dtype=bool)), out.shape)  # causal: j <= i
+    assert not np.any(kept & ~allowed)
+    # 288 allowed entries, each dropped with probability 0.4: std of the fraction 0.029
+    assert abs(1 - kept[allowed].mean() - p) < 0.12
 
 
 @pytest.mark.parametrize("needs_grad", ["q", "k", "v", "q k", "k v", "q v"])

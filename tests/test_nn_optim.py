@@ -52,6 +52,26 @@ def test_embedding_layernorm_dropout_modules_gradcheck():
     check_module(FixedDropout(), inputs(4, 5))
 
 
+def test_layernorm_module_uses_its_eps():
+    # eps = 0.5 against variances ~0.25: the result is far from the default eps's
+    x = Tensor(0.5 * rng(4).standard_normal((3, 5)))
+    data = x.data.astype(np.float64)
+    centred = data - data.mean(axis=1, keepdims=True)
+    expected = centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + 0.5)  # biased variance, as torch
+    np.testing.assert_allclose(nn.LayerNorm(5, eps=0.5)(x).data, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_parameter_holds_its_own_copy_of_the_data():
+    data = np.ones(3, dtype=np.float32)
+    p = nn.Parameter(data)
+    data[0] = 5.0
+    source = Tensor(np.ones(2))
+    q = nn.Parameter(source)
+    source.data[0] = 7.0
+    np.testing.assert_array_equal(p.data, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(q.data, [1.0, 1.0])
+
+
 def test_sequential_mlp_gradcheck():
     generator = rng()
     mlp = nn.Sequential(nn.Linear(3, 8, rng=generator), nn.GELU(), nn.Linear(8, 8, rng=generator), nn.ReLU(),
@@ -164,6 +184,17 @@ def test_load_state_dict_errors_are_clear_and_load_nothing():
     assert np.array_equal(net.embed.weight.data, before)  # nothing was half-loaded
 
 
+def test_load_state_dict_failing_on_a_later_key_leaves_earlier_parameters_alone():
+    # "embed.weight" comes first in named_parameters and "scale" last: checking must finish before loading
+    for bad_scale, error in ((np.ones(2), ValueError), (np.ones(1, dtype=np.int64), TypeError)):
+        net = Net(rng())
+        before = {name: p.data.copy() for name, p in net.named_parameters()}
+        with pytest.raises(error, match="'scale'"):
+            net.load_state_dict({**net.state_dict(), "embed.weight": np.zeros((10, 4)), "scale": bad_scale})
+        for name, p in net.named_parameters():
+            assert np.array_equal(p.data, before[name]), name
+
+
 def test_linear_init_follows_torch_rule_or_normal_std():
     layer = nn.Linear(400, 300, rng=rng())
     bound = 1 / math.sqrt(400)
@@ -176,6 +207,12 @@ def test_linear_init_follows_torch_rule_or_normal_std():
     assert np.std(gpt.weight.data) == pytest.approx(0.02, rel=0.02) and not gpt.bias.data.any()
     embedding = nn.Embedding(1000, 64, rng=rng())
     assert np.std(embedding.weight.data) == pytest.approx(1.0, rel=0.02)
+
+
+def test_embedding_init_uses_its_std():
+    # N(0, 0.02^2) as nanoGPT: 64,000 samples put the std estimate within ~0.3%
+    embedding = nn.Embedding(1000, 64, rng=rng(), std=0.02)
+    assert np.std(embedding.weight.data) == pytest.approx(0.02, rel=0.02)
 
 
 def test_constructors_need_an_explicit_generator_and_valid_sizes():
@@ -296,6 +333,33 @@ def test_sgd_momentum_and_nesterov_match_equations():
     plain.grad = np.array([2.0], dtype=np.float32)
     optim.SGD([plain], lr=0.5).step()
     assert plain.data[0] == 0.0
+
+
+def test_sgd_dampening_matches_torch_algorithm():
+    """torch.optim.SGD's documented algorithm: b_1 = g_1 (no dampening at the first step), then
+    b_t = momentum b_(t-1) + (1 - dampening) g_t, and p = p - lr b_t (g_t includes weight decay)."""
+    p = Tensor([1.0, -2.0], requires_grad=True)
+    opt = optim.SGD([p], lr=0.1, momentum=0.9, dampening=0.3, weight_decay=0.01)
+    theta, buffer = np.array([1.0, -2.0]), None
+    for g in ([0.5, 1.0], [-1.0, 0.25], [2.0, 2.0]):
+        p.grad = np.array(g, dtype=np.float32)
+        opt.step()
+        d = np.array(g) + 0.01 * theta
+        buffer = d if buffer is None else 0.9 * buffer + 0.7 * d
+        theta = theta - 0.1 * buffer
+        np.testing.assert_allclose(p.data, theta, rtol=1e-6)
+
+
+def test_sgd_momentum_buffer_does_not_alias_the_gradient():
+    # the same .grad array at two steps (as when backward accumulates without zero_grad): by hand,
+    # b_1 = g, b_2 = 0.9 g + g = 1.9 g, so theta = theta_0 - 0.1 (1 + 1.9) g
+    p = Tensor([1.0, -2.0], requires_grad=True)
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = np.array([0.5, 1.0], dtype=np.float32)
+    opt.step()
+    opt.step()
+    np.testing.assert_array_equal(p.grad, [0.5, 1.0])  # the optimizer never writes into .grad
+    np.testing.assert_allclose(p.data, [1.0 - 0.29 * 0.5, -2.0 - 0.29 * 1.0], rtol=1e-6)
 
 
 def test_optimizer_state_dict_round_trips_bit_exactly():
@@ -481,6 +545,15 @@ def test_clip_grad_norm_scales_all_gradients_together():
     big = Tensor(np.zeros(2), requires_grad=True)
     big.grad = np.array([3e30, 4e30], dtype=np.float32)  # squares overflow float32; the norm does not
     assert optim.clip_grad_norm([big], 1.0) == pytest.approx(5e30, rel=1e-6)
+
+
+def test_clip_grad_norm_uses_torch_coefficient_with_its_epsilon():
+    # torch: coefficient = max_norm / (total + 1e-6). With total 5e-6 and max_norm 1e-6 that is
+    # 1e-6 / 6e-6 = 1/6 (1/5 without the 1e-6), so (3e-6, 4e-6) becomes (5e-7, 6.67e-7).
+    a = Tensor(np.zeros(2), requires_grad=True)
+    a.grad = np.array([3e-6, 4e-6], dtype=np.float32)
+    assert optim.clip_grad_norm([a], 1e-6) == pytest.approx(5e-6, rel=1e-6)
+    np.testing.assert_allclose(a.grad, [3e-6 / 6, 4e-6 / 6], rtol=1e-5)
 
 
 def test_warmup_cosine_schedule():

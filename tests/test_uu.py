@@ -143,6 +143,25 @@ def test_dropout_modes():
     assert not np.allclose(attention(x).data, math.sqrt(0.5) * plain(x).data)
 
 
+def test_transformer_layer_wiring_in_evaluation_mode():
+    """The docstring's forward pass in NumPy: pre-norm (parameter-free layer norm), each branch through
+    unit-scaled dropout (sqrt(1 - p) x in evaluation mode, as U.dropout) and U.residual_add's weights
+    tau / sqrt(1 + tau^2) (branch) and 1 / sqrt(1 + tau^2) (skip), attention with tau_attn, MLP with tau_mlp.
+    Only the branch modules (checked above against NumPy) are called from the library."""
+    tau_attn, tau_mlp, p = 0.6, 0.4, 0.36
+    layer = uu.TransformerLayer(8, 2, rng=rng(0), tau_attn=tau_attn, tau_mlp=tau_mlp, hidden_multiplier=2,
+                                dropout=p)
+    layer.eval()
+    x = normal(1, 2, 5, 8).astype(np.float64)
+
+    def branch(module, h):
+        return as64(module(Tensor(layer_norm_numpy(h))))
+
+    h = (tau_attn * math.sqrt(1 - p) * branch(layer.attn, x) + x) / math.sqrt(1 + tau_attn ** 2)
+    expected = (tau_mlp * math.sqrt(1 - p) * branch(layer.mlp, h) + h) / math.sqrt(1 + tau_mlp ** 2)
+    np.testing.assert_allclose(layer(Tensor(x)).data, expected, rtol=1e-4, atol=1e-5)
+
+
 # ---- gradients: the unit-scaling rule times the true gradient ------------------------------------
 # Every U op's input gradient is (backward scale) x (the plain op's gradient) and its value is
 # (forward scale) x (the plain op's value) (minifp8.unit docstrings), so along a chain of ops the
