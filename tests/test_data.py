@@ -188,6 +188,16 @@ def test_default_dataset(dataset, corpus):
     assert dataset.loss_floor == D.arithmetic_loss_floor()
 
 
+def test_dataset_seed_picks_the_corpus_of_that_seed(corpus):
+    """load_dataset(seed=s) and Dataset.arithmetic(s) hold arithmetic_corpus(s) (train_tiny's --seed
+    reaches the corpus), not seed 0's."""
+    for seed, data in ((1, D.load_dataset(seed=1)), (2, D.Dataset.arithmetic(2))):
+        train_text, val_text = D.arithmetic_corpus(seed)
+        assert train_text != corpus[0]
+        assert data.tokenizer.decode(data.train) == train_text and data.tokenizer.decode(data.val) == val_text
+        assert f"seed={seed}" in data.name
+
+
 def test_batches_shape_shift_and_source(dataset, corpus):
     x, y = dataset.get_batch("val", 16, 40, np.random.default_rng(7))
     for array in (x, y):

@@ -80,6 +80,70 @@ def test_parameters_and_determinism():
     assert big_unit.blocks[0].mlp.linear_1.weight.data.std() == pytest.approx(1.0, rel=0.05)
 
 
+def _recorded_tensors(monkeypatch, model, ids):
+    """The tensors the model passes to `fp8.track` by name (first occurrence), from one forward pass."""
+    import minifp8.model as model_module
+
+    seen = {}
+
+    def record(name, x):
+        seen.setdefault(name, x)
+        return x
+
+    monkeypatch.setattr(model_module, "track", record)
+    logits, _ = model(ids)
+    return seen, logits
+
+
+@pytest.mark.parametrize("family", ["standard", "unit"])
+def test_embedding_rows_and_readout_by_hand(family, monkeypatch):
+    """Position t reads row t of wpe (whatever the sequence length), token ids their rows of wte; the unit
+    family scales the sum of its two unit-variance embeddings by 1/sqrt(2) (variance 2 -> 1) and its
+    readout by 1/fan_in (u-muP's readout multiplier); the standard model's head is a plain ln_f @ W^T."""
+    model = tiny(family)
+    ids, _ = batch(7, (2, 5))  # shorter than block_size=6: positions 0..4, not the last rows
+    seen, logits = _recorded_tensors(monkeypatch, model, ids)
+    wte, wpe = model.wte.weight.data.astype(np.float64), model.wpe.weight.data.astype(np.float64)
+    expected = wte[ids] + wpe[np.arange(5)][None]
+    if family == "unit":
+        expected = expected / math.sqrt(2.0)
+    np.testing.assert_allclose(seen["embedding"].data, expected, rtol=1e-6, atol=1e-7)
+    head = seen["ln_f"].data.astype(np.float64) @ model.lm_head.weight.data.astype(np.float64).T
+    if family == "unit":
+        head = head / 8  # fan_in = n_embd
+    np.testing.assert_allclose(logits.data, head, rtol=1e-5, atol=1e-7)
+
+
+def test_unit_residual_taus_follow_the_u_mup_rule():
+    """u-muP's rule with its default hyperparameters (alpha_attn = alpha_mlp = 1): before residual branch i
+    (attention of block l is i = 2l, its MLP i = 2l + 1) the stream holds weight n_layer (the embedding) + i
+    (one per branch so far), so tau_i = 1/sqrt(n_layer + i)."""
+    model = tiny("unit", n_layer=3)
+    taus = [(block.tau_attn, block.tau_mlp) for block in model.blocks]
+    expected = [(1 / math.sqrt(3 + 2 * layer), 1 / math.sqrt(3 + 2 * layer + 1)) for layer in range(3)]
+    assert taus == [pytest.approx(pair, rel=1e-12) for pair in expected]
+
+
+@pytest.mark.parametrize("family", ["standard", "unit"])
+def test_every_random_weight_comes_from_the_given_generator(family):
+    """Every randomly initialised parameter changes with the generator's seed (none is drawn from another
+    generator); the constant ones (biases 0, norm gains 1) do not. Each has its documented std: GPT-2's
+    0.02, 0.02/sqrt(2 n_layer) for the two projections into the residual stream; unit: N(0, 1)."""
+    config = GPTConfig(vocab_size=40, block_size=32, n_layer=2, n_head=2, n_embd=64, family=family)
+    first = dict(GPT(config, rng=np.random.default_rng(0)).named_parameters())
+    second = dict(GPT(config, rng=np.random.default_rng(1)).named_parameters())
+    for name, p in first.items():
+        constant = p.ndim == 1
+        assert np.array_equal(p.data, second[name].data) == constant, name
+        if constant:
+            continue
+        if family == "unit":
+            std = 1.0
+        else:
+            std = 0.02 / math.sqrt(2 * 2) if name.endswith("c_proj.weight") else 0.02
+        assert float(p.data.std()) == pytest.approx(std, rel=0.1), name
+
+
 def test_bad_config_and_inputs():
     with pytest.raises(ValueError, match="multiple of n_head"):
         GPTConfig(7, 6, n_head=3, n_embd=8)

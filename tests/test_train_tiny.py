@@ -1,6 +1,7 @@
 """``python -m minifp8.train_tiny``: every recipe runs, runs are reproducible and resume bit-exactly,
 bad flags and bad data give one-line errors, divergence stops cleanly, loss scaling does its job."""
 import json
+import math
 import re
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from minifp8 import fp8, train_tiny
+from minifp8.model import GPT, GPTConfig
 from minifp8.train_tiny import HEADLINE_RUNS, LossScaler, Run, TrainConfig, main, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +102,80 @@ def test_same_seed_same_losses(tmp_path):
     assert other["train_loss"] != first["train_loss"]
 
 
+def test_recipes_start_from_the_same_initial_weights():
+    """Every recipe of a --recipe list starts from the weights GPT draws from config.seed (the same for
+    every recipe of a family), built afresh for each run, not from a generator shared or reseeded per run."""
+    config = parse_args(TINY)[0]
+    for family in ("standard", "unit"):
+        reference = GPT(GPTConfig(vocab_size=14, block_size=16, n_layer=1, n_head=2, n_embd=16, family=family),
+                        rng=np.random.default_rng(config.seed)).state_dict()
+        recipes = [r for r in fp8.RECIPES if r != "unit"] if family == "standard" else ["fp32", "unit", "current"]
+        for recipe in recipes:
+            model = train_tiny._build(Run(recipe, family), config, 14)[0]
+            for name, value in model.state_dict().items():
+                np.testing.assert_array_equal(value, reference[name], err_msg=f"{recipe} {family}: {name}")
+
+
+def test_evaluation_changes_nothing_the_training_sees():
+    """An evaluation leaves the FP8 state (delayed histories and scales, cast statistics), the dropout
+    generator and the training batches as it found them: a run that evaluates after every step trains
+    bit for bit as one that evaluates only at the end, and _evaluate itself restores everything."""
+    config = parse_args([*TINY, "--dropout", "0.1"])[0]
+    dataset = train_tiny.data_module.load_dataset()
+    quiet = lambda *args: None  # noqa: E731
+    run = Run("delayed", "standard")
+    often = train_tiny.train(run, TrainConfig(**{**vars(config), "eval_interval": 1}), dataset, print_fn=quiet)
+    rarely = train_tiny.train(run, TrainConfig(**{**vars(config), "eval_interval": 20}), dataset, print_fn=quiet)
+    assert len(often["val"]) == 21 and len(rarely["val"]) == 2
+    for key in ("train_loss", "cast_stats", "cast_points"):
+        assert often[key] == rarely[key], key
+    # _evaluate directly, after one training step (histories and statistics filled in)
+    model, model_rng, state, _, _, _ = train_tiny._build(run, config, dataset.vocab_size)
+    x, y = dataset.get_batch("train", 4, 16, np.random.default_rng(0))
+    model(x, y)[1].backward()
+    state.step()
+    saved = {key: np.array(value, copy=True) for key, value in state.state_dict().items()}
+    stats = {(name, role): (s.amax, s.underflow_fraction, s.saturation_fraction)
+             for name, point in state.points.items() for role, s in point.stats.items()}
+    generator = model_rng.bit_generator.state
+    train_tiny._evaluate(model, state, [dataset.get_batch("val", 4, 16, np.random.default_rng(9))], dataset)
+    after = state.state_dict()
+    assert set(after) == set(saved) and any(key.endswith("amax_history") for key in saved)
+    for key, value in saved.items():
+        np.testing.assert_array_equal(after[key], value, err_msg=key)
+    assert stats == {(name, role): (s.amax, s.underflow_fraction, s.saturation_fraction)
+                     for name, point in state.points.items() for role, s in point.stats.items()}
+    assert model_rng.bit_generator.state == generator and model.training
+
+
+def test_validation_windows_are_fixed_windows_of_the_val_split(tmp_path, capsys, monkeypatch):
+    """Every evaluation of every recipe, before and after a resume, scores the same windows, and they are
+    windows of the validation split (a token and its successor), never of the training split."""
+    evaluate, seen = train_tiny._evaluate, []
+
+    def recording(model, state, batches, dataset):
+        seen.append([(x.copy(), y.copy()) for x, y in batches])
+        return evaluate(model, state, batches, dataset)
+
+    monkeypatch.setattr(train_tiny, "_evaluate", recording)
+    out = tmp_path / "run"
+    flags = [*TINY, "--recipe", "fp32,current", "--steps", "10", "--eval-interval", "5", "--out", str(out)]
+    assert run_main(capsys, *flags, "--stop-after", "3")[0] == 130
+    assert run_main(capsys, "--resume", str(out))[0] == 0
+    assert len(seen) == 6  # fp32: steps 0 (first session), 5, 10 (resumed); current: 0, 5, 10
+    for batches in seen[1:]:
+        assert len(batches) == 2
+        for (x, y), (x0, y0) in zip(batches, seen[0]):
+            np.testing.assert_array_equal(x, x0)
+            np.testing.assert_array_equal(y, y0)
+    val = train_tiny.data_module.load_dataset().val
+    windows = np.lib.stride_tricks.sliding_window_view(val, 17)  # every window of 16 tokens and its next token
+    for x, y in seen[0]:
+        for row_x, row_y in zip(x, y):
+            assert np.array_equal(row_x[1:], row_y[:-1])
+            assert (windows == np.append(row_x, row_y[-1])).all(axis=1).any()
+
+
 def test_resume_is_bit_exact(tmp_path, capsys):
     """Stop after 13 steps, resume: the same losses, evaluations and final weights as one run.
 
@@ -143,7 +219,41 @@ def test_stop_after_counts_the_steps_of_this_session(tmp_path, capsys):
     assert status == 130 and "resumed at step 6/20" in printed and "stopped after step 11" in printed
 
 
-def test_ctrl_c_lets_the_step_finish_and_resumes_bit_exactly(tmp_path, capsys, monkeypatch):
+def test_learning_rate_schedule_by_hand_and_across_a_resume(tmp_path, capsys, monkeypatch):
+    """The learning rate of optimizer step s (from 0): linear warmup (s + 1)/5 of the peak over
+    --warmup-steps 5, then cosine from the peak to --min-lr-ratio 0.1 of it over the remaining 15 steps,
+    0.1 + 0.9 (1 + cos(pi (s - 5) / 15)) / 2. The peak is 3e-3 (standard model). A run stopped after 7 steps
+    and resumed applies the same rates."""
+    from minifp8.optim import AdamW
+
+    step, rates = AdamW.step, []
+
+    def recording(self):
+        rates.append(self.param_groups[0]["lr"])
+        step(self)
+
+    monkeypatch.setattr(AdamW, "step", recording)
+    factors = [(s + 1) / 5 if s < 5 else 0.1 + 0.9 * (1 + math.cos(math.pi * (s - 5) / 15)) / 2 for s in range(20)]
+    expected = [pytest.approx(3e-3 * factor, rel=1e-12) for factor in factors]
+    assert run_main(capsys, *TINY, "--recipe", "fp32")[0] == 0
+    assert rates == expected
+    rates.clear()
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out), "--stop-after", "7")[0] == 130
+    assert run_main(capsys, "--resume", str(out))[0] == 0
+    assert rates == expected
+
+
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler, which a process started with SIGINT ignored (a background job,
+    some CI runners) does not get; train_tiny holds Ctrl-C only where that handler is installed."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_lets_the_step_finish_and_resumes_bit_exactly(tmp_path, capsys, monkeypatch, python_sigint_handler):
     """Ctrl-C in the middle of a step (here: while its batch is drawn) is held until the step ends,
     so the checkpoint holds whole steps and the resumed run computes what one run computes."""
     flags = [*TINY, "--recipe", "delayed", "--dropout", "0.1"]
@@ -227,6 +337,21 @@ def test_short_windows_score_no_answers(tmp_path, capsys):
     assert status == 0 and "answers: n/a of characters, n/a exact" in printed and "nan" not in printed
     text = (tmp_path / "metrics.json").read_text()
     assert "NaN" not in text and json.loads(text)["runs"]["fp32"]["final"]["exact_match"] is None
+
+
+def test_summary_reports_the_mean_training_loss_of_the_last_steps(tmp_path, capsys):
+    """The summary's train loss is the mean of the last 5% of the steps, at least 10: here the last 10 of 20
+    steps, in the table and in metrics.json; for 300 steps the last 15 (of losses 0..299: mean 292)."""
+    status, printed, _ = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(tmp_path))
+    assert status == 0
+    run = metrics(tmp_path)["runs"]["fp32"]
+    expected = sum(run["train_loss"][-10:]) / 10
+    assert run["final"]["train_loss"] == pytest.approx(expected, rel=1e-12)
+    assert run["final"]["train_loss"] != pytest.approx(run["train_loss"][-1], rel=1e-9)  # the test can tell
+    row = next(line for line in printed.splitlines() if line.startswith("fp32 "))
+    assert row.split()[1] == f"{expected:.4f}"
+    assert train_tiny._final({"train_loss": [float(i) for i in range(300)], "val": []})["train_loss"] == 292.0
+    assert train_tiny._final({"train_loss": [float(i) for i in range(100)], "val": []})["train_loss"] == 94.5
 
 
 @pytest.mark.parametrize("seconds, text", [(0.4, "0s"), (99.4, "99s"), (99.6, "1m40s"), (119.7, "2m00s"),
@@ -328,6 +453,36 @@ def test_gradient_overflow_stops_with_a_one_line_message(tmp_path, capsys):
     assert runs["fp32 + loss scale 1e+30"]["finished"]
 
 
+@pytest.mark.parametrize("which, value", [(0, np.inf), (-1, -np.inf), (7, np.nan)], ids=["first", "last", "middle"])
+def test_any_non_finite_gradient_stops_the_run(monkeypatch, which, value):
+    """One non-finite element in one parameter's gradient (first, last or a middle parameter; +Inf, -Inf
+    or NaN), at step 3 only: the run stops there, naming step 3, with the losses of steps 1 and 2."""
+    from minifp8.autograd import Tensor
+
+    build, backward, built, calls = train_tiny._build, Tensor.backward, [], []
+
+    def recording_build(run, config, vocab_size):
+        built.append(build(run, config, vocab_size))
+        return built[-1]
+
+    def poisoning_backward(self, grad=None):
+        backward(self, grad)
+        calls.append(None)
+        if len(calls) == 3:
+            p = built[-1][0].parameters()[which]
+            p.grad = np.array(p.grad, copy=True)
+            p.grad.flat[p.grad.size // 2] = value
+
+    monkeypatch.setattr(train_tiny, "_build", recording_build)
+    monkeypatch.setattr(Tensor, "backward", poisoning_backward)
+    config = parse_args(TINY)[0]
+    with pytest.raises(train_tiny.Diverged, match="^fp32: gradients overflowed to Inf/NaN at step 3; ") as info:
+        train_tiny.train(Run("fp32", "standard"), config, train_tiny.data_module.load_dataset(),
+                         print_fn=lambda *args: None)
+    assert len(calls) == 3 and len(built[-1][0].parameters()) > 7
+    assert info.value.metrics["diverged"]["step"] == 3 and len(info.value.metrics["train_loss"]) == 2
+
+
 def test_saturating_gradient_casts(capsys):
     """--saturate-gradients yes clamps the overflowing E5M2 casts instead: the same run goes on (its
     gradients, clamped to 57344 and divided by 1e30, are tiny but finite)."""
@@ -372,6 +527,41 @@ def test_loss_scaler():
     restored = LossScaler("dynamic")
     restored.load_state_dict(dynamic.state_dict())
     assert restored.state_dict() == dynamic.state_dict()
+
+
+def test_loss_scaling_in_fp32_by_hand():
+    """In fp32 nothing overflows, and a power-of-two loss scale multiplies every gradient exactly and is
+    divided back exactly: static 1024 and dynamic scaling train bit for bit as no scaling does. The dynamic
+    factor starts at 2^16 and doubles after every 4 clean steps (--loss-scale-interval 4), i.e. after steps
+    4, 8, 12, 16 and 20: logged at steps 5, 10, 15, 20 it is 2^17, 2^18, 2^19, 2^21, with no step skipped."""
+    config = parse_args([*TINY, "--loss-scale-interval", "4"])[0]
+    dataset = train_tiny.data_module.load_dataset()
+    quiet = lambda *args: None  # noqa: E731
+    plain = train_tiny.train(Run("fp32", "standard"), config, dataset, print_fn=quiet)
+    static = train_tiny.train(Run("fp32", "standard", "1024"), config, dataset, print_fn=quiet)
+    dynamic = train_tiny.train(Run("fp32", "standard", "dynamic"), config, dataset, print_fn=quiet)
+    assert static["train_loss"] == plain["train_loss"] and static["val"] == plain["val"]
+    assert dynamic["train_loss"] == plain["train_loss"] and dynamic["val"] == plain["val"]
+    assert dynamic["loss_scale"] == [{"step": step, "scale": 2.0 ** exponent, "skipped": 0}
+                                     for step, exponent in ((5, 17), (10, 18), (15, 19), (20, 21))]
+    assert dynamic["skipped_steps"] == 0
+    assert static["loss_scale"] == [{"step": step, "scale": 1024.0, "skipped": 0} for step in (5, 10, 15, 20)]
+    assert plain["loss_scale"] == []
+
+
+def test_unit_family_gradients_are_never_clipped():
+    """--grad-clip clips the standard model's gradient norm (a tiny threshold changes its training) but
+    never the unit-scaled model's: its run is bit for bit the unclipped one."""
+    config = parse_args(TINY)[0]
+    dataset = train_tiny.data_module.load_dataset()
+    quiet = lambda *args: None  # noqa: E731
+
+    def losses(run, clip):
+        return train_tiny.train(run, TrainConfig(**{**vars(config), "grad_clip": clip}), dataset,
+                                print_fn=quiet)["train_loss"]
+
+    assert losses(Run("unit", "unit"), 1e-3) == losses(Run("unit", "unit"), 0.0)
+    assert losses(Run("fp32", "standard"), 1e-3) != losses(Run("fp32", "standard"), 0.0)
 
 
 def test_dynamic_loss_scaling_rescues_naive_fp8_gradients(capsys):
