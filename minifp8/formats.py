@@ -259,3 +259,18 @@ def get(name: str | FloatFormat) -> FloatFormat:
     if key not in _BY_SPELLING:
         raise ValueError(f"unknown format {name!r}; known: {', '.join(sorted(_BY_SPELLING))}")
     return _BY_SPELLING[key]
+
+
+def get_list(names, what: str = "names") -> list[FloatFormat]:
+    """The formats ``names`` names, each once, in order: one name (or FloatFormat), or a non-empty
+    sequence of them. ``what`` names the argument in the errors."""
+    if isinstance(names, (str, FloatFormat)):
+        names = [names]
+    try:
+        names = list(names)
+    except TypeError:
+        raise TypeError(f"{what} must be a format name or a sequence of them, got "
+                        f"{type(names).__name__} {names!r}") from None
+    if not names:
+        raise ValueError(f"{what} must name at least one format, got an empty {type(names).__name__}")
+    return list(dict.fromkeys(get(name) for name in names))

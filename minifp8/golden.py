@@ -190,7 +190,10 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
     blocks : bool
         Also write the MX and NVFP4 files.
     """
-    selected = _selected_formats(format_names)
+    if format_names is None:
+        selected = list(formats.CATALOGUE.values())
+    else:
+        selected = formats.get_list(format_names, "format_names")
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -208,22 +211,6 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
                 "entries": entries}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
-
-
-def _selected_formats(format_names) -> list:
-    """The formats `write` is asked for, each once, in order."""
-    if format_names is None:
-        return list(formats.CATALOGUE.values())
-    if isinstance(format_names, (str, formats.FloatFormat)):
-        format_names = [format_names]
-    try:
-        names = list(format_names)
-    except TypeError:
-        raise TypeError(f"format_names must be a format name or a list of them, got "
-                        f"{type(format_names).__name__} {format_names!r}") from None
-    if not names:
-        raise ValueError("format_names must name at least one format (or be None for all), got an empty list")
-    return list(dict.fromkeys(formats.get(name) for name in names))
 
 
 def load(directory) -> tuple[dict, dict]:

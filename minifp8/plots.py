@@ -45,16 +45,6 @@ def _color(fmt) -> str:
     return FORMAT_COLORS.get(fmt.name, "black")
 
 
-def _formats_of(names) -> list:
-    """The formats ``names`` names: one name (or FloatFormat), or a non-empty sequence of them."""
-    if isinstance(names, (str, _formats.FloatFormat)):
-        names = [names]
-    fmts = [_formats.get(name) for name in names]
-    if not fmts:
-        raise ValueError(f"names must name at least one format, got an empty {type(names).__name__}")
-    return fmts
-
-
 def _log2_axis(ax, low_exponent: int, high_exponent: int, step: int = 2) -> None:
     """A base-2 log x axis from 2**low to 2**high with ticks labelled as powers of two."""
     ax.set_xscale("log", base=2)
@@ -99,7 +89,7 @@ def value_grid(names=("E4M3", "E5M2")):
     -------
     matplotlib.figure.Figure
     """
-    fmts = _formats_of(names)
+    fmts = _formats.get_list(names)
     figure, (grid_axis, gap_axis) = _new_figure(8.0, 5.2, rows=2, sharex=True)
     low = min(int(np.log2(f.min_subnormal)) for f in fmts) - 2
     high = max(int(np.ceil(np.log2(f.max))) for f in fmts) + 1
@@ -169,7 +159,7 @@ def rounding_error(names=("E4M3", "E5M2"), low_exponent: int = -19, high_exponen
     -------
     matplotlib.figure.Figure
     """
-    fmts = _formats_of(names)
+    fmts = _formats.get_list(names)
     low_exponent = _check_int("low_exponent", low_exponent, -1074, 1022)  # float64's range
     high_exponent = _check_int("high_exponent", high_exponent, low_exponent + 1, 1023)
     points = _check_int("points", points, 2)
