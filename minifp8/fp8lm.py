@@ -726,10 +726,7 @@ class FP8AdamW(AdamW):
 
     def step(self) -> None:
         """One AdamW step of every parameter with a gradient (all shapes are checked first: an error updates none)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None and p.grad.shape != p.shape:
-                    raise ValueError(f"FP8AdamW: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
+        self._check_grads()
         for group in self.param_groups:
             lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             for p in group["params"]:
