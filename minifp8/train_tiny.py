@@ -108,7 +108,7 @@ from typing import Callable, NoReturn
 import numpy as np
 
 from . import data as data_module
-from . import fp8, fp8lm
+from . import fp8, fp8lm, scaling
 from .autograd import no_grad
 from .model import FAMILIES, GPT, GPTConfig
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
@@ -331,9 +331,6 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
     return runs
 
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
 def _loss_scale(parser, text: str) -> str:
     if text in ("none", "dynamic"):
         return text
@@ -341,9 +338,10 @@ def _loss_scale(parser, text: str) -> str:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and 0 < value <= _FLOAT32_MAX):
+    largest = float(scaling.FLOAT32_MAX)  # (compared in float64: a float32 comparison would overflow)
+    if not (math.isfinite(value) and 0 < value <= largest):
         parser.error(f"--loss-scale must be none, dynamic or a number > 0 that float32 holds (at most "
-                     f"{_FLOAT32_MAX:.4g}), got {text!r}")
+                     f"{largest:.4g}), got {text!r}")
     return str(int(value)) if value == int(value) and value < 1e15 else repr(value)
 
 
@@ -579,10 +577,11 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt) -
                "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0, "time_s": 0.0,
                "diverged": None, "finished": False}
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
+    identity = _identity(config, run)
     start = 0
     if resume and checkpoint is not None and checkpoint.exists():
-        start, metrics = _load_checkpoint(checkpoint, _identity(config, run), model, model_rng, state, optimizer,
-                                          data_rng, scaler, gradients)
+        start, metrics = _load_checkpoint(checkpoint, identity, model, model_rng, state, optimizer, data_rng, scaler,
+                                          gradients)
         if metrics["finished"] or metrics["diverged"]:
             return metrics
         print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}")
@@ -603,8 +602,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt) -
     def save():
         if checkpoint is not None:
             metrics["time_s"] = time_before + time.perf_counter() - session_start
-            _save_checkpoint(checkpoint, _identity(config, run), step_done, model, model_rng, state, optimizer,
-                             data_rng, scaler, gradients, metrics)
+            _save_checkpoint(checkpoint, identity, step_done, model, model_rng, state, optimizer, data_rng, scaler,
+                             gradients, metrics)
 
     step_done = start
     report = None
