@@ -53,6 +53,8 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from .formats import _check_bool  # the package's one bool check
+
 __all__ = [
     "Tensor", "as_tensor", "default_dtype", "get_default_dtype", "is_grad_enabled", "make_op", "no_grad",
 ]
@@ -169,7 +171,7 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
-        value = bool(value)
+        value = _check_bool(value, "requires_grad")
         if value and self.data.dtype.kind != "f":
             raise TypeError(f"only floating tensors can require grad, this one has dtype {self.data.dtype} "
                             "(integer tensors are token ids/targets)")
@@ -451,7 +453,7 @@ class Tensor:
 
     def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
         """Sum over ``axis`` (None, int or tuple of ints)."""
-        x = self
+        x, keepdims = self, _check_bool(keepdims, "sum: keepdims")
         axes = _normalize_axes(axis, x.ndim)
 
         def backward(g):
@@ -463,7 +465,7 @@ class Tensor:
 
     def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
         """Mean over ``axis`` (None, int or tuple of ints)."""
-        x = self
+        x, keepdims = self, _check_bool(keepdims, "mean: keepdims")
         axes = _normalize_axes(axis, x.ndim)
         count = math.prod(x.data.shape[a] for a in axes)
 

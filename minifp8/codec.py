@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .formats import FloatFormat, get
+from .formats import FloatFormat, _check_bool, get
 
 ROUNDING_MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 _EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64 exactly
@@ -65,7 +65,7 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
     """
     fmt = get(fmt)
     _check_rounding(rounding)
-    _check_saturate(saturate)
+    _check_bool(saturate, "saturate")
     if rounding == "stochastic":
         if random_bits is None or random_bit_count is None:
             raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
@@ -191,7 +191,7 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     """
     fmt = get(fmt)
     _check_rounding(rounding)
-    saturate = _check_saturate(saturate)
+    saturate = _check_bool(saturate, "saturate")
     array = _as_numeric_array(x)
     if rounding == "stochastic":
         bits, count = _check_random_bits(random_bits, random_bit_count, array.shape)
@@ -238,12 +238,6 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
 def _check_rounding(rounding) -> None:
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {rounding!r}; choose one of {', '.join(ROUNDING_MODES)}")
-
-
-def _check_saturate(saturate) -> bool:
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__} {saturate!r}")
-    return bool(saturate)
 
 
 def _as_numeric_array(x, name: str = "x") -> np.ndarray:

@@ -31,6 +31,14 @@ import numpy as np
 NAN_STYLES = ("ieee", "all_ones", "negative_zero", "none")
 
 
+def _check_bool(value, name: str) -> bool:
+    """``bool(value)`` for a Python or NumPy bool, else a TypeError naming ``name``: truthiness would
+    take ``"no"``, ``0.5`` or an array as True without a word. (The package's one bool check.)"""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 @dataclass(frozen=True)
 class FloatFormat:
     """A binary floating-point format given by its spec fields.
@@ -77,9 +85,7 @@ class FloatFormat:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         for name in ("signed", "has_subnormals", "has_infinity"):
-            value = getattr(self, name)
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+            _check_bool(getattr(self, name), name)
         if self.nan_style not in NAN_STYLES:
             raise ValueError(f"nan_style must be one of {NAN_STYLES}, got {self.nan_style!r}")
         if self.exponent_bits < 1 or self.mantissa_bits < 0:
@@ -172,12 +178,13 @@ class FloatFormat:
         magnitude = (1 << (self.bits - int(self.signed))) - 1  # all ones
         if self.nan_style == "ieee":  # quiet NaN: top mantissa bit set, the rest clear
             magnitude = (((1 << self.exponent_bits) - 1) << self.mantissa_bits) | (1 << (self.mantissa_bits - 1))
-        return magnitude | (self.sign_mask if negative else 0)
+        return magnitude | (self.sign_mask if _check_bool(negative, "negative") else 0)
 
     def inf_code(self, negative: bool = False) -> int:
         """The code of +Inf or -Inf (formats with infinities only)."""
         if not self.has_infinity:
             raise ValueError(f"{self.name} has no infinity")
+        negative = _check_bool(negative, "negative")
         return (((1 << self.exponent_bits) - 1) << self.mantissa_bits) | (self.sign_mask if negative else 0)
 
     # ---- the decode table ----------------------------------------------------------------------

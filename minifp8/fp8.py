@@ -350,8 +350,7 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
     if array.dtype == np.float16:
         array = array.astype(np.float32)  # exact
-    if not isinstance(weight, (bool, np.bool_)):
-        raise TypeError(f"fake_quantize: weight must be a bool, got {type(weight).__name__} {weight!r}")
+    weight = formats._check_bool(weight, "fake_quantize: weight")
     if recipe in ("mxfp8", "blockwise"):
         if array.ndim == 0:
             raise ValueError(f"recipe {recipe!r} scales blocks along an axis; got a 0-d array")

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .autograd import Tensor, as_tensor, make_op, matmul
+from .formats import _check_bool
 
 __all__ = [
     "concat", "cross_entropy", "dropout", "embedding", "exp", "gelu", "layer_norm", "linear", "log",
@@ -352,7 +353,7 @@ def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Ten
     if not 0.0 <= _real(p, "dropout", "p") <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     _generator(rng, "dropout")
-    if not training or p == 0.0:
+    if not _check_bool(training, "dropout: training") or p == 0.0:
         return x
     if p == 1.0:
         mask = np.zeros(x.shape, dtype=x.dtype)
@@ -377,6 +378,7 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | N
     q = _floating(q, "scaled_dot_product_attention", "q")
     k = _floating(k, "scaled_dot_product_attention", "k")
     v = _floating(v, "scaled_dot_product_attention", "v")
+    causal = _check_bool(causal, "scaled_dot_product_attention: causal")
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
         raise ValueError(f"scaled_dot_product_attention: q, k, v must be at least 2-D (..., seq, head_dim), "
                          f"got {q.shape}, {k.shape}, {v.shape}")

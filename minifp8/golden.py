@@ -194,6 +194,7 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
         selected = list(formats.CATALOGUE.values())
     else:
         selected = formats.get_list(format_names, "format_names")
+    blocks = formats._check_bool(blocks, "golden.write: blocks")
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)

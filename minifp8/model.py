@@ -48,6 +48,7 @@ from . import nn
 from . import unit as U
 from . import uu
 from .autograd import Tensor
+from .formats import _check_bool
 from .fp8 import track
 
 __all__ = ["FAMILIES", "GPT", "GPTConfig"]
@@ -109,9 +110,7 @@ class GPTConfig:
         if not 0.0 <= F._real(self.dropout, "GPTConfig", "dropout") < 1.0:
             raise ValueError(f"GPTConfig: dropout must be in [0, 1), got {self.dropout!r}")
         object.__setattr__(self, "dropout", float(self.dropout))
-        if not isinstance(self.bias, (bool, np.bool_)):
-            raise TypeError(f"GPTConfig: bias must be a bool, got {self.bias!r}")
-        object.__setattr__(self, "bias", bool(self.bias))
+        object.__setattr__(self, "bias", _check_bool(self.bias, "GPTConfig: bias"))
         for name in ("attention_mult", "mlp_mult"):
             object.__setattr__(self, name, U._positive(getattr(self, name), name, "GPTConfig"))
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import functional as F
 from .autograd import Tensor
+from .formats import _check_bool
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential"]
 
@@ -115,8 +116,9 @@ class Module:
 
     def train(self, mode: bool = True) -> "Module":
         """Set training mode (dropout active) on this module and all sub-modules."""
+        mode = _check_bool(mode, f"{type(self).__name__}.train: mode")
         for module in self.modules():
-            module.training = bool(mode)
+            module.training = mode
         return self
 
     def eval(self) -> "Module":
@@ -184,6 +186,7 @@ class Linear(Module):
         in_features = _check_size(in_features, "in_features", "Linear")
         out_features = _check_size(out_features, "out_features", "Linear")
         _check_generator(rng, "Linear")
+        bias = _check_bool(bias, "Linear: bias")
         self.in_features, self.out_features = in_features, out_features
         if std is None:
             bound = 1.0 / math.sqrt(in_features)
@@ -234,6 +237,8 @@ class LayerNorm(Module):
         self.eps = F._real(eps, "LayerNorm", "eps")
         if not self.eps >= 0:
             raise ValueError(f"LayerNorm: eps must be >= 0, got {eps}")
+        bias = _check_bool(bias, "LayerNorm: bias")
+        elementwise_affine = _check_bool(elementwise_affine, "LayerNorm: elementwise_affine")
         self.weight = Parameter(np.ones(features)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 

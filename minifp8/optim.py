@@ -21,6 +21,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from .autograd import Tensor
+from .formats import _check_bool
 from .functional import _real
 
 __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "zero_grad"]
@@ -207,7 +208,7 @@ class SGD(Optimizer):
             raise ValueError(f"SGD: momentum must be in [0, 1), got {group['momentum']}")
         if not 0.0 <= _real(group["dampening"], "SGD", "dampening") <= 1.0:
             raise ValueError(f"SGD: dampening must be in [0, 1], got {group['dampening']}")
-        if group["nesterov"] and (group["momentum"] == 0.0 or group["dampening"] != 0.0):
+        if _check_bool(group["nesterov"], "SGD: nesterov") and (group["momentum"] == 0.0 or group["dampening"] != 0.0):
             raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
 
     def _state_template(self, p: Tensor) -> dict:
@@ -325,6 +326,7 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float, error_if_nonfinite
     """
     if not max_norm > 0:
         raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm}")
+    error_if_nonfinite = _check_bool(error_if_nonfinite, "clip_grad_norm: error_if_nonfinite")
     grads = [p.grad for p in params if p.grad is not None]
     total = math.sqrt(sum(float(np.dot(flat, flat)) for flat in (g.reshape(-1).astype(np.float64) for g in grads)))
     if not math.isfinite(total):

@@ -104,6 +104,7 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     ``amax`` is a number or an array of them, each >= 0 (or NaN); a negative amax is a ValueError.
     """
     fmt = _format(fmt)
+    power_of_2 = formats._check_bool(power_of_2, "power_of_2")
     if not isinstance(amax, np.float32):  # (a cast's own float32 amax, on every cast: checked already)
         amax = _as_float32(amax, "amax")
     if amax.ndim == 0:  # one tensor's amax, as the per-tensor recipes ask on every cast: in Python floats
@@ -325,6 +326,7 @@ class DelayedScaling:
         Pass ``update=False`` to cast several tensors in one step (the recorded amax is their
         running max) and call `update` once at the end of the step.
         """
+        update = formats._check_bool(update, "DelayedScaling.quantize: update")
         array = _as_float32(x)
         amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
         codes = quantize_with_scale(array, self.scale, self.fmt)  # first: a cast that raises records nothing

@@ -112,6 +112,7 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
         Raises ``AssertionError`` naming the input and its worst element on failure
         (unless ``raise_on_failure=False``).
     """
+    raise_on_failure = formats._check_bool(raise_on_failure, "gradcheck: raise_on_failure")
     if names is not None and len(names) != len(inputs):
         raise ValueError(f"gradcheck: {len(names)} names for {len(inputs)} inputs")
     names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]

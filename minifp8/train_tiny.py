@@ -110,6 +110,7 @@ import numpy as np
 from . import data as data_module
 from . import fp8, fp8lm, scaling
 from .autograd import no_grad
+from .formats import _check_bool
 from .model import FAMILIES, GPT, GPTConfig
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
@@ -564,6 +565,7 @@ def train(run: Run, config: TrainConfig, dataset, *, out: Path | None = None, re
     way ends: `_DeferredInterrupt`). Overflow is detected explicitly (the loss and every gradient are
     checked), so NumPy's floating-point warnings, which would only repeat it, are silenced.
     """
+    resume = _check_bool(resume, "train: resume")
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"), _DeferredInterrupt() as interrupt:
         return _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt)
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from . import functional as F
 from .autograd import Tensor, as_tensor, make_op
+from .formats import _check_bool
 
 __all__ = [
     "CONSTRAINTS", "cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "linear", "linear_readout",
@@ -308,6 +309,7 @@ def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Ten
     x = _floating(x, "dropout")
     if not 0.0 <= F._real(p, "dropout", "p") <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    _check_bool(training, "dropout: training")
     scale = math.sqrt(1.0 - p)
     return scale_fwd(F.dropout(scale_bwd(x, scale), p, rng, training=training), scale)
 
@@ -367,6 +369,7 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mult: float = 1.
     op = "scaled_dot_product_attention"
     q, k, v = (_floating(t, op, name) for t, name in ((q, "q"), (k, "k"), (v, "v")))
     mult = _positive(mult, "mult", op)
+    causal = _check_bool(causal, f"{op}: causal")
     if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
         raise ValueError(f"{op}: q, k, v must have the same number (>= 2) of axes (..., seq, d_head), "
                          f"got shapes q {q.shape}, k {k.shape}, v {v.shape}")

@@ -28,6 +28,7 @@ import numpy as np
 from . import functional as F
 from . import unit as U
 from .autograd import Tensor
+from .formats import _check_bool
 from .fp8 import track
 from .nn import Module, Parameter, _check_generator, _check_size
 
@@ -94,6 +95,7 @@ class Linear(Module):
         self.out_features = _check_size(out_features, "out_features", type(self).__name__)
         _check_generator(rng, type(self).__name__)
         self.constraint = _check_constraint(constraint, type(self).__name__)
+        bias = _check_bool(bias, f"{type(self).__name__}: bias")
         self.weight = Parameter(rng.standard_normal((self.out_features, self.in_features)))
         self.bias = Parameter(np.zeros(self.out_features)) if bias else None
         self.gemm = F.linear
@@ -145,6 +147,8 @@ class LayerNorm(Module):
         if not F._real(eps, "LayerNorm", "eps") >= 0:
             raise ValueError(f"LayerNorm: eps must be >= 0, got {eps}")
         self.eps = float(eps)
+        bias = _check_bool(bias, "LayerNorm: bias")
+        elementwise_affine = _check_bool(elementwise_affine, "LayerNorm: elementwise_affine")
         self.weight = Parameter(np.ones(features)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
@@ -173,7 +177,7 @@ class MHSA(Module):
         if not 0.0 <= F._real(dropout, "MHSA", "dropout") < 1.0:
             raise ValueError(f"MHSA: dropout must be in [0, 1), got {dropout}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
-        self.causal = bool(causal)
+        self.causal = _check_bool(causal, "MHSA: causal")
         self.mult = U._positive(mult, "mult", "MHSA")
         self.dropout = float(dropout)
         self.rng = _check_generator(rng, "MHSA")

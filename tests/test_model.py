@@ -184,7 +184,7 @@ def test_config_from_numpy_numbers_is_plain_python_for_json():
     ({"attention_mult": float("inf")}, ValueError, "attention_mult must be a finite number > 0, got inf"),
     ({"mlp_mult": "2"}, TypeError, "mlp_mult must be a real number, got str"),
     ({"dropout": "0.1"}, TypeError, "dropout must be a real number, got str"),
-    ({"bias": "no"}, TypeError, "bias must be a bool, got 'no'"),
+    ({"bias": "no"}, TypeError, "bias must be a bool, got str 'no'"),
 ])
 def test_config_rejects_wrongly_typed_or_infinite_values(overrides, error, message):
     with pytest.raises(error, match=message):
