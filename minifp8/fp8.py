@@ -222,9 +222,11 @@ class FP8State:
         return result
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything needed to resume bit-exactly: the recipe, the step count and, for ``delayed``,
-        every history and scale (keys ``"<point>.<role>.amax_history"``, ``.scale``, ``.scale_inv``)."""
+        """Everything needed to resume bit-exactly: the recipe, its options (keys ``"options.<name>"``),
+        the step count and, for ``delayed``, every history and scale (keys
+        ``"<point>.<role>.amax_history"``, ``.scale``, ``.scale_inv``)."""
         state = {"recipe": np.array(self.recipe), "steps": np.array(self.steps, np.int64)}
+        state.update({f"options.{name}": np.array(value) for name, value in self.options.items()})
         for point in self.points.values():
             for role, scaler in point.scalers.items():
                 prefix = f"{point.name}.{role}."
@@ -243,8 +245,10 @@ class FP8State:
         KeyError
             Missing or unexpected keys (another model, or another recipe's keys).
         ValueError
-            Another recipe, an entry of another shape (another ``history_len``), a negative amax,
-            a scale that is not finite and > 0, or ``steps`` not an integer >= 0.
+            Another recipe, or the same one with other options (another ``margin``, say: the scales
+            would differ from the saved run's), an entry of another shape (another
+            ``history_len``), a negative amax, a scale that is not finite and > 0, or ``steps`` not
+            an integer >= 0.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"FP8State.load_state_dict: state must be a mapping (what state_dict returns), "
@@ -257,12 +261,18 @@ class FP8State:
         if str(np.asarray(state["recipe"])) != self.recipe:
             raise ValueError(f"FP8State.load_state_dict: the state is for recipe {str(np.asarray(state['recipe']))!r}, "
                              f"this model uses {self.recipe!r}")
+        for name, value in self.options.items():
+            saved = np.asarray(state[f"options.{name}"])
+            if saved.shape != () or saved.dtype.kind != np.asarray(value).dtype.kind or saved.item() != value:
+                shown = saved.item() if saved.shape == () else saved
+                raise ValueError(f"FP8State.load_state_dict: the state is for {self.recipe} with {name}={shown!r}, "
+                                 f"this model uses {name}={value!r}")
         steps = np.asarray(state["steps"])
         if steps.shape != () or steps.dtype.kind not in "iu" or steps < 0:
             raise ValueError(f"FP8State.load_state_dict: steps must be an integer >= 0, got {state['steps']!r}")
         arrays = {}
         for key, current in expected.items():
-            if key in ("recipe", "steps"):
+            if key in ("recipe", "steps") or key.startswith("options."):
                 continue
             array = np.asarray(state[key])
             if array.dtype.kind != "f":

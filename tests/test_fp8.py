@@ -1141,6 +1141,10 @@ def test_fp8_state_load_state_dict_checks_everything_before_loading_anything():
             (prefix + "scale", np.array([1.0, 2.0], np.float32), ValueError, r"scale has shape \(2,\), expected \(\)"),
             (prefix + "scale", np.float32(np.nan), ValueError, "scale must be finite and > 0, got nan"),
             (prefix + "scale_inv", np.float32(-1.0), ValueError, "scale_inv must be finite and > 0, got -1.0"),
+            ("options.margin", np.array(1), ValueError, "the state is for delayed with margin=1, this model uses margin=0"),
+            ("options.amax_compute_algo", np.array("most_recent"), ValueError, "amax_compute_algo='most_recent'"),
+            ("options.saturate_gradients", np.array(0), ValueError, "saturate_gradients=0, this model uses .*=False"),
+            ("options.history_len", np.array([3]), ValueError, r"history_len=array\(\[3\]\)"),
             ("steps", np.array(2.7), ValueError, "steps must be an integer >= 0"),
             ("steps", np.array(-1), ValueError, "steps must be an integer >= 0"),
             ("steps", np.array([1, 2]), ValueError, "steps must be an integer >= 0")]:

@@ -205,6 +205,28 @@ def test_resume_is_bit_exact(tmp_path, capsys):
     assert expected["unit + loss scale dynamic"]["skipped_steps"] > 0
 
 
+def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, capsys):
+    """Checkpoints written before the run's identity (meta) and the FP8 options (fp8.options.*)
+    were saved: both are taken from the config, and the run continues as one run would."""
+    flags = [*TINY, "--recipe", "delayed"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert run_main(capsys, *flags, "--out", str(whole))[0] == 0
+    assert run_main(capsys, *flags, "--out", str(parts), "--stop-after", "7")[0] == 130
+    checkpoint = parts / "checkpoints" / "delayed.npz"
+    with np.load(checkpoint) as archive:
+        arrays = {key: archive[key] for key in archive.files if not key.startswith("fp8.options.")}
+    assert len(arrays) < len(np.load(checkpoint).files)  # (this version writes options)
+    meta = json.loads(str(arrays["meta"]))
+    del meta["identity"]
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(checkpoint, **arrays)
+    status, out, _ = run_main(capsys, "--resume", str(parts))
+    assert status == 0 and "resumed at step 7/20" in out
+    expected, actual = metrics(whole)["runs"]["delayed"], metrics(parts)["runs"]["delayed"]
+    for key in ("train_loss", "val", "cast_stats", "final"):
+        assert actual[key] == expected[key], key
+
+
 def test_resume_rejects_other_flags_and_bad_directories(tmp_path, capsys):
     status, _, err = run_main(capsys, "--resume", str(tmp_path), "--steps", "5")
     assert status == 2 and "--steps" in err and err.count("\n") == 1
