@@ -15,9 +15,13 @@ arrays instead of scalars:
   ``t.retain_grad()`` to keep it on an intermediate result too. The graph lives as long as its
   output, so ``backward`` may be called again on it.
 * Inside ``with no_grad():`` ops compute values only and record nothing.
-* Ops save references to their inputs' arrays, not copies. Changing ``.data`` in place between the
-  forward pass and ``backward`` (``t.data[:] = ...``, an optimizer step) gives silently wrong
-  gradients: there is no version counter to catch it as torch has. Run the forward pass again.
+* Ops save references to their inputs' arrays, not copies, so changing ``.data`` in place between
+  the forward pass and ``backward`` would give wrong gradients. As in torch, every tensor has a
+  version counter that in-place updates bump, and each op records its inputs' versions:
+  ``backward`` refuses a graph whose inputs changed since (before it touches any ``.grad``). The
+  optimizers bump the parameters they update (an optimizer step between the forward pass and
+  ``backward`` is the usual slip), and so does assigning ``t.data = ...``; NumPy cannot see other
+  writes, so code that writes into ``t.data[...]`` itself calls ``t.bump_version()``.
 
 Data types. A Tensor holds float32 data (floating input is converted: float16/float64 to float32)
 or integer data (token ids, targets: never differentiable). bool, complex and object data raise
@@ -137,16 +141,19 @@ class Tensor:
         Whether ``backward`` should compute a gradient for this tensor.
     """
 
-    __slots__ = ("data", "grad", "_requires_grad", "_parents", "_backward", "_op", "_retain_grad", "__weakref__")
+    __slots__ = ("_data", "grad", "_requires_grad", "_parents", "_backward", "_op", "_retain_grad", "_version",
+                 "_saved_versions", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
     def __init__(self, data, requires_grad: bool = False):
-        self.data = _to_array(data)
+        self._data = _to_array(data)
         self.grad: np.ndarray | None = None
         self._parents: tuple[Tensor, ...] = ()
         self._backward: Callable | None = None
         self._op = ""
         self._retain_grad = False
+        self._version = 0
+        self._saved_versions: tuple[int, ...] = ()
         self._requires_grad = False
         self.requires_grad = requires_grad
 
@@ -154,12 +161,14 @@ class Tensor:
     def _result(cls, data: np.ndarray, parents: tuple, backward: Callable | None, op: str) -> "Tensor":
         """An op's output, bypassing the input checks of ``__init__`` (data is already an array)."""
         out = cls.__new__(cls)
-        out.data = data
+        out._data = data
         out.grad = None
         out._parents = parents
         out._backward = backward
         out._op = op
         out._retain_grad = False
+        out._version = 0
+        out._saved_versions = tuple(parent._version for parent in parents)
         out._requires_grad = backward is not None
         return out
 
@@ -231,6 +240,22 @@ class Tensor:
         """A new leaf sharing this tensor's data, outside any graph."""
         return Tensor._result(self.data, (), None, "")
 
+    @property
+    def data(self) -> np.ndarray:
+        """The array (float32, float64 or integer). Assigning a new one bumps the version."""
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._data = value
+        self._version += 1
+
+    def bump_version(self) -> None:
+        """Record that ``.data`` was written in place (``t.data[...] = ...``, ``np.copyto``): graphs
+        built from the old values refuse ``backward`` (module docstring). Assigning ``t.data`` bumps
+        the version by itself, and every optimizer step bumps the parameters it updates."""
+        self._version += 1
+
     def retain_grad(self) -> "Tensor":
         """Keep ``.grad`` on this intermediate tensor during ``backward`` (leaves always keep it)."""
         if not self._requires_grad:
@@ -266,6 +291,7 @@ class Tensor:
             grad = grad.astype(self.data.dtype, copy=False)
 
         order = self._topological_order()
+        _check_versions(order)
         grads: dict[int, np.ndarray] = {id(self): grad}
         # Arrays the engine allocated itself (keys in `owned`) are referenced nowhere else, so it may
         # add into them in place; any other gradient may be shared (add hands one array to both
@@ -509,6 +535,16 @@ class Tensor:
 
 
 # ---- making ops --------------------------------------------------------------------------------
+
+def _check_versions(order: list[Tensor]) -> None:
+    """RuntimeError if an op's input was changed in place after the op saved it (`Tensor.bump_version`)."""
+    for node in order:
+        for parent, version in zip(node._parents, node._saved_versions):
+            if parent._version != version:
+                raise RuntimeError(
+                    f"backward: an input of op {node._op!r} (shape {parent.shape}) was changed in place after the "
+                    f"forward pass (version {version}, now {parent._version}): run the forward pass again")
+
 
 def make_op(data, parents: Sequence[Tensor], backward: Callable, name: str = "op") -> Tensor:
     """The output Tensor of a differentiable op, recording ``parents`` and ``backward``.

@@ -748,6 +748,7 @@ class FP8AdamW(AdamW):
                 if master:
                     state["master"], state["master_scale"] = store_scaled(weights, "float16")
                     np.copyto(p.data, load_scaled(state["master"], state["master_scale"], "float16"))
+                p.bump_version()
 
     def _init_state(self, p: Tensor, state: dict) -> None:
         zeros = np.zeros(p.shape, np.float32)

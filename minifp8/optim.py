@@ -1,6 +1,7 @@
 """Optimizers (SGD, AdamW), gradient-norm clipping and a warmup + cosine learning-rate schedule.
 
-Optimizers update ``p.data`` in place from ``p.grad``, skipping parameters whose grad is None; a
+Optimizers update ``p.data`` in place from ``p.grad``, skipping parameters whose grad is None, and
+bump each updated parameter's version (so a graph built before the step refuses ``backward``); a
 grad not shaped like its parameter raises before any update. Parameters must be leaf tensors.
 Like torch, ``params`` is a list of tensors or a list of *parameter groups*, dicts with a
 ``"params"`` list and any hyperparameter to override for that group (for example
@@ -233,7 +234,7 @@ class SGD(Optimizer):
                         buffer += (1.0 - dampening) * g
                     buffer = state["momentum_buffer"]
                     g = g + momentum * buffer if nesterov else buffer
-                p.data -= lr * g
+                p.data -= lr * g  # (sets p.data: bumps its version, as bump_version does)
 
 
 class AdamW(Optimizer):
@@ -293,6 +294,7 @@ class AdamW(Optimizer):
                 state["step"] += 1
                 adamw_update(p.data, g, state["exp_avg"], state["exp_avg_sq"], state["step"], lr, beta1, beta2, eps,
                              weight_decay)
+                p.bump_version()
 
 
 def adamw_update(weights: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int, lr: float, beta1: float,

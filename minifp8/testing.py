@@ -124,7 +124,7 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
     if not checked:
         raise ValueError("gradcheck: no input is a Tensor that requires grad")
     floating = list({id(x): x for x in inputs if isinstance(x, Tensor) and x.dtype.kind == "f"}.values())
-    saved = [(x, x.data, x.grad) for x in floating]
+    saved = [(x, x.data, x.grad, x._version) for x in floating]
     report = GradcheckReport(eps=eps, atol=atol, rtol=rtol, float32_atol=float32_atol, float32_rtol=float32_rtol)
     try:
         # float32: the engine as used in training
@@ -158,8 +158,8 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
         for (name, x), g32, g64, numeric in zip(checked, grads32, grads64, numerics):
             report.inputs.append(_compare(name, x.shape, g32, g64, numeric, report))
     finally:
-        for x, data, grad in saved:
-            x.data, x.grad = data, grad
+        for x, data, grad, version in saved:  # the same arrays, unwritten: graphs built before stay valid
+            x.data, x.grad, x._version = data, grad, version
     if raise_on_failure and not report.passed:
         failed = ", ".join(entry.name for entry in report.inputs if not entry.passed)
         raise AssertionError(f"gradcheck failed for {failed}\n{report}")

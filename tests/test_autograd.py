@@ -485,3 +485,44 @@ def test_gradcheck_rejects_promotion_and_bad_arguments():
     with pytest.raises(TypeError, match="must return a Tensor"):
         gradcheck(lambda t: t.data, x)
     assert x.dtype == np.float32 and x.grad is None
+
+
+# ---- in-place changes after the forward pass: version counters ------------------------------------
+def test_backward_refuses_a_graph_whose_input_was_changed_in_place():
+    """The product's backward would multiply by the *new* w (its saved array): a wrong gradient.
+    After bump_version, backward raises before any .grad changes; a new forward pass works."""
+    w = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    x = Tensor(np.array([4.0, 5.0, 6.0]), requires_grad=True)
+    loss = (w * x).sum()
+    w.data[...] += 10.0  # a write NumPy makes in place: the writer says so
+    w.bump_version()
+    with pytest.raises(RuntimeError, match=r"an input of op 'mul' \(shape \(3,\)\) was changed in place after the "
+                                           r"forward pass \(version 0, now 1\): run the forward pass again"):
+        loss.backward()
+    assert w.grad is None and x.grad is None  # checked before anything was accumulated
+    (w * x).sum().backward()
+    np.testing.assert_array_equal(x.grad, [11.0, 12.0, 13.0])
+
+
+@pytest.mark.parametrize("change", ["assign", "augmented"])
+def test_assigning_data_bumps_the_version(change):
+    """The product's backward reads ``w.data`` when it runs, so a new array (``w.data = ...``) or an
+    augmented assignment (``w.data += ...``, which sets ``data`` too) would change x's gradient."""
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    x = Tensor(np.array([3.0, 4.0]), requires_grad=True)
+    loss = (w * x).sum()
+    if change == "assign":
+        w.data = np.array([100.0, 200.0], np.float32)
+    else:
+        w.data += 1.0
+    with pytest.raises(RuntimeError, match=r"version 0, now 1"):
+        loss.backward()
+    assert x.grad is None
+
+
+def test_an_unchanged_graph_can_still_be_walked_twice():
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    loss = (w * w).sum()
+    loss.backward()
+    loss.backward()
+    np.testing.assert_array_equal(w.grad, [4.0, 8.0])

@@ -762,3 +762,13 @@ def test_memory_table_functions_reject_wrong_types():
     with pytest.raises(TypeError, match="MemoryRow"):
         fp8lm.format_memory_table(["FP32 AdamW"])
     assert fp8lm.format_memory_table(iter(rows)) == fp8lm.format_memory_table(rows)
+
+
+@pytest.mark.parametrize("master_weights", ["float32", "float16"])
+def test_fp8_adamw_steps_bump_the_parameters_versions(master_weights):
+    p = nn.Parameter(np.ones(4, np.float32))
+    loss = (p * p).sum()
+    p.grad = np.ones(4, np.float32)
+    fp8lm.FP8AdamW([p], lr=1e-2, master_weights=master_weights).step()
+    with pytest.raises(RuntimeError, match="changed in place after the forward pass"):
+        loss.backward()

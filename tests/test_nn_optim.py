@@ -577,3 +577,25 @@ def test_module_level_zero_grad():
     p.grad = np.ones(1, dtype=np.float32)
     optim.zero_grad([p])
     assert p.grad is None
+
+
+@pytest.mark.parametrize("make", [lambda params: optim.SGD(params, lr=0.1, momentum=0.9),
+                                  lambda params: optim.AdamW(params, lr=0.1)], ids=["SGD", "AdamW"])
+def test_an_optimizer_step_between_forward_and_backward_is_refused(make):
+    """The usual slip: stepping before the backward of the graph that saw the old weights. The
+    step updates the weight in place, so that backward would be wrong; it raises instead."""
+    rng = np.random.default_rng(0)
+    layer = nn.Linear(3, 2, rng=rng)
+    optimizer = make(layer.parameters())
+    x = Tensor(rng.standard_normal((4, 3)))
+    layer(x).sum().backward()
+    loss = layer(x).sum()  # built from the weights before the step below
+    optimizer.step()
+    grads = [p.grad.copy() for p in layer.parameters()]
+    with pytest.raises(RuntimeError, match="was changed in place after the forward pass"):
+        loss.backward()
+    for p, before in zip(layer.parameters(), grads):
+        np.testing.assert_array_equal(p.grad, before)
+    optimizer.zero_grad()
+    layer(x).sum().backward()  # a new forward pass sees the new weights
+    assert all(p.grad is not None for p in layer.parameters())
