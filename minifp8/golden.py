@@ -62,9 +62,11 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):
             member = io.BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            # (np.require, not ascontiguousarray, which makes a 0-d array 1-d: the manifest's shapes hold)
+            np.lib.format.write_array(member, np.require(arrays[name], requirements="C"), allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
+            info.create_system = 3  # (Unix; ZipInfo takes it from sys.platform: the bytes would vary by OS)
             archive.writestr(info, member.getvalue())
     data = buffer.getvalue()
     path.write_bytes(data)
@@ -255,10 +257,10 @@ def main(argv=None) -> int:
                 formats.get(name)
             except ValueError as error:
                 parser.error(str(error))
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"{parser.prog}: error: --out {args.out} is a file, not a folder", file=sys.stderr)
-        return 1
     try:
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            print(f"{parser.prog}: error: --out {args.out} is a file, not a folder", file=sys.stderr)
+            return 1
         manifest = write(args.out, names, blocks=not args.no_blocks)
     except OSError as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)

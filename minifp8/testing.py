@@ -11,6 +11,7 @@ the check fails. Sections:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -22,7 +23,8 @@ from . import codec, formats
 # gradcheck: analytic gradients of the autograd engine against float64 central differences
 # ================================================================================================
 
-from .autograd import Tensor, default_dtype, no_grad  # noqa: E402  (this section's own import)
+from .autograd import Tensor, default_dtype, no_grad  # noqa: E402  (this section's own imports)
+from .functional import _real  # noqa: E402
 
 
 @dataclass
@@ -113,6 +115,11 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
         (unless ``raise_on_failure=False``).
     """
     raise_on_failure = formats._check_bool(raise_on_failure, "gradcheck: raise_on_failure")
+    for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol), ("float32_atol", float32_atol),
+                        ("float32_rtol", float32_rtol)):
+        if not math.isfinite(_real(value, "gradcheck", name)) or value < 0 or (name == "eps" and value == 0):
+            raise ValueError(f"gradcheck: {name} must be a finite number {'> 0' if name == 'eps' else '>= 0'}, "
+                             f"got {value!r}")
     if names is not None and len(names) != len(inputs):
         raise ValueError(f"gradcheck: {len(names)} names for {len(inputs)} inputs")
     names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
@@ -210,7 +217,10 @@ def _central_differences(fn, inputs, x: Tensor, weights64, eps: float) -> np.nda
 
 
 def _compare(name, shape, g32, g64, numeric, report: GradcheckReport) -> GradcheckInput:
-    ratio64 = np.abs(g64 - numeric) / (report.atol + report.rtol * np.abs(numeric))
+    difference64 = np.abs(g64 - numeric)
+    with np.errstate(invalid="ignore"):  # (a NaN difference stays NaN: the worst, `_worst`)
+        ratio64 = np.where(difference64 == 0, 0.0, difference64 / np.maximum(
+            report.atol + report.rtol * np.abs(numeric), np.finfo(np.float64).tiny))
     g32_as64 = g32.astype(np.float64)
     scale = float(np.abs(g64).max()) if g64.size else 0.0
     tolerance32 = report.float32_atol * scale + report.float32_rtol * np.abs(g64)
@@ -248,7 +258,8 @@ NEAR_TIE_WINDOW = 2.0**-8  # a "near-tie" input lies within 1/256 of a quantum f
 class Mismatch:
     """One element where a backend's code differs from the oracle's.
 
-    ``distance`` counts representable values between the two codes (None when either is NaN).
+    ``distance`` is how many steps apart the two codes lie on the number line: 1 for neighbours
+    (None when either is NaN).
     """
 
     index: tuple
@@ -314,8 +325,10 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     fmt : FloatFormat or str
     nan : {"exact", "class"}
         ``"class"`` counts any NaN code as equal to any other NaN code (libraries differ in payloads).
+        Decoded values carry no payload: each NaN among them becomes the format's NaN code with its
+        sign, so with values ``"exact"`` compares the signs of NaNs only (pass codes for payloads).
     max_rows : int
-        How many mismatches to keep for the printed table.
+        How many mismatches to keep for the printed table (an int >= 0).
     **encode_options
         ``rounding``, ``saturate``, ``random_bits``, ``random_bit_count`` as for `minifp8.encode`.
 
@@ -334,6 +347,7 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     fmt = formats.get(fmt)
     if nan not in ("exact", "class"):
         raise ValueError(f"nan must be 'exact' or 'class', got {nan!r}")
+    _check_max_rows(max_rows)
     x = np.asarray(x)
     if x.dtype.kind != "f":
         raise TypeError(f"x must be a float16/32/64 array of the inputs, got dtype {x.dtype}")
@@ -370,6 +384,19 @@ def assert_codes_equal(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20
         raise AssertionError(str(report))
 
 
+def _format_named(name: str):
+    """The format a dtype's name spells (ml_dtypes: ``float8_e4m3fn``, ...), or None."""
+    try:
+        return formats.get(name)
+    except ValueError:
+        return None
+
+
+def _check_max_rows(max_rows) -> None:
+    if isinstance(max_rows, (bool, np.bool_)) or not isinstance(max_rows, (int, np.integer)) or max_rows < 0:
+        raise TypeError(f"max_rows must be an int >= 0 (mismatches to keep for the table), got {max_rows!r}")
+
+
 def _codes_of(actual, fmt, shape) -> np.ndarray:
     """A backend's result as uint8 codes: codes as given, 1-byte dtypes by view, floats by value."""
     array = np.asarray(actual)
@@ -378,6 +405,8 @@ def _codes_of(actual, fmt, shape) -> np.ndarray:
     if array.dtype == np.uint8:
         codes = array
     elif array.dtype.kind == "f" and array.dtype.itemsize in (2, 4, 8):
+        if not fmt.has_nan and np.isnan(array).any():
+            raise ValueError(f"actual holds NaN, which is not a {fmt.name} value ({fmt.name} has no NaN)")
         codes = codec.encode(array, fmt)
         values = fmt.values()[codes]
         representable = (values == array) | (np.isnan(values) & np.isnan(array))
@@ -386,6 +415,10 @@ def _codes_of(actual, fmt, shape) -> np.ndarray:
             raise ValueError(f"actual holds {bad!r}, which is not a {fmt.name} value: pass codes, or values "
                              f"that the backend decoded from {fmt.name}")
     elif array.dtype.itemsize == 1 and array.dtype.kind not in "bO":
+        named = _format_named(array.dtype.name)  # an ml_dtypes float8/6/4 dtype names its format
+        if named is not None and named != fmt:
+            raise TypeError(f"actual has dtype {array.dtype.name}, which holds {named.name} codes, "
+                            f"but the comparison is for {fmt.name}")
         codes = np.ascontiguousarray(array).view(np.uint8)
     else:
         raise TypeError(f"actual must be uint8 codes, a 1-byte float8 dtype or float values, got dtype {array.dtype}")
@@ -420,7 +453,8 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
     picked_other_neighbour = np.abs(_ordinals(expected, fmt) - _ordinals(actual, fmt)) == 1
     rules = [  # first match wins
         # Non-finite input, or a finite input the oracle maps to NaN by definition (E8M0's 0 and x < 0).
-        ("NaN/Inf", ~np.isfinite(x) | (np.isnan(table[expected]) & (magnitude < fmt.max))),
+        ("NaN/Inf", ~np.isfinite(x) | (np.isnan(table[expected]) & ((magnitude < fmt.max) |
+                                                                     ((x < 0) & (not fmt.signed))))),
         ("overflow", (magnitude >= fmt.max) | ~np.isfinite(table[expected]) | ~np.isfinite(table[actual])),
         ("sign-of-zero", (table[expected] == 0) & (table[actual] == 0)),
         ("subnormal", (magnitude < fmt.min_normal) & (table[actual] == 0)),  # flushed to zero
@@ -445,13 +479,18 @@ def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
         ``structured``: every upper-16-bit pattern times lower halves that hit ties and their
         neighbours (524,288 values). ``exhaustive``: all 2^32 float32 bit patterns, in batches of
         ``batch_size``. ``edge``: every value of ``fmt``, every midpoint between neighbours, each
-        +- one float32 ulp, the overflow threshold, zeros, NaN and +-Inf.
+        +- one float32 ulp, the overflow threshold, both zeros, NaN and +-Inf.
+
+    The structured and exhaustive sweeps hold NaN, which formats without a NaN (E2M1, E2M3, E3M2)
+    cannot encode: drop it first (``x[~np.isnan(x)]``) for those; the edge sweep leaves it out.
     """
     if kind == "structured":
         upper = np.arange(1 << 16, dtype=np.uint32) << 16
         low = np.array(STRUCTURED_LOW_HALVES, dtype=np.uint32)
         yield (upper[:, None] | low[None, :]).reshape(-1).view(np.float32)
     elif kind == "exhaustive":
+        if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
+            raise TypeError(f"batch_size must be an int (a power of two), got {batch_size!r}")
         if batch_size < 1 or (1 << 32) % batch_size:
             raise ValueError(f"batch_size must be a positive power of two <= 2**32, got {batch_size}")
         for start in range(0, 1 << 32, batch_size):
@@ -468,7 +507,8 @@ STRUCTURED_LOW_HALVES = (0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000,
 
 
 def edge_cases(fmt) -> np.ndarray:
-    """Float32 inputs on and around every boundary of ``fmt`` (sorted, both signs, no duplicates)."""
+    """Float32 inputs on and around every boundary of ``fmt``: the finite ones sorted, each with both
+    signs (-0.0 and +0.0 too) and no duplicates, then +Inf, -Inf and (where ``fmt`` has one) NaN."""
     fmt = formats.get(fmt)
     table = fmt.values()
     grid = np.unique(np.abs(table[np.isfinite(table)]))
@@ -480,9 +520,10 @@ def edge_cases(fmt) -> np.ndarray:
         around = np.concatenate([points, np.nextafter(points, np.float32(np.inf)),
                                  np.nextafter(points, np.float32(0))])
     around = around[np.isfinite(around)]
-    values = np.unique(np.concatenate([around, -around]))
+    values = np.unique(np.concatenate([around, -around]))  # (keeps one of -0.0 and +0.0: they compare equal)
+    zeros = np.array([-0.0, 0.0], np.float32)  # both: a backend may lose the sign, or write FNUZ's NaN for -0.0
     specials = [np.inf, -np.inf] + ([np.nan] if fmt.has_nan else [])
-    return np.concatenate([values, np.array(specials, np.float32)])
+    return np.concatenate([values[values < 0], zeros, values[values > 0], np.array(specials, np.float32)])
 
 
 # ---- block formats (MX, NVFP4) -----------------------------------------------------------------
@@ -555,6 +596,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     """
     from . import mx
 
+    _check_max_rows(max_rows)
     x = np.asarray(x)
     if x.dtype.kind != "f":
         raise TypeError(f"x must be a float16/32/64 array of the inputs, got dtype {x.dtype}")

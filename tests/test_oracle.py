@@ -393,3 +393,93 @@ def test_golden_cli_help_says_which_shapes_the_manifest_lists(tmp_path, capsys):
     for entry in manifest["entries"]:
         expected = [name for role, name in entry["arrays"].items() if role == "input" or role.startswith("expected")]
         assert set(expected) <= set(entry["shapes"]), entry["file"]
+
+
+# ---- found in a review of the oracle: each test failed before its fix ---------------------------------
+@pytest.mark.parametrize("name", list(formats.CATALOGUE))
+def test_edge_cases_hold_both_signed_zeros(name):
+    """np.unique keeps one of -0.0 and +0.0; a backend that drops the sign of zero (or writes FNUZ's
+    NaN code for -0.0) must fail the edge sweep as it fails the structured one."""
+    edge = testing.edge_cases(name)
+    zeros = edge[edge == 0].view(np.uint32)
+    assert sorted(zeros.tolist()) == [0, 0x8000_0000]
+    finite = edge[np.isfinite(edge)]
+    assert np.all(np.diff(finite) >= 0) and len(np.unique(finite.view(np.uint32))) == finite.size
+
+
+def test_the_edge_sweep_catches_a_backend_that_loses_the_sign_of_zero():
+    x = next(testing.sweep("E4M3", kind="edge"))
+    backend = codec.encode(np.where(x == 0, np.float32(0), x), "E4M3")
+    report = testing.compare(backend, x, "E4M3")
+    assert report.count == 1 and report.by_class["sign-of-zero"] == 1
+
+
+def test_golden_manifest_shapes_are_the_files_shapes(golden_dir):
+    """Including the 0-d arrays of the NVFP4 entry (global_amax, encode_scale)."""
+    manifest = json.loads((golden_dir / "manifest.json").read_text())
+    zero_d = 0
+    for entry in manifest["entries"]:
+        with np.load(golden_dir / entry["file"], allow_pickle=False) as archive:
+            for name, shape in entry["shapes"].items():
+                assert list(archive[name].shape) == shape, (entry["file"], name)
+                zero_d += shape == []
+    assert zero_d >= 2
+
+
+def test_golden_files_do_not_depend_on_the_operating_system(tmp_path, monkeypatch):
+    arrays = {"x": np.arange(4, dtype=np.float32), "amax": np.float32(3)}
+    here = golden.write_npz(tmp_path / "here.npz", arrays)
+    monkeypatch.setattr("sys.platform", "win32")  # zipfile.ZipInfo reads it for create_system
+    assert golden.write_npz(tmp_path / "windows.npz", arrays) == here
+
+
+def test_golden_cli_reports_an_unusable_out_path_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert golden.main(["--out", "a" * 300, "--no-blocks", "--formats", "E4M3"]) == 1
+    err = capsys.readouterr().err
+    assert "File name too long" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_compare_rejects_a_float8_dtype_of_another_format():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.array([1.0, 2.5, -3.0], np.float32)
+    with pytest.raises(TypeError, match="actual has dtype float8_e5m2, which holds E5M2 codes, but the "
+                                        "comparison is for E4M3"):
+        testing.compare(x.astype(ml_dtypes.float8_e5m2), x, "E4M3")
+    with pytest.raises(TypeError, match="holds E4M3 codes, but the comparison is for E4M3FNUZ"):
+        testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, "E4M3FNUZ")
+    assert testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, "float8_e4m3fn").ok  # (an alias)
+
+
+def test_compare_names_bad_arguments():
+    x = np.array([1.0, 2.0], np.float32)
+    for bad in (None, 2.5, -1, True):
+        with pytest.raises(TypeError, match=f"max_rows must be an int >= 0 .*got {bad!r}"):
+            testing.compare(x, x, "E4M3", max_rows=bad)
+        with pytest.raises(TypeError, match="max_rows must be an int >= 0"):
+            testing.compare_mx(np.zeros(1, np.uint8), np.zeros(2, np.uint8), x, "E4M3", max_rows=bad)
+    with pytest.raises(ValueError, match=r"actual holds NaN, which is not a E2M1 value \(E2M1 has no NaN\)"):
+        testing.compare(np.array([np.nan, 1.0], np.float32), x, "E2M1")
+    with pytest.raises(TypeError, match="batch_size must be an int"):
+        next(testing.sweep(kind="exhaustive", batch_size=2.0**20))
+
+
+def test_a_negative_e8m0_input_is_classed_nan_at_any_magnitude():
+    """E8M0 maps every negative number to NaN by definition, beyond its max too."""
+    report = testing.compare(np.array([0x7F, 0x7F], np.uint8), np.array([-3e38, -3.0], np.float32), "E8M0")
+    assert report.by_class["NaN/Inf"] == 2 and report.by_class["overflow"] == 0
+
+
+def test_gradcheck_passes_exact_gradients_with_atol_zero_and_names_bad_tolerances():
+    from minifp8.autograd import Tensor
+
+    x = Tensor(np.array([1.0, -2.0, 3.0], np.float32), requires_grad=True)
+    w = Tensor(np.array([0.5, 0.0, 2.0], np.float32), requires_grad=True)
+    report = testing.gradcheck(lambda a, b: a * b, x, w, atol=0.0, raise_on_failure=False)
+    assert report.passed, str(report)  # x * 0 has gradient 0, and central differences give exactly 0
+    for name, value in (("eps", 0.0), ("eps", -1e-6), ("atol", -1.0), ("rtol", float("nan")),
+                        ("float32_atol", float("inf")), ("float32_rtol", -0.5)):
+        with pytest.raises(ValueError, match=f"gradcheck: {name} must be a finite number"):
+            testing.gradcheck(lambda a, b: a * b, x, w, **{name: value})
+    with pytest.raises(TypeError, match="gradcheck: eps"):
+        testing.gradcheck(lambda a, b: a * b, x, w, eps="1e-6")
