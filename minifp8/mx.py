@@ -29,8 +29,7 @@ The scale modes (torchao ``ScaleCalculationMode``, ``torchao/prototype/mx_format
   they round to max anyway. (Within half an element ulp of FLT_MAX, torchao's
   bit trick overflows to Inf and gives 0xFF; the definition here gives ``128 - emax``.)
 - ``rceil``: NVIDIA's rule, ``ceil(log2(amax / max_elem))`` (cuBLAS "1D block quantization",
-  ``cvt.rp.ue8m0`` of ``amax / max_elem``). We compute it exactly; an implementation that forms
-  ``amax * (1/max_elem)`` in float32 first can round a power-of-two ratio up by one.
+  ``cvt.rp.ue8m0`` of ``amax / max_elem``). We compute it exactly, from the bits of amax.
 
 Special blocks: an all-zero block gets scale 0x00 (``2**-127``) and zero codes (signs of zeros kept).
 A NaN or Inf in a block gives the NaN scale 0xFF and the whole block decodes to NaN (OCP MX 6.3);
@@ -266,8 +265,11 @@ class MXArray:
     def dequantize(self) -> np.ndarray:
         """Decode to float32: ``element value * 2**shared_exp``, NaN for the whole of a 0xFF block.
 
-        The products are exact (every element value times every E8M0 scale fits float32, subnormals
-        included) except where they overflow float32, which only a 0xFE scale can make happen.
+        The products are exact (an element value times an E8M0 scale is a float32 number, subnormals
+        included) except where they overflow to Inf: a block whose values reach ``2**128``. The
+        ``floor`` rule keeps every block of float32 input below that; ``ceil``, ``even`` and
+        ``rceil`` can reach it for amax near FLT_MAX (scale ``2**120`` with E4M3 elements rounding
+        up to 256), and float64 input beyond float32's range can under any rule.
         """
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
         scale_values = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E8M0)
@@ -430,7 +432,8 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
     float16 and integers are converted to float64, exactly), never computed with ``log2``: a
     normal ``amax`` is ``2**e * 1.m``, so ``floor(log2(amax))`` is its unbiased exponent field
     ``e``, and the modes that round up decide on the mantissa field ``m``. Zero and subnormal
-    ``amax`` lie below any E8M0 scale: -127.
+    ``amax`` lie below any E8M0 scale: -127. An ``amax`` is a magnitude: a negative one is a
+    ValueError (-0.0 is zero), as in `scaling.scale_from_amax`.
 
     Returns
     -------
@@ -445,6 +448,9 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
     if amax.dtype.type not in _FLOAT_FIELDS:
         amax = codec._to_float64(amax)  # float16 and integers up to 2**53, exactly
     shape, amax = amax.shape, amax.reshape(-1)  # 1-d, so that 0-d input works like any other
+    negative = amax < 0
+    if negative.any():
+        raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax[negative][0])}")
     unsigned, mantissa_width, bias = _FLOAT_FIELDS[amax.dtype.type]
     bits = amax.view(unsigned)
     exponent = (bits >> unsigned(mantissa_width)).astype(np.int32)  # the sign bit lands above the top exponent
@@ -458,7 +464,7 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
         else:  # rceil: up when the significand exceeds max_elem's, max_elem / 2**emax
             shared += mantissa > int((element.max / 2.0**element.emax - 1) * 2**mantissa_width)
     shared = np.minimum(np.maximum(shared, SHARED_EXP_MIN), SHARED_EXP_MAX)
-    special = exponent > 2 * bias  # the all-ones exponent (NaN, Inf) or the sign bit (negative)
+    special = exponent > 2 * bias  # the all-ones exponent (NaN, Inf) or the sign bit (-0.0 here)
     codes = (shared + E8M0_BIAS).astype(np.uint8)
     if special.any():
         shared[special] = SHARED_EXP_MIN  # -0.0 (and nothing else here) is zero: log2(0) = -inf, clamped
@@ -466,7 +472,7 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
             shared[np.isinf(amax)] = SHARED_EXP_MAX
             nan_scale = np.isnan(amax)
         else:
-            nan_scale = special & (amax != 0)  # NaN, Inf or negative
+            nan_scale = special & (amax != 0)  # NaN or Inf
         shared[nan_scale] = 0
         codes = (shared + E8M0_BIAS).astype(np.uint8)
         codes[nan_scale] = E8M0_NAN
@@ -540,7 +546,10 @@ class NVFP4Array:
         """Decode to float32 as TransformerEngine's dequantize kernel does (dequantize_nvfp4.cuh).
 
         ``x = e2m1 * ((float(S_dec_b) * global_amax) * float32(1 / (6 * 448)))``, in float32, left
-        to right. (It uses the amax, not ``1 / S_enc``; for an all-zero tensor both give zeros.)
+        to right. It uses the amax, not ``1 / S_enc``. The two differ where quantize capped
+        ``S_enc`` at FLT_MAX (``global_amax < 2688 / FLT_MAX``, about 7.9e-36): there the round
+        trip is far off (a tensor of 1e-36 comes back as 1.25e-37), as it is in the kernel. For
+        an all-zero tensor both give zeros.
 
         Where ``S_dec_b * global_amax`` overflows float32 (``global_amax > FLT_MAX / 448``, where
         the kernel would give Inf and NaN), the same steps run on ``global_amax * 2**-9`` and the

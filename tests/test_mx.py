@@ -716,3 +716,23 @@ def test_nvfp4_rejects_non_finite_input(bad):
     x[3] = bad
     with pytest.raises(ValueError, match="finite"):
         mx.quantize_nvfp4(x)
+
+
+@pytest.mark.parametrize("mode", mx.SCALE_MODES)
+def test_shared_exponents_refuse_a_negative_amax_in_every_mode(mode):
+    """rceil gave 0x00 and the other modes 0xFF; an amax is a magnitude, so it is an error
+    (as in scaling.scale_from_amax). -0.0 is zero."""
+    with pytest.raises(ValueError, match=r"amax must be >= 0 \(a largest magnitude\), got -3.0"):
+        mx.shared_exponents(np.array([1.0, -3.0]), "E4M3", mode)
+    assert mx.shared_exponents(np.array([-0.0]), "E4M3", mode)[0].tolist() == [0x00]
+
+
+@pytest.mark.parametrize("elem", ["E4M3", "E5M2", "E3M2", "E2M3", "E2M1"])
+def test_which_blocks_of_float32_input_dequantize_to_inf(elem):
+    """As MXArray.dequantize says: never under floor; a block at FLT_MAX can under the rules that
+    round the scale up, when its elements round up to 2**128 (exactly: the product is a power of two
+    or above FLT_MAX, so Inf is its float32 rounding)."""
+    x = np.full(32, np.finfo(np.float32).max, np.float32)
+    assert np.isfinite(mx.quantize(x, elem, scale_mode="floor").dequantize()).all()
+    e4m3 = mx.quantize(x, "E4M3", scale_mode="rceil")
+    assert e4m3.scales[0] == 127 + 120 and np.isinf(e4m3.dequantize()).all()  # 256 * 2**120 = 2**128
