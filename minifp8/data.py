@@ -299,8 +299,10 @@ def load_text(path) -> str:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ValueError(f"not a UTF-8 text file (invalid byte 0x{raw[error.start]:02X} at offset "
-                         f"{error.start}): {shown}") from None
+        # (utf-8-sig counts positions after a byte-order mark; the offset is the file's)
+        offset = error.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+        raise ValueError(f"not a UTF-8 text file (invalid byte 0x{raw[offset]:02X} at offset "
+                         f"{offset}): {shown}") from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text:
         raise ValueError(f"text file is empty (only a byte-order mark): {shown}")

@@ -49,6 +49,8 @@ def _log2_axis(ax, low_exponent: int, high_exponent: int, step: int = 2) -> None
     """A base-2 log x axis from 2**low to 2**high with ticks labelled as powers of two."""
     ax.set_xscale("log", base=2)
     ax.set_xlim(2.0**low_exponent, 2.0**high_exponent)
+    while (high_exponent - low_exponent) / step > 24:  # a wide axis: at most 24 labels, at powers-of-two steps
+        step *= 2
     ticks = range(low_exponent + (-low_exponent) % step, high_exponent + 1, step)
     ax.set_xticks([2.0**t for t in ticks], [f"$2^{{{t}}}$" for t in ticks])
     ax.xaxis.set_minor_locator(_null_locator())
@@ -144,7 +146,8 @@ def rounding_error(names=("E4M3", "E5M2"), low_exponent: int = -19, high_exponen
     for E4M3, 12.5% for E5M2. Below the smallest normal (orange band) the gap stays fixed while
     the numbers shrink, so the relative error grows until everything below half the smallest
     subnormal rounds to zero (100% error). Above the largest value (grey band) there is no
-    number at all: E4M3 gives NaN and E5M2 gives Inf (``saturate=False``).
+    number at all: E4M3 gives NaN and E5M2 gives Inf (``saturate=False``); formats with neither
+    (FP6, FP4) saturate to their max.
 
     Parameters
     ----------
@@ -176,7 +179,7 @@ def rounding_error(names=("E4M3", "E5M2"), low_exponent: int = -19, high_exponen
         ax.axhline(unit_roundoff, color="black", linestyle="--", linewidth=0.8)
         ax.text(2.0 ** (low_exponent + 0.3), unit_roundoff * 1.15, f"$2^{{-{fmt.mantissa_bits + 1}}}$ = "
                 f"{100 * unit_roundoff:g}%", fontsize=8, va="bottom")
-        overflow_name = "Inf" if fmt.has_infinity else "NaN"
+        overflow_name = "Inf" if fmt.has_infinity else "NaN" if fmt.has_nan else f"saturates to {fmt.max:g}"
         ax.text(np.sqrt(fmt.max * 2.0**high_exponent), 1e-2, f"overflow: {overflow_name}",
                 ha="center", va="center", rotation=90, fontsize=8)
         ax.text(np.sqrt(fmt.min_normal * 2.0**low_exponent) if fmt.min_subnormal > 2.0**low_exponent
@@ -233,7 +236,9 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
     stochastic = quantize(inputs, fmt, rounding="stochastic", random_bits=random_bits).astype(np.float64)
     mean = stochastic.mean(axis=1)
     nearest = quantize(x, fmt).astype(np.float64)
-    gap = 2.0 ** (np.floor(np.log2(x)) - fmt.mantissa_bits)  # the spacing of the binade of each x
+    # The spacing of the values around each x: its binade's, or below the smallest normal the
+    # subnormals' fixed one, 2**(emin - M).
+    gap = 2.0 ** (np.maximum(np.floor(np.log2(x)), fmt.emin) - fmt.mantissa_bits)
 
     figure, (value_axis, bias_axis) = _new_figure(8.0, 5.6, rows=2, sharex=True)
     value_axis.plot(x, x, color="black", linestyle=":", linewidth=0.8, label="x (no rounding)")
@@ -280,7 +285,8 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     number of values that clip at ``+-fp8_max`` in each step (current scaling never clips).
 
     ``spike_step`` must be one of the ``steps`` (``0 <= spike_step < steps``), ``spike_factor``
-    positive and ``size`` at least 1.
+    positive and ``size`` at least 1. ``name`` is a format with NaN or Inf (the FP8 formats): a
+    clipped value is one whose cast without saturation overflows to them.
 
     Returns
     -------
@@ -294,6 +300,9 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     if not spike_factor > 0:
         raise ValueError(f"spike_factor must be > 0, got {spike_factor!r}")
     fmt = _formats.get(name)
+    if not (fmt.has_nan or fmt.has_infinity):
+        raise ValueError(f"delayed_scaling_outlier needs a format whose overflow shows as NaN or Inf (an FP8 "
+                         f"format), got {fmt.name}, which saturates instead")
     rng = np.random.default_rng(seed)
     recipe = DelayedScaling(fmt, history_len=history_len)
     amax, delayed_scale, current_scale, clipped = [], [], [], []

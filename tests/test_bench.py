@@ -82,3 +82,45 @@ def test_alternating_rounds_report_progress_on_stderr(capsys):
     progress = [line.split(",")[0] for line in captured.err.splitlines()]
     assert progress == ["  ... round 1/3 done", "  ... round 2/3 done"]
     assert "eta" in captured.err
+
+
+def test_train_section_follows_the_path_of_train_tiny(capsys, monkeypatch):
+    """The bench's steps are train_tiny's: the same batches and learning-rate schedule, so the
+    same losses, bit for bit, as ``python -m minifp8.train_tiny --recipe R`` (its first steps).
+    Before, the bench drew other batches and trained at the peak learning rate from step 0."""
+    from minifp8 import train_tiny
+    from minifp8.autograd import is_grad_enabled
+
+    losses = {}
+    real_build = train_tiny._build
+
+    def recording_build(run, config, vocab_size):  # records the training steps' losses (not evaluations)
+        built = real_build(run, config, vocab_size)
+        model, forward = built[0], built[0].forward
+        record = losses.setdefault((run.recipe, "bench" if "bench" in losses else "train_tiny"), [])
+
+        def recorded(*args):
+            logits, loss = forward(*args)
+            if is_grad_enabled():
+                record.append(float(loss.data))
+            return logits, loss
+
+        model.forward = recorded
+        return built
+
+    monkeypatch.setattr(train_tiny, "_build", recording_build)
+    losses["bench"] = True
+    assert bench.main(["--steps", "4", "--recipes", "current", "train"]) == 0
+    del losses["bench"]
+    for recipe in ("fp32", "current"):
+        config, runs = train_tiny.parse_args(["--recipe", recipe, "--family", "unit", "--stop-after", "4"])
+        with pytest.raises(train_tiny.Interrupted):
+            train_tiny.train(runs[0], config, train_tiny.data_module.load_dataset(), stop_after=4,
+                             print_fn=lambda *args: None)
+        assert losses[(recipe, "bench")] == losses[(recipe, "train_tiny")] and len(losses[(recipe, "bench")]) == 4
+
+
+def test_the_default_width_asked_for_is_the_default_config(capsys):
+    assert bench.main(["--steps", "2", "--recipes", "fp8", "--n-embd", "64", "train"]) == 0
+    out = capsys.readouterr().out
+    assert "default config: unit-scaled" in out and "(target <= 1.5)" in out

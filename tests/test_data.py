@@ -155,6 +155,7 @@ def test_load_text_good_files(tmp_path):
     (b"PK\x03\x04\x00\x00binary", ValueError, "NUL bytes at offset 4"),
     ("plain text".encode("utf-16"), ValueError, "NUL bytes"),
     (b"caf\xe9 au lait", ValueError, "invalid byte 0xE9 at offset 3"),  # Latin-1, not UTF-8
+    (b"\xef\xbb\xbfab\xffcd", ValueError, "invalid byte 0xFF at offset 5"),  # offsets count the byte-order mark
     ("dir", IsADirectoryError, "directory"),
 ])
 def test_load_text_bad_files(tmp_path, content, error, message):

@@ -5,11 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
 
-from minifp8 import fp8, plots  # noqa: E402
+from minifp8 import fp8, plots, quantize  # noqa: E402
 from minifp8.train_tiny import FP8LM_RESULTS, HEADLINE_RESULTS, load_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,3 +183,30 @@ for call in calls:
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 8
+
+
+# ---- found in a review: each failed before its fix ----------------------------------------------------
+def test_stochastic_rounding_bias_measures_subnormal_inputs_in_the_subnormal_gap():
+    """Below E4M3's smallest normal (2**-6) the values are multiples of 2**-9: nearest rounding's
+    bias swings within +-1/2 of that gap, as the docstring says (it was up to 4 gaps)."""
+    figure = plots.stochastic_rounding_bias("E4M3", 2.0**-9, 2.0**-7, points=41, samples=64)
+    nearest = [line for line in figure.axes[1].get_lines() if line.get_label() == "nearest_even"][0]
+    x, bias = nearest.get_xdata(), nearest.get_ydata()
+    assert max(abs(bias)) == 0.5  # at the midpoints
+    np.testing.assert_array_equal(bias, (quantize(x, "E4M3").astype(np.float64) - x) / 2.0**-9)
+
+
+def test_rounding_error_says_a_format_without_nan_or_inf_saturates():
+    texts = [text.get_text() for text in plots.rounding_error("E2M1", -4, 5, points=50).axes[0].texts]
+    assert "overflow: saturates to 6" in texts and not any("NaN" in text or "Inf" in text for text in texts)
+
+
+def test_delayed_scaling_outlier_refuses_a_format_that_cannot_show_clipping():
+    with pytest.raises(ValueError, match="E2M1, which saturates instead"):
+        plots.delayed_scaling_outlier(name="E2M1")
+
+
+def test_a_wide_log2_axis_keeps_its_labels_readable():
+    figure = plots.rounding_error("E5M2", -600, 600, points=100)  # (beyond, matplotlib itself overflows)
+    labels = figure.axes[-1].get_xticks()
+    assert 10 <= len(labels) <= 25
