@@ -191,6 +191,8 @@ class FP8State:
         self.steps = 0
 
     def _add_point(self, name: str, kind: str) -> CastPoint:
+        if name in self.points:  # its statistics and histories would be lost
+            raise ValueError(f"apply_recipe: two cast points would be named {name!r}")
         point = CastPoint(name, kind, self.recipe, self.options)
         self.points[name] = point
         return point
@@ -261,6 +263,7 @@ class FP8State:
         if str(np.asarray(state["recipe"])) != self.recipe:
             raise ValueError(f"FP8State.load_state_dict: the state is for recipe {str(np.asarray(state['recipe']))!r}, "
                              f"this model uses {self.recipe!r}")
+        option_keys = {f"options.{name}" for name in self.options}
         for name, value in self.options.items():
             saved = np.asarray(state[f"options.{name}"])
             if saved.shape != () or saved.dtype.kind != np.asarray(value).dtype.kind or saved.item() != value:
@@ -268,11 +271,11 @@ class FP8State:
                 raise ValueError(f"FP8State.load_state_dict: the state is for {self.recipe} with {name}={shown!r}, "
                                  f"this model uses {name}={value!r}")
         steps = np.asarray(state["steps"])
-        if steps.shape != () or steps.dtype.kind not in "iu" or steps < 0:
-            raise ValueError(f"FP8State.load_state_dict: steps must be an integer >= 0, got {state['steps']!r}")
+        if steps.shape != () or steps.dtype.kind not in "iu" or not 0 <= int(steps) < 2**63:  # (saved as int64)
+            raise ValueError(f"FP8State.load_state_dict: steps must be an integer in [0, 2**63), got {state['steps']!r}")
         arrays = {}
         for key, current in expected.items():
-            if key in ("recipe", "steps") or key.startswith("options."):
+            if key in ("recipe", "steps") or key in option_keys:  # (a module may be named "options")
                 continue
             array = np.asarray(state[key])
             if array.dtype.kind != "f":
@@ -351,7 +354,7 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     """
     if recipe not in RECIPES:
         raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
-    options = _recipe_options(recipe, options)
+    options = _recipe_options(recipe, options, "fake_quantize")
     fmt = formats.get(fmt)
     if fmt not in (FORWARD_FORMAT, BACKWARD_FORMAT):
         raise ValueError(f"fake_quantize casts to E4M3 (forward) or E5M2 (gradients), got {fmt.name}")
@@ -533,7 +536,8 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
 
     Every module (from ``model.named_modules()``) with a ``gemm`` attribute gets an
     `FP8Linear` bound to a cast point named after the module; every module with an
-    ``attention_core`` gets it wrapped in `FP8Attention`. Hooks from an earlier call are
+    ``attention_core`` gets it wrapped in `FP8Attention`, at a point named after the module too
+    (``"<module>.attention_core"`` where the module also has a gemm). Hooks from an earlier call are
     replaced, and ``"fp32"`` restores the plain ones (``functional.linear`` and the unwrapped core).
 
     Parameters
@@ -580,8 +584,9 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
         if hasattr(module, "attention_core"):
             core = module.attention_core
             core = core.core if isinstance(core, FP8Attention) else core
-            if recipe != "fp32":
-                core = FP8Attention(core, state, state._add_point(name, "attention"))
+            if recipe != "fp32":  # (a module that has a gemm too: its core is a point of its own)
+                point_name = f"{name}.attention_core" if hasattr(module, "gemm") else name
+                core = FP8Attention(core, state, state._add_point(point_name, "attention"))
             module.attention_core = core
     if recipe != "fp32" and not state.points:
         raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
@@ -589,20 +594,20 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
     return state
 
 
-def _recipe_options(recipe: str, options: dict) -> dict:
+def _recipe_options(recipe: str, options: dict, caller: str = "apply_recipe") -> dict:
     allowed = RECIPE_OPTIONS[recipe]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         takes = f"takes the options {', '.join(allowed)}" if allowed else "takes no options"
-        raise TypeError(f"apply_recipe: recipe {recipe!r} {takes}; got {', '.join(map(repr, unknown))}")
+        raise TypeError(f"{caller}: recipe {recipe!r} {takes}; got {', '.join(map(repr, unknown))}")
     merged = {**allowed, **options}
     for key, value in options.items():  # each option has its default's type
         kind = type(allowed[key])
         if not isinstance(value, _OPTION_TYPES[kind]) or (kind is int and isinstance(value, bool)):
-            raise TypeError(f"apply_recipe: {key} must be {_OPTION_TYPE_NAMES[kind]}, "
+            raise TypeError(f"{caller}: {key} must be {_OPTION_TYPE_NAMES[kind]}, "
                             f"got {type(value).__name__} {value!r}")
     if "scale_mode" in options and options["scale_mode"] not in mx.SCALE_MODES:
-        raise ValueError(f"apply_recipe: unknown scale_mode {options['scale_mode']!r}; "
+        raise ValueError(f"{caller}: unknown scale_mode {options['scale_mode']!r}; "
                          f"choose one of {', '.join(mx.SCALE_MODES)}")
     if recipe == "delayed":  # its own checks, with clear errors
         scaling.DelayedScaling(FORWARD_FORMAT, **{key: merged[key] for key in _DELAYED_SCALING_OPTIONS})

@@ -368,6 +368,10 @@ def fp8_all_reduce(worker_grads: Sequence, fmt="E4M3", *, factor: float = 1.0) -
     amaxes = [np.max(np.abs(g), initial=np.float32(0)).astype(np.float32) for g in grads]
     worker_scales = np.array([_times_factor(scaling.scale_from_amax(a, fmt, power_of_2=True), factor)
                               for a in amaxes], dtype=np.float32)
+    if not worker_scales.all():  # factor * 2**k below float32's smallest subnormal
+        worker = int(np.flatnonzero(worker_scales == 0)[0])
+        raise ValueError(f"fp8_all_reduce: factor {factor!r} is too small: the scale of worker {worker} "
+                         f"(factor * 2**k for its amax {float(amaxes[worker])!r}) underflows float32 to 0")
     shared_scale = np.float32(worker_scales.min())                                      # Eq. 4
     casts = [scaling.quantize_with_scale(g, shared_scale, fmt) for g in grads]         # Eq. 5
     total = codec.decode(casts[0], fmt)
@@ -554,7 +558,8 @@ class FP8Gradients:
         TypeError, KeyError, ValueError
             Ill-formed ``worker_grads``: not a list of mappings, unknown names, a gradient on some
             workers only, non-floating or mis-shaped arrays. Every tensor is checked before any is
-            reduced, so an error changes no ``p.grad`` and no ``mu``.
+            reduced, and every reduction computed before any is written, so an error (also a
+            ``mu`` too small for float32, `fp8_all_reduce`) changes no ``p.grad`` and no ``mu``.
         """
         if worker_grads is None:
             worker_grads = [self.collect()]
@@ -582,21 +587,24 @@ class FP8Gradients:
                 raise ValueError(f"FP8Gradients.reduce: the gradient of {name!r} has shape {arrays[0].shape}, "
                                  f"the parameter has {p.shape}")
             checked[name] = arrays
-        results, nonfinite = {}, []
-        self.codes, self.scales = {}, {}
+        # Every reduction is computed before anything is written, so that one that raises (a mu
+        # whose scale underflows) changes nothing either.
+        gradients, results, nonfinite = {}, {}, []
         for name, arrays in checked.items():
-            p = self.parameters[name]
             auto_scale = self.auto_scales.get(name)
             if auto_scale is None or not all(np.isfinite(a).all() for a in arrays):
                 if auto_scale is not None:
                     nonfinite.append(name)
-                p.grad = _fp32_all_reduce(arrays)
+                gradients[name] = _fp32_all_reduce(arrays)
                 continue
-            result = fp8_all_reduce(arrays, self.fmt, factor=auto_scale.factor)
-            auto_scale.update(result.saturation_fraction)
-            self.codes[name], self.scales[name] = result.codes, result.scale
-            p.grad = result.gradient
-            results[name] = result
+            results[name] = fp8_all_reduce(arrays, self.fmt, factor=auto_scale.factor)
+            gradients[name] = results[name].gradient
+        self.codes = {name: result.codes for name, result in results.items()}
+        self.scales = {name: result.scale for name, result in results.items()}
+        for name, result in results.items():
+            self.auto_scales[name].update(result.saturation_fraction)
+        for name, gradient in gradients.items():
+            self.parameters[name].grad = gradient
         return GradientReport(results, len(worker_grads), tuple(nonfinite))
 
     def state_dict(self) -> dict:

@@ -820,9 +820,8 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
                                   f"{', '.join(differing)}); start afresh without --resume")
         model.load_state_dict({key[len("model."):]: archive[key] for key in archive.files if key.startswith("model.")})
         fp8_state = {key[len("fp8."):]: archive[key] for key in archive.files if key.startswith("fp8.")}
-        for key, value in state.state_dict().items():  # (checkpoints of earlier versions hold no options:
-            if key.startswith("options."):              # the identity above compared them)
-                fp8_state.setdefault(key, value)
+        for name, value in state.options.items():  # (checkpoints of earlier versions hold no options:
+            fp8_state.setdefault(f"options.{name}", np.array(value))  # the identity above compared them)
         state.load_state_dict(fp8_state)
         optimizer_state = {**meta["optimizer"], "state": {}}
         for index, entries in meta["optimizer"]["state"].items():

@@ -772,3 +772,23 @@ def test_fp8_adamw_steps_bump_the_parameters_versions(master_weights):
     fp8lm.FP8AdamW([p], lr=1e-2, master_weights=master_weights).step()
     with pytest.raises(RuntimeError, match="changed in place after the forward pass"):
         loss.backward()
+
+
+def test_reduce_with_a_mu_too_small_for_float32_raises_clearly_and_changes_nothing():
+    """mu = 2**-200 makes a worker scale mu * 2**k underflow float32 to 0. The first tensor was
+    reduced (its grad and mu written) before the second raised an error naming no argument."""
+    rng = np.random.default_rng(0)
+    a = nn.Parameter(np.zeros((4, 4), np.float32))
+    b = nn.Parameter(np.zeros((4, 4), np.float32))
+    store = fp8lm.FP8Gradients([("a", a), ("b", b)], select=lambda *_: True)
+    state = store.state_dict()
+    state["exponents"] = {"a": 0, "b": -200 * store.window}
+    store.load_state_dict(state)
+    ga, gb = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
+    a.grad, b.grad = ga.copy(), gb.copy()
+    with pytest.raises(ValueError, match=r"fp8_all_reduce: factor .* is too small: the scale of worker 0 "
+                                         r"\(factor \* 2\*\*k for its amax .*\) underflows float32 to 0"):
+        store.reduce()
+    np.testing.assert_array_equal(a.grad, ga)
+    np.testing.assert_array_equal(b.grad, gb)
+    assert store.state_dict()["exponents"] == {"a": 0, "b": -200 * store.window}
