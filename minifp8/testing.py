@@ -471,6 +471,10 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
 def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
     """Yield float32 input batches for a backend to run through its own cast.
 
+    The structured and exhaustive sweeps hold NaN, which the formats without a NaN (E2M1, E2M3 and
+    E3M2) cannot encode, so drop it first for those (``x[~np.isnan(x)]``); the edge sweep leaves it
+    out.
+
     Parameters
     ----------
     fmt : FloatFormat or str, optional
@@ -480,9 +484,6 @@ def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
         neighbours (524,288 values). ``exhaustive``: all 2^32 float32 bit patterns, in batches of
         ``batch_size``. ``edge``: every value of ``fmt``, every midpoint between neighbours, each
         +- one float32 ulp, the overflow threshold, both zeros, NaN and +-Inf.
-
-    The structured and exhaustive sweeps hold NaN, which formats without a NaN (E2M1, E2M3, E3M2)
-    cannot encode: drop it first (``x[~np.isnan(x)]``) for those; the edge sweep leaves it out.
     """
     if kind == "structured":
         upper = np.arange(1 << 16, dtype=np.uint32) << 16
