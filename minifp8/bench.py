@@ -278,8 +278,7 @@ def bench_train(args) -> None:
     activations, the GEMMs with their square), to see how the ratios depend on size.
     """
     from . import data, fp8
-    from .optim import warmup_cosine_lr
-    from .train_tiny import Run, TrainConfig, _build
+    from .train_tiny import Run, TrainConfig, _build, _set_lr
 
     default_width = args.n_embd is None or args.n_embd == TrainConfig().n_embd
     config = TrainConfig() if args.n_embd is None else dataclasses.replace(TrainConfig(), n_embd=args.n_embd)
@@ -293,10 +292,7 @@ def bench_train(args) -> None:
         data_rng = np.random.default_rng((config.seed, 1))  # train_tiny's batches
 
         def step(index: int):  # (the learning rate and the batch are set outside the timed step)
-            factor = warmup_cosine_lr(index, max_lr=1.0, warmup_steps=min(config.warmup_steps, config.steps),
-                                      total_steps=config.steps, min_lr=config.min_lr_ratio)
-            for group, peak in zip(optimizer.param_groups, peak_lrs):
-                group["lr"] = peak * factor
+            _set_lr(optimizer, peak_lrs, config, index)
             x, y = dataset.get_batch("train", config.batch_size, config.block_size, data_rng)
             start = time.perf_counter()
             _, loss = model(x, y)

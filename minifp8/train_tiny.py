@@ -491,6 +491,14 @@ DEFAULT_LR = {"standard": 3e-3, "unit": 1.0}
 SATURATING_RECIPES = ("current", "delayed", "blockwise")
 
 
+def _set_lr(optimizer, peak_lrs: list, config: TrainConfig, step: int) -> None:
+    """The learning rates of step ``step`` (from 0): each group's peak times the warmup + cosine factor."""
+    factor = warmup_cosine_lr(step, max_lr=1.0, warmup_steps=min(config.warmup_steps, config.steps),
+                              total_steps=config.steps, min_lr=config.min_lr_ratio)
+    for group, peak in zip(optimizer.param_groups, peak_lrs):
+        group["lr"] = peak * factor
+
+
 def _recipe_options(recipe: str, saturate_gradients: str) -> dict:
     """`fp8.apply_recipe` options: ``saturate_gradients`` where the recipe takes it (not fp32, mxfp8).
 
@@ -617,10 +625,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt) -
             if interrupt.requested:  # Ctrl-C came during the last step (or the first evaluation)
                 save()
                 raise Interrupted(f"{run.label}: interrupted at step {step_done}")
-            factor = warmup_cosine_lr(step, max_lr=1.0, warmup_steps=min(config.warmup_steps, config.steps),
-                                      total_steps=config.steps, min_lr=config.min_lr_ratio)
-            for group, peak in zip(optimizer.param_groups, peak_lrs):
-                group["lr"] = peak * factor
+            _set_lr(optimizer, peak_lrs, config, step)
             x, y = dataset.get_batch("train", config.batch_size, config.block_size, data_rng)
             began = time.perf_counter()
             # one shard per simulated data-parallel worker (one worker: the whole batch)
