@@ -152,14 +152,16 @@ class Tensor:
         self._backward: Callable | None = None
         self._op = ""
         self._retain_grad = False
-        self._version = 0
+        self._version = [0]  # a counter shared with the tensors that view the same array (`_shared_version`)
         self._saved_versions: tuple[int, ...] = ()
         self._requires_grad = False
         self.requires_grad = requires_grad
 
     @classmethod
-    def _result(cls, data: np.ndarray, parents: tuple, backward: Callable | None, op: str) -> "Tensor":
-        """An op's output, bypassing the input checks of ``__init__`` (data is already an array)."""
+    def _result(cls, data: np.ndarray, parents: tuple, backward: Callable | None, op: str,
+                version: list | None = None) -> "Tensor":
+        """An op's output, bypassing the input checks of ``__init__`` (data is already an array);
+        ``version``: the counter of the tensor whose array ``data`` views, shared."""
         out = cls.__new__(cls)
         out._data = data
         out.grad = None
@@ -167,8 +169,8 @@ class Tensor:
         out._backward = backward
         out._op = op
         out._retain_grad = False
-        out._version = 0
-        out._saved_versions = tuple(parent._version for parent in parents)
+        out._version = [0] if version is None else version
+        out._saved_versions = tuple(parent._version[0] for parent in parents)
         out._requires_grad = backward is not None
         return out
 
@@ -237,8 +239,8 @@ class Tensor:
         return self.data
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data, outside any graph."""
-        return Tensor._result(self.data, (), None, "")
+        """A new leaf sharing this tensor's data, and its version counter, outside any graph."""
+        return Tensor._result(self.data, (), None, "", self._version)
 
     @property
     def data(self) -> np.ndarray:
@@ -247,14 +249,17 @@ class Tensor:
 
     @data.setter
     def data(self, value: np.ndarray) -> None:
+        if value is self._data:  # ``t.data += ...``: the array was written in place, views and all
+            self._version[0] += 1
+        else:  # a new array: tensors that view the old one keep it, and their counter
+            self._version = [self._version[0] + 1]
         self._data = value
-        self._version += 1
 
     def bump_version(self) -> None:
         """Record that ``.data`` was written in place (``t.data[...] = ...``, ``np.copyto``): graphs
         built from the old values refuse ``backward`` (module docstring). Assigning ``t.data`` bumps
         the version by itself, and every optimizer step bumps the parameters it updates."""
-        self._version += 1
+        self._version[0] += 1
 
     def retain_grad(self) -> "Tensor":
         """Keep ``.grad`` on this intermediate tensor during ``backward`` (leaves always keep it)."""
@@ -326,15 +331,15 @@ class Tensor:
                     continue
                 parent_grad = np.asarray(parent_grad)
                 if parent_grad.shape != parent.data.shape:
-                    parent_grad = _unbroadcast(parent_grad, parent.data.shape, node._op)
+                    parent_grad = np.asarray(_unbroadcast(parent_grad, parent.data.shape, node._op))
                 if parent_grad.dtype != parent.data.dtype:
                     parent_grad = parent_grad.astype(parent.data.dtype)
                 if previous is None:
                     grads[key] = parent_grad
                 elif key in owned:
                     np.add(previous, parent_grad, out=previous)
-                else:
-                    grads[key] = previous + parent_grad
+                else:  # (np.asarray: the sum of 0-d arrays is a NumPy scalar, which np.add cannot write into)
+                    grads[key] = np.asarray(previous + parent_grad)
                     owned.add(key)
 
     def _accumulate(self, grad: np.ndarray, take: bool) -> None:
@@ -446,6 +451,8 @@ class Tensor:
         x = self
 
         def backward_scalar(g):
+            if p == 0.0:  # x**0 = 1 everywhere: the gradient is 0 (0 * 0**-1 would be NaN at x = 0)
+                return (np.zeros_like(g),)
             return (g * (p * x.data ** (p - 1.0)),)
 
         return make_op(x.data ** p, (x,), backward_scalar, "pow")
@@ -540,10 +547,10 @@ def _check_versions(order: list[Tensor]) -> None:
     """RuntimeError if an op's input was changed in place after the op saved it (`Tensor.bump_version`)."""
     for node in order:
         for parent, version in zip(node._parents, node._saved_versions):
-            if parent._version != version:
+            if parent._version[0] != version:
                 raise RuntimeError(
                     f"backward: an input of op {node._op!r} (shape {parent.shape}) was changed in place after the "
-                    f"forward pass (version {version}, now {parent._version}): run the forward pass again")
+                    f"forward pass (version {version}, now {parent._version[0]}): run the forward pass again")
 
 
 def make_op(data, parents: Sequence[Tensor], backward: Callable, name: str = "op") -> Tensor:
@@ -571,11 +578,23 @@ def make_op(data, parents: Sequence[Tensor], backward: Callable, name: str = "op
     """
     data = np.asarray(data)
     parents = tuple(parents)
+    version = _shared_version(data, parents)
     if _grad_enabled and any(p._requires_grad for p in parents):
         if data.dtype.kind != "f":
             raise TypeError(f"op {name!r} produced dtype {data.dtype}; a differentiable output must be floating")
-        return Tensor._result(data, parents, backward, name)
-    return Tensor._result(data, (), None, name)
+        return Tensor._result(data, parents, backward, name, version)
+    return Tensor._result(data, (), None, name, version)
+
+
+def _shared_version(data: np.ndarray, parents: tuple) -> list | None:
+    """The version counter of the parent whose array ``data`` is a view of (a slice, a reshape, a
+    transpose), which the view shares, as torch's views do: a write through either is seen by
+    graphs that saved the other. None for new memory."""
+    base = data.base
+    for parent in parents:
+        if data is parent._data or (base is not None and (base is parent._data or base is parent._data.base)):
+            return parent._version
+    return None
 
 
 def as_tensor(value) -> Tensor:

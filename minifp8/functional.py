@@ -472,6 +472,7 @@ def split(x, split_size_or_sections: int | Sequence[int], axis: int = 0) -> tupl
         if split_size_or_sections <= 0:
             raise ValueError(f"split: chunk size must be positive, got {split_size_or_sections}")
         sizes = [min(split_size_or_sections, length - start) for start in range(0, length, split_size_or_sections)]
+        sizes = sizes or [0]  # an empty axis is one empty chunk, as torch.split gives
     else:
         sizes = [int(s) for s in split_size_or_sections]
         if any(s < 0 for s in sizes) or sum(sizes) != length:

@@ -112,7 +112,7 @@ class GPTConfig:
         object.__setattr__(self, "dropout", float(self.dropout))
         object.__setattr__(self, "bias", _check_bool(self.bias, "GPTConfig: bias"))
         for name in ("attention_mult", "mlp_mult"):
-            object.__setattr__(self, name, U._positive(getattr(self, name), name, "GPTConfig"))
+            object.__setattr__(self, name, U._mult(getattr(self, name), "GPTConfig", name))
 
     def to_dict(self) -> dict:
         """The fields as a plain dict (for JSON): ``GPTConfig(**config.to_dict()) == config``."""

@@ -157,8 +157,10 @@ class Module:
             p.data = np.array(arrays[name], dtype=p.data.dtype, copy=True)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to an uncompressed ``.npz`` file."""
-        np.savez(path, **self.state_dict())
+        """Write ``state_dict()`` to an uncompressed ``.npz`` file at ``path`` exactly (np.savez would
+        add ``.npz`` to a name without it, and `load` of the same path would not find the file)."""
+        with open(path, "wb") as file:
+            np.savez(file, **self.state_dict())
 
     def load(self, path: str | os.PathLike) -> None:
         """Read a ``.npz`` written by `save` and ``load_state_dict`` it."""
@@ -243,6 +245,10 @@ class LayerNorm(Module):
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
     def forward(self, x) -> Tensor:
+        shape = np.shape(x.data if isinstance(x, Tensor) else x)
+        if self.weight is None and shape[-1:] != (self.features,):  # (with a weight, layer_norm checks it)
+            raise ValueError(f"LayerNorm({self.features}): x must have {self.features} features on its last axis, "
+                             f"got shape {shape}")
         return F.layer_norm(x, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:

@@ -28,9 +28,9 @@ from .functional import _real
 __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "zero_grad"]
 
 
-def zero_grad(params: Iterable[Tensor]) -> None:
-    """``p.grad = None`` for every tensor in ``params``."""
-    for p in params:
+def zero_grad(params: Iterable[Tensor] | Tensor) -> None:
+    """``p.grad = None`` for every tensor in ``params`` (one Tensor: that one)."""
+    for p in _tensors(params):
         p.grad = None
 
 
@@ -317,7 +317,13 @@ def adamw_update(weights: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarra
     weights -= update
 
 
-def clip_grad_norm(params: Iterable[Tensor], max_norm: float, error_if_nonfinite: bool = False) -> float:
+def _tensors(params) -> list:
+    """``params`` as a list of tensors: one Tensor is one (as in torch), not the slices that iterating
+    it would give, which never have a grad."""
+    return [params] if isinstance(params, Tensor) else list(params)
+
+
+def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_nonfinite: bool = False) -> float:
     """Scale all gradients together so that their global L2 norm is at most ``max_norm``.
 
     As ``torch.nn.utils.clip_grad_norm_``: ``total = sqrt(sum of all grad^2)`` (computed in
@@ -329,7 +335,7 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float, error_if_nonfinite
     if not max_norm > 0:
         raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm}")
     error_if_nonfinite = _check_bool(error_if_nonfinite, "clip_grad_norm: error_if_nonfinite")
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [p.grad for p in _tensors(params) if p.grad is not None]
     total = math.sqrt(sum(float(np.dot(flat, flat)) for flat in (g.reshape(-1).astype(np.float64) for g in grads)))
     if not math.isfinite(total):
         if error_if_nonfinite:
@@ -352,6 +358,9 @@ def warmup_cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps
     """
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
         raise ValueError(f"warmup_cosine_lr: step must be an int >= 0, got {step!r}")
+    for name, value in (("warmup_steps", warmup_steps), ("total_steps", total_steps)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"warmup_cosine_lr: {name} must be an int, got {value!r}")
     if not 0 <= warmup_steps <= total_steps:
         raise ValueError(f"warmup_cosine_lr: need 0 <= warmup_steps <= total_steps, got {warmup_steps}, {total_steps}")
     if not 0 <= min_lr <= max_lr:

@@ -120,6 +120,9 @@ def logarithmic_interpolation(alpha: float, lower: float, upper: float) -> float
     The u-muP empirical models of softmax, GELU and attention scales interpolate between two limits
     with this rule (``unit_scaling.core.functional.logarithmic_interpolation``).
     """
+    if not (lower > 0 and upper > 0):
+        raise ValueError(f"logarithmic_interpolation: lower and upper must be > 0 (it interpolates their "
+                         f"logarithms), got {lower}, {upper}")
     return math.exp(alpha * math.log(upper) + (1.0 - alpha) * math.log(lower))
 
 
@@ -129,6 +132,19 @@ def _positive(value, name: str, op: str) -> float:
     value = float(value)
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{op}: {name} must be a finite number > 0, got {value}")
+    return value
+
+
+MULT_RANGE = (2.0**-30, 2.0**30)
+"""The ``mult`` hyperparameters (u-muP's: O(1), swept over a few powers of two) that the scale rules
+below take: far outside it, ``mult ** 2`` and the interpolation's logarithms overflow."""
+
+
+def _mult(value, op: str, name: str = "mult") -> float:
+    """A u-muP ``mult``: a real number in `MULT_RANGE`, or a clear error."""
+    value = _positive(value, name, op)
+    if not MULT_RANGE[0] <= value <= MULT_RANGE[1]:
+        raise ValueError(f"{op}: {name} must be in [2**-30, 2**30] (a u-muP multiplier, O(1)), got {value}")
     return value
 
 
@@ -193,6 +209,9 @@ def matmul(left, right, constraint: str | None = "to_output_scale") -> Tensor:
     With ``left (..., m, k)`` and ``right (..., k, n)``: output ``* k^-1/2``, grad left ``* n^-1/2``,
     grad right ``* m^-1/2``. ``constraint`` ties all three (default ``"to_output_scale"``: all
     ``k^-1/2``). Blake et al. 2023 (arXiv:2303.11257); ``unit_scaling.functional.matmul``.
+    An operand broadcast over leading axes (a weight shared by a batch) has its gradient summed
+    over them, so its std is about ``sqrt(batch)`` times larger: the rule, as the library's, counts
+    ``m`` rows only. Fold the batch into ``m`` (a 2-D product) where that gradient must be unit.
     """
     left = _floating(left, "matmul", "left")
     right = _floating(right, "matmul", "right")
@@ -223,7 +242,7 @@ def gelu(x, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Te
     section 5), so we agree with the library's ``approximate="tanh"``.
     """
     x = _floating(x, "gelu")
-    mult = _positive(mult, "mult", "gelu")
+    mult = _mult(mult, "gelu")
     alpha = 1.0 / (1.0 + 0.25 / mult ** 2)
     output_scale = logarithmic_interpolation(alpha, 2.0, math.sqrt(2.0 / (1.0 - 1.0 / math.pi)))
     grad_scale = logarithmic_interpolation(alpha, 2.0, math.sqrt(2.0))
@@ -246,7 +265,7 @@ def softmax(x, axis: int = -1, mult: float = 1.0, constraint: str | None = "to_o
     ``unit_scaling.functional.softmax``.
     """
     x = _floating(x, "softmax")
-    mult = _positive(mult, "mult", "softmax")
+    mult = _mult(mult, "softmax")
     if x.ndim == 0:
         raise ValueError("softmax: x must have at least one axis")
     length = x.shape[F._axis(axis, x.ndim, "softmax")]
@@ -368,7 +387,7 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mult: float = 1.
     """
     op = "scaled_dot_product_attention"
     q, k, v = (_floating(t, op, name) for t, name in ((q, "q"), (k, "k"), (v, "v")))
-    mult = _positive(mult, "mult", op)
+    mult = _mult(mult, op)
     causal = _check_bool(causal, f"{op}: causal")
     if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
         raise ValueError(f"{op}: q, k, v must have the same number (>= 2) of axes (..., seq, d_head), "
@@ -413,7 +432,7 @@ def cross_entropy(logits, targets, mult: float = 1.0, *, ignore_index: int | Non
     is the same either way.
     """
     logits = _floating(logits, "cross_entropy", "logits")
-    mult = _positive(mult, "mult", "cross_entropy")
+    mult = _mult(mult, "cross_entropy")
     if logits.ndim == 0:
         raise ValueError("cross_entropy: logits must have a class axis (..., V)")
     classes = logits.shape[-1]

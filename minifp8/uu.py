@@ -153,6 +153,10 @@ class LayerNorm(Module):
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
     def forward(self, x) -> Tensor:
+        shape = np.shape(x.data if isinstance(x, Tensor) else x)
+        if self.weight is None and shape[-1:] != (self.features,):  # (with a weight, layer_norm checks it)
+            raise ValueError(f"LayerNorm({self.features}): x must have {self.features} features on its last axis, "
+                             f"got shape {shape}")
         return U.layer_norm(x, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:
@@ -178,7 +182,7 @@ class MHSA(Module):
             raise ValueError(f"MHSA: dropout must be in [0, 1), got {dropout}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.causal = _check_bool(causal, "MHSA: causal")
-        self.mult = U._positive(mult, "mult", "MHSA")
+        self.mult = U._mult(mult, "MHSA")
         self.dropout = float(dropout)
         self.rng = _check_generator(rng, "MHSA")
         self.linear_qkv = Linear(dim, 3 * dim, rng=rng)
@@ -219,7 +223,7 @@ class MLP(Module):
         hidden_multiplier = _check_size(hidden_multiplier, "hidden_multiplier", "MLP")
         _check_generator(rng, "MLP")
         self.dim, self.hidden = dim, hidden_multiplier * dim
-        self.mult = U._positive(mult, "mult", "MLP")
+        self.mult = U._mult(mult, "MLP")
         self.linear_1 = Linear(dim, self.hidden, rng=rng, constraint=None)
         self.linear_2 = Linear(self.hidden, dim, rng=rng, constraint=None)
 

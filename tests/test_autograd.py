@@ -526,3 +526,55 @@ def test_an_unchanged_graph_can_still_be_walked_twice():
     loss.backward()
     loss.backward()
     np.testing.assert_array_equal(w.grad, [4.0, 8.0])
+
+
+# ---- found in a review of the engine: each failed before its fix --------------------------------------
+def test_a_zero_d_tensor_reached_by_several_paths_gets_an_array_gradient():
+    """The sum of two 0-d gradients is a NumPy scalar; kept as the engine's buffer it broke the
+    next accumulation (TypeError) and became .grad, which optimizers and clipping scale in place."""
+    s = Tensor(3.0, requires_grad=True)
+    y = s * s
+    y.backward()
+    assert isinstance(s.grad, np.ndarray) and s.grad.shape == () and s.grad == 6.0
+    y.backward()
+    assert s.grad == 12.0
+    s.grad = None
+    (s + s + s).backward()
+    assert isinstance(s.grad, np.ndarray) and s.grad == 3.0
+    x = Tensor([1.0, 2.0, 4.0], requires_grad=True)
+    m = x.mean()
+    ((x - m) * (x - m) * (x - m)).mean().backward()  # m is used three times
+    centred = np.array([1.0, 2.0, 4.0]) - 7 / 3  # d/dx_j of mean((x - m)^3) = 3 (c_j^2 - mean(c^2)) / n
+    np.testing.assert_allclose(x.grad, 3 * (centred**2 - np.mean(centred**2)) / 3, rtol=1e-5)
+
+
+def test_detach_and_views_share_the_version_counter():
+    """As torch's: an in-place update of w is seen by a graph that saved w.detach() or a slice."""
+    from minifp8 import optim
+
+    a = Tensor([1.0, 1.0], requires_grad=True)
+    w = Tensor([2.0, 3.0], requires_grad=True)
+    loss = (a * w.detach()).sum()
+    w.grad = np.ones(2, np.float32)
+    optim.SGD([w], lr=1.0).step()
+    with pytest.raises(RuntimeError, match="was changed in place"):
+        loss.backward()
+    buf = Tensor([1.0, 2.0])
+    loss = (a * buf[0:2]).sum()
+    buf.data[...] = 10.0
+    buf.bump_version()
+    with pytest.raises(RuntimeError, match="was changed in place"):
+        loss.backward()
+    # a new array for w: the detached twin keeps the old one, and its graph stays valid
+    twin = w.detach()
+    loss = (a * twin).sum()
+    w.data = np.zeros(2, np.float32)
+    a.grad = None
+    loss.backward()
+    np.testing.assert_array_equal(a.grad, twin.data)
+
+
+def test_x_to_the_power_zero_has_gradient_zero_at_zero():
+    x = Tensor([0.0, 2.0], requires_grad=True)
+    (x**0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0])

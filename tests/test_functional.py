@@ -474,3 +474,8 @@ def test_pre_norm_block_gradcheck():
         return h + F.linear(F.gelu(F.linear(F.layer_norm(h, ln_w, ln_b), w_fc)), w_out)
 
     gradcheck(block, *tensors)
+
+
+def test_split_of_an_empty_axis_is_one_empty_chunk():
+    chunks = F.split(Tensor(np.zeros((0, 3), np.float32)), 2)
+    assert [chunk.shape for chunk in chunks] == [(0, 3)]  # as torch.split

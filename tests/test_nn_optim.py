@@ -599,3 +599,28 @@ def test_an_optimizer_step_between_forward_and_backward_is_refused(make):
     optimizer.zero_grad()
     layer(x).sum().backward()  # a new forward pass sees the new weights
     assert all(p.grad is not None for p in layer.parameters())
+
+
+def test_clip_grad_norm_and_zero_grad_take_one_tensor():
+    """As torch's clip_grad_norm_: a Tensor is one parameter, not the slices that iterating it gives."""
+    w = nn.Parameter(np.zeros(4, np.float32))
+    w.grad = np.full(4, 10.0, np.float32)
+    assert optim.clip_grad_norm(w, 1.0) == pytest.approx(20.0)
+    np.testing.assert_allclose(w.grad, 10.0 / (20.0 + 1e-6), rtol=1e-6)
+    optim.zero_grad(w)
+    assert w.grad is None
+
+
+def test_save_and_load_take_the_same_path_without_npz(tmp_path):
+    rng = np.random.default_rng(0)
+    source, target = nn.Linear(3, 2, rng=rng), nn.Linear(3, 2, rng=rng)
+    source.save(tmp_path / "checkpoint")  # np.savez alone would write checkpoint.npz
+    target.load(tmp_path / "checkpoint")
+    np.testing.assert_array_equal(target.weight.data, source.weight.data)
+
+
+def test_warmup_cosine_lr_takes_integer_step_counts():
+    for name, value in (("warmup_steps", 2.5), ("total_steps", 10.0), ("warmup_steps", True)):
+        arguments = {"max_lr": 1.0, "warmup_steps": 2, "total_steps": 10, name: value}
+        with pytest.raises(TypeError, match=f"warmup_cosine_lr: {name} must be an int"):
+            optim.warmup_cosine_lr(0, **arguments)

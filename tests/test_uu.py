@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import minifp8.functional as F
+import minifp8.nn as nn
 import minifp8.unit as U
 import minifp8.uu as uu
 from minifp8.autograd import Tensor, default_dtype
@@ -424,3 +425,22 @@ def test_mhsa_takes_nested_lists_like_the_other_layers():
 def test_bad_arguments(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize("make", [lambda: uu.LayerNorm(8), lambda: nn.LayerNorm(8, elementwise_affine=False)],
+                         ids=["uu", "nn"])
+def test_layer_norm_without_parameters_checks_the_feature_count(make):
+    with pytest.raises(ValueError, match=r"LayerNorm\(8\): x must have 8 features on its last axis, got shape \(5, 7\)"):
+        make()(Tensor(np.ones((5, 7), np.float32)))
+
+
+def test_mult_outside_its_range_is_a_clear_error():
+    x = Tensor(np.ones((2, 3, 4), np.float32))
+    for call in (lambda m: U.gelu(x, mult=m), lambda m: U.softmax(x, mult=m),
+                 lambda m: U.scaled_dot_product_attention(x, x, x, mult=m),
+                 lambda m: uu.MHSA(8, 2, rng=np.random.default_rng(0), mult=m)):
+        for mult in (1e-200, 1e200):
+            with pytest.raises(ValueError, match=r"mult must be in \[2\*\*-30, 2\*\*30\]"):
+                call(mult)
+    with pytest.raises(ValueError, match="lower and upper must be > 0"):
+        U.logarithmic_interpolation(0.5, 0.0, 1.0)
