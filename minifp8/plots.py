@@ -604,9 +604,10 @@ def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> dict:
 
 
 def _run_curve(metrics: dict, every: int, smooth_steps: int):
-    """(steps, losses) of one run's training loss, averaged over windows of about ``smooth_steps``."""
+    """(steps, losses) of one run's training loss, averaged over windows of about ``smooth_steps``
+    (shorter ones where a run would have fewer than ten, so that a short run still draws a line)."""
     losses = np.asarray(metrics["train_loss"], dtype=np.float64)
-    window = max(1, round(smooth_steps / every))
+    window = max(1, min(round(smooth_steps / every), len(losses) // 10))
     count = len(losses) // window
     if count == 0:
         return np.arange(1, len(losses) + 1) * every, losses
@@ -619,7 +620,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
 
     Top: the training loss (averaged over windows of about ``smooth_steps`` steps, thin) and the
     validation loss (dots) of each run; the dashed line is the corpus' loss floor when it is known.
-    A run that diverged ends in a cross. The unit-scaled runs share a colour, their fp32 run dashed.
+    A run that diverged ends in a cross. The runs ``unit`` and ``unit fp32`` (the unit-scaled model
+    with naive casts and in float32) share a colour, the fp32 one dashed; other runs have their own.
     Bottom: the largest fraction of a tensor flushed to zero
     among the cast points of each FP8 run, at each progress line (fp32 runs have no casts). Naive
     FP8 loses most of its gradients here; unit scaling and per-tensor scales keep them.
@@ -648,13 +650,14 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     colors = iter(f"C{i}" for i in range(1000))
     unit_color = None
     for label, metrics in runs.items():
-        # the unit-scaled runs share a colour (fp32 dashed), so the pair reads as one comparison
-        if metrics.get("family") == "unit":
+        # the unit-scaled model in fp32 and under naive casts share a colour (fp32 dashed), so the
+        # pair reads as one comparison; every other run has a colour of its own
+        if label in ("unit", "unit fp32") and metrics.get("family") == "unit":
             unit_color = unit_color or next(colors)
             color = unit_color
         else:
             color = "black" if label == "fp32" else next(colors)
-        style = "--" if metrics.get("family") == "unit" and metrics.get("recipe") == "fp32" else "-"
+        style = "--" if label == "unit fp32" and metrics.get("family") == "unit" else "-"
         steps, losses = _run_curve(metrics, every, smooth_steps)
         loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label)
         val = metrics.get("val") or []
@@ -728,7 +731,7 @@ def fp8lm_options(results: dict):
         pairs = [(e["step"], e["loss"] / alone[e["step"]] - 1) for e in metrics.get("val") or []
                  if e["step"] > 0 and e["step"] in alone]
         loss_axis.plot([step for step, _ in pairs], [change for _, change in pairs], marker=".", label=label, **style)
-        grads = metrics.get("fp8_grads") or []
+        grads = [e for e in metrics.get("fp8_grads") or [] if e["relative_error"] is not None]  # (None: nothing cast)
         if grads:
             error_axis.plot([e["step"] for e in grads], [e["relative_error"] for e in grads], label=label, **style)
     _percent_axis(loss_axis)

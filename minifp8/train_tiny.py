@@ -125,6 +125,9 @@ FP8LM_RESULTS = HEADLINE_RESULTS.with_name("fp8lm.json")
 # ================================================================================================
 # Configuration
 # ================================================================================================
+_FP8_OPTIMIZERS = ("none", "O2", "O3")  # --fp8-optimizer
+
+
 @dataclass
 class TrainConfig:
     """Every flag of ``train_tiny``; ``--name-with-dashes`` sets ``name_with_underscores``."""
@@ -149,7 +152,7 @@ class TrainConfig:
     fp8_optimizer: str = field(default="none", metadata={
         "help": "FP8-LM optimizer states: O2 (AdamW's first moment in FP8 E4M3, its second moment in FP16, each "
                 "with a per-tensor scale) or O3 (O2 plus FP16 master weights); a bare --fp8-optimizer means O2",
-        "choices": ("none", "O2", "O3"), "nargs": "?", "const": "O2"})
+        "choices": _FP8_OPTIMIZERS, "nargs": "?", "const": "O2"})
     fp8_allreduce: int = field(default=0, metadata={
         "help": "FP8-LM: split every batch over N simulated data-parallel workers and average their gradients "
                 "with the FP8 all-reduce (implies --fp8-grads; 1 is --fp8-grads; 0: off)", "metavar": "N"})
@@ -326,24 +329,47 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
         if recipe == "unit" and family != "unit":
             parser.error("recipe unit is the unit-scaled model with naive FP8 casts; it needs --family unit or auto "
                          "(for naive casts of the standard model use --recipe fp8)")
-        runs.append(Run(recipe, family, _loss_scale(parser, config.loss_scale),
+        runs.append(Run(recipe, family, _loss_scale(parser.error, config.loss_scale),
                         fp8_grads=config.fp8_grads or config.fp8_allreduce > 0, fp8_optimizer=config.fp8_optimizer,
                         workers=max(config.fp8_allreduce, 1)))
     return runs
 
 
-def _loss_scale(parser, text: str) -> str:
+def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
+    """``--loss-scale``: none, dynamic, or a number whose float32 value and reciprocal are normal
+    (a smaller scale is 0 in float32, or its reciprocal overflows)."""
     if text in ("none", "dynamic"):
         return text
     try:
         value = float(text)
-    except ValueError:
+    except (TypeError, ValueError):
         value = math.nan
-    largest = float(scaling.FLOAT32_MAX)  # (compared in float64: a float32 comparison would overflow)
-    if not (math.isfinite(value) and 0 < value <= largest):
-        parser.error(f"--loss-scale must be none, dynamic or a number > 0 that float32 holds (at most "
-                     f"{largest:.4g}), got {text!r}")
+    smallest, largest = float(np.finfo(np.float32).tiny), float(scaling.FLOAT32_MAX)  # (compared in float64)
+    if not (math.isfinite(value) and smallest <= value <= largest):
+        fail(f"--loss-scale must be none, dynamic or a number that float32 holds as a normal number "
+             f"({smallest:.4g} to {largest:.4g}), got {text!r}")
     return str(int(value)) if value == int(value) and value < 1e15 else repr(value)
+
+
+def _check_runs(fail: Callable[[str], NoReturn], runs: list[Run]) -> None:
+    """What the flags guarantee of the runs, checked again for runs read from a config.json."""
+    labels = [run.label for run in runs]
+    if len(set(labels)) != len(labels):
+        fail(f"the runs {labels} list a run twice")
+    for run in runs:
+        if run.recipe not in fp8.RECIPES or run.family not in FAMILIES:
+            fail(f"unknown run {asdict(run)}")
+        if run.recipe == "unit" and run.family != "unit":
+            fail(f"run {run.label!r}: recipe unit needs the unit family")
+        if not isinstance(run.loss_scale, str) or _loss_scale(fail, run.loss_scale) != run.loss_scale:
+            fail(f"run {run.label!r}: loss_scale must be none, dynamic or a number, got {run.loss_scale!r}")
+        if run.fp8_optimizer not in _FP8_OPTIMIZERS:
+            fail(f"run {run.label!r}: fp8_optimizer must be one of {', '.join(_FP8_OPTIMIZERS)}, "
+                 f"got {run.fp8_optimizer!r}")
+        if not isinstance(run.fp8_grads, bool) or isinstance(run.workers, bool) or not isinstance(run.workers, int) \
+                or run.workers < 1 or (run.workers > 1 and not run.fp8_grads):
+            fail(f"run {run.label!r}: fp8_grads must be a bool and workers an int >= 1 (> 1 only with fp8_grads), "
+                 f"got {run.fp8_grads!r} and {run.workers!r}")
 
 
 def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
@@ -356,6 +382,7 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
         fail(f"--n-embd ({config.n_embd}) must be a multiple of --n-head ({config.n_head})")
     if config.fp8_allreduce < 0:
         fail(f"--fp8-allreduce must be >= 0 (0: off), got {config.fp8_allreduce}")
+    _check_runs(fail, runs)
     for run in runs:
         if config.batch_size % run.workers:
             flag = f"--fp8-allreduce {config.fp8_allreduce}" if config.fp8_allreduce > 1 else f"run {run.label!r}"
@@ -563,22 +590,25 @@ def _duration(seconds: float) -> str:
 
 
 def train(run: Run, config: TrainConfig, dataset, *, out: Path | None = None, resume: bool = False,
-          stop_after: int | None = None, print_fn=print) -> dict:
+          stop_after: int | None = None, print_fn=print, steps_counter: list | None = None) -> dict:
     """Train one run and return its metrics (what ``metrics.json`` holds for it).
 
     With ``out``, checkpoints go to ``out/checkpoints/<run>.npz``; ``resume`` continues from there
     (raising `CheckpointError` for a checkpoint of another config or run, or one that cannot be read).
-    ``stop_after``: checkpoint and stop after that many steps of this call. Raises `Diverged` (the
+    ``stop_after``: checkpoint and stop after that many steps of this call; ``steps_counter`` (a
+    one-element list) gains one for each step trained (`main` counts a session's steps with it,
+    across runs). Raises `Diverged` (the
     metrics so far are in ``error.metrics``) and `Interrupted` (Ctrl-C is held until the step under
     way ends: `_DeferredInterrupt`). Overflow is detected explicitly (the loss and every gradient are
     checked), so NumPy's floating-point warnings, which would only repeat it, are silenced.
     """
     resume = _check_bool(resume, "train: resume")
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"), _DeferredInterrupt() as interrupt:
-        return _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt)
+        return _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt,
+                      steps_counter if steps_counter is not None else [0])
 
 
-def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt) -> dict:
+def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, steps_counter) -> dict:
     model, model_rng, state, optimizer, peak_lrs, gradients = _build(run, config, dataset.vocab_size)
     data_rng = np.random.default_rng((config.seed, 1))
     scaler = LossScaler(run.loss_scale, config.loss_scale_interval)
@@ -666,6 +696,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt) -
             state.step()
             elapsed = time.perf_counter() - began
             step_done = step + 1
+            steps_counter[0] += 1
             metrics["train_loss"].append(loss_value)
             metrics["skipped_steps"] = scaler.skipped
             window_losses.append(loss_value)
@@ -732,7 +763,11 @@ def _log_progress(print_fn, run, config, step, losses, per_step, tokens_per_step
     if run.loss_scale != "none":
         line += f" | loss scale {scaler.scale:g}" + (f", {scaler.skipped} skipped" if scaler.dynamic else "")
         metrics["loss_scale"].append({"step": step, "scale": scaler.scale, "skipped": scaler.skipped})
-    if report is not None:  # the FP8 gradients of the latest step against their FP32 all-reduce
+    if report is not None and not report.results:  # a step whose every FP8 gradient held Inf or NaN (skipped)
+        line += f" | fp8 grads: none cast ({len(report.nonfinite)} non-finite)"
+        metrics["fp8_grads"].append({"step": step, **{key: None for key in report.summary()},
+                                     "workers": report.workers, "nonfinite": list(report.nonfinite)})
+    elif report is not None:  # the FP8 gradients of the latest step against their FP32 all-reduce
         summary = report.summary()
         line += (f" | fp8 grads: error {summary['relative_error']:.2g}, underflow "
                  f"{_percent(summary['underflow_fraction'])}, mu {summary['min_factor']:.3g}-{summary['max_factor']:.3g}")
@@ -875,7 +910,7 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
 def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dict, dataset, print_fn) -> None:
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
                 "runs": {run.label: results[run.label] for run in runs if run.label in results}}
-    (out / "metrics.json").write_text(json.dumps(document, indent=1) + "\n")
+    (out / "metrics.json").write_text(_strict_json(document))
     try:
         from . import plots
 
@@ -885,6 +920,21 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
         return
     figure.savefig(out / "loss.png", dpi=120)
     print_fn(f"wrote {out / 'metrics.json'} and {out / 'loss.png'}")
+
+
+def _strict_json(document) -> str:
+    """``document`` as JSON that every parser reads: a NaN or infinite number (the amax of a cast
+    in a step that overflowed) is written as null, which JSON has, instead of Python's NaN."""
+    def strict(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        return value
+
+    return json.dumps(strict(document), indent=1, allow_nan=False) + "\n"
 
 
 def headline_results(document: dict, every: int = 10) -> dict:
@@ -960,9 +1010,6 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
             raise TypeError(f"config.json: {f.name} must be {' or '.join(kinds)}, got {value!r}")
     config = TrainConfig(**values)
     runs = [Run(**run) for run in saved["runs"]]
-    for run in runs:
-        if run.recipe not in fp8.RECIPES or run.family not in FAMILIES:
-            raise ValueError(f"config.json: unknown run {asdict(run)}")
 
     def fail(message: str) -> NoReturn:
         raise ValueError(f"config.json: {message}")
@@ -1036,10 +1083,16 @@ def main(argv: list[str] | None = None) -> int:
             model = GPT(_model_config(config, family, dataset.vocab_size), rng=np.random.default_rng(config.seed))
             print(f"{family} model, {fp8lm.format_memory_table(fp8lm.memory_rows(model))}\n")
     results, status = {}, 0
+    session_steps = [0]  # --stop-after counts the steps of this session, over all its runs
+    hint = f"; continue with --resume {out}" if out is not None else " (no --out: nothing saved)"
     for run in runs:
+        budget = None if config.stop_after is None else config.stop_after - session_steps[0]
+        if budget == 0:  # the last run stopped exactly at the budget, at its end: this one waits
+            print(f"stopped after {config.stop_after} steps in this session, before {run.label}{hint}")
+            return 130
         try:
             results[run.label] = train(run, config, dataset, out=out, resume=config.resume is not None,
-                                       stop_after=config.stop_after)
+                                       stop_after=budget, steps_counter=session_steps)
             if results[run.label]["diverged"]:  # diverged in an earlier session (reported there)
                 status = 1
         except Diverged as error:
@@ -1047,7 +1100,6 @@ def main(argv: list[str] | None = None) -> int:
             results[run.label] = error.metrics
             status = 1
         except Interrupted as stop:
-            hint = f"; continue with --resume {out}" if out is not None else " (no --out: nothing saved)"
             print(f"{stop}{hint}")
             return 130
         except CheckpointError as error:
@@ -1063,8 +1115,7 @@ def main(argv: list[str] | None = None) -> int:
         _write_outputs(out, config, runs, results, dataset, print)
         if config.experiment is not None:
             results_file = out / f"{config.experiment}.json"
-            results_file.write_text(json.dumps(headline_results(json.loads((out / "metrics.json").read_text())),
-                                               indent=1) + "\n")
+            results_file.write_text(_strict_json(headline_results(json.loads((out / "metrics.json").read_text()))))
             committed = HEADLINE_RESULTS.with_name(results_file.name)
             print(f"wrote {results_file} (the committed copy is {committed})")
     return status

@@ -210,3 +210,23 @@ def test_a_wide_log2_axis_keeps_its_labels_readable():
     figure = plots.rounding_error("E5M2", -600, 600, points=100)  # (beyond, matplotlib itself overflows)
     labels = figure.axes[-1].get_xticks()
     assert 10 <= len(labels) <= 25
+
+
+def test_training_curves_tell_every_unit_family_run_apart():
+    """Only "unit" and "unit fp32" share a colour; the FP8-LM runs of the unit model (and a unit
+    family list of recipes) each get their own colour or style, as the fp8lm experiment needs."""
+    results = {"runs": {label: run(family="unit", recipe=recipe) for label, recipe in
+                        [("unit fp32", "fp32"), ("unit", "unit"), ("unit + fp8 grads", "unit"),
+                         ("unit current", "current"), ("unit delayed", "delayed")]}}
+    lines = {line.get_label(): line for line in plots.training_curves(results).axes[0].get_lines()
+             if not line.get_label().startswith("_")}
+    looks = {label: (line.get_color(), line.get_linestyle()) for label, line in lines.items()}
+    assert looks["unit"][0] == looks["unit fp32"][0] and looks["unit fp32"][1] == "--"
+    assert len(set(looks.values())) == len(looks)
+
+
+def test_a_short_run_still_draws_a_training_line():
+    """30 steps with 20-step windows gave one window, a single point without a marker."""
+    results = {"runs": {"fp8": run(train_loss=list(np.linspace(2.6, 1.9, 30)))}}
+    line = [line for line in plots.training_curves(results).axes[0].get_lines() if line.get_label() == "fp8"][0]
+    assert len(line.get_xdata()) >= 10

@@ -241,6 +241,41 @@ def test_stop_after_counts_the_steps_of_this_session(tmp_path, capsys):
     assert status == 130 and "resumed at step 6/20" in printed and "stopped after step 11" in printed
 
 
+def test_stop_after_counts_the_steps_of_every_run_in_the_session(tmp_path, capsys):
+    """As -h says, the steps of this session: over all its runs, not each run's own."""
+    out = tmp_path / "run"
+    flags = [*TINY, "--steps", "6", "--recipe", "fp32,fp8", "--out", str(out)]
+    status, printed, _ = run_main(capsys, *flags, "--stop-after", "6")  # fp32's 6 steps, then none of fp8's
+    assert status == 130 and "stopped after 6 steps in this session, before fp8" in printed
+    status, printed, _ = run_main(capsys, "--resume", str(out), "--stop-after", "4")
+    assert status == 130 and "fp8: stopped after step 4" in printed
+    status, printed, _ = run_main(capsys, *flags, "--stop-after", "8")  # a fresh start: 6 of fp32, 2 of fp8
+    assert status == 130 and "fp8: stopped after step 2" in printed
+    whole = tmp_path / "whole"
+    assert run_main(capsys, *TINY, "--steps", "6", "--recipe", "fp32,fp8", "--out", str(whole))[0] == 0
+    assert run_main(capsys, "--resume", str(out))[0] == 0
+    assert metrics(out)["runs"]["fp8"]["train_loss"] == metrics(whole)["runs"]["fp8"]["train_loss"]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda runs: runs[0].update(workers=0), "workers an int >= 1"),
+    (lambda runs: runs[1].update(loss_scale="abc"), "--loss-scale must be none, dynamic or a number"),
+    (lambda runs: runs[1].update(loss_scale="-4"), "--loss-scale must be none, dynamic or a number"),
+    (lambda runs: runs[0].update(fp8_optimizer="O4"), "fp8_optimizer must be one of none, O2, O3, got 'O4'"),
+    (lambda runs: runs[1].update(family="standard"), "recipe unit needs the unit family"),
+    (lambda runs: runs.append(dict(runs[0])), "list a run twice"),
+    (lambda runs: runs[0].update(fp8_grads="yes"), "fp8_grads must be a bool"),
+])
+def test_resume_checks_the_runs_of_config_json_as_the_flags_do(tmp_path, capsys, edit, message):
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp8,unit", "--out", str(out), "--stop-after", "2")[0] == 130
+    saved = json.loads((out / "config.json").read_text())
+    edit(saved["runs"])
+    (out / "config.json").write_text(json.dumps(saved))
+    status, printed, err = run_main(capsys, "--resume", str(out))
+    assert status == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
 def test_learning_rate_schedule_by_hand_and_across_a_resume(tmp_path, capsys, monkeypatch):
     """The learning rate of optimizer step s (from 0): linear warmup (s + 1)/5 of the peak over
     --warmup-steps 5, then cosine from the peak to --min-lr-ratio 0.1 of it over the remaining 15 steps,
@@ -406,6 +441,8 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--seed", "-1"], "--seed must be >= 0"),
     (["--weight-decay", "inf"], "--weight-decay must be a finite number"),
     (["--loss-scale", "1e39"], "that float32 holds"),
+    (["--loss-scale", "1e-50"], "that float32 holds as a normal number"),  # 0 in float32
+    (["--loss-scale", "1e-39"], "that float32 holds as a normal number"),  # its reciprocal overflows
     (["--out", ""], "--out must name a directory"),
     (["--resume", "somewhere", "--stop-after", "0"], "--stop-after must be >= 1"),
 ])
@@ -749,3 +786,20 @@ def test_committed_seed_study_agrees_with_the_headline_and_fp8lm_results():
         fp8lm_runs["current + fp8 optimizer O2"]["final"]["val_loss"], 5)
     for label in ("unit", "current"):
         assert fp8lm_runs[label]["val"] == headline[label]["val"]
+
+
+def test_metrics_json_is_strict_json_and_a_skipped_step_reports_no_fp8_gradients(tmp_path, capsys):
+    """The first steps of the unit model under a 2**16 loss scale overflow E5M2 and are skipped:
+    the casts' amax is NaN there (written as null: JSON has no NaN), and the FP8 gradients were
+    never cast (the line said "error 0")."""
+    out = tmp_path / "run"
+    status, printed, err = run_main(capsys, *TINY, "--steps", "2", "--log-interval", "1", "--recipe", "unit",
+                                    "--loss-scale", "dynamic", "--fp8-allreduce", "2", "--out", str(out))
+    assert status == 0, err
+    text = (out / "metrics.json").read_text()
+    document = json.loads(text, parse_constant=lambda name: pytest.fail(f"metrics.json holds {name}"))
+    run = document["runs"]["unit + loss scale dynamic + fp8 all-reduce x2"]
+    assert run["skipped_steps"] >= 1
+    first = run["fp8_grads"][0]
+    assert "fp8 grads: none cast (" in printed and "non-finite)" in printed
+    assert first["relative_error"] is None and first["nonfinite"]
