@@ -216,16 +216,18 @@ def _central_differences(fn, inputs, x: Tensor, weights64, eps: float) -> np.nda
     return numeric.reshape(x.shape)
 
 
+def _tolerance_ratio(difference: np.ndarray, tolerance) -> np.ndarray:
+    """``difference / tolerance``, 0 where the difference is 0 (a zero tolerance too); a NaN
+    difference stays NaN, which `_worst` takes as the worst."""
+    with np.errstate(invalid="ignore"):
+        return np.where(difference == 0, 0.0, difference / np.maximum(tolerance, np.finfo(np.float64).tiny))
+
+
 def _compare(name, shape, g32, g64, numeric, report: GradcheckReport) -> GradcheckInput:
-    difference64 = np.abs(g64 - numeric)
-    with np.errstate(invalid="ignore"):  # (a NaN difference stays NaN: the worst, `_worst`)
-        ratio64 = np.where(difference64 == 0, 0.0, difference64 / np.maximum(
-            report.atol + report.rtol * np.abs(numeric), np.finfo(np.float64).tiny))
-    g32_as64 = g32.astype(np.float64)
+    ratio64 = _tolerance_ratio(np.abs(g64 - numeric), report.atol + report.rtol * np.abs(numeric))
     scale = float(np.abs(g64).max()) if g64.size else 0.0
-    tolerance32 = report.float32_atol * scale + report.float32_rtol * np.abs(g64)
-    difference32 = np.abs(g32_as64 - g64)
-    ratio32 = np.where(difference32 == 0, 0.0, difference32 / np.maximum(tolerance32, np.finfo(np.float64).tiny))
+    ratio32 = _tolerance_ratio(np.abs(g32.astype(np.float64) - g64),
+                               report.float32_atol * scale + report.float32_rtol * np.abs(g64))
     worst64 = _worst(ratio64)
     worst32 = _worst(ratio32)
     return GradcheckInput(
