@@ -50,6 +50,14 @@ def _check_size(value, name: str, owner: str) -> int:
     return int(value)
 
 
+def _check_feature_axis(x, features: int, owner: str) -> None:
+    """ValueError unless ``x``'s last axis has ``features`` elements (a LayerNorm without parameters
+    has nothing else to check its input's width against)."""
+    shape = np.shape(x.data if isinstance(x, Tensor) else x)
+    if shape[-1:] != (features,):
+        raise ValueError(f"{owner}({features}): x must have {features} features on its last axis, got shape {shape}")
+
+
 class Module:
     """Base class: subclasses set parameters/sub-modules as attributes and define ``forward``."""
 
@@ -245,10 +253,8 @@ class LayerNorm(Module):
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
     def forward(self, x) -> Tensor:
-        shape = np.shape(x.data if isinstance(x, Tensor) else x)
-        if self.weight is None and shape[-1:] != (self.features,):  # (with a weight, layer_norm checks it)
-            raise ValueError(f"LayerNorm({self.features}): x must have {self.features} features on its last axis, "
-                             f"got shape {shape}")
+        if self.weight is None:  # (with a weight, layer_norm checks the feature axis against it)
+            _check_feature_axis(x, self.features, "LayerNorm")
         return F.layer_norm(x, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:

@@ -30,7 +30,7 @@ from . import unit as U
 from .autograd import Tensor
 from .formats import _check_bool
 from .fp8 import track
-from .nn import Module, Parameter, _check_generator, _check_size
+from .nn import Module, Parameter, _check_feature_axis, _check_generator, _check_size
 
 __all__ = ["Embedding", "LayerNorm", "Linear", "LinearReadout", "MHSA", "MLP", "TransformerLayer", "residual_taus"]
 
@@ -153,10 +153,8 @@ class LayerNorm(Module):
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
     def forward(self, x) -> Tensor:
-        shape = np.shape(x.data if isinstance(x, Tensor) else x)
-        if self.weight is None and shape[-1:] != (self.features,):  # (with a weight, layer_norm checks it)
-            raise ValueError(f"LayerNorm({self.features}): x must have {self.features} features on its last axis, "
-                             f"got shape {shape}")
+        if self.weight is None:  # (with a weight, layer_norm checks the feature axis against it)
+            _check_feature_axis(x, self.features, "LayerNorm")
         return U.layer_norm(x, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:
