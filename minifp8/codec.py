@@ -7,7 +7,9 @@ One generic codec serves every format. It comes in two forms that the tests hold
 - `encode` is the vectorised NumPy twin people use. Its exact core works in float64 with
   power-of-two scaling only, so no step rounds; float32 and float16 inputs take a faster route,
   a 2^16-entry lookup table indexed by the upper half of the float32 bits (the table itself is
-  built by the exact core and proved by the tests).
+  built by the exact core and proved by the tests). It serves every format whose rounding
+  boundaries have a zero lower half (`_float32_table_is_exact`: all catalogued formats); any
+  other format takes the exact core.
 
 Semantics (DESIGN.md section 3; OFP8 rev 1.0 section 5; ONNX Cast-19):
 
@@ -197,7 +199,7 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
         bits, count = _check_random_bits(random_bits, random_bit_count, array.shape)
         return _encode_exact(_to_float64(array), fmt, rounding, saturate, bits, count)
     _check_no_random_bits(rounding, random_bits, random_bit_count)
-    if array.dtype in (np.float32, np.float16):
+    if array.dtype in (np.float32, np.float16) and _float32_table_is_exact(fmt):
         if not fmt.has_nan and array.size and np.isnan(array).any():
             raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
         return _encode_float32_by_table(array.astype(np.float32, copy=False), fmt, rounding, saturate)
@@ -361,14 +363,25 @@ def _overflow_codes(fmt: FloatFormat, sign: np.ndarray, saturate: bool, infinite
 
 
 # ---- the float32 fast path ---------------------------------------------------------------------
+def _float32_table_is_exact(fmt: FloatFormat) -> bool:
+    """Whether every rounding boundary of ``fmt`` is a float32 whose lower 16 bits are zero.
+
+    The boundaries are the values, their midpoints and the overflow threshold: multiples of
+    ``2**(emin - mantissa_bits - 1)`` with at most ``mantissa_bits + 2`` significant bits. A float32
+    with a zero lower half keeps 7 fraction bits, and below 2**-126 (its subnormals) it is a multiple
+    of 2**-133. Every catalogued format qualifies; a format with 7 mantissa bits, or with a bias
+    above 130 (E4M3), does not, and goes through the exact float64 path instead.
+    """
+    return fmt.mantissa_bits + 1 <= 7 and fmt.emin - fmt.mantissa_bits - 1 >= -133
+
+
 @lru_cache(maxsize=None)
 def _float32_tables(fmt: FloatFormat, rounding: str, saturate: bool) -> tuple[np.ndarray, np.ndarray]:
     """Codes for every float32 upper half ``u``: when the lower half is zero, and when it is not.
 
-    Every rounding boundary of every format here (midpoints, representable values, the overflow
-    threshold) has at most 5 significant bits, so it is a float32 whose lower 16 bits are zero.
-    Hence all float32s ``(u << 16) | low`` with ``low != 0`` lie strictly inside one rounding
-    interval and share one code, and only ``low == 0`` can sit exactly on a boundary.
+    For a format where `_float32_table_is_exact`, every rounding boundary is a float32 whose lower
+    16 bits are zero. Hence all float32s ``(u << 16) | low`` with ``low != 0`` lie strictly inside
+    one rounding interval and share one code, and only ``low == 0`` can sit exactly on a boundary.
     """
     upper = np.arange(1 << 16, dtype=np.uint32) << 16
     with np.errstate(invalid="ignore"):  # the NaN patterns are cast too

@@ -414,3 +414,59 @@ def test_all_2_pow_32_float32_inputs_equal_ml_dtypes(name):
             first = np.flatnonzero(ours != theirs)[0]
             pytest.fail(f"{name}: float32 bits {start + first:#010x}: ours {ours[first]:#04x}, ml_dtypes {theirs[first]:#04x}")
         np.testing.assert_array_equal(codec.encode(x, name, saturate=True), onnx_saturate_codes(x, name))
+
+
+# ---- formats nobody catalogued: the float32 path must not assume the catalogue's boundaries -------
+CUSTOM_FORMATS = [
+    formats.FloatFormat("E5M2b140", 5, 2, 140, has_infinity=True, nan_style="ieee"),  # boundaries among float32 subnormals
+    formats.FloatFormat("E4M3b147", 4, 3, 147),  # the smallest bias float32 allows
+    formats.FloatFormat("E4M3b130", 4, 3, 130),  # its smallest midpoint, 2**-133, still has a zero lower half
+    formats.FloatFormat("E4M3b131", 4, 3, 131),  # ... and here it has not
+    formats.FloatFormat("E2M5", 2, 5, 1, nan_style="none"),
+    formats.FloatFormat("E1M6", 1, 6, 1, nan_style="none"),  # 6 mantissa bits: midpoints need 7
+    formats.FloatFormat("E1M7u", 1, 7, 0, signed=False, has_subnormals=False),  # 7 bits: midpoints need 8
+    formats.FloatFormat("E3M4b-100", 3, 4, -100, nan_style="none"),
+]
+
+
+def boundary_probes(fmt) -> np.ndarray:
+    """Every value, every midpoint of neighbours and the overflow midpoint that float32 holds exactly,
+    each with its float32 neighbours on both sides, in both signs."""
+    values = np.unique(np.abs(fmt.values()[np.isfinite(fmt.values())]).astype(np.float64))
+    ulp_of_max = values[-1] - values[-2]
+    points = np.concatenate([values, (values[:-1] + values[1:]) / 2, [values[-1] + ulp_of_max / 2]])
+    points = points[points.astype(np.float32).astype(np.float64) == points].astype(np.float32)
+    up, down = np.nextafter(points, np.float32(np.inf)), np.nextafter(points, np.float32(0))
+    probes = np.concatenate([points, up, down])
+    return np.concatenate([probes, -probes]) if fmt.signed else probes
+
+
+def test_every_catalogued_format_keeps_the_float32_table_and_the_custom_edge_cases_do_not():
+    assert all(codec._float32_table_is_exact(fmt) for fmt in formats.CATALOGUE.values())
+    exact = {fmt.name: codec._float32_table_is_exact(fmt) for fmt in CUSTOM_FORMATS}
+    assert exact == {"E5M2b140": False, "E4M3b147": False, "E4M3b130": True, "E4M3b131": False,
+                     "E2M5": True, "E1M6": True, "E1M7u": False, "E3M4b-100": True}
+
+
+@pytest.mark.parametrize("fmt", CUSTOM_FORMATS, ids=lambda fmt: fmt.name)
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_custom_formats_round_float32_as_the_value_grid_and_float64(fmt, rounding):
+    x = boundary_probes(fmt)
+    x = x[np.abs(x) <= fmt.max]
+    if not fmt.signed:
+        x = x[x >= fmt.values()[0]]  # E8M0-style: below the smallest value is not a rounding question
+    expected = grid_codes(x, fmt, rounding)
+    np.testing.assert_array_equal(codec.encode(x, fmt, rounding=rounding), expected)
+    np.testing.assert_array_equal(codec.encode(x.astype(np.float64), fmt, rounding=rounding), expected)
+
+
+@pytest.mark.parametrize("fmt", CUSTOM_FORMATS, ids=lambda fmt: fmt.name)
+def test_custom_formats_round_trip_every_code_and_agree_with_the_scalar_reference(fmt):
+    codes = np.arange(1 << fmt.bits, dtype=np.uint8)
+    values = codec.decode(codes, fmt)
+    finite = np.isfinite(values)
+    np.testing.assert_array_equal(codec.encode(values[finite], fmt), codes[finite])
+    x = boundary_probes(fmt)
+    for saturate in (False, True):
+        scalar = np.array([codec.encode_scalar(float(value), fmt, "nearest_even", saturate) for value in x], np.uint8)
+        np.testing.assert_array_equal(codec.encode(x, fmt, saturate=saturate), scalar)
