@@ -193,6 +193,8 @@ class FloatFormat:
 
         The table is computed from the fields alone (OFP8 section 5.1, MX section 5.3):
         subnormal ``(-1)**s * 2**emin * m / 2**M``, normal ``(-1)**s * 2**(E - bias) * (1 + m / 2**M)``.
+        A NaN code decodes to a NaN with the code's sign bit, as ml_dtypes decodes it (PyTorch agrees
+        for E4M3 and E5M2, but decodes the FNUZ NaN ``0x80`` to +NaN).
         """
         return _decode_table(self)
 
@@ -223,11 +225,15 @@ def _decode_table(fmt: FloatFormat) -> np.ndarray:
 
     all_ones_exponent = exponent_field == (1 << fmt.exponent_bits) - 1
     if fmt.nan_style == "ieee":
-        values[all_ones_exponent & (mantissa_field != 0)] = np.nan
+        nan = all_ones_exponent & (mantissa_field != 0)
     elif fmt.nan_style == "all_ones":
-        values[(codes & ((1 << magnitude_bits) - 1)) == (1 << magnitude_bits) - 1] = np.nan
+        nan = (codes & ((1 << magnitude_bits) - 1)) == (1 << magnitude_bits) - 1
     elif fmt.nan_style == "negative_zero":
-        values[codes == fmt.sign_mask] = np.nan
+        nan = codes == fmt.sign_mask
+    else:
+        nan = np.zeros(codes.shape, bool)
+    # A NaN keeps its code's sign bit, as in ml_dtypes (0xFF in E4M3 is -NaN; the FNUZ NaN 0x80 too).
+    values[nan] = np.where(negative[nan], -np.nan, np.nan)
     if fmt.has_infinity:
         infinite = all_ones_exponent & (mantissa_field == 0)
         values[infinite] = np.where(negative[infinite], -np.inf, np.inf)

@@ -53,8 +53,8 @@ def test_decode_table_matches_ml_dtypes(name):
     codes = np.arange(2**fmt.bits, dtype=np.uint8)
     theirs = codes.view(getattr(ml_dtypes, ML_DTYPES_NAMES[name])).astype(np.float32)
     ours = codec.decode(codes, fmt)
-    np.testing.assert_array_equal(ours.view(np.uint32)[~np.isnan(ours)], theirs.view(np.uint32)[~np.isnan(ours)])
-    assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+    # bit for bit, NaNs included: a code with its sign bit set decodes to a NaN with its sign bit set
+    np.testing.assert_array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
 @pytest.mark.parametrize("name", SPEC)
@@ -69,6 +69,13 @@ def test_encode_of_decode_is_identity_on_every_non_nan_code(name):
     np.testing.assert_array_equal(codec.encode(values[finite], fmt, saturate=True), codes[finite])
     for code in codes[keep][:: max(1, len(codes) // 64)]:
         assert codec.encode_scalar(float(values[code]), fmt) == code
+    # A NaN code decodes to a NaN of its sign, and encodes back to a NaN code of that sign.
+    nan_codes = codes[~keep]
+    sign_bits = nan_codes & fmt.sign_mask  # (sign_mask is 0 for unsigned formats)
+    np.testing.assert_array_equal(np.signbit(values[~keep]), sign_bits != 0)
+    back = codec.encode(values[~keep], fmt)
+    assert np.isnan(fmt.values()[back]).all()
+    np.testing.assert_array_equal(back & fmt.sign_mask, sign_bits)
 
 
 def test_emax_matches_mx_spec():
