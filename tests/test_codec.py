@@ -326,6 +326,13 @@ def test_integers_of_magnitude_2_pow_53_are_accepted():
     assert codec.encode(np.array([2**53], np.uint64), "E8M0").tolist() == [53 + 127]
 
 
+@pytest.mark.parametrize("x", [2**64, -(2**70), [2**64, 1.5], np.array([3, 2**80], dtype=object)])
+def test_python_integers_beyond_int64_get_the_range_error_not_a_dtype_error(x):
+    # NumPy holds them in an object array; the problem is still their size
+    with pytest.raises(ValueError, match=r"\|x\| <= 2\*\*53 .* got -?1\d+"):
+        codec.encode(x, "E4M3")
+
+
 @pytest.mark.parametrize("x", [np.array([2**53 + 1], np.int64), np.array([-(2**53) - 1], np.int64),
                                np.array([2**53 + 1], np.uint64), np.array([2**63 - 1], np.int64)])
 def test_integers_beyond_2_pow_53_are_refused_even_where_float64_rounds_them_to_it(x):
