@@ -111,9 +111,10 @@ def _beyond_max(scaled_magnitude, fmt) -> np.ndarray:
 def _value_tables(fmt, saturate: bool) -> tuple[np.ndarray, np.ndarray]:
     """``codec.quantize`` of every float32 upper half ``u``: with the lower half nonzero, and zero.
 
-    By the codec's argument (``codec._float32_tables``) every float32 ``(u << 16) | low`` with
-    ``low != 0`` lies strictly inside one rounding interval, so ``(u << 16) | 1`` stands for all
-    of them; only ``low == 0`` can sit on a boundary. Built with the public ``codec.quantize``.
+    By the codec's argument (``codec._float32_tables``; it holds for E4M3 and E5M2, the only
+    formats cast here) every float32 ``(u << 16) | low`` with ``low != 0`` lies strictly inside one
+    rounding interval, so ``(u << 16) | 1`` stands for all of them; only ``low == 0`` can sit on a
+    boundary. Built with the public ``codec.quantize``.
     """
     upper = np.arange(1 << 16, dtype=np.uint32) << 16
     with np.errstate(invalid="ignore"):
