@@ -36,10 +36,12 @@ def cast_path(request, monkeypatch):
     elif request.param == "dense":
         monkeypatch.setattr(fastcast, "_IN_RANGE_MIN_SIZE", 0)
         monkeypatch.setattr(fastcast, "_DENSE_FRACTION", 0.0)
+        monkeypatch.setattr(fastcast, "_DENSE_BLOCK_FRACTION", 0.0)
     elif request.param in ("in-range", "outliers"):
         monkeypatch.setattr(fastcast, "_IN_RANGE_MIN_SIZE", 0)
         monkeypatch.setattr(fastcast, "_FIXUP_FRACTION", 1.0)
         monkeypatch.setattr(fastcast, "_DENSE_FRACTION", 2.0)
+        monkeypatch.setattr(fastcast, "_DENSE_BLOCK_FRACTION", 2.0)
         monkeypatch.setattr(fastcast, "_OUTLIER_FRACTION", 0.0 if request.param == "outliers" else 1.0)
         # in-range: the amax of the candidates' tiles alone (unless their tiles hold 16 times the
         # tensor); outliers: of every tile
@@ -972,8 +974,8 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
     """A tensor like a GELU output late in training: a third of it far below its tiles' normal
     ranges (by default cast whole, `fastcast._cast_in_tiles`), with ties on the
     subnormal grids, an all-zero block of both signs, float32 subnormals; in a second tensor, a
-    tile of tiny nonzero values whose bound is raised to 2**-126 (there the whole-tensor cast
-    declines); in a third, 60% zeros with few elements to fix, which the search leaves out. Each
+    tile of tiny nonzero values whose bound is raised to 2**-126 (there blockwise casts the tensor
+    whole and those tiles again, through the table; MX declines); in a third, 60% zeros with few elements to fix, which the search leaves out. Each
     copy of the pair equals its reference, and its statistics the single cast's."""
     fixes = []
     cast_in_tiles = fastcast._cast_in_tiles
@@ -994,7 +996,8 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
     fmt_ = formats.get(fmt)
     options = fp8._recipe_options(recipe, {})
     # (tensor, cast whole by default, cast whole where forced, declined by the one by one cast)
-    for tensor, by_default, where_forced, too_many in ((x, True, True, True), (raised, False, False, True),
+    raised_whole = recipe == "blockwise"
+    for tensor, by_default, where_forced, too_many in ((x, True, True, True), (raised, raised_whole, raised_whole, True),
                                                        (zeros, False, True, False)):
         fixes.clear()
         pair = fastcast.cast_pair(tensor, recipe, options, fmt_)
