@@ -275,10 +275,13 @@ def bench_train(args) -> None:
     shows the machine's state); then fp32's line, pooling its runs. Targets (issue 6, for the
     default config): every FP8 recipe <= 1.5x the fp32 step, mxfp8 <= 2x. ``--recipes`` times some
     of the recipes only; ``--n-embd`` changes the model's width (the casts grow with the
-    activations, the GEMMs with their square), to see how the ratios depend on size.
+    activations, the GEMMs with their square), to see how the ratios depend on size;
+    ``--family auto`` trains each recipe, and its fp32 partner, in the family that
+    ``python -m minifp8.train_tiny --recipe R`` gives it (nanoGPT's, except for unit), instead of
+    all on the default run's unit-scaled model.
     """
     from . import data, fp8
-    from .train_tiny import Run, TrainConfig, _build, _set_lr
+    from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr
 
     default_width = args.n_embd is None or args.n_embd == TrainConfig().n_embd
     config = TrainConfig() if args.n_embd is None else dataclasses.replace(TrainConfig(), n_embd=args.n_embd)
@@ -286,8 +289,8 @@ def bench_train(args) -> None:
     tokens = config.batch_size * config.block_size
     dataset = data.load_dataset()
 
-    def trainer(recipe: str) -> Callable[[int], float]:
-        model, _, state, optimizer, peak_lrs, _ = _build(Run(recipe, "unit"), config, dataset.vocab_size)
+    def trainer(recipe: str, family: str) -> Callable[[int], float]:
+        model, _, state, optimizer, peak_lrs, _ = _build(Run(recipe, family), config, dataset.vocab_size)
         params = model.parameters()
         data_rng = np.random.default_rng((config.seed, 1))  # train_tiny's batches
 
@@ -316,23 +319,27 @@ def bench_train(args) -> None:
 
     recipes = args.recipes or [recipe for recipe in fp8.RECIPES if recipe != "fp32"]
     label = "default config" if default_width else "default config at another width"
-    print(f"  {label}: unit-scaled, {config.n_layer} layers, n_embd {config.n_embd}, batch "
+    auto = args.family == "auto"
+    models = "each recipe in train_tiny's family for it (unit-scaled for unit, else standard)" if auto else "unit-scaled"
+    print(f"  {label}: {models}, {config.n_layer} layers, n_embd {config.n_embd}, batch "
           f"{config.batch_size} x {config.block_size} tokens, {steps_total} steps per recipe, each beside an fp32 run",
           flush=True)
     tenth = max(1, steps_total // 10)
-    baseline = []
+    baseline, families = [], set()
     started = time.perf_counter()
     for number, recipe in enumerate(recipes):
-        pair = {"fp32": trainer("fp32"), recipe: trainer(recipe)}
+        family = _default_family(recipe) if auto else "unit"
+        pair = {"fp32": trainer("fp32", family), recipe: trainer(recipe, family)}
         seconds = {name: np.empty(steps_total) for name in pair}
         for index in range(steps_total):
             for name, step in pair.items():
                 seconds[name][index] = step(index)
         baseline.append(seconds["fp32"])
+        families.add(family)
         ratios = seconds[recipe] / seconds["fp32"]
         print(f"{step_line(recipe, seconds[recipe], np.median(ratios))} "
               f"(first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f}; "
-              f"its fp32 {np.median(seconds['fp32']) * 1e3:.1f} ms){target(recipe)}",
+              f"its fp32 {np.median(seconds['fp32']) * 1e3:.1f} ms{', ' + family if auto else ''}){target(recipe)}",
               flush=True)
         elapsed = time.perf_counter() - started
         if number + 1 < len(recipes):
@@ -340,7 +347,8 @@ def bench_train(args) -> None:
                   file=sys.stderr, flush=True)
     fp32 = np.concatenate(baseline)
     first, last = np.concatenate([b[:tenth] for b in baseline]), np.concatenate([b[-tenth:] for b in baseline])
-    print(f"{step_line('fp32', fp32, 1.0)} (all {len(baseline)} runs; first tenths {np.median(first) * 1e3:.1f} ms, "
+    pooled = f"all {len(baseline)} runs" + (f", {' and '.join(sorted(families))}" if auto else "")
+    print(f"{step_line('fp32', fp32, 1.0)} ({pooled}; first tenths {np.median(first) * 1e3:.1f} ms, "
           f"last {np.median(last) * 1e3:.1f})", flush=True)
 
 
@@ -360,7 +368,7 @@ def machine_line() -> str:
 #: The flags that only some sections read, and which: a flag given to a run of none of them is an
 #: error rather than silently ignored.
 FLAG_SECTIONS = {"repeats": ("codec", "block", "mx", "fp8"), "rounds": ("fp8",), "steps": ("train",),
-                 "recipes": ("train",), "n_embd": ("train",)}
+                 "recipes": ("train",), "n_embd": ("train",), "family": ("train",)}
 
 
 def _check_flags_apply(parser: argparse.ArgumentParser, args: argparse.Namespace, selected: list[str]) -> None:
@@ -395,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-embd", type=int, default=None, metavar="N",
                         help="the train section's model width, a multiple of the default run's 4 heads (default: the "
                              "default run's, 64, for which the targets are stated)")
+    parser.add_argument("--family", choices=("unit", "auto"), default=None,
+                        help="the train section's models: unit, every recipe and fp32 on the default run's "
+                             "unit-scaled model; auto, each recipe and its fp32 partner in the family that "
+                             "train_tiny --recipe R trains (standard, except for unit) (default: unit)")
     args = parser.parse_args(argv)
     for name in ("repeats", "rounds", "steps", "n_embd"):
         if getattr(args, name) is not None and getattr(args, name) < 1:

@@ -23,6 +23,22 @@ def test_train_section_times_the_recipes_and_width_asked_for(capsys):
     assert "target" not in out  # the targets are stated for the default width
 
 
+def test_family_auto_pairs_each_recipe_with_fp32_in_train_tinys_family_for_it(capsys, monkeypatch):
+    from minifp8 import train_tiny
+    built = []
+    real_build = train_tiny._build
+    monkeypatch.setattr(train_tiny, "_build", lambda run, *args: built.append((run.recipe, run.family)) or
+                        real_build(run, *args))
+    assert bench.main(["--steps", "2", "--recipes", "unit,blockwise", "--family", "auto", "train"]) == 0
+    assert built == [("fp32", "unit"), ("unit", "unit"), ("fp32", "standard"), ("blockwise", "standard")]
+    out = capsys.readouterr().out
+    assert "each recipe in train_tiny's family for it" in out and "all 2 runs, standard and unit;" in out
+    assert "its fp32" in out and ", standard) (target <= 1.5)" in out
+    built.clear()
+    assert bench.main(["--steps", "1", "--recipes", "blockwise", "train"]) == 0  # the default: unit-scaled
+    assert built == [("fp32", "unit"), ("blockwise", "unit")]
+
+
 def test_bad_arguments_exit_with_a_message(capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.main(["nonsense"])
@@ -63,6 +79,7 @@ def test_errors_are_one_line(capsys, argv):
     (["--steps", "2", "--repeats", "1", "mx"], "--steps applies to the train section, which is not selected"),
     (["--recipes", "unit", "--repeats", "1", "mx"], "--recipes applies to the train section"),
     (["--n-embd", "32", "--repeats", "1", "mx"], "--n-embd applies to the train section"),
+    (["--family", "auto", "--repeats", "1", "mx"], "--family applies to the train section"),
     (["--rounds", "2", "--repeats", "1", "mx"], "--rounds applies to the fp8 section"),
     (["--repeats", "2", "--steps", "1", "--recipes", "unit", "train"],
      "--repeats applies to the codec, block, mx and fp8 sections"),
