@@ -76,7 +76,8 @@ Outputs (``--out DIR``)
   uninterrupted run computes. Ctrl-C lets the step under way finish first (a second Ctrl-C stops at
   once, and saves nothing), so a checkpoint never holds half a step. Each checkpoint records its
   config and run, and resuming refuses one that does not match ``config.json``. A new run into a
-  ``DIR`` that holds an earlier one replaces its ``config.json`` and removes its checkpoints.
+  ``DIR`` that holds an earlier one replaces its ``config.json`` and removes its checkpoints and
+  results (``metrics.json``, ``loss.png``, an experiment's ``headline.json`` or ``fp8lm.json``).
 
 The headline experiment
 -----------------------
@@ -1025,7 +1026,9 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
 
 def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn) -> None:
     """Make ``out`` and write its ``config.json``. A new run replaces an earlier one there: its
-    ``config.json`` and its checkpoints (which could otherwise be resumed under the new config)."""
+    ``config.json``, its checkpoints (which could otherwise be resumed under the new config) and its
+    results (``metrics.json``, ``loss.png``, an experiment's results file), which a new run that
+    stops early would otherwise leave beside its own config."""
     out.mkdir(parents=True, exist_ok=True)
     if config.resume is None:
         stale = sorted((out / "checkpoints").glob("*.npz"))
@@ -1033,6 +1036,12 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn) -> N
             path.unlink()
         if stale:
             print_fn(f"--out {out}: removed {len(stale)} checkpoint(s) of an earlier run there")
+        results = [out / name for name in ("metrics.json", "loss.png", *(f"{name}.json" for name in EXPERIMENTS))]
+        results = [path for path in results if path.is_file()]
+        for path in results:
+            path.unlink()
+        if results:
+            print_fn(f"--out {out}: removed the results of an earlier run there ({', '.join(p.name for p in results)})")
     saved_config = {**asdict(config), "resume": None, "stop_after": None}
     (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs]},
                                                 indent=1) + "\n")

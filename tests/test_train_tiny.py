@@ -375,6 +375,22 @@ def test_a_new_run_into_an_old_directory_replaces_its_checkpoints(tmp_path, caps
     assert status == 0 and "resumed at step 4/20" in printed and "current: resumed" not in printed
 
 
+def test_a_new_run_into_an_old_directory_removes_its_results(tmp_path, capsys):
+    """A run that stops early must not leave the results of an earlier command beside its own
+    config.json (a plot or a reader would take them for this run's); a resumed run keeps them."""
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out))[0] == 0
+    assert (out / "metrics.json").is_file()
+    (out / "headline.json").write_text("{}")  # as an earlier --experiment headline left it
+    (out / "notes.txt").write_text("mine")  # not ours: stays
+    status, printed, _ = run_main(capsys, *TINY, "--recipe", "current", "--out", str(out), "--stop-after", "3")
+    assert status == 130 and "removed the results of an earlier run there (metrics.json" in printed
+    assert "headline.json" in printed and not (out / "metrics.json").exists() and not (out / "headline.json").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    status, printed, _ = run_main(capsys, "--resume", str(out))
+    assert status == 0 and "removed the results" not in printed and (out / "metrics.json").is_file()
+
+
 def test_bad_out_and_one_character_data_give_one_line_errors(tmp_path, capsys):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
