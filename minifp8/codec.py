@@ -252,7 +252,7 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
         raise TypeError(f"{name} must hold real numbers, got complex values ({array.dtype})")
     if kind == "O" and array.size and all(type(value) in (int, float) for value in array.flat):
         # Python ints beyond int64/uint64 (2**64) leave NumPy with an object array: a range error, not a type error
-        largest = max((value for value in array.flat if type(value) is int), key=abs)
+        largest = max((value for value in array.flat if type(value) is int), key=abs, default=0)
         if abs(largest) > _EXACT_INTEGER_LIMIT:
             raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {largest}")
     if kind not in "fiu" or array.dtype.itemsize > 8:

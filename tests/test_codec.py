@@ -333,6 +333,13 @@ def test_python_integers_beyond_int64_get_the_range_error_not_a_dtype_error(x):
         codec.encode(x, "E4M3")
 
 
+@pytest.mark.parametrize("x", [np.array([1.5, 2.5], dtype=object), np.array([3, 2], dtype=object),
+                               np.array(["a"], dtype=object)])
+def test_object_arrays_of_representable_numbers_are_still_a_type_error(x):
+    with pytest.raises(TypeError, match="got dtype object"):
+        codec.encode(x, "E4M3")
+
+
 @pytest.mark.parametrize("x", [np.array([2**53 + 1], np.int64), np.array([-(2**53) - 1], np.int64),
                                np.array([2**53 + 1], np.uint64), np.array([2**63 - 1], np.int64)])
 def test_integers_beyond_2_pow_53_are_refused_even_where_float64_rounds_them_to_it(x):
