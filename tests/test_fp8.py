@@ -1011,6 +1011,27 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
             assert stats.underflow_count == np.count_nonzero((values == 0) & (tensor != 0)) > 0
 
 
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+def test_blockwise_tiles_of_tiny_values_in_partial_tiles_are_cast_again_exactly(fmt):
+    """Partial 1x128 tiles along both axes (200 x 300), a fifth of the tensor far below its tiles'
+    ranges (so blockwise casts it whole by default), and rows of tiny values from the middle of a
+    tile on, float32 subnormals among them: their tiles' bounds are raised to 2**-126 and cast
+    again through the table (`fastcast._recast_raised_tiles`). Values and statistics as the
+    references."""
+    rng = np.random.default_rng(7 if fmt == "E4M3" else 8)
+    x = rng.standard_normal((200, 300)).astype(np.float32)
+    tiny = rng.random(x.shape) < 0.2
+    x[tiny] *= np.float32(2.0**-18 if fmt == "E4M3" else 2.0**-34)
+    x[150:170, 140:] = rng.standard_normal((20, 160)).astype(np.float32) * np.float32(1e-37)
+    x[151, 140:145] = np.float32(1e-41)
+    options, fmt_ = fp8._recipe_options("blockwise", {}), formats.get(fmt)
+    pair = fastcast.cast_pair(x, "blockwise", options, fmt_)
+    singles = [fastcast.cast(x, "blockwise", options, fmt_, axis, False, None) for axis in (-1, 0)]
+    for axis, (values, stats), single in zip((-1, 0), pair or singles, singles):
+        assert_same(values, reference(x, "blockwise", fmt, axis))
+        assert stats == single[1] and stats.underflow_count == np.count_nonzero((values == 0) & (x != 0))
+
+
 @pytest.mark.parametrize("scale_mode", mx.SCALE_MODES)
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 def test_mx_special_values_in_every_scale_mode(scale_mode, fmt):
