@@ -17,8 +17,9 @@ arrays instead of scalars:
 * Inside ``with no_grad():`` ops compute values only and record nothing.
 * Ops save references to their inputs' arrays, not copies, so changing ``.data`` in place between
   the forward pass and ``backward`` would give wrong gradients. As in torch, every tensor has a
-  version counter that in-place updates bump, and each op records its inputs' versions:
-  ``backward`` refuses a graph whose inputs changed since (before it touches any ``.grad``). The
+  version counter that in-place updates bump, and each op records its inputs' versions and its
+  output's: ``backward`` refuses a graph whose inputs or intermediate results changed since (before
+  it touches any ``.grad``; exp, tanh and softmax, for one, compute gradients from their output). The
   optimizers bump the parameters they update (an optimizer step between the forward pass and
   ``backward`` is the usual slip), and so does assigning ``t.data = ...``; NumPy cannot see other
   writes, so code that writes into ``t.data[...]`` itself calls ``t.bump_version()``.
@@ -142,7 +143,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "grad", "_requires_grad", "_parents", "_backward", "_op", "_retain_grad", "_version",
-                 "_saved_versions", "__weakref__")
+                 "_saved_versions", "_made_version", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
     def __init__(self, data, requires_grad: bool = False):
@@ -154,6 +155,7 @@ class Tensor:
         self._retain_grad = False
         self._version = [0]  # a counter shared with the tensors that view the same array (`_shared_version`)
         self._saved_versions: tuple[int, ...] = ()
+        self._made_version = 0
         self._requires_grad = False
         self.requires_grad = requires_grad
 
@@ -171,6 +173,7 @@ class Tensor:
         out._retain_grad = False
         out._version = [0] if version is None else version
         out._saved_versions = tuple(parent._version[0] for parent in parents)
+        out._made_version = out._version[0]
         out._requires_grad = backward is not None
         return out
 
@@ -544,8 +547,14 @@ class Tensor:
 # ---- making ops --------------------------------------------------------------------------------
 
 def _check_versions(order: list[Tensor]) -> None:
-    """RuntimeError if an op's input was changed in place after the op saved it (`Tensor.bump_version`)."""
+    """RuntimeError if an op's input, or its output, was changed in place after the op made it
+    (`Tensor.bump_version`): ops such as exp, tanh and softmax compute their gradients from their
+    output, and none of them would describe a changed one."""
     for node in order:
+        if node._backward is not None and node._version[0] != node._made_version:
+            raise RuntimeError(
+                f"backward: the output of op {node._op!r} (shape {node.shape}) was changed in place after the "
+                f"forward pass (version {node._made_version}, now {node._version[0]}): run the forward pass again")
         for parent, version in zip(node._parents, node._saved_versions):
             if parent._version[0] != version:
                 raise RuntimeError(

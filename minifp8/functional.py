@@ -288,9 +288,11 @@ def embedding(ids, weight) -> Tensor:
         bad = ids[(ids < 0) | (ids >= weight.shape[0])].flat[0]
         raise IndexError(f"embedding: id {bad} is out of range for {weight.shape[0]} embeddings")
 
+    rows = ids.reshape(-1).copy()  # (the ids are no parent: a later change must not reach backward)
+
     def backward(g):
         grad = np.zeros(weight.shape, dtype=g.dtype)
-        np.add.at(grad, ids.reshape(-1), g.reshape(-1, weight.shape[1]))
+        np.add.at(grad, rows, g.reshape(-1, weight.shape[1]))
         return (grad,)
 
     return make_op(weight.data[ids], (weight,), backward, "embedding")

@@ -520,6 +520,41 @@ def test_assigning_data_bumps_the_version(change):
     assert x.grad is None
 
 
+def test_backward_refuses_a_graph_whose_intermediate_output_was_changed_in_place():
+    """exp and softmax compute their gradients from their own output: changed before a later op
+    saved it (so no input version records it), it gave wrong gradients silently (an audit's find)."""
+    from minifp8 import functional as F
+
+    x = Tensor(np.array([0.0, 1.0, 2.0]), requires_grad=True)
+    y = x.exp()
+    y.data *= 2.0  # bumps y's version
+    loss = y.sum()
+    with pytest.raises(RuntimeError, match=r"the output of op 'exp' \(shape \(3,\)\) was changed in place after "
+                                           r"the forward pass \(version 0, now 1\)"):
+        loss.backward()
+    assert x.grad is None
+    s = F.softmax(x)
+    s.data[:] = 0.0
+    s.bump_version()
+    with pytest.raises(RuntimeError, match="the output of op 'softmax'"):
+        (s * Tensor(np.array([1.0, 2.0, 3.0]))).sum().backward()
+    x.exp().sum().backward()  # a new forward pass works
+    np.testing.assert_allclose(x.grad, np.exp([0.0, 1.0, 2.0]), rtol=1e-6)
+
+
+def test_embedding_keeps_the_ids_of_its_forward_pass():
+    """The backward scattered the gradient with the ids array as it was at backward time; the ids
+    are no parent, so changing them in place changed W's gradient without an error."""
+    from minifp8 import functional as F
+
+    ids = Tensor(np.array([0, 0, 1]))
+    weight = Tensor(np.zeros((3, 2)), requires_grad=True)
+    out = F.embedding(ids, weight)
+    ids.data[:] = 2
+    out.sum().backward()
+    np.testing.assert_array_equal(weight.grad, [[2, 2], [1, 1], [0, 0]])
+
+
 def test_an_unchanged_graph_can_still_be_walked_twice():
     w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
     loss = (w * w).sum()
