@@ -338,13 +338,14 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     -------
     Report
         Classes: ``NaN/Inf`` (the input is NaN or Inf, or one the format maps to NaN, such as
-        0 and negative numbers in E8M0), ``overflow``
-        (|x| >= max, or either code is non-finite), ``sign-of-zero``, ``subnormal`` (|x| below the
+        0 and negative numbers in E8M0), ``sign-of-zero`` (zero expected, and the other zero back,
+        or in FNUZ formats 0x80, the NaN a backend writes when it keeps the sign of -0.0),
+        ``overflow`` (|x| >= max, or either code is non-finite), ``subnormal`` (|x| below the
         smallest normal), ``tie`` (x exactly halfway between neighbours and the backend picked the
         other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
-        ``other``. The first class that applies is given, in the order overflow, sign-of-zero,
-        flushed subnormal (actual zero), tie, near-tie, subnormal: so a subnormal tie rounded the
-        wrong way is a tie, and a subnormal input that came back as zero is a subnormal.
+        ``other``. The first class that applies is given, in the order NaN/Inf, sign-of-zero,
+        overflow, flushed subnormal (actual zero), tie, near-tie, subnormal: so a subnormal tie
+        rounded the wrong way is a tie, and a subnormal input that came back as zero is a subnormal.
     """
     fmt = formats.get(fmt)
     if nan not in ("exact", "class"):
@@ -457,8 +458,10 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
         # Non-finite input, or a finite input the oracle maps to NaN by definition (E8M0's 0 and x < 0).
         ("NaN/Inf", ~np.isfinite(x) | (np.isnan(table[expected]) & ((magnitude < fmt.max) |
                                                                      ((x < 0) & (not fmt.signed))))),
+        # Zero expected, and a code with zero magnitude bits back: -0 for +0 (or the reverse), or
+        # a backend that kept a sign FNUZ cannot spell and wrote 0x80, its NaN.
+        ("sign-of-zero", (table[expected] == 0) & ((actual & ~np.uint8(fmt.sign_mask)) == 0)),
         ("overflow", (magnitude >= fmt.max) | ~np.isfinite(table[expected]) | ~np.isfinite(table[actual])),
-        ("sign-of-zero", (table[expected] == 0) & (table[actual] == 0)),
         ("subnormal", (magnitude < fmt.min_normal) & (table[actual] == 0)),  # flushed to zero
         ("tie", (distance_from_half == 0) & picked_other_neighbour),
         ("near-tie", (distance_from_half <= NEAR_TIE_WINDOW) & picked_other_neighbour),

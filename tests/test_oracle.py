@@ -79,6 +79,16 @@ def test_code_distance_counts_steps_across_zero():
     assert [(row.distance, row.kind) for row in report.mismatches] == [(112, "other"), (0, "sign-of-zero")]
 
 
+@pytest.mark.parametrize("name", ["E4M3FNUZ", "E5M2FNUZ"])
+def test_fnuz_nan_for_a_negative_zero_result_is_a_sign_of_zero_mismatch(name):
+    """A backend that keeps the sign of -0.0 (or of a negative input rounding to zero) writes 0x80,
+    FNUZ's NaN. It was classed overflow, which points at the saturation rules (an audit's find)."""
+    x = np.array([-0.0, -1e-9, 0.0], np.float32)
+    report = testing.compare(np.array([0x80, 0x80, 0x80], np.uint8), x, name)
+    assert [row.kind for row in report.mismatches] == ["sign-of-zero"] * 3
+    assert [row.expected_code for row in report.mismatches] == [0x00] * 3
+
+
 def test_overflow_class_covers_inputs_exactly_at_max():
     # "overflow" is |x| >= max: a backend that gives E2M1's max 6 as 4 (code 0x6 instead of 0x7) has
     # an overflow mismatch, even though both codes are finite.
