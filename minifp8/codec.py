@@ -271,6 +271,19 @@ def _to_float64(array: np.ndarray) -> np.ndarray:
         return array.astype(np.float64, copy=False)
 
 
+def _check_fits_float32(array: np.ndarray, converted: np.ndarray, name: str = "x") -> None:
+    """ValueError where a finite value of ``array`` became Inf in float32 (``converted``), for the
+    computations that work in float32 (the scaled casts, as TransformerEngine's): a finite tensor
+    would get amax Inf, scale 1 and values 36 orders of magnitude off, without a word."""
+    if converted is array or not converted.size or np.isfinite(converted).all():
+        return
+    overflowed = np.isinf(converted) & np.isfinite(array)
+    if overflowed.any():
+        raise ValueError(f"{name} holds finite values beyond float32's range (|x| <= 3.4028235e+38), e.g. "
+                         f"{float(array[overflowed].flat[0])!r}: this computation works in float32, where it would "
+                         f"become Inf")
+
+
 def _check_random_bits(random_bits, random_bit_count, shape):
     if random_bits is None:
         raise ValueError("rounding='stochastic' needs random_bits: an unsigned integer array of x's shape")

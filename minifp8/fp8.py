@@ -87,7 +87,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from . import fastcast, formats, mx, scaling
+from . import codec, fastcast, formats, mx, scaling
 from . import functional as F
 from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
 from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastStats
@@ -363,6 +363,9 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
     if array.dtype == np.float16:
         array = array.astype(np.float32)  # exact
+    elif array.dtype == np.float64 and recipe in ("current", "delayed", "blockwise"):  # (they cast in float32)
+        with np.errstate(over="ignore"):
+            codec._check_fits_float32(array, array.astype(np.float32))
     weight = formats._check_bool(weight, "fake_quantize: weight")
     if recipe in ("mxfp8", "blockwise"):
         if array.ndim == 0:

@@ -175,6 +175,9 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
     values = [_exact_number(v) for v in block]
     if random_bits is None:
         random_bits = [None] * len(values)
+    elif len(random_bits) != len(values):  # (zip would drop elements or bits without a word)
+        raise ValueError(f"random_bits must hold one int per element: the block has {len(values)} elements, "
+                         f"got {len(random_bits)} bits")
 
     has_nan = any(isinstance(v, float) and v != v for v in values)
     has_inf = any(isinstance(v, float) and abs(v) == float("inf") for v in values)
@@ -616,7 +619,9 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
     if array.dtype.kind in "iu":
         array = codec._to_float64(array)  # the 2**53 check
     with np.errstate(over="ignore"):
-        array = array.astype(np.float32)
+        converted = array.astype(np.float32)
+    codec._check_fits_float32(array, converted)
+    array = converted
     if array.size and not np.isfinite(array).all():
         raise ValueError("quantize_nvfp4 needs finite inputs (float32): E2M1 has no NaN or Inf")
     if global_amax is None:

@@ -11,7 +11,8 @@ dequantized = decode(codes) * scale_inv,        scale_inv = float32(1 / scale)
 (so ``dequantized`` is ``decode(codes) / scale`` up to one float32 rounding, exactly so for the
 power-of-two scales.) Casts saturate: values beyond the format's range clip to +-max, as
 TransformerEngine's casts do (NaN stays NaN). Inputs are converted to float32 first (float64 is
-rounded once to float32), as TransformerEngine computes in float32.
+rounded once to float32), as TransformerEngine computes in float32; a finite float64 beyond
+float32's range, which would become Inf there, is a ValueError.
 
 The recipes differ only in where ``scale`` comes from:
 
@@ -337,12 +338,15 @@ class DelayedScaling:
         return result
 
     def record_amax(self, amax) -> None:
-        """Record a tensor's ``max|x|`` (a float32) as `quantize` does: into this step's history
-        entry, as a running max (NaN propagates). For a caller that casts with ``scale`` itself."""
+        """Record a tensor's ``max|x|`` (a float32, >= 0 or NaN) as `quantize` does: into this step's
+        history entry, as a running max (NaN propagates). For a caller that casts with ``scale``
+        itself. A negative amax is a ValueError, as in `scale_from_amax` (a forgotten ``abs``)."""
         if not isinstance(amax, np.float32):  # (what the casts pass, on every cast: checked already)
             amax = _as_float32(amax, "amax")
             if amax.ndim:
                 raise ValueError(f"amax must be one number (a tensor's max|x|), got an array of shape {amax.shape}")
+            if amax < 0:
+                raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax)}")
         self.amax_history[0] = np.maximum(self.amax_history[0], np.abs(amax))
 
     def update(self) -> None:
@@ -392,7 +396,10 @@ def _as_float32(x, name: str = "x") -> np.ndarray:
     if array.dtype.kind in "iu":
         array = codec._to_float64(array)  # |x| <= 2**53 or a clear error
     with np.errstate(over="ignore"):
-        return array.astype(np.float32, copy=False)
+        converted = array.astype(np.float32, copy=False)
+    codec._check_fits_float32(array, converted, name)
+    return converted
+
 
 
 def _axis(axis, ndim: int) -> int:

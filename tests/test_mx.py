@@ -681,6 +681,11 @@ def test_bad_block_size(block_size, error):
     (lambda x: mx.block_amax(x[0]), ValueError, r"blocks must be a 2-d .* got shape \(40,\)"),
     (lambda x: mx.block_amax(x[:, :0]), ValueError, r"got shape \(2, 0\)"),
     (lambda x: mx.quantize_block_reference([1.0], "E4M3", scale_mode="up"), ValueError, "scale_mode"),
+    # zip dropped the elements without bits (one code for three elements), or the extra bits
+    (lambda x: mx.quantize_block_reference([1.25, 2.5, 3.5], "E2M1", rounding="stochastic", random_bits=[0],
+                                           random_bit_count=8), ValueError, "3 elements, got 1 bits"),
+    (lambda x: mx.quantize_block_reference([1.25], "E2M1", rounding="stochastic", random_bits=[0, 1, 2],
+                                           random_bit_count=8), ValueError, "1 elements, got 3 bits"),
     (lambda x: mx.get(3), TypeError, "MX format"),
 ])
 def test_bad_arguments(call, error, match):

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, scaling
+from minifp8 import codec, formats, fp8, mx, scaling
 from test_mx import f32
 
 FLT_MAX = np.finfo(np.float32).max
@@ -340,6 +340,17 @@ def test_delayed_scaling_several_casts_in_one_step():
     (lambda: scaling.DelayedScaling().record_amax("5"), TypeError, "amax must hold .* got dtype <U1"),
     (lambda: scaling.DelayedScaling().record_amax(np.array([1.0, 2.0])), ValueError,
      r"amax must be one number .* shape \(2,\)"),
+    # found by an audit: it recorded |-5| (a forgotten abs hidden), where scale_from_amax refuses
+    (lambda: scaling.DelayedScaling().record_amax(-5.0), ValueError, r"amax must be >= 0 .* got -5.0"),
+    # finite float64 beyond float32 became Inf: amax Inf, scale 1, values 36 orders of magnitude off
+    (lambda: scaling.quantize_current(np.array([1e39, 1.0])), ValueError,
+     r"x holds finite values beyond float32's range .* e.g. 1e\+39"),
+    (lambda: scaling.DelayedScaling().quantize(np.array([-1e39])), ValueError, "beyond float32's range"),
+    (lambda: scaling.quantize_blockwise(np.array([[1e39, 1.0]])), ValueError, "beyond float32's range"),
+    (lambda: scaling.scale_from_amax(1e39, "E4M3"), ValueError, "amax holds finite values beyond float32's range"),
+    (lambda: mx.quantize_nvfp4(np.array([1e39, 1.0])), ValueError, "beyond float32's range"),
+    (lambda: fp8.fake_quantize(np.array([1e39, 1.0]), "current"), ValueError, "beyond float32's range"),
+    (lambda: fp8.fake_quantize(np.array([[1e39, 1.0]]), "blockwise"), ValueError, "beyond float32's range"),
 ])
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
