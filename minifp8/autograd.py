@@ -247,15 +247,21 @@ class Tensor:
 
     @property
     def data(self) -> np.ndarray:
-        """The array (float32, float64 or integer). Assigning a new one bumps the version."""
+        """The array (float32, float64 or integer). Assigning a new one bumps the version, and
+        converts it as the constructor does (floating data to the default dtype, float32 unless
+        inside `default_dtype`; bool, complex and object data, and integer data on a tensor that
+        requires grad, raise TypeError)."""
         return self._data
 
     @data.setter
     def data(self, value: np.ndarray) -> None:
         if value is self._data:  # ``t.data += ...``: the array was written in place, views and all
             self._version[0] += 1
-        else:  # a new array: tensors that view the old one keep it, and their counter
-            self._version = [self._version[0] + 1]
+            return
+        value = _to_array(value)
+        if self._requires_grad and value.dtype.kind != "f":
+            raise TypeError(f"a tensor that requires grad needs floating data, got dtype {value.dtype}")
+        self._version = [self._version[0] + 1]  # a new array: tensors that view the old one keep it, and their counter
         self._data = value
 
     def bump_version(self) -> None:

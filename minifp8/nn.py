@@ -19,7 +19,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from . import functional as F
-from .autograd import Tensor
+from .autograd import Tensor, default_dtype
 from .formats import _check_bool
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential"]
@@ -162,7 +162,8 @@ class Module:
                 raise ValueError(f"load_state_dict: {name!r} has shape {value.shape}, the parameter has {p.shape}")
             arrays[name] = value
         for name, p in params.items():
-            p.data = np.array(arrays[name], dtype=p.data.dtype, copy=True)
+            with default_dtype(p.data.dtype):  # (a module keeps its dtype: float64 under gradcheck)
+                p.data = np.array(arrays[name], dtype=p.data.dtype, copy=True)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to an uncompressed ``.npz`` file at ``path`` exactly (np.savez would

@@ -148,10 +148,10 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
         grads32 = [_grad_of(x, np.float32) for _, x in checked]
 
         # float64: analytic gradient and central differences
-        for x in floating:
-            x.data, x.grad = np.array(x.data, dtype=np.float64, order="C"), None
         weights64 = [w.astype(np.float64) for w in weights]
         with default_dtype(np.float64):
+            for x in floating:
+                x.data, x.grad = np.array(x.data, dtype=np.float64, order="C"), None
             outputs = _as_outputs(fn(*inputs))
             for out in outputs:
                 if out.dtype != np.float64:
@@ -166,7 +166,7 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
             report.inputs.append(_compare(name, x.shape, g32, g64, numeric, report))
     finally:
         for x, data, grad, version in saved:  # the same arrays, unwritten: graphs built before stay valid
-            x.data, x.grad, x._version = data, grad, version
+            x._data, x.grad, x._version = data, grad, version
     if raise_on_failure and not report.passed:
         failed = ", ".join(entry.name for entry in report.inputs if not entry.passed)
         raise AssertionError(f"gradcheck failed for {failed}\n{report}")

@@ -555,6 +555,33 @@ def test_embedding_keeps_the_ids_of_its_forward_pass():
     np.testing.assert_array_equal(weight.grad, [[2, 2], [1, 1], [0, 0]])
 
 
+def test_assigning_data_converts_it_as_the_constructor_does():
+    """The setter stored anything: a float64 array made a model silently float64, a list stayed a
+    list, bool data was accepted and a tensor that requires grad took integer data (an audit's find)."""
+    from minifp8 import nn
+    from minifp8.autograd import default_dtype
+
+    w = Tensor(np.zeros(3, np.float32), requires_grad=True)
+    w.data = np.arange(3, dtype=np.float64) / 2
+    assert w.data.dtype == np.float32 and w.data.tolist() == [0.0, 0.5, 1.0]
+    w.data = [1.0, 2.0, 3.0]
+    assert isinstance(w.data, np.ndarray) and w.data.dtype == np.float32
+    with pytest.raises(TypeError, match="bool"):
+        w.data = np.ones(3, bool)
+    with pytest.raises(TypeError, match="requires grad needs floating data, got dtype int64"):
+        w.data = np.arange(3, dtype=np.int64)
+    assert w.data.dtype == np.float32 and w.data.tolist() == [1.0, 2.0, 3.0]  # left as it was
+    ids = Tensor(np.zeros(2, np.int64))
+    ids.data = np.array([3, 4])
+    assert ids.data.dtype.kind == "i"
+    with default_dtype(np.float64):
+        w.data = np.zeros(3)
+        layer = nn.Linear(2, 2, rng=np.random.default_rng(0))
+    assert w.data.dtype == np.float64
+    layer.load_state_dict({name: np.ones(p.shape) for name, p in layer.named_parameters()})
+    assert all(p.data.dtype == np.float64 for p in layer.parameters())  # a module keeps its dtype
+
+
 def test_an_unchanged_graph_can_still_be_walked_twice():
     w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
     loss = (w * w).sum()
