@@ -387,9 +387,7 @@ class Tensor:
                 raise TypeError(f"arithmetic needs floating tensors, got {self.dtype} and {other.dtype} "
                                 "(integer tensors are token ids; convert with Tensor(t.data.astype(np.float32)))")
             return other
-        if self.data.dtype.kind != "f":
-            raise TypeError(f"arithmetic needs a floating tensor, got dtype {self.dtype} "
-                            "(integer tensors are token ids; convert with Tensor(t.data.astype(np.float32)))")
+        _check_floating(self, "arithmetic")
         if isinstance(other, (bool, np.bool_)):
             raise TypeError("a bool operand is ambiguous: use 0.0/1.0")
         array = np.asarray(other)
@@ -510,6 +508,7 @@ class Tensor:
         x, keepdims = self, _check_bool(keepdims, "mean: keepdims")
         axes = _normalize_axes(axis, x.ndim)
         count = math.prod(x.data.shape[a] for a in axes)
+        _check_floating(x, "mean")
 
         def backward(g):
             if not keepdims:
@@ -538,14 +537,16 @@ class Tensor:
 
     # elementwise functions as methods, for readability: x.exp(), x.log(), ...
     def exp(self) -> "Tensor":
+        _check_floating(self, "exp")
         out_data = np.exp(self.data)
         return make_op(out_data, (self,), lambda g: (g * out_data,), "exp")
 
     def log(self) -> "Tensor":
-        x = self
+        x = _check_floating(self, "log")
         return make_op(np.log(x.data), (x,), lambda g: (g / x.data,), "log")
 
     def tanh(self) -> "Tensor":
+        _check_floating(self, "tanh")
         out_data = np.tanh(self.data)
         return make_op(out_data, (self,), lambda g: (g * (1.0 - out_data * out_data),), "tanh")
 
@@ -674,6 +675,15 @@ class _SliceGrad:
 
     def __init__(self, index, values: np.ndarray):
         self.index, self.values = index, values
+
+
+def _check_floating(x: Tensor, op: str) -> Tensor:
+    """``x``, or a TypeError: NumPy would compute ``op`` of integer data in float64, which no
+    tensor here holds by itself (module docstring: integer tensors are token ids and targets)."""
+    if x.data.dtype.kind != "f":
+        raise TypeError(f"{op} needs a floating tensor, got dtype {x.dtype} "
+                        "(integer tensors are token ids; convert with Tensor(t.data.astype(np.float32)))")
+    return x
 
 
 def _elementwise(ufunc, a: Tensor, b: Tensor, op: str) -> np.ndarray:

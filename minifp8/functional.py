@@ -476,7 +476,10 @@ def split(x, split_size_or_sections: int | Sequence[int], axis: int = 0) -> tupl
         sizes = [min(split_size_or_sections, length - start) for start in range(0, length, split_size_or_sections)]
         sizes = sizes or [0]  # an empty axis is one empty chunk, as torch.split gives
     else:
-        sizes = [int(s) for s in split_size_or_sections]
+        sizes = list(split_size_or_sections)
+        if not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in sizes):
+            raise TypeError(f"split: sizes must be ints, got {sizes}")  # (int() cut 1.5 down to 1 without a word)
+        sizes = [int(s) for s in sizes]
         if any(s < 0 for s in sizes) or sum(sizes) != length:
             raise ValueError(f"split: sizes {sizes} must be >= 0 and add up to the axis length {length}")
     chunks, start = [], 0

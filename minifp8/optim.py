@@ -332,6 +332,7 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_
     total leaves the gradients untouched (torch would multiply them by NaN), or raises
     ``RuntimeError`` when ``error_if_nonfinite``.
     """
+    max_norm = _real(max_norm, "clip_grad_norm", "max_norm")  # (True passed as 1, "1" failed in a comparison)
     if not max_norm > 0:
         raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm}")
     error_if_nonfinite = _check_bool(error_if_nonfinite, "clip_grad_norm: error_if_nonfinite")
@@ -363,8 +364,9 @@ def warmup_cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps
             raise TypeError(f"warmup_cosine_lr: {name} must be an int, got {value!r}")
     if not 0 <= warmup_steps <= total_steps:
         raise ValueError(f"warmup_cosine_lr: need 0 <= warmup_steps <= total_steps, got {warmup_steps}, {total_steps}")
-    if not 0 <= min_lr <= max_lr:
-        raise ValueError(f"warmup_cosine_lr: need 0 <= min_lr <= max_lr, got {min_lr}, {max_lr}")
+    max_lr, min_lr = _real(max_lr, "warmup_cosine_lr", "max_lr"), _real(min_lr, "warmup_cosine_lr", "min_lr")
+    if not (0 <= min_lr <= max_lr and math.isfinite(max_lr)):
+        raise ValueError(f"warmup_cosine_lr: need 0 <= min_lr <= max_lr, both finite, got {min_lr}, {max_lr}")
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
     if step >= total_steps:

@@ -582,6 +582,15 @@ def test_assigning_data_converts_it_as_the_constructor_does():
     assert all(p.data.dtype == np.float64 for p in layer.parameters())  # a module keeps its dtype
 
 
+def test_integer_tensors_refuse_the_methods_numpy_would_compute_in_float64():
+    """exp, log, tanh and mean of token ids gave float64 tensors (F.exp refused them; an audit's find)."""
+    ids = Tensor(np.arange(3))
+    for method in ("exp", "log", "tanh", "mean"):
+        with pytest.raises(TypeError, match=f"{method} needs a floating tensor, got dtype int64"):
+            getattr(ids, method)()
+    assert ids.sum().dtype == ids.dtype  # a sum of ids stays integer
+
+
 def test_an_unchanged_graph_can_still_be_walked_twice():
     w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
     loss = (w * w).sum()

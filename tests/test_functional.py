@@ -416,6 +416,13 @@ def test_dropout_bad_inputs_raise():
 
 # ---- joining and splitting -----------------------------------------------------------------------
 
+def test_split_sizes_must_be_ints():
+    # int() cut [1.5, 2.5] down to [1, 2], which added up to the length 3: chunks of the wrong sizes
+    with pytest.raises(TypeError, match=r"split: sizes must be ints, got \[1.5, 2.5\]"):
+        F.split(Tensor(np.ones(3)), [1.5, 2.5])
+    assert [c.shape for c in F.split(Tensor(np.ones(3)), [np.int64(1), 2])] == [(1,), (2,)]
+
+
 def test_concat_stack_split_values_and_gradcheck():
     a, b, c = param(2, 3, seed=1), param(2, 1, seed=2), param(2, 3, seed=3)
     np.testing.assert_array_equal(F.concat([a, b, c], axis=1).data, np.concatenate([a.data, b.data, c.data], 1))

@@ -547,6 +547,21 @@ def test_clip_grad_norm_scales_all_gradients_together():
     assert optim.clip_grad_norm([big], 1.0) == pytest.approx(5e30, rel=1e-6)
 
 
+def test_schedule_and_clipping_numbers_are_checked():
+    """Found by an audit: max_norm=True was taken as 1, max_norm="1" failed inside a comparison,
+    and max_lr=inf gave an infinite learning rate."""
+    a = Tensor(np.zeros(2), requires_grad=True)
+    a.grad = np.ones(2, np.float32)
+    for bad in (True, "1", None):
+        with pytest.raises(TypeError, match="clip_grad_norm: max_norm must be a real number"):
+            optim.clip_grad_norm([a], bad)
+    for max_lr, min_lr in ((np.inf, 0.0), (np.nan, 0.0), (1.0, np.nan)):
+        with pytest.raises(ValueError, match="both finite"):
+            optim.warmup_cosine_lr(0, max_lr=max_lr, min_lr=min_lr, warmup_steps=1, total_steps=2)
+    with pytest.raises(TypeError, match="max_lr must be a real number"):
+        optim.warmup_cosine_lr(0, max_lr="1", warmup_steps=1, total_steps=2)
+
+
 def test_clip_grad_norm_uses_torch_coefficient_with_its_epsilon():
     # torch: coefficient = max_norm / (total + 1e-6). With total 5e-6 and max_norm 1e-6 that is
     # 1e-6 / 6e-6 = 1/6 (1/5 without the 1e-6), so (3e-6, 4e-6) becomes (5e-7, 6.67e-7).
