@@ -422,6 +422,9 @@ def _codes_of(actual, fmt, shape) -> np.ndarray:
         if named is not None and named != fmt:
             raise TypeError(f"actual has dtype {array.dtype.name}, which holds {named.name} codes, "
                             f"but the comparison is for {fmt.name}")
+        if named is None and array.dtype.kind not in "iu":  # another format's codes, read as these
+            raise TypeError(f"actual has dtype {array.dtype.name}, a 1-byte format minifp8 does not know, not "
+                            f"{fmt.name}: pass its bytes as uint8 codes (.view(np.uint8)) if they are {fmt.name} codes")
         codes = np.ascontiguousarray(array).view(np.uint8)
     else:
         raise TypeError(f"actual must be uint8 codes, a 1-byte float8 dtype or float values, got dtype {array.dtype}")
@@ -567,8 +570,10 @@ class BlockReport:
 
     def __str__(self) -> str:
         options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+        classes = ", ".join(f"{kind} {n}" for kind, n in self.elements.by_class.items() if n)
         lines = [f"{self.format_name} ({options or 'defaults'}): {self.scale_count} of {self.scale_total} block "
-                 f"scales differ; elements in the other blocks: {self.elements.count} of {self.elements.total} differ"]
+                 f"scales differ; elements in the other blocks: {self.elements.count} of {self.elements.total} differ"
+                 + (f" [{classes}]" if classes else "")]
         if self.scale_mismatches:
             lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':>18} {'actual':>18}"]
             for m in self.scale_mismatches:
