@@ -30,10 +30,12 @@ Codes are uint8, one per element in the low bits. Inputs of ``codec`` entries ar
 format, every midpoint between neighbours and one float32 ulp either side, the overflow threshold,
 zeros, +-Inf and NaN (where the format has NaN), and 4,096 random values spread over every binade;
 ``float64`` files add the midpoints times (1 +- 2^-40), which a float32-first cast rounds wrongly.
-Block files hold a (24, 80) float32 array blocked along its last axis: rows at random binades, an
-all-zero row, an outlier, float32 subnormals, a NaN and an Inf (MX only), and signed zeros; the
-scales have shape (24, 3) for MX (blocks of 32) and (24, 5) for NVFP4 (blocks of 16), the last MX
-block padded with zeros.
+Block files hold a (24, 80) float32 array blocked along its last axis. MX: rows at random binades
+from 2^-20 to 2^20, an all-zero row, an outlier, float32 subnormals, a NaN, an Inf and signed
+zeros. NVFP4, whose one tensor scale serves every block: rows at random binades from 2^-6 to 2^6,
+an all-zero row, signed zeros and a 16x outlier. The scales have shape (24, 3) for MX (blocks of
+32, the last padded with zeros) and (24, 5) for NVFP4 (blocks of 16). Every input is built from
+random integers with exact operations, so the files are the same bytes on every machine.
 """
 from __future__ import annotations
 
@@ -73,14 +75,22 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _random_magnitudes(rng: np.random.Generator, low: int, high: int, size) -> np.ndarray:
+    """float64 ``(1 + m / 2**52) * 2**e`` with integers ``m`` in [0, 2**52) and ``e`` in [low, high):
+    every step exact, so the values are the same bits on every machine (``np.exp2`` or a normal
+    draw goes through libm, whose last bit may differ from one platform to another)."""
+    significands = 1.0 + rng.integers(0, 1 << 52, size=size) / 2.0**52
+    return np.ldexp(significands, rng.integers(low, high, size=size))
+
+
 def codec_inputs(fmt, dtype) -> np.ndarray:
     """The inputs of a codec file: edge cases, random values over every binade, float64 near-midpoints."""
     fmt = formats.get(fmt)
     rng = np.random.default_rng(SEED)
-    exponents = rng.uniform(fmt.emin - fmt.mantissa_bits - 3, fmt.emax + 2, size=4096)
     signs = rng.choice([-1.0, 1.0], size=4096) if fmt.signed else 1.0
+    magnitudes = _random_magnitudes(rng, fmt.emin - fmt.mantissa_bits - 3, fmt.emax + 2, 4096)
     with np.errstate(over="ignore"):  # E8M0's top binade is beyond float32: those become Inf
-        random_values = (signs * np.exp2(exponents)).astype(dtype)
+        random_values = (signs * magnitudes).astype(dtype)
     x = np.concatenate([edge_cases(fmt).astype(dtype), random_values])
     if dtype == np.float64:
         table = fmt.values()
@@ -130,15 +140,35 @@ def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
     one huge outlier; float32 subnormals; a row with a NaN; a row with an Inf; and 0.0/-0.0 mixes.
     """
     rng = np.random.default_rng(SEED)
-    scale = np.exp2(rng.integers(-20, 20, size=(rows, 1)))
-    x = (rng.standard_normal((rows, length)) * scale).astype(np.float32)
+    x = _random_rows(rng, rows, length, -20, 20)
     x[1] = 0.0
     x[2, 7] = 3.0e6
-    x[3] = rng.standard_normal(length).astype(np.float32) * np.float32(2.0**-140)
+    x[3] = _random_rows(rng, 1, length, 0, 1)[0] * np.float32(2.0**-140)
     x[4, 40] = np.nan
     x[5, 70] = -np.inf
     x[6, ::2] = -0.0
     return x
+
+
+def nvfp4_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
+    """Float32 rows for the NVFP4 file: random values at a random binade each within 2**-6 to
+    2**6, an all-zero row, 0.0/-0.0 mixes and a row with a 16x outlier. One tensor scale serves all
+    blocks, so a wider range (the MX rows span 2**40) would leave most block scales at E4M3's zero."""
+    rng = np.random.default_rng(SEED + 1)
+    x = _random_rows(rng, rows, length, -6, 6)
+    x[1] = 0.0
+    x[2, 7] = 16 * np.abs(x).max()
+    x[6, ::2] = -0.0
+    return x
+
+
+def _random_rows(rng: np.random.Generator, rows: int, length: int, low: int, high: int) -> np.ndarray:
+    """float32 ``(rows, length)``: each row's values signed, from [1, 2) times ``2**e`` with ``e`` in
+    [e_row - 3, e_row + 3), and ``e_row`` in [low, high) per row (`_random_magnitudes`, libm-free)."""
+    centres = rng.integers(low, high, size=(rows, 1))
+    magnitudes = _random_magnitudes(rng, -3, 3, (rows, length)) * np.ldexp(1.0, centres)
+    signs = rng.choice([-1.0, 1.0], size=(rows, length))
+    return (signs * magnitudes).astype(np.float32)
 
 
 def block_entries(out: Path) -> list[dict]:
@@ -163,9 +193,9 @@ def block_entries(out: Path) -> list[dict]:
                 "shapes": {"x": list(x.shape), scales_name: list(arrays[scales_name].shape),
                            codes_name: list(x.shape)},
             })
-    finite = np.where(np.isfinite(x), x, np.float32(1.0))
-    result = mx.quantize_nvfp4(finite)
-    arrays = {"x": finite, "scales": result.scales, "codes": result.codes,
+    nvfp4_x = nvfp4_inputs()
+    result = mx.quantize_nvfp4(nvfp4_x)
+    arrays = {"x": nvfp4_x, "scales": result.scales, "codes": result.codes,
               "global_amax": np.array(result.global_amax, np.float32),
               "encode_scale": np.array(result.encode_scale, np.float32)}
     digest = write_npz(out / "nvfp4.npz", arrays)

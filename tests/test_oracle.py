@@ -174,6 +174,34 @@ def golden_dir(tmp_path_factory):
     return out
 
 
+def test_golden_inputs_use_no_libm_function(monkeypatch):
+    """np.exp2 (and a normal draw) go through libm, whose last bit may differ between machines, so
+    the files would too; the inputs are built from random integers with exact steps (an audit's find)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("libm")
+
+    monkeypatch.setattr(np, "exp2", refuse)
+    monkeypatch.setattr(np, "exp", refuse)
+    monkeypatch.setattr(np, "log", refuse)
+    for fmt in ("E4M3", "E8M0", "E2M1"):
+        for dtype in (np.float32, np.float64):
+            assert golden.codec_inputs(fmt, dtype).size > 4096
+    assert golden.block_inputs().shape == golden.nvfp4_inputs().shape == (24, 80)
+
+
+def test_the_nvfp4_golden_vector_scales_every_nonzero_block():
+    """Its input used to be the MX rows (binades 2**-20 to 2**20 and a 3e6 outlier under one
+    tensor scale): 70 of 120 block scales were E4M3's zero, so most blocks tested nothing."""
+    from minifp8 import mx
+
+    x = golden.nvfp4_inputs()
+    result = mx.quantize_nvfp4(x)
+    zero_scales = codec.decode(result.scales, "E4M3") == 0
+    zero_blocks = np.abs(x).reshape(24, 5, 16).max(axis=2) == 0
+    np.testing.assert_array_equal(zero_scales, zero_blocks)
+    assert zero_blocks.sum() == 5 and np.isfinite(x).all()
+
+
 def test_golden_files_regenerate_byte_identically(golden_dir, tmp_path):
     golden.write(tmp_path)
     first = sorted(p.name for p in golden_dir.iterdir())
