@@ -345,7 +345,8 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
         other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
         ``other``. The first class that applies is given, in the order NaN/Inf, sign-of-zero,
         overflow, flushed subnormal (actual zero), tie, near-tie, subnormal: so a subnormal tie
-        rounded the wrong way is a tie, and a subnormal input that came back as zero is a subnormal.
+        rounded the wrong way is a tie, and a subnormal input that came back as zero is a subnormal
+        (the tie between zero and the smallest subnormal, returned as zero, too).
     """
     fmt = formats.get(fmt)
     if nan not in ("exact", "class"):
