@@ -67,7 +67,9 @@ The FP8 all-reduce (FP8-LM section 2.1, Eqs. 4-6)
 For one gradient tensor held by N workers, `fp8_all_reduce` computes:
 
 1. each worker's scale ``s_i = mu * 2**floor(log2(fp_max / amax_i))`` (its current FP8 scale);
-2. the shared scale, the global minimum over workers (Eq. 4): ``s_g = min_i s_i``;
+2. the shared scale, the global minimum over workers (Eq. 4): ``s_g = min_i s_i``, over the
+   workers whose gradient is not all zero (a zero tensor sets no limit on the scale: its amax of
+   0 gives ``s_i = mu``, which would flush every other worker's values; all zero: ``s_g = mu``);
 3. each worker's FP8 tensor with the shared scale (Eq. 5): ``q_i = FP8(s_g * g_i)``;
 4. the FP8 sum and its scale (Eq. 6): ``q = q_0 + q_1 + ... + q_(N-1)``, ``s = N * s_g``. Dividing
    the *scale* by N (rather than the values) is how the average is taken: neither pre- nor
@@ -275,7 +277,7 @@ class AllReduceResult:
     scale : numpy.float32
         ``s = N * s_g`` (Eq. 6), the scale of ``codes``.
     shared_scale : numpy.float32
-        ``s_g = min_i s_i`` (Eq. 4).
+        ``s_g = min_i s_i`` (Eq. 4), over the workers whose gradient is not all zero.
     worker_scales : numpy.ndarray of float32
         ``s_i = mu * 2**floor(log2(fp_max / amax_i))``, one per worker.
     factor : float
@@ -329,7 +331,8 @@ def fp8_all_reduce(worker_grads: Sequence, fmt="E4M3", *, factor: float = 1.0) -
     """Average one gradient tensor over N simulated workers through an FP8 all-reduce (FP8-LM Eqs. 4-6).
 
     Steps (module docstring for the sources): worker scales ``s_i = factor * 2**floor(log2(fp_max /
-    amax_i))``; shared scale ``s_g = min_i s_i`` (Eq. 4); ``q_i = FP8(s_g * g_i)`` with a saturating
+    amax_i))``; shared scale ``s_g = min_i s_i`` over the workers whose gradient is not all zero
+    (Eq. 4; module docstring); ``q_i = FP8(s_g * g_i)`` with a saturating
     cast (Eq. 5); ``q = q_0 + ... + q_(N-1)`` accumulated in worker order, each partial sum rounded
     to FP8 with saturation; ``s = N * s_g`` (Eq. 6); result ``decode(q) * float32(1 / s)``.
     ``s_i``, ``s_g`` and ``s`` are float32 (``s_i`` is ``factor * 2**k`` rounded once to float32).
@@ -372,7 +375,8 @@ def fp8_all_reduce(worker_grads: Sequence, fmt="E4M3", *, factor: float = 1.0) -
         worker = int(np.flatnonzero(worker_scales == 0)[0])
         raise ValueError(f"fp8_all_reduce: factor {factor!r} is too small: the scale of worker {worker} "
                          f"(factor * 2**k for its amax {float(amaxes[worker])!r}) underflows float32 to 0")
-    shared_scale = np.float32(worker_scales.min())                                      # Eq. 4
+    limiting = worker_scales[np.array(amaxes) > 0]  # an all-zero gradient limits nothing
+    shared_scale = np.float32((limiting if limiting.size else worker_scales).min())     # Eq. 4
     casts = [scaling.quantize_with_scale(g, shared_scale, fmt) for g in grads]         # Eq. 5
     total = codec.decode(casts[0], fmt)
     codes = casts[0]

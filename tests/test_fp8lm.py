@@ -218,6 +218,20 @@ def test_all_reduce_accepts_zero_dimensional_empty_and_zero_gradients():
     assert not zeros.gradient.any() and zeros.shared_scale == 1.0
 
 
+def test_a_worker_with_an_all_zero_gradient_sets_no_limit_on_the_shared_scale():
+    """Its amax 0 gives scale mu * 1, which was the minimum (Eq. 4): the other worker's 1e-4
+    gradient was cast at scale 1, all below E4M3's smallest subnormal, and the mean came out zero.
+    The reduction must equal the one with the zero worker's share added exactly: the nonzero
+    worker's own cast at its scale, halved (an audit's find)."""
+    g = (rng(5).standard_normal(1000) * 1e-4).astype(np.float32)
+    zero = np.zeros(1000, np.float32)
+    result = fp8lm.fp8_all_reduce([g, zero])
+    alone = fp8lm.fp8_all_reduce([g])
+    assert result.worker_scales.tolist() == [alone.shared_scale, 1.0] and result.shared_scale == alone.shared_scale
+    assert bits_equal(result.gradient, (alone.gradient / 2).astype(np.float32))
+    assert result.underflow_fraction == alone.underflow_fraction < 0.01
+
+
 def test_all_reduce_rejects_bad_input_clearly():
     g = np.ones(3, np.float32)
     with pytest.raises(ValueError, match="at least one"):
