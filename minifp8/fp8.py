@@ -123,6 +123,16 @@ _ATTENTION_ROLES = ("q", "k", "v", "grad")
 # Cast points and their statistics (CastStats)
 # ================================================================================================
 
+def _unshared_reference_count() -> int:
+    """``sys.getrefcount`` of an array that only a dict holds, read as `CastPoint._output` reads it."""
+    outputs = {"role": np.empty(1)}
+    array = outputs.get("role")
+    return sys.getrefcount(array)
+
+
+_UNSHARED_REFERENCE_COUNT = _unshared_reference_count()
+
+
 class CastPoint:
     """One place in the model where tensors are cast: a linear's GEMM or an attention core.
 
@@ -157,11 +167,14 @@ class CastPoint:
 
         Each step's casts would otherwise write into fresh memory, which the operating system
         must hand out and zero page by page. The check counts references (CPython's
-        ``sys.getrefcount``: this dict's, the local name's and the call's own): a view, a
-        Tensor or a closure that still holds the array keeps it from being reused.
+        ``sys.getrefcount``): a view, a Tensor or a closure that still holds the array keeps it
+        from being reused. What an unshared array counts (this dict's reference, the local name's,
+        the call's own) depends on the interpreter (3.14 borrows locals), so it is measured once,
+        by `_unshared_reference_count`, in the same steps.
         """
         array = self._outputs.get(role)
-        if array is None or array.shape != shape or array.dtype != dtype or sys.getrefcount(array) > 3:
+        if array is None or array.shape != shape or array.dtype != dtype or \
+                sys.getrefcount(array) > _UNSHARED_REFERENCE_COUNT:
             array = self._outputs[role] = np.empty(shape, dtype)
         return array
 

@@ -876,6 +876,26 @@ def test_later_casts_never_overwrite_a_live_graph(recipe):
     assert_same(layer.weight.grad, expected)
 
 
+def test_cast_points_reuse_an_output_array_once_no_graph_holds_it():
+    """The reuse test counts references; what an unshared array counts is measured on the running
+    interpreter (fp8._UNSHARED_REFERENCE_COUNT), so that a Python that counts one fewer (3.14
+    borrows locals) neither overwrites a live graph's array nor stops reusing."""
+    rng = np.random.default_rng(7)
+    layer = nn.Linear(16, 8, rng=rng)
+    state = fp8.apply_recipe(layer, "fp8")
+    (point,) = state.points.values()
+    x = Tensor(rng.standard_normal((4, 16)))
+    import weakref
+
+    layer(x).sum().backward()
+    first = weakref.ref(point._outputs["x"])  # (a reference of its own would block the reuse)
+    layer(x).sum().backward()  # the first graph is gone: its array is taken again
+    assert point._outputs["x"] is first()
+    kept = layer(x)  # a live graph holds it now: the next cast gets a new one
+    layer(x)
+    assert point._outputs["x"] is not first() and kept.data.shape == (4, 8)
+
+
 def test_determinism_and_thread_count(monkeypatch):
     """Same seeds, same bits: across runs, and for any number of cast threads."""
     monkeypatch.setattr(fastcast, "_CHUNK_ELEMENTS", 4096)  # many slices per tensor
