@@ -302,6 +302,13 @@ class FP8State:
             if not key.endswith(".amax_history") and not (np.isfinite(array) and array > 0):
                 raise ValueError(f"FP8State.load_state_dict: {key} must be finite and > 0, got {array}")
             arrays[key] = array
+        for point in self.points.values():  # scale_inv is float32(1 / scale) (DelayedScaling.update)
+            for role in point.scalers:
+                prefix = f"{point.name}.{role}."
+                scale, scale_inv = arrays[prefix + "scale"], arrays[prefix + "scale_inv"]
+                if scale_inv != np.float32(1) / scale:  # (the casts use 1 / scale, the reference scale_inv)
+                    raise ValueError(f"FP8State.load_state_dict: {prefix}scale_inv must be float32(1 / scale) = "
+                                     f"{np.float32(1) / scale!r}, got {scale_inv!r}")
         for point in self.points.values():
             for role, scaler in point.scalers.items():
                 prefix = f"{point.name}.{role}."
@@ -376,7 +383,7 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
     if array.dtype == np.float16:
         array = array.astype(np.float32)  # exact
-    elif array.dtype == np.float64 and recipe in ("current", "delayed", "blockwise"):  # (they cast in float32)
+    elif array.dtype == np.float64 and recipe in ("fp32", "current", "delayed", "blockwise"):  # (float32 work)
         with np.errstate(over="ignore"):
             codec._check_fits_float32(array, array.astype(np.float32))
     weight = formats._check_bool(weight, "fake_quantize: weight")
@@ -384,6 +391,10 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         if array.ndim == 0:
             raise ValueError(f"recipe {recipe!r} scales blocks along an axis; got a 0-d array")
         axis = scaling._axis(axis, array.ndim)
+    elif array.ndim:  # (per-tensor recipes do not use it, but a wrong one is still an error)
+        axis = scaling._axis(axis, array.ndim)
+    elif isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
         if recipe == "blockwise" and weight and array.ndim != 2:
             raise ValueError(f"128x128 weight tiles need a 2-d array, got shape {array.shape}")
     if recipe == "delayed":

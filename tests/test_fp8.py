@@ -1185,6 +1185,9 @@ def test_fp8_state_load_state_dict_checks_everything_before_loading_anything():
             (prefix + "scale", np.array([1.0, 2.0], np.float32), ValueError, r"scale has shape \(2,\), expected \(\)"),
             (prefix + "scale", np.float32(np.nan), ValueError, "scale must be finite and > 0, got nan"),
             (prefix + "scale_inv", np.float32(-1.0), ValueError, "scale_inv must be finite and > 0, got -1.0"),
+            # the casts use 1 / scale, DelayedScaling's reference its scale_inv: one that is not
+            # 1 / scale made them disagree by four orders of magnitude (an audit's find)
+            (prefix + "scale_inv", np.float32(123.0), ValueError, r"scale_inv must be float32\(1 / scale\)"),
             ("options.margin", np.array(1), ValueError, "the state is for delayed with margin=1, this model uses margin=0"),
             ("options.amax_compute_algo", np.array("most_recent"), ValueError, "amax_compute_algo='most_recent'"),
             ("options.saturate_gradients", np.array(0), ValueError, "saturate_gradients=0, this model uses .*=False"),
@@ -1239,6 +1242,15 @@ def test_fake_quantize_rejects_ill_typed_arguments():
         fp8.fake_quantize(x, "current", scaler=scaling.DelayedScaling("E4M3"))
     values, _ = fp8.fake_quantize(x, "blockwise", axis=np.int64(0), weight=np.bool_(False))
     assert_same(values, reference(x, "blockwise", "E4M3", axis=0))
+    # per-tensor recipes do not use the axis, but took any (the Raises section promises an error)
+    for recipe in ("fp32", "fp8", "current"):
+        with pytest.raises(TypeError, match="axis must be an int, got str 'a'"):
+            fp8.fake_quantize(x, recipe, axis="a")
+        with pytest.raises(ValueError, match="axis 7 is out of range"):
+            fp8.fake_quantize(x, recipe, axis=7)
+    with pytest.raises(TypeError, match="axis must be an int, got float 1.5"):
+        fp8.fake_quantize(np.float32(2.0), "fp8", axis=1.5)
+    assert fp8.fake_quantize(np.float32(2.0), "fp8", axis=3)[0] == 2.0  # a 0-d tensor has no axis to check
 
 
 @pytest.mark.parametrize("recipe", [r for r in fp8.RECIPES if r != "fp32"])

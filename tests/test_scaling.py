@@ -351,6 +351,7 @@ def test_delayed_scaling_several_casts_in_one_step():
     (lambda: mx.quantize_nvfp4(np.array([1e39, 1.0])), ValueError, "beyond float32's range"),
     (lambda: fp8.fake_quantize(np.array([1e39, 1.0]), "current"), ValueError, "beyond float32's range"),
     (lambda: fp8.fake_quantize(np.array([[1e39, 1.0]]), "blockwise"), ValueError, "beyond float32's range"),
+    (lambda: fp8.fake_quantize(np.array([1e300, 1.0]), "fp32"), ValueError, "beyond float32's range"),
 ])
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
