@@ -1,7 +1,7 @@
 """Figures for the tutorials and the command line, one function per figure.
 
-Every function returns a :class:`matplotlib.figure.Figure` built with the object-oriented API
-(no ``pyplot``), so it uses no global figure state and needs no display: save it with
+Every figure function returns a :class:`matplotlib.figure.Figure` built with the object-oriented
+API (no ``pyplot``; `gpt_cast_scales` returns the data one of them draws), so it uses no global figure state and needs no display: save it with
 ``fig.savefig("name.svg")`` or show it in a notebook. The tutorials site renders these functions at
 build time (``tutorials/_hooks/figures.py``).
 
@@ -377,7 +377,8 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     ``10 log10(sum x^2 / sum (q(x) - x)^2)`` in dB, is plotted against its scale for E4M3 with
     one current scale for the whole tensor, MXFP8 (E4M3), MXFP6 (E2M3), MXFP4 (E2M1) and NVFP4.
 
-    A per-tensor scale serves the rows near the amax and flushes rows about 2**16 below it to zero.
+    A per-tensor scale serves the rows near the amax and flushes the rows below it ever more (with
+    the defaults: 37% of a row's values at 2**-16, 96% at 2**-18, all at 2**-19).
     MX block scales (E8M0, any power of two) keep every row at its format's SNR. NVFP4 shares one
     float32 scale per tensor and E4M3 block scales, which cover about 2**17 below the amax.
 
