@@ -107,7 +107,7 @@ def _held_out_count(total: int, val_fraction: float, what: str) -> int:
     if not 1 <= count <= total - 1:
         raise ValueError(
             f"val_fraction={val_fraction} of {total} {what} leaves an empty train or val split; "
-            f"use more {what} or another val_fraction")
+            f"use more {what} (or, calling the API, another val_fraction)")
     return count
 
 

@@ -21,11 +21,12 @@ unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe
 --family unit`` is the unit-scaled model in FP32).
 
 Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
-mean step time, the throughput and the time left; FP8 recipes add the worst underflow and
+mean step time, the throughput and the time left in this run (from its wall time per step so far,
+evaluations and checkpoints included); FP8 recipes add the worst underflow and
 saturation fractions among the cast points in the latest step (`minifp8.fp8.FP8State.summary`),
 loss scaling the current factor and the skipped steps:
 
-    step 120/500 | loss 2.31 | 41 ms | 6,214 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x) | saturation 0%
+    step 120/500 | loss 2.3114 | 41 ms | 6,214 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x) | saturation 0%
 
 Before the first step and every ``--eval-interval`` steps it prints the validation loss on a fixed
 set of validation windows (the same for every recipe and every evaluation) and, on the arithmetic
@@ -36,8 +37,8 @@ found it.
 
 Loss scaling (``--loss-scale N`` or ``dynamic``; Micikevicius et al. 2018, "Mixed precision
 training", arXiv:1710.03740, section 3.2): the backward pass starts from ``N`` instead of 1, so
-every gradient is ``N`` times larger when the FP8 casts see it, and the gradients are divided by
-``N`` before clipping and the optimizer. ``dynamic`` starts at 2^16 and, like
+every gradient is ``N`` times larger when the FP8 casts see it, and the gradients are multiplied by
+``float32(1 / N)`` before clipping and the optimizer (exactly a division where N is a power of two). ``dynamic`` starts at 2^16 and, like
 ``torch.amp.GradScaler``, skips a step whose gradients overflowed and halves the factor, and
 doubles it after ``--loss-scale-interval`` clean steps in a row.
 
@@ -145,7 +146,8 @@ class TrainConfig:
     saturate_gradients: str = field(default="auto", metadata={
         "help": "E5M2 gradient casts that overflow: clamp to +-57344 (yes) or give Inf (no); auto: clamp in "
                 "the scaled recipes current, delayed and blockwise (as TransformerEngine does), Inf in fp8 and "
-                "unit (as torch's float8 casts do, so that loss scaling sees the overflow)",
+                "unit (as torch's float8 casts do, so that loss scaling sees the overflow); no effect on mxfp8, "
+                "whose MX casts always saturate, or fp32",
         "choices": ("auto", "yes", "no")})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
@@ -189,7 +191,8 @@ class TrainConfig:
         "help": "continue the runs saved in DIR (takes its config; only --stop-after may be added)",
         "metavar": "DIR"})
     stop_after: int | None = field(default=None, metadata={
-        "help": "stop after this many steps in this session and write a checkpoint (continue with --resume)",
+        "help": "stop after this many steps in this session and, with --out, write a checkpoint (continue with "
+                "--resume)",
         "metavar": "STEPS"})
     experiment: str | None = field(default=None, metadata={
         "help": "run a fixed experiment at the headline config (flags given explicitly override it): headline "
@@ -337,8 +340,10 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
 
 
 def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
-    """``--loss-scale``: none, dynamic, or a number whose float32 value and reciprocal are normal
-    (a smaller scale is 0 in float32, or its reciprocal overflows)."""
+    """``--loss-scale``: none, dynamic, or a number float32 holds as a normal number, from its
+    smallest normal (below, a scale loses precision and its reciprocal may overflow) to FLT_MAX
+    (the reciprocal of a scale above about 8.5e37 is a float32 subnormal: fewer significant bits,
+    but nonzero)."""
     if text in ("none", "dynamic"):
         return text
     try:
@@ -392,6 +397,8 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
     _check_stop_after(fail, config)
     if config.out == "":
         fail("--out must name a directory, got an empty string")
+    if config.data == "":  # (it would read as the working directory)
+        fail("--data must name a text file, got an empty string")
     checks = [("seed", config.seed >= 0, ">= 0"),
               ("dropout", 0.0 <= config.dropout < 1.0, "in [0, 1)"),
               ("min-lr-ratio", 0.0 <= config.min_lr_ratio <= 1.0, "in [0, 1]"),
@@ -703,7 +710,9 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             window_losses.append(loss_value)
             window_steps, window_time = window_steps + 1, window_time + elapsed
             if step_done % config.log_interval == 0 or step_done == config.steps:
-                _log_progress(print_fn, run, config, step_done, window_losses, window_time / window_steps,
+                # eta: this session's wall time per step so far, evaluations and checkpoints included
+                eta = (time.perf_counter() - session_start) / (step_done - start) * (config.steps - step_done)
+                _log_progress(print_fn, run, config, step_done, window_losses, window_time / window_steps, eta,
                               tokens_per_step, state, scaler, report, metrics)
                 window_losses, window_steps, window_time = [], 0, 0.0
             if step_done % config.eval_interval == 0 or step_done == config.steps:
@@ -751,9 +760,10 @@ def _memory_line(memory: dict) -> str:
             f"{fp8lm.FP32_ADAMW_BYTES})")
 
 
-def _log_progress(print_fn, run, config, step, losses, per_step, tokens_per_step, state, scaler, report, metrics):
+def _log_progress(print_fn, run, config, step, losses, per_step, eta, tokens_per_step, state, scaler, report,
+                  metrics):
     line = (f"step {step}/{config.steps} | loss {np.mean(losses):.4f} | {per_step * 1e3:.0f} ms | "
-            f"{tokens_per_step / per_step:,.0f} tok/s | eta {_duration(per_step * (config.steps - step))}")
+            f"{tokens_per_step / per_step:,.0f} tok/s | eta {_duration(eta)}")
     summary = state.summary()
     if state.points:
         line += (f" | underflow {_percent(summary['max_underflow'])}"
@@ -1114,6 +1124,9 @@ def main(argv: list[str] | None = None) -> int:
         except CheckpointError as error:
             print(f"{prog}: error: --resume: {error}", file=sys.stderr)
             return 2
+        except OSError as error:  # a checkpoint that cannot be written (disk full, a file in the way)
+            print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
+            return 2
         except MemoryError as error:
             print(f"{prog}: error: {run.label}: out of memory ({error or 'MemoryError'}); use a smaller "
                   f"--batch-size, --block-size, --n-embd or --n-layer", file=sys.stderr)
@@ -1121,12 +1134,19 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
     if out is not None:
-        _write_outputs(out, config, runs, results, dataset, print)
-        if config.experiment is not None:
-            results_file = out / f"{config.experiment}.json"
-            results_file.write_text(_strict_json(headline_results(json.loads((out / "metrics.json").read_text()))))
-            committed = HEADLINE_RESULTS.with_name(results_file.name)
-            print(f"wrote {results_file} (the committed copy is {committed})")
+        try:
+            _write_outputs(out, config, runs, results, dataset, print)
+            if config.experiment is not None:
+                results_file = out / f"{config.experiment}.json"
+                results_file.write_text(_strict_json(headline_results(json.loads((out / "metrics.json").read_text()))))
+                committed = HEADLINE_RESULTS.with_name(results_file.name)
+                print(f"wrote {results_file} (the committed copy is {committed})")
+        except OSError as error:
+            print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"interrupted while writing the results to {out} (the checkpoints stand)", file=sys.stderr)
+            return 130
     return status
 
 

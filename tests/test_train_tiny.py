@@ -391,6 +391,48 @@ def test_a_new_run_into_an_old_directory_removes_its_results(tmp_path, capsys):
     assert status == 0 and "removed the results" not in printed and (out / "metrics.json").is_file()
 
 
+def test_files_in_the_way_of_the_outputs_give_one_line_errors(tmp_path, capsys):
+    """A file where checkpoints/ goes, or a directory where metrics.json goes, gave a traceback
+    (after training had started, or finished) instead of the documented exit status 2."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "checkpoints").write_text("a file")
+    status, _, err = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(blocked))
+    assert status == 2 and "Traceback" not in err and len(err.splitlines()) == 1
+    assert f"--out {blocked}:" in err and "checkpoints" in err
+    taken = tmp_path / "taken"
+    (taken / "metrics.json").mkdir(parents=True)
+    status, _, err = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(taken))
+    assert status == 2 and len(err.splitlines()) == 1 and "metrics.json" in err
+
+
+def test_the_eta_counts_the_evaluations(capsys, monkeypatch):
+    """The eta counted only the steps' own time; with a slow evaluation after every step it said
+    0s until the end. It now divides the session's wall time by the steps done."""
+    import minifp8.train_tiny as tt
+
+    evaluate = tt._evaluate
+    clock = [0.0]
+    def perf_counter():
+        clock[0] += 0.001  # every reading, a millisecond later
+        return clock[0]
+
+    monkeypatch.setattr(tt.time, "perf_counter", perf_counter)
+
+    def slow_evaluate(*args):
+        clock[0] += 10.0  # each evaluation takes 10 s of the fake clock; the steps take none
+        return evaluate(*args)
+
+    monkeypatch.setattr(tt, "_evaluate", slow_evaluate)
+    status, out, _ = run_main(capsys, "--steps", "4", "--batch-size", "2", "--block-size", "8", "--n-layer", "1",
+                              "--n-head", "1", "--n-embd", "8", "--eval-interval", "1", "--eval-batches", "1",
+                              "--log-interval", "2", "--recipe", "fp32")
+    etas = [line.split("| eta ")[1].split()[0] for line in out.splitlines() if "| eta " in line]
+    # logged after step 2, before its evaluation: 20 s of evaluations (at steps 0 and 1) for 2
+    # steps, 2 steps left: 20 s (the steps' own time, a few fake milliseconds, gave 0 s)
+    assert status == 0 and etas[0] == "20s", etas
+
+
 def test_bad_out_and_one_character_data_give_one_line_errors(tmp_path, capsys):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -460,6 +502,7 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--loss-scale", "1e-50"], "that float32 holds as a normal number"),  # 0 in float32
     (["--loss-scale", "1e-39"], "that float32 holds as a normal number"),  # its reciprocal overflows
     (["--out", ""], "--out must name a directory"),
+    (["--data", ""], "--data must name a text file, got an empty string"),  # (it read as the working directory)
     (["--resume", "somewhere", "--stop-after", "0"], "--stop-after must be >= 1"),
 ])
 def test_bad_flags_give_one_line_errors(capsys, argv, message):
