@@ -230,6 +230,7 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
         raise ValueError(f"stochastic_rounding_bias draws positive inputs: it needs 0 < low < high, got "
                          f"low={low!r}, high={high!r}")
     points, samples = _check_int("points", points, 2), _check_int("samples", samples, 1)
+    seed = _check_int("seed", seed, 0)
     x = np.linspace(low, high, points)
     random_bits = np.random.default_rng(seed).integers(0, 1 << 16, size=(points, samples), dtype=np.uint16)
     inputs = np.broadcast_to(x[:, None], random_bits.shape)
@@ -285,7 +286,7 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     number of values that clip at ``+-fp8_max`` in each step (current scaling never clips).
 
     ``spike_step`` must be one of the ``steps`` (``0 <= spike_step < steps``), ``spike_factor``
-    positive and ``size`` at least 1. ``name`` is a format with NaN or Inf (the FP8 formats): a
+    a finite positive number, ``size`` at least 1 and ``seed`` a non-negative integer. ``name`` is a format with NaN or Inf (the FP8 formats): a
     clipped value is one whose cast without saturation overflows to them.
 
     Returns
@@ -296,9 +297,10 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
 
     steps = _check_int("steps", steps, 1)
     spike_step = _check_int("spike_step", spike_step, 0, steps - 1)
-    size = _check_int("size", size, 1)
-    if not spike_factor > 0:
-        raise ValueError(f"spike_factor must be > 0, got {spike_factor!r}")
+    size, seed = _check_int("size", size, 1), _check_int("seed", seed, 0)
+    if isinstance(spike_factor, (bool, np.bool_)) or not isinstance(spike_factor, (int, float, np.integer, np.floating)) \
+            or not 0 < spike_factor < math.inf:
+        raise ValueError(f"spike_factor must be a finite number > 0, got {spike_factor!r}")
     fmt = _formats.get(name)
     if not (fmt.has_nan or fmt.has_infinity):
         raise ValueError(f"delayed_scaling_outlier needs a format whose overflow shows as NaN or Inf (an FP8 "
@@ -392,7 +394,7 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     from .scaling import quantize_current
 
     rows, columns = _check_int("rows", rows, 1), _check_int("columns", columns, 1)
-    low_exponent = _check_int("low_exponent", low_exponent, -126, -1)
+    low_exponent, seed = _check_int("low_exponent", low_exponent, -126, -1), _check_int("seed", seed, 0)
 
     exponents = np.linspace(low_exponent, 0, rows)
     rng = np.random.default_rng(seed)
@@ -460,6 +462,10 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     records = list(records.values()) if isinstance(records, dict) else list(records)
     if not records:
         raise ValueError("scale_plot needs at least one record (track tensors inside a ScaleTracker)")
+    for record in records:
+        if not hasattr(record, f"forward_{statistic}"):
+            raise TypeError(f"scale_plot needs ScaleRecords (what a ScaleTracker records), got "
+                            f"{type(record).__name__} {record!r}")
     forward = np.array([getattr(r, f"forward_{statistic}") for r in records], dtype=np.float64)
     backward = np.array([np.nan if getattr(r, f"backward_{statistic}") is None else getattr(r, f"backward_{statistic}")
                          for r in records], dtype=np.float64)

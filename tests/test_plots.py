@@ -1,5 +1,6 @@
 """minifp8.plots: every figure from the committed results and from small synthetic inputs, the
 clear errors for inputs it cannot draw, and the hint when matplotlib is missing."""
+import math
 import re
 import subprocess
 import sys
@@ -132,9 +133,17 @@ def test_format_figures_take_one_name_or_a_non_empty_list():
     (lambda: plots.delayed_scaling_outlier(steps=20, spike_step=20), ValueError, r"spike_step must be in \[0, 19\]"),
     (lambda: plots.delayed_scaling_outlier(spike_step=-1), ValueError, r"spike_step must be in \[0, 49\]"),
     (lambda: plots.delayed_scaling_outlier(size=0), ValueError, "size must be >= 1, got 0"),
-    (lambda: plots.delayed_scaling_outlier(spike_factor=0.0), ValueError, "spike_factor must be > 0, got 0.0"),
+    (lambda: plots.delayed_scaling_outlier(spike_factor=0.0), ValueError, "spike_factor must be a finite number > 0, got 0.0"),
     (lambda: plots.block_scaling_snr(low_exponent=4), ValueError, r"low_exponent must be in \[-126, -1\], got 4"),
     (lambda: plots.block_scaling_snr(rows=0), ValueError, "rows must be >= 1, got 0"),
+    # found by an audit: an infinite spike was drawn, a negative seed failed inside NumPy without
+    # naming the parameter, and records that are not ScaleRecords gave an AttributeError
+    (lambda: plots.delayed_scaling_outlier(spike_factor=math.inf), ValueError, "finite number > 0, got inf"),
+    (lambda: plots.delayed_scaling_outlier(spike_factor="8"), ValueError, "spike_factor must be a finite number"),
+    (lambda: plots.stochastic_rounding_bias(seed=-1), ValueError, "seed must be >= 0, got -1"),
+    (lambda: plots.delayed_scaling_outlier(seed=1.5), TypeError, "seed must be an integer, got float"),
+    (lambda: plots.block_scaling_snr(seed=-2), ValueError, "seed must be >= 0, got -2"),
+    (lambda: plots.scale_plot([1, 2]), TypeError, "scale_plot needs ScaleRecords .* got int 1"),
 ])
 def test_figure_parameters_are_checked(call, error, message):
     with pytest.raises(error, match=message):
