@@ -1,8 +1,9 @@
 """Figures for the tutorials and the command line, one function per figure.
 
 Every figure function returns a :class:`matplotlib.figure.Figure` built with the object-oriented
-API (no ``pyplot``; `gpt_cast_scales` returns the data one of them draws), so it uses no global figure state and needs no display: save it with
-``fig.savefig("name.svg")`` or show it in a notebook. The tutorials site renders these functions at
+API (no ``pyplot``; `gpt_cast_scales` returns the data one of them draws), so it uses no global
+figure state and needs no display: save it with ``fig.savefig("name.svg")`` or show it in a
+notebook. The tutorials site renders these functions at
 build time (``tutorials/_hooks/figures.py``).
 
 matplotlib is an optional dependency (``pip install "minifp8[plot]"``). It is imported inside
@@ -286,8 +287,9 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     number of values that clip at ``+-fp8_max`` in each step (current scaling never clips).
 
     ``spike_step`` must be one of the ``steps`` (``0 <= spike_step < steps``), ``spike_factor``
-    a finite positive number, ``size`` at least 1 and ``seed`` a non-negative integer. ``name`` is a format with NaN or Inf (the FP8 formats): a
-    clipped value is one whose cast without saturation overflows to them.
+    a finite positive number, ``size`` at least 1 and ``seed`` a non-negative integer. ``name``
+    is a format with NaN or Inf (the FP8 formats): a clipped value is one whose cast without
+    saturation overflows to them.
 
     Returns
     -------

@@ -38,9 +38,10 @@ found it.
 Loss scaling (``--loss-scale N`` or ``dynamic``; Micikevicius et al. 2018, "Mixed precision
 training", arXiv:1710.03740, section 3.2): the backward pass starts from ``N`` instead of 1, so
 every gradient is ``N`` times larger when the FP8 casts see it, and the gradients are multiplied by
-``float32(1 / N)`` before clipping and the optimizer (exactly a division where N is a power of two). ``dynamic`` starts at 2^16 and, like
-``torch.amp.GradScaler``, skips a step whose gradients overflowed and halves the factor, and
-doubles it after ``--loss-scale-interval`` clean steps in a row.
+``float32(1 / N)`` before clipping and the optimizer (exactly a division where N is a power of
+two). ``dynamic`` starts at 2^16 and, like ``torch.amp.GradScaler``, skips a step whose gradients
+overflowed and halves the factor, and doubles it after ``--loss-scale-interval`` clean steps in a
+row.
 
 FP8-LM (``--fp8-grads``, ``--fp8-optimizer [O2|O3]``, ``--fp8-allreduce N``, ``--report-memory``;
 Peng et al. 2023, arXiv:2310.18313; `minifp8.fp8lm`) composes with every recipe. ``--fp8-grads``

@@ -995,8 +995,9 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
     ranges (by default cast whole, `fastcast._cast_in_tiles`), with ties on the
     subnormal grids, an all-zero block of both signs, float32 subnormals; in a second tensor, a
     tile of tiny nonzero values whose bound is raised to 2**-126 (there blockwise casts the tensor
-    whole and those tiles again, through the table; MX declines); in a third, 60% zeros with few elements to fix, which the search leaves out. Each
-    copy of the pair equals its reference, and its statistics the single cast's."""
+    whole and those tiles again, through the table; MX declines); in a third, 60% zeros with few
+    elements to fix, which the search leaves out. Each copy of the pair equals its reference, and
+    its statistics the single cast's."""
     fixes = []
     cast_in_tiles = fastcast._cast_in_tiles
     monkeypatch.setattr(fastcast, "_cast_in_tiles", lambda *args: fixes.append(args[3]) or cast_in_tiles(*args))

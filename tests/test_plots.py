@@ -133,7 +133,8 @@ def test_format_figures_take_one_name_or_a_non_empty_list():
     (lambda: plots.delayed_scaling_outlier(steps=20, spike_step=20), ValueError, r"spike_step must be in \[0, 19\]"),
     (lambda: plots.delayed_scaling_outlier(spike_step=-1), ValueError, r"spike_step must be in \[0, 49\]"),
     (lambda: plots.delayed_scaling_outlier(size=0), ValueError, "size must be >= 1, got 0"),
-    (lambda: plots.delayed_scaling_outlier(spike_factor=0.0), ValueError, "spike_factor must be a finite number > 0, got 0.0"),
+    (lambda: plots.delayed_scaling_outlier(spike_factor=0.0), ValueError,
+     "spike_factor must be a finite number > 0, got 0.0"),
     (lambda: plots.block_scaling_snr(low_exponent=4), ValueError, r"low_exponent must be in \[-126, -1\], got 4"),
     (lambda: plots.block_scaling_snr(rows=0), ValueError, "rows must be >= 1, got 0"),
     # found by an audit: an infinite spike was drawn, a negative seed failed inside NumPy without
