@@ -391,12 +391,12 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         if array.ndim == 0:
             raise ValueError(f"recipe {recipe!r} scales blocks along an axis; got a 0-d array")
         axis = scaling._axis(axis, array.ndim)
+        if recipe == "blockwise" and weight and array.ndim != 2:
+            raise ValueError(f"128x128 weight tiles need a 2-d array, got shape {array.shape}")
     elif array.ndim:  # (per-tensor recipes do not use it, but a wrong one is still an error)
         axis = scaling._axis(axis, array.ndim)
     elif isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
-        if recipe == "blockwise" and weight and array.ndim != 2:
-            raise ValueError(f"128x128 weight tiles need a 2-d array, got shape {array.shape}")
     if recipe == "delayed":
         if not isinstance(scaler, scaling.DelayedScaling):
             raise TypeError("recipe 'delayed' needs scaler=scaling.DelayedScaling(...) holding the amax history")

@@ -1239,6 +1239,8 @@ def test_fake_quantize_rejects_ill_typed_arguments():
         fp8.fake_quantize(x, "blockwise", axis=2)
     with pytest.raises(TypeError, match="weight must be a bool, got str 'no'"):
         fp8.fake_quantize(x, "blockwise", weight="no")  # (a truthy str would have meant 128x128 tiles)
+    with pytest.raises(ValueError, match=r"128x128 weight tiles need a 2-d array, got shape \(2, 2, 256\)"):
+        fp8.fake_quantize(x.reshape(2, 2, 256), "blockwise", weight=True)  # (an internal TypeError when unchecked)
     with pytest.raises(TypeError, match="scaler is only used by recipe 'delayed'"):
         fp8.fake_quantize(x, "current", scaler=scaling.DelayedScaling("E4M3"))
     values, _ = fp8.fake_quantize(x, "blockwise", axis=np.int64(0), weight=np.bool_(False))
