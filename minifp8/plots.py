@@ -3,8 +3,7 @@
 Every figure function returns a :class:`matplotlib.figure.Figure` built with the object-oriented
 API (no ``pyplot``; `gpt_cast_scales` returns the data one of them draws), so it uses no global
 figure state and needs no display: save it with ``fig.savefig("name.svg")`` or show it in a
-notebook. The tutorials site renders these functions at
-build time (``tutorials/_hooks/figures.py``).
+notebook. The tutorials site renders these functions at build time (``tutorials/_hooks/figures.py``).
 
 matplotlib is an optional dependency (``pip install "minifp8[plot]"``). It is imported inside
 the functions, so ``import minifp8`` and ``import minifp8.plots`` work with NumPy alone.

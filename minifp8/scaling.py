@@ -401,7 +401,6 @@ def _as_float32(x, name: str = "x") -> np.ndarray:
     return converted
 
 
-
 def _axis(axis, ndim: int) -> int:
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
