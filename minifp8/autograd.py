@@ -452,8 +452,7 @@ class Tensor:
             return make_op(out_data, (base, exponent), backward, "pow")
         if isinstance(exponent, (bool, np.bool_)) or not isinstance(exponent, (int, float, np.integer, np.floating)):
             raise TypeError(f"exponent must be a real number or a Tensor, got {type(exponent).__name__}")
-        if self.data.dtype.kind != "f":
-            raise TypeError(f"** needs a floating tensor, got dtype {self.dtype}")
+        _check_floating(self, "**")
         p = float(exponent)
         x = self
 
@@ -677,11 +676,12 @@ class _SliceGrad:
         self.index, self.values = index, values
 
 
-def _check_floating(x: Tensor, op: str) -> Tensor:
-    """``x``, or a TypeError: NumPy would compute ``op`` of integer data in float64, which no
-    tensor here holds by itself (module docstring: integer tensors are token ids and targets)."""
+def _check_floating(x: Tensor, op: str, name: str = "input") -> Tensor:
+    """``x``, or a TypeError naming ``op`` and its argument ``name``: NumPy would compute ``op`` of
+    integer data in float64, which no tensor here holds by itself (module docstring: integer
+    tensors are token ids and targets). functional.py's ops check their inputs with it too."""
     if x.data.dtype.kind != "f":
-        raise TypeError(f"{op} needs a floating tensor, got dtype {x.dtype} "
+        raise TypeError(f"{op}: {name} must be a floating tensor, got dtype {x.dtype} "
                         "(integer tensors are token ids; convert with Tensor(t.data.astype(np.float32)))")
     return x
 

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .autograd import Tensor, as_tensor, make_op, matmul
+from .autograd import Tensor, _check_floating, as_tensor, make_op, matmul
 from .formats import _check_bool
 
 __all__ = [
@@ -28,10 +28,8 @@ __all__ = [
 
 
 def _floating(x, op: str, name: str = "input") -> Tensor:
-    x = as_tensor(x)
-    if x.data.dtype.kind != "f":
-        raise TypeError(f"{op}: {name} must be a floating tensor, got dtype {x.dtype}")
-    return x
+    """``x`` as a Tensor, which must be floating (`autograd._check_floating`)."""
+    return _check_floating(as_tensor(x), op, name)
 
 
 def _generator(rng, op: str) -> np.random.Generator:

@@ -586,8 +586,10 @@ def test_integer_tensors_refuse_the_methods_numpy_would_compute_in_float64():
     """exp, log, tanh and mean of token ids gave float64 tensors (F.exp refused them; an audit's find)."""
     ids = Tensor(np.arange(3))
     for method in ("exp", "log", "tanh", "mean"):
-        with pytest.raises(TypeError, match=f"{method} needs a floating tensor, got dtype int64"):
+        with pytest.raises(TypeError, match=f"{method}: input must be a floating tensor, got dtype int64"):
             getattr(ids, method)()
+    with pytest.raises(TypeError, match=r"\*\*: input must be a floating tensor, got dtype int64"):
+        ids ** 2
     assert ids.sum().dtype == ids.dtype  # a sum of ids stays integer
 
 
