@@ -359,7 +359,9 @@ def machine_line() -> str:
     """The cores and the load before the run: the ratios move with what else the machine runs (on a
     shared 2-core machine, a busy second core slows the multithreaded fp32 GEMMs more than the
     single-threaded FP8 casts), so a quoted ratio should come with this line."""
-    line = f"machine: {os.cpu_count()} cores, numpy {np.__version__}"
+    from .train_tiny import environment, environment_line
+
+    line = f"machine: {os.cpu_count()} cores, {environment_line(environment())}"
     if hasattr(os, "getloadavg"):
         line += f", load average {os.getloadavg()[0]:.2f} over the last minute before the run"
     return line

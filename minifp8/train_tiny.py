@@ -68,7 +68,9 @@ Outputs (``--out DIR``)
 -----------------------
 * ``config.json``: the configuration and the list of runs;
 * ``metrics.json``: per run, the training loss of every step, the validation evaluations, the cast
-  statistics at every log line and of every cast point at the end, and the summary;
+  statistics at every log line and of every cast point at the end, and the summary; and the
+  ``environment`` (NumPy's version and the BLAS kernels, `blas_kernels`: the same seed trains to
+  the same bits only under the same kernels, and uninterrupted and resumed runs compare only there);
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
 * ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C and at
@@ -921,6 +923,7 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
 
 def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dict, dataset, print_fn) -> None:
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
+                "environment": environment(),
                 "runs": {run.label: results[run.label] for run in runs if run.label in results}}
     (out / "metrics.json").write_text(_strict_json(document))
     try:
@@ -952,8 +955,9 @@ def _strict_json(document) -> str:
 def headline_results(document: dict, every: int = 10) -> dict:
     """The small results file of the headline experiment from its ``metrics.json`` document.
 
-    Keeps the config, each run's summary, validation curve, loss-scale and cast-statistics log, and
-    its training loss averaged over windows of ``every`` steps (``train_loss_every``).
+    Keeps the config, the environment (None in documents older than it), each run's summary,
+    validation curve, loss-scale and cast-statistics log, and its training loss averaged over
+    windows of ``every`` steps (``train_loss_every``).
     """
     runs = {}
     for label, metrics in document["runs"].items():
@@ -975,7 +979,7 @@ def headline_results(document: dict, every: int = 10) -> dict:
         }
     config = {key: value for key, value in document["config"].items() if key not in ("out", "resume", "stop_after")}
     return {"config": config, "data": document["data"], "loss_floor": document["loss_floor"],
-            "train_loss_every": every, "runs": runs}
+            "environment": document.get("environment"), "train_loss_every": every, "runs": runs}
 
 
 def load_results(path=None) -> dict:
@@ -1005,6 +1009,49 @@ def _tune_malloc() -> None:
         m_trim_threshold, m_mmap_threshold = -1, -3  # glibc malloc.h
         libc.mallopt(m_mmap_threshold, 32 * 1024 * 1024)  # the largest value glibc accepts on 64-bit
         libc.mallopt(m_trim_threshold, 1 << 30)
+
+
+def blas_kernels() -> str | None:
+    """The CPU kernels OpenBLAS chose for NumPy's GEMMs (``SkylakeX``, ``Haswell``, ...), or None
+    where that cannot be told (another BLAS, or no ``/proc/self/maps``: not Linux).
+
+    They decide the order of a GEMM's sums, so one seed trains to other losses under other kernels:
+    the committed results were made under ``Haswell`` (AVX2) kernels, and an AVX-512 machine picks
+    ``SkylakeX`` ones. OpenBLAS takes the kernels named by ``OPENBLAS_CORETYPE`` when the variable
+    is set before NumPy loads it (README, "Results"). Best effort: the library is found among
+    those this process mapped, and asked through ``openblas_get_corename`` (NumPy's wheels
+    prefix and suffix the name).
+    """
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = sorted({line.split(maxsplit=5)[-1].strip() for line in maps if "openblas" in line.lower()})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                     "openblas_get_corename"):
+            function = getattr(library, name, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                corename = function()
+                return corename.decode("ascii", "replace") if corename else None
+    return None
+
+
+def environment() -> dict:
+    """What decides a run's last bits besides the code and the seed: NumPy's version and the BLAS
+    kernels (`blas_kernels`), as ``metrics.json`` records them."""
+    return {"numpy": np.__version__, "blas_kernels": blas_kernels()}
+
+
+def environment_line(info: dict) -> str:
+    """`environment` as ``numpy 2.4.6, OpenBLAS SkylakeX kernels``."""
+    kernels = info["blas_kernels"]
+    return f"numpy {info['numpy']}, " + (f"OpenBLAS {kernels} kernels" if kernels else "BLAS kernels unknown")
 
 
 _JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
@@ -1098,6 +1145,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
             return 2
     print(f"data: {dataset!r}" + (f", loss floor {dataset.loss_floor:.3f}" if dataset.loss_floor else ""))
+    print(f"environment: {environment_line(environment())} (other kernels round GEMMs differently: README, "
+          f"\"Results\")")
     if config.report_memory:  # FP8-LM's memory table for each model family trained
         for family in dict.fromkeys(run.family for run in runs):
             model = GPT(_model_config(config, family, dataset.vocab_size), rng=np.random.default_rng(config.seed))

@@ -2,6 +2,7 @@
 bad flags and bad data give one-line errors, divergence stops cleanly, loss scaling does its job."""
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -52,6 +53,10 @@ def test_smoke_every_recipe(tmp_path, capsys):
             assert [entry["step"] for entry in run["cast_stats"]] == [5, 10, 15, 20]
             assert set(run["cast_points"]) >= {"blocks.0.attn", "lm_head"}
             assert 0.0 <= run["cast_stats"][-1]["max_underflow"] <= 1.0
+    # what decides the last bits besides code and seed, printed and recorded
+    assert document["environment"] == train_tiny.environment()
+    assert document["environment"]["numpy"] == np.__version__
+    assert f"environment: {train_tiny.environment_line(train_tiny.environment())} " in out
     # progress lines in the documented format, cast statistics for FP8 recipes, a summary row per recipe
     lines = out.splitlines()
     progress = [line for line in lines if line.startswith("step 5/20 | loss ")]
@@ -711,6 +716,7 @@ def test_headline_runs_and_results_file(tmp_path, capsys):
     assert status == 0
     results = train_tiny.load_results(tmp_path / "headline.json")
     assert results["config"]["steps"] == 4 and results["config"]["batch_size"] == 4
+    assert results["environment"] == train_tiny.environment()  # the kernels that made it
     assert list(results["runs"]) == [run.label for run in runs]
     assert all([entry["step"] for entry in run["val"]] == [0, 2, 4] for run in results["runs"].values())
 
@@ -726,6 +732,52 @@ def test_committed_headline_results():
 
     figure = plots.training_curves(results)
     assert len(figure.axes) == 2
+
+
+def _kernels_under(coretype: str) -> str | None:
+    """`train_tiny.blas_kernels` in a fresh process whose OpenBLAS was told ``OPENBLAS_CORETYPE``."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": coretype}
+    result = subprocess.run([sys.executable, "-c", "from minifp8.train_tiny import blas_kernels; print(blas_kernels())"],
+                            capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    return result.stdout.strip()
+
+
+def _skip_unless_haswell_kernels_can_run() -> None:
+    """OPENBLAS_CORETYPE picks kernels only in an OpenBLAS built with DYNAMIC_ARCH (NumPy's wheels
+    are), and the Haswell ones need an x86 CPU with AVX2."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    blas = np.__config__.CONFIG["Build Dependencies"].get("blas", {})
+    if train_tiny.blas_kernels() is None or "DYNAMIC_ARCH" not in str(blas.get("openblas configuration", "")):
+        pytest.skip("NumPy's BLAS is not an OpenBLAS that picks its kernels at run time")
+    if not __cpu_features__.get("AVX2"):
+        pytest.skip("OpenBLAS's Haswell kernels need AVX2")
+
+
+def test_blas_kernels_names_the_kernels_openblas_runs():
+    """The README's reproduction recipe rests on OPENBLAS_CORETYPE choosing the kernels, and on
+    `blas_kernels` telling which ones a run got."""
+    _skip_unless_haswell_kernels_can_run()
+    assert _kernels_under("Haswell") == "Haswell"
+    assert _kernels_under("SandyBridge") == "Sandybridge"  # (OpenBLAS's own spelling; AVX)
+
+
+@pytest.mark.slow
+def test_committed_headline_results_reproduce_under_their_kernels(tmp_path):
+    """The committed headline results came from OpenBLAS's Haswell (AVX2) kernels: with those, the
+    fp32 and unit runs of the headline config give the committed file's curves to the last digit
+    kept, on any machine with AVX2 (README, "Results"). Fails when a change moves training."""
+    _skip_unless_haswell_kernels_can_run()
+    flags = [item for key, value in train_tiny.HEADLINE_CONFIG.items()
+             for item in ("--" + key.replace("_", "-"), str(value))]
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--recipe", "fp32,unit", *flags, "--out", str(tmp_path)],
+                   capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    measured = train_tiny.headline_results(metrics(tmp_path))["runs"]
+    committed = train_tiny.load_results()["runs"]
+    for label in ("fp32", "unit"):
+        for key in ("val", "train_loss", "final", "cast_stats"):
+            assert measured[label][key] == committed[label][key], (label, key)
 
 
 # ---- FP8-LM options (--fp8-grads, --fp8-optimizer, --fp8-allreduce, --report-memory) -----------------
@@ -845,6 +897,12 @@ def test_committed_seed_study_agrees_with_the_headline_and_fp8lm_results():
         fp8lm_runs["current + fp8 optimizer O2"]["final"]["val_loss"], 5)
     for label in ("unit", "current"):
         assert fp8lm_runs[label]["val"] == headline[label]["val"]
+    # the same runs under the other kernels: every seed, every label (README, "Results")
+    study = json.loads(train_tiny.HEADLINE_RESULTS.with_name("seeds.json").read_text())
+    assert study["kernels"] == "Haswell" and list(study["other_kernels"]) == ["SkylakeX"]
+    for other in study["other_kernels"].values():
+        assert list(other) == list(seeds) and all(list(other[seed]) == list(seeds[seed]) for seed in seeds)
+        assert other != seeds
 
 
 def test_metrics_json_is_strict_json_and_a_skipped_step_reports_no_fp8_gradients(tmp_path, capsys):
