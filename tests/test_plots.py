@@ -83,7 +83,8 @@ def test_results_figures_say_what_they_cannot_draw(figure, results, error, messa
 
 
 def test_seeds_results_are_not_a_training_document():
-    message = "training_curves: results has no 'runs' (it has 'description', 'commands', 'val_loss')"
+    message = ("training_curves: results has no 'runs' (it has 'description', 'commands', 'kernels', 'val_loss', "
+               "'other_kernels')")
     with pytest.raises(ValueError, match=re.escape(message)):
         plots.training_curves(load_results(HEADLINE_RESULTS.with_name("seeds.json")))
 
