@@ -66,7 +66,8 @@ the exit status is 1.
 
 Outputs (``--out DIR``)
 -----------------------
-* ``config.json``: the configuration and the list of runs;
+* ``config.json``: the configuration, the list of runs and the environment they started in (a
+  ``--resume`` under another one says so: its continuation may differ in the last bits);
 * ``metrics.json``: per run, the training loss of every step, the validation evaluations, the cast
   statistics at every log line and of every cast point at the end, and the summary; and the
   ``environment`` (NumPy's version and the BLAS kernels, `blas_kernels`: the same seed trains to
@@ -1057,9 +1058,10 @@ def environment_line(info: dict) -> str:
 _JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
 
 
-def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, list[Run]]:
-    """The config and runs saved in ``resume_dir`` (its ``config.json``, checked as the flags are), and
-    a check that its checkpoints are those of these runs. Raises OSError, ValueError or TypeError."""
+def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, list[Run], dict | None]:
+    """The config, runs and environment (None if not recorded) saved in ``resume_dir`` (its
+    ``config.json``, checked as the flags are), and a check that its checkpoints are those of these
+    runs. Raises OSError, ValueError or TypeError."""
     saved = json.loads((resume_dir / "config.json").read_text())
     values = {**saved["config"], "resume": str(resume_dir), "stop_after": stop_after, "out": str(resume_dir)}
     for f in fields(TrainConfig):
@@ -1079,30 +1081,36 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
                     if path.name not in slugs and not path.name.endswith(".tmp.npz"))
     if others:
         raise ValueError(f"checkpoints/ holds {', '.join(others)}, of runs that config.json does not list")
-    return config, runs
+    started_in = saved.get("environment")  # (absent in directories older than it)
+    if started_in is not None and not (isinstance(started_in, dict) and set(started_in) == {"numpy", "blas_kernels"}
+                                       and all(isinstance(v, (str, type(None))) for v in started_in.values())):
+        fail(f"environment must map numpy and blas_kernels to strings, got {started_in!r}")
+    return config, runs, started_in
 
 
 def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn) -> None:
-    """Make ``out`` and write its ``config.json``. A new run replaces an earlier one there: its
-    ``config.json``, its checkpoints (which could otherwise be resumed under the new config) and its
-    results (``metrics.json``, ``loss.png``, an experiment's results file), which a new run that
-    stops early would otherwise leave beside its own config."""
+    """Make ``out`` and write its ``config.json`` (the config, the runs and the `environment` they
+    start in; a resumed run keeps the one it continues). A new run replaces an earlier one there:
+    its ``config.json``, its checkpoints (which could otherwise be resumed under the new config)
+    and its results (``metrics.json``, ``loss.png``, an experiment's results file), which a new
+    run that stops early would otherwise leave beside its own config."""
     out.mkdir(parents=True, exist_ok=True)
-    if config.resume is None:
-        stale = sorted((out / "checkpoints").glob("*.npz"))
-        for path in stale:
-            path.unlink()
-        if stale:
-            print_fn(f"--out {out}: removed {len(stale)} checkpoint(s) of an earlier run there")
-        results = [out / name for name in ("metrics.json", "loss.png", *(f"{name}.json" for name in EXPERIMENTS))]
-        results = [path for path in results if path.is_file()]
-        for path in results:
-            path.unlink()
-        if results:
-            print_fn(f"--out {out}: removed the results of an earlier run there ({', '.join(p.name for p in results)})")
+    if config.resume is not None:
+        return
+    stale = sorted((out / "checkpoints").glob("*.npz"))
+    for path in stale:
+        path.unlink()
+    if stale:
+        print_fn(f"--out {out}: removed {len(stale)} checkpoint(s) of an earlier run there")
+    results = [out / name for name in ("metrics.json", "loss.png", *(f"{name}.json" for name in EXPERIMENTS))]
+    results = [path for path in results if path.is_file()]
+    for path in results:
+        path.unlink()
+    if results:
+        print_fn(f"--out {out}: removed the results of an earlier run there ({', '.join(p.name for p in results)})")
     saved_config = {**asdict(config), "resume": None, "stop_after": None}
-    (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs]},
-                                                indent=1) + "\n")
+    (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs],
+                                                 "environment": environment()}, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1115,11 +1123,18 @@ def main(argv: list[str] | None = None) -> int:
     if config.resume is not None:
         resume_dir = Path(config.resume)
         try:
-            config, runs = _resumed(resume_dir, config.stop_after)
+            config, runs, started_in = _resumed(resume_dir, config.stop_after)
         except (OSError, ValueError, KeyError, TypeError) as error:
             print(f"{prog}: error: --resume {resume_dir}: not a train_tiny output directory, or not one this "
                   f"version can continue ({error})", file=sys.stderr)
             return 2
+        now = environment()
+        if started_in is not None and started_in != now:
+            kernels = started_in.get("blas_kernels")
+            print(f"note: --resume {resume_dir}: started with {environment_line(started_in)}, continues with "
+                  f"{environment_line(now)}; the continuation may differ in its last bits from an uninterrupted "
+                  f"run" + (f" (OPENBLAS_CORETYPE={kernels} picks those kernels)"
+                            if kernels and kernels != now["blas_kernels"] else ""))
     elif config.data is not None:  # a later --resume may run elsewhere
         config = replace(config, data=os.path.abspath(config.data))
     try:

@@ -246,6 +246,31 @@ def test_stop_after_counts_the_steps_of_this_session(tmp_path, capsys):
     assert status == 130 and "resumed at step 6/20" in printed and "stopped after step 11" in printed
 
 
+def test_resume_says_when_the_environment_changed(tmp_path, capsys):
+    """config.json records the environment a run starts in and a resume keeps it; resuming under
+    another one (here: config.json edited as another machine would have written it) says that the
+    continuation will not be bit for bit an uninterrupted run's, and goes on."""
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out), "--stop-after", "6")[0] == 130
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["environment"] == train_tiny.environment()
+    status, printed, _ = run_main(capsys, "--resume", str(out), "--stop-after", "5")
+    assert status == 130 and "note:" not in printed  # the same environment: nothing to say
+    saved["environment"] = {"numpy": "1.26.4", "blas_kernels": "Haswell"}
+    (out / "config.json").write_text(json.dumps(saved))
+    status, printed, _ = run_main(capsys, "--resume", str(out))
+    assert status == 0 and "resumed at step 11/20" in printed
+    assert (f"note: --resume {out}: started with numpy 1.26.4, OpenBLAS Haswell kernels, continues with "
+            f"{train_tiny.environment_line(train_tiny.environment())}; the continuation may differ in its last "
+            "bits from an uninterrupted run (OPENBLAS_CORETYPE=Haswell picks those kernels)") in printed
+    assert json.loads((out / "config.json").read_text())["environment"] == saved["environment"]  # kept
+    saved["environment"] = "SkylakeX"
+    (out / "config.json").write_text(json.dumps(saved))
+    status, _, err = run_main(capsys, "--resume", str(out))
+    assert status == 2 and "config.json: environment must map numpy and blas_kernels to strings, got 'SkylakeX'" in err
+    assert err.count("\n") == 1
+
+
 def test_stop_after_counts_the_steps_of_every_run_in_the_session(tmp_path, capsys):
     """As -h says, the steps of this session: over all its runs, not each run's own."""
     out = tmp_path / "run"
