@@ -1025,10 +1025,10 @@ def blas_kernels() -> str | None:
     """
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            paths = sorted({line.split(maxsplit=5)[-1].strip() for line in maps if "openblas" in line.lower()})
+            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "openblas" in line.lower()}
     except OSError:
         return None
-    for path in paths:
+    for path in sorted(paths, key=lambda path: ("numpy" not in path, path)):  # NumPy's own first (SciPy has one too)
         try:
             library = ctypes.CDLL(path)
         except OSError:
