@@ -728,8 +728,9 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
                 save()
                 raise Interrupted(f"{run.label}: stopped after step {step_done}")
     except KeyboardInterrupt:  # a second Ctrl-C, inside a step: a checkpoint now would hold half of it
-        raise Interrupted(f"{run.label}: interrupted inside step {step_done + 1}, which is not saved "
-                          f"(the run's last checkpoint stands)") from None
+        kept = ("" if checkpoint is None else " (the run's last checkpoint stands)" if checkpoint.exists()
+                else " (the run has no checkpoint yet: a resume starts it afresh)")
+        raise Interrupted(f"{run.label}: interrupted inside step {step_done + 1}, which is not saved{kept}") from None
     except Diverged as error:
         metrics["diverged"] = {"step": step_done + 1, "message": str(error)}
         metrics["time_s"] = time_before + time.perf_counter() - session_start

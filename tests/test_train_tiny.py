@@ -367,6 +367,33 @@ def test_ctrl_c_lets_the_step_finish_and_resumes_bit_exactly(tmp_path, capsys, m
         assert actual[key] == expected[key], key
 
 
+@pytest.mark.parametrize("step, kept", [
+    (3, "(the run has no checkpoint yet: a resume starts it afresh)"),  # before the first evaluation's checkpoint
+    (12, "(the run's last checkpoint stands)"),  # after step 10's
+])
+def test_a_second_ctrl_c_says_what_a_resume_will_find(tmp_path, capsys, monkeypatch, python_sigint_handler, step,
+                                                       kept):
+    """A second Ctrl-C stops inside the step, which is not saved; the message said that the run's
+    last checkpoint stands even before the run had one."""
+    get_batch, calls = train_tiny.data_module.Dataset.get_batch, []
+
+    def twice_interrupted_get_batch(self, split, *args):
+        if split == "train":
+            calls.append(split)
+            if len(calls) == step:
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+        return get_batch(self, split, *args)
+
+    monkeypatch.setattr(train_tiny.data_module.Dataset, "get_batch", twice_interrupted_get_batch)
+    out = tmp_path / "run"
+    status, printed, _ = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out))
+    assert status == 130 and f"fp32: interrupted inside step {step}, which is not saved {kept}" in printed
+    monkeypatch.undo()
+    status, printed, _ = run_main(capsys, "--resume", str(out))
+    assert status == 0 and ("resumed at step 10/20" in printed) == (step > 10)
+
+
 def test_resume_refuses_checkpoints_it_cannot_continue(tmp_path, capsys):
     out = tmp_path / "run"
     assert run_main(capsys, *TINY, "--recipe", "fp32,current", "--out", str(out), "--stop-after", "3")[0] == 130
