@@ -285,7 +285,9 @@ class DelayedScaling:
            and positive (otherwise the old scale stays); a scale that overflows becomes ``FLT_MAX``;
         4. ``scale_inv = 1 / scale``.
 
-    So the cast at step t uses the scale computed from the amaxes up to step t-1.
+    So the cast at step t uses the scale computed from the amaxes up to step t-1. An Inf amax (a
+    step whose float32 tensor overflowed) holds the old scale for as long as it stays in the
+    history, ``history_len`` steps under ``"max"``, as the kernel's rule does.
 
     Parameters
     ----------
