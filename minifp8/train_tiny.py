@@ -259,6 +259,9 @@ FP8LM_RUNS = tuple(Run(recipe, _family, **options) for recipe, _family in (("uni
 
 EXPERIMENTS = {"headline": HEADLINE_RUNS, "fp8lm": FP8LM_RUNS}
 
+#: The flags that make the runs, which an experiment fixes (each run records its own).
+RUN_FLAGS = ("recipe", "family", "loss_scale", "fp8_grads", "fp8_optimizer", "fp8_allreduce")
+
 
 def _default_family(recipe: str) -> str:
     return "unit" if recipe == "unit" else "standard"
@@ -312,7 +315,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
         _check_stop_after(parser.error, config)
         return config, []
     if config.experiment is not None:
-        for flag in ("recipe", "family", "loss_scale", "fp8_grads", "fp8_optimizer", "fp8_allreduce"):
+        for flag in RUN_FLAGS:
             if flag in explicit:
                 parser.error(f"--experiment {config.experiment} fixes its runs; do not combine it with "
                              f"--{flag.replace('_', '-')}")
@@ -957,9 +960,10 @@ def _strict_json(document) -> str:
 def headline_results(document: dict, every: int = 10) -> dict:
     """The small results file of the headline experiment from its ``metrics.json`` document.
 
-    Keeps the config, the environment (None in documents older than it), each run's summary,
-    validation curve, loss-scale and cast-statistics log, and its training loss averaged over
-    windows of ``every`` steps (``train_loss_every``).
+    Keeps the config (less the flags an experiment fixes, `RUN_FLAGS`: each run's label, recipe and
+    family say what it ran), the environment (None in documents older than it), each run's
+    summary, validation curve, loss-scale and cast-statistics log, and its training loss averaged
+    over windows of ``every`` steps (``train_loss_every``).
     """
     runs = {}
     for label, metrics in document["runs"].items():
@@ -979,7 +983,8 @@ def headline_results(document: dict, every: int = 10) -> dict:
                           for entry in metrics.get("fp8_grads", [])],
             "memory": metrics.get("memory"),
         }
-    config = {key: value for key, value in document["config"].items() if key not in ("out", "resume", "stop_after")}
+    left_out = ("out", "resume", "stop_after", *(RUN_FLAGS if document["config"].get("experiment") else ()))
+    config = {key: value for key, value in document["config"].items() if key not in left_out}
     return {"config": config, "data": document["data"], "loss_floor": document["loss_floor"],
             "environment": document.get("environment"), "train_loss_every": every, "runs": runs}
 

@@ -769,6 +769,7 @@ def test_headline_runs_and_results_file(tmp_path, capsys):
     results = train_tiny.load_results(tmp_path / "headline.json")
     assert results["config"]["steps"] == 4 and results["config"]["batch_size"] == 4
     assert results["environment"] == train_tiny.environment()  # the kernels that made it
+    assert not set(train_tiny.RUN_FLAGS) & set(results["config"])  # fixed by the experiment: the runs say them
     assert list(results["runs"]) == [run.label for run in runs]
     assert all([entry["step"] for entry in run["val"]] == [0, 2, 4] for run in results["runs"].values())
 
