@@ -778,6 +778,8 @@ def test_committed_headline_results():
     """The committed results file exists, has every run, and plots."""
     results = train_tiny.load_results()
     assert list(results["runs"]) == [run.label for run in HEADLINE_RUNS]
+    assert results["environment"]["blas_kernels"] == "Haswell"  # README, "Results": the kernels behind its numbers
+    assert not set(train_tiny.RUN_FLAGS) & set(results["config"])
     for run in results["runs"].values():
         assert run["final"] is not None or run["diverged"] is not None
     pytest.importorskip("matplotlib")
@@ -950,6 +952,7 @@ def test_committed_seed_study_agrees_with_the_headline_and_fp8lm_results():
         fp8lm_runs["current + fp8 optimizer O2"]["final"]["val_loss"], 5)
     for label in ("unit", "current"):
         assert fp8lm_runs[label]["val"] == headline[label]["val"]
+    assert train_tiny.load_results(train_tiny.FP8LM_RESULTS)["environment"]["blas_kernels"] == "Haswell"
     # the same runs under the other kernels: every seed, every label (README, "Results")
     study = json.loads(train_tiny.HEADLINE_RESULTS.with_name("seeds.json").read_text())
     assert study["kernels"] == "Haswell" and list(study["other_kernels"]) == ["SkylakeX"]
