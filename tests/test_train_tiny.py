@@ -800,9 +800,11 @@ def _kernels_under(coretype: str) -> str | None:
 def _skip_unless_haswell_kernels_can_run() -> None:
     """OPENBLAS_CORETYPE picks kernels only in an OpenBLAS built with DYNAMIC_ARCH (NumPy's wheels
     are), and the Haswell ones need an x86 CPU with AVX2."""
-    from numpy._core._multiarray_umath import __cpu_features__
-
-    blas = np.__config__.CONFIG["Build Dependencies"].get("blas", {})
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__
+    blas = getattr(np.__config__, "CONFIG", {}).get("Build Dependencies", {}).get("blas", {})  # (NumPy >= 1.25)
     if train_tiny.blas_kernels() is None or "DYNAMIC_ARCH" not in str(blas.get("openblas configuration", "")):
         pytest.skip("NumPy's BLAS is not an OpenBLAS that picks its kernels at run time")
     if not __cpu_features__.get("AVX2"):
