@@ -271,6 +271,19 @@ def _to_float64(array: np.ndarray) -> np.ndarray:
         return array.astype(np.float64, copy=False)
 
 
+def _to_float32(x, name: str = "x") -> np.ndarray:
+    """``x`` as float32, for the computations that work in float32 (scaling.py, NVFP4): bool,
+    complex and object arrays are a TypeError, integers beyond 2**53 and finite values beyond
+    float32's range a ValueError (`_check_fits_float32`); float64 rounds once."""
+    array = _as_numeric_array(x, name)
+    if array.dtype.kind in "iu":
+        array = _to_float64(array)  # |x| <= 2**53 or a clear error
+    with np.errstate(over="ignore"):
+        converted = array.astype(np.float32, copy=False)
+    _check_fits_float32(array, converted, name)
+    return converted
+
+
 def _check_fits_float32(array: np.ndarray, converted: np.ndarray, name: str = "x") -> None:
     """ValueError where a finite value of ``array`` became Inf in float32 (``converted``), for the
     computations that work in float32 (the scaled casts, as TransformerEngine's): a finite tensor

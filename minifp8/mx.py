@@ -614,14 +614,8 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
     -------
     NVFP4Array
     """
-    array = codec._as_numeric_array(x)
+    array = codec._to_float32(x)  # (integers: the 2**53 check; float64: the range check)
     axis = _normalize_axis(axis, array.ndim)
-    if array.dtype.kind in "iu":
-        array = codec._to_float64(array)  # the 2**53 check
-    with np.errstate(over="ignore"):
-        converted = array.astype(np.float32)
-    codec._check_fits_float32(array, converted)
-    array = converted
     if array.size and not np.isfinite(array).all():
         raise ValueError("quantize_nvfp4 needs finite inputs (float32): E2M1 has no NaN or Inf")
     if global_amax is None:

@@ -107,7 +107,7 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     fmt = _format(fmt)
     power_of_2 = formats._check_bool(power_of_2, "power_of_2")
     if not isinstance(amax, np.float32):  # (a cast's own float32 amax, on every cast: checked already)
-        amax = _as_float32(amax, "amax")
+        amax = codec._to_float32(amax, "amax")
     if amax.ndim == 0:  # one tensor's amax, as the per-tensor recipes ask on every cast: in Python floats
         value = float(amax)
         if value < 0:
@@ -137,8 +137,8 @@ def quantize_with_scale(x, scale, fmt) -> np.ndarray:
     keepdims rows, or one scale per element); the codes have x's shape.
     """
     fmt = _format(fmt)
-    array = _as_float32(x)
-    scale = _as_float32(scale, "scale")
+    array = codec._to_float32(x)
+    scale = codec._to_float32(scale, "scale")
     try:
         fits = np.broadcast_shapes(array.shape, scale.shape) == array.shape
     except ValueError:
@@ -173,7 +173,7 @@ def quantize_current(x, fmt="E4M3", *, power_of_2=False) -> ScaledTensor:
         Round the scale down to a power of two (then ``dequantize`` is exact division).
     """
     fmt = _format(fmt)
-    array = _as_float32(x)
+    array = codec._to_float32(x)
     amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
     scale = scale_from_amax(amax, fmt, power_of_2=power_of_2)
     return ScaledTensor(quantize_with_scale(array, scale, fmt), scale, _inverse(scale), amax, fmt)
@@ -187,7 +187,7 @@ def quantize_rowwise(x, fmt="E4M3", *, axis=-1, power_of_2=False) -> ScaledTenso
     An empty row has amax 0, hence scale 1.
     """
     fmt = _format(fmt)
-    array = _as_float32(x)
+    array = codec._to_float32(x)
     axis = _axis(axis, array.ndim)
     amax = np.max(np.abs(array), axis=axis, keepdims=True, initial=np.float32(0)).astype(np.float32)
     scale = scale_from_amax(amax, fmt, power_of_2=power_of_2)
@@ -222,7 +222,7 @@ def quantize_blockwise(x, fmt="E4M3", *, block_shape=(1, 128), axis=-1, power_of
     """
     fmt = _format(fmt)
     rows, columns = _block_shape(block_shape)
-    array = _as_float32(x)
+    array = codec._to_float32(x)
     axis = _axis(axis, array.ndim)
     if rows > 1 and array.ndim != 2:
         raise ValueError(f"tiles of {rows}x{columns} need a 2-d array, got {array.ndim}-d shape {array.shape}; "
@@ -330,7 +330,7 @@ class DelayedScaling:
         running max) and call `update` once at the end of the step.
         """
         update = formats._check_bool(update, "DelayedScaling.quantize: update")
-        array = _as_float32(x)
+        array = codec._to_float32(x)
         amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
         codes = quantize_with_scale(array, self.scale, self.fmt)  # first: a cast that raises records nothing
         self.record_amax(amax)
@@ -344,7 +344,7 @@ class DelayedScaling:
         history entry, as a running max (NaN propagates). For a caller that casts with ``scale``
         itself. A negative amax is a ValueError, as in `scale_from_amax` (a forgotten ``abs``)."""
         if not isinstance(amax, np.float32):  # (what the casts pass, on every cast: checked already)
-            amax = _as_float32(amax, "amax")
+            amax = codec._to_float32(amax, "amax")
             if amax.ndim:
                 raise ValueError(f"amax must be one number (a tensor's max|x|), got an array of shape {amax.shape}")
             if amax < 0:
@@ -391,16 +391,6 @@ def _format(fmt) -> FloatFormat:
     if not fmt.signed:
         raise ValueError(f"scaling recipes cast to a signed element format (E4M3, E5M2, ...), got {fmt.name}")
     return fmt
-
-
-def _as_float32(x, name: str = "x") -> np.ndarray:
-    array = codec._as_numeric_array(x, name)  # TypeError for bool, complex, object, ...
-    if array.dtype.kind in "iu":
-        array = codec._to_float64(array)  # |x| <= 2**53 or a clear error
-    with np.errstate(over="ignore"):
-        converted = array.astype(np.float32, copy=False)
-    codec._check_fits_float32(array, converted, name)
-    return converted
 
 
 def _axis(axis, ndim: int) -> int:
