@@ -99,6 +99,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import json
 import math
 import os
@@ -983,7 +984,7 @@ def headline_results(document: dict, every: int = 10) -> dict:
                           for entry in metrics.get("fp8_grads", [])],
             "memory": metrics.get("memory"),
         }
-    left_out = ("out", "resume", "stop_after", *(RUN_FLAGS if document["config"].get("experiment") else ()))
+    left_out = (*_SESSION_FLAGS, *(RUN_FLAGS if document["config"].get("experiment") else ()))
     config = {key: value for key, value in document["config"].items() if key not in left_out}
     return {"config": config, "data": document["data"], "loss_floor": document["loss_floor"],
             "environment": document.get("environment"), "train_loss_every": every, "runs": runs}
@@ -1018,6 +1019,7 @@ def _tune_malloc() -> None:
         libc.mallopt(m_trim_threshold, 1 << 30)
 
 
+@functools.cache  # (the kernels stay those OpenBLAS picked when it loaded)
 def blas_kernels() -> str | None:
     """The CPU kernels OpenBLAS chose for NumPy's GEMMs (``SkylakeX``, ``Haswell``, ...), or None
     where that cannot be told (another BLAS, or no ``/proc/self/maps``: not Linux).
