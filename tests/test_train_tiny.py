@@ -466,21 +466,19 @@ def test_files_in_the_way_of_the_outputs_give_one_line_errors(tmp_path, capsys):
 def test_the_eta_counts_the_evaluations(capsys, monkeypatch):
     """The eta counted only the steps' own time; with a slow evaluation after every step it said
     0s until the end. It now divides the session's wall time by the steps done."""
-    import minifp8.train_tiny as tt
-
-    evaluate = tt._evaluate
+    evaluate = train_tiny._evaluate
     clock = [0.0]
     def perf_counter():
         clock[0] += 0.001  # every reading, a millisecond later
         return clock[0]
 
-    monkeypatch.setattr(tt.time, "perf_counter", perf_counter)
+    monkeypatch.setattr(train_tiny.time, "perf_counter", perf_counter)
 
     def slow_evaluate(*args):
         clock[0] += 10.0  # each evaluation takes 10 s of the fake clock; the steps take none
         return evaluate(*args)
 
-    monkeypatch.setattr(tt, "_evaluate", slow_evaluate)
+    monkeypatch.setattr(train_tiny, "_evaluate", slow_evaluate)
     status, out, _ = run_main(capsys, "--steps", "4", "--batch-size", "2", "--block-size", "8", "--n-layer", "1",
                               "--n-head", "1", "--n-embd", "8", "--eval-interval", "1", "--eval-batches", "1",
                               "--log-interval", "2", "--recipe", "fp32")
