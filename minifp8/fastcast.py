@@ -311,6 +311,15 @@ def _blocks_tiling(shape: tuple, axis: int, block: int) -> _Tiling:
     return _Tiling(math.prod(shape[:axis]), n, math.prod(shape[axis + 1:]), max(1, min(block, n)), 1)
 
 
+def _weight_tiling(shape: tuple) -> _Tiling:
+    """128x128 tiles of a 2-D array (fewer rows or columns at its edges). Where one tile spans every
+    column, they are runs of up to 128 whole rows: consecutive elements, read as such."""
+    rows, columns = shape
+    if columns <= 128:
+        return _blocks_tiling((rows * columns,), 0, 128 * max(1, columns))
+    return _Tiling(1, rows, columns, min(128, rows), 128)
+
+
 def _tile_amax(magnitude: np.ndarray, tiling: _Tiling) -> np.ndarray:
     """The largest of the (1-d, C-order) ``magnitude`` bits in each tile, in tile order."""
     outer, n, inner, length, width = tiling
@@ -372,15 +381,21 @@ def _elements_between(magnitude: np.ndarray, tiling: _Tiling, tiles: np.ndarray,
     return positions.reshape(-1)[found], tiles[found // positions.shape[1]]
 
 
+def _tiles_are_views(tiling: _Tiling) -> bool:
+    """Whether `_tile_elements` reads the tiles through a view: whole runs of consecutive elements, or
+    whole columns (no partial tile)."""
+    return tiling.n % tiling.length == 0 and (tiling.inner == 1 or tiling.width == 1)
+
+
 def _tile_elements(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray) -> tuple:
     """``(view, index, inside)``: ``view[index]`` holds the elements of ``tiles`` of the 1-d ``values``,
     one row per tile (assigning to it writes them back); ``inside`` says which are elements (None
-    when all are; the missing ones of a partial tile are read at position 0)."""
+    when all are, `_tiles_are_views`; the missing ones of a partial tile are read at position 0)."""
     outer, n, inner, length, width = tiling
-    if n % length == 0 and inner == 1:  # runs of consecutive elements: rows of a (tiles, length) view
-        return values.reshape(-1, length), tiles, None
-    if n % length == 0 and width == 1:  # columns of length elements, inner apart
-        row_block, column = np.divmod(tiles, inner)
+    if _tiles_are_views(tiling):
+        if inner == 1:  # runs of consecutive elements: rows of a (tiles, length) view
+            return values.reshape(-1, length), tiles, None
+        row_block, column = np.divmod(tiles, inner)  # columns of length elements, inner apart
         return values.reshape(-1, length, inner), (row_block, slice(None), column), None
     index, inside = _tile_positions(tiles, tiling)  # any tiling: the positions of each tile's elements
     return values, index, inside
@@ -483,7 +498,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     dense_count = (_DENSE_FRACTION if rule is None else _DENSE_BLOCK_FRACTION) * size
     dense = below_count > dense_count
     if dense:
-        zeros = int(np.count_nonzero(magnitude == 0))  # (of x itself where no scale multiplies it)
+        zeros = size - int(np.count_nonzero(magnitude))  # (of x itself where no scale multiplies it)
         dense = below_count - zeros > dense_count
     if dense and rule is None:
         dense, offsets, exponent = largest < _HUGE, [0, 1], np.zeros(1, np.int32)  # (x scaled already)
@@ -637,7 +652,9 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
         np.maximum(own_view, tile_view, out=grid_view)
         values = np.add(magnitude.view(np.float32), grid.view(np.float32), out=out[copy])
         values -= grid.view(np.float32)
-        underflow.append(int(np.count_nonzero(values == 0)))  # |x| rounded: zeros, and those that underflowed
+        # |x| rounded (+0.0 or positive): zeros, and those that underflowed; counted on the bits,
+        # which NumPy counts faster than a comparison
+        underflow.append(x.size - int(np.count_nonzero(values.view(np.uint32))))
         np.bitwise_or(values.view(np.uint32), sign, out=values.view(np.uint32))
         if zeros is None and underflow[-1]:
             zeros = int(np.count_nonzero(x == 0))
@@ -704,9 +721,12 @@ def _candidate_tile_exponents(magnitude: np.ndarray, tilings: list, candidates: 
     after another (`_cast_in_range`), from those tiles' amax alone."""
     amax = []
     for tiling in tilings:
-        view, index, inside = _tile_elements(magnitude, tiling, _tile_index(candidates, tiling))
-        elements = view[index] if inside is None else np.where(inside, view[index], np.uint32(0))
-        amax.append(elements.max(axis=1))
+        tiles = _tile_index(candidates, tiling)
+        if not _tiles_are_views(tiling):  # every tile's amax (one reduceat) costs less than reading these
+            amax.append(_tile_amax(magnitude, tiling)[tiles])
+            continue
+        view, index, _ = _tile_elements(magnitude, tiling, tiles)
+        amax.append(view[index].max(axis=1))
     return rule.exponents(np.concatenate(amax) if len(amax) > 1 else amax[0])
 
 
@@ -1178,26 +1198,33 @@ class _Rule(NamedTuple):
 @functools.cache
 def _blockwise_rule(fmt) -> _Rule:
     """The tile scales of ``blockwise``: `scaling.scale_from_amax` with ``power_of_2=True`` (as
-    scaling.quantize_blockwise scales), spelled out for finite amax: ``fp8_max / amax`` in float32
-    with its mantissa cleared, Inf (a tiny amax) taken as FLT_MAX (2**127 once cleared), and scale
-    1 for a zero amax; tests/test_fp8_rounding.py holds it to scale_from_amax. A scaled amax never
-    passes max (the quotient, rounded down to a power of two, is at most fp8_max / amax)."""
-    largest = np.float32(fmt.max)
+    scaling.quantize_blockwise scales), spelled out in integers for finite amax: the exponent of
+    ``fp8_max / amax`` in float32 (then its mantissa is cleared), Inf (a tiny amax) taken as
+    FLT_MAX (2**127 once cleared), and scale 1 for a zero amax; tests/test_fp8_rounding.py holds
+    it to scale_from_amax. A scaled amax never passes max (the quotient, rounded down to a power of
+    two, is at most fp8_max / amax).
+
+    With ``fp8_max = m * 2**e`` and ``amax = a * 2**f`` (m, a in [1, 2)), the quotient is
+    ``(m / a) * 2**(e - f)``, one binade lower where ``a > m``, and float32's rounding never
+    carries it across a binade (it would take ``m / a >= 1 - 2**-25``, but the float32 after m
+    lies beyond ``m / (1 - 2**-25)``). So ``k = f - e + (a > m)``: adding ``0x7F_FFFF -
+    mantissa(m)`` to amax's bits carries into its exponent field exactly when ``a > m``.
+    """
+    max_bits = int(np.float32(fmt.max).view(np.uint32))
+    carry, max_field = np.uint32(0x7F_FFFF - (max_bits & 0x7F_FFFF)), np.int32(max_bits >> 23)
     # fp8_max * 2**-127, whose quotient is 2**127: a smaller amax's quotient lies in that binade
     # too, or overflows to Inf, which is taken as FLT_MAX (also in it); so amax is raised to it.
-    smallest = np.float32(fmt.max * 2.0**-127).view(np.uint32)
+    smallest = np.uint32(max_bits - (127 << 23))
 
     def exponents(amax):
-        quotient = largest / np.maximum(amax, smallest).view(np.float32)
-        exponent = np.int32(127) - (quotient.view(np.int32) >> np.int32(23))
+        exponent = ((np.maximum(amax, smallest) + carry) >> np.uint32(23)).view(np.int32) - max_field
         if not amax.all():
             exponent[amax == 0] = 0
         return exponent
 
     def exponent_of(amax):
-        if amax == 0:
-            return 0
-        return 127 - (int((largest / max(amax, smallest).view(np.float32)).view(np.uint32)) >> 23)
+        amax = int(amax)
+        return ((max(amax, int(smallest)) + int(carry)) >> 23) - int(max_field) if amax else 0
 
     return _Rule(exponents, exponent_of, reaches_max=False)
 
@@ -1298,8 +1325,7 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
         return _with_stats(x, fast, None if scale is None else amax)
     if recipe == "blockwise":
         if options["power_of_2"] and x.ndim:
-            tiling = (_Tiling(1, *x.shape, min(128, x.shape[0]), min(128, x.shape[1])) if weight
-                      else _blocks_tiling(x.shape, axis % x.ndim, 128))
+            tiling = _weight_tiling(x.shape) if weight else _blocks_tiling(x.shape, axis % x.ndim, 128)
             fast = _cast_fast(_float32(x), [tiling], new, fmt, saturate, _blockwise_rule(fmt))
             if fast is not None:
                 return _with_stats(x, fast)

@@ -248,9 +248,10 @@ def test_views_are_cast_like_copies(recipe):
                                           scaler=primed_scaler(fmt) if scaler else None))
 
 
-@pytest.mark.parametrize("shape", [(256, 384), (200, 300)])
+@pytest.mark.parametrize("shape", [(256, 384), (200, 300), (200, 64), (300, 128), (9, 100)])
 def test_blockwise_weight_tiles(shape):
-    """128x128 weight tiles; the columnwise copy is the same tiles, so the GEMM reuses the rowwise one."""
+    """128x128 weight tiles; the columnwise copy is the same tiles, so the GEMM reuses the rowwise one.
+    With at most 128 columns a tile spans every column (the cast reads it as a run of whole rows)."""
     w = wide_tensor(np.random.default_rng(1), shape)
     for fmt in ("E4M3", "E5M2"):
         values, _ = fp8.fake_quantize(w, "blockwise", fmt, weight=True)
