@@ -415,8 +415,8 @@ def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exp
         beyond &= inside
     count = int(np.count_nonzero(beyond))
     if count:
-        if saturate:
-            block = np.copysign(np.minimum(magnitude, bound, out=magnitude), block, out=block)
+        if saturate:  # (a clamp of each sign: NumPy's copysign is several times slower)
+            block = np.maximum(np.minimum(block, bound, out=block), -bound, out=block)
         else:
             block = np.where(beyond, block * np.float32(np.inf), block)
         if inside is None:
