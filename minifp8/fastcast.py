@@ -153,6 +153,22 @@ def _work_array(name: str, size: int, dtype) -> np.ndarray:
     return array[:size]
 
 
+def _filled(value, size: int) -> np.ndarray:
+    """A read-only 1-d uint32 array of ``size`` elements, all ``value``: kept per thread and per value
+    (a cast asks for one of a few: the magic of a per-tensor cast's one tile), refilled only when
+    a larger size is asked for."""
+    arrays = getattr(_work, "filled", None)
+    if arrays is None:
+        arrays = _work.filled = {}
+    key = int(value)
+    array = arrays.get(key)
+    if array is None or array.size < size:
+        array = np.full(max(size, 1024), key, np.uint32)
+        array.flags.writeable = False
+        arrays[key] = array
+    return array[:size]
+
+
 # ---- the element cast in the format's normal range: no table -----------------------------------
 # Inside the format's normal range a cast is round-to-nearest-even of the float32 significand to
 # the format's mantissa width, which float32 arithmetic does exactly (`_round_normal`). A
@@ -647,13 +663,16 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
     underflow = []
     for copy, tiling in enumerate(tilings):
         grid = _work_array("grid", x.size, np.uint32) if copy < len(tilings) - 1 else own  # (own, last)
-        (own_view, grid_view), (tile_view,) = _tile_broadcast(tiling, (own, grid), (
-            tile_magic[offsets[copy]:offsets[copy + 1]],))
-        np.maximum(own_view, tile_view, out=grid_view)
+        if tiling.count == 1:  # one tile: against an array of its magic, as NumPy's maximum with a
+            # scalar (or a broadcast length-1 array) takes about four times as long as with an array
+            np.maximum(own, _filled(tile_magic[offsets[copy]], x.size), out=grid)
+        else:
+            (own_view, grid_view), (tile_view,) = _tile_broadcast(tiling, (own, grid), (
+                tile_magic[offsets[copy]:offsets[copy + 1]],))
+            np.maximum(own_view, tile_view, out=grid_view)
         values = np.add(magnitude.view(np.float32), grid.view(np.float32), out=out[copy])
         values -= grid.view(np.float32)
-        # |x| rounded (+0.0 or positive): zeros, and those that underflowed; counted on the bits,
-        # which NumPy counts faster than a comparison
+        # |x| rounded (+0.0 or positive): zeros, and those that underflowed
         underflow.append(_count_zeros(values.view(np.uint32)))
         np.bitwise_or(values.view(np.uint32), sign, out=values.view(np.uint32))
         if zeros is None and underflow[-1]:
