@@ -153,16 +153,22 @@ def _work_array(name: str, size: int, dtype) -> np.ndarray:
     return array[:size]
 
 
+_FILLED_VALUES = 8
+
+
 def _filled(value, size: int) -> np.ndarray:
-    """A read-only 1-d uint32 array of ``size`` elements, all ``value``: kept per thread and per value
-    (a cast asks for one of a few: the magic of a per-tensor cast's one tile), refilled only when
-    a larger size is asked for."""
+    """A read-only 1-d uint32 array of ``size`` elements, all ``value``: kept per thread and per value,
+    refilled only when a larger size is asked for. Casts ask for a few values (the magic of a
+    per-tensor cast's one tile is one per format; a block cast of one tile asks for its scale's),
+    and at most `_FILLED_VALUES` are kept."""
     arrays = getattr(_work, "filled", None)
     if arrays is None:
         arrays = _work.filled = {}
     key = int(value)
     array = arrays.get(key)
     if array is None or array.size < size:
+        if array is None and len(arrays) >= _FILLED_VALUES:
+            arrays.clear()
         array = np.full(max(size, 1024), key, np.uint32)
         array.flags.writeable = False
         arrays[key] = array

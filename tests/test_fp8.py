@@ -917,6 +917,19 @@ def test_determinism_and_thread_count(monkeypatch):
         assert stats == results[0][1]
 
 
+def test_filled_arrays_are_read_only_and_few():
+    """`fastcast._filled` (the constant operand of a whole per-tensor cast's maximum): the value at
+    every element, never writable, and no more than `_FILLED_VALUES` values kept per thread however
+    many a run asks for (a block cast of one tile asks for its scale's)."""
+    array = fastcast._filled(np.uint32(0x4B40_0000), 3000)
+    assert array.dtype == np.uint32 and array.shape == (3000,) and (array == 0x4B40_0000).all()
+    assert not array.flags.writeable
+    assert fastcast._filled(np.uint32(0x4B40_0000), 10).base is array.base  # reused, not refilled
+    for value in range(3 * fastcast._FILLED_VALUES):
+        assert (fastcast._filled(np.uint32(value), 5) == value).all()
+    assert len(fastcast._work.filled) <= fastcast._FILLED_VALUES
+
+
 # ================================================================================================
 # Scale tracking
 # ================================================================================================
