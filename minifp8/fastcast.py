@@ -673,7 +673,7 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
     for copy, tiling in enumerate(tilings):
         grid = _work_array("grid", x.size, np.uint32) if copy < len(tilings) - 1 else own  # (own, last)
         if tiling.count == 1:  # one tile: against an array of its magic, as NumPy's maximum with a
-            # scalar (or a broadcast length-1 array) takes about four times as long as with an array
+            # scalar (or a broadcast length-1 array) took about four times as long as with an array (NumPy 2.4.6)
             np.maximum(own, _filled(tile_magic[offsets[copy]], x.size), out=grid)
         else:
             (own_view, grid_view), (tile_view,) = _tile_broadcast(tiling, (own, grid), (
