@@ -433,15 +433,18 @@ def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exp
     monotonic and max is a format value, so clamping after rounding is rounding the clamped input."""
     view, index, inside = _tile_elements(values, tiling, tiles)
     block = view[index]  # (tiles, elements of a tile)
-    bound = np.ldexp(_MAXIMA[fmt.name], exponent)[:, None]
+    # Each tile's bound repeated over its elements: against a (tiles, 1) operand NumPy runs one short
+    # loop per tile, several times slower than one loop over arrays of a shape.
+    bound = np.repeat(np.ldexp(_MAXIMA[fmt.name], exponent), block.shape[1]).reshape(block.shape)
     magnitude = np.abs(block)
     beyond = magnitude > bound
     if inside is not None:
         beyond &= inside
     count = int(np.count_nonzero(beyond))
     if count:
-        if saturate:  # (a clamp of each sign: NumPy's copysign is several times slower)
-            block = np.maximum(np.minimum(block, bound, out=block), -bound, out=block)
+        if saturate:  # a clamp of each sign (NumPy's copysign is several times slower)
+            np.minimum(block, bound, out=block)
+            block = np.maximum(block, np.negative(bound, out=bound), out=block)
         else:
             block = np.where(beyond, block * np.float32(np.inf), block)
         if inside is None:
