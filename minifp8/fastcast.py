@@ -758,13 +758,12 @@ def _candidate_tile_exponents(magnitude: np.ndarray, tilings: list, candidates: 
     after another (`_cast_in_range`), from those tiles' amax alone."""
     amax = []
     for tiling in tilings:
+        tiles = _tile_index(candidates, tiling)
         if not _tiles_are_views(tiling):  # every tile's amax (one reduceat) costs less than reading these
-            amax.append(_tile_amax(magnitude, tiling)[_tile_index(candidates, tiling)])
-        elif tiling.inner == 1:  # runs of consecutive elements: the rows of a (tiles, length) view
-            amax.append(magnitude.reshape(-1, tiling.length)[candidates // tiling.length].max(axis=1))
-        else:  # columns of length elements, inner apart: [row of tiles, :, column] of a 3-d view
-            row, position = np.divmod(candidates, tiling.length * tiling.inner)
-            amax.append(magnitude.reshape(-1, tiling.length, tiling.inner)[row, :, position % tiling.inner].max(axis=1))
+            amax.append(_tile_amax(magnitude, tiling)[tiles])
+            continue
+        view, index, _ = _tile_elements(magnitude, tiling, tiles)
+        amax.append(view[index].max(axis=1))
     return rule.exponents(np.concatenate(amax) if len(amax) > 1 else amax[0])
 
 
