@@ -688,7 +688,7 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
         underflow.append(_count_zeros(values.view(np.uint32)))
         np.bitwise_or(values.view(np.uint32), sign, out=values.view(np.uint32))
         if zeros is None and underflow[-1]:
-            zeros = int(np.count_nonzero(x == 0))
+            zeros = _count_zeros(x)
         underflow[-1] -= zeros or 0
     return underflow
 
@@ -739,10 +739,10 @@ def _tile_broadcast(tiling: _Tiling, elements: tuple, per_tile: tuple) -> tuple:
     return [a.reshape(outer, n, inner) for a in elements], expanded
 
 
-def _count_zeros(bits: np.ndarray) -> int:
-    """How many of the 1-d ``bits`` (uint32) are 0: a comparison into a reused boolean array and its
-    count, which NumPy does faster than ``count_nonzero`` of the integers themselves."""
-    return int(np.count_nonzero(np.equal(bits, np.uint32(0), out=_work_array("zero", bits.size, np.bool_))))
+def _count_zeros(values: np.ndarray) -> int:
+    """How many of the 1-d ``values`` are zero (+-0 for floats): a comparison into a reused boolean
+    array and its count, which NumPy does faster than ``count_nonzero`` of uint32 bits themselves."""
+    return int(np.count_nonzero(np.equal(values, 0, out=_work_array("zero", values.size, np.bool_))))
 
 
 def _nonzero_of(x: np.ndarray, below: np.ndarray) -> np.ndarray:
