@@ -517,7 +517,8 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             return None
         # The exponents grow with amax: the largest tile's bound is the largest of all.
         lowest = _lower_bits(fmt, rule.exponent_of(largest))
-    below = np.less(magnitude, lowest, out=_work_array("below", size, np.bool_))
+    marks = _marks(size)
+    below = np.less(magnitude, lowest, out=marks[:size])
     # Many nonzero elements below: every copy is cast whole (`_cast_in_tiles`), unless, with one
     # scale, an element is huge, Inf or NaN. Nonzero tiles whose bound is raised to 2**-126 (their
     # float32 subnormals need the table) are cast again after, where few and where the rule never
@@ -556,10 +557,11 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             saturated = _clamp_copies(out, tilings, hot, exponent, offsets, fmt, saturate)
         return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
     if below_count > _DENSE_FRACTION * size and scale is None:  # mostly zeros: left out of the search
-        candidates = np.less(np.subtract(magnitude, np.uint32(1), out=_work_array("own", size, np.uint32)),
-                             lowest - np.uint32(1), out=below).nonzero()[0]  # (a zero wraps around)
+        np.less(np.subtract(magnitude, np.uint32(1), out=_work_array("own", size, np.uint32)),
+                lowest - np.uint32(1), out=below)  # (a zero wraps around)
+        candidates = _true_positions(marks, size, below_count - zeros)
     else:
-        candidates = _nonzero_of(x, below)
+        candidates = _nonzero_of(x, marks, below_count)
     if rule is not None and amax is None and \
             candidates.size * sum(tiling.length * tiling.width for tiling in tilings) > _SPARSE_TILES_FRACTION * size:
         amax = _every_tile_amax(magnitude, tilings)
@@ -570,7 +572,8 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         # take the bound below the top sixteenth of the tiles, and search those on their own.
         lower = _lower_bits(fmt, exponent)
         lowest = far = np.partition(lower, -1 - lower.size // 16)[-1 - lower.size // 16]
-        candidates = _nonzero_of(x, np.less(magnitude, lowest, out=below))
+        np.less(magnitude, lowest, out=below)
+        candidates = _nonzero_of(x, marks)
     if candidates.size > _FIXUP_FRACTION * size:
         return None
     if largest < _HUGE:
@@ -670,7 +673,7 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
     """
     magic = np.bitwise_and(source.view(np.uint32), np.uint32(0x7F80_0000), out=_work_array("own", x.size, np.uint32))
     own = np.add(magic, _OWN_MAGIC_OFFSETS[fmt.name], out=magic)
-    sign = np.bitwise_xor(source.view(np.uint32), magnitude, out=_work_array("sign", x.size, np.uint32))
+    sign = np.bitwise_and(source.view(np.uint32), np.uint32(0x8000_0000), out=_work_array("sign", x.size, np.uint32))
     tile_magic = (((exponent + _TILE_MAGIC_FIELDS[fmt.name]) << np.int32(23)) | np.int32(0x40_0000)).view(np.uint32)
     underflow = []
     for copy, tiling in enumerate(tilings):
@@ -745,11 +748,45 @@ def _count_zeros(values: np.ndarray) -> int:
     return int(np.count_nonzero(np.equal(values, 0, out=_work_array("zero", values.size, np.bool_))))
 
 
-def _nonzero_of(x: np.ndarray, below: np.ndarray) -> np.ndarray:
-    """The positions where ``below`` holds and ``x`` is not zero. A zero stays zero through
-    `_round_normal`, sign and all, and never counts as underflow, so it needs no fixing; a nonzero
-    ``x`` whose scaled value is zero does."""
-    candidates = below.nonzero()[0]
+def _marks(size: int) -> np.ndarray:
+    """A reused boolean work array of ``size`` marks (its first ``size`` elements), followed by a
+    tail of ``size // 9 + 1`` Trues for `_true_positions`."""
+    marks = _work_array("marks", size + size // 9 + 1, np.bool_)
+    marks[size:] = True
+    return marks
+
+
+_SEARCHED_FRACTION = 0.055
+"""Up to this fraction of marks, `_true_positions` lets NumPy search for each; above it (to 10%),
+it adds the tail. Measured in training steps of the default unit-scaled model: the loop took 115
+us against the search's 329 on 262,144 marks with 9% True, and 87 against 53 on 196,608 with
+3.4% (the search's cost per True varies with how the Trues cluster: 7 to 15 ns)."""
+
+
+def _true_positions(marks: np.ndarray, size: int, count=None) -> np.ndarray:
+    """``np.flatnonzero(marks[:size])`` of `_marks`, holding ``count`` Trues there (None: counted).
+
+    NumPy's nonzero of a 1-d boolean array (numpy/_core/src/multiarray/item_selection.c,
+    ``PyArray_Nonzero``; gh-4370) searches for each True with memchr when at most 10% are True,
+    and runs a branch-free loop over every element above that. The search costs some 7-15 ns a
+    True in a training step (mispredicted branches: each step's marks are new; a benchmark that
+    repeats one array trains the predictor and shows far less), the loop about 0.4 ns an
+    element: from a few percent of Trues up, the loop is faster. Counting the tail of
+    Trues after the marks, the array holds more than 10%, so NumPy takes the loop, and the tail's
+    positions come last, where they are cut off.
+    """
+    if count is None:
+        count = int(np.count_nonzero(marks[:size]))
+    if not _SEARCHED_FRACTION * size < count <= 0.1 * size:  # NumPy's own choice is the faster one
+        return marks[:size].nonzero()[0]
+    return marks.nonzero()[0][:count]
+
+
+def _nonzero_of(x: np.ndarray, marks: np.ndarray, count=None) -> np.ndarray:
+    """The positions where the `_marks` of ``x`` (``below``) hold and ``x`` is not zero. A zero stays
+    zero through `_round_normal`, sign and all, and never counts as underflow, so it needs no
+    fixing; a nonzero ``x`` whose scaled value is zero does."""
+    candidates = _true_positions(marks, x.size, count)
     return candidates[x[candidates] != 0] if candidates.size else candidates
 
 

@@ -29,7 +29,8 @@ def cast_path(request, monkeypatch):
     element through the rounding table, with every tensor through the fast path (rounding in
     place, the elements outside the normal range cast on their own, however many, with only
     their tiles' amax taken where the rule allows), the same with every tile's amax and the
-    tiles of the largest normal-range bounds always searched on their own, and with block casts
+    tiles of the largest normal-range bounds always searched on their own (and the marked
+    elements' positions found by NumPy's loop over every mark, not its search), and with block casts
     cast whole, tile grids broadcast (`fastcast._cast_in_tiles`), wherever an element needs a fix."""
     if request.param == "table":
         monkeypatch.setattr(fastcast, "_IN_RANGE_MIN_SIZE", 2**62)
@@ -46,6 +47,8 @@ def cast_path(request, monkeypatch):
         # in-range: the amax of the candidates' tiles alone (unless their tiles hold 16 times the
         # tensor); outliers: of every tile
         monkeypatch.setattr(fastcast, "_SPARSE_TILES_FRACTION", 0.0 if request.param == "outliers" else 16.0)
+        # outliers: the positions of up to 10% marks through NumPy's branch-free loop (`_true_positions`)
+        monkeypatch.setattr(fastcast, "_SEARCHED_FRACTION", 0.0 if request.param == "outliers" else 2.0)
     return request.param
 
 
@@ -928,6 +931,23 @@ def test_filled_arrays_are_read_only_and_few():
     for value in range(3 * fastcast._FILLED_VALUES):
         assert (fastcast._filled(np.uint32(value), 5) == value).all()
     assert len(fastcast._work.filled) <= fastcast._FILLED_VALUES
+
+
+def test_true_positions_are_flatnonzero_at_every_density():
+    """`fastcast._true_positions` (the positions of a cast's marked elements, through NumPy's search
+    or, with the tail of Trues, its loop): ``np.flatnonzero`` of the marks, at densities on both
+    sides of `_SEARCHED_FRACTION` and of NumPy's 10%, with the count given and counted, for
+    sizes that the tail's ``size // 9 + 1`` rounds differently."""
+    rng = np.random.default_rng(7)
+    for size in (1, 8, 9, 100, 4095, 65536):
+        for fraction in (0.0, 0.01, fastcast._SEARCHED_FRACTION, 0.07, 0.1, 0.11, 0.5, 1.0):
+            marks = fastcast._marks(size)
+            assert marks.size == size + size // 9 + 1 and marks[size:].all()
+            marks[:size] = rng.random(size) < fraction
+            expected = np.flatnonzero(marks[:size])
+            for count in (expected.size, None):
+                positions = fastcast._true_positions(marks, size, count)
+                assert positions.dtype == np.intp and np.array_equal(positions, expected)
 
 
 # ================================================================================================
