@@ -749,11 +749,9 @@ def _count_zeros(values: np.ndarray) -> int:
 
 
 def _marks(size: int) -> np.ndarray:
-    """A reused boolean work array of ``size`` marks (its first ``size`` elements), followed by a
-    tail of ``size // 9 + 1`` Trues for `_true_positions`."""
-    marks = _work_array("marks", size + size // 9 + 1, np.bool_)
-    marks[size:] = True
-    return marks
+    """A reused boolean work array of ``size`` marks (its first ``size`` elements), with room after
+    them for `_true_positions`' tail of ``size // 9 + 1`` Trues."""
+    return _work_array("marks", size + size // 9 + 1, np.bool_)
 
 
 _SEARCHED_FRACTION = 0.055
@@ -779,6 +777,7 @@ def _true_positions(marks: np.ndarray, size: int, count=None) -> np.ndarray:
         count = int(np.count_nonzero(marks[:size]))
     if not _SEARCHED_FRACTION * size < count <= 0.1 * size:  # NumPy's own choice is the faster one
         return marks[:size].nonzero()[0]
+    marks[size:] = True
     return marks.nonzero()[0][:count]
 
 
@@ -1382,7 +1381,7 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
             return values, CastStats(float(amax), int(x.size), _underflow_count(x, values),
                                      _count_saturated(x, amax, fmt))
         if recipe in ("fp8", "unit"):
-            x32, amax, scale = np.require(x, requirements="C"), None, None
+            x32, amax, scale = _float32(x), None, None  # (float32 here: C-contiguous)
         else:
             x32 = _float32(x)
             amax = _amax(x32)
@@ -1406,7 +1405,7 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
         return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)
     if x.dtype == np.float32 and x.ndim:
         tiling = _blocks_tiling(x.shape, axis % x.ndim, _MX_FORMATS[fmt.name].block_size)
-        fast = _cast_fast(np.require(x, requirements="C"), [tiling], new, fmt, True,
+        fast = _cast_fast(_float32(x), [tiling], new, fmt, True,
                           _mx_rule(fmt, options["scale_mode"]))
         if fast is not None:
             return _with_stats(x, fast)
