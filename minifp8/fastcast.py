@@ -528,7 +528,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     dense_count = (_DENSE_FRACTION if rule is None else _DENSE_BLOCK_FRACTION) * size
     dense = below_count > dense_count
     if dense:
-        zeros = _count_zeros(magnitude)  # (of x itself where no scale multiplies it)
+        zeros = _count_zeros(magnitude)  # (of x * scale, which are x's own with a scale of 1 or more)
         dense = below_count - zeros > dense_count
     if dense and rule is None:
         dense, offsets, exponent = largest < _HUGE, [0, 1], np.zeros(1, np.int32)  # (x scaled already)
@@ -542,8 +542,9 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             dense = not rule.reaches_max and \
                 raised.size * max(tiling.length * tiling.width for tiling in tilings) <= _FIXUP_FRACTION * size
     if dense:
+        # x's zeros are x * scale's where no product underflows to zero: with a scale of 1 or more
         underflow = _cast_in_tiles(x, source, magnitude, out, tilings, exponent, offsets, fmt,
-                                   zeros if scale is None else None)
+                                   zeros if scale is None or scale >= 1 else None)
         if rule is not None and raised is not None and raised.size:
             _recast_raised_tiles(source, out, tilings, raised, exponent, offsets, fmt, saturate, underflow)
         if rule is None:
