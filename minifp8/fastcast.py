@@ -232,7 +232,7 @@ _HUGE = np.float32(2.0**100).view(np.uint32)
 holding one (or Inf, or NaN) go through the table."""
 
 
-def _round_normal(x: np.ndarray, out: np.ndarray, fmt) -> None:
+def _round_normal(x: np.ndarray, out: np.ndarray, fmt, split=None) -> None:
     """``out`` = float32 ``x`` rounded to ``fmt.mantissa_bits``, to nearest, ties to even.
 
     Veltkamp's splitting (Dekker 1971, "A floating-point technique for extending the available
@@ -241,8 +241,10 @@ def _round_normal(x: np.ndarray, out: np.ndarray, fmt) -> None:
     its ties too; ``s = 23 - mantissa_bits`` keeps the format's. Valid where nothing overflows and
     the result is normal in float32 and the format: ``2**-126 <= |x| < 2**100`` inside the
     format's normal range (tests/test_fp8_rounding.py holds it to the codec there, every binade).
+    ``split``, a float32 array of x's size, holds ``c - x`` (by default a scratch array).
     """
-    split = _work_array("split", x.size, np.float32)
+    if split is None:
+        split = _work_array("split", x.size, np.float32)
     np.multiply(x, np.float32(2 ** (23 - fmt.mantissa_bits) + 1), out=out)
     np.subtract(out, x, out=split)
     np.subtract(out, split, out=out)
@@ -578,11 +580,6 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         candidates = _nonzero_of(x, marks)
     if candidates.size > _FIXUP_FRACTION * size:
         return None
-    if largest < _HUGE:
-        _round_normal(source, out[0], fmt)
-    else:  # per-tensor: Inf, NaN or huge elements lie beyond max, overflow here, and are cast below
-        with np.errstate(over="ignore", invalid="ignore"):
-            _round_normal(source, out[0], fmt)
     # The elements to fix, as positions in the stacked copies, each with its tile's exponent: those
     # below the normal range (of the largest tile), then (one scale) those beyond max's interval.
     if rule is None:
@@ -613,6 +610,14 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
                                   source[found_positions]))
             positions, exponents, inputs = (np.concatenate(arrays) for arrays in zip(*found))
         lows = positions.size
+    # Every element rounded in place. The magnitudes are read for the last time above: their array,
+    # in cache, holds the rounding's intermediate.
+    split = magnitude.view(np.float32)
+    if largest < _HUGE:
+        _round_normal(source, out[0], fmt, split)
+    else:  # per-tensor: Inf, NaN or huge elements lie beyond max, overflow here, and are cast below
+        with np.errstate(over="ignore", invalid="ignore"):
+            _round_normal(source, out[0], fmt, split)
     positions, values, underflow = _cast_elements(inputs, positions, exponents, lows, fmt, saturate, copies, size)
     # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
     hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule is not None and rule.reaches_max \
