@@ -680,7 +680,10 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
     """
     magic = np.bitwise_and(source.view(np.uint32), np.uint32(0x7F80_0000), out=_work_array("own", x.size, np.uint32))
     own = np.add(magic, _OWN_MAGIC_OFFSETS[fmt.name], out=magic)
-    sign = np.bitwise_and(source.view(np.uint32), np.uint32(0x8000_0000), out=_work_array("sign", x.size, np.uint32))
+    sign_bit = np.uint32(0x8000_0000)
+    # x's signs: for several copies once, in an array of their own; for one, in its grid once read
+    shared_sign = np.bitwise_and(source.view(np.uint32), sign_bit, out=_work_array("sign", x.size, np.uint32)) \
+        if len(tilings) > 1 else None
     tile_magic = (((exponent + _TILE_MAGIC_FIELDS[fmt.name]) << np.int32(23)) | np.int32(0x40_0000)).view(np.uint32)
     underflow = []
     for copy, tiling in enumerate(tilings):
@@ -696,6 +699,7 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
         values -= grid.view(np.float32)
         # |x| rounded (+0.0 or positive): zeros, and those that underflowed
         underflow.append(_count_zeros(values.view(np.uint32)))
+        sign = shared_sign if shared_sign is not None else np.bitwise_and(source.view(np.uint32), sign_bit, out=grid)
         np.bitwise_or(values.view(np.uint32), sign, out=values.view(np.uint32))
         if zeros is None and underflow[-1]:
             zeros = _count_zeros(x)
