@@ -1130,10 +1130,13 @@ def _largest(parts: list):
 def _stats(x: np.ndarray, values: np.ndarray, amax, parts: list) -> CastStats:
     """Sum the per-slice (underflow, saturated) counts; recount underflow against a float64 input
     (a value that became 0 already in the conversion to float32 underflowed too)."""
-    underflow = sum(part[0] for part in parts)
+    if len(parts) == 1:  # (a cast in one slab: no sums to take)
+        underflow, saturated = parts[0][:2]
+    else:
+        underflow, saturated = sum(part[0] for part in parts), sum(part[1] for part in parts)
     if x.dtype != np.float32:
         underflow = _underflow_count(x, values.reshape(x.shape))
-    return CastStats(float(amax), int(x.size), underflow, sum(part[1] for part in parts))
+    return CastStats(float(amax), x.size, int(underflow), int(saturated))
 
 
 # ---- the recipes -------------------------------------------------------------------------------
