@@ -154,25 +154,41 @@ def _work_array(name: str, size: int, dtype) -> np.ndarray:
 
 
 _FILLED_VALUES = 8
+_FILLED_SIZE = 8192
 
 
-def _filled(value, size: int) -> np.ndarray:
-    """A read-only 1-d uint32 array of ``size`` elements, all ``value``: kept per thread and per value,
-    refilled only when a larger size is asked for. Casts ask for a few values (the magic of a
-    per-tensor cast's one tile is one per format; a block cast of one tile asks for its scale's),
-    and at most `_FILLED_VALUES` are kept."""
+def _filled(value) -> np.ndarray:
+    """A read-only 1-d uint32 array of `_FILLED_SIZE` elements, all ``value``, kept per thread and
+    per value. Casts ask for a few values (the magic of a per-tensor cast's one tile is one per
+    format; a block cast of one tile asks for its scale's), and at most `_FILLED_VALUES` are kept."""
     arrays = getattr(_work, "filled", None)
     if arrays is None:
         arrays = _work.filled = {}
     key = int(value)
     array = arrays.get(key)
-    if array is None or array.size < size:
-        if array is None and len(arrays) >= _FILLED_VALUES:
+    if array is None:
+        if len(arrays) >= _FILLED_VALUES:
             arrays.clear()
-        array = np.full(max(size, 1024), key, np.uint32)
+        array = arrays[key] = np.full(_FILLED_SIZE, key, np.uint32)
         array.flags.writeable = False
-        arrays[key] = array
-    return array[:size]
+    return array
+
+
+def _maximum_with(array: np.ndarray, value, out: np.ndarray) -> None:
+    """``out[:] = np.maximum(array, value)`` for 1-d uint32 arrays and one value.
+
+    NumPy 2.4.6's ``maximum`` against a scalar (or a broadcast length-1 array) took about four
+    times as long as against an array. So the maximum is taken against a `_filled` array of the
+    value, row by row of `_FILLED_SIZE` elements. That array stays in cache, where a filled array
+    of the tensor's size (as before) was read from memory in a training step.
+    """
+    block = _filled(value)
+    rows, rest = divmod(array.size, block.size)
+    whole = rows * block.size
+    if rows:
+        np.maximum(array[:whole].reshape(rows, -1), block, out=out[:whole].reshape(rows, -1))
+    if rest:
+        np.maximum(array[whole:], block[:rest], out=out[whole:])
 
 
 # ---- the element cast in the format's normal range: no table -----------------------------------
@@ -688,9 +704,8 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
     underflow = []
     for copy, tiling in enumerate(tilings):
         grid = _work_array("grid", x.size, np.uint32) if copy < len(tilings) - 1 else own  # (own, last)
-        if tiling.count == 1:  # one tile: against an array of its magic, as NumPy's maximum with a
-            # scalar (or a broadcast length-1 array) took about four times as long as with an array (NumPy 2.4.6)
-            np.maximum(own, _filled(tile_magic[offsets[copy]], x.size), out=grid)
+        if tiling.count == 1:  # one tile: its magic
+            _maximum_with(own, tile_magic[offsets[copy]], grid)
         else:
             (own_view, grid_view), (tile_view,) = _tile_broadcast(tiling, (own, grid), (
                 tile_magic[offsets[copy]:offsets[copy + 1]],))

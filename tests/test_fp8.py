@@ -924,13 +924,28 @@ def test_filled_arrays_are_read_only_and_few():
     """`fastcast._filled` (the constant operand of a whole per-tensor cast's maximum): the value at
     every element, never writable, and no more than `_FILLED_VALUES` values kept per thread however
     many a run asks for (a block cast of one tile asks for its scale's)."""
-    array = fastcast._filled(np.uint32(0x4B40_0000), 3000)
-    assert array.dtype == np.uint32 and array.shape == (3000,) and (array == 0x4B40_0000).all()
+    array = fastcast._filled(np.uint32(0x4B40_0000))
+    assert array.dtype == np.uint32 and array.shape == (fastcast._FILLED_SIZE,) and (array == 0x4B40_0000).all()
     assert not array.flags.writeable
-    assert fastcast._filled(np.uint32(0x4B40_0000), 10).base is array.base  # reused, not refilled
+    assert fastcast._filled(np.uint32(0x4B40_0000)) is array  # reused, not refilled
     for value in range(3 * fastcast._FILLED_VALUES):
-        assert (fastcast._filled(np.uint32(value), 5) == value).all()
+        assert (fastcast._filled(np.uint32(value)) == value).all()
     assert len(fastcast._work.filled) <= fastcast._FILLED_VALUES
+
+
+def test_maximum_with_a_value_at_every_size():
+    """`fastcast._maximum_with`: ``np.maximum(array, value)`` for sizes below, at, between and above
+    multiples of `_FILLED_SIZE` (whole rows and a rest), in place too."""
+    rng = np.random.default_rng(3)
+    block = fastcast._FILLED_SIZE
+    for size in (0, 1, block - 1, block, block + 1, 3 * block, 3 * block + 17):
+        array = rng.integers(0, 2**32, size, dtype=np.uint32)
+        value = np.uint32(2**31)
+        out = np.empty_like(array)
+        fastcast._maximum_with(array, value, out)
+        assert np.array_equal(out, np.maximum(array, value))
+        fastcast._maximum_with(array, value, array)
+        assert np.array_equal(array, out)
 
 
 def test_true_positions_are_flatnonzero_at_every_density():
