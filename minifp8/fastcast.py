@@ -626,8 +626,12 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
                                   source[found_positions]))
             positions, exponents, inputs = (np.concatenate(arrays) for arrays in zip(*found))
         lows = positions.size
-    # Every element rounded in place. The magnitudes are read for the last time above: their array,
-    # in cache, holds the rounding's intermediate.
+    # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
+    hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule is not None and rule.reaches_max \
+        else candidates[:0]
+    # Every element rounded in place. The magnitudes are read for the last time above (and the tiles'
+    # amax, which for blocks of one element is their very array): it holds the rounding's
+    # intermediate, in cache.
     split = magnitude.view(np.float32)
     if largest < _HUGE:
         _round_normal(source, out[0], fmt, split)
@@ -635,9 +639,6 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         with np.errstate(over="ignore", invalid="ignore"):
             _round_normal(source, out[0], fmt, split)
     positions, values, underflow = _cast_elements(inputs, positions, exponents, lows, fmt, saturate, copies, size)
-    # Beyond max's rounding interval in tiles: only in those whose amax reaches it (MX blocks).
-    hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule is not None and rule.reaches_max \
-        else candidates[:0]
     if copies > 1:
         if not positions.size and not hot.size:  # nothing to fix: every copy is the rounded x
             return [(0, 0, largest)] * copies, True
