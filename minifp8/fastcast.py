@@ -248,7 +248,7 @@ _HUGE = np.float32(2.0**100).view(np.uint32)
 holding one (or Inf, or NaN) go through the table."""
 
 
-def _round_normal(x: np.ndarray, out: np.ndarray, fmt, split=None) -> None:
+def _round_normal(x: np.ndarray, out: np.ndarray, fmt, split: np.ndarray) -> None:
     """``out`` = float32 ``x`` rounded to ``fmt.mantissa_bits``, to nearest, ties to even.
 
     Veltkamp's splitting (Dekker 1971, "A floating-point technique for extending the available
@@ -257,10 +257,8 @@ def _round_normal(x: np.ndarray, out: np.ndarray, fmt, split=None) -> None:
     its ties too; ``s = 23 - mantissa_bits`` keeps the format's. Valid where nothing overflows and
     the result is normal in float32 and the format: ``2**-126 <= |x| < 2**100`` inside the
     format's normal range (tests/test_fp8_rounding.py holds it to the codec there, every binade).
-    ``split``, a float32 array of x's size, holds ``c - x`` (by default a scratch array).
+    ``split``, a float32 array of x's size, holds ``c - x``.
     """
-    if split is None:
-        split = _work_array("split", x.size, np.float32)
     np.multiply(x, np.float32(2 ** (23 - fmt.mantissa_bits) + 1), out=out)
     np.subtract(out, x, out=split)
     np.subtract(out, split, out=out)

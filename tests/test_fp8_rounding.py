@@ -41,7 +41,7 @@ def assert_same_bits(actual, expected):
 
 def round_normal(x: np.ndarray, fmt) -> np.ndarray:
     out = np.empty_like(x)
-    fastcast._round_normal(np.ascontiguousarray(x), out, fmt)
+    fastcast._round_normal(np.ascontiguousarray(x), out, fmt, np.empty_like(out))
     return out
 
 
