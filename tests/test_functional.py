@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import minifp8.functional as F
-from minifp8.autograd import Tensor
+from minifp8.autograd import Tensor, default_dtype
 from minifp8.testing import gradcheck
 
 
@@ -270,6 +270,35 @@ def test_embedding_values_and_gradcheck():
     gradcheck(lambda w: F.embedding(Tensor(ids), w), weight)
     F.embedding(ids, weight).backward(np.ones((2, 3, 3)))
     np.testing.assert_array_equal(weight.grad[:, 0], [1, 1, 3, 0, 0, 1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_embedding_backward_is_add_at_bit_for_bit(dtype):
+    # embedding's backward sums each id's rows in order, as np.add.at does; the rows mix
+    # magnitudes 1e-30 to 1e30 and signed zeros, so that another order would change the bits
+    rng = np.random.default_rng(3)
+    cases = [(40, 1024, 64), (32, 1024, 64), (1, 5, 1), (7, 1, 3), (5, 0, 4), (3, 50, 1), (300, 64, 2)]
+    cases += [(int(rng.integers(1, 80)), int(rng.integers(1, 2000)), int(rng.integers(1, 70))) for _ in range(40)]
+    with default_dtype(dtype):
+        for number, (num_rows, count, dim) in enumerate(cases):
+            if number % 4 == 3:  # a few ids repeat far more than the rest (np.add.at's path)
+                ids = np.minimum(rng.geometric(0.05, count) - 1, num_rows - 1).astype(np.uint8 if num_rows < 256 else np.int64)
+            else:
+                ids = rng.integers(0, num_rows, count)
+            grads = rng.standard_normal((count, dim)) * rng.choice([1.0, 1e-30, 1e30], (count, 1))
+            grads[rng.random((count, dim)) < 0.05] = -0.0
+            grads = grads.astype(dtype)
+            weight = Tensor(np.zeros((num_rows, dim)), requires_grad=True)
+            F.embedding(ids.reshape(1, -1), weight).backward(grads.reshape(1, count, dim))
+            expected = np.zeros((num_rows, dim), dtype=dtype)
+            np.add.at(expected, ids.astype(np.intp), grads)
+            assert weight.grad.dtype == dtype
+            assert np.array_equal(weight.grad.view(np.uint8), expected.view(np.uint8)), (num_rows, count, dim)
+    # and the sums themselves: integer-valued rows, exact in any order
+    ids = np.array([3, 1, 3, 3, 0])
+    weight = Tensor(np.zeros((5, 2)), requires_grad=True)
+    F.embedding(ids, weight).backward(np.arange(10.0).reshape(5, 2))
+    np.testing.assert_array_equal(weight.grad, [[8, 9], [2, 3], [0, 0], [10, 13], [0, 0]])
 
 
 def test_embedding_bad_ids_raise():
