@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {}
+#: ``python -m minifp8.bench train --json`` of the default config, as committed (package data).
+SPEED_RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 
 
 def section(name: str):
@@ -278,7 +282,8 @@ def bench_train(args) -> None:
     activations, the GEMMs with their square), to see how the ratios depend on size;
     ``--family auto`` trains each recipe, and its fp32 partner, in the family that
     ``python -m minifp8.train_tiny --recipe R`` gives it (nanoGPT's, except for unit), instead of
-    all on the default run's unit-scaled model.
+    all on the default run's unit-scaled model. ``--json PATH`` writes the measurements, with the
+    ratio's median over each twentieth of the run, for ``plots.train_speed``.
     """
     from . import data, fp8
     from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr
@@ -324,8 +329,10 @@ def bench_train(args) -> None:
     print(f"  {label}: {models}, {config.n_layer} layers, n_embd {config.n_embd}, batch "
           f"{config.batch_size} x {config.block_size} tokens, {steps_total} steps per recipe, each beside an fp32 run",
           flush=True)
+    machine = machine_line().removeprefix("machine: ")  # (the load before the section's pairs)
     tenth = max(1, steps_total // 10)
-    baseline, families = [], set()
+    window = max(1, steps_total // 20)
+    baseline, families, measured = [], set(), {}
     started = time.perf_counter()
     for number, recipe in enumerate(recipes):
         family = _default_family(recipe) if auto else "unit"
@@ -337,6 +344,8 @@ def bench_train(args) -> None:
         baseline.append(seconds["fp32"])
         families.add(family)
         ratios = seconds[recipe] / seconds["fp32"]
+        measured[recipe] = _recipe_measurements(seconds[recipe], seconds["fp32"], family, tenth, window,
+                                                target(recipe) and (2.0 if recipe == "mxfp8" else 1.5))
         print(f"{step_line(recipe, seconds[recipe], np.median(ratios))} "
               f"(first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f}; "
               f"its fp32 {np.median(seconds['fp32']) * 1e3:.1f} ms{', ' + family if auto else ''}){target(recipe)}",
@@ -350,6 +359,41 @@ def bench_train(args) -> None:
     pooled = f"all {len(baseline)} runs" + (f", {' and '.join(sorted(families))}" if auto else "")
     print(f"{step_line('fp32', fp32, 1.0)} ({pooled}; first tenths {np.median(first) * 1e3:.1f} ms, "
           f"last {np.median(last) * 1e3:.1f})", flush=True)
+    if args.json is not None:
+        document = {"benchmark": "python -m minifp8.bench train", "machine": machine,
+                    "model": {"family": args.family or "unit", "n_layer": config.n_layer, "n_embd": config.n_embd,
+                              "batch_size": config.batch_size, "block_size": config.block_size},
+                    "steps": steps_total, "window_steps": window,
+                    "fp32": {"step_ms": round(float(np.median(fp32)) * 1e3, 3),
+                             "tokens_per_second": round(tokens / float(np.median(fp32)))},
+                    "recipes": measured}
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump(document, file, indent=1)
+            file.write("\n")
+        print(f"  wrote {args.json}", flush=True)
+
+
+def load_speed_results(path=None) -> dict:
+    """A ``bench train --json`` document: by default `SPEED_RESULTS`, the committed run that
+    tutorial 9's figure draws."""
+    with open(SPEED_RESULTS if path is None else path, encoding="utf-8") as file:
+        return json.load(file)
+
+
+def _recipe_measurements(times: np.ndarray, fp32_times: np.ndarray, family: str, tenth: int, window: int,
+                         target) -> dict:
+    """One recipe's pair in ``bench train --json``: medians of its steps, of its pair's fp32 steps
+    and of the step ratios (over the run, its first and last tenth, and each ``window`` steps)."""
+    ratios = times / fp32_times
+    windows = len(ratios) // window
+    return {"family": family, "target": target or None,
+            "ratio": round(float(np.median(ratios)), 4),
+            "first_tenth": round(float(np.median(ratios[:tenth])), 4),
+            "last_tenth": round(float(np.median(ratios[-tenth:])), 4),
+            "step_ms": round(float(np.median(times)) * 1e3, 3),
+            "fp32_step_ms": round(float(np.median(fp32_times)) * 1e3, 3),
+            "window_ratios": [round(float(v), 4) for v in
+                              np.median(ratios[:windows * window].reshape(windows, window), axis=1)]}
 
 
 # (new sections go above this line)
@@ -370,7 +414,8 @@ def machine_line() -> str:
 #: The flags that only some sections read, and which: a flag given to a run of none of them is an
 #: error rather than silently ignored.
 FLAG_SECTIONS = {"repeats": ("codec", "block", "mx", "fp8"), "rounds": ("fp8",), "steps": ("train",),
-                 "recipes": ("train",), "n_embd": ("train",), "family": ("train",)}
+                 "recipes": ("train",), "n_embd": ("train",), "family": ("train",),
+                 "json": ("train",)}
 
 
 def _check_flags_apply(parser: argparse.ArgumentParser, args: argparse.Namespace, selected: list[str]) -> None:
@@ -409,7 +454,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the train section's models: unit, every recipe and fp32 on the default run's "
                              "unit-scaled model; auto, each recipe and its fp32 partner in the family that "
                              "train_tiny --recipe R trains (standard, except for unit) (default: unit)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="write the train section's measurements to PATH as JSON, for "
+                             "minifp8.plots.train_speed (default: none)")
     args = parser.parse_args(argv)
+    if args.json is not None:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if os.path.isdir(args.json) or not os.path.isdir(folder):
+            parser.error(f"--json takes the path of a file in an existing folder, got {args.json!r}"
+                         + (" (a folder)" if os.path.isdir(args.json) else f" ({folder} is not a folder)"))
     for name in ("repeats", "rounds", "steps", "n_embd"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

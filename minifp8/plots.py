@@ -784,3 +784,64 @@ def fp8lm_options(results: dict):
     memory_axis.set_xlabel("bytes per parameter held (float32 weights are the simulation's working copy)")
     memory_axis.legend(fontsize=7, ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     return figure
+
+
+# ================================================================================================
+# Speed (tutorial 09)
+# ================================================================================================
+def train_speed(results: dict, title: str | None = None):
+    """How much longer a simulated FP8 training step takes than an fp32 one, over a training run.
+
+    One line per FP8 recipe: the median, over each window of steps, of the ratio of its step time
+    to that of its fp32 partner stepped in turn (``python -m minifp8.bench train --json PATH``).
+    Dashed lines mark the targets the run states (issue 6: 1.5x, 2x for mxfp8), grey for a target
+    several recipes share; the legend gives each recipe's median over the whole run. The ratios rise as
+    training goes on, because more elements fall outside the FP8 ranges and take the casts' slow
+    path.
+
+    Parameters
+    ----------
+    results : dict
+        The JSON written by ``python -m minifp8.bench train --json PATH`` (the committed one:
+        ``minifp8.bench.load_speed_results()``). Needs ``window_steps``, ``recipes`` and ``fp32``;
+        each recipe ``ratio`` and ``window_ratios``. A missing key raises a ValueError naming it.
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    _require("train_speed", "results", results, ("window_steps", "recipes", "fp32"))
+    recipes = results["recipes"]
+    if not isinstance(recipes, dict) or not recipes:
+        raise ValueError("train_speed: results['recipes'] must be a non-empty dict of recipe -> measurements, "
+                         f"got {recipes!r:.60}")
+    _require("train_speed", "results['fp32']", results["fp32"], ("step_ms",))
+    window = _check_int("window_steps", results["window_steps"], 1)
+    figure, (axis,) = _new_figure(8.0, 4.6)
+    targets = {}
+    for number, (recipe, measured) in enumerate(recipes.items()):
+        _require("train_speed", f"recipe {recipe!r}", measured, ("ratio", "window_ratios"))
+        ratios = np.asarray(measured["window_ratios"], dtype=np.float64)
+        color = f"C{number}"
+        steps = (np.arange(len(ratios)) + 0.5) * window
+        axis.plot(steps, ratios, "-o", color=color, markersize=3, linewidth=1.3,
+                  label=f"{recipe}: {measured['ratio']:.2f}x")
+        if measured.get("target"):
+            targets.setdefault(float(measured["target"]), []).append((recipe, color))
+    for target, holders in targets.items():  # a target of one recipe in its colour, a shared one grey
+        (recipe, color), = holders if len(holders) == 1 else [("", "grey")]
+        axis.axhline(target, color=color, linestyle="--", linewidth=1.0,
+                     label=f"{recipe + ' ' if recipe else ''}target {target:g}x")
+    axis.axhline(1.0, color="black", linewidth=0.8)
+    axis.set_ylim(bottom=0.95)
+    axis.set_xlabel(f"training step (median over each {window} steps)")
+    axis.set_ylabel("FP8 step time / fp32 step time")
+    axis.grid(True, alpha=0.3)
+    axis.legend(title="recipe: median ratio\nover the run", fontsize=8, title_fontsize=8, loc="center left",
+                bbox_to_anchor=(1.01, 0.5))
+    model = results.get("model") or {}
+    shape = (f"{model.get('family', '?')} model, n_embd {model.get('n_embd', '?')}, " if model else "")
+    axis.set_title(title or f"Simulated FP8 against fp32, step by step ({shape}fp32 step "
+                            f"{results['fp32']['step_ms']:.1f} ms)", fontsize=10)
+    return figure

@@ -57,6 +57,9 @@ def test_rounds_and_repeats_must_be_positive(capsys):
     (["--recipes", "fp32"], "got 'fp32'"),
     (["--recipes", "unit,nope"], "got 'nope'"),
     (["--recipes", ","], "got none"),
+    (["--json", "no/such/folder/speed.json"], "--json takes the path of a file in an existing folder, got "
+                                              "'no/such/folder/speed.json'"),
+    (["--json", "."], "--json takes the path of a file in an existing folder, got '.' (a folder)"),
 ])
 def test_bad_train_flags_exit_with_a_message(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -81,6 +84,7 @@ def test_errors_are_one_line(capsys, argv):
     (["--n-embd", "32", "--repeats", "1", "mx"], "--n-embd applies to the train section"),
     (["--family", "auto", "--repeats", "1", "mx"], "--family applies to the train section"),
     (["--rounds", "2", "--repeats", "1", "mx"], "--rounds applies to the fp8 section"),
+    (["--json", "speed.json", "--repeats", "1", "mx"], "--json applies to the train section"),
     (["--repeats", "2", "--steps", "1", "--recipes", "unit", "train"],
      "--repeats applies to the codec, block, mx and fp8 sections"),
 ])
@@ -141,3 +145,38 @@ def test_the_default_width_asked_for_is_the_default_config(capsys):
     assert bench.main(["--steps", "2", "--recipes", "fp8", "--n-embd", "64", "train"]) == 0
     out = capsys.readouterr().out
     assert "default config: unit-scaled" in out and "(target <= 1.5)" in out
+
+
+def test_json_holds_what_the_train_section_printed(capsys, tmp_path):
+    import json
+    path = tmp_path / "speed.json"
+    assert bench.main(["--steps", "40", "--recipes", "mxfp8,unit", "--json", str(path), "train"]) == 0
+    out = capsys.readouterr().out
+    document = bench.load_speed_results(path)
+    assert document == json.loads(path.read_text())
+    assert out.rstrip().endswith(f"wrote {path}")
+    assert document["machine"] in out.splitlines()[0] and document["steps"] == 40 and document["window_steps"] == 2
+    assert document["model"] == {"family": "unit", "n_layer": 2, "n_embd": 64, "batch_size": 32, "block_size": 32}
+    assert list(document["recipes"]) == ["mxfp8", "unit"]
+    for recipe, target in (("mxfp8", 2.0), ("unit", 1.5)):
+        measured = document["recipes"][recipe]
+        line = next(line for line in out.splitlines() if f"train step under {recipe} " in line)
+        assert f"{measured['step_ms']:9.2f} ms" in line and f"x{measured['ratio']:5.2f} fp32 step" in line
+        assert f"first tenth {measured['first_tenth']:.2f}, last {measured['last_tenth']:.2f}" in line
+        assert measured["target"] == target and measured["family"] == "unit" and len(measured["window_ratios"]) == 20
+        assert min(measured["window_ratios"]) <= measured["ratio"] <= max(measured["window_ratios"])
+    fp32_line = next(line for line in out.splitlines() if "train step under fp32 " in line)
+    assert f"{document['fp32']['step_ms']:9.2f} ms {document['fp32']['tokens_per_second']:9,} tok/s" in fp32_line
+
+
+def test_json_of_another_width_states_no_target(tmp_path):
+    path = tmp_path / "speed.json"
+    assert bench.main(["--steps", "3", "--recipes", "blockwise", "--n-embd", "32", "--json", str(path), "train"]) == 0
+    measured = bench.load_speed_results(path)["recipes"]["blockwise"]
+    assert measured["target"] is None and len(measured["window_ratios"]) == 3  # windows of 1 step
+
+
+def test_committed_speed_results_are_a_default_config_run_of_every_recipe():
+    document = bench.load_speed_results()
+    assert document["steps"] == 1000 and document["model"]["n_embd"] == 64 and document["model"]["family"] == "unit"
+    assert list(document["recipes"]) == [recipe for recipe in fp8.RECIPES if recipe != "fp32"]

@@ -241,3 +241,30 @@ def test_a_short_run_still_draws_a_training_line():
     results = {"runs": {"fp8": run(train_loss=list(np.linspace(2.6, 1.9, 30)))}}
     line = [line for line in plots.training_curves(results).axes[0].get_lines() if line.get_label() == "fp8"][0]
     assert len(line.get_xdata()) >= 10
+
+
+# ---- speed ------------------------------------------------------------------------------------------
+def test_train_speed_draws_the_committed_run():
+    from minifp8.bench import load_speed_results
+    results = load_speed_results()
+    axis = labelled(plots.train_speed(results)).axes[0]
+    legend = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert legend == [f"{recipe}: {m['ratio']:.2f}x" for recipe, m in results["recipes"].items()] + [
+        "target 1.5x", "mxfp8 target 2x"]
+
+
+@pytest.mark.parametrize("results, error, message", [
+    (None, TypeError, "results must be a dict, got NoneType"),
+    ({"recipes": {}, "fp32": {}}, ValueError, "results has no 'window_steps' (it has 'recipes', 'fp32')"),
+    ({"window_steps": 5, "recipes": {}, "fp32": {"step_ms": 9.0}}, ValueError,
+     "results['recipes'] must be a non-empty dict"),
+    ({"window_steps": 5, "recipes": {"fp8": {"ratio": 1.4}}, "fp32": {"step_ms": 9.0}}, ValueError,
+     "recipe 'fp8' has no 'window_ratios' (it has 'ratio')"),
+    ({"window_steps": 5, "recipes": {"fp8": {"ratio": 1.4, "window_ratios": [1.4]}}, "fp32": {}}, ValueError,
+     "results['fp32'] has no 'step_ms'"),
+    ({"window_steps": 0, "recipes": {"fp8": {"ratio": 1.4, "window_ratios": [1.4]}}, "fp32": {"step_ms": 9.0}},
+     ValueError, "window_steps must be >= 1, got 0"),
+])
+def test_train_speed_says_what_it_cannot_draw(results, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        plots.train_speed(results)

@@ -61,7 +61,15 @@ FIGURES = {
     "scales-unit-gpt": lambda: headline_gpt_scales("unit"),
     "headline-training": lambda: plots.training_curves(train_results()),
     "fp8lm-options": lambda: plots.fp8lm_options(train_results("fp8lm")),
+    "train-speed": lambda: plots.train_speed(speed_results()),
 }
+
+
+def speed_results() -> dict:
+    """The committed ``python -m minifp8.bench train --json`` run (package data)."""
+    from minifp8 import bench
+
+    return bench.load_speed_results()
 
 
 def train_results(experiment: str = "headline") -> dict:
