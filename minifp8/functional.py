@@ -304,8 +304,11 @@ def _sum_rows_by_id(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.nd
     ``(most repeats, num_rows, dim)`` grid, its zeros first, and the grid is summed over its first
     axis: NumPy adds along an axis that is not the fastest in memory one element at a time, in
     order (the ``np.sum`` notes), where along the fastest it sums pairwise. With one row of one
-    element the slot axis would be the fastest, and when a few ids repeat far more than the rest
-    the grid would be mostly zeros; both take ``np.add.at``.
+    element the slot axis would be the fastest; both that and a grid of more than 16 times the
+    rows' size or 2**23 elements (an id repeated far more than the rest: mostly zeros) take
+    ``np.add.at``. Measured with 1024 rows of 64: 53 us against 445 for 14 ids evenly used, 107
+    against 472 for 65 ids, one of them 18% of the rows (English text's space; the grid 11 times
+    the rows), 155 against 448 at 20 times.
     """
     dim = values.shape[1]
     out = np.zeros((num_rows, dim), dtype=values.dtype)
@@ -313,7 +316,7 @@ def _sum_rows_by_id(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.nd
         return out
     repeats = np.bincount(ids, minlength=num_rows)
     most = int(repeats.max())
-    if num_rows * dim == 1 or most * num_rows > 4 * ids.size + 256:
+    if num_rows * dim == 1 or most * num_rows > 16 * ids.size + 256 or most * num_rows * dim > 1 << 23:
         np.add.at(out, ids, values)
         return out
     order = np.argsort(ids, kind="stable")
