@@ -286,7 +286,7 @@ def bench_train(args) -> None:
     ratio's median over each twentieth of the run, for ``plots.train_speed``.
     """
     from . import data, fp8
-    from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr
+    from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr, _strict_json
 
     default_width = args.n_embd is None or args.n_embd == TrainConfig().n_embd
     config = TrainConfig() if args.n_embd is None else dataclasses.replace(TrainConfig(), n_embd=args.n_embd)
@@ -314,13 +314,12 @@ def bench_train(args) -> None:
 
         return step
 
-    def step_line(name: str, times: np.ndarray, ratio: float) -> str:
-        median = np.median(times)
-        return (f"  {'train step under ' + name:<44s} {median * 1e3:9.2f} ms {tokens / median:9,.0f} tok/s"
+    def step_line(name: str, step_ms: float, ratio: float) -> str:
+        return (f"  {'train step under ' + name:<44s} {step_ms:9.2f} ms {tokens / step_ms * 1e3:9,.0f} tok/s"
                 f"   x{ratio:5.2f} fp32 step")
 
-    def target(recipe: str) -> str:  # issue 6 states them for the default config
-        return f" (target <= {2 if recipe == 'mxfp8' else 1.5:g})" if default_width else ""
+    def target(recipe: str) -> float | None:  # issue 6 states them for the default config
+        return (2.0 if recipe == "mxfp8" else 1.5) if default_width else None
 
     recipes = args.recipes or [recipe for recipe in fp8.RECIPES if recipe != "fp32"]
     label = "default config" if default_width else "default config at another width"
@@ -343,13 +342,12 @@ def bench_train(args) -> None:
                 seconds[name][index] = step(index)
         baseline.append(seconds["fp32"])
         families.add(family)
-        ratios = seconds[recipe] / seconds["fp32"]
-        measured[recipe] = _recipe_measurements(seconds[recipe], seconds["fp32"], family, tenth, window,
-                                                target(recipe) and (2.0 if recipe == "mxfp8" else 1.5))
-        print(f"{step_line(recipe, seconds[recipe], np.median(ratios))} "
-              f"(first tenth {np.median(ratios[:tenth]):.2f}, last {np.median(ratios[-tenth:]):.2f}; "
-              f"its fp32 {np.median(seconds['fp32']) * 1e3:.1f} ms{', ' + family if auto else ''}){target(recipe)}",
-              flush=True)
+        pair_measured = measured[recipe] = _recipe_measurements(seconds[recipe], seconds["fp32"], family, tenth,
+                                                                window, target(recipe))
+        print(f"{step_line(recipe, pair_measured['step_ms'], pair_measured['ratio'])} "
+              f"(first tenth {pair_measured['first_tenth']:.2f}, last {pair_measured['last_tenth']:.2f}; "
+              f"its fp32 {pair_measured['fp32_step_ms']:.1f} ms{', ' + family if auto else ''})"
+              + (f" (target <= {target(recipe):g})" if target(recipe) else ""), flush=True)
         elapsed = time.perf_counter() - started
         if number + 1 < len(recipes):
             print(f"  ... {recipe} done, eta {elapsed / (number + 1) * (len(recipes) - number - 1):.0f}s",
@@ -357,19 +355,18 @@ def bench_train(args) -> None:
     fp32 = np.concatenate(baseline)
     first, last = np.concatenate([b[:tenth] for b in baseline]), np.concatenate([b[-tenth:] for b in baseline])
     pooled = f"all {len(baseline)} runs" + (f", {' and '.join(sorted(families))}" if auto else "")
-    print(f"{step_line('fp32', fp32, 1.0)} ({pooled}; first tenths {np.median(first) * 1e3:.1f} ms, "
+    fp32_ms = float(np.median(fp32)) * 1e3
+    print(f"{step_line('fp32', fp32_ms, 1.0)} ({pooled}; first tenths {np.median(first) * 1e3:.1f} ms, "
           f"last {np.median(last) * 1e3:.1f})", flush=True)
     if args.json is not None:
         document = {"benchmark": "python -m minifp8.bench train", "machine": machine,
                     "model": {"family": args.family or "unit", "n_layer": config.n_layer, "n_embd": config.n_embd,
                               "batch_size": config.batch_size, "block_size": config.block_size},
                     "steps": steps_total, "window_steps": window,
-                    "fp32": {"step_ms": round(float(np.median(fp32)) * 1e3, 3),
-                             "tokens_per_second": round(tokens / float(np.median(fp32)))},
+                    "fp32": {"step_ms": fp32_ms, "tokens_per_second": round(tokens / fp32_ms * 1e3)},
                     "recipes": measured}
         with open(args.json, "w", encoding="utf-8") as file:
-            json.dump(document, file, indent=1)
-            file.write("\n")
+            file.write(_strict_json(document, digits=4))
         print(f"  wrote {args.json}", flush=True)
 
 
@@ -382,18 +379,18 @@ def load_speed_results(path=None) -> dict:
 
 def _recipe_measurements(times: np.ndarray, fp32_times: np.ndarray, family: str, tenth: int, window: int,
                          target) -> dict:
-    """One recipe's pair in ``bench train --json``: medians of its steps, of its pair's fp32 steps
-    and of the step ratios (over the run, its first and last tenth, and each ``window`` steps)."""
+    """One recipe's pair, as its line prints it and ``bench train --json`` writes it: medians of
+    its steps, of its pair's fp32 steps and of the step ratios (over the run, its first and last
+    tenth, and each ``window`` steps)."""
     ratios = times / fp32_times
     windows = len(ratios) // window
-    return {"family": family, "target": target or None,
-            "ratio": round(float(np.median(ratios)), 4),
-            "first_tenth": round(float(np.median(ratios[:tenth])), 4),
-            "last_tenth": round(float(np.median(ratios[-tenth:])), 4),
-            "step_ms": round(float(np.median(times)) * 1e3, 3),
-            "fp32_step_ms": round(float(np.median(fp32_times)) * 1e3, 3),
-            "window_ratios": [round(float(v), 4) for v in
-                              np.median(ratios[:windows * window].reshape(windows, window), axis=1)]}
+    return {"family": family, "target": target,
+            "ratio": float(np.median(ratios)),
+            "first_tenth": float(np.median(ratios[:tenth])),
+            "last_tenth": float(np.median(ratios[-tenth:])),
+            "step_ms": float(np.median(times)) * 1e3,
+            "fp32_step_ms": float(np.median(fp32_times)) * 1e3,
+            "window_ratios": np.median(ratios[:windows * window].reshape(windows, window), axis=1).tolist()}
 
 
 # (new sections go above this line)

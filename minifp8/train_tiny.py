@@ -943,12 +943,13 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     print_fn(f"wrote {out / 'metrics.json'} and {out / 'loss.png'}")
 
 
-def _strict_json(document) -> str:
+def _strict_json(document, digits: int | None = None) -> str:
     """``document`` as JSON that every parser reads: a NaN or infinite number (the amax of a cast
-    in a step that overflowed) is written as null, which JSON has, instead of Python's NaN."""
+    in a step that overflowed) is written as null, which JSON has, instead of Python's NaN.
+    ``digits``: every other float is rounded to that many decimals."""
     def strict(value):
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
+        if isinstance(value, float):
+            return None if not math.isfinite(value) else value if digits is None else round(value, digits)
         if isinstance(value, dict):
             return {key: strict(item) for key, item in value.items()}
         if isinstance(value, (list, tuple)):
