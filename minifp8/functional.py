@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .autograd import Tensor, _check_floating, as_tensor, make_op, matmul
+from .autograd import Tensor, _check_floating, _sum_rows_by_id, as_tensor, make_op, matmul
 from .formats import _check_bool
 
 __all__ = [
@@ -293,39 +293,6 @@ def embedding(ids, weight) -> Tensor:
         return (_sum_rows_by_id(rows, g.reshape(-1, weight.shape[1]), weight.shape[0]),)
 
     return make_op(weight.data[ids], (weight,), backward, "embedding")
-
-
-def _sum_rows_by_id(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.ndarray:
-    """``out[i]`` = the sum of the rows ``values[j]`` with ``ids[j] == i``; shape ``(num_rows, dim)``.
-
-    Bit for bit what ``np.add.at(zeros, ids, values)`` computes (each id's rows added to 0 one
-    after another, in order), 8x faster on the default model's 1024 x 64 gradients, where
-    ``np.add.at`` adds row by row. Each id's k-th row goes to slot ``k`` of a zero-filled
-    ``(most repeats, num_rows, dim)`` grid, its zeros first, and the grid is summed over its first
-    axis: NumPy adds along an axis that is not the fastest in memory one element at a time, in
-    order (the ``np.sum`` notes), where along the fastest it sums pairwise. With one row of one
-    element the slot axis would be the fastest; both that and a grid of more than 16 times the
-    rows' size or 2**23 elements (an id repeated far more than the rest: mostly zeros) take
-    ``np.add.at``. Measured with 1024 rows of 64: 53 us against 445 for 14 ids evenly used, 107
-    against 472 for 65 ids, one of them 18% of the rows (English text's space; the grid 11 times
-    the rows), 155 against 448 at 20 times.
-    """
-    dim = values.shape[1]
-    out = np.zeros((num_rows, dim), dtype=values.dtype)
-    if ids.size == 0:
-        return out
-    repeats = np.bincount(ids, minlength=num_rows)
-    most = int(repeats.max())
-    if num_rows * dim == 1 or most * num_rows > 16 * ids.size + 256 or most * num_rows * dim > 1 << 23:
-        np.add.at(out, ids, values)
-        return out
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    first = np.cumsum(repeats) - repeats  # each id's first place in sorted_ids
-    slot = np.arange(ids.size) - first[sorted_ids] + (most - repeats[sorted_ids])
-    grid = np.zeros((most, num_rows, dim), dtype=values.dtype)
-    grid[slot, sorted_ids] = values[order]
-    return np.add.reduce(grid, axis=0, out=out)
 
 
 def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:

@@ -651,3 +651,42 @@ def test_x_to_the_power_zero_has_gradient_zero_at_zero():
     x = Tensor([0.0, 2.0], requires_grad=True)
     (x**0).sum().backward()
     np.testing.assert_array_equal(x.grad, [0.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_integer_array_index_backward_is_add_at_bit_for_bit(dtype):
+    # x[ids] with an integer array sums each row's gradients through the embedding's grid
+    # (autograd._sum_rows_by_id) where it can; the bits must be np.add.at's, whose in-order sums
+    # the rows' mixed magnitudes (1e-30 to 1e30) and signed zeros would expose
+    rng = np.random.default_rng(11)
+    cases = [((40, 64), (1024,)), ((7,), (50,)), ((6, 3, 2), (4, 5)), ((1, 1), (5,)), ((300, 4), (1000,)),
+             ((5, 0), (3,)), ((4, 2), (0,)), ((9, 3), ())]
+    cases += [((int(rng.integers(1, 60)), int(rng.integers(1, 30))), (int(rng.integers(1, 900)),)) for _ in range(20)]
+    with default_dtype(dtype):
+        for number, (shape, index_shape) in enumerate(cases):
+            ids = rng.integers(-shape[0], shape[0], index_shape)
+            if number == 4 or number % 5 == 4 and ids.size:  # half on one row: np.add.at's own path
+                ids[rng.random(index_shape) < 0.5] = shape[0] // 2
+            if number % 3 == 2:
+                ids = ids % shape[0]  # unsigned ids, no negatives
+                ids = ids.astype(np.uint8 if shape[0] < 256 else np.uint16)
+            grads = rng.standard_normal(index_shape + shape[1:]) * rng.choice([1.0, 1e-30, 1e30], index_shape + (1,) * (len(shape) - 1))
+            grads[rng.random(grads.shape) < 0.05] = -0.0
+            grads = grads.astype(dtype)
+            for index in (ids, Tensor(ids) if ids.ndim else ids):
+                x = Tensor(np.zeros(shape), requires_grad=True)
+                x[index].backward(grads)
+                expected = np.zeros(shape, dtype=dtype)
+                np.add.at(expected, ids, grads)
+                assert x.grad.dtype == dtype and x.grad.shape == shape
+                assert np.array_equal(x.grad.view(np.uint8), expected.view(np.uint8)), (shape, index_shape, ids.dtype)
+    # the sums themselves, and a bool mask and a pair of index arrays (np.add.at's path)
+    x = Tensor(np.zeros((4, 2)), requires_grad=True)
+    x[np.array([3, -1, 0, 3])].backward(np.arange(8.0).reshape(4, 2))
+    np.testing.assert_array_equal(x.grad, [[4, 5], [0, 0], [0, 0], [8, 11]])
+    x = Tensor(np.zeros((3, 2)), requires_grad=True)
+    x[np.array([True, False, True])].backward(np.ones((2, 2)))
+    np.testing.assert_array_equal(x.grad, [[1, 1], [0, 0], [1, 1]])
+    x = Tensor(np.zeros((3, 2)), requires_grad=True)
+    x[np.array([0, 0, 2]), np.array([1, 1, 0])].backward(np.array([1.0, 2.0, 4.0]))
+    np.testing.assert_array_equal(x.grad, [[0, 3], [0, 0], [4, 0]])
