@@ -1337,13 +1337,30 @@ def _mx_rule(fmt, scale_mode: str) -> _Rule:
     0xFF, never reach it.) The OCP rule, ``floor``, is spelled out for finite float32 amax: the
     exponent field less the bias and ``emax_elem``, at least -127 (zero and subnormal amax too);
     tests/test_fp8_rounding.py holds it to mx.shared_exponents. It lets a scaled amax pass max
-    (up to 2**(emax_elem + 1)): there the elements saturate."""
+    (up to 2**(emax_elem + 1)): there the elements saturate. NVIDIA's ``rceil`` is spelled out too,
+    and never lets it pass (no block to clamp); ``ceil`` and ``even`` call mx.shared_exponents."""
     mx_format = _MX_FORMATS[fmt.name]
+    offset = np.int32(mx.E8M0_BIAS + mx_format.elem.emax)
     if scale_mode == "floor":
-        offset = np.int32(mx.E8M0_BIAS + mx_format.elem.emax)
         return _Rule(lambda amax: np.maximum((amax >> np.uint32(23)).astype(np.int32) - offset,
                                              np.int32(mx.SHARED_EXP_MIN)),
                      lambda amax: max((int(amax) >> 23) - int(offset), mx.SHARED_EXP_MIN), reaches_max=True)
+    if scale_mode == "rceil":
+        # NVIDIA's rule, 2**ceil(log2(amax / max)): one binade up from floor's where amax's
+        # significand passes max's (blockwise's power-of-two rule, on MX's exponent range), so a
+        # scaled amax never passes max and no block saturates.
+        significand = np.uint32(int((mx_format.elem.max / 2.0**mx_format.elem.emax - 1) * 2**23))
+
+        def rceil_exponents(amax):
+            shared = (amax >> np.uint32(23)).astype(np.int32) - offset
+            shared += (amax & np.uint32(0x7F_FFFF)) > significand
+            return np.maximum(shared, np.int32(mx.SHARED_EXP_MIN), out=shared)
+
+        def rceil_exponent_of(amax):
+            amax = int(amax)
+            return max((amax >> 23) - int(offset) + ((amax & 0x7F_FFFF) > int(significand)), mx.SHARED_EXP_MIN)
+
+        return _Rule(rceil_exponents, rceil_exponent_of, reaches_max=False)
 
     def exponents(amax):
         return mx.shared_exponents(amax.view(np.float32), mx_format, scale_mode)[1]

@@ -1011,10 +1011,10 @@ def test_scale_plot_rows():
 # ================================================================================================
 # The pair cast
 # ================================================================================================
-@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+@pytest.mark.parametrize("recipe, scale_mode", [("mxfp8", "floor"), ("mxfp8", "rceil"), ("blockwise", None)])
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 @pytest.mark.parametrize("shape", [(256, 384), (1024, 64), (192, 64), (1024, 14)])
-def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
+def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, scale_mode, fmt, shape):
     """The pair cast of a GEMM operand (`fastcast.cast_pair`, which shares the rounding of the normal
     range between the two copies) gives each copy's values and statistics exactly as its own cast
     (`fastcast.cast`) does, or declines (the table path forced, NaN blocks), leaving them to it. The
@@ -1024,27 +1024,31 @@ def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, fmt, shape):
     x.reshape(-1)[rng.choice(x.size, 40, replace=False)] = rng.choice(midpoints(fmt), 40) * 2.0**-4
     x[0, :3] = [0.0, -0.0, 1e30]  # zeros, and an element that overflows
     fmt_ = formats.get(fmt)
-    options = fp8._recipe_options(recipe, {})
+    options = fp8._recipe_options(recipe, {} if scale_mode is None else {"scale_mode": scale_mode})
     pair = fastcast.cast_pair(x, recipe, options, fmt_)
     assert (pair is None) == (x.size < fastcast._IN_RANGE_MIN_SIZE)  # padded blocks and the outlier tile too
     for axis, cast in zip((-1, 0), pair or []):
         values, stats = fastcast.cast(x, recipe, options, fmt_, axis, False, None)
         assert_same(cast[0], values)
-        assert_same(cast[0], reference(x, recipe, fmt, axis))
+        if recipe == "mxfp8":
+            assert_same(cast[0], mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode).dequantize())
+        else:
+            assert_same(cast[0], reference(x, recipe, fmt, axis))
         assert cast[1] == stats
     if recipe == "mxfp8" and pair is not None:
         x[5, 7] = np.nan
         assert fastcast.cast_pair(x, recipe, options, fmt_) is None
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+@pytest.mark.parametrize("recipe, scale_mode", [("mxfp8", "floor"), ("mxfp8", "rceil"), ("blockwise", None)])
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
-def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, monkeypatch):
+def test_block_casts_with_many_elements_below_the_range(recipe, scale_mode, fmt, cast_path, monkeypatch):
     """A tensor like a GELU output late in training: a third of it far below its tiles' normal
     ranges (by default cast whole, `fastcast._cast_in_tiles`), with ties on the
     subnormal grids, an all-zero block of both signs, float32 subnormals; in a second tensor, a
-    tile of tiny nonzero values whose bound is raised to 2**-126 (there blockwise casts the tensor
-    whole and those tiles again, through the table; MX declines); in a third, 60% zeros with few
+    tile of tiny nonzero values whose bound is raised to 2**-126 (there blockwise, and MX under
+    rceil, cast the tensor whole and those tiles again, through the table; MX under floor, whose
+    tiles may saturate, declines); in a third, 60% zeros with few
     elements to fix, which the search leaves out. Each copy of the pair equals its reference, and
     its statistics the single cast's."""
     fixes = []
@@ -1064,9 +1068,10 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
     zeros = np.where(rng.random(x.shape) < 0.6, np.float32(0), x)  # mostly zeros, few to fix
     zeros[tiny] = np.where(rng.random(x.shape) < 0.05, x, 0)[tiny]
     fmt_ = formats.get(fmt)
-    options = fp8._recipe_options(recipe, {})
-    # (tensor, cast whole by default, cast whole where forced, declined by the one by one cast)
-    raised_whole = recipe == "blockwise"
+    options = fp8._recipe_options(recipe, {} if scale_mode is None else {"scale_mode": scale_mode})
+    # (tensor, cast whole by default, cast whole where forced, declined by the one by one cast);
+    # tiles of tiny values are cast again where no tile can saturate (blockwise, and MX under rceil)
+    raised_whole = recipe == "blockwise" or scale_mode == "rceil"
     for tensor, by_default, where_forced, too_many in ((x, True, True, True), (raised, raised_whole, raised_whole, True),
                                                        (zeros, False, True, False)):
         fixes.clear()
@@ -1076,7 +1081,10 @@ def test_block_casts_with_many_elements_below_the_range(recipe, fmt, cast_path, 
         assert (pair is None) == (cast_path == "table" or (too_many and not whole and cast_path in ("default", "dense")))
         singles = [fastcast.cast(tensor, recipe, options, fmt_, axis, False, None) for axis in (-1, 0)]
         for axis, (values, stats), single in zip((-1, 0), pair or singles, singles):
-            assert_same(values, reference(tensor, recipe, fmt, axis))
+            if recipe == "mxfp8":
+                assert_same(values, mx.quantize(tensor, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode).dequantize())
+            else:
+                assert_same(values, reference(tensor, recipe, fmt, axis))
             assert stats == single[1]
             assert stats.underflow_count == np.count_nonzero((values == 0) & (tensor != 0)) > 0
 
