@@ -283,13 +283,16 @@ def bench_train(args) -> None:
     ``--family auto`` trains each recipe, and its fp32 partner, in the family that
     ``python -m minifp8.train_tiny --recipe R`` gives it (nanoGPT's, except for unit), instead of
     all on the default run's unit-scaled model. ``--json PATH`` writes the measurements, with the
-    ratio's median over each twentieth of the run, for ``plots.train_speed``.
+    ratio's median over each twentieth of the run, for ``plots.train_speed``. ``--mx-scale-mode``
+    sets the block scales of the mxfp8 runs (train_tiny's flag; the targets are stated for floor).
     """
     from . import data, fp8
     from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr, _strict_json
 
     default_width = args.n_embd is None or args.n_embd == TrainConfig().n_embd
     config = TrainConfig() if args.n_embd is None else dataclasses.replace(TrainConfig(), n_embd=args.n_embd)
+    if args.mx_scale_mode is not None:
+        config = dataclasses.replace(config, mx_scale_mode=args.mx_scale_mode)
     steps_total = config.steps if args.steps is None else args.steps
     tokens = config.batch_size * config.block_size
     dataset = data.load_dataset()
@@ -344,7 +347,8 @@ def bench_train(args) -> None:
         families.add(family)
         pair_measured = measured[recipe] = _recipe_measurements(seconds[recipe], seconds["fp32"], family, tenth,
                                                                 window, target(recipe))
-        print(f"{step_line(recipe, pair_measured['step_ms'], pair_measured['ratio'])} "
+        name = f"{recipe} ({config.mx_scale_mode} scales)" if recipe == "mxfp8" and args.mx_scale_mode else recipe
+        print(f"{step_line(name, pair_measured['step_ms'], pair_measured['ratio'])} "
               f"(first tenth {pair_measured['first_tenth']:.2f}, last {pair_measured['last_tenth']:.2f}; "
               f"its fp32 {pair_measured['fp32_step_ms']:.1f} ms{', ' + family if auto else ''})"
               + (f" (target <= {target(recipe):g})" if target(recipe) else ""), flush=True)
@@ -360,6 +364,7 @@ def bench_train(args) -> None:
           f"last {np.median(last) * 1e3:.1f})", flush=True)
     if args.json is not None:
         document = {"benchmark": "python -m minifp8.bench train", "machine": machine,
+                    "mx_scale_mode": config.mx_scale_mode,
                     "model": {"family": args.family or "unit", "n_layer": config.n_layer, "n_embd": config.n_embd,
                               "batch_size": config.batch_size, "block_size": config.block_size},
                     "steps": steps_total, "window_steps": window,
@@ -412,7 +417,7 @@ def machine_line() -> str:
 #: error rather than silently ignored.
 FLAG_SECTIONS = {"repeats": ("codec", "block", "mx", "fp8"), "rounds": ("fp8",), "steps": ("train",),
                  "recipes": ("train",), "n_embd": ("train",), "family": ("train",),
-                 "json": ("train",)}
+                 "json": ("train",), "mx_scale_mode": ("train",)}
 
 
 def _check_flags_apply(parser: argparse.ArgumentParser, args: argparse.Namespace, selected: list[str]) -> None:
@@ -426,6 +431,7 @@ def _check_flags_apply(parser: argparse.ArgumentParser, args: argparse.Namespace
 
 def main(argv: list[str] | None = None) -> int:
     from .fp8 import RECIPES
+    from .mx import SCALE_MODES
     from .train_tiny import TrainConfig, _Parser, _tune_malloc
 
     parser = _Parser(  # one-line errors, as train_tiny's
@@ -451,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the train section's models: unit, every recipe and fp32 on the default run's "
                              "unit-scaled model; auto, each recipe and its fp32 partner in the family that "
                              "train_tiny --recipe R trains (standard, except for unit) (default: unit)")
+    parser.add_argument("--mx-scale-mode", choices=SCALE_MODES, default=None,
+                        help="the block scales of the train section's mxfp8 runs, as train_tiny's --mx-scale-mode "
+                             "(default: floor, the OCP rule, for which the targets are stated)")
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="write the train section's measurements to PATH as JSON, for "
                              "minifp8.plots.train_speed (default: none)")
@@ -472,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         if wrong or not args.recipes:
             parser.error(f"--recipes takes a comma-separated list of {', '.join(r for r in RECIPES if r != 'fp32')} "
                          f"(fp32 is the baseline each is paired with); got {', '.join(map(repr, wrong)) or 'none'}")
+    if args.mx_scale_mode is not None and args.recipes is not None and "mxfp8" not in args.recipes:
+        parser.error(f"--mx-scale-mode sets mxfp8's block scales, but --recipes leaves mxfp8 out: {','.join(args.recipes)}")
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")

@@ -115,7 +115,7 @@ from typing import Callable, NoReturn
 import numpy as np
 
 from . import data as data_module
-from . import fp8, fp8lm, scaling
+from . import fp8, fp8lm, mx, scaling
 from .autograd import no_grad
 from .formats import _check_bool
 from .model import FAMILIES, GPT, GPTConfig
@@ -154,6 +154,12 @@ class TrainConfig:
                 "unit (as torch's float8 casts do, so that loss scaling sees the overflow); no effect on mxfp8, "
                 "whose MX casts always saturate, or fp32",
         "choices": ("auto", "yes", "no")})
+    mx_scale_mode: str = field(default="floor", metadata={
+        "help": "mxfp8's block scales: floor, the OCP MX rule (2**floor(log2 amax) / 2**emax, which lets some "
+                "blocks saturate); rceil, NVIDIA's MXFP8 pre-training recipe and TransformerEngine's "
+                "(2**ceil(log2(amax / max)), which never saturates); or torchao's ceil and even (tutorial 4); "
+                "no effect on the other recipes",
+        "choices": mx.SCALE_MODES})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
@@ -396,6 +402,8 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
         fail(f"--n-embd ({config.n_embd}) must be a multiple of --n-head ({config.n_head})")
     if config.fp8_allreduce < 0:
         fail(f"--fp8-allreduce must be >= 0 (0: off), got {config.fp8_allreduce}")
+    if config.mx_scale_mode not in mx.SCALE_MODES:  # (argparse's choices; a config.json is checked here)
+        fail(f"--mx-scale-mode must be one of {', '.join(mx.SCALE_MODES)}, got {config.mx_scale_mode!r}")
     _check_runs(fail, runs)
     for run in runs:
         if config.batch_size % run.workers:
@@ -512,7 +520,8 @@ def _build(run: Run, config: TrainConfig, vocab_size: int):
     and the FP8 gradient store (None without ``fp8_grads``)."""
     model_rng = np.random.default_rng(config.seed)  # draws the weights, then the dropout masks
     model = GPT(_model_config(config, run.family, vocab_size), rng=model_rng)
-    state = fp8.apply_recipe(model, run.recipe, **_recipe_options(run.recipe, config.saturate_gradients))
+    state = fp8.apply_recipe(model, run.recipe, **_recipe_options(run.recipe, config.saturate_gradients,
+                                                                 config.mx_scale_mode))
     lr = config.lr if config.lr is not None else DEFAULT_LR[run.family]
     groups = model.optimizer_groups(lr, config.weight_decay)
     if run.fp8_optimizer == "none":
@@ -542,11 +551,15 @@ def _set_lr(optimizer, peak_lrs: list, config: TrainConfig, step: int) -> None:
         group["lr"] = peak * factor
 
 
-def _recipe_options(recipe: str, saturate_gradients: str) -> dict:
-    """`fp8.apply_recipe` options: ``saturate_gradients`` where the recipe takes it (not fp32, mxfp8).
+def _recipe_options(recipe: str, saturate_gradients: str, mx_scale_mode: str = "floor") -> dict:
+    """`fp8.apply_recipe` options: ``saturate_gradients`` where the recipe takes it (not fp32, mxfp8),
+    and mxfp8's ``scale_mode``.
 
-    mxfp8 has no choice to make: OCP MX elements always saturate inside a block (`minifp8.fp8`).
+    mxfp8 has no saturation choice to make: OCP MX elements always saturate inside a block
+    (`minifp8.fp8`).
     """
+    if recipe == "mxfp8":
+        return {"scale_mode": mx_scale_mode}
     if "saturate_gradients" not in fp8.RECIPE_OPTIONS[recipe]:
         return {}
     if saturate_gradients == "auto":
@@ -643,6 +656,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
         print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}")
     else:
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
+                 + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
                  + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()
@@ -873,6 +887,8 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
     with np.load(path, allow_pickle=False) as archive:
         meta = json.loads(str(archive["meta"]))
         saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)
+        # a flag added since a checkpoint was written had its default there
+        saved = {**saved, "config": {**{f.name: f.default for f in fields(TrainConfig)}, **saved["config"]}}
         differing = sorted({key for part in ("config", "run") for key in {*saved[part], *identity[part]}
                             if saved[part].get(key) != identity[part].get(key)})
         if differing:

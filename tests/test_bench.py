@@ -62,6 +62,9 @@ def test_rounds_and_repeats_must_be_positive(capsys):
     (["--json", "no/such/folder/speed.json"], "--json takes the path of a file in an existing folder, got "
                                               "'no/such/folder/speed.json'"),
     (["--json", "."], "--json takes the path of a file in an existing folder, got '.' (a folder)"),
+    (["--mx-scale-mode", "up"], "invalid choice: 'up'"),
+    (["--recipes", "unit,current", "--mx-scale-mode", "rceil"],
+     "--mx-scale-mode sets mxfp8's block scales, but --recipes leaves mxfp8 out: unit,current"),
 ])
 def test_bad_train_flags_exit_with_a_message(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -87,6 +90,7 @@ def test_errors_are_one_line(capsys, argv):
     (["--family", "auto", "--repeats", "1", "mx"], "--family applies to the train section"),
     (["--rounds", "2", "--repeats", "1", "mx"], "--rounds applies to the fp8 section"),
     (["--json", "speed.json", "--repeats", "1", "mx"], "--json applies to the train section"),
+    (["--mx-scale-mode", "rceil", "--repeats", "1", "mx"], "--mx-scale-mode applies to the train section"),
     (["--repeats", "2", "--steps", "1", "--recipes", "unit", "train"],
      "--repeats applies to the codec, block, mx and fp8 sections"),
 ])
@@ -159,6 +163,7 @@ def test_json_holds_what_the_train_section_printed(capsys, tmp_path):
     assert out.rstrip().endswith(f"wrote {path}")
     assert document["machine"] in out.splitlines()[0] and document["steps"] == 40 and document["window_steps"] == 2
     assert document["model"] == {"family": "unit", "n_layer": 2, "n_embd": 64, "batch_size": 32, "block_size": 32}
+    assert document["mx_scale_mode"] == "floor"
     assert list(document["recipes"]) == ["mxfp8", "unit"]
     for recipe, target in (("mxfp8", 2.0), ("unit", 1.5)):
         measured = document["recipes"][recipe]
@@ -174,6 +179,17 @@ def test_json_holds_what_the_train_section_printed(capsys, tmp_path):
     step_ms, tokens_per_second = re.search(r"([\d.]+) ms +([\d,]+) tok/s", fp32_line).groups()
     assert abs(document["fp32"]["step_ms"] - float(step_ms)) <= 0.006
     assert document["fp32"]["tokens_per_second"] == int(tokens_per_second.replace(",", ""))
+
+
+def test_mx_scale_mode_sets_the_block_scales_of_the_mxfp8_runs(capsys, tmp_path, monkeypatch):
+    from minifp8 import fp8 as fp8_module
+    applied, apply_recipe = [], fp8_module.apply_recipe
+    monkeypatch.setattr(fp8_module, "apply_recipe",
+                        lambda model, recipe, **options: applied.append((recipe, options)) or apply_recipe(model, recipe, **options))
+    path = tmp_path / "speed.json"
+    assert bench.main(["--steps", "3", "--recipes", "mxfp8", "--mx-scale-mode", "rceil", "--json", str(path), "train"]) == 0
+    assert "train step under mxfp8 (rceil scales) " in capsys.readouterr().out
+    assert ("mxfp8", {"scale_mode": "rceil"}) in applied and bench.load_speed_results(path)["mx_scale_mode"] == "rceil"
 
 
 def test_json_of_another_width_states_no_target(tmp_path):

@@ -222,7 +222,7 @@ def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, caps
         arrays = {key: archive[key] for key in archive.files if not key.startswith("fp8.options.")}
     assert len(arrays) < len(np.load(checkpoint).files)  # (this version writes options)
     meta = json.loads(str(arrays["meta"]))
-    del meta["identity"]
+    identity = meta.pop("identity")
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(checkpoint, **arrays)
     status, out, _ = run_main(capsys, "--resume", str(parts))
@@ -230,6 +230,21 @@ def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, caps
     expected, actual = metrics(whole)["runs"]["delayed"], metrics(parts)["runs"]["delayed"]
     for key in ("train_loss", "val", "cast_stats", "final"):
         assert actual[key] == expected[key], key
+    # a checkpoint with an identity written before a flag existed: the flag had its default then
+    assert run_main(capsys, *flags, "--out", str(parts), "--stop-after", "7")[0] == 130
+    with np.load(checkpoint) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    meta = json.loads(str(arrays["meta"]))
+    assert meta["identity"]["config"].pop("mx_scale_mode") == "floor"
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(checkpoint, **arrays)
+    config = json.loads((parts / "config.json").read_text())
+    del config["config"]["mx_scale_mode"]
+    (parts / "config.json").write_text(json.dumps(config))
+    status, out, _ = run_main(capsys, "--resume", str(parts))
+    assert status == 0 and "resumed at step 7/20" in out
+    assert metrics(parts)["runs"]["delayed"]["train_loss"] == expected["train_loss"]
+    assert identity["config"]["mx_scale_mode"] == "floor"
 
 
 def test_resume_rejects_other_flags_and_bad_directories(tmp_path, capsys):
@@ -413,6 +428,8 @@ def test_resume_refuses_checkpoints_it_cannot_continue(tmp_path, capsys):
     assert "steps must be int, got '20'" in resume_error()
     (out / "config.json").write_text(saved.replace('"steps": 20', '"steps": 0'))
     assert "config.json: --steps must be >= 1" in resume_error()
+    (out / "config.json").write_text(saved.replace('"mx_scale_mode": "floor"', '"mx_scale_mode": "round"'))
+    assert "config.json: --mx-scale-mode must be one of floor, ceil, even, rceil, got 'round'" in resume_error()
     (out / "config.json").write_text(saved.replace('"recipe": "fp32"', '"recipe": "delayed"'))
     assert "fp32.npz, of runs that config.json does not list" in resume_error()
     (out / "config.json").write_text(saved)
@@ -668,7 +685,29 @@ def test_saturating_gradient_casts(capsys):
     assert options("delayed", "auto") == {"saturate_gradients": True}
     assert options("fp8", "auto") == options("unit", "auto") == {"saturate_gradients": False}
     assert options("unit", "yes") == {"saturate_gradients": True} and options("current", "no") == {"saturate_gradients": False}
-    assert options("mxfp8", "yes") == options("fp32", "auto") == {}
+    assert options("fp32", "auto") == {} and options("mxfp8", "yes") == {"scale_mode": "floor"}
+    assert options("mxfp8", "auto", "rceil") == {"scale_mode": "rceil"} and options("current", "yes", "rceil") == \
+        {"saturate_gradients": True}
+
+
+def test_mx_scale_mode(tmp_path, capsys):
+    """--mx-scale-mode picks mxfp8's block scales: under the OCP rule (floor, the default) some
+    blocks saturate in training, under NVIDIA's rceil none does, and the runs differ; other recipes
+    ignore it, bit for bit."""
+    runs = {}
+    for mode in ("floor", "rceil"):
+        out = tmp_path / mode
+        status, printed, err = run_main(capsys, *TINY, "--recipe", "mxfp8,current", "--mx-scale-mode", mode,
+                                        "--out", str(out))
+        assert status == 0 and err == "" and f"recipe mxfp8 (block scales: {mode})" in printed
+        assert metrics(out)["config"]["mx_scale_mode"] == mode
+        runs[mode] = metrics(out)["runs"]
+    saturated = {mode: max(entry["max_saturation"] for entry in runs[mode]["mxfp8"]["cast_stats"]) for mode in runs}
+    assert saturated["floor"] > 0 and saturated["rceil"] == 0
+    assert runs["floor"]["mxfp8"]["train_loss"] != runs["rceil"]["mxfp8"]["train_loss"]
+    assert runs["floor"]["current"]["train_loss"] == runs["rceil"]["current"]["train_loss"]
+    status, _, err = run_main(capsys, *TINY, "--mx-scale-mode", "round")
+    assert status == 2 and err.count("\n") == 1 and "invalid choice: 'round'" in err
 
 
 def test_nan_loss_stops_with_a_one_line_message(capsys, monkeypatch):
