@@ -1337,19 +1337,22 @@ def _mx_rule(fmt, scale_mode: str) -> _Rule:
     0xFF, never reach it.) The OCP rule, ``floor``, is spelled out for finite float32 amax: the
     exponent field less the bias and ``emax_elem``, at least -127 (zero and subnormal amax too);
     tests/test_fp8_rounding.py holds it to mx.shared_exponents. It lets a scaled amax pass max
-    (up to 2**(emax_elem + 1)): there the elements saturate. NVIDIA's ``rceil`` is spelled out too,
-    and never lets it pass (no block to clamp); ``ceil`` and ``even`` call mx.shared_exponents."""
+    (up to 2**(emax_elem + 1)): there the elements saturate. NVIDIA's ``rceil`` and torchao's
+    ``ceil`` are spelled out too, and never let it pass (no block to clamp); ``even`` calls
+    mx.shared_exponents."""
     mx_format = _MX_FORMATS[fmt.name]
     offset = np.int32(mx.E8M0_BIAS + mx_format.elem.emax)
     if scale_mode == "floor":
         return _Rule(lambda amax: np.maximum((amax >> np.uint32(23)).astype(np.int32) - offset,
                                              np.int32(mx.SHARED_EXP_MIN)),
                      lambda amax: max((int(amax) >> 23) - int(offset), mx.SHARED_EXP_MIN), reaches_max=True)
-    if scale_mode == "rceil":
+    if scale_mode in ("rceil", "ceil"):
         # NVIDIA's rule, 2**ceil(log2(amax / max)): one binade up from floor's where amax's
-        # significand passes max's (blockwise's power-of-two rule, on MX's exponent range), so a
-        # scaled amax never passes max and no block saturates.
-        significand = np.uint32(int((mx_format.elem.max / 2.0**mx_format.elem.emax - 1) * 2**23))
+        # significand passes max's (blockwise's power-of-two rule, on MX's exponent range); torchao's
+        # ceil goes up wherever amax is not a power of two. Either way a scaled amax never passes
+        # max, and no block saturates.
+        significand = np.uint32(int((mx_format.elem.max / 2.0**mx_format.elem.emax - 1) * 2**23)
+                                if scale_mode == "rceil" else 0)
 
         def rceil_exponents(amax):
             shared = (amax >> np.uint32(23)).astype(np.int32) - offset

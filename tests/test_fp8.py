@@ -1011,7 +1011,7 @@ def test_scale_plot_rows():
 # ================================================================================================
 # The pair cast
 # ================================================================================================
-@pytest.mark.parametrize("recipe, scale_mode", [("mxfp8", "floor"), ("mxfp8", "rceil"), ("blockwise", None)])
+@pytest.mark.parametrize("recipe, scale_mode", [("mxfp8", "floor"), ("mxfp8", "ceil"), ("mxfp8", "rceil"), ("blockwise", None)])
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 @pytest.mark.parametrize("shape", [(256, 384), (1024, 64), (192, 64), (1024, 14)])
 def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, scale_mode, fmt, shape):
@@ -1040,17 +1040,17 @@ def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, scale_mode, fmt, s
         assert fastcast.cast_pair(x, recipe, options, fmt_) is None
 
 
-@pytest.mark.parametrize("recipe, scale_mode", [("mxfp8", "floor"), ("mxfp8", "rceil"), ("blockwise", None)])
+@pytest.mark.parametrize("recipe, scale_mode", [("mxfp8", "floor"), ("mxfp8", "ceil"), ("mxfp8", "rceil"), ("blockwise", None)])
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 def test_block_casts_with_many_elements_below_the_range(recipe, scale_mode, fmt, cast_path, monkeypatch):
     """A tensor like a GELU output late in training: a third of it far below its tiles' normal
     ranges (by default cast whole, `fastcast._cast_in_tiles`), with ties on the
     subnormal grids, an all-zero block of both signs, float32 subnormals; in a second tensor, a
     tile of tiny nonzero values whose bound is raised to 2**-126 (there blockwise, and MX under
-    rceil, cast the tensor whole and those tiles again, through the table; MX under floor, whose
-    tiles may saturate, declines); in a third, 60% zeros with few
-    elements to fix, which the search leaves out. Each copy of the pair equals its reference, and
-    its statistics the single cast's."""
+    ceil and rceil, cast the tensor whole and those tiles again, through the table; MX under
+    floor, whose tiles may saturate, declines); in a third, 60% zeros with few elements to fix,
+    which the search leaves out. Each copy of the pair equals its reference, and its statistics
+    the single cast's."""
     fixes = []
     cast_in_tiles = fastcast._cast_in_tiles
     monkeypatch.setattr(fastcast, "_cast_in_tiles", lambda *args: fixes.append(args[3]) or cast_in_tiles(*args))
@@ -1070,8 +1070,8 @@ def test_block_casts_with_many_elements_below_the_range(recipe, scale_mode, fmt,
     fmt_ = formats.get(fmt)
     options = fp8._recipe_options(recipe, {} if scale_mode is None else {"scale_mode": scale_mode})
     # (tensor, cast whole by default, cast whole where forced, declined by the one by one cast);
-    # tiles of tiny values are cast again where no tile can saturate (blockwise, and MX under rceil)
-    raised_whole = recipe == "blockwise" or scale_mode == "rceil"
+    # tiles of tiny values are cast again where no tile can saturate (blockwise, and MX under ceil and rceil)
+    raised_whole = recipe == "blockwise" or scale_mode in ("ceil", "rceil")
     for tensor, by_default, where_forced, too_many in ((x, True, True, True), (raised, raised_whole, raised_whole, True),
                                                        (zeros, False, True, False)):
         fixes.clear()

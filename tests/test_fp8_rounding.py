@@ -167,8 +167,8 @@ def test_all_float32_inputs_take_the_codec_value(name):
 
 def test_block_scale_rules_equal_their_references():
     """The block scales the fast path computes from amax bits: MX's shared exponents equal
-    mx.shared_exponents in every scale mode (floor and rceil are spelled out there, and rceil's
-    blocks never saturate), blockwise's
+    mx.shared_exponents in every scale mode (floor, ceil and rceil are spelled out there, and the
+    blocks of ceil and rceil never saturate), blockwise's
     equal -log2 of scaling.scale_from_amax(power_of_2=True), and never take an amax past max (the
     exponent of one amax, as the largest tile's is taken, equals them too);
     for every float32 exponent field the fast path takes (finite amax below 2**100, zero and
@@ -186,10 +186,10 @@ def test_block_scale_rules_equal_their_references():
             np.testing.assert_array_equal(rule.exponents(amax), expected)
             assert [rule.exponent_of(one) for one in amax] == expected.tolist()  # one amax at a time
             # ceil and rceil keep every scaled amax within max, floor and even do not; a rule that
-            # says its blocks never saturate (reaches_max False: rceil's) must be one that keeps it
+            # says its blocks never saturate (reaches_max False) must be one that keeps it
             within = (amax.view(np.float32).astype(np.float64) * np.exp2(-expected.astype(np.float64)) <= fmt.max).all()
             assert within == (mode in ("ceil", "rceil")) and (within or rule.reaches_max)
-            assert rule.reaches_max == (mode != "rceil")
+            assert rule.reaches_max == (mode not in ("ceil", "rceil"))
         scale = scaling.scale_from_amax(amax.view(np.float32), fmt, power_of_2=True)
         exponents = fastcast._blockwise_rule(fmt).exponents(amax)
         np.testing.assert_array_equal(np.exp2(-exponents.astype(np.float64)), scale)
