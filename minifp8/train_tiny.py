@@ -62,7 +62,10 @@ since would otherwise overflow), and the naive casts (fp8, unit) give Inf, as to
 do, so that loss scaling sees the overflow. A loss that becomes NaN or Inf stops that recipe's run,
 and so do gradients that overflow without dynamic loss scaling: a one-line message names the recipe,
 the step and the cast point with the worst overflow (saturation); the other recipes still run and
-the exit status is 1.
+the exit status is 1. mxfp8's elements always saturate inside their block; how many do depends on
+its block scales (``--mx-scale-mode``): under the OCP MX rule, ``floor`` (the default), a block whose
+amax has a significand above max's saturates its top elements, and under NVIDIA's ``rceil``, as
+TransformerEngine computes MXFP8 scales, none does.
 
 Outputs (``--out DIR``)
 -----------------------
