@@ -63,10 +63,10 @@ do, so that loss scaling sees the overflow. A loss that becomes NaN or Inf stops
 and so do gradients that overflow without dynamic loss scaling: a one-line message names the recipe,
 the step and the cast point with the worst overflow (saturation); the other recipes still run and
 the exit status is 1. mxfp8's elements always saturate inside their block; how many do depends on
-its block scales (``--mx-scale-mode``): under the OCP MX rule, ``floor`` (the default), a block whose
-scaled amax lies beyond max's rounding interval (E4M3: above 464, where floor puts a scaled amax in [256, 512))
-saturates its largest elements, and under NVIDIA's ``rceil``, as TransformerEngine computes MXFP8
-scales, none does.
+its block scales (``--mx-scale-mode``). Under the OCP MX rule, ``floor`` (the default), a scaled
+amax lies in [256, 512) for E4M3, and a block whose scaled amax lies above 464 (max's rounding
+interval) saturates its largest elements; under NVIDIA's ``rceil``, as TransformerEngine computes
+MXFP8 scales, none does.
 
 Outputs (``--out DIR``)
 -----------------------
