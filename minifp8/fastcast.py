@@ -226,8 +226,9 @@ three knobs to hold each path to the references.)"""
 
 _SPARSE_TILES_FRACTION = 1 / 4
 """Where the tiles of the elements below the largest tile's bound hold at most this fraction of a
-tensor, only their amax is taken (rules whose scaled amax never passes max: ``blockwise``); else
-every tile's is, as MX blocks always need (`_cast_in_range`)."""
+tensor, only their amax is taken (rules whose scaled amax never passes max: ``blockwise``, and MX
+under ``ceil`` or ``rceil``); else every tile's is, as MX under ``floor`` or ``even`` always needs
+(`_cast_in_range`)."""
 
 _DENSE_FRACTION = 1 / 10
 """Where more than this fraction of a per-tensor cast's elements are nonzero and lie below the
@@ -506,8 +507,9 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         equals the first, and the other rows of ``out`` were left unwritten. None, with ``out``
         unspecified, where a block cast holds a magnitude of 2**100 or more (`_HUGE`: Inf and NaN
         too), or more than `_FIXUP_FRACTION` of the elements lie outside the range and the whole
-        cast declines (an MX tile's bound raised to 2**-126, or more than `_FIXUP_FRACTION` of the
-        elements in such blockwise tiles; one scale: Inf, NaN or huge).
+        cast declines (a tile's bound raised to 2**-126 under a rule that can reach max, MX under
+        ``floor`` or ``even``; more than `_FIXUP_FRACTION` of the elements in such tiles under the
+        other rules; one scale: Inf, NaN or huge).
     """
     size, copies = x.size, len(tilings)
     if scale is None:
@@ -539,7 +541,8 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     # Many nonzero elements below: every copy is cast whole (`_cast_in_tiles`), unless, with one
     # scale, an element is huge, Inf or NaN. Nonzero tiles whose bound is raised to 2**-126 (their
     # float32 subnormals need the table) are cast again after, where few and where the rule never
-    # reaches max (blockwise; else the cast is declined: an MX tile there could saturate).
+    # reaches max (blockwise, MX under ceil or rceil; else the cast is declined: an MX tile under
+    # floor or even could saturate there).
     below_count = np.count_nonzero(below)
     dense_count = (_DENSE_FRACTION if rule is None else _DENSE_BLOCK_FRACTION) * size
     dense = below_count > dense_count
