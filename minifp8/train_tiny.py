@@ -162,7 +162,7 @@ class TrainConfig:
         "help": "mxfp8's block scales: floor, the OCP MX rule (2**floor(log2 amax) / 2**emax, which lets some "
                 "blocks saturate); rceil, NVIDIA's MXFP8 pre-training recipe and TransformerEngine's "
                 "(2**ceil(log2(amax / max)), which never saturates); or torchao's ceil and even (tutorial 4); "
-                "no effect on the other recipes",
+                "refused unless a run is mxfp8",
         "choices": mx.SCALE_MODES})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
@@ -408,6 +408,9 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
         fail(f"--fp8-allreduce must be >= 0 (0: off), got {config.fp8_allreduce}")
     if config.mx_scale_mode not in mx.SCALE_MODES:  # (argparse's choices; a config.json is checked here)
         fail(f"--mx-scale-mode must be one of {', '.join(mx.SCALE_MODES)}, got {config.mx_scale_mode!r}")
+    if config.mx_scale_mode != TrainConfig.mx_scale_mode and all(run.recipe != "mxfp8" for run in runs):
+        fail(f"--mx-scale-mode {config.mx_scale_mode} sets mxfp8's block scales, but no run is mxfp8: "
+             f"{','.join(run.label for run in runs)}")
     _check_runs(fail, runs)
     for run in runs:
         if config.batch_size % run.workers:
@@ -892,7 +895,8 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
         meta = json.loads(str(archive["meta"]))
         saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)
         # a flag added since a checkpoint was written had its default there
-        saved = {**saved, "config": {**{f.name: f.default for f in fields(TrainConfig)}, **saved["config"]}}
+        defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in _SESSION_FLAGS}
+        saved = {**saved, "config": {**defaults, **saved["config"]}}
         differing = sorted({key for part in ("config", "run") for key in {*saved[part], *identity[part]}
                             if saved[part].get(key) != identity[part].get(key)})
         if differing:

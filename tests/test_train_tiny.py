@@ -578,6 +578,8 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--out", ""], "--out must name a directory"),
     (["--data", ""], "--data must name a text file, got an empty string"),  # (it read as the working directory)
     (["--resume", "somewhere", "--stop-after", "0"], "--stop-after must be >= 1"),
+    (["--recipe", "fp32,current", "--mx-scale-mode", "rceil"],
+     "--mx-scale-mode rceil sets mxfp8's block scales, but no run is mxfp8: fp32,current"),
 ])
 def test_bad_flags_give_one_line_errors(capsys, argv, message):
     status, out, err = run_main(capsys, *argv)
