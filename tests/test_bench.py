@@ -188,8 +188,11 @@ def test_mx_scale_mode_sets_the_block_scales_of_the_mxfp8_runs(capsys, tmp_path,
                         lambda model, recipe, **options: applied.append((recipe, options)) or apply_recipe(model, recipe, **options))
     path = tmp_path / "speed.json"
     assert bench.main(["--steps", "3", "--recipes", "mxfp8", "--mx-scale-mode", "rceil", "--json", str(path), "train"]) == 0
-    assert "train step under mxfp8 (rceil scales) " in capsys.readouterr().out
-    assert ("mxfp8", {"scale_mode": "rceil"}) in applied and bench.load_speed_results(path)["mx_scale_mode"] == "rceil"
+    printed = capsys.readouterr().out
+    assert "train step under mxfp8 (rceil scales) " in printed and "target" not in printed  # (stated for floor)
+    document = bench.load_speed_results(path)
+    assert ("mxfp8", {"scale_mode": "rceil"}) in applied and document["mx_scale_mode"] == "rceil"
+    assert document["recipes"]["mxfp8"]["target"] is None
 
 
 def test_json_of_another_width_states_no_target(tmp_path):
