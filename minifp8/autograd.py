@@ -761,6 +761,8 @@ def _sum_rows_by_id(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.nd
     slot = np.arange(ids.size) - first[sorted_ids] + (most - repeats[sorted_ids])
     grid = np.zeros((most, num_rows, dim), dtype=values.dtype)
     grid[slot, sorted_ids] = values[order]
+    # (the most repeated ids fill every slot: their sums start from add's identity, +0.0, as
+    # np.add.at's do, since a reduction's initial value defaults to it: -0.0 rows sum to +0.0)
     return np.add.reduce(grid, axis=0, out=out)
 
 

@@ -680,6 +680,11 @@ def test_integer_array_index_backward_is_add_at_bit_for_bit(dtype):
                 np.add.at(expected, ids, grads)
                 assert x.grad.dtype == dtype and x.grad.shape == shape
                 assert np.array_equal(x.grad.view(np.uint8), expected.view(np.uint8)), (shape, index_shape, ids.dtype)
+    # rows of -0.0 only, on the most repeated id (whose sum fills every slot of the grid) and on
+    # another: np.add.at's sums start from +0.0, so both are +0.0
+    x = Tensor(np.zeros((3, 4)), requires_grad=True)
+    x[np.array([1, 1, 1, 0, 2])].backward(np.full((5, 4), -0.0))
+    assert not np.signbit(x.grad).any() and not x.grad.any()
     # the sums themselves, and a bool mask and a pair of index arrays (np.add.at's path)
     x = Tensor(np.zeros((4, 2)), requires_grad=True)
     x[np.array([3, -1, 0, 3])].backward(np.arange(8.0).reshape(4, 2))
