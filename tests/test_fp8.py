@@ -1013,12 +1013,13 @@ def test_scale_plot_rows():
 # ================================================================================================
 @pytest.mark.parametrize("recipe, scale_mode", [("mxfp8", "floor"), ("mxfp8", "ceil"), ("mxfp8", "rceil"), ("blockwise", None)])
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
-@pytest.mark.parametrize("shape", [(256, 384), (1024, 64), (192, 64), (1024, 14)])
+@pytest.mark.parametrize("shape", [(256, 384), (1024, 64), (192, 64), (1024, 14), (600, 500)])
 def test_rowwise_and_columnwise_pair_equals_two_casts(recipe, scale_mode, fmt, shape):
     """The pair cast of a GEMM operand (`fastcast.cast_pair`, which shares the rounding of the normal
     range between the two copies) gives each copy's values and statistics exactly as its own cast
     (`fastcast.cast`) does, or declines (the table path forced, NaN blocks), leaving them to it. The
-    1e30 element makes one tile's normal range lie far above all others'."""
+    1e30 element makes one tile's normal range lie far above all others'. 600 x 500 is cast in
+    slabs, with partial blocks and tiles along both axes."""
     rng = np.random.default_rng(hash((recipe, fmt, shape)) % 2**32)
     x = (rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, (shape[0], 1)))).astype(np.float32)
     x.reshape(-1)[rng.choice(x.size, 40, replace=False)] = rng.choice(midpoints(fmt), 40) * 2.0**-4
