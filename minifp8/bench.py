@@ -334,7 +334,7 @@ def bench_train(args) -> None:
     print(f"  {label}: {models}, {config.n_layer} layers, n_embd {config.n_embd}, batch "
           f"{config.batch_size} x {config.block_size} tokens, {steps_total} steps per recipe, each beside an fp32 run",
           flush=True)
-    machine = machine_line().removeprefix("machine: ")  # (the load before the section's pairs)
+    machine = args.machine.removeprefix("machine: ")  # (the line main printed, read once: the load moves)
     tenth = max(1, steps_total // 10)
     window = max(1, steps_total // 20)
     baseline, families, measured = [], set(), {}
@@ -493,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     args.repeats = 5 if args.repeats is None else args.repeats
     args.rounds = 5 if args.rounds is None else args.rounds
     _tune_malloc()  # measure steps with the allocator the trainer runs them with
-    print(machine_line(), flush=True)
+    args.machine = machine_line()  # (read once: the JSON of the train section records the line printed)
+    print(args.machine, flush=True)
     for name in args.sections or list(SECTIONS):
         print(f"[{name}]", flush=True)
         SECTIONS[name](args)
