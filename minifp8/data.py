@@ -67,6 +67,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .formats import _check_int
+
 __all__ = [
     "AnswerAccuracy", "CharTokenizer", "Dataset", "OPERATORS", "SPLITS", "answer_accuracy",
     "answer_mask", "arithmetic_corpus", "arithmetic_loss_floor", "load_dataset", "load_text",
@@ -80,17 +82,6 @@ SPLITS = ("train", "val")
 
 
 # ---- argument checks ---------------------------------------------------------------------------
-
-def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
-    """``value`` as a Python int in [minimum, maximum]; TypeError for non-integers (bool included)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be {bounds}, got {value}")
-    return value
-
 
 def _check_fraction(name: str, value) -> float:
     """A float strictly between 0 and 1."""

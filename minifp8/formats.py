@@ -39,6 +39,19 @@ def _check_bool(value, name: str) -> bool:
     return bool(value)
 
 
+def _check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as a Python int in [minimum, maximum] (either bound optional); TypeError for
+    anything but a Python or NumPy integer (a bool is not one), ValueError out of the bounds."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = f"<= {maximum}" if minimum is None else f">= {minimum}" if maximum is None else \
+            f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} must be {bounds}, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class FloatFormat:
     """A binary floating-point format given by its spec fields.

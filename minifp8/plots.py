@@ -20,7 +20,7 @@ import numpy as np
 
 from . import formats as _formats
 from .codec import quantize
-from .data import _check_int
+from .formats import _check_int
 
 # One colour per format, the same in every figure (matplotlib's default cycle, colour-blind safe
 # enough for two or three lines; subnormals and special regions get their own).

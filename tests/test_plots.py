@@ -130,7 +130,7 @@ def test_format_figures_take_one_name_or_a_non_empty_list():
     (lambda: plots.stochastic_rounding_bias(low=0.0), ValueError, "0 < low < high, got low=0"),
     (lambda: plots.stochastic_rounding_bias(low=1.5, high=1.0), ValueError, "0 < low < high"),
     (lambda: plots.stochastic_rounding_bias(samples=0), ValueError, "samples must be >= 1, got 0"),
-    (lambda: plots.stochastic_rounding_bias(points=1.5), TypeError, "points must be an integer, got float"),
+    (lambda: plots.stochastic_rounding_bias(points=1.5), TypeError, "points must be an int, got float"),
     (lambda: plots.delayed_scaling_outlier(steps=20, spike_step=20), ValueError, r"spike_step must be in \[0, 19\]"),
     (lambda: plots.delayed_scaling_outlier(spike_step=-1), ValueError, r"spike_step must be in \[0, 49\]"),
     (lambda: plots.delayed_scaling_outlier(size=0), ValueError, "size must be >= 1, got 0"),
@@ -143,7 +143,7 @@ def test_format_figures_take_one_name_or_a_non_empty_list():
     (lambda: plots.delayed_scaling_outlier(spike_factor=math.inf), ValueError, "finite number > 0, got inf"),
     (lambda: plots.delayed_scaling_outlier(spike_factor="8"), ValueError, "spike_factor must be a finite number"),
     (lambda: plots.stochastic_rounding_bias(seed=-1), ValueError, "seed must be >= 0, got -1"),
-    (lambda: plots.delayed_scaling_outlier(seed=1.5), TypeError, "seed must be an integer, got float"),
+    (lambda: plots.delayed_scaling_outlier(seed=1.5), TypeError, "seed must be an int, got float"),
     (lambda: plots.block_scaling_snr(seed=-2), ValueError, "seed must be >= 0, got -2"),
     (lambda: plots.scale_plot([1, 2]), TypeError, "scale_plot needs ScaleRecords .* got int 1"),
 ])
