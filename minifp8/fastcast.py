@@ -367,9 +367,9 @@ def _tile_amax(magnitude: np.ndarray, tiling: _Tiling) -> np.ndarray:
     """The largest of the (1-d, C-order) ``magnitude`` bits in each tile, in tile order."""
     outer, n, inner, length, width = tiling
     if length == n and inner == width:  # one tile per outer row: runs of n * inner elements
-        return mx.row_max(magnitude, n * inner)
+        return mx._row_max(magnitude, n * inner)
     if inner == 1 and n % length == 0:  # runs of length consecutive elements
-        return mx.row_max(magnitude, length)
+        return mx._row_max(magnitude, length)
     if inner == 1:  # rows of n, the last run of each row shorter
         return np.maximum.reduceat(magnitude.reshape(outer, n), np.arange(0, n, length), axis=1).reshape(-1)
     view = magnitude.reshape(outer, n, inner)
@@ -1083,10 +1083,11 @@ def _magnitudes(blocks: np.ndarray) -> np.ndarray:
 def _block_amax(magnitude: np.ndarray, axes: tuple) -> np.ndarray:
     """max |x| over ``axes`` (keepdims) from `_magnitudes` bits, as float32 (NaN where a block holds NaN).
 
-    Blocks that are contiguous rows of a power-of-two length go to ``mx.row_max``'s tree of passes.
+    Blocks that are contiguous rows of a power-of-two length go to ``mx.row_max``'s tree of passes
+    (``mx._row_max``: without the public function's argument checks).
     """
     if axes == (1,) and magnitude.shape[2] == 1 and magnitude.shape[1] & (magnitude.shape[1] - 1) == 0:
-        amax = mx.row_max(magnitude.reshape(-1), magnitude.shape[1]).reshape(-1, 1, 1)
+        amax = mx._row_max(magnitude.reshape(-1), magnitude.shape[1]).reshape(-1, 1, 1)
     else:
         amax = magnitude.max(axis=axes, keepdims=True)
     return amax.view(np.float32)

@@ -55,13 +55,14 @@ fine: they give empty codes and scales of the documented shapes, and dequantize 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
 from . import codec, formats
-from .formats import FloatFormat
+from .formats import FloatFormat, _check_int
 
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
 ELEMENT_FORMATS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")  # OCP MX v1.0 section 5
@@ -118,16 +119,19 @@ def _element_and_block_size(elem, block_size) -> tuple[FloatFormat, int]:
         element, default_block_size = elem.elem, elem.block_size
     else:
         element, default_block_size = formats.get(elem), 32
-    if element.name not in ELEMENT_FORMATS:
-        raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {element.name}")
+    _check_element(element)
     block_size = default_block_size if block_size is None else block_size
     _check_block_size(block_size)
     return element, int(block_size)
 
 
+def _check_element(element: FloatFormat) -> None:
+    if element.name not in ELEMENT_FORMATS:
+        raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {element.name}")
+
+
 def _check_block_size(block_size) -> None:
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
-        raise TypeError(f"block_size must be an int, got {type(block_size).__name__} {block_size!r}")
+    _check_int("block_size", block_size)
     if block_size < 1 or block_size & (block_size - 1):
         raise ValueError(f"block_size must be a power of two (1, 2, 4, ..., 32, ...), got {block_size}")
 
@@ -138,8 +142,7 @@ def _check_scale_mode(scale_mode) -> None:
 
 
 def _normalize_axis(axis, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
+    _check_int("axis", axis)
     if ndim == 0:
         raise ValueError("block scaling needs at least one axis, got a 0-d array; reshape it to (1,) first")
     if not -ndim <= axis < ndim:
@@ -156,8 +159,9 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
 
     Parameters
     ----------
-    block : sequence of numbers
+    block : 1-d sequence or numpy array of numbers
         The block's values: floats (taken exactly; NaN, Inf and -0.0 allowed), ints or Fractions.
+        An empty block is all zeros, vacuously: scale 0x00 and no codes.
     elem : FloatFormat, str or MXFormat
         The element format.
     scale_mode, rounding
@@ -172,6 +176,11 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
     """
     element, _ = _element_and_block_size(elem, None)
     _check_scale_mode(scale_mode)
+    if isinstance(block, np.ndarray) and block.ndim != 1:
+        raise ValueError(f"block must be a 1-d sequence or array of numbers, got a {block.ndim}-d array of "
+                         f"shape {block.shape}")
+    if not isinstance(block, (np.ndarray, Sequence)) or isinstance(block, (str, bytes)):
+        raise TypeError(f"block must be a 1-d sequence or array of numbers, got {type(block).__name__} {block!r}")
     values = [_exact_number(v) for v in block]
     if random_bits is None:
         random_bits = [None] * len(values)
@@ -250,12 +259,16 @@ class MXArray:
     codes : numpy.ndarray of uint8
         Element codes, the input's shape, one per byte in the low bits.
     elem : FloatFormat
-        The element format.
+        The element format: E4M3, E5M2, E3M2, E2M3 or E2M1.
     block_size : int
+        A power of two.
     axis : int
-        The blocked axis (non-negative).
+        The blocked axis; a negative one is normalised (stored non-negative).
     shape : tuple of int
-        The input's shape.
+        The input's shape, which is ``codes.shape`` (a list is stored as a tuple).
+
+    Construction checks these fields (types, dtypes and shapes, not the code values): TypeError
+    for a wrong type, ValueError for a wrong value.
     """
 
     scales: np.ndarray
@@ -264,6 +277,13 @@ class MXArray:
     block_size: int
     axis: int
     shape: tuple
+
+    def __post_init__(self):
+        if not isinstance(self.elem, FloatFormat):
+            raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {type(self.elem).__name__} "
+                            f"{self.elem!r}")
+        _check_element(self.elem)
+        _check_block_fields(self)
 
     def dequantize(self) -> np.ndarray:
         """Decode to float32: ``element value * 2**shared_exp``, NaN for the whole of a 0xFF block.
@@ -300,6 +320,31 @@ class MXArray:
         if codes.shape[-1] % 2:
             codes = np.concatenate([codes, np.zeros(codes.shape[:-1] + (1,), np.uint8)], axis=-1)
         return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
+def _check_block_fields(array) -> None:
+    """Check the fields MXArray and NVFP4Array share (O(1): types and shapes) and store ``axis``
+    non-negative, ``block_size`` as an int and ``shape`` as ``codes.shape``."""
+    for name in ("scales", "codes"):
+        value = getattr(array, name)
+        if not isinstance(value, np.ndarray) or value.dtype != np.uint8:
+            got = f"an array of dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+            raise TypeError(f"{name} must be a numpy array of uint8, got {got}")
+    codes, scales, shape = array.codes, array.scales, array.shape
+    _check_block_size(array.block_size)
+    axis = _normalize_axis(array.axis, codes.ndim)
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape):
+        raise TypeError(f"shape must be a tuple of ints, got {type(shape).__name__} {shape!r}")
+    if tuple(shape) != codes.shape:
+        raise ValueError(f"shape {tuple(shape)} does not match codes, whose shape is {codes.shape}")
+    expected = codes.shape[:axis] + (-(-codes.shape[axis] // array.block_size),) + codes.shape[axis + 1:]
+    if scales.shape != expected:
+        raise ValueError(f"scales has shape {scales.shape}, expected {expected} for codes of shape {codes.shape} "
+                         f"with blocks of {array.block_size} along axis {axis}")
+    object.__setattr__(array, "axis", axis)  # (frozen dataclasses)
+    object.__setattr__(array, "block_size", int(array.block_size))
+    object.__setattr__(array, "shape", codes.shape)
 
 
 def quantize(x, elem, *, block_size=None, axis=-1, scale_mode="floor", rounding="nearest_even",
@@ -409,7 +454,7 @@ def block_amax(blocks: np.ndarray) -> np.ndarray:
     blocks = blocks.astype(blocks.dtype.newbyteorder("="), copy=False)  # the bit view needs native order
     unsigned, sign_cleared = _MAGNITUDE_BITS[blocks.dtype.type]
     magnitude = np.bitwise_and(blocks.reshape(-1).view(unsigned), sign_cleared)
-    return row_max(magnitude, blocks.shape[1]).view(blocks.dtype)
+    return _row_max(magnitude, blocks.shape[1]).view(blocks.dtype)
 
 
 def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
@@ -420,6 +465,18 @@ def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
     power-of-two length are taken pairwise, in a tree of strided 1-d passes, and longer rows (32 and
     up, where it is as fast with fewer calls) with ``np.maximum.reduceat``.
     """
+    if not isinstance(values, np.ndarray):
+        raise TypeError(f"values must be a 1-d numpy array, got {type(values).__name__}")
+    if values.ndim != 1:
+        raise ValueError(f"values must be a 1-d numpy array, got shape {values.shape}")
+    row_length = _check_int("row_length", row_length, 1)
+    if values.size % row_length:
+        raise ValueError(f"values has {values.size} elements, which is not a multiple of row_length {row_length}")
+    return _row_max(values, row_length)
+
+
+def _row_max(values: np.ndarray, row_length: int) -> np.ndarray:
+    """`row_max` without its checks (the casts call it on every block cast)."""
     if row_length >= 32 or row_length & (row_length - 1):
         return np.maximum.reduceat(values, np.arange(0, values.size, row_length))
     while row_length > 1:  # log2(row_length) levels; pairs never straddle a row boundary
@@ -530,11 +587,18 @@ class NVFP4Array:
     codes : numpy.ndarray of uint8
         E2M1 codes, the input's shape.
     global_amax : numpy.float32
-        The tensor amax the scales were computed from.
+        The tensor amax the scales were computed from: finite, >= 0 (a real number is rounded to
+        float32).
     encode_scale : numpy.float32
-        ``S_enc``, the float32 tensor scale (`quantize_nvfp4`).
+        ``S_enc``, the float32 tensor scale (`quantize_nvfp4`): finite, > 0.
     axis : int
+        The blocked axis; a negative one is normalised (stored non-negative).
     shape : tuple of int
+        ``codes.shape`` (a list is stored as a tuple).
+    block_size : int
+        16, NVFP4's block size (`NVFP4_BLOCK_SIZE`); no other is accepted.
+
+    Construction checks these fields as `MXArray`'s.
     """
 
     scales: np.ndarray
@@ -544,6 +608,14 @@ class NVFP4Array:
     axis: int
     shape: tuple
     block_size: int = NVFP4_BLOCK_SIZE
+
+    def __post_init__(self):
+        object.__setattr__(self, "global_amax", _check_global_amax(self.global_amax))
+        object.__setattr__(self, "encode_scale", _check_global_amax(self.encode_scale, "encode_scale", positive=True))
+        _check_block_size(self.block_size)
+        if self.block_size != NVFP4_BLOCK_SIZE:
+            raise ValueError(f"block_size must be {NVFP4_BLOCK_SIZE} for NVFP4, got {self.block_size}")
+        _check_block_fields(self)
 
     def dequantize(self) -> np.ndarray:
         """Decode to float32 as TransformerEngine's dequantize kernel does (dequantize_nvfp4.cuh).
@@ -647,9 +719,10 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
                       axis=axis, shape=tuple(array.shape))
 
 
-def _check_global_amax(global_amax) -> np.float32:
+def _check_global_amax(global_amax, name: str = "global_amax", positive: bool = False) -> np.float32:
+    """``global_amax`` (or the argument ``name``) as a finite float32, >= 0 (> 0 if ``positive``)."""
     if isinstance(global_amax, (bool, np.bool_)) or not isinstance(global_amax, (int, float, np.integer, np.floating)):
-        raise TypeError(f"global_amax must be a real number (int or float), got {type(global_amax).__name__} "
+        raise TypeError(f"{name} must be a real number (int or float), got {type(global_amax).__name__} "
                         f"{global_amax!r}")
     try:
         with np.errstate(over="ignore"):
@@ -657,7 +730,7 @@ def _check_global_amax(global_amax) -> np.float32:
     except OverflowError:
         amax = np.float32(np.inf)
     if (isinstance(global_amax, (int, np.integer)) or np.isfinite(global_amax)) and not np.isfinite(amax):
-        raise ValueError(f"global_amax={global_amax!r} overflows float32 (max {np.finfo(np.float32).max:.7g})")
-    if not np.isfinite(amax) or amax < 0:
-        raise ValueError(f"global_amax must be a finite number >= 0, got {global_amax!r}")
+        raise ValueError(f"{name}={global_amax!r} overflows float32 (max {np.finfo(np.float32).max:.7g})")
+    if not np.isfinite(amax) or amax < 0 or (positive and amax == 0):
+        raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {global_amax!r}")
     return amax

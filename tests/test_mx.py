@@ -694,6 +694,128 @@ def test_bad_arguments(call, error, match):
         call(x)
 
 
+def spread_rows():
+    """Rows of very different magnitudes, so that scales put back in the wrong place decode far off."""
+    return np.ones((4, 64), np.float32) * np.array([1, 100, 1e4, 1e-3], np.float32)[:, None]
+
+
+@pytest.mark.parametrize("fields, error, match", [
+    # the review's case: transposed scales of the right size decoded to [1, 12288, 1.25, 8192]
+    (lambda q: dict(scales=q.scales.T.copy()), ValueError,
+     r"scales has shape \(2, 4\), expected \(4, 2\) for codes of shape \(4, 64\) with blocks of 32 along axis 1"),
+    (lambda q: dict(scales=q.scales[:1, :1].copy()), ValueError, r"scales has shape \(1, 1\), expected \(4, 2\)"),
+    (lambda q: dict(scales=np.zeros((3, 2), np.uint8)), ValueError, r"scales has shape \(3, 2\)"),
+    (lambda q: dict(block_size=16), ValueError, r"expected \(4, 4\) .* blocks of 16"),
+    (lambda q: dict(scales=q.scales.astype(np.int32)), TypeError, "scales must be a numpy array of uint8, got .*int32"),
+    (lambda q: dict(scales=q.scales.tolist()), TypeError, "scales must be a numpy array of uint8, got list"),
+    (lambda q: dict(codes=q.codes.astype(np.float32)), TypeError, "codes must be a numpy array of uint8, .*float32"),
+    (lambda q: dict(codes=np.uint8(3)), TypeError, "codes must be a numpy array of uint8, got uint8"),
+    (lambda q: dict(codes=np.zeros((), np.uint8), shape=()), ValueError, "0-d"),
+    (lambda q: dict(elem="E4M3"), TypeError, "elem must be a FloatFormat .*got str 'E4M3'"),
+    (lambda q: dict(elem=formats.E4M3FNUZ), ValueError, "MX elements must be one of .* got E4M3FNUZ"),
+    (lambda q: dict(elem=formats.E8M0), ValueError, "MX elements"),
+    (lambda q: dict(block_size=20), ValueError, "block_size must be a power of two"),
+    (lambda q: dict(block_size=32.0), TypeError, "block_size must be an int"),
+    (lambda q: dict(axis=5), ValueError, "axis 5 is out of range"),
+    (lambda q: dict(axis=-3), ValueError, "axis -3 is out of range"),
+    (lambda q: dict(axis=1.0), TypeError, "axis must be an int"),
+    (lambda q: dict(shape=(4, 32)), ValueError, r"shape \(4, 32\) does not match codes, whose shape is \(4, 64\)"),
+    (lambda q: dict(shape=(64, 4)), ValueError, "does not match codes"),
+    (lambda q: dict(shape="4, 64"), TypeError, "shape must be a tuple of ints, got str"),
+    (lambda q: dict(shape=(4.0, 64)), TypeError, "shape must be a tuple of ints"),
+])
+def test_mx_array_checks_its_fields(fields, error, match):
+    q = mx.quantize(spread_rows(), "E4M3")
+    given = dict(scales=q.scales, codes=q.codes, elem=q.elem, block_size=32, axis=1, shape=q.shape)
+    with pytest.raises(error, match=match):
+        mx.MXArray(**{**given, **fields(q)})
+
+
+def test_mx_array_fields_that_pass_are_stored_normalised():
+    x = spread_rows()
+    q = mx.quantize(x, "E4M3")
+    assert q.axis == 1 and q.shape == (4, 64) and type(q.block_size) is int
+    again = mx.MXArray(q.scales, q.codes, formats.E4M3, np.int64(32), -1, [4, 64])
+    assert again.axis == 1 and again.shape == (4, 64) and type(again.block_size) is int
+    np.testing.assert_array_equal(again.dequantize(), q.dequantize())
+    assert again.dequantize()[:, 0].tolist() == [1, 96, 10240, 2**-10]  # each row's own scale
+    columns = mx.quantize(x.T, "MXFP4_E2M1", axis=0)  # scales (2, 4) along axis 0
+    assert columns.scales.shape == (2, 4) and columns.packed().shape == (64, 2)
+    n = mx.quantize_nvfp4(np.ones((3, 5), np.float32), axis=0)  # packed() builds an MXArray of n's fields
+    assert n.scales.shape == (1, 5) and n.packed().tolist() == [[0x77, 0x77, 0x07]] * 3  # E2M1 6 is code 7
+
+
+@pytest.mark.parametrize("fields, error, match", [
+    (lambda n: dict(scales=n.scales.T.copy()), ValueError,
+     r"scales has shape \(8, 4\), expected \(4, 8\) for codes of shape \(4, 128\) with blocks of 16 along axis 1"),
+    (lambda n: dict(scales=n.scales[:, :1].copy()), ValueError, r"scales has shape \(4, 1\)"),
+    (lambda n: dict(codes=n.codes.astype(np.int8)), TypeError, "codes must be a numpy array of uint8"),
+    (lambda n: dict(global_amax="abc"), TypeError, "global_amax must be a real number .* got str 'abc'"),
+    (lambda n: dict(global_amax=-1.0), ValueError, "global_amax must be a finite number >= 0"),
+    (lambda n: dict(global_amax=np.float32(np.nan)), ValueError, "global_amax must be a finite number"),
+    (lambda n: dict(encode_scale=0.0), ValueError, "encode_scale must be a finite number > 0, got 0.0"),
+    (lambda n: dict(encode_scale=np.float32(np.inf)), ValueError, "encode_scale must be a finite number > 0"),
+    (lambda n: dict(encode_scale=1e39), ValueError, "encode_scale=1e\\+39 overflows float32"),
+    (lambda n: dict(encode_scale=None), TypeError, "encode_scale must be a real number"),
+    (lambda n: dict(block_size=32, scales=n.scales[:, :4].copy()), ValueError,
+     "block_size must be 16 for NVFP4, got 32"),
+    (lambda n: dict(block_size=16.0), TypeError, "block_size must be an int"),
+    (lambda n: dict(axis=5), ValueError, "axis 5 is out of range"),
+    (lambda n: dict(shape=(4, 64)), ValueError, "does not match codes"),
+])
+def test_nvfp4_array_checks_its_fields(fields, error, match):
+    n = mx.quantize_nvfp4(np.tile(spread_rows(), 2))
+    given = dict(scales=n.scales, codes=n.codes, global_amax=n.global_amax, encode_scale=n.encode_scale, axis=1,
+                 shape=n.shape)
+    with pytest.raises(error, match=match):
+        mx.NVFP4Array(**{**given, **fields(n)})
+    again = mx.NVFP4Array(**{**given, "global_amax": 10000, "axis": -1, "shape": list(n.shape)})
+    assert again.global_amax == np.float32(10000) and again.global_amax.dtype == np.float32 and again.axis == 1
+    np.testing.assert_array_equal(again.dequantize(), n.dequantize())
+
+
+@pytest.mark.parametrize("values, row_length, error, match", [
+    (np.arange(10), 4, ValueError, "values has 10 elements, which is not a multiple of row_length 4"),
+    (np.arange(10), 0, ValueError, "row_length must be >= 1, got 0"),
+    (np.arange(10), -2, ValueError, "row_length must be >= 1"),
+    (np.arange(10), 2.0, TypeError, "row_length must be an int, got float"),
+    (np.arange(10), True, TypeError, "row_length must be an int, got bool"),
+    (np.arange(10).reshape(2, 5), 5, ValueError, r"values must be a 1-d numpy array, got shape \(2, 5\)"),
+    (list(range(10)), 5, TypeError, "values must be a 1-d numpy array, got list"),
+])
+def test_row_max_bad_arguments(values, row_length, error, match):
+    with pytest.raises(error, match=match):
+        mx.row_max(values, row_length)
+
+
+def test_row_max_rows_of_every_kind():
+    values = np.random.default_rng(6).integers(0, 1000, 96)
+    for row_length in (1, 2, 3, 4, 8, 12, 32, 48, 96, np.int64(16)):
+        np.testing.assert_array_equal(mx.row_max(values, row_length), values.reshape(-1, row_length).max(1))
+    assert mx.row_max(np.zeros(0, np.uint32), 4).shape == (0,)
+
+
+@pytest.mark.parametrize("block, error, match", [
+    (1.0, TypeError, "block must be a 1-d sequence or array of numbers, got float 1.0"),
+    (np.array(1.0), ValueError, r"block must be a 1-d .* got a 0-d array of shape \(\)"),
+    (np.ones((2, 16)), ValueError, r"got a 2-d array of shape \(2, 16\)"),
+    ("1.5", TypeError, "block must be a 1-d sequence .* got str"),
+    ({1.0, 2.0}, TypeError, "got set"),
+    ([[1.0, 2.0]], TypeError, "block values must be floats, ints or Fractions, got list"),
+])
+def test_quantize_block_reference_bad_blocks(block, error, match):
+    with pytest.raises(error, match=match):
+        mx.quantize_block_reference(block, "E4M3")
+
+
+def test_quantize_block_reference_blocks_it_takes():
+    expected = mx.quantize_block_reference([1.0, -3.0, 0.5], "E4M3")
+    assert mx.quantize_block_reference((1.0, -3, Fraction(1, 2)), "E4M3") == expected
+    assert mx.quantize_block_reference(np.array([1.0, -3.0, 0.5], np.float32), "E4M3") == expected
+    # an empty block is all zeros (vacuously): scale 0x00, no codes; quantize never makes one
+    assert mx.quantize_block_reference([], "E4M3") == mx.quantize_block_reference(np.zeros(0), "E4M3") == (0, [])
+
+
 @pytest.mark.parametrize("global_amax, error, match", [
     (2**200, ValueError, "overflows float32"),   # integer overflow of the float32 amax
     (np.int64(10**18), None, None),  # fine: integers that fit float32
