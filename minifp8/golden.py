@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, codec, formats, mx
+from .formats import _check_int
 from .testing import edge_cases
 
 SCHEMA_VERSION = 1
@@ -84,8 +85,18 @@ def _random_magnitudes(rng: np.random.Generator, low: int, high: int, size) -> n
 
 
 def codec_inputs(fmt, dtype) -> np.ndarray:
-    """The inputs of a codec file: edge cases, random values over every binade, float64 near-midpoints."""
+    """The inputs of a codec file: edge cases, random values over every binade, float64 near-midpoints.
+
+    Parameters
+    ----------
+    fmt : FloatFormat or str
+    dtype : float32 or float64 dtype
+        The dtype of the codec files, in any spelling ``np.dtype`` takes (``np.float32``,
+        ``"float64"``, ``"<f4"``, ...). The inputs step one float32 ulp past the midpoints, so
+        narrower floats would lose them, and integers cannot hold NaN or Inf.
+    """
     fmt = formats.get(fmt)
+    dtype = _check_float_dtype(dtype)
     rng = np.random.default_rng(SEED)
     signs = rng.choice([-1.0, 1.0], size=4096) if fmt.signed else 1.0
     magnitudes = _random_magnitudes(rng, fmt.emin - fmt.mantissa_bits - 3, fmt.emax + 2, 4096)
@@ -99,6 +110,20 @@ def codec_inputs(fmt, dtype) -> np.ndarray:
         near = np.concatenate([midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)])
         x = np.concatenate([x, near, -near if fmt.signed else near])
     return x
+
+
+def _check_float_dtype(dtype) -> np.dtype:
+    """``dtype`` as the native float32 or float64 dtype; TypeError unless numpy reads it as a dtype."""
+    try:
+        parsed = None if dtype is None else np.dtype(dtype)  # (np.dtype(None) would be float64)
+    except TypeError:
+        parsed = None
+    if parsed is None:
+        raise TypeError(f"codec_inputs: dtype must be a float32 or float64 dtype (np.float32, 'float64', ...), "
+                        f"got {type(dtype).__name__} {dtype!r}")
+    if parsed.kind != "f" or parsed.itemsize not in (4, 8):
+        raise ValueError(f"codec_inputs: dtype must be float32 or float64, got {parsed}")
+    return parsed.newbyteorder("=")
 
 
 def codec_entries(fmt, out: Path) -> list[dict]:
@@ -138,7 +163,15 @@ def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
 
     Rows, in order: random values at a random binade each (most rows); an all-zero row; a row with
     one huge outlier; float32 subnormals; a row with a NaN; a row with an Inf; and 0.0/-0.0 mixes.
+
+    Parameters
+    ----------
+    rows, length : int
+        The shape; at least 7 rows and 71 columns, to hold those special rows (1 to 6) and the Inf
+        at column 70.
     """
+    _check_int("block_inputs: rows", rows, 7)
+    _check_int("block_inputs: length", length, 71)
     rng = np.random.default_rng(SEED)
     x = _random_rows(rng, rows, length, -20, 20)
     x[1] = 0.0
@@ -153,7 +186,16 @@ def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
 def nvfp4_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
     """Float32 rows for the NVFP4 file: random values at a random binade each within 2**-6 to
     2**6, an all-zero row, 0.0/-0.0 mixes and a row with a 16x outlier. One tensor scale serves all
-    blocks, so a wider range (the MX rows span 2**40) would leave most block scales at E4M3's zero."""
+    blocks, so a wider range (the MX rows span 2**40) would leave most block scales at E4M3's zero.
+
+    Parameters
+    ----------
+    rows, length : int
+        The shape; at least 7 rows and 8 columns, to hold the special rows (1, 2 and 6) and the
+        outlier at column 7.
+    """
+    _check_int("nvfp4_inputs: rows", rows, 7)
+    _check_int("nvfp4_inputs: length", length, 8)
     rng = np.random.default_rng(SEED + 1)
     x = _random_rows(rng, rows, length, -6, 6)
     x[1] = 0.0

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import codec, formats
+from .formats import _check_int
 
 # ================================================================================================
 # gradcheck: analytic gradients of the autograd engine against float64 central differences
@@ -108,18 +109,38 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
     not 0, so that the projection ``r`` is not the same stream as test data drawn with seed 0
     (a projection parallel to the data can make a gradient vanish by symmetry).
 
+    Parameters
+    ----------
+    fn : callable
+    *inputs
+        ``fn``'s arguments; the Tensors among them that require grad are checked.
+    eps : float
+        The central-difference step, finite and > 0.
+    atol, rtol, float32_atol, float32_rtol : float
+        Tolerances, finite and >= 0.
+    seed : int
+        Seeds the projection ``r``: an int >= 0.
+    names : list or tuple of str, optional
+        One name per input, for the report.
+    raise_on_failure : bool
+
     Returns
     -------
     GradcheckReport
         Raises ``AssertionError`` naming the input and its worst element on failure
         (unless ``raise_on_failure=False``).
     """
+    if not callable(fn):
+        raise TypeError(f"gradcheck: fn must be callable, got {type(fn).__name__} {fn!r}")
     raise_on_failure = formats._check_bool(raise_on_failure, "gradcheck: raise_on_failure")
+    seed = _check_int("gradcheck: seed", seed, 0)
     for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol), ("float32_atol", float32_atol),
                         ("float32_rtol", float32_rtol)):
         if not math.isfinite(_real(value, "gradcheck", name)) or value < 0 or (name == "eps" and value == 0):
             raise ValueError(f"gradcheck: {name} must be a finite number {'> 0' if name == 'eps' else '>= 0'}, "
                              f"got {value!r}")
+    if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+        raise TypeError(f"gradcheck: names must be a list or tuple of str, one per input, got {names!r}")
     if names is not None and len(names) != len(inputs):
         raise ValueError(f"gradcheck: {len(names)} names for {len(inputs)} inputs")
     names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
@@ -478,39 +499,50 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
 
 
 def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
-    """Yield float32 input batches for a backend to run through its own cast.
+    """Float32 input batches for a backend to run through its own cast: an iterator of arrays.
 
     The structured and exhaustive sweeps hold NaN, which the formats without a NaN (E2M1, E2M3 and
     E3M2) cannot encode, so drop it first for those (``x[~np.isnan(x)]``); the edge sweep leaves it
-    out.
+    out. The arguments are checked when ``sweep`` is called, not at the first batch.
 
     Parameters
     ----------
     fmt : FloatFormat or str, optional
-        Needed for ``kind="edge"`` only.
+        Needed for ``kind="edge"`` only; the other kinds do not depend on it (it is still checked).
     kind : {"structured", "exhaustive", "edge"}
         ``structured``: every upper-16-bit pattern times lower halves that hit ties and their
         neighbours (524,288 values). ``exhaustive``: all 2^32 float32 bit patterns, in batches of
         ``batch_size``. ``edge``: every value of ``fmt``, every midpoint between neighbours, each
         +- one float32 ulp, the overflow threshold, both zeros, NaN and +-Inf.
+    batch_size : int
+        A power of two in [1, 2**32]; used by ``kind="exhaustive"`` only.
     """
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a str ('structured', 'exhaustive' or 'edge'), "
+                        f"got {type(kind).__name__} {kind!r}")
+    if kind not in ("structured", "exhaustive", "edge"):
+        raise ValueError(f"kind must be 'structured', 'exhaustive' or 'edge', got {kind!r}")
+    if fmt is not None:
+        fmt = formats.get(fmt)
+    elif kind == "edge":
+        raise ValueError("sweep(kind='edge') needs the format whose edges to probe")
+    batch_size = _check_int("batch_size", batch_size, 1, 1 << 32)
+    if (1 << 32) % batch_size:
+        raise ValueError(f"batch_size must be a power of two <= 2**32, got {batch_size}")
+    return _sweep(fmt, kind, batch_size)
+
+
+def _sweep(fmt, kind: str, batch_size: int):
+    """`sweep`'s batches, made on demand (its arguments checked)."""
     if kind == "structured":
         upper = np.arange(1 << 16, dtype=np.uint32) << 16
         low = np.array(STRUCTURED_LOW_HALVES, dtype=np.uint32)
         yield (upper[:, None] | low[None, :]).reshape(-1).view(np.float32)
     elif kind == "exhaustive":
-        if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
-            raise TypeError(f"batch_size must be an int (a power of two), got {batch_size!r}")
-        if batch_size < 1 or (1 << 32) % batch_size:
-            raise ValueError(f"batch_size must be a positive power of two <= 2**32, got {batch_size}")
         for start in range(0, 1 << 32, batch_size):
             yield np.arange(start, start + batch_size, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    elif kind == "edge":
-        if fmt is None:
-            raise ValueError("sweep(kind='edge') needs the format whose edges to probe")
-        yield edge_cases(fmt)
     else:
-        raise ValueError(f"kind must be 'structured', 'exhaustive' or 'edge', got {kind!r}")
+        yield edge_cases(fmt)
 
 
 STRUCTURED_LOW_HALVES = (0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000)

@@ -166,6 +166,30 @@ def test_sweeps():
         next(testing.sweep("E4M3", kind="random"))
 
 
+
+def test_sweep_checks_its_arguments_when_called_not_at_the_first_batch():
+    """sweep was a generator: a bad argument raised only at next(), and batch_size and fmt were
+    not looked at for the kinds that do not use them (a review's find)."""
+    for bad in (-1, 0, 3, 1 << 33):
+        with pytest.raises(ValueError, match=f"batch_size must be .*got {bad}"):
+            testing.sweep(kind="exhaustive", batch_size=bad)
+        with pytest.raises(ValueError, match=f"batch_size must be .*got {bad}"):
+            testing.sweep(kind="structured", batch_size=bad)
+    for bad in (2.5, "1024", True, None):
+        with pytest.raises(TypeError, match=f"batch_size must be an int, got {type(bad).__name__}"):
+            testing.sweep(kind="exhaustive", batch_size=bad)
+    with pytest.raises(ValueError, match="unknown format 'bogus'"):
+        testing.sweep("bogus", kind="structured")
+    with pytest.raises(TypeError, match="format must be a FloatFormat or a name"):
+        testing.sweep(3, kind="exhaustive")
+    with pytest.raises(ValueError, match="needs the format"):
+        testing.sweep(kind="edge")
+    with pytest.raises(ValueError, match="kind must be 'structured', 'exhaustive' or 'edge', got 'random'"):
+        testing.sweep("E4M3", kind="random")
+    with pytest.raises(TypeError, match="kind must be a str .*got NoneType None"):
+        testing.sweep("E4M3", kind=None)
+    assert next(testing.sweep("E4M3", kind="structured", batch_size=np.int64(1 << 32))).size == 1 << 19
+
 # ---- golden files ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def golden_dir(tmp_path_factory):
@@ -188,6 +212,41 @@ def test_golden_inputs_use_no_libm_function(monkeypatch):
             assert golden.codec_inputs(fmt, dtype).size > 4096
     assert golden.block_inputs().shape == golden.nvfp4_inputs().shape == (24, 80)
 
+
+
+def test_golden_codec_inputs_take_a_float32_or_float64_dtype_only():
+    """An int32 dtype turned NaN and Inf into -2**31 with only a RuntimeWarning (a review's find)."""
+    reference = golden.codec_inputs("E4M3", np.float32)
+    for spelling in ("float32", "<f4", ">f4", np.dtype(np.float32)):
+        x = golden.codec_inputs("E4M3", spelling)
+        assert x.dtype == np.float32 and np.array_equal(x, reference, equal_nan=True)
+    assert golden.codec_inputs("E4M3", float).dtype == np.float64
+    for bad, name in ((np.int32, "int32"), ("float16", "float16"), (np.complex128, "complex128"), (bool, "bool")):
+        with pytest.raises(ValueError, match=f"codec_inputs: dtype must be float32 or float64, got {name}"):
+            golden.codec_inputs("E4M3", bad)
+    for bad in (None, "bogus", 3):
+        with pytest.raises(TypeError, match=f"codec_inputs: dtype must be a float32 or float64 dtype .*got "
+                                            f"{type(bad).__name__} {bad!r}"):
+            golden.codec_inputs("E4M3", bad)
+
+
+@pytest.mark.parametrize("function, min_length", [(golden.block_inputs, 71), (golden.nvfp4_inputs, 8)])
+def test_golden_block_inputs_need_int_rows_and_length_that_hold_their_special_values(function, min_length):
+    """length=0 gave a raw IndexError and rows='a' a UFuncTypeError (a review's find)."""
+    name = function.__name__
+    assert function(7, min_length).shape == (7, min_length)
+    assert function(np.int64(8), np.int32(min_length + 1)).shape == (8, min_length + 1)
+    for bad in ("a", 2.0, True, None):
+        with pytest.raises(TypeError, match=f"{name}: rows must be an int, got {type(bad).__name__}"):
+            function(rows=bad)
+        with pytest.raises(TypeError, match=f"{name}: length must be an int, got {type(bad).__name__}"):
+            function(length=bad)
+    for bad in (-1, 0, 6):
+        with pytest.raises(ValueError, match=f"{name}: rows must be >= 7, got {bad}"):
+            function(rows=bad)
+    for bad in (-1, 0, min_length - 1):
+        with pytest.raises(ValueError, match=f"{name}: length must be >= {min_length}, got {bad}"):
+            function(length=bad)
 
 def test_the_nvfp4_golden_vector_scales_every_nonzero_block():
     """Its input used to be the MX rows (binades 2**-20 to 2**20 and a 3e6 outlier under one
@@ -529,3 +588,21 @@ def test_gradcheck_passes_exact_gradients_with_atol_zero_and_names_bad_tolerance
             testing.gradcheck(lambda a, b: a * b, x, w, **{name: value})
     with pytest.raises(TypeError, match="gradcheck: eps"):
         testing.gradcheck(lambda a, b: a * b, x, w, eps="1e-6")
+
+
+def test_gradcheck_names_a_bad_fn_seed_or_names():
+    """seed='x' got numpy's SeedSequence message and fn=3 "'int' object is not callable" (a review's find)."""
+    from minifp8.autograd import Tensor
+
+    x = Tensor(np.array([1.0, -2.0], np.float32), requires_grad=True)
+    with pytest.raises(TypeError, match="gradcheck: fn must be callable, got int 3"):
+        testing.gradcheck(3, x)
+    for bad in ("x", 1.5, True, None):
+        with pytest.raises(TypeError, match=f"gradcheck: seed must be an int, got {type(bad).__name__}"):
+            testing.gradcheck(lambda t: t * 2.0, x, seed=bad)
+    with pytest.raises(ValueError, match="gradcheck: seed must be >= 0, got -1"):
+        testing.gradcheck(lambda t: t * 2.0, x, seed=-1)
+    for bad in ("x", 3, [1], ("x", None)):
+        with pytest.raises(TypeError, match="gradcheck: names must be a list or tuple of str, one per input"):
+            testing.gradcheck(lambda t: t * 2.0, x, names=bad)
+    assert testing.gradcheck(lambda t: t * 2.0, x, seed=np.int64(0), names=("x",)).passed
