@@ -358,10 +358,13 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     ValueError
         An unknown recipe or format, a format other than E4M3/E5M2, a bad option value, a 0-d
         ``x`` or an out-of-range axis under a block recipe, ``weight=True`` on a non-2-d ``x``
-        under ``blockwise``, or a scaler of another format.
+        under ``blockwise``, a scaler of another format, or float64 ``x`` beyond float32's range
+        under a recipe other than ``fp8`` and ``unit`` (which round float64 exactly, and saturate).
     TypeError
         ``x`` not float16/32/64 (int, bool, complex, object), an ill-typed ``fmt``, option,
-        ``axis`` or ``weight``, a missing scaler under ``delayed`` or one given to another recipe.
+        ``axis`` or ``weight``, a missing scaler under ``delayed`` or one given to another recipe,
+        or a scaler's own options (``history_len``, ``amax_compute_algo``, ``margin``) under
+        ``delayed``: the scaler holds them.
 
     Notes
     -----
@@ -374,6 +377,11 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     """
     if recipe not in RECIPES:
         raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    scaler_options = [key for key in _DELAYED_SCALING_OPTIONS if key in options]
+    if recipe == "delayed" and scaler_options:  # (apply_recipe builds the scalers from them; here it is given)
+        raise TypeError(f"fake_quantize: recipe 'delayed' casts with its scaler's own history, so it takes no "
+                        f"{', '.join(scaler_options)}; set them on the scaler: "
+                        f"scaler=scaling.DelayedScaling(fmt, {', '.join(f'{k}=...' for k in scaler_options)})")
     options = _recipe_options(recipe, options, "fake_quantize")
     fmt = formats.get(fmt)
     if fmt not in (FORWARD_FORMAT, BACKWARD_FORMAT):
@@ -383,7 +391,8 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
     if array.dtype == np.float16:
         array = array.astype(np.float32)  # exact
-    elif array.dtype == np.float64 and recipe in ("fp32", "current", "delayed", "blockwise"):  # (float32 work)
+    elif array.dtype == np.float64 and recipe != "fp8" and recipe != "unit":  # float32 work, or float32 values
+        # beyond its range (mxfp8 rounds float64 exactly, but a block of 1e39 dequantizes to Inf)
         with np.errstate(over="ignore"):
             codec._check_fits_float32(array, array.astype(np.float32))
     weight = formats._check_bool(weight, "fake_quantize: weight")
@@ -547,9 +556,12 @@ class FP8Attention:
     def __call__(self, q, k, v, causal: bool = False) -> Tensor:
         q, k, v = as_tensor(q), as_tensor(k), as_tensor(v)
         for name, t in (("q", q), ("k", k), ("v", v)):
-            if t.ndim < 2 or t.data.dtype.kind != "f":
-                raise ValueError(f"FP8 attention {self.point.name!r}: {name} must be a floating tensor of shape "
-                                 f"(..., seq, head_dim), got shape {t.shape} and dtype {t.dtype}")
+            if t.data.dtype.kind != "f":
+                raise TypeError(f"FP8 attention {self.point.name!r}: {name} must be a floating tensor, "
+                                f"got dtype {t.dtype}")
+            if t.ndim < 2:
+                raise ValueError(f"FP8 attention {self.point.name!r}: {name} must have shape (..., seq, head_dim), "
+                                 f"got shape {t.shape}")
         state, point = self.state, self.point
         q = _quantize_forward(state, point, "q", q, axis=-1)   # S = q k^T contracts head_dim
         k = _quantize_forward(state, point, "k", k, axis=-1)

@@ -78,8 +78,46 @@ class ScaledTensor:
     block_shape: tuple | None = None
 
     def __post_init__(self):
+        """Check the fields against each other, so that `dequantize` never broadcasts a wrong scale."""
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {self.granularity!r}")
+        if not isinstance(self.codes, np.ndarray) or self.codes.dtype != np.uint8:
+            raise TypeError(f"codes must be a uint8 array (one code per element), got {_described(self.codes)}")
+        if not isinstance(self.fmt, FloatFormat):
+            raise TypeError(f"fmt must be a FloatFormat (e.g. minifp8.formats.E4M3), got {_described(self.fmt)}")
+        expected = self._scale_shape()
+        for name in ("scale", "scale_inv", "amax"):
+            value = getattr(self, name)
+            if not isinstance(value, (np.ndarray, np.float32)) or value.dtype != np.float32:
+                raise TypeError(f"{name} must be float32 (a numpy array or np.float32), got {_described(value)}")
+            if value.shape != expected:
+                raise ValueError(f"{name} has shape {value.shape}, expected {expected} for codes of shape "
+                                 f"{self.codes.shape} with {self.granularity} scaling"
+                                 + ("" if self.axis is None else f" along axis {self.axis}")
+                                 + ("" if self.block_shape is None else f" in tiles of {self.block_shape}"))
+
+    def _scale_shape(self) -> tuple:
+        """The shape of ``scale`` for the granularity (checking ``axis`` and ``block_shape``)."""
+        shape = self.codes.shape
+        if self.granularity == "tensor":
+            if self.axis is not None or self.block_shape is not None:
+                raise ValueError(f"per-tensor scaling has no axis or block_shape, got axis={self.axis!r}, "
+                                 f"block_shape={self.block_shape!r}")
+            return ()
+        if isinstance(self.axis, bool) or not isinstance(self.axis, (int, np.integer)) or \
+                not 0 <= self.axis < len(shape):
+            raise ValueError(f"{self.granularity} scaling needs axis, an int in [0, {len(shape)}) for codes of "
+                             f"shape {shape}, got {self.axis!r}")
+        if self.granularity == "row":
+            if self.block_shape is not None:
+                raise ValueError(f"per-row scaling has no block_shape, got {self.block_shape!r}")
+            return shape[:self.axis] + (1,) + shape[self.axis + 1:]
+        rows, columns = _block_shape(self.block_shape)
+        if rows > 1 and len(shape) != 2:
+            raise ValueError(f"tiles of {rows}x{columns} need 2-d codes, got shape {shape}")
+        tiles = [-(-length // rows) if rows > 1 else length for length in shape]  # (2-d: the other axis)
+        tiles[self.axis] = -(-shape[self.axis] // columns)
+        return tuple(tiles)
 
     @property
     def shape(self) -> tuple:
@@ -305,8 +343,10 @@ class DelayedScaling:
 
     def __init__(self, fmt="E4M3", *, history_len=1024, amax_compute_algo="max", margin=0):
         self.fmt = _format(fmt)
-        if isinstance(history_len, bool) or not isinstance(history_len, (int, np.integer)) or history_len < 1:
-            raise ValueError(f"history_len must be an int >= 1, got {history_len!r}")
+        if isinstance(history_len, bool) or not isinstance(history_len, (int, np.integer)):
+            raise TypeError(f"history_len must be an int, got {type(history_len).__name__} {history_len!r}")
+        if history_len < 1:
+            raise ValueError(f"history_len must be >= 1, got {history_len}")
         if amax_compute_algo not in AMAX_COMPUTE_ALGOS:
             raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; "
                              f"choose one of {', '.join(AMAX_COMPUTE_ALGOS)}")
@@ -343,12 +383,12 @@ class DelayedScaling:
         """Record a tensor's ``max|x|`` (a float32, >= 0 or NaN) as `quantize` does: into this step's
         history entry, as a running max (NaN propagates). For a caller that casts with ``scale``
         itself. A negative amax is a ValueError, as in `scale_from_amax` (a forgotten ``abs``)."""
-        if not isinstance(amax, np.float32):  # (what the casts pass, on every cast: checked already)
+        if not isinstance(amax, np.float32):  # (the casts pass a np.float32 on every cast)
             amax = codec._to_float32(amax, "amax")
             if amax.ndim:
                 raise ValueError(f"amax must be one number (a tensor's max|x|), got an array of shape {amax.shape}")
-            if amax < 0:
-                raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax)}")
+        if amax < 0:
+            raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax)}")
         self.amax_history[0] = np.maximum(self.amax_history[0], np.abs(amax))
 
     def update(self) -> None:
@@ -401,6 +441,13 @@ def _axis(axis, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise ValueError(f"axis {axis} is out of range for an array with {ndim} dimension(s)")
     return int(axis) % ndim
+
+
+def _described(value) -> str:
+    """A value's type, and its dtype and shape for an array, for error messages."""
+    if isinstance(value, np.ndarray):
+        return f"{type(value).__name__} of dtype {value.dtype} and shape {value.shape}"
+    return f"{type(value).__name__} {value!r}"
 
 
 def _block_shape(block_shape) -> tuple[int, int]:

@@ -808,6 +808,16 @@ def run(model, inputs, grad):
     return [out.data, x.grad] + [p.grad for p in model.parameters()]
 
 
+def test_fp8_attention_refuses_integer_and_1d_inputs():
+    model = AttentionModule()
+    fp8.apply_recipe(model, "fp8")
+    q = Tensor(np.ones((2, 4, 8), np.float32))
+    with pytest.raises(TypeError, match="FP8 attention 'AttentionModule': k must be a floating tensor, got dtype int64"):
+        model(q, Tensor(np.ones((2, 4, 8), np.int64)), q)
+    with pytest.raises(ValueError, match=r"v must have shape \(..., seq, head_dim\), got shape \(8,\)"):
+        model(q, q, Tensor(np.ones(8, np.float32)))
+
+
 def test_apply_recipe_finds_every_linear_and_attention():
     rng = np.random.default_rng(0)
     model = small_model(rng)
@@ -1308,6 +1318,14 @@ def test_fake_quantize_rejects_ill_typed_arguments():
         fp8.fake_quantize(x.reshape(2, 2, 256), "blockwise", weight=True)  # (an internal TypeError when unchecked)
     with pytest.raises(TypeError, match="scaler is only used by recipe 'delayed'"):
         fp8.fake_quantize(x, "current", scaler=scaling.DelayedScaling("E4M3"))
+    # found by an audit: the scaler's own options were accepted and ignored (the scaler kept margin 0)
+    scaler = scaling.DelayedScaling("E4M3")
+    with pytest.raises(TypeError, match=r"takes no history_len, margin; set them on the scaler: "
+                                        r"scaler=scaling.DelayedScaling\(fmt, history_len=..., margin=...\)"):
+        fp8.fake_quantize(x, "delayed", scaler=scaler, margin=5, history_len=3)
+    assert scaler.margin == 0 and not scaler.amax_history.any()  # refused before anything was recorded
+    with pytest.raises(TypeError, match="takes no amax_compute_algo"):
+        fp8.fake_quantize(x, "delayed", amax_compute_algo="most_recent")
     values, _ = fp8.fake_quantize(x, "blockwise", axis=np.int64(0), weight=np.bool_(False))
     assert_same(values, reference(x, "blockwise", "E4M3", axis=0))
     # per-tensor recipes do not use the axis, but took any (the Raises section promises an error)

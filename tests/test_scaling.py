@@ -309,8 +309,9 @@ def test_delayed_scaling_several_casts_in_one_step():
 # ================================================================================================
 @pytest.mark.parametrize("call, error, match", [
     (lambda: scaling.DelayedScaling(history_len=0), ValueError, "history_len"),
-    (lambda: scaling.DelayedScaling(history_len="1024"), ValueError, "history_len"),
-    (lambda: scaling.DelayedScaling(history_len=True), ValueError, "history_len"),
+    (lambda: scaling.DelayedScaling(history_len="1024"), TypeError, "history_len must be an int, got str"),
+    (lambda: scaling.DelayedScaling(history_len=True), TypeError, "history_len must be an int, got bool"),
+    (lambda: scaling.DelayedScaling(history_len=2.0), TypeError, "history_len must be an int, got float"),
     (lambda: scaling.DelayedScaling(amax_compute_algo="mean"), ValueError, "amax_compute_algo"),
     (lambda: scaling.DelayedScaling(margin=0.5), TypeError, "margin"),
     (lambda: scaling.DelayedScaling("E8M0"), ValueError, "signed"),
@@ -342,6 +343,8 @@ def test_delayed_scaling_several_casts_in_one_step():
      r"amax must be one number .* shape \(2,\)"),
     # found by an audit: it recorded |-5| (a forgotten abs hidden), where scale_from_amax refuses
     (lambda: scaling.DelayedScaling().record_amax(-5.0), ValueError, r"amax must be >= 0 .* got -5.0"),
+    # and a np.float32 (the type the casts pass) was let through unchecked, its abs recorded
+    (lambda: scaling.DelayedScaling().record_amax(np.float32(-5)), ValueError, r"amax must be >= 0 .* got -5.0"),
     # finite float64 beyond float32 became Inf: amax Inf, scale 1, values 36 orders of magnitude off
     (lambda: scaling.quantize_current(np.array([1e39, 1.0])), ValueError,
      r"x holds finite values beyond float32's range .* e.g. 1e\+39"),
@@ -352,6 +355,8 @@ def test_delayed_scaling_several_casts_in_one_step():
     (lambda: fp8.fake_quantize(np.array([1e39, 1.0]), "current"), ValueError, "beyond float32's range"),
     (lambda: fp8.fake_quantize(np.array([[1e39, 1.0]]), "blockwise"), ValueError, "beyond float32's range"),
     (lambda: fp8.fake_quantize(np.array([1e300, 1.0]), "fp32"), ValueError, "beyond float32's range"),
+    # mxfp8 rounds float64 exactly, but its float32 values of a block of 1e39 were Inf, with no saturation counted
+    (lambda: fp8.fake_quantize(np.array([1e39, 1.0]), "mxfp8"), ValueError, "beyond float32's range"),
 ])
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
@@ -372,3 +377,51 @@ def test_one_amax_is_scaled_as_an_array_of_them(fmt):
         elementwise = scaling.scale_from_amax(amaxes, fmt, power_of_2=power_of_2)
         one_by_one = np.array([scaling.scale_from_amax(a, fmt, power_of_2=power_of_2) for a in amaxes])
         np.testing.assert_array_equal(one_by_one.view(np.uint32), elementwise.view(np.uint32))
+
+
+# ================================================================================================
+# ScaledTensor checks its fields, so that dequantize never broadcasts a wrong scale.
+# ================================================================================================
+def test_scaled_tensors_from_every_recipe_pass_their_own_checks():
+    x = np.random.default_rng(0).standard_normal((5, 260)).astype(np.float32)
+    for scaled in (scaling.quantize_current(x), scaling.quantize_rowwise(x, axis=0),
+                   scaling.quantize_rowwise(x[0], axis=0), scaling.DelayedScaling().quantize(x),
+                   scaling.quantize_blockwise(x), scaling.quantize_blockwise(x, axis=0),
+                   scaling.quantize_blockwise(x, block_shape=(128, 128)),
+                   scaling.quantize_blockwise(x.reshape(5, 2, 130), axis=1)):
+        rebuilt = scaling.ScaledTensor(scaled.codes, scaled.scale, scaled.scale_inv, scaled.amax, scaled.fmt,
+                                       scaled.granularity, scaled.axis, scaled.block_shape)
+        assert np.array_equal(rebuilt.dequantize(), scaled.dequantize(), equal_nan=True)
+
+
+def _fields(scaled):
+    return dict(codes=scaled.codes, scale=scaled.scale, scale_inv=scaled.scale_inv, amax=scaled.amax,
+                fmt=scaled.fmt, granularity=scaled.granularity, axis=scaled.axis, block_shape=scaled.block_shape)
+
+
+@pytest.mark.parametrize("make, change, error, match", [
+    # found by an audit: a per-tile scale_inv of the wrong shape raised NumPy's broadcast error, and
+    # an oversized one (4 x 5 for 4 x 2 tiles) was accepted
+    ("row", dict(scale_inv=np.ones((5, 1), np.float32)), ValueError,
+     r"scale_inv has shape \(5, 1\), expected \(4, 1\) for codes of shape \(4, 8\) with row scaling along axis 1"),
+    ("block", dict(scale_inv=np.ones((4, 5), np.float32)), ValueError,
+     r"scale_inv has shape \(4, 5\), expected \(4, 2\) .* in tiles of \(1, 4\)"),
+    ("block", dict(axis=None), ValueError, r"block scaling needs axis, an int in \[0, 2\) .* got None"),
+    ("block", dict(block_shape=(0, 4)), ValueError, "block_shape entries must be positive ints"),
+    ("row", dict(axis=2), ValueError, r"an int in \[0, 2\)"),
+    ("row", dict(block_shape=(1, 4)), ValueError, "per-row scaling has no block_shape"),
+    ("tensor", dict(axis=0), ValueError, "per-tensor scaling has no axis"),
+    ("tensor", dict(scale=np.ones(1, np.float32)), ValueError, r"scale has shape \(1,\), expected \(\)"),
+    ("tensor", dict(amax=np.float64(1.0)), TypeError, "amax must be float32 .* got float64"),
+    ("tensor", dict(scale_inv=1.0), TypeError, "scale_inv must be float32 .* got float 1.0"),
+    ("tensor", dict(codes=np.zeros((4, 8), np.int8)), TypeError, r"codes must be a uint8 array .* dtype int8"),
+    ("tensor", dict(codes=[[0] * 8] * 4), TypeError, "codes must be a uint8 array .* got list"),
+    ("tensor", dict(fmt="E4M3"), TypeError, "fmt must be a FloatFormat .* got str 'E4M3'"),
+    ("tensor", dict(granularity="tile"), ValueError, "granularity must be one of"),
+])
+def test_scaled_tensor_with_inconsistent_fields_is_an_error(make, change, error, match):
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    scaled = {"tensor": lambda: scaling.quantize_current(x), "row": lambda: scaling.quantize_rowwise(x),
+              "block": lambda: scaling.quantize_blockwise(x, block_shape=(1, 4))}[make]()
+    with pytest.raises(error, match=match):
+        scaling.ScaledTensor(**{**_fields(scaled), **change})
