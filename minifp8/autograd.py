@@ -503,7 +503,7 @@ class Tensor:
     def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
         """Sum over ``axis`` (None, int or tuple of ints)."""
         x, keepdims = self, _check_bool(keepdims, "sum: keepdims")
-        axes = _normalize_axes(axis, x.ndim)
+        axes = _normalize_axes(axis, x.ndim, "sum")
 
         def backward(g):
             if not keepdims:
@@ -515,7 +515,7 @@ class Tensor:
     def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
         """Mean over ``axis`` (None, int or tuple of ints)."""
         x, keepdims = self, _check_bool(keepdims, "mean: keepdims")
-        axes = _normalize_axes(axis, x.ndim)
+        axes = _normalize_axes(axis, x.ndim, "mean")
         count = math.prod(x.data.shape[a] for a in axes)
         _check_floating(x, "mean")
 
@@ -539,10 +539,11 @@ class Tensor:
             axes = tuple(axes[0])
         if not axes:
             axes = tuple(range(self.ndim))[::-1]
-        if sorted(a % self.ndim if self.ndim else a for a in axes) != list(range(self.ndim)):
+        perm = tuple(_axis(a, self.ndim, "transpose") for a in axes)
+        if sorted(perm) != list(range(self.ndim)):
             raise ValueError(f"transpose axes {axes} are not a permutation of the {self.ndim} axes of shape {self.shape}")
-        inverse = tuple(np.argsort([a % self.ndim for a in axes]))
-        return make_op(self.data.transpose(axes), (self,), lambda g: (g.transpose(inverse),), "transpose")
+        inverse = tuple(np.argsort(perm))
+        return make_op(self.data.transpose(perm), (self,), lambda g: (g.transpose(inverse),), "transpose")
 
     # elementwise functions as methods, for readability: x.exp(), x.log(), ...
     def exp(self) -> "Tensor":
@@ -717,18 +718,31 @@ def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...], op: str) -> np.ndarra
     return grad.reshape(shape)
 
 
-def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+def _is_int(value) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (a bool is not one)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _axis(axis, ndim: int, op: str) -> int:
+    """``axis`` as an index in ``range(ndim)`` (negative counts from the end). TypeError unless it is
+    an int (a NumPy integer is one, a bool is not), ValueError when it is out of range. Every op's
+    axis check (`_normalize_axes`, functional's ops) goes through here."""
+    if not _is_int(axis):
+        raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__} {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis!r} is out of range for a {ndim}-D tensor")
+    return int(axis) % ndim
+
+
+def _normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
+    """``axis`` (None for all, an int or a tuple/list of ints) as a tuple of distinct indices (`_axis`)."""
     if axis is None:
         return tuple(range(ndim))
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
-    normalized = []
-    for a in axes:
-        if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not -ndim <= a < ndim:
-            raise ValueError(f"axis {a!r} is out of range for a {ndim}-D tensor")
-        normalized.append(int(a) % ndim)
+    normalized = tuple(_axis(a, ndim, op) for a in axes)
     if len(set(normalized)) != len(normalized):
-        raise ValueError(f"repeated axis in {axis!r}")
-    return tuple(normalized)
+        raise ValueError(f"{op}: repeated axis in {axis!r}")
+    return normalized
 
 
 def _sum_rows_by_id(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.ndarray:

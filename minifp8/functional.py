@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .autograd import Tensor, _check_floating, _sum_rows_by_id, as_tensor, make_op, matmul
+from .autograd import Tensor, _axis, _check_floating, _is_int, _sum_rows_by_id, as_tensor, make_op, matmul
 from .formats import _check_bool
 
 __all__ = [
@@ -44,12 +44,6 @@ def _real(value, op: str, name: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
     return float(value)
-
-
-def _axis(axis: int, ndim: int, op: str) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
-        raise ValueError(f"{op}: axis {axis!r} is out of range for a {ndim}-D tensor")
-    return int(axis) % ndim
 
 
 def _nonempty_axis(x: Tensor, axis: int, op: str) -> int:
@@ -310,7 +304,7 @@ def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:
     classes = logits.shape[-1]
     if classes == 0:
         raise ValueError(f"cross_entropy: logits of shape {logits.shape} have no classes")
-    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))):
+    if ignore_index is not None and not _is_int(ignore_index):
         raise TypeError(f"cross_entropy: ignore_index must be an int or None, got {ignore_index!r}")
     z = logits.data.reshape(-1, classes)
     t = targets.reshape(-1)
@@ -467,18 +461,21 @@ def split(x, split_size_or_sections: int | Sequence[int], axis: int = 0) -> tupl
     x = _floating(x, "split")
     axis = _axis(axis, x.ndim, "split")
     length = x.shape[axis]
-    if isinstance(split_size_or_sections, (int, np.integer)) and not isinstance(split_size_or_sections, bool):
-        if split_size_or_sections <= 0:
-            raise ValueError(f"split: chunk size must be positive, got {split_size_or_sections}")
-        sizes = [min(split_size_or_sections, length - start) for start in range(0, length, split_size_or_sections)]
+    sections = split_size_or_sections
+    if _is_int(sections):
+        if sections <= 0:
+            raise ValueError(f"split: split_size_or_sections must be a positive chunk size, got {sections}")
+        sizes = [min(sections, length - start) for start in range(0, length, sections)]
         sizes = sizes or [0]  # an empty axis is one empty chunk, as torch.split gives
-    else:
-        sizes = list(split_size_or_sections)
-        if not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in sizes):
-            raise TypeError(f"split: sizes must be ints, got {sizes}")  # (int() cut 1.5 down to 1 without a word)
-        sizes = [int(s) for s in sizes]
+    else:  # (int() would cut 1.5 down to 1 without a word)
+        sequence = isinstance(sections, (Sequence, np.ndarray)) and not isinstance(sections, str)
+        if not sequence or not all(map(_is_int, sections)):
+            raise TypeError(f"split: split_size_or_sections must be an int or a sequence of ints, "
+                            f"got {type(sections).__name__} {sections!r}")
+        sizes = [int(s) for s in sections]
         if any(s < 0 for s in sizes) or sum(sizes) != length:
-            raise ValueError(f"split: sizes {sizes} must be >= 0 and add up to the axis length {length}")
+            raise ValueError(f"split: split_size_or_sections {sizes} must be >= 0 and add up to the axis length "
+                             f"{length}")
     chunks, start = [], 0
     for size in sizes:
         index = (slice(None),) * axis + (slice(start, start + size),)

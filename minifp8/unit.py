@@ -58,9 +58,7 @@ CONSTRAINTS = (None, "to_output_scale", "gmean")
 # ---- the two primitives --------------------------------------------------------------------------
 
 def _scale_factor(scale, op: str) -> float:
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{op}: the scale must be a real number, got {type(scale).__name__}")
-    scale = float(scale)  # a Python float keeps a float32 array float32 (a NumPy float64 would promote it)
+    scale = F._real(scale, op, "the scale")  # a Python float keeps float32 data float32 (np.float64 would promote it)
     if not math.isfinite(scale):
         raise ValueError(f"{op}: the scale must be finite, got {scale}")
     return scale
@@ -118,18 +116,22 @@ def logarithmic_interpolation(alpha: float, lower: float, upper: float) -> float
     """``exp(alpha ln(upper) + (1 - alpha) ln(lower))``: lower at alpha = 0, upper at alpha = 1.
 
     The u-muP empirical models of softmax, GELU and attention scales interpolate between two limits
-    with this rule (``unit_scaling.core.functional.logarithmic_interpolation``).
+    with this rule (``unit_scaling.core.functional.logarithmic_interpolation``). ``alpha`` must be in
+    [0, 1] and ``lower``, ``upper`` finite and > 0 (it interpolates their logarithms).
     """
-    if not (lower > 0 and upper > 0):
-        raise ValueError(f"logarithmic_interpolation: lower and upper must be > 0 (it interpolates their "
-                         f"logarithms), got {lower}, {upper}")
+    op = "logarithmic_interpolation"
+    alpha = F._real(alpha, op, "alpha")
+    if not 0.0 <= alpha <= 1.0:  # (NaN fails this too)
+        raise ValueError(f"{op}: alpha must be in [0, 1] (lower at 0, upper at 1), got {alpha}")
+    lower, upper = F._real(lower, op, "lower"), F._real(upper, op, "upper")
+    if not (lower > 0 and upper > 0 and math.isfinite(lower) and math.isfinite(upper)):
+        raise ValueError(f"{op}: lower and upper must be > 0 and finite (it interpolates their logarithms), "
+                         f"got {lower}, {upper}")
     return math.exp(alpha * math.log(upper) + (1.0 - alpha) * math.log(lower))
 
 
 def _positive(value, name: str, op: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
-    value = float(value)
+    value = F._real(value, op, name)
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{op}: {name} must be a finite number > 0, got {value}")
     return value
@@ -167,7 +169,7 @@ def linear(x, weight, bias=None, constraint: str | None = "to_output_scale",
 
     ``gemm(x, weight, bias)`` computes the plain ``x @ weight.T + bias`` (default
     ``functional.linear``); FP8 recipes pass their own. It receives the ``scale_bwd``-wrapped
-    operands, and its result goes through ``scale_fwd``.
+    operands and must return a floating Tensor of shape ``(..., fan_out)``, which goes through ``scale_fwd``.
     """
     return _linear(x, weight, bias, constraint, gemm, output_power=0.5, op="linear")
 
@@ -183,6 +185,11 @@ def linear_readout(x, weight, bias=None, constraint: str | None = None, gemm: Ca
 
 
 def _linear(x, weight, bias, constraint, gemm, output_power: float, op: str) -> Tensor:
+    if gemm is None:
+        gemm = F.linear
+    elif not callable(gemm):
+        raise TypeError(f"{op}: gemm must be None or a callable gemm(x, weight, bias) -> Tensor, "
+                        f"got {type(gemm).__name__} {gemm!r}")
     x = _floating(x, op, "x")
     weight = _floating(weight, op, "weight")
     if weight.ndim != 2:
@@ -196,11 +203,17 @@ def _linear(x, weight, bias, constraint, gemm, output_power: float, op: str) -> 
     batch = max(x.size // fan_in, 1)  # an empty batch has zero gradients: any finite scale will do
     output_scale, grad_x_scale = _apply_constraint(constraint, op, fan_in ** -output_power, fan_out ** -0.5)
     grad_weight_scale = batch ** -0.5
-    gemm = F.linear if gemm is None else gemm
     x = scale_bwd(x, grad_x_scale)
     weight = scale_bwd(weight, grad_weight_scale)
     bias = None if bias is None else scale_bwd(_floating(bias, op, "bias"), grad_weight_scale)
-    return scale_fwd(gemm(x, weight, bias), output_scale)
+    out = gemm(x, weight, bias)
+    if not isinstance(out, Tensor) or out.dtype.kind != "f":  # (an ndarray would cut the graph: no gradients)
+        got = f"a Tensor of dtype {out.dtype}" if isinstance(out, Tensor) else type(out).__name__
+        raise TypeError(f"{op}: gemm must return a floating Tensor, got {got}")
+    if out.shape != x.shape[:-1] + (fan_out,):
+        raise ValueError(f"{op}: gemm returned shape {out.shape}, expected {x.shape[:-1] + (fan_out,)} "
+                         f"(x {x.shape} @ weight.T {weight.shape[::-1]})")
+    return scale_fwd(out, output_scale)
 
 
 def matmul(left, right, constraint: str | None = "to_output_scale") -> Tensor:

@@ -413,12 +413,37 @@ def test_bad_axes_and_transpose_raise():
         x.sum(axis=2)
     with pytest.raises(ValueError, match="repeated"):
         x.sum(axis=(0, -2))
-    with pytest.raises(ValueError, match="axis 1.0 is out of range"):
+    with pytest.raises(TypeError, match="mean: axis must be an int, got float 1.0"):
         x.mean(axis=1.0)
     with pytest.raises(ValueError, match="permutation"):
         x.transpose(0, 0)
     with pytest.raises(ValueError, match="one-element"):
         x.item()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: x.sum(axis=1.0), "sum: axis must be an int, got float 1.0"),
+    (lambda x: x.mean(axis=(0, 1.0)), "mean: axis must be an int, got float 1.0"),
+    (lambda x: x.sum(axis=True), "sum: axis must be an int, got bool True"),
+    (lambda x: x.sum(axis=np.bool_(False)), "sum: axis must be an int, got bool"),
+    (lambda x: x.sum(axis="0"), "sum: axis must be an int, got str '0'"),
+    (lambda x: x.transpose(0.0, 1.0, 2.0, 3.0), "transpose: axis must be an int, got float 0.0"),
+    (lambda x: x.transpose((3, 2, 1, True)), "transpose: axis must be an int, got bool True"),
+])
+def test_axis_of_the_wrong_type_is_a_type_error(call, message):
+    # was ValueError "axis 1.0 is out of range" (sum/mean) and NumPy's "'float' object cannot be
+    # interpreted as an integer" after the permutation check had passed (transpose)
+    with pytest.raises(TypeError, match=message):
+        call(Tensor(np.ones((2, 3, 4, 5))))
+
+
+def test_numpy_integer_axes_are_ints():
+    x = Tensor(np.ones((2, 3, 4)))
+    assert x.sum(axis=np.int64(-1)).shape == (2, 3)
+    assert x.mean(axis=(np.int32(0), 2)).shape == (3,)
+    assert x.transpose(np.int64(2), 0, np.intp(1)).shape == (4, 2, 3)
+    with pytest.raises(ValueError, match="transpose: axis 3 is out of range for a 3-D tensor"):
+        x.transpose(3, 0, 1)
 
 
 def test_special_values_flow_through():

@@ -449,9 +449,52 @@ def test_dropout_bad_inputs_raise():
 
 def test_split_sizes_must_be_ints():
     # int() cut [1.5, 2.5] down to [1, 2], which added up to the length 3: chunks of the wrong sizes
-    with pytest.raises(TypeError, match=r"split: sizes must be ints, got \[1.5, 2.5\]"):
+    with pytest.raises(TypeError, match=r"split: split_size_or_sections must be an int or a sequence of ints, "
+                                        r"got list \[1.5, 2.5\]"):
         F.split(Tensor(np.ones(3)), [1.5, 2.5])
     assert [c.shape for c in F.split(Tensor(np.ones(3)), [np.int64(1), 2])] == [(1,), (2,)]
+    assert [c.shape for c in F.split(Tensor(np.ones(3)), np.array([2, 1]))] == [(2,), (1,)]
+    assert [c.shape for c in F.split(Tensor(np.ones(3)), np.int64(2))] == [(2,), (1,)]
+
+
+@pytest.mark.parametrize("sections, got", [
+    (2.0, "float 2.0"),      # was "'float' object is not iterable"
+    (True, "bool True"),     # a bool is not a chunk size
+    (None, "NoneType None"),
+    ("23", "str '23'"),
+    ((2, 3.0), r"tuple \(2, 3.0\)"),
+    ([True, 4], r"list \[True, 4\]"),
+])
+def test_split_size_or_sections_of_the_wrong_type(sections, got):
+    x = Tensor(np.ones((2, 3, 4, 5)))
+    with pytest.raises(TypeError, match=f"split: split_size_or_sections must be an int or a sequence of ints, "
+                                        f"got {got}"):
+        F.split(x, sections, axis=3)
+
+
+@pytest.mark.parametrize("sections, message", [
+    (0, "must be a positive chunk size, got 0"),
+    (-2, "must be a positive chunk size, got -2"),
+    ([2, 2], r"\[2, 2\] must be >= 0 and add up to the axis length 5"),
+    ([6, -1], r"\[6, -1\] must be >= 0 and add up to the axis length 5"),
+])
+def test_split_size_or_sections_of_the_wrong_value(sections, message):
+    with pytest.raises(ValueError, match=f"split: split_size_or_sections {message}"):
+        F.split(Tensor(np.ones((2, 5))), sections, axis=1)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: F.softmax(x, axis=1.0), "softmax: axis must be an int, got float 1.0"),
+    (lambda x: F.log_softmax(x, axis=True), "log_softmax: axis must be an int, got bool True"),
+    (lambda x: F.split(x, 2, axis=3.0), "split: axis must be an int, got float 3.0"),
+    (lambda x: F.concat([x, x], axis=None), "concat: axis must be an int, got NoneType None"),
+    (lambda x: F.stack([x, x], axis="0"), "stack: axis must be an int, got str '0'"),
+])
+def test_axis_of_the_wrong_type_is_a_type_error(call, message):
+    # was ValueError "axis 1.0 is out of range"
+    with pytest.raises(TypeError, match=message):
+        call(Tensor(np.ones((2, 3, 4, 5))))
+    assert F.softmax(Tensor(np.ones((2, 3))), axis=np.int64(0)).shape == (2, 3)
 
 
 def test_concat_stack_split_values_and_gradcheck():

@@ -589,6 +589,47 @@ def test_tau_must_be_a_number():
         U.residual_split(leaf(0, 3), "1")
 
 
+@pytest.mark.parametrize("args, error, message", [
+    (("a", 1.0, 2.0), TypeError, "alpha must be a real number, got str"),
+    ((True, 1.0, 2.0), TypeError, "alpha must be a real number, got bool"),
+    ((0.5, None, 2.0), TypeError, "lower must be a real number, got NoneType"),
+    ((0.5, 1.0, "2"), TypeError, "upper must be a real number, got str"),
+    ((np.nan, 1.0, 2.0), ValueError, r"alpha must be in \[0, 1\] .*got nan"),
+    ((np.inf, 1.0, 2.0), ValueError, r"alpha must be in \[0, 1\] .*got inf"),
+    ((1.5, 1.0, 2.0), ValueError, r"alpha must be in \[0, 1\] .*got 1.5"),
+    ((-0.1, 1.0, 2.0), ValueError, r"alpha must be in \[0, 1\] .*got -0.1"),
+    ((0.5, np.nan, 2.0), ValueError, "lower and upper must be > 0 and finite .*got nan, 2.0"),
+    ((0.5, 1.0, np.inf), ValueError, "lower and upper must be > 0 and finite .*got 1.0, inf"),
+    ((0.5, -1.0, 2.0), ValueError, "lower and upper must be > 0 and finite .*got -1.0, 2.0"),
+])
+def test_logarithmic_interpolation_bad_input(args, error, message):
+    # was "can't multiply sequence by non-int", "'>' not supported ... 'NoneType'" and a silent nan
+    with pytest.raises(error, match=f"logarithmic_interpolation: {message}"):
+        U.logarithmic_interpolation(*args)
+
+
+def test_logarithmic_interpolation_values():
+    assert U.logarithmic_interpolation(0, 3.0, 12.0) == pytest.approx(3.0)
+    assert U.logarithmic_interpolation(1, 3.0, 12.0) == pytest.approx(12.0)
+    assert U.logarithmic_interpolation(np.float32(0.5), np.int64(3), 12) == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("linear", [U.linear, U.linear_readout])
+@pytest.mark.parametrize("gemm, error, message", [
+    (3, TypeError, r"gemm must be None or a callable gemm\(x, weight, bias\) -> Tensor, got int 3"),
+    ("F.linear", TypeError, "gemm must be None or a callable .*got str"),
+    (lambda x, w, b: 3, TypeError, "gemm must return a floating Tensor, got int"),
+    (lambda x, w, b: F.linear(x, w, b).data, TypeError, "gemm must return a floating Tensor, got ndarray"),
+    (lambda x, w, b: Tensor(np.zeros((2, 4), np.int64)), TypeError,
+     "gemm must return a floating Tensor, got a Tensor of dtype int64"),
+    (lambda x, w, b: F.linear(x, w, b).T, ValueError, r"gemm returned shape \(4, 2\), expected \(2, 4\)"),
+])
+def test_linear_gemm_bad_hook(linear, gemm, error, message):
+    # was "'int' object is not callable", or "scale_fwd: x must be a floating tensor" for an int result
+    with pytest.raises(error, match=f"{linear.__name__}: {message}"):
+        linear(leaf(0, 2, 3), leaf(1, 4, 3), gemm=gemm)
+
+
 def test_matmul_with_an_empty_inner_axis_is_zero():
     left, right = leaf(0, 2, 0), leaf(1, 0, 3)
     out = U.matmul(left, right)
