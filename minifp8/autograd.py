@@ -58,7 +58,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .formats import _check_bool  # the package's one bool check
+from .formats import _check_bool, _is_int  # the package's one bool check, and its int test
 
 __all__ = [
     "Tensor", "as_tensor", "default_dtype", "get_default_dtype", "is_grad_enabled", "make_op", "no_grad",
@@ -716,11 +716,6 @@ def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...], op: str) -> np.ndarra
     if axes:
         grad = grad.sum(axis=axes, keepdims=True)
     return grad.reshape(shape)
-
-
-def _is_int(value) -> bool:
-    """Whether ``value`` is a Python or NumPy integer (a bool is not one)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _axis(axis, ndim: int, op: str) -> int:

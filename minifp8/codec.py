@@ -32,7 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .formats import FloatFormat, _check_bool, get
+from .formats import FloatFormat, _check_bool, _is_int, get
 
 ROUNDING_MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 _EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64 exactly
@@ -72,7 +72,7 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
         if random_bits is None or random_bit_count is None:
             raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
         random_bit_count = _check_random_bit_count(random_bit_count, 32)
-        if isinstance(random_bits, (bool, np.bool_)) or not isinstance(random_bits, (int, np.integer)):
+        if not _is_int(random_bits):
             raise TypeError(f"random_bits must be an int, got {type(random_bits).__name__} {random_bits!r}")
         if not 0 <= random_bits < 1 << random_bit_count:
             raise ValueError(f"random_bits must lie in [0, 2**{random_bit_count}), got {random_bits}")
@@ -314,7 +314,7 @@ def _check_random_bits(random_bits, random_bit_count, shape):
 
 
 def _check_random_bit_count(random_bit_count, largest: int, bits_description: str = "") -> int:
-    if isinstance(random_bit_count, (bool, np.bool_)) or not isinstance(random_bit_count, (int, np.integer)):
+    if not _is_int(random_bit_count):
         raise TypeError(f"random_bit_count must be an int, got {type(random_bit_count).__name__} "
                         f"{random_bit_count!r}")
     if not 1 <= random_bit_count <= largest:

@@ -23,6 +23,7 @@ Examples
 """
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -39,10 +40,15 @@ def _check_bool(value, name: str) -> bool:
     return bool(value)
 
 
+def _is_int(value) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (a bool is not one). (The package's one int test.)"""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as a Python int in [minimum, maximum] (either bound optional); TypeError for
     anything but a Python or NumPy integer (a bool is not one), ValueError out of the bounds."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not _is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
@@ -50,6 +56,14 @@ def _check_int(name: str, value, minimum: int | None = None, maximum: int | None
             f"in [{minimum}, {maximum}]"
         raise ValueError(f"{name} must be {bounds}, got {value}")
     return value
+
+
+def _described(value) -> str:
+    """What an argument is, for an error's "got ...": an array's type, dtype and shape, else the
+    value's type and (shortened) repr."""
+    if isinstance(value, np.ndarray):
+        return f"{type(value).__name__} of dtype {value.dtype} and shape {value.shape}"
+    return f"{type(value).__name__} {reprlib.repr(value)}"
 
 
 @dataclass(frozen=True)
@@ -95,7 +109,7 @@ class FloatFormat:
             raise TypeError(f"name must be a non-empty str, got {type(self.name).__name__} {self.name!r}")
         for name in ("exponent_bits", "mantissa_bits", "bias"):
             value = getattr(self, name)
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            if not _is_int(value):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         for name in ("signed", "has_subnormals", "has_infinity"):
             _check_bool(getattr(self, name), name)

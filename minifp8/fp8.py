@@ -91,6 +91,7 @@ from . import codec, fastcast, formats, mx, scaling
 from . import functional as F
 from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
 from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastStats
+from .formats import _is_int
 
 __all__ = [
     "RECIPES", "RECIPE_OPTIONS", "CastPoint", "CastStats", "FP8Attention", "FP8Linear", "FP8State",
@@ -391,7 +392,7 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
     if array.dtype == np.float16:
         array = array.astype(np.float32)  # exact
-    elif array.dtype == np.float64 and recipe != "fp8" and recipe != "unit":  # float32 work, or float32 values
+    elif array.dtype == np.float64 and recipe not in ("fp8", "unit"):  # float32 work, or float32 values
         # beyond its range (mxfp8 rounds float64 exactly, but a block of 1e39 dequantizes to Inf)
         with np.errstate(over="ignore"):
             codec._check_fits_float32(array, array.astype(np.float32))
@@ -404,7 +405,7 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
             raise ValueError(f"128x128 weight tiles need a 2-d array, got shape {array.shape}")
     elif array.ndim:  # (per-tensor recipes do not use it, but a wrong one is still an error)
         axis = scaling._axis(axis, array.ndim)
-    elif isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+    elif not _is_int(axis):
         raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
     if recipe == "delayed":
         if not isinstance(scaler, scaling.DelayedScaling):

@@ -115,6 +115,7 @@ import numpy as np
 
 from . import codec, formats, scaling
 from .autograd import Tensor
+from .formats import _is_int
 from .optim import AdamW, adamw_update
 
 __all__ = [
@@ -256,7 +257,7 @@ def _check_threshold(threshold) -> float:
 
 
 def _check_window(window) -> int:
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+    if not _is_int(window) or window < 1:
         raise ValueError(f"window must be an int >= 1, got {window!r}")
     return int(window)
 
@@ -630,7 +631,7 @@ class FP8Gradients:
             raise KeyError(f"FP8Gradients.load_state_dict: saved FP8 gradients {sorted(exponents)} do not "
                            f"match this store's {sorted(self.auto_scales)}")
         for name, exponent in exponents.items():
-            if isinstance(exponent, bool) or not isinstance(exponent, (int, np.integer)):
+            if not _is_int(exponent):
                 raise TypeError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be an int, got {exponent!r}")
             if exponent > MAX_FACTOR_LOG2 * self.window:
                 raise ValueError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be at most "
@@ -647,7 +648,7 @@ def split_batch(*arrays, workers: int) -> list[tuple]:
     division by N relies on. (A loss summed over tokens instead gives N times the shard mean.)
     Arrays or Tensors (their data) of numbers; the shards are views of them.
     """
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+    if not _is_int(workers) or workers < 1:
         raise ValueError(f"split_batch: workers must be an int >= 1, got {workers!r}")
     if not arrays:
         raise ValueError("split_batch: give at least one array to split")
@@ -805,7 +806,7 @@ class FP8AdamW(AdamW):
             entry = dict(saved_state)
             step = saved_state["step"]
             message = f"FP8AdamW.load_state_dict: step of parameter {index} must be an int >= 1, got {step!r}"
-            if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            if not _is_int(step):
                 raise TypeError(message)
             if step < 1:
                 raise ValueError(message)

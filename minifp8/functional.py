@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .autograd import Tensor, _axis, _check_floating, _is_int, _sum_rows_by_id, as_tensor, make_op, matmul
-from .formats import _check_bool
+from .autograd import Tensor, _axis, _check_floating, _sum_rows_by_id, as_tensor, make_op, matmul
+from .formats import _check_bool, _is_int
 
 __all__ = [
     "concat", "cross_entropy", "dropout", "embedding", "exp", "gelu", "layer_norm", "linear", "log",

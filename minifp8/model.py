@@ -48,7 +48,7 @@ from . import nn
 from . import unit as U
 from . import uu
 from .autograd import Tensor
-from .formats import _check_bool
+from .formats import _check_bool, _is_int
 from .fp8 import track
 
 __all__ = ["FAMILIES", "GPT", "GPTConfig"]
@@ -100,7 +100,7 @@ class GPTConfig:
         # every field is checked and stored as a plain Python value (NumPy numbers would not go to JSON)
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise ValueError(f"GPTConfig: {name} must be a positive int, got {value!r}")
             object.__setattr__(self, name, int(value))
         if self.n_embd % self.n_head:

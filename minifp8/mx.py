@@ -62,7 +62,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import codec, formats
-from .formats import FloatFormat, _check_int
+from .formats import FloatFormat, _check_int, _described, _is_int
 
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
 ELEMENT_FORMATS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")  # OCP MX v1.0 section 5
@@ -280,8 +280,7 @@ class MXArray:
 
     def __post_init__(self):
         if not isinstance(self.elem, FloatFormat):
-            raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {type(self.elem).__name__} "
-                            f"{self.elem!r}")
+            raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {_described(self.elem)}")
         _check_element(self.elem)
         _check_block_fields(self)
 
@@ -328,13 +327,11 @@ def _check_block_fields(array) -> None:
     for name in ("scales", "codes"):
         value = getattr(array, name)
         if not isinstance(value, np.ndarray) or value.dtype != np.uint8:
-            got = f"an array of dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
-            raise TypeError(f"{name} must be a numpy array of uint8, got {got}")
+            raise TypeError(f"{name} must be a numpy array of uint8, got {_described(value)}")
     codes, scales, shape = array.codes, array.scales, array.shape
     _check_block_size(array.block_size)
     axis = _normalize_axis(array.axis, codes.ndim)
-    if not isinstance(shape, (tuple, list)) or not all(
-            isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape):
+    if not isinstance(shape, (tuple, list)) or not all(map(_is_int, shape)):
         raise TypeError(f"shape must be a tuple of ints, got {type(shape).__name__} {shape!r}")
     if tuple(shape) != codes.shape:
         raise ValueError(f"shape {tuple(shape)} does not match codes, whose shape is {codes.shape}")
@@ -610,12 +607,12 @@ class NVFP4Array:
     block_size: int = NVFP4_BLOCK_SIZE
 
     def __post_init__(self):
-        object.__setattr__(self, "global_amax", _check_global_amax(self.global_amax))
-        object.__setattr__(self, "encode_scale", _check_global_amax(self.encode_scale, "encode_scale", positive=True))
-        _check_block_size(self.block_size)
+        object.__setattr__(self, "global_amax", _check_float32_number("global_amax", self.global_amax))
+        object.__setattr__(self, "encode_scale",
+                           _check_float32_number("encode_scale", self.encode_scale, positive=True))
+        _check_block_fields(self)
         if self.block_size != NVFP4_BLOCK_SIZE:
             raise ValueError(f"block_size must be {NVFP4_BLOCK_SIZE} for NVFP4, got {self.block_size}")
-        _check_block_fields(self)
 
     def dequantize(self) -> np.ndarray:
         """Decode to float32 as TransformerEngine's dequantize kernel does (dequantize_nvfp4.cuh).
@@ -693,7 +690,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
     if global_amax is None:
         global_amax = np.max(np.abs(array), initial=np.float32(0))
     else:
-        global_amax = _check_global_amax(global_amax)
+        global_amax = _check_float32_number("global_amax", global_amax)
 
     with np.errstate(divide="ignore", over="ignore"):
         encode_scale = np.minimum(np.float32(E4M3_MAX * FP4_MAX) / global_amax, FLOAT32_MAX)  # step 2
@@ -719,18 +716,18 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
                       axis=axis, shape=tuple(array.shape))
 
 
-def _check_global_amax(global_amax, name: str = "global_amax", positive: bool = False) -> np.float32:
-    """``global_amax`` (or the argument ``name``) as a finite float32, >= 0 (> 0 if ``positive``)."""
-    if isinstance(global_amax, (bool, np.bool_)) or not isinstance(global_amax, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number (int or float), got {type(global_amax).__name__} "
-                        f"{global_amax!r}")
+def _check_float32_number(name: str, value, positive: bool = False) -> np.float32:
+    """The argument ``name`` (an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} "
+                        f"{value!r}")
     try:
         with np.errstate(over="ignore"):
-            amax = np.float32(global_amax)  # rounds to nearest; a huge int overflows to inf or raises
+            number = np.float32(value)  # rounds to nearest; a huge int overflows to inf or raises
     except OverflowError:
-        amax = np.float32(np.inf)
-    if (isinstance(global_amax, (int, np.integer)) or np.isfinite(global_amax)) and not np.isfinite(amax):
-        raise ValueError(f"{name}={global_amax!r} overflows float32 (max {np.finfo(np.float32).max:.7g})")
-    if not np.isfinite(amax) or amax < 0 or (positive and amax == 0):
-        raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {global_amax!r}")
-    return amax
+        number = np.float32(np.inf)
+    if (isinstance(value, (int, np.integer)) or np.isfinite(value)) and not np.isfinite(number):
+        raise ValueError(f"{name}={value!r} overflows float32 (max {np.finfo(np.float32).max:.7g})")
+    if not np.isfinite(number) or number < 0 or (positive and number == 0):
+        raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
+    return number

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import functional as F
 from .autograd import Tensor, default_dtype
-from .formats import _check_bool
+from .formats import _check_bool, _is_int
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential"]
 
@@ -45,7 +45,7 @@ def _check_generator(rng, owner: str) -> np.random.Generator:
 
 
 def _check_size(value, name: str, owner: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+    if not _is_int(value) or value <= 0:
         raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
     return int(value)
 

@@ -22,7 +22,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from .autograd import Tensor
-from .formats import _check_bool
+from .formats import _check_bool, _is_int
 from .functional import _real
 
 __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "zero_grad"]
@@ -182,7 +182,7 @@ class Optimizer:
                                      f"the parameter has {p.shape}")
                 state[name] = np.array(value, dtype=example.dtype, copy=True)
             elif isinstance(example, (int, np.integer)):
-                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+                if not _is_int(value) or value < 0:
                     raise TypeError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {value!r}")
                 state[name] = int(value)
             else:
@@ -357,10 +357,10 @@ def warmup_cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps
       ``r = (step - warmup_steps) / (total_steps - warmup_steps)`` (Loshchilov & Hutter 2017, SGDR, eq. 5)
     * ``step >= total_steps``: ``min_lr``.
     """
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+    if not _is_int(step) or step < 0:
         raise ValueError(f"warmup_cosine_lr: step must be an int >= 0, got {step!r}")
     for name, value in (("warmup_steps", warmup_steps), ("total_steps", total_steps)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if not _is_int(value):
             raise TypeError(f"warmup_cosine_lr: {name} must be an int, got {value!r}")
     if not 0 <= warmup_steps <= total_steps:
         raise ValueError(f"warmup_cosine_lr: need 0 <= warmup_steps <= total_steps, got {warmup_steps}, {total_steps}")

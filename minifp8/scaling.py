@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import codec, formats
-from .formats import FloatFormat
+from .formats import FloatFormat, _check_int, _described, _is_int
 
 FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 AMAX_COMPUTE_ALGOS = ("max", "most_recent")
@@ -104,8 +104,7 @@ class ScaledTensor:
                 raise ValueError(f"per-tensor scaling has no axis or block_shape, got axis={self.axis!r}, "
                                  f"block_shape={self.block_shape!r}")
             return ()
-        if isinstance(self.axis, bool) or not isinstance(self.axis, (int, np.integer)) or \
-                not 0 <= self.axis < len(shape):
+        if not _is_int(self.axis) or not 0 <= self.axis < len(shape):
             raise ValueError(f"{self.granularity} scaling needs axis, an int in [0, {len(shape)}) for codes of "
                              f"shape {shape}, got {self.axis!r}")
         if self.granularity == "row":
@@ -343,14 +342,11 @@ class DelayedScaling:
 
     def __init__(self, fmt="E4M3", *, history_len=1024, amax_compute_algo="max", margin=0):
         self.fmt = _format(fmt)
-        if isinstance(history_len, bool) or not isinstance(history_len, (int, np.integer)):
-            raise TypeError(f"history_len must be an int, got {type(history_len).__name__} {history_len!r}")
-        if history_len < 1:
-            raise ValueError(f"history_len must be >= 1, got {history_len}")
+        history_len = _check_int("history_len", history_len, 1)
         if amax_compute_algo not in AMAX_COMPUTE_ALGOS:
             raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; "
                              f"choose one of {', '.join(AMAX_COMPUTE_ALGOS)}")
-        if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)):
+        if not _is_int(margin):
             raise TypeError(f"margin must be an int (a power-of-two exponent), got {type(margin).__name__} {margin!r}")
         lowest, highest = _margin_range(self.fmt)
         if not lowest <= margin <= highest:
@@ -434,20 +430,13 @@ def _format(fmt) -> FloatFormat:
 
 
 def _axis(axis, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+    if not _is_int(axis):
         raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
     if ndim == 0:
         raise ValueError("per-row and blockwise scaling need at least one axis, got a 0-d array")
     if not -ndim <= axis < ndim:
         raise ValueError(f"axis {axis} is out of range for an array with {ndim} dimension(s)")
     return int(axis) % ndim
-
-
-def _described(value) -> str:
-    """A value's type, and its dtype and shape for an array, for error messages."""
-    if isinstance(value, np.ndarray):
-        return f"{type(value).__name__} of dtype {value.dtype} and shape {value.shape}"
-    return f"{type(value).__name__} {value!r}"
 
 
 def _block_shape(block_shape) -> tuple[int, int]:
@@ -457,6 +446,6 @@ def _block_shape(block_shape) -> tuple[int, int]:
         raise ValueError(f"block_shape must be a pair (rows, columns) such as (1, 128) or (128, 128), "
                          f"got {block_shape!r}") from None
     for size in (rows, columns):
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        if not _is_int(size) or size < 1:
             raise ValueError(f"block_shape entries must be positive ints, got {block_shape!r}")
     return int(rows), int(columns)

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import codec, formats
-from .formats import _check_int
+from .formats import _check_int, _is_int
 
 # ================================================================================================
 # gradcheck: analytic gradients of the autograd engine against float64 central differences
@@ -418,7 +418,7 @@ def _format_named(name: str):
 
 
 def _check_max_rows(max_rows) -> None:
-    if isinstance(max_rows, (bool, np.bool_)) or not isinstance(max_rows, (int, np.integer)) or max_rows < 0:
+    if not _is_int(max_rows) or max_rows < 0:
         raise TypeError(f"max_rows must be an int >= 0 (mismatches to keep for the table), got {max_rows!r}")
 
 
