@@ -106,7 +106,7 @@ def _held_out_count(total: int, val_fraction: float, what: str) -> int:
 
 def _arithmetic_lines(max_operand, operators) -> list[str]:
     """Every line ``f"{a}{op}{b}={a op b}\\n"``, operator-major then a then b (a fixed order)."""
-    max_operand = _check_int("max_operand", max_operand, 1, 999)
+    max_operand = _check_int(max_operand, "max_operand", 1, 999)
     if not isinstance(operators, str):
         raise TypeError(f"operators must be a str drawn from {''.join(OPERATORS)!r}, got {operators!r}")
     if not operators or set(operators) - set(OPERATORS) or len(set(operators)) != len(operators):
@@ -144,7 +144,7 @@ def arithmetic_corpus(seed: int = 0, *, max_operand: int = 99, operators: str = 
         ``"\\n"``, with no line in both. The validation lines are the first
         ``round(total * val_fraction)`` of one seeded permutation, the training lines the rest.
     """
-    seed = _check_int("seed", seed, 0)
+    seed = _check_int(seed, "seed", 0)
     lines = _arithmetic_lines(max_operand, operators)
     val_count = _held_out_count(len(lines), _check_fraction("val_fraction", val_fraction), "lines")
     order = np.random.default_rng(seed).permutation(len(lines))
@@ -379,8 +379,8 @@ class Dataset:
         """
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        batch_size = _check_int("batch_size", batch_size, 1)
-        block_size = _check_int("block_size", block_size, 1)
+        batch_size = _check_int(batch_size, "batch_size", 1)
+        block_size = _check_int(block_size, "block_size", 1)
         if not isinstance(rng, np.random.Generator):
             raise TypeError("rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
                             f"got {type(rng).__name__}")

@@ -45,7 +45,7 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+def _check_int(value, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as a Python int in [minimum, maximum] (either bound optional); TypeError for
     anything but a Python or NumPy integer (a bool is not one), ValueError out of the bounds."""
     if not _is_int(value):

@@ -170,8 +170,8 @@ def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
         The shape; at least 7 rows and 71 columns, to hold those special rows (1 to 6) and the Inf
         at column 70.
     """
-    _check_int("block_inputs: rows", rows, 7)
-    _check_int("block_inputs: length", length, 71)
+    _check_int(rows, "block_inputs: rows", 7)
+    _check_int(length, "block_inputs: length", 71)
     rng = np.random.default_rng(SEED)
     x = _random_rows(rng, rows, length, -20, 20)
     x[1] = 0.0
@@ -194,8 +194,8 @@ def nvfp4_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
         The shape; at least 7 rows and 8 columns, to hold the special rows (1, 2 and 6) and the
         outlier at column 7.
     """
-    _check_int("nvfp4_inputs: rows", rows, 7)
-    _check_int("nvfp4_inputs: length", length, 8)
+    _check_int(rows, "nvfp4_inputs: rows", 7)
+    _check_int(length, "nvfp4_inputs: length", 8)
     rng = np.random.default_rng(SEED + 1)
     x = _random_rows(rng, rows, length, -6, 6)
     x[1] = 0.0

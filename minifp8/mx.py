@@ -131,7 +131,7 @@ def _check_element(element: FloatFormat) -> None:
 
 
 def _check_block_size(block_size) -> None:
-    _check_int("block_size", block_size)
+    _check_int(block_size, "block_size")
     if block_size < 1 or block_size & (block_size - 1):
         raise ValueError(f"block_size must be a power of two (1, 2, 4, ..., 32, ...), got {block_size}")
 
@@ -142,7 +142,7 @@ def _check_scale_mode(scale_mode) -> None:
 
 
 def _normalize_axis(axis, ndim: int) -> int:
-    _check_int("axis", axis)
+    _check_int(axis, "axis")
     if ndim == 0:
         raise ValueError("block scaling needs at least one axis, got a 0-d array; reshape it to (1,) first")
     if not -ndim <= axis < ndim:
@@ -466,7 +466,7 @@ def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
         raise TypeError(f"values must be a 1-d numpy array, got {type(values).__name__}")
     if values.ndim != 1:
         raise ValueError(f"values must be a 1-d numpy array, got shape {values.shape}")
-    row_length = _check_int("row_length", row_length, 1)
+    row_length = _check_int(row_length, "row_length", 1)
     if values.size % row_length:
         raise ValueError(f"values has {values.size} elements, which is not a multiple of row_length {row_length}")
     return _row_max(values, row_length)

@@ -163,9 +163,9 @@ def rounding_error(names=("E4M3", "E5M2"), low_exponent: int = -19, high_exponen
     matplotlib.figure.Figure
     """
     fmts = _formats.get_list(names)
-    low_exponent = _check_int("low_exponent", low_exponent, -1074, 1022)  # float64's range
-    high_exponent = _check_int("high_exponent", high_exponent, low_exponent + 1, 1023)
-    points = _check_int("points", points, 2)
+    low_exponent = _check_int(low_exponent, "low_exponent", -1074, 1022)  # float64's range
+    high_exponent = _check_int(high_exponent, "high_exponent", low_exponent + 1, 1023)
+    points = _check_int(points, "points", 2)
     figure, axes = _new_figure(8.0, 2.3 * len(fmts) + 0.6, rows=len(fmts), sharex=True, sharey=True)
     # Log-spaced inputs, nudged off the powers of two so that few land exactly on a value.
     x = np.logspace(low_exponent, high_exponent, points, base=2.0) * (1 + 1 / 3 * 2.0**-20)
@@ -229,8 +229,8 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
     if not 0 < low < high < math.inf:
         raise ValueError(f"stochastic_rounding_bias draws positive inputs: it needs 0 < low < high, got "
                          f"low={low!r}, high={high!r}")
-    points, samples = _check_int("points", points, 2), _check_int("samples", samples, 1)
-    seed = _check_int("seed", seed, 0)
+    points, samples = _check_int(points, "points", 2), _check_int(samples, "samples", 1)
+    seed = _check_int(seed, "seed", 0)
     x = np.linspace(low, high, points)
     random_bits = np.random.default_rng(seed).integers(0, 1 << 16, size=(points, samples), dtype=np.uint16)
     inputs = np.broadcast_to(x[:, None], random_bits.shape)
@@ -296,9 +296,9 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     """
     from .scaling import DelayedScaling, scale_from_amax
 
-    steps = _check_int("steps", steps, 1)
-    spike_step = _check_int("spike_step", spike_step, 0, steps - 1)
-    size, seed = _check_int("size", size, 1), _check_int("seed", seed, 0)
+    steps = _check_int(steps, "steps", 1)
+    spike_step = _check_int(spike_step, "spike_step", 0, steps - 1)
+    size, seed = _check_int(size, "size", 1), _check_int(seed, "seed", 0)
     if isinstance(spike_factor, (bool, np.bool_)) or not isinstance(spike_factor, (int, float, np.integer, np.floating)) \
             or not 0 < spike_factor < math.inf:
         raise ValueError(f"spike_factor must be a finite number > 0, got {spike_factor!r}")
@@ -394,8 +394,8 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     from . import mx
     from .scaling import quantize_current
 
-    rows, columns = _check_int("rows", rows, 1), _check_int("columns", columns, 1)
-    low_exponent, seed = _check_int("low_exponent", low_exponent, -126, -1), _check_int("seed", seed, 0)
+    rows, columns = _check_int(rows, "rows", 1), _check_int(columns, "columns", 1)
+    low_exponent, seed = _check_int(low_exponent, "low_exponent", -126, -1), _check_int(seed, "seed", 0)
 
     exponents = np.linspace(low_exponent, 0, rows)
     rng = np.random.default_rng(seed)
@@ -652,7 +652,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     """
     runs = _runs(results, "training_curves", ("train_loss",),
                  {"val": ("step", "loss"), "cast_stats": ("step", "max_underflow")})
-    every = _check_int("train_loss_every", results.get("train_loss_every", 1), 1)
+    every = _check_int(results.get("train_loss_every", 1), "train_loss_every", 1)
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
     colors = iter(f"C{i}" for i in range(1000))
@@ -817,7 +817,7 @@ def train_speed(results: dict, title: str | None = None):
         raise ValueError("train_speed: results['recipes'] must be a non-empty dict of recipe -> measurements, "
                          f"got {recipes!r:.60}")
     _require("train_speed", "results['fp32']", results["fp32"], ("step_ms",))
-    window = _check_int("window_steps", results["window_steps"], 1)
+    window = _check_int(results["window_steps"], "window_steps", 1)
     figure, (axis,) = _new_figure(8.0, 4.6)
     targets = {}
     for number, (recipe, measured) in enumerate(recipes.items()):

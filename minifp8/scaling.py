@@ -342,7 +342,7 @@ class DelayedScaling:
 
     def __init__(self, fmt="E4M3", *, history_len=1024, amax_compute_algo="max", margin=0):
         self.fmt = _format(fmt)
-        history_len = _check_int("history_len", history_len, 1)
+        history_len = _check_int(history_len, "history_len", 1)
         if amax_compute_algo not in AMAX_COMPUTE_ALGOS:
             raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; "
                              f"choose one of {', '.join(AMAX_COMPUTE_ALGOS)}")

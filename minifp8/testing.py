@@ -133,7 +133,7 @@ def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol
     if not callable(fn):
         raise TypeError(f"gradcheck: fn must be callable, got {type(fn).__name__} {fn!r}")
     raise_on_failure = formats._check_bool(raise_on_failure, "gradcheck: raise_on_failure")
-    seed = _check_int("gradcheck: seed", seed, 0)
+    seed = _check_int(seed, "gradcheck: seed", 0)
     for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol), ("float32_atol", float32_atol),
                         ("float32_rtol", float32_rtol)):
         if not math.isfinite(_real(value, "gradcheck", name)) or value < 0 or (name == "eps" and value == 0):
@@ -526,7 +526,7 @@ def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
         fmt = formats.get(fmt)
     elif kind == "edge":
         raise ValueError("sweep(kind='edge') needs the format whose edges to probe")
-    batch_size = _check_int("batch_size", batch_size, 1, 1 << 32)
+    batch_size = _check_int(batch_size, "batch_size", 1, 1 << 32)
     if (1 << 32) % batch_size:
         raise ValueError(f"batch_size must be a power of two <= 2**32, got {batch_size}")
     return _sweep(fmt, kind, batch_size)
