@@ -30,8 +30,25 @@ The scale modes (torchao ``ScaleCalculationMode``, ``torchao/prototype/mx_format
   bit trick overflows to Inf and gives 0xFF; the definition here gives ``128 - emax``.)
 - ``rceil``: NVIDIA's rule, ``ceil(log2(amax / max_elem))`` (cuBLAS "1D block quantization",
   ``cvt.rp.ue8m0`` of ``amax / max_elem``). We compute it exactly, from the bits of amax.
+  TransformerEngine's MXFP8 casts round the quotient to float32 first:
+  ``float_to_e8m0(amax * max_norm_rcp)`` with ``max_norm_rcp = 1.0f / max_elem``, then
+  ``cvt.rp.satfinite.ue8m0x2.f32`` (or its software twin). Those float32 steps (or a float32
+  quotient ``amax / max_elem``) change the scale for exactly one float32 amax per element format:
+  the amax just above ``max_elem * 2**-127`` (E4M3: ``nextafter(float32(448 * 2**-127), 1)``,
+  about 2.6331e-36), whose exact quotient lies just above ``2**-127`` but whose float32 product
+  rounds down to ``2**-127`` in float32's subnormal range. We give 0x01 there, TransformerEngine
+  0x00; the tests pin our value. (torchao's emulation ``_to_mx_rceil`` also rounds
+  ``amax / max_pos`` to float32, and then takes a float32 ``log2``, which rounds further.)
 
 Special blocks: an all-zero block gets scale 0x00 (``2**-127``) and zero codes (signs of zeros kept).
+A 0x00 scale means ``2**-127`` both ways, as OCP MX defines it (section 5.4.1): elements are
+scaled by ``2**127`` and decoded times ``2**-127``, so a non-zero block with scale 0x00 (under
+``floor``: ``amax < 2**(emax_elem - 126)``; under ``rceil``: ``amax <= max_elem * 2**-127``)
+keeps its values. Libraries differ here: TransformerEngine's MXFP8 cast multiplies the elements
+by ``exp2f_rcp(0x00) = 1`` instead (they then round to zero codes), and its dequantize kernel
+reads 0x00 as ``ptx::exp2f(0x00) = 0.0``; torchao's ``_to_mx_rceil`` also multiplies by 1 for
+0x00, and its ``to_mx`` (the other modes) divides by ``2**-126``, as it clamps the float32 scale
+to the smallest normal number (pytorch/pytorch#125557).
 A NaN or Inf in a block gives the NaN scale 0xFF and the whole block decodes to NaN (OCP MX 6.3);
 its element codes carry no information and are written as 0. For ``rceil`` the scale follows
 NVIDIA's conversion of ``amax / max_elem``: NaN -> 0xFF, Inf -> 0xFE (``2**127``, the elements are then
@@ -76,13 +93,46 @@ _CHUNK_ELEMENTS = 1 << 19  # work through big arrays in cache-sized slices of wh
 # ================================================================================================
 # The formats, as data.
 # ================================================================================================
+def _check_element(element: FloatFormat) -> None:
+    if element.name not in ELEMENT_FORMATS:
+        raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {element.name}")
+
+
+def _check_block_size(block_size) -> None:
+    _check_int(block_size, "block_size")
+    if block_size < 1 or block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of two (1, 2, 4, ..., 32, ...), got {block_size}")
+
+
 @dataclass(frozen=True)
 class MXFormat:
-    """A named MX format: an element format, the block size and the E8M0 scale (OCP MX v1.0 Table 1)."""
+    """A named MX format: an element format, the block size and the E8M0 scale (OCP MX v1.0 Table 1).
+
+    Attributes
+    ----------
+    name : str
+    elem : FloatFormat
+        An MX element format (OCP MX v1.0 section 5): E4M3, E5M2, E3M2, E2M3 or E2M1.
+    block_size : int
+        A power of two, as `quantize` accepts (stored as a Python int). OCP MX v1.0 Table 1 gives
+        32 for every concrete MX format.
+
+    Construction checks the fields: TypeError for a wrong type, ValueError for an element format
+    MX does not use or a block size that is not a power of two.
+    """
 
     name: str
     elem: FloatFormat
     block_size: int = 32
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {_described(self.name)}")
+        if not isinstance(self.elem, FloatFormat):
+            raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {_described(self.elem)}")
+        _check_element(self.elem)
+        _check_block_size(self.block_size)
+        object.__setattr__(self, "block_size", int(self.block_size))  # (frozen dataclass)
 
     @property
     def scale(self) -> FloatFormat:
@@ -123,17 +173,6 @@ def _element_and_block_size(elem, block_size) -> tuple[FloatFormat, int]:
     block_size = default_block_size if block_size is None else block_size
     _check_block_size(block_size)
     return element, int(block_size)
-
-
-def _check_element(element: FloatFormat) -> None:
-    if element.name not in ELEMENT_FORMATS:
-        raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {element.name}")
-
-
-def _check_block_size(block_size) -> None:
-    _check_int(block_size, "block_size")
-    if block_size < 1 or block_size & (block_size - 1):
-        raise ValueError(f"block_size must be a power of two (1, 2, 4, ..., 32, ...), got {block_size}")
 
 
 def _check_scale_mode(scale_mode) -> None:
@@ -316,6 +355,11 @@ class MXArray:
         if self.elem.bits != 4:
             raise ValueError(f"packed() supports 4-bit and 8-bit elements; {self.elem.name} has {self.elem.bits} bits")
         codes = self.codes
+        wide = codes >= 16  # (a wider code would spill into its neighbour's nibble)
+        if wide.any():
+            first = np.unravel_index(np.argmax(wide), codes.shape)
+            raise ValueError(f"{self.elem.name} codes lie in [0, 16), got {int(codes[first])} at index "
+                             f"{tuple(map(int, first))}")
         if codes.shape[-1] % 2:
             codes = np.concatenate([codes, np.zeros(codes.shape[:-1] + (1,), np.uint8)], axis=-1)
         return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)

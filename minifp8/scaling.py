@@ -54,9 +54,9 @@ class ScaledTensor:
     codes : numpy.ndarray of uint8
         One code per element, the input's shape.
     scale, scale_inv : numpy.ndarray of float32
-        The scales multiplied in before the cast, and ``float32(1 / scale)``. Shape ``()`` per
-        tensor; the input's shape with ``axis`` reduced to 1 per row; one per tile for blocks (the
-        input's shape with every axis replaced by its number of tiles).
+        The scales multiplied in before the cast, and ``float32(1 / scale)``: finite and > 0.
+        Shape ``()`` per tensor; the input's shape with ``axis`` reduced to 1 per row; one per tile
+        for blocks (the input's shape with every axis replaced by its number of tiles).
     amax : numpy.ndarray of float32
         ``max |x|`` over each group that shares a scale (statistics; for delayed scaling the scale
         came from the history instead).
@@ -95,6 +95,11 @@ class ScaledTensor:
                                  f"{self.codes.shape} with {self.granularity} scaling"
                                  + ("" if self.axis is None else f" along axis {self.axis}")
                                  + ("" if self.block_shape is None else f" in tiles of {self.block_shape}"))
+        for name in ("scale", "scale_inv"):  # (0, Inf or a negative scale dequantizes to NaN or flips signs)
+            value = getattr(self, name)
+            bad = ~(np.isfinite(value) & (value > 0))
+            if bad.any():
+                raise ValueError(f"{name} must be finite and > 0, got {float(np.reshape(value, -1)[np.argmax(bad)])}")
 
     def _scale_shape(self) -> tuple:
         """The shape of ``scale`` for the granularity (checking ``axis`` and ``block_shape``)."""
@@ -175,7 +180,7 @@ def quantize_with_scale(x, scale, fmt) -> np.ndarray:
     """
     fmt = _format(fmt)
     array = codec._to_float32(x)
-    scale = codec._to_float32(scale, "scale")
+    given_scale, scale = scale, codec._to_float32(scale, "scale")
     try:
         fits = np.broadcast_shapes(array.shape, scale.shape) == array.shape
     except ValueError:
@@ -185,7 +190,11 @@ def quantize_with_scale(x, scale, fmt) -> np.ndarray:
                          f"got shape {scale.shape}")
     bad = ~(np.isfinite(scale) & (scale > 0))
     if bad.any():
-        raise ValueError(f"scale must be finite and > 0, got {float(scale[bad].flat[0])}")
+        first = int(np.argmax(bad.reshape(-1)))
+        given = np.reshape(np.asarray(given_scale), -1)[first]  # (numeric: _to_float32 checked it)
+        if scale.reshape(-1)[first] == 0 and given != 0:
+            raise ValueError(f"scale must be finite and > 0, got {float(given)!r}, which underflows float32 to 0")
+        raise ValueError(f"scale must be finite and > 0, got {float(scale.reshape(-1)[first])}")
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = array * scale
     return codec.encode(scaled, fmt, saturate=True)
@@ -305,8 +314,10 @@ def _expand_tiles(grid: np.ndarray, moved_shape: tuple, block_shape: tuple) -> n
 class DelayedScaling:
     """Per-tensor delayed scaling: the scale comes from the amaxes of earlier steps.
 
-    TransformerEngine's ``DelayedScaling`` recipe and its ``amax_and_scale_update`` kernel
-    (``common/recipe/delayed_scaling.cu``), for one cast point:
+    TransformerEngine's ``DelayedScaling`` recipe as its per-tensor update kernel computes it:
+    ``amax_and_scale_update`` and its kernel ``amax_and_scale_update_impl::kernel``
+    (``transformer_engine/common/recipe/delayed_scaling.cu``; C API
+    ``nvte_delayed_scaling_recipe_amax_and_scale_update``), for one cast point:
 
     - ``amax_history`` (float32, ``history_len`` entries) starts at zeros and ``scale`` at 1.
     - `quantize` casts x with the current ``scale`` (computed from the steps before) and
@@ -317,14 +328,38 @@ class DelayedScaling:
         1. the amax to use is the max over the whole history (``"max"``; NaN entries are skipped,
            like CUDA's ``fmaxf``) or ``amax_history[0]`` (``"most_recent"``);
         2. the history rolls by -1 (entry 1 moves to 0, ..., entry 0 to the end, the oldest value
-           leaves) and entry 0 is set to 0 for the next step;
-        3. ``scale = (fp8_max * 2**-margin) / amax`` in float32, only when that amax is finite
-           and positive (otherwise the old scale stays); a scale that overflows becomes ``FLT_MAX``;
+           leaves) and entry 0 is set to 0 for the next step, on every step, a zero amax included;
+        3. ``scale = (fp8_max * 2**-margin) / amax`` in float32, in that order (one rounding),
+           only when that amax is finite and positive (otherwise the old scale stays); a scale
+           that overflows becomes ``FLT_MAX``;
         4. ``scale_inv = 1 / scale``.
 
     So the cast at step t uses the scale computed from the amaxes up to step t-1. An Inf amax (a
     step whose float32 tensor overflowed) holds the old scale for as long as it stays in the
     history, ``history_len`` steps under ``"max"``, as the kernel's rule does.
+
+    TransformerEngine has two other update paths for this recipe, and they differ from this one:
+
+    - The fused bulk path, the default in TransformerEngine's PyTorch integration:
+      ``FP8GlobalStateManager.reduce_and_update_fp8_tensors`` (``transformer_engine/pytorch/fp8.py``,
+      ``quantization.py`` in newer releases) calls ``tex.fused_amax_and_scale_update_after_reduction``,
+      that is ``amax_and_scale_update_after_reduction`` and its ``kernel_bulk`` (same
+      ``delayed_scaling.cu``). It skips a step whose amax is 0 (``if (last_amax != 0.0f)``): the
+      history does not roll and the scale stays. Under ``"most_recent"`` that is the same scale;
+      under ``"max"`` a zero step keeps the window's entries one step longer. For amaxes
+      1, 4, 2, 0, 0.5, 0, 0, 0 (E4M3, ``history_len=3``) this class gives the scales
+      448, 112, 112, 112, 224, 896, 896, 896, the bulk kernel 448, 112, 112, 112, 112, 112, 112,
+      112 (the 4 is still in its window at step 5, and the zero steps after keep that scale). The
+      rest of its rule is the same as here.
+    - The unfused Python path (``NVTE_UNFUSED_FP8_UPDATE=1``, or a callable ``amax_compute_algo``
+      or ``scaling_factor_compute_algo``): ``_amax_and_scale_update`` with
+      ``_default_get_amax_and_update_history`` and ``_default_sf_compute`` (same files). It rolls
+      on every step as here, but takes the window's max with ``torch.max``, which propagates NaN
+      (a NaN entry holds the old scale for as long as it stays in the window, where ``fmaxf``
+      skips it), and computes ``(fp8_max / amax) / 2**margin``: two roundings. That gives the
+      same float32 except where ``fp8_max / amax`` overflows (a tiny amax with margin > 0: E4M3,
+      margin 8, amax ``float32(1e-37)`` gives 1.75e37 here, ``FLT_MAX`` there) or the scale is
+      subnormal (a huge amax with margin > 0), where its second rounding can differ by one unit.
 
     Parameters
     ----------

@@ -68,8 +68,49 @@ E2M1_TABLE = {
     8: {"floor": 1, "ceil": 1, "even": 1, "rceil": 1},
 }
 
+# FP8 E5M2: emax 15, max 57344 = 1.75 * 2**15, 2 mantissa bits (57344 / 1024 = 56).
+#   floor: 40960, 57344, 60416, 61440 lie in [2**15, 2**16): 0; 65536 = 2**16: 1.   ceil: all but 2**16 round up: 1.
+#   even: 2 fraction bits, so the significand carries to 2 from 1.875 up (2 - half an ulp, 2 - 0.125):
+#         40960 = 1.25 * 2**15 and 57344 = 1.75 * 2**15 stay (0); 60416 = 1.84375 * 2**15 -> 1.75 (0);
+#         61440 = 1.875 * 2**15 is a tie -> away, 2.0 (1); 65536: 1
+#   rceil: a / 57344 = 40/56 = 5/7 in (1/2, 1]: 0; 56/56 = 1: 0; 59/56, 60/56, 64/56 in (1, 2]: 1
+E5M2_TABLE = {
+    40960: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    57344: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    60416: {"floor": 0, "ceil": 1, "even": 0, "rceil": 1},
+    61440: {"floor": 0, "ceil": 1, "even": 1, "rceil": 1},
+    65536: {"floor": 1, "ceil": 1, "even": 1, "rceil": 1},
+}
+# FP6 E3M2: emax 4, max 28 = 1.75 * 2**4, 2 mantissa bits: the same significands in the binade [16, 32).
+#   floor: 20, 28, 29.5, 30 in [16, 32): 0; 32: 1.   ceil: 1 for all.
+#   even (carry from 1.875): 20 = 1.25 * 16, 28 = 1.75 * 16 stay; 29.5 = 1.84375 * 16 -> 1.75; 30 = 1.875 * 16 -> 2 (1).
+#   rceil: 20/28 = 5/7: 0; 28/28: 0; 29.5/28 = 59/56, 30/28 = 15/14, 32/28 = 8/7 in (1, 2]: 1
+E3M2_TABLE = {
+    20: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    28: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    29.5: {"floor": 0, "ceil": 1, "even": 0, "rceil": 1},
+    30: {"floor": 0, "ceil": 1, "even": 1, "rceil": 1},
+    32: {"floor": 1, "ceil": 1, "even": 1, "rceil": 1},
+}
+# FP6 E2M3: emax 2, max 7.5 = 1.875 * 2**2 (the largest significand with 3 fraction bits), so rceil
+# and even decide at different significands.
+#   floor: 7.25, 7.5, 7.625, 7.75 in [4, 8): 0; 8: 1.   ceil: 1 for all.
+#   even: 3 fraction bits (ulp 0.125), carry to 2 from 1.9375 up: 7.25 = 1.8125 * 4 is a tie between
+#         1.75 and 1.875 -> away, 1.875, no carry (0); 7.5 = 1.875 * 4 stays (0); 7.625 = 1.90625 * 4 -> 1.875
+#         (0.03125 from it, 0.09375 from 2) (0); 7.75 = 1.9375 * 4 is a tie between 1.875 and 2 -> 2 (1); 8: 1
+#   rceil: 7.25/7.5 = 29/30 in (1/2, 1]: 0; 7.5/7.5 = 1: 0; 7.625/7.5 = 61/60, 7.75/7.5 = 31/30, 8/7.5 = 16/15: 1
+# (The review proposed 7.6 for the third row; 7.625 has the same exponents and is exact in binary.)
+E2M3_TABLE = {
+    7.25: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    7.5: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
+    7.625: {"floor": 0, "ceil": 1, "even": 0, "rceil": 1},
+    7.75: {"floor": 0, "ceil": 1, "even": 1, "rceil": 1},
+    8: {"floor": 1, "ceil": 1, "even": 1, "rceil": 1},
+}
 
-@pytest.mark.parametrize("elem, table", [("E4M3", E4M3_TABLE), ("E2M1", E2M1_TABLE)])
+
+@pytest.mark.parametrize("elem, table", [("E4M3", E4M3_TABLE), ("E2M1", E2M1_TABLE), ("E5M2", E5M2_TABLE),
+                                         ("E3M2", E3M2_TABLE), ("E2M3", E2M3_TABLE)])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("binade", [0, -60, 40])
 def test_scale_mode_exponent_tables(elem, table, mode, binade):
@@ -165,6 +206,49 @@ def test_exponent_clamps_at_127_for_float64():
         assert q.dequantize()[0] == np.float32(np.inf)  # 448 * 2**127 overflows float32
     assert mx.quantize(block_of(1e-300, dtype=np.float64), "E4M3").scales[0] == 0x00
 
+
+
+@pytest.mark.parametrize("elem", ELEMENTS)
+def test_rceil_is_exact_at_the_one_amax_where_float32_steps_round_down_to_2_pow_minus_127(elem):
+    """rceil is ceil(log2(amax / max_elem)) computed exactly (DESIGN.md section 4). TransformerEngine
+    rounds ``amax * float32(1 / max_elem)`` to float32 first; for one amax per format that product
+    rounds down onto 2**-127 and its scale is 0x00 where ours is 0x01 (module docstring)."""
+    max_elem = Fraction(float(formats.get(elem).max))
+    # max_elem = s * 2**emax with s in [1, 2) of at most 4 bits, so max_elem * 2**-127 = s * 2**(emax - 127)
+    # is a normal float32 (emax - 127 >= -125); the next float32 up adds one ulp, 2**(emax - 127 - 23).
+    low = max_elem * Fraction(2) ** -127
+    amax = low + Fraction(2) ** (EMAX[elem] - 150)
+    a32 = np.nextafter(np.float32(float(low)), np.float32(1))
+    assert Fraction(float(np.float32(float(low)))) == low and Fraction(float(a32)) == amax
+    # Exactly: amax / max_elem = 2**-127 * (1 + 2**(emax - 23) / max_elem), in (2**-127, 2**-126), so
+    # ceil(log2) = -126 and the code is -126 + 127 = 0x01.
+    assert Fraction(2) ** -127 < amax / max_elem < Fraction(2) ** -126
+    # TransformerEngine's float32 steps: the exact product is 2**-127 * (1 + d), d = the extra ulp's 2**-23 / s
+    # plus float32(1 / max_elem)'s rounding error, 0.92 to 0.98 times 2**-23 for these formats: less than half
+    # the float32 spacing there (2**-149, subnormal; half is 2**-127 * 2**-23). It rounds down to 2**-127,
+    # which cvt.rp maps to 0x00.
+    assert f32(amax * f32(1 / max_elem)) == Fraction(2) ** -127
+    assert f32(amax / max_elem) == Fraction(2) ** -127  # (a float32 quotient as well)
+    codes, shared = mx.shared_exponents(a32, elem, "rceil")
+    assert codes == 0x01 and shared == -126
+    block = block_of(a32)
+    assert mx.quantize(block, elem, scale_mode="rceil").scales[0] == 0x01
+    assert mx.quantize_block_reference(block, elem, scale_mode="rceil")[0] == 0x01
+    # One float32 below, amax = max_elem * 2**-127: the quotient is 2**-127 exactly, 0x00 either way.
+    assert mx.shared_exponents(np.float32(float(low)), elem, "rceil")[0] == 0x00
+
+
+@pytest.mark.parametrize("mode", ["floor", "rceil"])
+def test_a_zero_scale_means_2_pow_minus_127_when_scaling_and_when_decoding(mode):
+    """OCP MX: E8M0 0x00 is 2**-127 (DESIGN.md section 4), not TransformerEngine's multiplier of 1 in
+    the cast (and 0.0 in its dequantize), so a tiny non-zero block keeps its values."""
+    amax = 448 * 2.0**-127  # = 1.75 * 2**-119, a normal float32
+    # floor: floor(log2 amax) - emax = -119 - 8 = -127; rceil: ceil(log2(amax / 448)) = -127. Code 0x00.
+    # amax * 2**127 = 448: code 0x7E; decoded, 448 * 2**-127 = amax again. (TransformerEngine: amax * 1
+    # rounds to code 0x00 and decodes to 0.)
+    q = mx.quantize(block_of(np.float32(amax)), "E4M3", scale_mode=mode)
+    assert q.scales[0] == 0x00 and q.codes[0] == 0x7E
+    assert q.dequantize()[0] == np.float32(amax)
 
 # ================================================================================================
 # Must show 2: the exact scalar reference equals the vectorised version on random blocks.
@@ -391,6 +475,18 @@ def test_packed_fp4_low_nibble_first():
     with pytest.raises(ValueError, match="4-bit and 8-bit"):
         mx.quantize(x, "E3M2").packed()
 
+
+
+def test_packed_refuses_codes_wider_than_a_nibble():
+    # found by a review: a code 0x1F was ORed into its neighbour's nibble (bytes 0xFF), where
+    # dequantize() refuses it
+    q = mx.quantize(np.ones((2, 4), np.float32), "E2M1")
+    codes = q.codes.copy()
+    codes[1, 2] = 0x1F
+    for array in (mx.MXArray(q.scales, codes, formats.E2M1, 32, -1, q.shape),
+                  mx.NVFP4Array(q.scales, codes, np.float32(1), np.float32(2688), -1, q.shape, 16)):
+        with pytest.raises(ValueError, match=r"E2M1 codes lie in \[0, 16\), got 31 at index \(1, 2\)"):
+            array.packed()
 
 def test_scale_values_agree_with_ml_dtypes_e8m0():
     ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -730,6 +826,31 @@ def test_mx_array_checks_its_fields(fields, error, match):
     with pytest.raises(error, match=match):
         mx.MXArray(**{**given, **fields(q)})
 
+
+
+@pytest.mark.parametrize("args, error, match", [
+    # found by a review: these were accepted, and MXFormat("X", "E4M3") failed at its first use with
+    # AttributeError: 'str' object has no attribute 'name'
+    (("X", "E4M3"), TypeError, "elem must be a FloatFormat .* got str 'E4M3'"),
+    (("X", formats.E8M0), ValueError, "MX elements must be one of E4M3, E5M2, E3M2, E2M3, E2M1 .* got E8M0"),
+    (("X", formats.E4M3FNUZ), ValueError, "MX elements .* got E4M3FNUZ"),
+    (("X", formats.E4M3, 7), ValueError, "block_size must be a power of two .* got 7"),
+    (("X", formats.E4M3, 0), ValueError, "block_size must be a power of two .* got 0"),
+    (("X", formats.E4M3, 32.0), TypeError, "block_size must be an int, got float 32.0"),
+    (("X", formats.E4M3, True), TypeError, "block_size must be an int, got bool"),
+    ((3, formats.E4M3), TypeError, "name must be a str, got int 3"),
+])
+def test_mx_format_checks_its_fields(args, error, match):
+    with pytest.raises(error, match=match):
+        mx.MXFormat(*args)
+
+
+def test_every_catalogued_mx_format_passes_its_own_checks():
+    for name, mx_format in mx.FORMATS.items():
+        assert mx.MXFormat(name, mx_format.elem, mx_format.block_size) == mx_format
+    small = mx.MXFormat("MXFP4_16", formats.E2M1, np.int64(16))
+    assert type(small.block_size) is int and small == mx.MXFormat("MXFP4_16", formats.E2M1, 16)
+    assert mx.quantize(np.ones(48, np.float32), small).scales.shape == (3,)
 
 def test_mx_array_fields_that_pass_are_stored_normalised():
     x = spread_rows()

@@ -220,6 +220,52 @@ def test_delayed_scaling_history_roll_and_algorithms(algo, scales):
         used = scales[step]
 
 
+def test_delayed_scaling_rolls_the_history_on_zero_amax_steps_too():
+    """The per-tensor kernel (amax_and_scale_update) rolls on every step; TransformerEngine's bulk
+    kernel (kernel_bulk, PyTorch's default) skips a zero-amax step. Same amaxes as above,
+    history_len 3, "max", E4M3 (448), history entry 0 first:
+      step  amax  at update      window max -> scale   ours, rolled     the bulk kernel instead
+       1    1     [1, 0, 0]      1 -> 448              [0, 0, 1]
+       2    4     [4, 0, 1]      4 -> 112              [0, 1, 4]
+       3    2     [2, 1, 4]      4 -> 112              [0, 4, 2]
+       4    0     [0, 4, 2]      4 -> 112              [0, 2, 0]        skips: [0, 4, 2], 112
+       5    0.5   [0.5, 2, 0]    2 -> 224              [0, 0, 0.5]      [0.5, 4, 2]: 4 -> 112, [0, 2, 0.5]
+       6    0     [0, 0, 0.5]    0.5 -> 896            [0, 0.5, 0]      skips: 112
+       7    0     [0, 0.5, 0]    0.5 -> 896            [0, 0, 0]        skips: 112
+       8    0     [0, 0, 0]      0: keep 896           [0, 0, 0]        skips: 112
+    The 4 of step 2 has left our window by step 5's update (three rolls later, one of them at the
+    zero step 4); the bulk kernel's window still holds it then, and its zero steps keep that scale."""
+    recipe = scaling.DelayedScaling("E4M3", history_len=3)
+    scales, histories = [], []
+    for amax in (1, 4, 2, 0, 0.5, 0, 0, 0):
+        recipe.quantize(np.array([amax, -amax / 2], np.float32))
+        scales.append(float(recipe.scale))
+        histories.append(recipe.amax_history.tolist())
+    assert scales == [448, 112, 112, 112, 224, 896, 896, 896]
+    assert histories[3] == [0, 2, 0] and histories[5] == [0, 0.5, 0]  # the zero steps 4 and 6 rolled
+
+
+def test_delayed_scaling_divides_the_margin_scaled_maximum_by_the_amax_in_one_rounding():
+    """scale = float32((fp8_max * 2**-margin) / amax), the kernel's order, not the unfused Python
+    path's float32(float32(fp8_max / amax) / 2**margin)."""
+    # E4M3, margin 8: fp8_max * 2**-8 = 448 / 256 = 1.75 exactly. amax = float32(1e-37):
+    #   1.75 / amax is about 1.75e37, a finite float32: that, rounded once, is the scale;
+    #   448 / amax is about 4.48e39 > FLT_MAX: the other order overflows (its path then gives FLT_MAX).
+    amax = Fraction(float(np.float32(1e-37)))
+    recipe = scaling.DelayedScaling("E4M3", margin=8)
+    recipe.quantize(np.array([1e-37], np.float32))
+    assert Fraction(float(recipe.scale)) == f32(Fraction(7, 4) / amax)
+    assert f32(Fraction(7, 4) / amax) < Fraction(float(FLT_MAX)) < Fraction(448) / amax
+    # A huge amax with margin 8 gives a subnormal scale: 1.75 / 1.7703371e38 is about 9.89e-39 < 2**-126.
+    # One rounding to the subnormal grid (spacing 2**-149) differs from rounding to 24 bits first.
+    amax32 = np.float32(1.7703371e38)
+    amax = Fraction(float(amax32))
+    recipe = scaling.DelayedScaling("E4M3", margin=8)
+    recipe.quantize(np.array([amax32]))
+    assert Fraction(float(recipe.scale)) == f32(Fraction(7, 4) / amax)
+    assert f32(Fraction(7, 4) / amax) != f32(f32(Fraction(448) / amax) / 256)  # (so the case tells them apart)
+
+
 def test_delayed_scaling_margin_and_defaults():
     default = scaling.DelayedScaling()
     assert default.history_len == 1024 and default.amax_compute_algo == "max" and default.margin == 0
@@ -331,6 +377,11 @@ def test_delayed_scaling_several_casts_in_one_step():
     (lambda: scaling.quantize_with_scale(np.ones(2), [1.0, -1.0], "E4M3"), ValueError, "> 0, got -1.0"),
     (lambda: scaling.quantize_with_scale(np.ones(2), 0, "E4M3"), ValueError, "> 0, got 0.0"),
     (lambda: scaling.quantize_with_scale(np.ones(2), np.inf, "E4M3"), ValueError, "finite"),
+    # found by a review: it said "got 0.0" for a scale the caller gave as 1e-50
+    (lambda: scaling.quantize_with_scale(np.ones(2), 1e-50, "E4M3"), ValueError,
+     r"scale must be finite and > 0, got 1e-50, which underflows float32 to 0"),
+    (lambda: scaling.quantize_with_scale(np.ones(2), [2.0, 1e-46], "E4M3"), ValueError,
+     "got 1e-46, which underflows float32 to 0"),
     (lambda: scaling.quantize_with_scale(np.ones(2), "2", "E4M3"), TypeError, "scale must hold .* got dtype <U1"),
     (lambda: scaling.scale_from_amax(-2.0, "E4M3"), ValueError, r"amax must be >= 0 \(a largest magnitude\), got -2.0"),
     (lambda: scaling.scale_from_amax([1.0, -3.0], "E4M3"), ValueError, "got -3.0"),
@@ -418,6 +469,13 @@ def _fields(scaled):
     ("tensor", dict(codes=[[0] * 8] * 4), TypeError, "codes must be a uint8 array .* got list"),
     ("tensor", dict(fmt="E4M3"), TypeError, "fmt must be a FloatFormat .* got str 'E4M3'"),
     ("tensor", dict(granularity="tile"), ValueError, "granularity must be one of"),
+    # found by a review: dequantize() then gave NaN (0 * inf) or sign-flipped values
+    ("tensor", dict(scale=np.float32(0)), ValueError, r"scale must be finite and > 0, got 0\.0"),
+    ("tensor", dict(scale_inv=np.float32(np.inf)), ValueError, "scale_inv must be finite and > 0, got inf"),
+    ("row", dict(scale=np.full((4, 1), -2, np.float32), scale_inv=np.full((4, 1), -0.5, np.float32)), ValueError,
+     r"scale must be finite and > 0, got -2\.0"),
+    ("block", dict(scale_inv=np.array([[1, 1], [1, np.nan], [1, 1], [1, 1]], np.float32)), ValueError,
+     "scale_inv must be finite and > 0, got nan"),
 ])
 def test_scaled_tensor_with_inconsistent_fields_is_an_error(make, change, error, match):
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
