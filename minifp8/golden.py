@@ -4,13 +4,16 @@ A C++, CUDA or Rust test cannot import minifp8, but it can read ``.npy`` arrays.
 the oracle's answers to files, deterministically (the same minifp8 version gives byte-identical
 files), together with a ``manifest.json`` that says what every array is.
 
-File layout (schema version 1)
+File layout (schema version 2)
 ------------------------------
 ``manifest.json``:
 
-    {"schema": "minifp8-golden", "schema_version": 1, "minifp8_version": "...",
-     "entries": [ {entry}, ... ]}
+    {"schema": "minifp8-golden", "schema_version": 2, "minifp8_version": "...",
+     "notes": {"arrays": "...", "codec": "...", ...}, "entries": [ {entry}, ... ]}
 
+``notes`` states, in a sentence or two each, the rules a reader needs to interpret the entries
+(DESIGN.md sections 3 and 4): the array layout, the codec's overflow rules, stochastic rounding,
+E8M0's ties, MX blocks with a NaN scale and NVFP4's order of float32 operations.
 Each entry describes one expected result:
 
 - ``kind``: ``"codec"``, ``"mx"`` or ``"nvfp4"``;
@@ -18,24 +21,43 @@ Each entry describes one expected result:
   npy reader) and its ``sha256``;
 - ``format``, ``rounding``, ``saturate``, ``input_dtype`` (``codec``);
   ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis``, ``scale_mode``,
-  ``rounding`` (``mx``); ``format`` (``NVFP4``), ``scale_format``, ``block_size``, ``axis`` (``nvfp4``);
+  ``rounding``, ``ignore_codes_where_scale`` (``mx``: 255, see below); ``format`` (``NVFP4``),
+  ``scale_format``, ``block_size``, ``axis``, ``global_amax_given`` (``nvfp4``);
 - ``arrays``: which array in the file plays which role, e.g. ``{"input": "x", "expected_codes":
   "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``expected_scales`` and
   ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax`` and
   ``encode_scale``), and ``random_bit_count`` for stochastic rounding;
-- ``shapes``: the shape of the input and of every expected array (a codec entry's ``random_bits``
-  has the input's shape).
+- ``shapes`` and ``dtypes``: the shape and the dtype (numpy's ``dtype.str``: ``"<f4"``, ``"<f8"``,
+  ``"|u1"``) of every array the entry names in ``arrays``, random bits included.
 
-Codes are uint8, one per element in the low bits. Inputs of ``codec`` entries are every value of the
-format, every midpoint between neighbours and one float32 ulp either side, the overflow threshold,
-zeros, +-Inf and NaN (where the format has NaN), and 4,096 random values spread over every binade;
-``float64`` files add the midpoints times (1 +- 2^-40), which a float32-first cast rounds wrongly.
-Block files hold a (24, 80) float32 array blocked along its last axis. MX: rows at random binades
-from 2^-20 to 2^20, an all-zero row, an outlier, float32 subnormals, a NaN, an Inf and signed
-zeros. NVFP4, whose one tensor scale serves every block: rows at random binades from 2^-6 to 2^6,
-an all-zero row, signed zeros and a 16x outlier. The scales have shape (24, 3) for MX (blocks of
-32, the last padded with zeros) and (24, 5) for NVFP4 (blocks of 16). Every input is built from
-random integers with exact operations, so the files are the same bytes on every machine.
+Every array is little-endian. Codes are uint8, one per element in the low bits. An MX block whose
+expected scale is 0xFF (NaN: the block holds a NaN, or an Inf outside ``rceil``) decodes to NaN
+whatever its element codes, so its expected codes are "don't care" (minifp8 writes 0): compare
+codes only where the expected scale is not ``ignore_codes_where_scale``. An NVFP4 entry's tensor
+amax is its ``global_amax`` array: ``max |x|`` where ``global_amax_given`` is false, a given value
+(as from a reduction across devices) where it is true.
+
+Inputs of ``codec`` entries are every value of the format, every midpoint between neighbours and
+one float32 ulp either side, the overflow threshold, zeros, +-Inf and NaN (where the format has
+NaN), and 4,096 random values spread over every binade; ``float64`` files add the midpoints times
+(1 +- 2^-40), which a float32-first cast rounds wrongly.
+
+Block files hold float32 arrays of 80 columns, blocked along the last axis. MX (3 scales a row:
+blocks of 32, the last padded with zeros), one input per element format: 24 rows of random values
+at random binades from 2^-20 to 2^20, among them an all-zero row, an outlier, float32 subnormals,
+a NaN, an Inf and signed zeros; then rows built for the element format: every midpoint between
+element values, placed so that block scaling lands it exactly on the tie (at shared exponents 5
+and -127), and beside it; and blocks whose amax is 2^j, max_elem * 2^j or the "even" carry point,
+with their float32 neighbours (the scale modes' boundaries; a float32 log2 rounds the neighbours
+of 2^j to j). NVFP4 (5 scales a row: blocks of 16): one entry whose 24 rows lie at random binades
+from 2^-6 to 2^6, with an all-zero row, signed zeros and a 16x outlier; and one entry per given
+tensor amax (6 and 54.23361) whose block amaxes and elements lie within 2 float32 steps of E4M3
+and E2M1 rounding boundaries, where the order of float32 operations decides codes. Every input is
+built from random integers with exact or correctly rounded IEEE operations (no libm), so the files
+are the same bytes on every machine.
+
+Schema 2 added ``notes``, ``dtypes``, ``ignore_codes_where_scale``, ``global_amax_given`` and the
+NVFP4 entries with a given tensor amax, and made ``shapes`` list random bits too.
 """
 from __future__ import annotations
 
@@ -53,20 +75,45 @@ from . import __version__, codec, formats, mx
 from .formats import _check_int
 from .testing import edge_cases
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 ROUNDINGS = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 RANDOM_BIT_COUNT = 8
 SEED = 20231022  # any fixed number: the files must not change between runs
 
+# The manifest's "notes": what a reader needs to interpret the entries (DESIGN.md sections 3 and 4).
+NOTES = {
+    "arrays": "Every array is little-endian; 'dtypes' gives numpy's dtype.str of each. Codes are uint8, "
+              "one per element in the low bits.",
+    "codec": "Round first, then check overflow. saturate=false: overflow and +-Inf give Inf (E5M2) or NaN "
+             "(E4M3, FNUZ); saturate=true: +-max; NaN stays NaN; FP6/FP4 always saturate. float64 inputs "
+             "round once, exactly (not through float32). DESIGN.md section 3.",
+    "stochastic": "Write |x| = (n + f) * quantum with n an integer and 0 <= f < 1; round f * 2**random_bit_count "
+                  "to the nearest integer r (ties to even); round away from zero when r + random_bits >= "
+                  "2**random_bit_count (IEEE P3109 'Stochastic'; DESIGN.md section 3).",
+    "E8M0": "Every E8M0 value is a power of two, so nearest_even rounds ties (1.5 * 2**k) up; zero, negative "
+            "numbers, Inf and NaN give 0xFF (as ml_dtypes float8_e8m0fnu). DESIGN.md section 3.",
+    "mx": "shared_exp comes from the exponent bits of the block amax (never a float log2), by scale_mode, "
+          "clamped to [-127, 127]; elements are x * 2**-shared_exp, exact, encoded with saturate=true. A NaN "
+          "(or, except for rceil, an Inf) in a block gives scale 0xFF and the block decodes to NaN: its codes "
+          "are don't-care (minifp8 writes 0), so skip them where the expected scale is ignore_codes_where_scale. "
+          "DESIGN.md section 4; OCP MX v1.0 section 6.3.",
+    "nvfp4": "float32 operations, each rounded to nearest even, in TransformerEngine's order: S_enc = min(2688 / "
+             "global_amax, FLT_MAX) (1 if global_amax is 0); S_dec = 1 / S_enc; scale code = e4m3_saturate(min("
+             "block_amax * (S_enc * float32(1/6)), FLT_MAX)); encode = min(1 / (S_dec_b * S_dec), FLT_MAX); code = "
+             "e2m1_rne(clamp(x * encode, -6, 6)). Use the global_amax array as the tensor amax. DESIGN.md section 4.",
+}
+
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
-    """Write arrays as an uncompressed ``.npz`` with fixed zip timestamps; return its sha256."""
+    """Write arrays, little-endian, as an uncompressed ``.npz`` with fixed zip timestamps; return its sha256."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):
             member = io.BytesIO()
             # (np.require, not ascontiguousarray, which makes a 0-d array 1-d: the manifest's shapes hold)
-            np.lib.format.write_array(member, np.require(arrays[name], requirements="C"), allow_pickle=False)
+            array = np.asarray(arrays[name])
+            little_endian = array.astype(array.dtype.newbyteorder("<"), copy=False)  # the same bytes on any machine
+            np.lib.format.write_array(member, np.require(little_endian, requirements="C"), allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
             info.create_system = 3  # (Unix; ZipInfo takes it from sys.platform: the bytes would vary by OS)
@@ -148,12 +195,12 @@ def codec_entries(fmt, out: Path) -> list[dict]:
         digest = write_npz(out / file_name, arrays)
         for rounding, saturate, name in combos:
             stochastic = rounding == "stochastic"
+            roles = {"input": "x", "expected_codes": name, "random_bits": "random_bits" if stochastic else None}
             entries.append({
                 "kind": "codec", "file": file_name, "sha256": digest, "format": fmt.name,
                 "rounding": rounding, "saturate": saturate, "input_dtype": np.dtype(dtype).name,
-                "arrays": {"input": "x", "expected_codes": name, "random_bits": "random_bits" if stochastic else None},
-                "random_bit_count": RANDOM_BIT_COUNT if stochastic else None,
-                "shapes": {"x": list(x.shape), name: list(x.shape)},
+                "arrays": roles, "random_bit_count": RANDOM_BIT_COUNT if stochastic else None,
+                **_layout(arrays, roles.values()),
             })
     return entries
 
@@ -163,6 +210,7 @@ def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
 
     Rows, in order: random values at a random binade each (most rows); an all-zero row; a row with
     one huge outlier; float32 subnormals; a row with a NaN; a row with an Inf; and 0.0/-0.0 mixes.
+    `mx_inputs` adds rows built for one element format.
 
     Parameters
     ----------
@@ -180,6 +228,86 @@ def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
     x[4, 40] = np.nan
     x[5, 70] = -np.inf
     x[6, ::2] = -0.0
+    return x
+
+
+MX_TIE_EXPONENT = 5  # ties at shared_exp 5: the block amax max_elem * 2**5
+MX_BOUNDARY_BINADES = (-100, -20, 20, 100)  # |j| >= 4: a float32 log2 rounds 2**j * (1 +- 2**-24) to j
+
+
+def mx_inputs(mx_format, length: int = 80) -> np.ndarray:
+    """The input of one MX file: the rows of `block_inputs`, then rows built for its element format.
+
+    The built rows (OCP MX v1.0 section 6.3; DESIGN.md section 4), each 32-element block led by
+    the element that is its amax:
+
+    1. Ties: every midpoint between neighbouring element values times ``2**5``, with both signs,
+       and the float32 values just below and above each, in blocks of amax ``max_elem * 2**5``,
+       so that floor, even and rceil give ``shared_exp = 5`` and the scaled elements land exactly
+       on the midpoints and one float32 step beside them (ceil gives 6: half of each midpoint,
+       still a tie in the normal range).
+    2. The midpoints below ``2**emax`` times ``2**-127``, both signs, in blocks of amax
+       ``2**(emax - 127)``: every scale mode gives -127, so ceil meets exact ties too, and the
+       inputs are float32 subnormals.
+    3. Boundary amaxes, for ``j`` in `MX_BOUNDARY_BINADES`: ``2**j`` and the float32 values either
+       side (floor and ceil change there, and a float32 ``log2`` rounds both neighbours to ``j``),
+       ``max_elem * 2**j`` and its neighbours (rceil), and the "even" carry point
+       ``(2 - 2**-(M + 1)) * 2**j`` and the float32 below it; the other elements of these blocks
+       are random values below the amax, of both signs.
+
+    Parameters
+    ----------
+    mx_format : str or MXFormat
+        An MX format (``"MXFP8_E4M3"``, ...): its element format decides the midpoints.
+    length : int
+        The row length, at least 71 (see `block_inputs`).
+    """
+    element = mx.get(mx_format).elem
+    _check_int(length, "mx_inputs: length", 71)
+    rng = np.random.default_rng(SEED + 2)
+    table = element.values()
+    grid = np.unique(np.abs(table[np.isfinite(table)]))
+    midpoints = (grid[:-1] + grid[1:]) / 2
+    ties = (midpoints * 2.0**MX_TIE_EXPONENT).astype(np.float32)
+    beside = np.concatenate([ties, np.nextafter(ties, np.float32(0)), np.nextafter(ties, np.float32(np.inf))])
+    low_ties = (midpoints[midpoints < 2.0**element.emax] * 2.0**-127).astype(np.float32)  # float32 subnormals
+
+    amaxes = []
+    for j in MX_BOUNDARY_BINADES:
+        power, top = np.float32(2.0**j), np.float32(element.max * 2.0**j)
+        carry = np.float32((2 - 2.0 ** -(element.mantissa_bits + 1)) * 2.0**j)
+        amaxes += [np.nextafter(power, np.float32(0)), power, np.nextafter(power, np.float32(np.inf)),
+                   np.nextafter(top, np.float32(0)), top, np.nextafter(top, np.float32(np.inf)),
+                   np.nextafter(carry, np.float32(0)), carry]
+    return np.concatenate([block_inputs(length=length),
+                           _tie_rows(np.concatenate([beside, -beside]), element.max * 2.0**MX_TIE_EXPONENT, length),
+                           _tie_rows(np.concatenate([low_ties, -low_ties]), 2.0 ** (element.emax - 127), length),
+                           _boundary_rows(rng, np.array(amaxes, np.float32), length)])
+
+
+def _tie_rows(values: np.ndarray, amax: float, length: int) -> np.ndarray:
+    """float32 rows of ``length`` whose 32-blocks each start with ``amax``, then ``values`` in order
+    in the other places (zeros after the last)."""
+    leads = np.arange(length) % 32 == 0
+    per_row = length - int(leads.sum())
+    rows = -(-values.size // per_row)
+    x = np.zeros((rows, length), np.float32)
+    x[:, leads] = amax
+    x[:, ~leads] = np.concatenate([values, np.zeros(rows * per_row - values.size, np.float32)]).reshape(rows, -1)
+    return x
+
+
+def _boundary_rows(rng: np.random.Generator, amaxes: np.ndarray, length: int) -> np.ndarray:
+    """float32 rows of ``length``, one 32-block per amax (zero blocks after the last): the amax, with
+    a random sign, then random values of both signs below it (``amax * m / 2**24``, ``m`` an integer)."""
+    blocks_per_row = -(-length // 32)
+    rows = -(-amaxes.size // blocks_per_row)
+    block_amax = np.zeros(rows * blocks_per_row, np.float32)
+    block_amax[:amaxes.size] = amaxes * rng.choice(np.float32([-1, 1]), amaxes.size)
+    block_amax = block_amax.reshape(rows, blocks_per_row)
+    fractions = rng.integers(-(1 << 24) + 1, 1 << 24, size=(rows, length)) / 2.0**24
+    x = (np.repeat(block_amax, 32, axis=1)[:, :length] * fractions).astype(np.float32)
+    x[:, ::32] = block_amax
     return x
 
 
@@ -213,41 +341,100 @@ def _random_rows(rng: np.random.Generator, rows: int, length: int, low: int, hig
     return (signs * magnitudes).astype(np.float32)
 
 
+NVFP4_GLOBAL_AMAXES = (6.0, 54.23361)  # S_enc: 448 exactly, and one that is not a power of two times 448
+E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+
+
+def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.ndarray:
+    """Float32 rows for an NVFP4 entry with a given tensor amax, where the order of the float32
+    operations decides codes (DESIGN.md section 4; `minifp8.mx.quantize_nvfp4`).
+
+    Block ``b`` (16 elements) has its amax within 2 float32 steps of the midpoint between the
+    E4M3 values of codes ``c_b`` and ``c_b + 1`` times ``6 * global_amax / 2688``, with ``c_b``
+    running from 0x01 to 0x7D over the blocks, so that its block scale lies on a rounding
+    boundary; its other elements lie within 2 float32 steps of an E2M1 midpoint (`E2M1_MIDPOINTS`)
+    times ``global_amax * S_dec_b / 2688`` (the inverse of the element scale), with random signs.
+    Every amax is below ``global_amax``.
+
+    Parameters
+    ----------
+    global_amax : float
+        The tensor amax the entry gives: a finite number > 0, rounded to float32.
+    rows, length : int
+        The shape; at least 1 row and 16 columns.
+    """
+    global_amax = mx._check_float32_number("nvfp4_boundary_inputs: global_amax", global_amax, positive=True)
+    _check_int(rows, "nvfp4_boundary_inputs: rows", 1)
+    _check_int(length, "nvfp4_boundary_inputs: length", 16)
+    rng = np.random.default_rng(SEED + 3)
+    used = 16 * (length // 16)  # the columns of whole blocks; the rest stay zero
+    e4m3 = formats.E4M3.values().astype(np.float64)
+    scale_codes = np.round(np.linspace(0x01, 0x7D, rows * used // 16)).astype(np.int64)
+    midpoints = (e4m3[scale_codes] + e4m3[scale_codes + 1]) / 2
+    block_amax = _float32_steps((midpoints * 6 * global_amax / 2688).astype(np.float32),
+                                rng.integers(-2, 3, scale_codes.size))
+    blocks = np.zeros((scale_codes.size, 16), np.float32)
+    blocks[:, 0] = block_amax
+    x = np.zeros((rows, length), np.float32)
+    x[:, :used] = blocks.reshape(rows, used)
+    block_scales = codec.decode(mx.quantize_nvfp4(x, global_amax=global_amax).scales[:, :used // 16], "E4M3")
+    inverse_scale = block_scales.reshape(-1, 1).astype(np.float64) * global_amax / 2688
+    near = (rng.choice(E2M1_MIDPOINTS, (scale_codes.size, 15)) * inverse_scale).astype(np.float32)
+    near = np.minimum(_float32_steps(near, rng.integers(-2, 3, near.shape)), block_amax[:, None])
+    blocks[:, 1:] = near * rng.choice(np.float32([-1, 1]), near.shape)
+    x[:, :used] = blocks.reshape(rows, used)
+    return x
+
+
+def _float32_steps(values: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Positive float32 ``values`` moved by ``steps`` float32 steps each (an integer on the bits)."""
+    return (values.view(np.int32) + steps.astype(np.int32)).view(np.float32)
+
+
+def _layout(arrays: dict[str, np.ndarray], names) -> dict:
+    """The ``shapes`` and ``dtypes`` (numpy's little-endian ``dtype.str``) of the named arrays."""
+    names = [name for name in names if name is not None]
+    return {"shapes": {name: list(np.shape(arrays[name])) for name in names},
+            "dtypes": {name: np.asarray(arrays[name]).dtype.newbyteorder("<").str for name in names}}
+
+
 def block_entries(out: Path) -> list[dict]:
-    """MX files (every named MX format, every scale mode) and one NVFP4 file."""
-    x = block_inputs()
+    """MX files (every named MX format, every scale mode) and one NVFP4 file (several entries)."""
     entries = []
     for mx_format in mx.FORMATS.values():
+        x = mx_inputs(mx_format)
         arrays = {"x": x}
-        names = {}
         for scale_mode in mx.SCALE_MODES:
             result = mx.quantize(x, mx_format, scale_mode=scale_mode)
             arrays[f"scales_{scale_mode}"], arrays[f"codes_{scale_mode}"] = result.scales, result.codes
-            names[scale_mode] = (f"scales_{scale_mode}", f"codes_{scale_mode}")
         file_name = f"mx_{mx_format.name}.npz"
         digest = write_npz(out / file_name, arrays)
-        for scale_mode, (scales_name, codes_name) in names.items():
+        for scale_mode in mx.SCALE_MODES:
+            roles = {"input": "x", "expected_scales": f"scales_{scale_mode}", "expected_codes": f"codes_{scale_mode}"}
             entries.append({
                 "kind": "mx", "file": file_name, "sha256": digest, "format": mx_format.name,
                 "element_format": mx_format.elem.name, "block_size": mx_format.block_size, "axis": -1,
                 "scale_mode": scale_mode, "rounding": "nearest_even", "saturate": True, "input_dtype": "float32",
-                "arrays": {"input": "x", "expected_scales": scales_name, "expected_codes": codes_name},
-                "shapes": {"x": list(x.shape), scales_name: list(arrays[scales_name].shape),
-                           codes_name: list(x.shape)},
+                "ignore_codes_where_scale": mx.E8M0_NAN, "arrays": roles, **_layout(arrays, roles.values()),
             })
-    nvfp4_x = nvfp4_inputs()
-    result = mx.quantize_nvfp4(nvfp4_x)
-    arrays = {"x": nvfp4_x, "scales": result.scales, "codes": result.codes,
-              "global_amax": np.array(result.global_amax, np.float32),
-              "encode_scale": np.array(result.encode_scale, np.float32)}
+    cases = [("", nvfp4_inputs(), None)] + [(f"_{i}", nvfp4_boundary_inputs(amax), amax)
+                                            for i, amax in enumerate(NVFP4_GLOBAL_AMAXES, 1)]
+    arrays, roles = {}, []
+    for suffix, x, global_amax in cases:
+        result = mx.quantize_nvfp4(x, global_amax=global_amax)
+        arrays.update({f"x{suffix}": x, f"scales{suffix}": result.scales, f"codes{suffix}": result.codes,
+                       f"global_amax{suffix}": np.array(result.global_amax, np.float32),
+                       f"encode_scale{suffix}": np.array(result.encode_scale, np.float32)})
+        roles.append(({"input": f"x{suffix}", "expected_scales": f"scales{suffix}", "expected_codes": f"codes{suffix}",
+                       "global_amax": f"global_amax{suffix}", "encode_scale": f"encode_scale{suffix}"},
+                      global_amax is not None))
     digest = write_npz(out / "nvfp4.npz", arrays)
-    entries.append({
-        "kind": "nvfp4", "file": "nvfp4.npz", "sha256": digest, "format": "NVFP4", "element_format": "E2M1",
-        "scale_format": "E4M3", "block_size": mx.NVFP4_BLOCK_SIZE, "axis": -1, "input_dtype": "float32",
-        "arrays": {"input": "x", "expected_scales": "scales", "expected_codes": "codes",
-                   "global_amax": "global_amax", "encode_scale": "encode_scale"},
-        "shapes": {name: list(np.shape(value)) for name, value in arrays.items()},
-    })
+    for names, given in roles:
+        entries.append({
+            "kind": "nvfp4", "file": "nvfp4.npz", "sha256": digest, "format": "NVFP4", "element_format": "E2M1",
+            "scale_format": "E4M3", "block_size": mx.NVFP4_BLOCK_SIZE, "axis": -1, "input_dtype": "float32",
+            "global_amax_given": given, "arrays": names, **_layout(arrays, names.values()),
+        })
     return entries
 
 
@@ -283,7 +470,7 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
     if blocks:
         entries += block_entries(out)
     manifest = {"schema": "minifp8-golden", "schema_version": SCHEMA_VERSION, "minifp8_version": __version__,
-                "entries": entries}
+                "notes": NOTES, "entries": entries}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
@@ -307,7 +494,7 @@ def main(argv=None) -> int:
     parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
-        epilog=__doc__.split("File layout (schema version 1)\n------------------------------\n", 1)[1],
+        epilog=__doc__.split(f"File layout (schema version {SCHEMA_VERSION})\n{'-' * 30}\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", required=True, help="output folder (created if missing)")

@@ -1,13 +1,16 @@
 """Test helpers, for our own tests and for other backends that use minifp8 as their oracle.
 
-Each helper returns a report object and raises ``AssertionError`` with a readable message when
-the check fails. Sections:
+Sections:
 
 * ``gradcheck``: the autograd engine's analytic gradients against float64 central differences.
-* ``compare`` / ``assert_codes_equal`` / ``compare_mx`` / ``sweep``: the oracle for other backends.
-  A backend's codes are compared with minifp8's, and every mismatch is explained: the input and
-  its bits, the expected and actual code and value, the distance in codes and a class (tie,
-  near-tie, overflow, subnormal, NaN/Inf, sign-of-zero).
+  Returns a `GradcheckReport`, and raises ``AssertionError`` with it when the check fails (unless
+  ``raise_on_failure=False``).
+* The oracle for other backends (DESIGN.md section 7). ``compare`` and ``compare_mx`` return a
+  `Report` / `BlockReport` and never raise for a mismatch (check ``.ok``); ``assert_codes_equal``
+  and ``assert_mx_equal`` return None and raise ``AssertionError`` with that report's table when
+  anything differs. Every mismatch is explained: the input and its bits, the expected and actual
+  code and value, the distance in codes and a class (tie, near-tie, overflow, subnormal, NaN/Inf,
+  sign-of-zero). ``sweep`` and ``edge_cases`` give the inputs that find bugs.
 """
 from __future__ import annotations
 
@@ -281,8 +284,11 @@ NEAR_TIE_WINDOW = 2.0**-8  # a "near-tie" input lies within 1/256 of a quantum f
 class Mismatch:
     """One element where a backend's code differs from the oracle's.
 
-    ``distance`` is how many steps apart the two codes lie on the number line: 1 for neighbours
-    (None when either is NaN).
+    ``input`` and ``input_bits`` are the element as the backend was given it. ``distance`` is how
+    many steps apart the two codes lie on the number line: 1 for neighbours (None when either is
+    NaN). Block formats (`compare_mx`) also give ``scaled_input`` and ``scaled_bits``: the value
+    the element encoder saw after block scaling (float64 for MX, float32 for NVFP4), which ``kind``
+    describes.
     """
 
     index: tuple
@@ -294,6 +300,8 @@ class Mismatch:
     actual_value: float
     distance: int | None
     kind: str
+    scaled_input: float | None = None
+    scaled_bits: str | None = None
 
 
 @dataclass
@@ -301,7 +309,9 @@ class Report:
     """The result of `compare`: how many elements differ, and why.
 
     ``mismatches`` holds the first ``max_rows`` rows; ``count`` and ``by_class`` cover all of them.
-    ``str(report)`` is a table for a failing test's message.
+    ``str(report)`` is a table for a failing test's message. Its inputs print with the digits that
+    give their bits back: ``repr`` (up to 17 significant digits) for float64, 9 significant digits
+    for float32 and float16.
     """
 
     format_name: str
@@ -310,28 +320,56 @@ class Report:
     count: int
     by_class: dict
     mismatches: list = field(default_factory=list)
+    nan: str = "exact"
+    input_dtype: str = "float32"
 
     @property
     def ok(self) -> bool:
         return self.count == 0
 
-    def __str__(self) -> str:
-        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
-        head = f"{self.format_name} ({options or 'defaults'}): {self.count} of {self.total} codes differ"
-        if self.ok:
-            return head
+    def head(self) -> str:
+        """The first line: the format, the options (``nan="class"`` too), the count and the classes."""
+        return f"{self.format_name} ({_options_text(self.options, self.nan)}): {self.summary('codes ')}"
+
+    def summary(self, noun: str = "") -> str:
+        """``"3 of 8 <noun>differ [overflow 1, tie 2]"``."""
         classes = ", ".join(f"{kind} {n}" for kind, n in self.by_class.items() if n)
-        lines = [head + f" [{classes}]", "",
-                 f"{'index':>12} {'input':>16} {'input bits':>20} {'expected':>16} {'actual':>16} {'codes':>5}  class"]
-        for m in self.mismatches:
-            index = ",".join(map(str, m.index))
-            expected = f"{m.expected_code:#04x} {m.expected_value:.6g}"
-            actual = f"{m.actual_code:#04x} {m.actual_value:.6g}"
-            distance = "-" if m.distance is None else str(m.distance)
-            lines.append(f"{index:>12} {m.input:>16.9g} {m.input_bits:>20} {expected:>16} {actual:>16} {distance:>5}  {m.kind}")
-        if self.count > len(self.mismatches):
-            lines.append(f"... and {self.count - len(self.mismatches)} more")
+        return f"{self.count} of {self.total} {noun}differ" + (f" [{classes}]" if classes else "")
+
+    def __str__(self) -> str:
+        if self.ok:
+            return self.head()
+        rows = self.mismatches
+        columns = [("index", 12, [",".join(map(str, m.index)) for m in rows]),
+                   ("input", 16, [_input_text(m.input, self.input_dtype) for m in rows]),
+                   ("input bits", 20, [m.input_bits for m in rows])]
+        if any(m.scaled_input is not None for m in rows):  # block formats
+            columns += [("after scaling", 16, [repr(m.scaled_input) for m in rows]),
+                        ("scaled bits", 20, [m.scaled_bits for m in rows])]
+        columns += [("expected", 16, [f"{m.expected_code:#04x} {m.expected_value:.6g}" for m in rows]),
+                    ("actual", 16, [f"{m.actual_code:#04x} {m.actual_value:.6g}" for m in rows]),
+                    ("codes", 5, ["-" if m.distance is None else str(m.distance) for m in rows])]
+        widths = [max([minimum] + [len(text) for text in texts]) for _, minimum, texts in columns]
+
+        def line(cells, kind):
+            return " ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)) + f"  {kind}"
+
+        lines = [self.head(), "", line([name for name, _, _ in columns], "class")]
+        lines += [line([texts[i] for _, _, texts in columns], m.kind) for i, m in enumerate(rows)]
+        if self.count > len(rows):
+            lines.append(f"... and {self.count - len(rows)} more")
         return "\n".join(lines)
+
+
+def _options_text(options: dict, nan: str) -> str:
+    """The options of a report's first line; ``nan`` is shown unless it is the default "exact"."""
+    shown = {**options, **({"nan": nan} if nan != "exact" else {})}
+    return ", ".join(f"{key}={value!r}" for key, value in shown.items()) or "defaults"
+
+
+def _input_text(value: float, dtype_name: str) -> str:
+    """An input as text that gives its bits back: repr for float64, 9 significant digits for narrower floats."""
+    return repr(value) if dtype_name == "float64" else f"{value:.9g}"
 
 
 def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> Report:
@@ -344,7 +382,8 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
         reads (ml_dtypes float8 arrays, ``torch_tensor.view(torch.uint8).numpy()``); or decoded
         values in float16/32/64, which must be values of ``fmt``.
     x : array_like
-        The inputs the backend was given (float16/32/64).
+        The inputs the backend was given: float16, float32 or float64 (convert bfloat16 and other
+        narrow floats with ``.astype(np.float32)``, which is exact).
     fmt : FloatFormat or str
     nan : {"exact", "class"}
         ``"class"`` counts any NaN code as equal to any other NaN code (libraries differ in payloads).
@@ -358,6 +397,7 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     Returns
     -------
     Report
+        Never raises for a mismatch: check ``report.ok``, or call `assert_codes_equal`.
         Classes: ``NaN/Inf`` (the input is NaN or Inf, or one the format maps to NaN, such as
         0 and negative numbers in E8M0), ``sign-of-zero`` (zero expected, and the other zero back,
         or in FNUZ formats 0x80, the NaN a backend writes when it keeps the sign of -0.0),
@@ -366,17 +406,15 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
         other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
         ``other``. The first class that applies is given, in the order NaN/Inf, sign-of-zero,
         overflow, flushed subnormal (actual zero), tie, near-tie, subnormal: so a subnormal tie
-        rounded the wrong way is a tie, and a subnormal input that came back as zero is a subnormal
-        (the tie between zero and the smallest subnormal, returned as zero, too).
+        rounded the wrong way is a tie, and a subnormal input that came back as zero is a subnormal:
+        the tie between zero and the smallest subnormal, returned as zero, too, and so is a
+        near-tie there (a float64 input just above it that a cast through float32 rounds to zero).
     """
     fmt = formats.get(fmt)
     if nan not in ("exact", "class"):
         raise ValueError(f"nan must be 'exact' or 'class', got {nan!r}")
     _check_max_rows(max_rows)
-    x = np.asarray(x)
-    if x.dtype.kind != "f":
-        raise TypeError(f"x must be a float16/32/64 array of the inputs, got dtype {x.dtype}")
-    x = x.astype(x.dtype.newbyteorder("="), copy=False)  # the input bits are shown in native order
+    x = _float_inputs(x)
     actual_codes = _codes_of(actual, fmt, x.shape)
     expected_codes = codec.encode(x, fmt, **encode_options)
     table = fmt.values()
@@ -389,17 +427,40 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     kinds = _classify(flat_x, expected, got, fmt)
     by_class = {kind: int((kinds == kind).sum()) for kind in MISMATCH_CLASSES}
     rows = []
-    bits_view = x.reshape(-1)[where[:max_rows]]
+    bits = _bits_texts(x.reshape(-1)[where[:max_rows]])
     for i in range(min(max_rows, len(where))):
-        bits = bits_view[i:i + 1].view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.itemsize])[0]
         rows.append(Mismatch(
             index=tuple(int(v) for v in np.unravel_index(where[i], x.shape)) if x.ndim else (),
-            input=float(flat_x[i]), input_bits=f"{int(bits):#0{2 + 2 * x.itemsize}x}",
+            input=float(flat_x[i]), input_bits=bits[i],
             expected_code=int(expected[i]), expected_value=float(table[expected[i]]),
             actual_code=int(got[i]), actual_value=float(table[got[i]]),
             distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=str(kinds[i])))
     options = {key: value for key, value in encode_options.items() if key != "random_bits"}
-    return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows)
+    return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name)
+
+
+def _float_inputs(x) -> np.ndarray:
+    """``x`` as a native-order float16/32/64 array (its bits are shown in native order), or a
+    TypeError that says what is accepted."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
+        raise TypeError(f"x must be a float16, float32 or float64 array of the inputs the backend was given, "
+                        f"got dtype {x.dtype}{_widening_hint(x.dtype, 'x')}")
+    return x.astype(x.dtype.newbyteorder("="), copy=False)
+
+
+def _widening_hint(dtype: np.dtype, name: str) -> str:
+    """For floats narrower than float16's 16 bits or outside numpy (bfloat16, ml_dtypes' float8/6/4):
+    how to pass them exactly."""
+    if dtype.itemsize <= 2 and "float" in dtype.name and dtype != np.float16:
+        return f"; {name}.astype(np.float32) holds {dtype.name} values exactly"
+    return ""
+
+
+def _bits_texts(values: np.ndarray) -> list[str]:
+    """The bits of 1-d native float16/32/64 ``values`` as hex strings, e.g. ``0x3f880000``."""
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64}[values.itemsize]
+    return [f"{int(bits):#0{2 + 2 * values.itemsize}x}" for bits in np.ascontiguousarray(values).view(unsigned)]
 
 
 def assert_codes_equal(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> None:
@@ -449,7 +510,9 @@ def _codes_of(actual, fmt, shape) -> np.ndarray:
                             f"{fmt.name}: pass its bytes as uint8 codes (.view(np.uint8)) if they are {fmt.name} codes")
         codes = np.ascontiguousarray(array).view(np.uint8)
     else:
-        raise TypeError(f"actual must be uint8 codes, a 1-byte float8 dtype or float values, got dtype {array.dtype}")
+        raise TypeError(f"actual must be uint8 codes, a 1-byte dtype holding codes (ml_dtypes float8/6/4, int8) "
+                        f"or float16/32/64 values of the format, got dtype {array.dtype}"
+                        f"{_widening_hint(array.dtype, 'actual')}")
     if codes.size and int(codes.max()) >= 1 << fmt.bits:
         raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got {int(codes.max())}")
     return codes
@@ -586,8 +649,10 @@ class BlockReport:
     """The result of `compare_mx`: scale mismatches, then element mismatches.
 
     Elements are compared only in blocks whose scale agrees (a wrong scale makes every element of
-    its block meaningless), and they are classified as `compare` does, on the value the
-    element encoder saw: ``x * 2**-shared_exp`` for MX, ``x * (1 / (S_dec_b * S_dec))`` for NVFP4.
+    its block meaningless) and is not MX's NaN scale 0xFF (whose block decodes to NaN whatever its
+    codes). They are classified as `compare` does, on the value the element encoder saw:
+    ``x * 2**-shared_exp`` for MX, ``x * (1 / (S_dec_b * S_dec))`` for NVFP4. Each element row
+    shows the input as given and that scaled value (``Mismatch.scaled_input``).
     """
 
     format_name: str
@@ -602,11 +667,8 @@ class BlockReport:
         return self.scale_count == 0 and self.elements.ok
 
     def __str__(self) -> str:
-        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
-        classes = ", ".join(f"{kind} {n}" for kind, n in self.elements.by_class.items() if n)
-        lines = [f"{self.format_name} ({options or 'defaults'}): {self.scale_count} of {self.scale_total} block "
-                 f"scales differ; elements in the other blocks: {self.elements.count} of {self.elements.total} differ"
-                 + (f" [{classes}]" if classes else "")]
+        lines = [f"{self.format_name} ({_options_text(self.options, self.elements.nan)}): {self.scale_count} of "
+                 f"{self.scale_total} block scales differ; elements in the other blocks: {self.elements.summary()}"]
         if self.scale_mismatches:
             lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':>18} {'actual':>18}"]
             for m in self.scale_mismatches:
@@ -615,7 +677,8 @@ class BlockReport:
             if self.scale_count > len(self.scale_mismatches):
                 lines.append(f"... and {self.scale_count - len(self.scale_mismatches)} more")
         if not self.elements.ok:
-            lines += ["", "elements (inputs shown after block scaling):", *str(self.elements).splitlines()[2:]]
+            lines += ["", "elements (each input as given, then after block scaling, as the element encoder saw it):",
+                      *str(self.elements).splitlines()[2:]]
         return "\n".join(lines)
 
 
@@ -629,7 +692,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     codes : array_like of uint8
         The backend's element codes, unpacked, x's shape (unpack FP4 nibbles first).
     x : array_like
-        The float inputs the backend was given.
+        The inputs the backend was given: float16, float32 or float64.
     elem : str, FloatFormat or MXFormat
         An MX format or element format as `minifp8.mx.quantize` takes it, or ``"NVFP4"``.
     nan : {"exact", "class"}
@@ -637,13 +700,16 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     **quantize_options
         ``block_size``, ``axis``, ``scale_mode``, ``rounding``, ``random_bits``, ``random_bit_count``
         (MX) or ``axis``, ``global_amax`` (NVFP4).
+
+    Returns
+    -------
+    BlockReport
+        Never raises for a mismatch: check ``report.ok``, or call `assert_mx_equal`.
     """
     from . import mx
 
     _check_max_rows(max_rows)
-    x = np.asarray(x)
-    if x.dtype.kind != "f":
-        raise TypeError(f"x must be a float16/32/64 array of the inputs, got dtype {x.dtype}")
+    x = _float_inputs(x)
     is_nvfp4 = isinstance(elem, str) and elem.lower() == "nvfp4"
     expected = mx.quantize_nvfp4(x, **quantize_options) if is_nvfp4 else mx.quantize(x, elem, **quantize_options)
     scales, codes = np.asarray(scales), np.asarray(codes)
@@ -695,9 +761,12 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
                                random_bit_count=quantize_options.get("random_bit_count"))
     element_report = compare(codes.reshape(-1)[positions], seen.reshape(-1)[positions], element_format, nan=nan,
                              max_rows=max_rows, saturate=True, **element_options)
+    originals = x.reshape(-1)[positions[[row.index[0] for row in element_report.mismatches]]]
     element_report.mismatches = [
-        replace(row, index=tuple(int(i) for i in np.unravel_index(positions[row.index[0]], x.shape)))
-        for row in element_report.mismatches]
+        replace(row, index=tuple(int(i) for i in np.unravel_index(positions[row.index[0]], x.shape)),
+                input=float(original), input_bits=bits, scaled_input=row.input, scaled_bits=row.input_bits)
+        for row, original, bits in zip(element_report.mismatches, originals, _bits_texts(originals))]
+    element_report.input_dtype = x.dtype.name
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
     return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report)

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, golden, testing
+from minifp8 import codec, formats, golden, mx, testing
 
 from test_codec import ml_dtypes_codes, onnx_saturate_codes
 
@@ -135,7 +135,7 @@ def test_compare_rejects_bad_inputs_clearly():
         testing.compare(np.zeros(3, np.uint8), x, "E4M3")
     with pytest.raises(TypeError, match="got dtype int16"):
         testing.compare(np.zeros(4, np.int16), x, "E4M3")
-    with pytest.raises(TypeError, match="x must be a float16/32/64"):
+    with pytest.raises(TypeError, match="x must be a float16, float32 or float64 array .*got dtype int32"):
         testing.compare(np.zeros(4, np.uint8), np.ones(4, np.int32), "E4M3")
     with pytest.raises(ValueError, match="0.3 is not|not a E4M3 value"):
         testing.compare(np.full(4, 0.3, np.float32), x, "E4M3")
@@ -211,6 +211,8 @@ def test_golden_inputs_use_no_libm_function(monkeypatch):
         for dtype in (np.float32, np.float64):
             assert golden.codec_inputs(fmt, dtype).size > 4096
     assert golden.block_inputs().shape == golden.nvfp4_inputs().shape == (24, 80)
+    assert golden.mx_inputs("MXFP8_E4M3").shape[0] > 24
+    assert golden.nvfp4_boundary_inputs(54.23361).shape == (6, 80)
 
 
 
@@ -348,21 +350,200 @@ def test_golden_write_takes_one_name_or_a_non_empty_list_once_each(tmp_path):
     assert not (tmp_path / "bogus").exists()  # names are checked before anything is written
 
 
-def test_golden_block_files_reload_and_match_the_oracle(golden_dir):
-    from minifp8 import mx
-
+def entries_of(golden_dir, kind):
+    """(entry, {role: array}) for every entry of ``kind`` in the golden folder, read with numpy alone."""
     manifest = json.loads((golden_dir / "manifest.json").read_text())
-    block_entries = [e for e in manifest["entries"] if e["kind"] in ("mx", "nvfp4")]
-    assert len([e for e in block_entries if e["kind"] == "mx"]) == len(mx.FORMATS) * len(mx.SCALE_MODES)
-    for entry in block_entries:
-        with np.load(golden_dir / entry["file"], allow_pickle=False) as archive:
-            x = archive[entry["arrays"]["input"]]
-            scales, codes = archive[entry["arrays"]["expected_scales"]], archive[entry["arrays"]["expected_codes"]]
-        if entry["kind"] == "mx":
-            testing.assert_mx_equal(scales, codes, x, entry["format"], scale_mode=entry["scale_mode"])
+    found = []
+    for entry in manifest["entries"]:
+        if entry["kind"] == kind:
+            with np.load(golden_dir / entry["file"], allow_pickle=False) as archive:
+                found.append((entry, {role: archive[name] for role, name in entry["arrays"].items() if name}))
+    return found
+
+
+# Independent references for the block files, written from the definitions (DESIGN.md section 4):
+# neither calls mx.quantize, mx.shared_exponents nor codec.encode.
+def reference_mx(x, elem, scale_mode, *, ties="even", float32_log2=False):
+    """MX scales and element codes of float32 ``x`` (32-blocks along the last axis), exactly.
+
+    shared_exp (OCP MX v1.0 section 6.3; torchao's ceil/even; NVIDIA's rceil) from ``np.frexp`` of
+    the block amax in float64, exact; elements ``x * 2**-shared_exp`` (exact in float64), rounded
+    to the nearest value of the element grid by comparing ``2 |v|`` with the sum of its two
+    neighbours (exact), ties to the even code (``ties="away"``: away from zero), clamped to max.
+    ``float32_log2=True`` is a backend bug: floor/ceil/rceil from a float32 ``np.log2``.
+    """
+    fmt = formats.get(elem)
+    rows, length = x.shape
+    blocks = np.pad(x.astype(np.float64), [(0, 0), (0, -length % 32)]).reshape(rows, -1, 32)
+    with np.errstate(invalid="ignore"):
+        amax = np.max(np.abs(blocks), axis=-1)
+    has_nan, has_inf = np.isnan(blocks).any(-1), np.isinf(blocks).any(-1)
+    finite_amax = np.where(np.isfinite(amax), amax, 0.0)
+    significand, exponent = np.frexp(finite_amax)  # amax = significand * 2**exponent, significand in [0.5, 1)
+    floor_log2 = exponent - 1
+    if scale_mode == "floor":
+        shared = floor_log2 - fmt.emax
+    elif scale_mode == "ceil":
+        shared = floor_log2 + (significand != 0.5) - fmt.emax
+    elif scale_mode == "even":  # the significand rounded to M bits, ties away; a carry to 2 adds a binade
+        rounded = np.floor(2 * significand * 2**fmt.mantissa_bits + 0.5)
+        shared = floor_log2 + (rounded == 2 ** (fmt.mantissa_bits + 1)) - fmt.emax
+    else:  # rceil: the least k with amax <= max_elem * 2**k
+        k = floor_log2 - fmt.emax
+        shared = np.where(finite_amax <= np.ldexp(fmt.max, k), k, k + 1)
+    if float32_log2:  # the bug: log2 in float32, which rounds 2**j * (1 +- 2**-24) to j
+        amax32 = finite_amax.astype(np.float32)
+        with np.errstate(divide="ignore"):
+            log2 = np.log2(amax32 / np.float32(fmt.max)) if scale_mode == "rceil" else np.log2(amax32)
+        rounded = np.nan_to_num(np.floor(log2) if scale_mode == "floor" else np.ceil(log2), neginf=-127)
+        shared = rounded - (0 if scale_mode == "rceil" else fmt.emax)
+    shared = np.where(finite_amax == 0, -127, np.clip(shared, -127, 127)).astype(np.int64)
+    nan_scale = has_nan | (has_inf & (scale_mode != "rceil"))
+    shared = np.where(has_inf & ~nan_scale, 127, shared)  # rceil: Inf / max_elem rounds up to 2**127
+    scales = np.where(nan_scale, 0xFF, shared + 127).astype(np.uint8)
+
+    scaled = np.ldexp(blocks, -np.where(nan_scale, 0, shared)[..., None])
+    grid = np.unique(np.abs(fmt.values()[np.isfinite(fmt.values())]))  # grid index = positive code
+    magnitude = np.minimum(np.nan_to_num(np.abs(scaled), posinf=fmt.max), fmt.max)
+    low = np.minimum(np.searchsorted(grid, magnitude, side="right") - 1, grid.size - 2)
+    twice, sum_of_neighbours = 2 * magnitude, grid[low] + grid[low + 1]
+    tie_goes_up = (low % 2 == 1) if ties == "even" else True
+    up = (twice > sum_of_neighbours) | ((twice == sum_of_neighbours) & tie_goes_up)
+    codes = (low + up) | np.where(np.signbit(scaled), fmt.sign_mask, 0)
+    codes = np.where(nan_scale[..., None], 0, codes).reshape(rows, -1)[:, :length].astype(np.uint8)
+    return scales, codes
+
+
+def float32_nvfp4(x, global_amax, variant="transformer_engine"):
+    """An NVFP4 backend in float32 steps: TransformerEngine's order (DESIGN.md section 4), or one of
+    the orders a backend might take instead (each a bug against the definition)."""
+    flt_max = np.float32(np.finfo(np.float32).max)
+    global_amax = np.float32(global_amax)
+    blocks = x.astype(np.float32).reshape(-1, 16)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        s_enc = np.float32(1) if global_amax == 0 else np.minimum(np.float32(2688) / global_amax, flt_max)
+        s_dec = np.float32(1) / s_enc
+        amax = np.abs(blocks).max(axis=1)
+        block_scale = {"S_enc / 6": lambda: amax * (s_enc / np.float32(6)),
+                       "(amax / 6) * S_enc": lambda: (amax / np.float32(6)) * s_enc,
+                       }.get(variant, lambda: amax * (s_enc * np.float32(1 / 6)))()
+        scale_codes = codec.encode(np.minimum(block_scale, flt_max), "E4M3", saturate=True)
+        s_dec_b = codec.decode(scale_codes, "E4M3")[:, None]
+        encode = np.minimum(s_enc / s_dec_b if variant == "S_enc / S_dec_b" else np.float32(1) / (s_dec_b * s_dec),
+                            flt_max)
+        if variant == "x / (S_dec_b * S_dec)":
+            scaled = np.where(s_dec_b > 0, blocks / np.where(s_dec_b > 0, s_dec_b * s_dec, 1), blocks * encode)
+        elif variant == "exact float64 product":
+            scaled = blocks.astype(np.float64) * encode.astype(np.float64)
         else:
-            testing.assert_mx_equal(scales, codes, x, "NVFP4")
-        assert list(scales.shape) == entry["shapes"][entry["arrays"]["expected_scales"]]
+            scaled = blocks * encode
+        rounding = "nearest_away" if variant == "ties away" else "nearest_even"
+        codes = codec.encode(np.clip(scaled, -6, 6), "E2M1", rounding=rounding)
+    return scale_codes.reshape(x.shape[0], -1), codes.reshape(x.shape)
+
+
+NVFP4_VARIANTS = ("S_enc / 6", "(amax / 6) * S_enc", "S_enc / S_dec_b", "x / (S_dec_b * S_dec)",
+                  "exact float64 product", "ties away")
+
+
+def differences(found, scales, codes, block_size):
+    """How many scales, and codes outside 0xFF-scale blocks (don't care), differ from an entry."""
+    expected_scales, expected_codes = found["expected_scales"], found["expected_codes"]
+    care = np.repeat(expected_scales != 0xFF, block_size, axis=1)[:, :codes.shape[1]]
+    return int((scales != expected_scales).sum()), int(((codes != expected_codes) & care).sum())
+
+
+def test_golden_mx_files_match_an_exact_reference(golden_dir):
+    """The files against `reference_mx` (was: against mx.quantize again, which fails on I/O only)."""
+    found = entries_of(golden_dir, "mx")
+    assert len(found) == len(mx.FORMATS) * len(mx.SCALE_MODES)
+    for entry, arrays in found:
+        scales, codes = reference_mx(arrays["input"], entry["element_format"], entry["scale_mode"])
+        np.testing.assert_array_equal(arrays["expected_scales"], scales, err_msg=str(entry["arrays"]))
+        care = np.repeat(scales != 0xFF, 32, axis=1)[:, :codes.shape[1]]
+        np.testing.assert_array_equal(arrays["expected_codes"][care], codes[care], err_msg=str(entry["arrays"]))
+        assert (scales == 0xFF).any() and (scales == 0xFE).any() == (entry["scale_mode"] == "rceil")
+
+
+def test_golden_nvfp4_file_matches_a_rational_model_of_transformer_engine(golden_dir):
+    from test_mx import te_model  # TransformerEngine's float32 steps, each rounded exactly with Fractions
+
+    found = entries_of(golden_dir, "nvfp4")
+    assert [entry["global_amax_given"] for entry, _ in found] == [False] + [True] * len(golden.NVFP4_GLOBAL_AMAXES)
+    for entry, arrays in found:
+        x, global_amax = arrays["input"], arrays["global_amax"]
+        if not entry["global_amax_given"]:
+            assert global_amax == np.abs(x).max()
+        blocks = x.reshape(-1, 16)
+        for b, block in enumerate(blocks):
+            scale_code, codes, _ = te_model(block, global_amax)
+            codes = np.where((block == 0) & np.signbit(block), 0x8, codes)  # -0.0 keeps its sign; the model reads 0
+            assert arrays["expected_scales"].reshape(-1)[b] == scale_code, (entry["arrays"], b)
+            assert arrays["expected_codes"].reshape(-1, 16)[b].tolist() == codes.tolist(), (entry["arrays"], b)
+    assert [float(arrays["global_amax"]) for entry, arrays in found[1:]] == \
+        [float(np.float32(amax)) for amax in golden.NVFP4_GLOBAL_AMAXES]
+
+
+def test_the_float32_nvfp4_backend_without_a_bug_gives_the_files_codes(golden_dir):
+    """The harness of the tests below: in TransformerEngine's order, `float32_nvfp4` agrees with
+    the file (as `reference_mx` does with the MX files), so its variants differ by their bug only."""
+    for entry, arrays in entries_of(golden_dir, "nvfp4"):
+        scales, codes = float32_nvfp4(arrays["input"], arrays["global_amax"])
+        assert np.array_equal(scales, arrays["expected_scales"]) and np.array_equal(codes, arrays["expected_codes"])
+
+
+# ---- the golden block files catch common bugs (a review found that they caught none of these) ----
+@pytest.mark.parametrize("mx_format", list(mx.FORMATS))
+def test_golden_mx_files_catch_an_element_encoder_that_rounds_ties_away(golden_dir, mx_format):
+    """microxcaling's default element rounding. Before, 16 of the 20 MX entries showed no difference
+    and the other 4 (E5M2) one. Every scale mode meets the ties below 2**emax exactly (shared_exp
+    -127), with both signs: each of those whose lower neighbour has the even code must differ."""
+    element = mx.get(mx_format).elem
+    grid = np.unique(np.abs(element.values()[np.isfinite(element.values())]))
+    even_lower = np.flatnonzero((grid[1:] + grid[:-1]) / 2 < 2.0**element.emax) % 2 == 0
+    for entry, arrays in entries_of(golden_dir, "mx"):
+        if entry["format"] == mx_format:
+            scales, codes = reference_mx(arrays["input"], entry["element_format"], entry["scale_mode"], ties="away")
+            scale_count, code_count = differences(arrays, scales, codes, 32)
+            assert scale_count == 0 and code_count >= 2 * even_lower.sum() > 0, entry["scale_mode"]
+
+
+@pytest.mark.parametrize("mx_format", list(mx.FORMATS))
+def test_golden_mx_files_catch_a_shared_exponent_from_a_float32_log2(golden_dir, mx_format):
+    """Tutorial 8's bug: a float32 log2 rounds the float32 just below (or above) 2**j to j. Before,
+    no block amax lay there and the floor and ceil entries showed no difference."""
+    for entry, arrays in entries_of(golden_dir, "mx"):
+        if entry["format"] == mx_format and entry["scale_mode"] != "even":
+            scales, codes = reference_mx(arrays["input"], entry["element_format"], entry["scale_mode"],
+                                         float32_log2=True)
+            assert differences(arrays, scales, codes, 32)[0] > 0, entry["scale_mode"]
+
+
+@pytest.mark.parametrize("variant", NVFP4_VARIANTS)
+def test_golden_nvfp4_file_catches_each_other_order_of_float32_operations(golden_dir, variant):
+    """Before, every one of these gave the same codes and scales as the file (one entry, whose
+    random inputs never met a rounding boundary). Now each given-amax entry catches each of them."""
+    caught = [sum(differences(arrays, *float32_nvfp4(arrays["input"], arrays["global_amax"], variant), 16))
+              for _, arrays in entries_of(golden_dir, "nvfp4")]
+    assert len(caught) == 1 + len(golden.NVFP4_GLOBAL_AMAXES) and all(caught[1:]), caught
+
+
+def test_golden_mx_inputs_hold_ties_and_amaxes_beside_powers_of_two():
+    for mx_format in mx.FORMATS.values():
+        x = golden.mx_inputs(mx_format)
+        assert x.dtype == np.float32 and x.shape[1] == 80
+        assert np.array_equal(x[:24], golden.block_inputs(), equal_nan=True)
+        table = mx_format.elem.values()
+        grid = np.unique(np.abs(table[np.isfinite(table)]))
+        midpoints = (grid[:-1] + grid[1:]) / 2
+        for scale in (2.0**golden.MX_TIE_EXPONENT, 2.0**-127):
+            assert np.isin(np.float32(midpoints[midpoints < 2.0**mx_format.elem.emax] * scale), x).all()
+        block_amax = np.abs(np.pad(x[24:], [(0, 0), (0, 16)]).reshape(-1, 32)).max(axis=1)
+        for j in golden.MX_BOUNDARY_BINADES:
+            power = np.float32(2.0**j)
+            for amax in (np.nextafter(power, np.float32(0)), power, np.nextafter(power, np.float32(np.inf)),
+                         np.float32(mx_format.elem.max * 2.0**j)):
+                assert amax in block_amax, (mx_format.name, j, amax)
 
 
 # ---- compare_mx --------------------------------------------------------------------------------------
@@ -487,12 +668,12 @@ def test_golden_cli_help_says_which_shapes_the_manifest_lists(tmp_path, capsys):
     with pytest.raises(SystemExit):
         golden.main(["--help"])
     text = capsys.readouterr().out
-    assert "``shapes``: the shape of the input and of every expected array" in text
+    assert "``shapes`` and ``dtypes``: the shape and the dtype" in text and "every array the entry names" in text
     assert "formats of the codec files" in text  # --formats does not pick MX or NVFP4 files
     manifest = golden.write(tmp_path, ["E2M1"])
     for entry in manifest["entries"]:
-        expected = [name for role, name in entry["arrays"].items() if role == "input" or role.startswith("expected")]
-        assert set(expected) <= set(entry["shapes"]), entry["file"]
+        named = {name for name in entry["arrays"].values() if name is not None}
+        assert set(entry["shapes"]) == set(entry["dtypes"]) == named, entry["file"]
 
 
 # ---- found in a review of the oracle: each test failed before its fix ---------------------------------
@@ -606,3 +787,137 @@ def test_gradcheck_names_a_bad_fn_seed_or_names():
         with pytest.raises(TypeError, match="gradcheck: names must be a list or tuple of str, one per input"):
             testing.gradcheck(lambda t: t * 2.0, x, names=bad)
     assert testing.gradcheck(lambda t: t * 2.0, x, seed=np.int64(0), names=("x",)).passed
+
+
+# ---- a second review of the oracle helpers: each test failed before its fix ---------------------------
+def test_golden_manifest_gives_every_arrays_dtype_and_the_files_are_little_endian(golden_dir):
+    """A C++ or Rust reader needs the dtype and byte order of every array, random bits included."""
+    manifest = json.loads((golden_dir / "manifest.json").read_text())
+    stochastic = 0
+    for entry in manifest["entries"]:
+        named = {name for name in entry["arrays"].values() if name is not None}
+        assert set(entry["shapes"]) == set(entry["dtypes"]) == named, (entry["file"], entry["arrays"])
+        with np.load(golden_dir / entry["file"], allow_pickle=False) as archive:
+            for name in named:
+                assert archive[name].dtype.str == entry["dtypes"][name] in ("<f4", "<f8", "|u1"), (entry["file"], name)
+                assert list(archive[name].shape) == entry["shapes"][name]
+        stochastic += entry["arrays"].get("random_bits") is not None
+    assert stochastic == 2 * len(formats.CATALOGUE) * 2  # saturation x input dtypes
+
+
+def test_golden_writer_writes_big_endian_arrays_little_endian(tmp_path):
+    values = np.array([1.5, -2.0, np.nan], ">f4")
+    golden.write_npz(tmp_path / "a.npz", {"x": values, "y": np.array(3.0, ">f8")})
+    with np.load(tmp_path / "a.npz") as archive:
+        assert archive["x"].dtype.str == "<f4" and archive["y"].dtype.str == "<f8"
+        np.testing.assert_array_equal(archive["x"], values)
+    assert golden.write_npz(tmp_path / "b.npz", {"x": values.astype("<f4"), "y": np.array(3.0)}) == \
+        golden.write_npz(tmp_path / "c.npz", {"x": values, "y": np.array(3.0, ">f8")})
+
+
+def test_golden_manifest_says_how_to_read_its_entries(golden_dir):
+    """The rules a reader needs (DESIGN.md sections 3 and 4), and the don't-care codes of NaN-scale
+    MX blocks: the file holds 0 there, and compare_mx ignores whatever a backend writes."""
+    manifest = json.loads((golden_dir / "manifest.json").read_text())
+    notes = manifest["notes"]
+    assert set(notes) == {"arrays", "codec", "stochastic", "E8M0", "mx", "nvfp4"}
+    assert "little-endian" in notes["arrays"] and "ties" in notes["E8M0"] and "up" in notes["E8M0"]
+    assert "random_bits" in notes["stochastic"] and "S_enc * float32(1/6)" in notes["nvfp4"]
+    assert "don't-care" in notes["mx"] and "ignore_codes_where_scale" in notes["mx"]
+    for note in ("codec", "stochastic", "E8M0"):
+        assert "DESIGN.md section 3" in notes[note]
+    for note in ("mx", "nvfp4"):
+        assert "DESIGN.md section 4" in notes[note]
+    for entry, arrays in entries_of(golden_dir, "mx"):
+        assert entry["ignore_codes_where_scale"] == 0xFF
+        nan_blocks = np.repeat(arrays["expected_scales"] == 0xFF, 32, axis=1)[:, :80]
+        assert nan_blocks.any() and (arrays["expected_codes"][nan_blocks] == 0).all()
+        codes = arrays["expected_codes"].copy()
+        codes[nan_blocks] = 0x11  # anything
+        assert testing.compare_mx(arrays["expected_scales"], codes, arrays["input"], entry["format"],
+                                  scale_mode=entry["scale_mode"]).ok
+
+
+def test_report_prints_float64_inputs_with_every_digit():
+    """A float64 input just below a tie printed as the tie itself (.9g): "0.0029296875"."""
+    x = np.array([3 * 2.0**-10 * (1 - 2.0**-40)])  # below 1.5 * 2**-9: rounds to 2**-9, code 0x01
+    text = str(testing.compare(np.array([0x02], np.uint8), x, "E4M3"))
+    assert " 0.0029296874999973355 " in text and "0.0029296875 " not in text
+    row = text.splitlines()[-1]
+    assert float(row.split()[1]) == x[0] and row.split()[2] == "0x3f67ffffffffe800"
+    as_float32 = str(testing.compare(np.array([0x34], np.uint8), np.array([0.8], np.float32), "E4M3"))  # 0x35
+    shown = float(as_float32.splitlines()[-1].split()[1])
+    assert np.float32(shown) == np.float32(0.8) and shown != 0.8  # 9 digits: the float32, not the decimal
+
+
+def test_report_header_names_the_nan_mode():
+    x = np.array([1.0, np.nan], np.float32)
+    actual = np.array([0x39, 0xFF], np.uint8)
+    assert str(testing.compare(actual, x, "E4M3")).startswith("E4M3 (defaults): 2 of 2 codes differ")
+    assert str(testing.compare(actual, x, "E4M3", nan="class")).startswith("E4M3 (nan='class'): 1 of 2")
+    assert str(testing.compare(actual, x, "E4M3", nan="class", saturate=True)).startswith(
+        "E4M3 (saturate=True, nan='class'): 1 of 2")
+    scales, codes = mx.quantize(np.ones((1, 32), np.float32), "E4M3").scales, np.zeros((1, 32), np.uint8)
+    assert str(testing.compare_mx(scales, codes, np.ones((1, 32), np.float32), "E4M3", nan="class")).startswith(
+        "MX E4M3/32 (nan='class'): 0 of 1 block scales differ; elements in the other blocks: 32 of 32 differ")
+
+
+def test_block_report_rows_show_the_input_as_given_and_after_scaling():
+    x = np.full((1, 32), 2.0**-20, np.float32)
+    x[0, 0] = 448 * 2.0**-20  # the amax: shared_exp = 8 - 20 - emax 8 = -20
+    x[0, 5] = 1.0625 * 2.0**-20  # scaled: 1.0625, a tie, 1.0 (0x38)
+    expected = mx.quantize(x, "E4M3")
+    codes = expected.codes.copy()
+    codes[0, 5] = 0x39
+    report = testing.compare_mx(expected.scales, codes, x, "E4M3")
+    row = report.elements.mismatches[0]
+    assert (row.index, row.input, row.input_bits) == ((0, 5), float(x[0, 5]), "0x35880000")
+    assert (row.scaled_input, row.scaled_bits, row.kind) == (1.0625, "0x3ff1000000000000", "tie")
+    text = str(report)
+    assert "after scaling" in text and "0x35880000" in text and "0x3ff1000000000000" in text
+    nvfp4 = mx.quantize_nvfp4(x, global_amax=6.0)
+    codes = nvfp4.codes.copy()
+    codes[0, 5] ^= 1
+    row = testing.compare_mx(nvfp4.scales, codes, x, "NVFP4", global_amax=6.0).elements.mismatches[0]
+    assert row.input_bits == "0x35880000" and len(row.scaled_bits) == 10  # NVFP4 scales in float32
+
+
+def test_rejected_input_dtypes_say_what_is_accepted():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.array([1.0, 2.5], np.float32)
+    for bad, hint in ((x.astype(ml_dtypes.bfloat16), True), (x.astype(ml_dtypes.float8_e5m2), True),
+                      (x.astype(np.longdouble), False), (x.astype(np.int32), False)):
+        with pytest.raises(TypeError, match="x must be a float16, float32 or float64 array") as error:
+            testing.compare(np.zeros(2, np.uint8), bad, "E4M3")
+        assert (f"x.astype(np.float32) holds {bad.dtype.name} values exactly" in str(error.value)) == hint
+        if bad.dtype.itemsize != 1:  # (1-byte dtypes are read as codes)
+            with pytest.raises(TypeError, match="actual must be uint8 codes, .* or float16/32/64 values") as error:
+                testing.compare(bad, x, "E4M3")
+            assert ("actual.astype(np.float32) holds" in str(error.value)) == hint
+    with pytest.raises(TypeError, match="bfloat16; x.astype\\(np.float32\\) holds bfloat16 values exactly"):
+        testing.compare_mx(np.zeros(1, np.uint8), np.zeros(2, np.uint8), x.astype(ml_dtypes.bfloat16), "E4M3")
+
+
+def test_the_module_docstring_says_which_helpers_raise():
+    """It said every helper returns a report and raises when the check fails: compare and
+    compare_mx never raise for a mismatch, and the assert_* helpers return None."""
+    x = np.array([1.0625], np.float32)
+    assert not testing.compare(np.array([0x39], np.uint8), x, "E4M3").ok  # returned, not raised
+    assert testing.assert_codes_equal(np.array([0x38], np.uint8), x, "E4M3") is None
+    doc = " ".join(testing.__doc__.split())
+    assert "never raise for a mismatch" in doc and "return None and raise ``AssertionError``" in doc
+    assert "Each helper returns a report object and raises" not in doc
+
+
+def test_golden_boundary_input_builders_check_their_arguments():
+    with pytest.raises(ValueError, match="unknown MX format 'MXFP9'"):
+        golden.mx_inputs("MXFP9")
+    with pytest.raises(ValueError, match="mx_inputs: length must be >= 71, got 70"):
+        golden.mx_inputs("MXFP8_E4M3", 70)
+    for bad, error in ((0, ValueError), (-1.0, ValueError), (float("inf"), ValueError), ("6", TypeError)):
+        with pytest.raises(error, match="nvfp4_boundary_inputs: global_amax must be"):
+            golden.nvfp4_boundary_inputs(bad)
+    with pytest.raises(ValueError, match="nvfp4_boundary_inputs: length must be >= 16, got 15"):
+        golden.nvfp4_boundary_inputs(6.0, length=15)
+    x = golden.nvfp4_boundary_inputs(6.0, rows=2, length=40)  # 2 whole blocks a row; the rest zeros
+    assert x.shape == (2, 40) and (x[:, 32:] == 0).all() and (np.abs(x) < 6).all()
