@@ -58,7 +58,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .formats import _check_bool, _is_int  # the package's one bool check, and its int test
+from .formats import _check_bool, _described, _is_int  # the package's bool check, 'got ...' and int test
 
 __all__ = [
     "Tensor", "as_tensor", "default_dtype", "get_default_dtype", "is_grad_enabled", "make_op", "no_grad",
@@ -181,11 +181,17 @@ class Tensor:
 
     @property
     def requires_grad(self) -> bool:
+        """Whether ``backward`` computes a gradient for this tensor. Settable on leaves only: an op's
+        output requires grad by construction (turning it off would silently cut the graphs already
+        built through it, as torch refuses too); use ``t.detach()`` for a copy outside the graph."""
         return self._requires_grad
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
         value = _check_bool(value, "requires_grad")
+        if self._backward is not None and value != self._requires_grad:
+            raise RuntimeError(f"requires_grad can only be changed on leaf tensors, got an output of op {self._op!r} "
+                               f"(shape {self.shape}): use t.detach() for a tensor outside the graph")
         if value and self.data.dtype.kind != "f":
             raise TypeError(f"only floating tensors can require grad, this one has dtype {self.data.dtype} "
                             "(integer tensors are token ids/targets)")
@@ -601,9 +607,25 @@ def make_op(data, parents: Sequence[Tensor], backward: Callable, name: str = "op
     Tensor
         Requires grad when grad is enabled and any parent requires grad; otherwise a plain
         tensor with no graph.
+
+    Raises
+    ------
+    TypeError
+        If ``parents`` is a Tensor itself (pass ``(t,)``) or holds anything but Tensors (wrap
+        constants with `as_tensor`), or ``backward`` is not callable.
     """
-    data = np.asarray(data)
+    if isinstance(parents, Tensor):  # tuple(t) would give the slices t[0], t[1], ...
+        raise TypeError(f"make_op {name!r}: parents must be a sequence of Tensors, got a Tensor of shape "
+                        f"{parents.shape} (pass (t,))")
     parents = tuple(parents)
+    for parent in parents:
+        if not isinstance(parent, Tensor):
+            raise TypeError(f"make_op {name!r}: parents must be Tensors (wrap a constant with as_tensor), "
+                            f"got {_described(parent)}")
+    if not callable(backward):
+        raise TypeError(f"make_op {name!r}: backward must be a callable backward(grad_out) -> tuple of "
+                        f"gradients, got {_described(backward)}")
+    data = np.asarray(data)
     version = _shared_version(data, parents)
     if _grad_enabled and any(p._requires_grad for p in parents):
         if data.dtype.kind != "f":
@@ -661,7 +683,8 @@ def matmul(a, b) -> Tensor:
             grad_a = grad_a.reshape(a.shape)
         if b._requires_grad:
             if b2.ndim == 2 and a2.ndim > 2:  # shared matrix: one GEMM over all the rows
-                grad_b = a2.reshape(-1, a2.shape[-1]).T @ g2.reshape(-1, g2.shape[-1])
+                rows = math.prod(a2.shape[:-1])  # not reshape(-1, ...), which cannot infer rows when a size is 0
+                grad_b = a2.reshape(rows, a2.shape[-1]).T @ g2.reshape(rows, g2.shape[-1])
             else:
                 grad_b = a2.swapaxes(-1, -2) @ g2
                 if grad_b.shape != b2.shape:

@@ -93,6 +93,10 @@ def sigmoid(x) -> Tensor:
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
+# |x| beyond which gelu's backward clips x after an overflow: far past where tanh rounds to +-1
+# (|x| ~ 4.6 in float32, 7.5 in float64), so the gradient there is already exactly its limit,
+# and far below where 2 x (c/2 + 3 a c x^2 / 2) overflows (|x| 1.47e13 in float32).
+_GELU_CLIP = 1e6
 
 
 def gelu(x) -> Tensor:
@@ -101,32 +105,51 @@ def gelu(x) -> Tensor:
     ``y = x/2 (1 + t)`` with ``t = tanh(c (x + a x^3))``, ``c = sqrt(2/pi)``, ``a = 0.044715``.
     With ``s = 1 + t`` (kept from the forward pass) and ``1 - t^2 = s (2 - s)``:
     ``dy/dx = s/2 + x/2 (1 - t^2) c (1 + 3 a x^2) = s (1/2 + w (2 - s))``, ``w = x (c/2 + 3 a c x^2 / 2)``.
+
+    Huge inputs: ``2 w`` overflows to inf for float32 ``|x| >= 1.47e13`` (1.19e103 in float64),
+    where ``2 - s`` or ``s`` is exactly 0, and inf times 0 is NaN. The gradient there is its limit
+    instead: exactly 1 for large positive x and 0 (-0.0) for large negative x, +-inf included (torch
+    gives NaN beyond 1.8e19 and at +-inf). NumPy's floating-point status flags, which it checks
+    after every ufunc anyway, tell the backward that something overflowed; only then is it computed
+    again with x clipped to +-1e6, which gives every other element the same bits (so the usual
+    inputs take no extra pass). The value is ``x`` (or -0.0 for negative x) up to half the dtype's
+    maximum; beyond, ``s x`` overflows to +inf. ``gelu(-inf)`` is NaN (``-inf * 0``, as in torch).
     """
     x = _floating(x, "gelu")
     xd = x.data
-    s = xd * xd
-    s *= _GELU_C * _GELU_A
-    s += _GELU_C
-    s *= xd
+    with np.errstate(over="ignore"):  # (a cubic that overflows is harmless: tanh(+-inf) = +-1)
+        s = np.multiply(xd, xd, out=np.empty_like(xd))  # (an array for 0-d x too, where xd * xd is a scalar)
+        s *= _GELU_C * _GELU_A
+        s += _GELU_C
+        s *= xd
     np.tanh(s, out=s)
     s += 1.0
     out_data = s * xd
     out_data *= 0.5
 
     def backward(g):
-        grad = xd * xd
-        grad *= 1.5 * _GELU_C * _GELU_A
-        grad += 0.5 * _GELU_C
-        grad *= xd                # w
-        ws = grad * s
-        grad *= 2.0
-        grad -= ws                # w (2 - s)
-        grad += 0.5
-        grad *= s
-        grad *= g
-        return (grad,)
+        try:
+            with np.errstate(over="raise", invalid="raise"):
+                return (_gelu_grad(xd, s, g),)
+        except FloatingPointError:  # inf * 0 for huge |x| (docstring), or g itself overflows
+            return (_gelu_grad(np.clip(xd, -_GELU_CLIP, _GELU_CLIP), s, g),)
 
     return make_op(out_data, (x,), backward, "gelu")
+
+
+def _gelu_grad(xd: np.ndarray, s: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``g * dgelu/dx`` from x and ``s = 1 + t`` (`gelu`'s docstring), in place on one new array."""
+    grad = xd * xd
+    grad *= 1.5 * _GELU_C * _GELU_A
+    grad += 0.5 * _GELU_C
+    grad *= xd                # w
+    ws = grad * s
+    grad *= 2.0
+    grad -= ws                # w (2 - s)
+    grad += 0.5
+    grad *= s
+    grad *= g
+    return grad
 
 
 # ---- matrix products ---------------------------------------------------------------------------
@@ -283,8 +306,8 @@ def embedding(ids, weight) -> Tensor:
 
     rows = ids.reshape(-1).astype(np.intp)  # a copy: the ids are no parent, a later change must not reach backward
 
-    def backward(g):
-        return (_sum_rows_by_id(rows, g.reshape(-1, weight.shape[1]), weight.shape[0]),)
+    def backward(g):  # (rows.size, not -1: reshape cannot infer it when dim is 0)
+        return (_sum_rows_by_id(rows, g.reshape(rows.size, weight.shape[1]), weight.shape[0]),)
 
     return make_op(weight.data[ids], (weight,), backward, "embedding")
 

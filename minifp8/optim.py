@@ -22,7 +22,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from .autograd import Tensor
-from .formats import _check_bool, _is_int
+from .formats import _check_bool, _check_int, _described, _is_int
 from .functional import _real
 
 __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "zero_grad"]
@@ -142,8 +142,11 @@ class Optimizer:
         params = [p for group in self.param_groups for p in group["params"]]
         new_state = {}
         for i, saved in state_dict["state"].items():
-            if not 0 <= int(i) < len(params):
-                raise KeyError(f"{owner}: state for unknown parameter index {i}")
+            if not _is_int(i):  # (int() would take 0.5 for parameter 0, and fail on "a" without naming it)
+                raise TypeError(f"{owner}: state keys must be parameter indices (ints, as state_dict() gives), "
+                                f"got {_described(i)}")
+            if not 0 <= i < len(params):
+                raise KeyError(f"{owner}: state for unknown parameter index {i} (this optimizer has {len(params)})")
             p = params[int(i)]
             new_state[p] = self._checked_state(owner, i, p, saved)
         new_groups = []
@@ -356,12 +359,14 @@ def warmup_cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps
     * ``warmup_steps <= step < total_steps``: ``min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2`` with
       ``r = (step - warmup_steps) / (total_steps - warmup_steps)`` (Loshchilov & Hutter 2017, SGDR, eq. 5)
     * ``step >= total_steps``: ``min_lr``.
+
+    ``step``, ``warmup_steps`` and ``total_steps`` must be ints (``TypeError`` otherwise: 1.5 or True
+    is no step count); a negative ``step``, or ``warmup_steps`` outside ``[0, total_steps]``, raises
+    ``ValueError``.
     """
-    if not _is_int(step) or step < 0:
-        raise ValueError(f"warmup_cosine_lr: step must be an int >= 0, got {step!r}")
-    for name, value in (("warmup_steps", warmup_steps), ("total_steps", total_steps)):
-        if not _is_int(value):
-            raise TypeError(f"warmup_cosine_lr: {name} must be an int, got {value!r}")
+    step = _check_int(step, "warmup_cosine_lr: step", minimum=0)  # (TypeError for 1.5 or True, ValueError for -1)
+    warmup_steps = _check_int(warmup_steps, "warmup_cosine_lr: warmup_steps")
+    total_steps = _check_int(total_steps, "warmup_cosine_lr: total_steps")
     if not 0 <= warmup_steps <= total_steps:
         raise ValueError(f"warmup_cosine_lr: need 0 <= warmup_steps <= total_steps, got {warmup_steps}, {total_steps}")
     max_lr, min_lr = _real(max_lr, "warmup_cosine_lr", "max_lr"), _real(min_lr, "warmup_cosine_lr", "min_lr")

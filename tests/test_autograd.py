@@ -79,6 +79,28 @@ def test_matmul_gradcheck(shape_a, shape_b):
                                atol=1e-6)
 
 
+@pytest.mark.parametrize("shape_a, shape_b", [
+    ((2, 0), (0, 3)),     # an empty inner axis: a zero output
+    ((2, 3, 0), (0, 5)),  # batched left, shared right (one GEMM over all the rows for the right grad)
+    ((2, 3, 0), (0,)),    # matrix @ vector: the vector is a column, shared by the batch
+    ((2, 3, 4), (4, 0)),  # an empty output axis: zero gradients
+    ((0, 3, 4), (4, 5)),  # an empty batch
+    ((0,), (0, 3)),       # empty vector @ matrix
+])
+def test_matmul_with_an_empty_axis(shape_a, shape_b):
+    # the 3-D @ 2-D cases raised "cannot reshape array of size 0 into shape (0)" in backward
+    a, b = param(*shape_a, seed=3), param(*shape_b, seed=4)
+    out = a @ b
+    expected = np.ones(shape_a) @ np.ones(shape_b) * 0.0
+    assert out.shape == expected.shape
+    np.testing.assert_array_equal(out.data, expected)
+    out.backward(np.ones(out.shape))
+    assert a.grad.shape == shape_a and b.grad.shape == shape_b
+    # each gradient sums over the empty axis (or has no elements): zero
+    np.testing.assert_array_equal(a.grad, np.zeros(shape_a))
+    np.testing.assert_array_equal(b.grad, np.zeros(shape_b))
+
+
 def test_matmul_with_constant_operand_and_reflected():
     w = param(4, 3)
     x = np.random.default_rng(0).standard_normal((2, 4))
@@ -214,6 +236,26 @@ def test_only_leaves_keep_grad_unless_retained():
     np.testing.assert_array_equal(x.grad, 12 * x.data)
 
 
+def test_requires_grad_can_be_changed_on_leaves_only():
+    # turning it off on an op's output used to cut the graph already built through it: x.grad stayed None
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2.0
+    y = (h * 3.0).sum()
+    with pytest.raises(RuntimeError, match=r"only be changed on leaf tensors, got an output of op 'mul' "
+                                           r"\(shape \(2,\)\): use t.detach\(\)"):
+        h.requires_grad = False
+    assert h.requires_grad
+    h.requires_grad = True  # no change: allowed, as in torch
+    y.backward()
+    np.testing.assert_array_equal(x.grad, [6.0, 6.0])
+    x.requires_grad = False  # a leaf may change either way
+    assert not x.requires_grad and not (x * 2.0).requires_grad
+    x.requires_grad = True
+    assert (x * 2.0).requires_grad
+    with pytest.raises(TypeError, match="requires_grad must be a bool, got int 1"):
+        x.requires_grad = 1
+
+
 def test_no_grad_builds_no_graph():
     x = Tensor([1.0, 2.0], requires_grad=True)
     assert is_grad_enabled()
@@ -302,6 +344,28 @@ def test_make_op_rejects_a_malformed_backward():
         wrong_shape.sum().backward()
     with pytest.raises(TypeError, match="floating"):
         make_op(np.array([1, 2]), (x,), lambda g: (g,), name="int_output")
+
+
+@pytest.mark.parametrize("parents, backward, message", [
+    # a parent that is no Tensor raised AttributeError '_data'
+    ((np.ones(2),), lambda g: (g,), r"make_op 'bad': parents must be Tensors \(wrap a constant with as_tensor\), "
+                                    r"got ndarray of dtype float64 and shape \(2,\)"),
+    ((2.0,), lambda g: (g,), "parents must be Tensors.*got float 2.0"),
+    # one Tensor as the parents: tuple(t) gave its slices, and a confusing error at backward
+    ("tensor", lambda g: (g,), r"parents must be a sequence of Tensors, got a Tensor of shape \(2,\) \(pass \(t,\)\)"),
+    # backward=None returned a constant, and backward() then blamed no_grad
+    (None, None, r"make_op 'bad': backward must be a callable backward\(grad_out\) -> tuple of gradients, "
+                 "got NoneType None"),
+    (None, 3, "backward must be a callable.*got int 3"),
+])
+def test_make_op_checks_its_parents_and_backward(parents, backward, message):
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    parents = x if parents == "tensor" else (x,) if parents is None else parents
+    with pytest.raises(TypeError, match=message):
+        make_op(x.data * 2, parents, backward, name="bad")
+    with no_grad():  # the same checks when no graph is recorded
+        with pytest.raises(TypeError, match=message):
+            make_op(x.data * 2, parents, backward, name="bad")
 
 
 def test_float64_mode_is_scoped():

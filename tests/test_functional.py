@@ -1,6 +1,7 @@
 """minifp8.functional: values against independent float64/Python references, gradients against
 float64 central differences (testing.gradcheck), and clear errors for bad input."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -35,6 +36,43 @@ def test_gelu_values_and_gradcheck():
     gradcheck(F.gelu, x)
     big = F.gelu(Tensor([-60.0, 60.0, 0.0]))
     np.testing.assert_array_equal(big.data, [-0.0, 60.0, 0.0])
+    scalar = param()  # 0-d: np.tanh(out=) was handed a NumPy scalar ("return arrays must be of ArrayType")
+    assert F.gelu(scalar).data == pytest.approx(gelu_reference(float(scalar.data)), rel=1e-6)
+    gradcheck(F.gelu, scalar)
+
+
+@pytest.mark.parametrize("dtype, huge", [
+    (np.float32, [3e13, -3e13, 1e18, -1e18, 1.8e19, -1.8e19, 1e20, -1e20, 3.4e38, -3.4e38]),
+    (np.float64, [1e104, -1e104, 1e200, -1e200]),
+])
+def test_gelu_gradient_of_huge_inputs_is_its_limit(dtype, huge):
+    # the backward's x (c/2 + 3ac x^2/2) overflowed to inf (float32 |x| >= 1.47e13, float64 1.19e103) and met
+    # tanh's saturated 1 - t^2 = 0: the gradient was NaN, where its limit is 1 (x > 0) or 0 (x < 0)
+    rng = np.random.default_rng(5)
+    with default_dtype(dtype):
+        ordinary = rng.standard_normal(200) * 4.0
+        x = np.concatenate([ordinary, huge, [np.inf, -np.inf]])
+        g = rng.standard_normal(x.size)
+        leaf = Tensor(x, requires_grad=True)
+        with np.errstate(over="ignore", invalid="ignore"):  # the values of +-3.4e38 and -inf (below)
+            out = F.gelu(leaf)
+        out.backward(g)
+        alone = Tensor(ordinary, requires_grad=True)  # the same ordinary inputs without the huge ones
+        F.gelu(alone).backward(g[:200])
+        limit = np.where(x[200:] > 0, 1.0, 0.0).astype(dtype) * g[200:].astype(dtype)
+        np.testing.assert_array_equal(leaf.grad[200:], limit)
+        # the huge inputs change no other element's gradient, bit for bit
+        assert leaf.grad[:200].tobytes() == alone.grad.tobytes()
+        below = [h for h in huge if abs(h) < np.finfo(dtype).max / 2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # finite inputs whose value fits: no overflow warning either way
+            finite = Tensor(np.array(below), requires_grad=True)
+            y = F.gelu(finite)
+            y.backward(np.ones(len(below)))
+    np.testing.assert_array_equal(finite.grad, np.where(np.array(below) > 0, 1.0, 0.0))
+    # values: x or -0.0 up to half the dtype's maximum (s x overflows beyond), gelu(-inf) NaN as in torch
+    np.testing.assert_array_equal(y.data, np.where(np.array(below) > 0, np.array(below, dtype), -0.0))
+    assert out.data[-2] == np.inf and np.isnan(out.data[-1])
 
 
 @pytest.mark.parametrize("name, reference, low", [
@@ -301,6 +339,20 @@ def test_embedding_backward_is_add_at_bit_for_bit(dtype):
     weight = Tensor(np.zeros((5, 2)), requires_grad=True)
     F.embedding(ids, weight).backward(np.arange(10.0).reshape(5, 2))
     np.testing.assert_array_equal(weight.grad, [[8, 9], [2, 3], [0, 0], [10, 13], [0, 0]])
+
+
+def test_embedding_with_no_features_or_no_ids():
+    # dim 0: backward raised "cannot reshape array of size 0 into shape (0)"
+    weight = param(5, 0)
+    out = F.embedding(np.array([[1, 2, 2]]), weight)
+    assert out.shape == (1, 3, 0)
+    out.backward(np.zeros((1, 3, 0)))
+    assert weight.grad.shape == (5, 0) and weight.grad.dtype == np.float32
+    weight = param(5, 2)
+    out = F.embedding(np.zeros((2, 0), dtype=np.int64), weight)
+    assert out.shape == (2, 0, 2)
+    out.backward(np.zeros((2, 0, 2)))
+    np.testing.assert_array_equal(weight.grad, np.zeros((5, 2)))
 
 
 def test_embedding_bad_ids_raise():

@@ -288,6 +288,24 @@ def test_adamw_hand_checkable_example():
     assert p.data[0] == pytest.approx(0.8811 - 0.1 * (0.02 / 0.19) / math.sqrt(0.00031225 / 0.001999), rel=1e-6)
 
 
+def test_adamw_adds_eps_after_the_bias_correction():
+    """A first step with |g| near eps, where the place of eps matters (the example above tells the
+    placements apart by only about 2 float32 ulps).
+
+    At t = 1 the bias corrections give m_hat = g and v_hat = g^2 exactly, so Alg. 2's step
+    ``lr * m_hat / (sqrt(v_hat) + eps)`` is ``lr * g / (|g| + eps)``: by hand ``lr / 2`` for g = eps
+    and ``-lr / 101`` for g = -eps / 100. Adding eps to ``sqrt(v)`` before dividing by
+    ``sqrt(1 - beta2) = sqrt(0.001)`` would make it ``31.6 eps`` and the steps 16 and 31 times smaller.
+    """
+    lr, eps, wd = 0.1, 1e-8, 0.1
+    p = Tensor([1.0, 1.0], requires_grad=True)
+    opt = optim.AdamW([p], lr=lr, betas=(0.9, 0.999), eps=eps, weight_decay=wd)
+    p.grad = np.array([eps, -eps / 100], dtype=np.float32)
+    opt.step()
+    decayed = 1.0 - lr * wd  # 0.99, before the Adam step
+    np.testing.assert_allclose(p.data, [decayed - lr / 2, decayed + lr / 101], rtol=1e-6)
+
+
 def test_adamw_matches_equations_over_many_steps_and_groups():
     generator = rng(3)
     w, b = Tensor(generator.standard_normal((3, 4)), requires_grad=True), Tensor(generator.standard_normal(4),
@@ -505,6 +523,14 @@ def _edit(change):
     (_edit(lambda s: s["param_groups"][0].update(momentum=0.9)), ValueError, r"unknown hyperparameter\(s\) \['momentum'\]"),
     (_edit(lambda s: s.pop("state")), TypeError, "'state' and 'param_groups'"),
     (None, TypeError, "'state' and 'param_groups'"),
+    # state keys: 0.5 was loaded as parameter 0 without a word, "a" raised int()'s bare ValueError
+    (_edit(lambda s: s["state"].__setitem__(0.5, s["state"].pop(0))), TypeError,
+     r"state keys must be parameter indices \(ints, as state_dict\(\) gives\), got float 0.5"),
+    (_edit(lambda s: s["state"].__setitem__("a", s["state"].pop(0))), TypeError, "parameter indices.*got str 'a'"),
+    (_edit(lambda s: s["state"].__setitem__("0", s["state"].pop(0))), TypeError, "parameter indices.*got str '0'"),
+    (_edit(lambda s: s["state"].__setitem__(2, s["state"].pop(0))), KeyError,
+     r"unknown parameter index 2 \(this optimizer has 2\)"),
+    (_edit(lambda s: s["state"].__setitem__(-1, s["state"].pop(0))), KeyError, "unknown parameter index -1"),
 ])
 def test_optimizer_load_state_dict_checks_everything_before_loading(state, error, message):
     opt = _trained_adamw()
@@ -583,7 +609,7 @@ def test_warmup_cosine_schedule():
         2.0 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     with pytest.raises(ValueError, match="warmup_steps <= total_steps"):
         optim.warmup_cosine_lr(0, max_lr=1.0, warmup_steps=5, total_steps=4)
-    with pytest.raises(ValueError, match="step must be an int"):
+    with pytest.raises(ValueError, match="warmup_cosine_lr: step must be >= 0, got -1"):
         optim.warmup_cosine_lr(-1, **kw)
 
 
@@ -639,3 +665,8 @@ def test_warmup_cosine_lr_takes_integer_step_counts():
         arguments = {"max_lr": 1.0, "warmup_steps": 2, "total_steps": 10, name: value}
         with pytest.raises(TypeError, match=f"warmup_cosine_lr: {name} must be an int"):
             optim.warmup_cosine_lr(0, **arguments)
+    # the step too: a wrong type is a TypeError, as for the step counts (it was a ValueError)
+    for value, got in ((1.5, "float 1.5"), (True, "bool True"), ("3", "str '3'")):
+        with pytest.raises(TypeError, match=f"warmup_cosine_lr: step must be an int, got {got}"):
+            optim.warmup_cosine_lr(value, max_lr=1.0, warmup_steps=1, total_steps=3)
+    assert optim.warmup_cosine_lr(np.int64(0), max_lr=1.0, warmup_steps=1, total_steps=3) == 1.0

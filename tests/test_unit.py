@@ -398,6 +398,11 @@ def test_embedding_definition():
                      {0: math.sqrt(5 / ids.size)})
     empty = U.embedding(np.zeros((0,), dtype=np.int64), leaf(0, 5, 3))
     assert empty.shape == (0, 3)
+    weight = leaf(0, 5, 0)  # no features: backward raised "cannot reshape array of size 0 into shape (0)"
+    out = U.embedding(np.array([1, 2]), weight)
+    assert out.shape == (2, 0)
+    out.backward(np.zeros((2, 0)))
+    assert weight.grad.shape == (5, 0)
 
 
 @pytest.mark.parametrize("p", [0.3, 0.0])
@@ -630,12 +635,22 @@ def test_linear_gemm_bad_hook(linear, gemm, error, message):
         linear(leaf(0, 2, 3), leaf(1, 4, 3), gemm=gemm)
 
 
-def test_matmul_with_an_empty_inner_axis_is_zero():
-    left, right = leaf(0, 2, 0), leaf(1, 0, 3)
+@pytest.mark.parametrize("left_shape, right_shape", [
+    ((2, 0), (0, 3)),     # an empty inner axis: a zero output
+    ((2, 3, 0), (0, 5)),  # the same with a batched left and a shared right (one GEMM for the right grad)
+    ((2, 3, 4), (4, 0)),  # an empty output axis: zero gradients
+])
+def test_matmul_with_an_empty_axis(left_shape, right_shape):
+    # the 3-D cases raised "cannot reshape array of size 0 into shape (0)" in backward
+    left, right = leaf(0, *left_shape), leaf(1, *right_shape)
+    out_shape = left_shape[:-1] + right_shape[-1:]
     out = U.matmul(left, right)
-    np.testing.assert_array_equal(out.data, np.zeros((2, 3)))
-    out.backward(np.ones((2, 3)))
-    assert left.grad.shape == (2, 0) and right.grad.shape == (0, 3)
+    assert out.shape == out_shape
+    np.testing.assert_array_equal(out.data, np.zeros(out_shape))
+    out.backward(np.ones(out_shape))
+    assert left.grad.shape == left_shape and right.grad.shape == right_shape
+    np.testing.assert_array_equal(left.grad, np.zeros(left_shape))
+    np.testing.assert_array_equal(right.grad, np.zeros(right_shape))
 
 
 @pytest.mark.parametrize("shapes, message", [

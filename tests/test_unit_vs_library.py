@@ -81,7 +81,10 @@ def compare(our_op, library_op, arrays, dtype, our_kwargs=None, library_kwargs=N
     """Run both ops on the same arrays and the same (random normal) output gradient; assert agreement.
 
     Every input gradient must be nonzero (or the comparison proves little), except those listed in
-    ``zero_grads``, which must be exactly zero on both sides.
+    ``zero_grads``: ours must be exactly zero (a softmax over one key is exactly 1, and nothing of
+    it reaches q or k), the library's zero to rounding, ``|g| <= RELATIVE[dtype]`` with the unit
+    normal output gradient used here (its fused attention leaves up to 7e-16 in float64, 5e-7 in
+    float32).
     """
     our_kwargs = our_kwargs or {}
     library_kwargs = our_kwargs if library_kwargs is None else library_kwargs
@@ -94,7 +97,9 @@ def compare(our_op, library_op, arrays, dtype, our_kwargs=None, library_kwargs=N
     assert_agrees(value, library_value, dtype, "value")
     for i, (grad, library_grad) in enumerate(zip(grads, library_grads)):
         if i in zero_grads:
-            assert not np.any(grad) and not np.any(library_grad), f"input {i}: expected zero gradients"
+            assert not np.any(grad), f"input {i}: expected an exactly zero gradient, got max |g| {np.abs(grad).max()}"
+            worst = float(np.abs(library_grad).max())
+            assert worst <= RELATIVE[dtype], f"input {i}: the library's gradient is not zero to rounding: {worst}"
             continue
         assert np.any(library_grad != 0), f"input {i}: the library's gradient is zero, nothing is tested"
         assert_agrees(grad, library_grad, dtype, f"grad of input {i}")
