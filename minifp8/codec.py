@@ -160,7 +160,10 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     ----------
     x : array_like
         float16, float32, float64 or integer values (|int| <= 2**53), any shape, views included.
-        float64 is rounded once, exactly (no double rounding through float32).
+        float64 is rounded once, exactly (no double rounding through float32). Anything that is
+        not an ndarray (a Python scalar, a list) is converted by ``np.asarray`` first, so NumPy
+        picks one dtype for all of it: ``[True, 0.5]`` becomes float64 ``[1.0, 0.5]`` and its
+        ``True`` encodes as 1.0, whereas a bool array (or a list of bools only) is refused.
     fmt : FloatFormat or str
         Destination format, e.g. ``"E4M3"`` or ``"float8_e5m2"``.
     rounding : {"nearest_even", "nearest_away", "toward_zero", "stochastic"}
@@ -173,8 +176,8 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
         ``random_bit_count`` bits, plus ``random_bits`` reaches ``2**random_bit_count``
         (IEEE P3109 "Stochastic"), so the probability is that fraction.
     random_bit_count : int, optional
-        Width of ``random_bits``; defaults to the width of its unsigned dtype, which must then be
-        at most 32 (pass a count for uint64 bits).
+        Width of ``random_bits``, in ``[1, 32]``; defaults to the width of its unsigned dtype.
+        uint64 bits need an explicit count (at most 32).
 
     Returns
     -------
@@ -184,8 +187,8 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     Raises
     ------
     TypeError
-        For bool, complex, object or other non-numeric input, a non-bool ``saturate``, or
-        non-unsigned random bits.
+        For bool, complex, object or other non-numeric input, a non-str ``rounding``, a non-bool
+        ``saturate``, or non-unsigned random bits.
     ValueError
         For an unknown format or rounding mode, NaN into a format without NaN, integers too large
         to convert exactly, random bits of the wrong shape or range, or random bits (or their
@@ -212,16 +215,26 @@ def decode(codes, fmt) -> np.ndarray:
     Parameters
     ----------
     codes : array_like of unsigned int
-        Codes in ``[0, 2**fmt.bits)``, any shape.
+        Codes in ``[0, 2**fmt.bits)``, any shape. An empty array of any real dtype is accepted
+        (``np.asarray([])`` is float64): it holds no code to check.
     fmt : FloatFormat or str
 
     Returns
     -------
     numpy.ndarray of float32
         The codes' shape (a 0-d array for a single code).
+
+    Raises
+    ------
+    TypeError
+        For codes that are not integers (a non-empty float array, bool, complex, object).
+    ValueError
+        For an unknown format, or codes outside ``[0, 2**fmt.bits)``.
     """
     fmt = get(fmt)
     codes = np.asarray(codes)
+    if codes.size == 0 and codes.dtype.kind in "fiu":
+        return np.zeros(codes.shape, np.float32)
     if codes.dtype.kind not in "ui":
         raise TypeError(f"codes must be an integer array (uint8), got dtype {codes.dtype}")
     every_code_valid = codes.dtype == np.uint8 and fmt.bits == 8
@@ -238,6 +251,9 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
 
 # ---- input checking ----------------------------------------------------------------------------
 def _check_rounding(rounding) -> None:
+    if not isinstance(rounding, str):
+        raise TypeError(f"rounding must be a str, one of {', '.join(ROUNDING_MODES)}; got "
+                        f"{type(rounding).__name__} {rounding!r}")
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {rounding!r}; choose one of {', '.join(ROUNDING_MODES)}")
 
@@ -306,6 +322,9 @@ def _check_random_bits(random_bits, random_bit_count, shape):
     if bits.shape != shape:
         raise ValueError(f"random_bits must have x's shape {shape}, got {bits.shape}")
     width = bits.dtype.itemsize * 8
+    if random_bit_count is None and width > 32:
+        raise ValueError(f"{bits.dtype} random_bits need an explicit random_bit_count <= 32 (their width, {width}, "
+                         f"is more than the 32 bits supported), got random_bit_count=None")
     count = _check_random_bit_count(width if random_bit_count is None else random_bit_count, min(width, 32),
                                     f" for {bits.dtype} bits")
     if bits.size and int(bits.max()) >= 1 << count:

@@ -44,7 +44,13 @@ def onnx_saturate_codes(x, name):
 
 
 def grid_codes(x, fmt, rounding):
-    """Round |x| <= max by searching the sorted grid of non-negative values (independent of the codec)."""
+    """Round |x| <= max by searching the sorted grid of non-negative values (independent of the codec).
+
+    Ties to even pick the even code, except with no mantissa bits (E8M0): there every significand
+    is 1, odd, and the upper neighbour's is 2 in the lower one's spacing, so ties go up. An
+    unsigned format (E8M0) has no zero: zero and negative inputs give its NaN, and values below
+    its smallest value give that value.
+    """
     table = fmt.values()
     magnitude_codes = np.arange(fmt.max_code + 1)
     values = table[magnitude_codes]
@@ -62,9 +68,13 @@ def grid_codes(x, fmt, rounding):
         pick_high = distance_high <= distance_low
     else:
         tie = distance_high == distance_low
-        pick_high = (distance_high < distance_low) | (tie & (magnitude_codes[above] % 2 == 0))
+        even_above = magnitude_codes[above] % 2 == 0 if fmt.mantissa_bits else True
+        pick_high = (distance_high < distance_low) | (tie & even_above)
     pick_high &= ~exact
     code = np.where(pick_high, magnitude_codes[above], magnitude_codes[below])
+    if not fmt.signed:
+        code = np.where(magnitude < values[0], magnitude_codes[0], code)
+        return np.where(np.signbit(x) | (x == 0), fmt.nan_code(), code).astype(np.uint8)
     sign = np.where(np.signbit(x), fmt.sign_mask, 0)
     if not fmt.has_negative_zero:
         sign = np.where(code == 0, 0, sign)
@@ -100,9 +110,10 @@ def test_sweep_with_saturation_equals_onnx_table(structured_sweep, name):
                                   onnx_saturate_codes(structured_sweep, name))
 
 
-@pytest.mark.parametrize("name", SIGNED)
+@pytest.mark.parametrize("name", SIGNED + ("E8M0",))
 @pytest.mark.parametrize("rounding", ROUNDINGS)
 def test_sweep_in_range_equals_the_value_grid(structured_sweep, name, rounding):
+    # For E8M0 "in range" includes zero, negatives and the float32s below 2**-127 (see grid_codes).
     fmt = formats.get(name)
     x = structured_sweep[np.isfinite(structured_sweep) & (np.abs(structured_sweep) <= fmt.max)]
     for saturate in (False, True):
@@ -180,6 +191,26 @@ def test_e8m0_toward_zero_just_below_each_power_of_two():
         assert codec.encode(below, "E8M0", rounding="toward_zero").tolist() == (k - 1 + 127).tolist()
         assert codec.encode(below, "E8M0").tolist() == (k + 127).tolist()
 
+
+def test_e8m0_finite_overflow_gives_nan_or_with_saturation_2_pow_127():
+    # Module docstring and DESIGN section 3: finite overflow gives 0xFF (NaN), as ml_dtypes does, or
+    # with saturate=True 0xFE, the max 2**127. Overflow is checked after rounding: 1.5 * 2**127 is the
+    # tie between 2**127 and 2**128 and rounds up (also under nearest_away), so it overflows; float32's
+    # max (2 - 2**-23) * 2**127 is nearer 2**128; the float just below the tie stays 2**127.
+    for x in (np.array([1.5 * 2.0**127, np.finfo(np.float32).max], np.float32),
+              np.array([1.5 * 2.0**127, 2.0**128, 1e300])):
+        for rounding in ("nearest_even", "nearest_away"):
+            assert codec.encode(x, "E8M0", rounding=rounding).tolist() == [0xFF] * len(x)
+            assert codec.encode(x, "E8M0", rounding=rounding, saturate=True).tolist() == [0xFE] * len(x)
+            assert [codec.encode_scalar(float(v), "E8M0", rounding, True) for v in x] == [0xFE] * len(x)
+        # toward_zero never overflows a finite input (IEEE 754 section 7.4): 2**128 gives the max too
+        for saturate in (False, True):
+            assert codec.encode(x, "E8M0", rounding="toward_zero", saturate=saturate).tolist() == [0xFE] * len(x)
+    below_tie = np.nextafter(np.float32(1.5 * 2.0**127), np.float32(0))
+    assert codec.encode(below_tie, "E8M0") == codec.encode(below_tie, "E8M0", rounding="nearest_away") == 0xFE
+    assert codec.encode(1.5, "E8M0", rounding="nearest_away") == 0x80  # a tie: away from zero is up, 2
+
+
 def test_signed_zero_and_fnuz():
     x = np.array([0.0, -0.0, -1e-30], np.float32)
     assert codec.encode(x, "E4M3").tolist() == [0x00, 0x80, 0x80]
@@ -190,20 +221,65 @@ def test_signed_zero_and_fnuz():
 
 
 # ---- 3. float64 is rounded once --------------------------------------------------------------------
-@pytest.mark.parametrize("name", ("E4M3", "E5M2"))
-def test_float64_midpoints_plus_minus_2_pow_minus_40_round_once(name):
+# name: (max code, code of a positive finite overflow, of a negative one) with saturate=False, by hand
+# from DESIGN.md sections 2-3: E4M3 NaN, E5M2 Inf, FNUZ their one NaN, FP6/FP4 saturate, E8M0 NaN.
+OVERFLOW_CODES = {
+    "E4M3": (0x7E, 0x7F, 0xFF), "E5M2": (0x7B, 0x7C, 0xFC), "E4M3FNUZ": (0x7F, 0x80, 0x80),
+    "E5M2FNUZ": (0x7F, 0x80, 0x80), "E3M2": (0x1F, 0x1F, 0x3F), "E2M3": (0x1F, 0x1F, 0x3F),
+    "E2M1": (0x7, 0x7, 0xF), "E8M0": (0xFE, 0xFF, None),
+}
+
+
+def test_float64_round_once_hand_examples():
+    # E3M2 spacing in [0.25, 0.5) is 1/16: 0.28125 = 4.5/16 is the midpoint of 0.25 (0x04) and 0.3125
+    # (0x05). Just above it is nearer 0x05; through float32 it would be the tie, which goes to even 0x04.
+    assert codec.encode(0.28125 * (1 + 2.0**-40), "E3M2") == 0x05
+    # E4M3FNUZ (bias 8): 1.0625 is the midpoint of 1.0 (0x40) and 1.125 (0x41)
+    assert codec.encode(1.0625 * (1 + 2.0**-40), "E4M3FNUZ") == 0x41
+    # just below 2.0 (0x40) is in [1.875, 2): toward zero it is 1.875 (0x3F); through float32 it is 2.0
+    assert codec.encode(2 * (1 - 2.0**-40), "E4M3", rounding="toward_zero") == 0x3F
+    # just below the midpoint 1.0625 is nearer 1.0; through float32, the tie goes away from zero
+    assert codec.encode(1.0625 * (1 - 2.0**-40), "E4M3", rounding="nearest_away") == 0x38
+
+
+@pytest.mark.parametrize("name", list(formats.CATALOGUE))
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_float64_within_2_pow_minus_40_of_every_boundary_rounds_once(name, rounding):
+    """Every value and every midpoint of neighbours times (1 +- 2**-40), against the value grid.
+
+    float32 would turn each of these into the boundary itself: a midpoint, where the nearest modes
+    then tie and get one probe of each pair wrong, or a value, which toward_zero then keeps where the
+    probe below it must drop to the value below. The test checks that the probes do catch that.
+    """
     fmt = formats.get(name)
-    grid = np.sort(fmt.values()[: fmt.max_code + 1])
-    # The midpoints between neighbours, plus the one between max and the next power of the grid.
-    top_spacing = 2.0 ** (fmt.emax - fmt.mantissa_bits)
-    midpoints = np.append((grid[:-1] + grid[1:]) / 2, fmt.max + top_spacing / 2)
-    below, above = midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)
-    for sign in (1.0, -1.0):
-        lower_codes = codec.encode(sign * below, fmt)
-        upper_codes = codec.encode(sign * above, fmt)
-        np.testing.assert_array_equal(np.abs(codec.decode(lower_codes, fmt)), grid)
-        np.testing.assert_array_equal(np.abs(codec.decode(upper_codes[:-1], fmt)), grid[1:])
-        assert np.isnan(codec.decode(upper_codes[-1:], fmt)[0]) or np.isinf(codec.decode(upper_codes[-1:], fmt)[0])
+    grid = np.unique(np.abs(fmt.values()[np.isfinite(fmt.values())]).astype(np.float64))
+    midpoints = (grid[:-1] + grid[1:]) / 2
+    points = np.concatenate([grid, midpoints])
+    x = np.concatenate([points * (1 - 2.0**-40), points * (1 + 2.0**-40)])
+    x = x[(x > 0) & (x <= fmt.max)]
+    x = np.concatenate([x, -x]) if fmt.signed else x
+    expected = grid_codes(x, fmt, rounding)
+    np.testing.assert_array_equal(codec.encode(x, fmt, rounding=rounding), expected)
+    np.testing.assert_array_equal(codec.encode(x, fmt, rounding=rounding, saturate=True), expected)
+
+    double_rounded = grid_codes(x.astype(np.float32), fmt, rounding)
+    pairs = len(midpoints) if rounding != "toward_zero" else np.count_nonzero(grid > 0) - (not fmt.signed)
+    assert np.count_nonzero(double_rounded != expected) == pairs * (2 if fmt.signed else 1)
+
+    # Around the overflow threshold: the midpoint of max and the next value of the grid with an
+    # unbounded exponent, one spacing of max's binade above it (E4M3: 448 + 32 / 2 = 464)
+    maximum, overflow, negative_overflow = OVERFLOW_CODES[name]
+    binade = np.frexp(grid[-1])[1] - 1  # 2**binade <= max < 2**(binade + 1)
+    threshold = grid[-1] + 2.0 ** (binade - fmt.mantissa_bits) / 2
+    x = np.array([grid[-1] * (1 + 2.0**-40), threshold * (1 - 2.0**-40), threshold * (1 + 2.0**-40)])
+    nearest_overflow = [maximum, maximum, overflow]
+    assert codec.encode(x, fmt, rounding=rounding).tolist() == (
+        [maximum] * 3 if rounding == "toward_zero" else nearest_overflow)
+    assert codec.encode(x, fmt, rounding=rounding, saturate=True).tolist() == [maximum] * 3
+    if fmt.signed:
+        negative_maximum = maximum | fmt.sign_mask
+        assert codec.encode(-x, fmt, rounding=rounding).tolist() == (
+            [negative_maximum] * 3 if rounding == "toward_zero" else [negative_maximum] * 2 + [negative_overflow])
 
 
 @pytest.mark.parametrize("name", ("E4M3", "E5M2"))
@@ -230,19 +306,69 @@ def test_stochastic_rounding_hand_example():
     assert codec.decode(negative, "E4M3").tolist() == [-1.0, -1.0, -1.0, -1.125]  # away from zero
 
 
-def test_stochastic_rounding_equals_the_p3109_definition_elementwise(structured_sweep):
+# (name, code of 1.0, code of the next value above 1, spacing in [1, 2)), by hand from DESIGN.md section 2
+STOCHASTIC_HAND_FORMATS = [("E4M3", 0x38, 0x39, 1 / 8), ("E4M3FNUZ", 0x40, 0x41, 1 / 8),
+                           ("E5M2FNUZ", 0x40, 0x41, 1 / 4), ("E8M0", 0x7F, 0x80, 1)]
+
+
+def test_stochastic_rounding_rounds_the_discarded_fraction_to_k_bits_half_to_even():
+    # P3109 "Stochastic" (DESIGN.md section 3): the discarded fraction of a quantum, rounded to k bits,
+    # plus k random bits, rounds away from zero when the sum reaches 2**k. E4M3's spacing in [1, 2) is
+    # 1/8; x = 1 + 5/64 = 1 + (5/8) * (1/8) discards 5/8 of a quantum, which is 2.5/4 for k = 2: a tie,
+    # rounded half to even to 2/4. So x goes up (to 1.125, 0x39) when bits + 2 >= 4, for bits 2 and 3.
+    # (Rounding the tie away from zero would give 3/4 and go up for bits 1, 2, 3.)
+    bits = np.arange(4, dtype=np.uint8)
+    stochastic = {"rounding": "stochastic", "random_bits": bits, "random_bit_count": 2}
+    x = np.full(4, 1 + 5 / 64)
+    assert codec.encode(x, "E4M3", **stochastic).tolist() == [0x38, 0x38, 0x39, 0x39]
+    assert codec.encode(-x, "E4M3", **stochastic).tolist() == [0xB8, 0xB8, 0xB9, 0xB9]  # away from zero
+    # x = 1 + 7/64 discards 7/8 = 3.5/4, which rounds to even 4/4: x always goes up. (Truncating the
+    # fraction to 3/4 would keep 1.0 for bits 0.)
+    assert codec.encode(np.full(4, 1 + 7 / 64), "E4M3", **stochastic).tolist() == [0x39] * 4
+
+
+@pytest.mark.parametrize("name, one, next_up, spacing", STOCHASTIC_HAND_FORMATS)
+@pytest.mark.parametrize("count, dtype", [(2, np.uint8), (16, np.uint16), (32, np.uint64)])
+def test_stochastic_rounding_at_the_carry_with_k_bit_ties(name, one, next_up, spacing, count, dtype):
+    # x = 1 + (f / 2**k) * spacing discards f/2**k of a quantum. f = 1.5 and f = 2.5 are ties that both
+    # round to even 2/2**k, so x goes up exactly when bits >= 2**k - 2 (the sum reaches 2**k: ">=",
+    # not ">"). Ties away would move 2.5's carry to 2**k - 3, truncation 1.5's to 2**k - 1. float64
+    # holds these x exactly (at most 2 + 32 + 2 significant bits).
+    k = 2**count
+    for fraction, carry in ((1.5, k - 2), (2.5, k - 2)):
+        x = np.full(2, 1 + fraction / k * spacing)
+        bits = np.array([carry - 1, carry], dtype)
+        options = {"rounding": "stochastic", "random_bit_count": count}
+        assert codec.encode(x, name, random_bits=bits, **options).tolist() == [one, next_up]
+        assert [codec.encode_scalar(float(v), name, random_bits=int(b), **options)
+                for v, b in zip(x, bits)] == [one, next_up]
+
+
+# (random_bit_count, or None for the dtype's width; dtype of the random bits)
+RANDOM_BIT_SOURCES = [(1, np.uint8), (3, np.uint8), (None, np.uint8), (None, np.uint16), (None, np.uint32),
+                      (32, np.uint64)]
+
+
+@pytest.mark.parametrize("name", list(formats.CATALOGUE))
+def test_stochastic_rounding_equals_the_p3109_definition_elementwise(structured_sweep, name):
+    fmt = formats.get(name)
     rng = np.random.default_rng(7)
-    for name in ("E4M3", "E5M2", "E2M1"):
-        fmt = formats.get(name)
-        x = structured_sweep[rng.choice(structured_sweep.size, 400, replace=False)]
+    x32 = structured_sweep[rng.choice(structured_sweep.size, 90, replace=False)]
+    x32 = np.concatenate([x32, structured_sweep[0x7F800000 >> 13:][:8]])  # Inf and NaN
+    # float64 inputs with bits below float32's: the fraction of a quantum needs up to 53 bits
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the sample
+        x64 = x32.astype(np.float64) * (1 + rng.uniform(-2.0**-20, 2.0**-20, x32.shape))
+    for x in (x32, x64):
         x = x[~np.isnan(x)] if not fmt.has_nan else x
-        for count in (1, 3, 8):
-            bits = rng.integers(0, 2**count, size=x.shape, dtype=np.uint8)
+        for count, dtype in RANDOM_BIT_SOURCES:
+            width = count or 8 * np.dtype(dtype).itemsize
+            bits = rng.integers(0, 2**width, size=x.shape, dtype=dtype)
             for saturate in (False, True):
                 ours = codec.encode(x, fmt, rounding="stochastic", random_bits=bits, random_bit_count=count,
                                     saturate=saturate)
-                reference = [codec.encode_scalar(v, fmt, "stochastic", saturate, int(b), count) for v, b in zip(x, bits)]
-                np.testing.assert_array_equal(ours, np.array(reference, np.uint8))
+                reference = [codec.encode_scalar(v, fmt, "stochastic", saturate, int(b), width)
+                             for v, b in zip(x, bits)]
+                np.testing.assert_array_equal(ours, np.array(reference, np.uint8), err_msg=f"{count} {dtype}")
 
 
 def test_stochastic_rounding_is_unbiased():
@@ -275,6 +401,11 @@ def test_every_input_dtype_and_shape():
     assert codec.encode(np.float32(2.0), "E4M3").shape == ()
     assert codec.encode(np.zeros((0, 3), np.float32), "E4M3").shape == (0, 3)
     assert codec.encode(values, "E4M3").tolist() == expected.tolist()  # Python lists
+    # A list goes through np.asarray, which gives one dtype for all (documented): True next to a float
+    # becomes 1.0; only a list of bools alone is a bool array, refused.
+    assert codec.encode([True, 0.5], "E4M3").tolist() == codec.encode([1.0, 0.5], "E4M3").tolist()
+    with pytest.raises(TypeError, match="bool array"):
+        codec.encode([True, False], "E4M3")
     grid = np.arange(24, dtype=np.float32).reshape(4, 6)
     view = grid[:, ::2].T  # non-contiguous
     np.testing.assert_array_equal(codec.encode(view, "E5M2"), codec.encode(np.ascontiguousarray(view), "E5M2"))
@@ -293,6 +424,14 @@ def test_zero_d_input_gives_zero_d_arrays_from_encode_decode_and_quantize():
 def test_decode_checks_its_input():
     with pytest.raises(TypeError, match="integer array"):
         codec.decode(np.array([1.0]), "E4M3")
+    with pytest.raises(TypeError, match="integer array"):
+        codec.decode([0.0], "E4M3")
+    # an empty list is float64 to NumPy; empty arrays of any real dtype hold no code to check
+    for empty in ([], np.zeros((2, 0)), np.zeros(0, np.float32), np.zeros((0, 3), np.int16)):
+        decoded = codec.decode(empty, "E4M3")
+        assert decoded.dtype == np.float32 and decoded.shape == np.shape(empty)
+    with pytest.raises(ValueError, match="unknown format"):
+        codec.decode([], "E9M9")
     with pytest.raises(ValueError, match=r"E2M1 codes lie in \[0, 16\)"):
         codec.decode(np.array([16], np.uint8), "E2M1")
     assert codec.decode(np.array([[0x40]], np.uint8), "E4M3").dtype == np.float32
@@ -391,6 +530,13 @@ def test_bad_options_raise_clear_errors():
         codec.encode(x, "e9m9")
     with pytest.raises(ValueError, match="unknown rounding mode 'nearest'"):
         codec.encode(x, "E4M3", rounding="nearest")
+    for rounding, got in ((np.array(["nearest_even"]), r"got ndarray array\(\['nearest_even'\]"),
+                          (None, "got NoneType None"), (["toward_zero"], r"got list \['toward_zero'\]")):
+        with pytest.raises(TypeError, match=r"rounding must be a str, one of nearest_even, .*; " + got):
+            codec.encode(x, "E4M3", rounding=rounding)
+        with pytest.raises(TypeError, match="rounding must be a str"):
+            codec.encode_scalar(1.0, "E4M3", rounding=rounding)
+    assert codec.encode(x, "E4M3", rounding=np.str_("toward_zero")).tolist() == [0x38] * 4  # a str subclass
     with pytest.raises(ValueError, match="needs random_bits"):
         codec.encode(x, "E4M3", rounding="stochastic")
     with pytest.raises(ValueError, match=r"x's shape \(4,\), got \(3,\)"):
@@ -401,6 +547,11 @@ def test_bad_options_raise_clear_errors():
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint8), random_bit_count=9)
     with pytest.raises(ValueError, match="random_bit_count"):
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint8), random_bit_count=0)
+    with pytest.raises(ValueError, match=r"uint64 random_bits need an explicit random_bit_count <= 32 .*"
+                                         r"got random_bit_count=None"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint64))
+    with pytest.raises(ValueError, match=r"random_bit_count must be an int in \[1, 32\] for uint64 bits, got 64"):
+        codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint64), random_bit_count=64)
     with pytest.raises(ValueError, match=r"\[0, 2\*\*3\), got a value 8"):
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.full(4, 8, np.uint8), random_bit_count=3)
     with pytest.raises(ValueError, match="only used with rounding='stochastic'"):
