@@ -13,6 +13,7 @@ runs, rather than silently ignored.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,6 +25,11 @@ from typing import Callable
 import numpy as np
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {}
+
+
+class BenchError(Exception):
+    """A section that cannot finish (a results file that cannot be written); `main` prints the
+    message as one line and exits with status 2."""
 #: ``python -m minifp8.bench train --json`` of the default config, as committed (package data).
 SPEED_RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 
@@ -373,8 +379,12 @@ def bench_train(args) -> None:
                     "steps": steps_total, "window_steps": window,
                     "fp32": {"step_ms": fp32_ms, "tokens_per_second": round(tokens / fp32_ms * 1e3)},
                     "recipes": measured}
-        with open(args.json, "w", encoding="utf-8") as file:
-            file.write(_strict_json(document, digits=4))
+        try:
+            with open(args.json, "w", encoding="utf-8") as file:
+                file.write(_strict_json(document, digits=4))
+        except OSError as error:  # (main checked that it could be opened; a full disk, say, still fails here)
+            raise BenchError(f"--json {args.json}: cannot write it ({error.strerror or error}); the "
+                             f"measurements above are not saved") from None
         print(f"  wrote {args.json}", flush=True)
 
 
@@ -432,6 +442,26 @@ def _check_flags_apply(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error(f"--{name.replace('_', '-')} applies to {which} selected (sections: {' '.join(selected)})")
 
 
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be opened for writing (the OSError's message), or None where it can.
+
+    Checked by opening it to append, before the measurements, so that they are not lost to a path
+    found unwritable only at their end. An existing file is left as it was; a file the check
+    created is removed again, so that a run interrupted before its end leaves no empty results
+    file behind.
+    """
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        return error.strerror or str(error)
+    if not existed:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     from .fp8 import RECIPES
     from .mx import SCALE_MODES
@@ -465,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: floor, the OCP rule, for which the targets are stated)")
     parser.add_argument("--json", default=None, metavar="PATH",
                         help="write the train section's measurements to PATH as JSON, for "
-                             "minifp8.plots.train_speed (default: none)")
+                             "minifp8.plots.train_speed; checked writable before the timing starts (default: none)")
     args = parser.parse_args(argv)
     if args.json is not None:
         folder = os.path.dirname(os.path.abspath(args.json))
@@ -484,12 +514,18 @@ def main(argv: list[str] | None = None) -> int:
         if wrong or not args.recipes:
             parser.error(f"--recipes takes a comma-separated list of {', '.join(r for r in RECIPES if r != 'fp32')} "
                          f"(fp32 is the baseline each is paired with); got {', '.join(map(repr, wrong)) or 'none'}")
+        if len(set(args.recipes)) != len(args.recipes):  # (timed twice, reported once)
+            parser.error(f"--recipes lists a recipe twice: {','.join(args.recipes)}")
     if args.mx_scale_mode is not None and args.recipes is not None and "mxfp8" not in args.recipes:
         parser.error(f"--mx-scale-mode sets mxfp8's block scales, but --recipes leaves mxfp8 out: {','.join(args.recipes)}")
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     _check_flags_apply(parser, args, args.sections or list(SECTIONS))
+    if args.json is not None:
+        reason = _unwritable(args.json)
+        if reason is not None:
+            parser.error(f"--json {args.json}: cannot write it ({reason})")
     args.repeats = 5 if args.repeats is None else args.repeats
     args.rounds = 5 if args.rounds is None else args.rounds
     _tune_malloc()  # measure steps with the allocator the trainer runs them with
@@ -497,7 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     print(args.machine, flush=True)
     for name in args.sections or list(SECTIONS):
         print(f"[{name}]", flush=True)
-        SECTIONS[name](args)
+        try:
+            SECTIONS[name](args)
+        except BenchError as error:
+            print(f"{parser.prog}: error: {error}", file=sys.stderr)
+            return 2
     return 0
 
 

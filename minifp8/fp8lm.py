@@ -648,8 +648,7 @@ def split_batch(*arrays, workers: int) -> list[tuple]:
     division by N relies on. (A loss summed over tokens instead gives N times the shard mean.)
     Arrays or Tensors (their data) of numbers; the shards are views of them.
     """
-    if not _is_int(workers) or workers < 1:
-        raise ValueError(f"split_batch: workers must be an int >= 1, got {workers!r}")
+    workers = formats._check_int(workers, "split_batch: workers", 1)
     if not arrays:
         raise ValueError("split_batch: give at least one array to split")
     arrays = [np.asarray(a.data if isinstance(a, Tensor) else a) for a in arrays]

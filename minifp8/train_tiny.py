@@ -41,7 +41,9 @@ every gradient is ``N`` times larger when the FP8 casts see it, and the gradient
 ``float32(1 / N)`` before clipping and the optimizer (exactly a division where N is a power of
 two). ``dynamic`` starts at 2^16 and, like ``torch.amp.GradScaler``, skips a step whose gradients
 overflowed and halves the factor, and doubles it after ``--loss-scale-interval`` clean steps in a
-row.
+row. The summary and ``metrics.json`` count the skipped steps. Halving stops at float32's smallest
+normal number, 2^-126 (the least ``--loss-scale N`` takes: below it the factor loses bits and its
+reciprocal overflows): a step that overflows there stops the run as a divergence does (below).
 
 FP8-LM (``--fp8-grads``, ``--fp8-optimizer [O2|O3]``, ``--fp8-allreduce N``, ``--report-memory``;
 Peng et al. 2023, arXiv:2310.18313; `minifp8.fp8lm`) composes with every recipe. ``--fp8-grads``
@@ -68,10 +70,21 @@ amax lies in [256, 512) for E4M3, and a block whose scaled amax lies above 464 (
 interval) saturates its largest elements; under NVIDIA's ``rceil``, as TransformerEngine computes
 MXFP8 scales, none does.
 
+Refusals. A flag set to another value than its default where no run reads it is refused, not
+ignored: ``--loss-scale-interval`` without a run under ``--loss-scale dynamic``,
+``--saturate-gradients yes|no`` where every run is fp32 or mxfp8, ``--mx-scale-mode`` without an
+mxfp8 run, ``--grad-clip`` where every run is unit-scaled. So is a run that cannot fit in the
+machine's memory, before it starts: a lower bound of what it holds (`_memory_needed`: the
+validation batches, one step's activations, the weights and their gradients) against the physical
+memory.
+
 Outputs (``--out DIR``)
 -----------------------
-* ``config.json``: the configuration, the list of runs and the environment they started in (a
-  ``--resume`` under another one says so: its continuation may differ in the last bits);
+* ``config.json``: the configuration, the list of runs, the environment they started in (a
+  ``--resume`` under another one says so: its continuation may differ in the last bits) and the
+  SHA-256 of the training text (`text_sha256`: of the ``--data`` file's text, or of the built-in
+  corpus generated from ``--seed``), which checkpoints record too: ``--resume`` refuses to continue
+  on another text (directories older than it resume unchecked);
 * ``metrics.json``: per run, the training loss of every step, the validation evaluations, the cast
   statistics at every log line and of every cast point at the end, and the summary; and the
   ``environment`` (NumPy's version and the BLAS kernels, `blas_kernels`: the same seed trains to
@@ -87,6 +100,8 @@ Outputs (``--out DIR``)
   config and run, and resuming refuses one that does not match ``config.json``. A new run into a
   ``DIR`` that holds an earlier one replaces its ``config.json`` and removes its checkpoints and
   results (``metrics.json``, ``loss.png``, an experiment's ``headline.json`` or ``fp8lm.json``).
+  A ``DIR`` that holds any of those files but no ``config.json`` written by train_tiny is refused,
+  and left as it is; other files in ``DIR`` stay.
 
 The headline experiment
 -----------------------
@@ -104,6 +119,7 @@ import argparse
 import contextlib
 import ctypes
 import functools
+import hashlib
 import json
 import math
 import os
@@ -151,12 +167,13 @@ class TrainConfig:
     loss_scale: str = field(default="none", metadata={
         "help": "loss scaling: none, a factor N > 0, or dynamic", "metavar": "{none,N,dynamic}"})
     loss_scale_interval: int = field(default=100, metadata={
-        "help": "dynamic loss scaling: clean steps before the factor doubles"})
+        "help": "dynamic loss scaling: clean steps before the factor doubles; refused unless a run has "
+                "--loss-scale dynamic"})
     saturate_gradients: str = field(default="auto", metadata={
         "help": "E5M2 gradient casts that overflow: clamp to +-57344 (yes) or give Inf (no); auto: clamp in "
                 "the scaled recipes current, delayed and blockwise (as TransformerEngine does), Inf in fp8 and "
-                "unit (as torch's float8 casts do, so that loss scaling sees the overflow); no effect on mxfp8, "
-                "whose MX casts always saturate, or fp32",
+                "unit (as torch's float8 casts do, so that loss scaling sees the overflow); yes or no is refused "
+                "unless a run has such casts: mxfp8's MX casts always saturate, fp32 casts nothing",
         "choices": ("auto", "yes", "no")})
     mx_scale_mode: str = field(default="floor", metadata={
         "help": "mxfp8's block scales: floor, the OCP MX rule (2**floor(log2 amax) / 2**emax, which lets some "
@@ -196,12 +213,16 @@ class TrainConfig:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay (2-D weights only)"})
     grad_clip: float = field(default=1.0, metadata={
         "help": "clip the gradient norm at this value (standard family; 0: off). Unit-scaled gradients are "
-                "not true gradients, so their norm is never clipped"})
+                "not true gradients, so their norm is never clipped: another value is refused when every run "
+                "is unit-scaled"})
     eval_interval: int = field(default=250, metadata={"help": "steps between validation evaluations"})
     eval_batches: int = field(default=8, metadata={"help": "validation batches per evaluation (fixed windows)"})
     log_interval: int = field(default=50, metadata={"help": "steps between progress lines"})
     out: str | None = field(default=None, metadata={
-        "help": "directory for metrics.json, loss.png and checkpoints", "metavar": "DIR"})
+        "help": "directory for config.json (the config, the runs and the training text's SHA-256), "
+                "metrics.json, loss.png, checkpoints/ and an --experiment's headline.json or fp8lm.json. A new "
+                "run replaces those of an earlier run there, and refuses a directory that holds such files "
+                "without an earlier run's config.json", "metavar": "DIR"})
     resume: str | None = field(default=None, metadata={
         "help": "continue the runs saved in DIR (takes its config; only --stop-after may be added)",
         "metavar": "DIR"})
@@ -319,6 +340,8 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
     config = TrainConfig(**vars(parser.parse_args(argv)))
     explicit = vars(build_parser(argparse.SUPPRESS).parse_args(argv))  # only the flags given
     if config.resume is not None:
+        if config.resume == "":  # (it would read as the working directory)
+            parser.error("--resume must name a directory, got an empty string")
         extra = sorted(set(explicit) - {"resume", "stop_after"})
         if extra:
             parser.error(f"--resume continues the saved config; do not combine it with "
@@ -335,7 +358,28 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
     else:
         runs = _runs(parser, config)
     _check_config(parser.error, config, runs)
+    _check_flags_apply(parser.error, config, runs)
     return config, runs
+
+
+def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
+    """Refuse a flag set to another value than its default where none of the runs reads it, rather
+    than ignore it silently (as ``--mx-scale-mode`` is refused where no run is mxfp8,
+    `_check_config`). Checked on the command line only: a ``config.json`` written before these
+    checks still resumes."""
+    which = (f"the runs of --experiment {config.experiment}" if config.experiment is not None
+             else f"runs: {','.join(run.label for run in runs)}")
+    if config.loss_scale_interval != TrainConfig.loss_scale_interval and all(run.loss_scale != "dynamic"
+                                                                            for run in runs):
+        fail(f"--loss-scale-interval {config.loss_scale_interval} sets when dynamic loss scaling doubles its "
+             f"factor, but no run has --loss-scale dynamic ({which})")
+    if config.saturate_gradients != TrainConfig.saturate_gradients and all(
+            "saturate_gradients" not in fp8.RECIPE_OPTIONS[run.recipe] for run in runs):
+        fail(f"--saturate-gradients {config.saturate_gradients} sets what an overflowing E5M2 gradient cast gives, "
+             f"but no run has one: fp32 casts nothing, mxfp8's MX casts always saturate ({which})")
+    if config.grad_clip != TrainConfig.grad_clip and all(run.family == "unit" for run in runs):
+        fail(f"--grad-clip {config.grad_clip:g} clips the standard model's gradient norm, but every run is "
+             f"unit-scaled, whose gradients are never clipped ({which})")
 
 
 def _runs(parser, config: TrainConfig) -> list[Run]:
@@ -357,6 +401,11 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
     return runs
 
 
+#: The least loss scale: float32's smallest normal number, 2^-126. ``--loss-scale N`` takes no less,
+#: and a dynamic factor that would fall below it stops its run (`Diverged`).
+_SMALLEST_LOSS_SCALE = float(np.finfo(np.float32).tiny)
+
+
 def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
     """``--loss-scale``: none, dynamic, or a number float32 holds as a normal number, from its
     smallest normal (below, a scale loses precision and its reciprocal may overflow) to FLT_MAX
@@ -368,7 +417,7 @@ def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
         value = float(text)
     except (TypeError, ValueError):
         value = math.nan
-    smallest, largest = float(np.finfo(np.float32).tiny), float(scaling.FLOAT32_MAX)  # (compared in float64)
+    smallest, largest = _SMALLEST_LOSS_SCALE, float(scaling.FLOAT32_MAX)  # (compared in float64)
     if not (math.isfinite(value) and smallest <= value <= largest):
         fail(f"--loss-scale must be none, dynamic or a number that float32 holds as a normal number "
              f"({smallest:.4g} to {largest:.4g}), got {text!r}")
@@ -377,6 +426,8 @@ def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
 
 def _check_runs(fail: Callable[[str], NoReturn], runs: list[Run]) -> None:
     """What the flags guarantee of the runs, checked again for runs read from a config.json."""
+    if not runs:  # (the flags always make one; a config.json may list none)
+        fail("the list of runs is empty: there is nothing to train")
     labels = [run.label for run in runs]
     if len(set(labels)) != len(labels):
         fail(f"the runs {labels} list a run twice")
@@ -653,7 +704,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
                "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0, "time_s": 0.0,
                "diverged": None, "finished": False}
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
-    identity = _identity(config, run)
+    identity = _identity(config, run, text_sha256(dataset))
     start = 0
     if resume and checkpoint is not None and checkpoint.exists():
         start, metrics = _load_checkpoint(checkpoint, identity, model, model_rng, state, optimizer, data_rng, scaler,
@@ -720,6 +771,11 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             if not finite and not scaler.dynamic:
                 raise Diverged(f"{run.label}: gradients overflowed to Inf/NaN at step {step + 1}; "
                                f"{_worst_overflow(state)}")
+            if not finite and scaler.scale * 0.5 < _SMALLEST_LOSS_SCALE:  # (halving it would leave float32's normals)
+                raise Diverged(f"{run.label}: gradients overflowed to Inf/NaN at step {step + 1} with the dynamic "
+                               f"loss scale at {scaler.scale:.4g} after {scaler.skipped} skipped steps, and halving "
+                               f"it would fall below float32's smallest normal number "
+                               f"({_SMALLEST_LOSS_SCALE:.4g}); {_worst_overflow(state)}")
             if finite:
                 if clip > 0:
                     clip_grad_norm(params, clip)
@@ -845,11 +901,27 @@ def _cast_points(state) -> dict:
 _SESSION_FLAGS = ("out", "resume", "stop_after")
 
 
-def _identity(config: TrainConfig, run: Run) -> dict:
-    """What a checkpoint must have been trained with to be resumed: the config (less `_SESSION_FLAGS`)
-    and the run, as JSON values."""
+def _identity(config: TrainConfig, run: Run, data_sha256: str) -> dict:
+    """What a checkpoint must have been trained with to be resumed: the config (less `_SESSION_FLAGS`),
+    the run, as JSON values, and the training text (`text_sha256`)."""
     return {"config": {key: value for key, value in asdict(config).items() if key not in _SESSION_FLAGS},
-            "run": asdict(run)}
+            "run": asdict(run), "data_sha256": data_sha256}
+
+
+def text_sha256(dataset) -> str:
+    """The SHA-256 (hex) of the text a `minifp8.data.Dataset` was built from, its training split then
+    its validation split, in UTF-8: what ``config.json`` and each checkpoint record, so that
+    ``--resume`` refuses to continue on another text.
+
+    For a ``--data`` file that is its text as `minifp8.data.load_text` reads it (no byte-order mark,
+    ``\\n`` line ends): for a file already so, what ``sha256sum FILE`` prints. For the built-in
+    corpus it is the text generated from ``--seed``, so that a corpus generator changed between
+    the sessions of a run is noticed too.
+    """
+    digest = hashlib.sha256()
+    for ids in (dataset.train, dataset.val):
+        digest.update(dataset.tokenizer.decode(ids).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
 
 
 def _save_checkpoint(path: Path, identity: dict, step, model, model_rng, state, optimizer, data_rng, scaler,
@@ -897,6 +969,10 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
         # a flag added since a checkpoint was written had its default there
         defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in _SESSION_FLAGS}
         saved = {**saved, "config": {**defaults, **saved["config"]}}
+        recorded = saved.get("data_sha256")  # (None in checkpoints older than it)
+        if recorded is not None and recorded != identity["data_sha256"]:
+            raise CheckpointError(f"{path} was trained on another text (SHA-256 {str(recorded)[:16]}..., the "
+                                  f"text now {identity['data_sha256'][:16]}...); start afresh without --resume")
         differing = sorted({key for part in ("config", "run") for key in {*saved[part], *identity[part]}
                             if saved[part].get(key) != identity[part].get(key)})
         if differing:
@@ -934,19 +1010,26 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
     if arithmetic:
         header += f" {'answer chars':>12} {'exact':>7}"
     header += f" {'time':>8}"
+    dynamic = any(run.loss_scale == "dynamic" for run in runs)
+    if dynamic:  # the steps that dynamic loss scaling skipped (their gradients overflowed)
+        header += f" {'skipped':>8}"
     lines = [header, "-" * len(header)]
     for run in runs:
         metrics = results.get(run.label)
         if metrics is None:
             continue
+        skipped = metrics.get("skipped_steps", 0) if run.loss_scale == "dynamic" else None
         if metrics["diverged"]:
-            lines.append(f"{run.label:<{width}} diverged at step {metrics['diverged']['step']}")
+            lines.append(f"{run.label:<{width}} diverged at step {metrics['diverged']['step']}"
+                         + (f", after {skipped:,} skipped steps" if skipped is not None else ""))
             continue
         final = metrics.get("final") or _final(metrics)
         line = f"{run.label:<{width}} {final['train_loss']:>10.4f} {final.get('val_loss', math.nan):>9.4f}"
         if arithmetic:
             line += f" {_percent(final.get('char_accuracy', math.nan)):>12} {_percent(final.get('exact_match', math.nan)):>7}"
         line += f" {_duration(metrics['time_s']):>8}"
+        if skipped is not None:
+            line += f" {skipped:>8,}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -1091,10 +1174,11 @@ def environment_line(info: dict) -> str:
 _JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
 
 
-def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, list[Run], dict | None]:
-    """The config, runs and environment (None if not recorded) saved in ``resume_dir`` (its
-    ``config.json``, checked as the flags are), and a check that its checkpoints are those of these
-    runs. Raises OSError, ValueError or TypeError."""
+def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, list[Run], dict | None, str | None]:
+    """The config, runs, environment and training text's SHA-256 (each of the last two None if not
+    recorded: directories older than them) saved in ``resume_dir`` (its ``config.json``, checked as
+    the flags are), and a check that its checkpoints are those of these runs. Raises OSError,
+    ValueError or TypeError."""
     saved = json.loads((resume_dir / "config.json").read_text())
     values = {**saved["config"], "resume": str(resume_dir), "stop_after": stop_after, "out": str(resume_dir)}
     for f in fields(TrainConfig):
@@ -1118,18 +1202,50 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
     if started_in is not None and not (isinstance(started_in, dict) and set(started_in) == {"numpy", "blas_kernels"}
                                        and all(isinstance(v, (str, type(None))) for v in started_in.values())):
         fail(f"environment must map numpy and blas_kernels to strings, got {started_in!r}")
-    return config, runs, started_in
+    data_sha256 = saved.get("data_sha256")  # (absent in directories older than it)
+    if data_sha256 is not None and not (isinstance(data_sha256, str) and len(data_sha256) == 64
+                                        and set(data_sha256) <= set("0123456789abcdef")):
+        fail(f"data_sha256 must be a SHA-256 in hex (64 digits), got {data_sha256!r}")
+    return config, runs, started_in, data_sha256
 
 
-def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn) -> None:
-    """Make ``out`` and write its ``config.json`` (the config, the runs and the `environment` they
-    start in; a resumed run keeps the one it continues). A new run replaces an earlier one there:
-    its ``config.json``, its checkpoints (which could otherwise be resumed under the new config)
-    and its results (``metrics.json``, ``loss.png``, an experiment's results file), which a new
-    run that stops early would otherwise leave beside its own config."""
-    out.mkdir(parents=True, exist_ok=True)
+#: The files a run writes in ``--out`` besides its checkpoints (``checkpoints/*.npz``).
+_OUT_FILES = ("config.json", "metrics.json", "loss.png", *(f"{name}.json" for name in EXPERIMENTS))
+
+
+def _holds_earlier_run(out: Path) -> bool:
+    """Whether ``out/config.json`` is one that train_tiny wrote: a JSON object with a config and a list of runs."""
+    try:
+        saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("runs"), list)
+            and {"recipe", "steps"} <= set(saved["config"]))
+
+
+def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data_sha256: str | None = None) -> None:
+    """Make ``out`` and write its ``config.json`` (the config, the runs, the `environment` they
+    start in and the training text's `text_sha256`; a resumed run keeps the one it continues). A
+    new run replaces an earlier one there: its ``config.json``, its checkpoints (which could
+    otherwise be resumed under the new config) and its results (``metrics.json``, ``loss.png``,
+    an experiment's results file), which a new run that stops early would otherwise leave beside
+    its own config. Only an earlier run's: a directory that holds any of those files but no
+    ``config.json`` that train_tiny wrote is refused (ValueError), and nothing in it is touched;
+    other files (notes, an empty directory) are no obstacle."""
     if config.resume is not None:
+        out.mkdir(parents=True, exist_ok=True)
         return
+    if out.is_dir() and not _holds_earlier_run(out):
+        taken = [name for name in _OUT_FILES if os.path.lexists(out / name)]
+        if (out / "checkpoints").is_dir():
+            taken += [f"checkpoints/{path.name}" for path in sorted((out / "checkpoints").glob("*.npz"))]
+        elif os.path.lexists(out / "checkpoints"):
+            taken.append("checkpoints (not a directory)")
+        if taken:
+            shown = ", ".join(taken[:4]) + (f" and {len(taken) - 4} more" if len(taken) > 4 else "")
+            raise ValueError(f"holds {shown}, which a run would overwrite or remove, but no config.json of an "
+                             f"earlier train_tiny run; choose a new or empty directory, or move them away")
+    out.mkdir(parents=True, exist_ok=True)
     stale = sorted((out / "checkpoints").glob("*.npz"))
     for path in stale:
         path.unlink()
@@ -1143,7 +1259,50 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn) -> N
         print_fn(f"--out {out}: removed the results of an earlier run there ({', '.join(p.name for p in results)})")
     saved_config = {**asdict(config), "resume": None, "stop_after": None}
     (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs],
-                                                 "environment": environment()}, indent=1) + "\n")
+                                                 "environment": environment(), "data_sha256": data_sha256},
+                                                indent=1) + "\n")
+
+
+def _memory_needed(config: TrainConfig, runs: list[Run], vocab_size: int) -> dict:
+    """A lower bound on the bytes a run holds at once, in parts, so that `main` can refuse a run
+    that cannot fit before it starts (Linux grants an allocation larger than the machine and kills
+    the process, without a word, once it touches the pages).
+
+    Counted, and nothing else: the validation batches, built before the first step and kept for
+    every evaluation (``--eval-batches`` pairs of int64 arrays of ``batch_size x block_size``) and
+    one training batch; one step's activations, at their fewest (per token of a worker's shard:
+    each layer's attention probabilities, ``n_head * block_size`` float32 numbers, and its MLP's
+    hidden and output activations, ``5 * n_embd``; and the logits, ``vocab_size``); and each of the
+    ``12 n_layer n_embd^2 + vocab_size n_embd`` parameters (at least) as a float32 weight and
+    gradient. A real step holds several times more (the backward's temporaries, the FP8 casts'
+    copies, the optimizer's moments: 3.6x to 15x this bound, measured on runs that fit): the bound
+    only catches a run that cannot fit, and never refuses one that can.
+    """
+    tokens = config.batch_size * config.block_size
+    batch = 2 * 8 * tokens  # x and y, int64
+    shard = tokens // max(run.workers for run in runs)  # (--fp8-allreduce runs a worker's shard at a time)
+    per_token = config.n_layer * (config.n_head * config.block_size + 5 * config.n_embd) + vocab_size
+    parameters = 12 * config.n_layer * config.n_embd ** 2 + vocab_size * config.n_embd
+    return {"validation batches": config.eval_batches * batch, "a step's batch and activations": batch + 4 * shard
+            * per_token, "weights and gradients": 8 * parameters}
+
+
+def _physical_memory() -> int | None:
+    """The machine's physical memory in bytes, where the OS tells it (``os.sysconf``), else None."""
+    try:
+        size = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # (no sysconf, or not these names: Windows, some BSDs)
+        return None
+    return size if size > 0 else None
+
+
+def _bytes(size: int) -> str:
+    """``size`` bytes in the largest binary unit that keeps the number at 1 or more: ``3.57 MiB``."""
+    for exponent, unit in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if size >= 2 ** exponent:
+            value = size / 2 ** exponent
+            return f"{value:,.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{size} bytes"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1153,10 +1312,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # -h, or parser.error
         return int(exit_.code or 0)
     prog = "python -m minifp8.train_tiny"
+    recorded_sha256 = None
     if config.resume is not None:
         resume_dir = Path(config.resume)
         try:
-            config, runs, started_in = _resumed(resume_dir, config.stop_after)
+            config, runs, started_in, recorded_sha256 = _resumed(resume_dir, config.stop_after)
         except (OSError, ValueError, KeyError, TypeError) as error:
             print(f"{prog}: error: --resume {resume_dir}: not a train_tiny output directory, or not one this "
                   f"version can continue ({error})", file=sys.stderr)
@@ -1175,6 +1335,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"{prog}: error: --data: {error}", file=sys.stderr)
         return 2
+    data_sha256 = text_sha256(dataset)
+    if recorded_sha256 is not None and recorded_sha256 != data_sha256:
+        print(f"{prog}: error: --resume {resume_dir}: the training text {dataset.name} is not the text this run "
+              f"started on (SHA-256 {recorded_sha256[:16]}... in config.json, {data_sha256[:16]}... now); "
+              f"restore it, or start afresh without --resume", file=sys.stderr)
+        return 2
     smallest = min(dataset.train.size, dataset.val.size)
     if config.block_size >= smallest:
         print(f"{prog}: error: --block-size {config.block_size} needs more than {config.block_size} tokens in each "
@@ -1184,11 +1350,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: --data: {dataset.name} holds a single distinct character; a language model needs "
               f"at least 2", file=sys.stderr)
         return 2
+    needed, available = _memory_needed(config, runs, dataset.vocab_size), _physical_memory()
+    if available is not None and sum(needed.values()) > available:
+        parts = ", ".join(f"{name} {_bytes(size)}" for name, size in needed.items())
+        print(f"{prog}: error: --batch-size {config.batch_size} --block-size {config.block_size} --eval-batches "
+              f"{config.eval_batches} --n-layer {config.n_layer} --n-embd {config.n_embd}: a run needs at least "
+              f"{_bytes(sum(needed.values()))} of memory ({parts}), more than this machine's {_bytes(available)}; "
+              f"use smaller values", file=sys.stderr)
+        return 2
     _tune_malloc()
     out = Path(config.out) if config.out is not None else None
     if out is not None:
         try:
-            _prepare_out(out, config, runs, print)
+            _prepare_out(out, config, runs, print, data_sha256)
         except (OSError, ValueError) as error:
             print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
             return 2

@@ -1,5 +1,6 @@
 """``python -m minifp8.bench`` runs: a smoke test of the training-step section (it reports
 ratios; no timing is asserted here, speed is read from the benchmark's own output)."""
+import os
 import re
 
 import pytest
@@ -59,6 +60,7 @@ def test_rounds_and_repeats_must_be_positive(capsys):
     (["--recipes", "fp32"], "got 'fp32'"),
     (["--recipes", "unit,nope"], "got 'nope'"),
     (["--recipes", ","], "got none"),
+    (["--recipes", "fp8, unit,fp8"], "--recipes lists a recipe twice: fp8,unit,fp8"),  # (timed twice, reported once)
     (["--json", "no/such/folder/speed.json"], "--json takes the path of a file in an existing folder, got "
                                               "'no/such/folder/speed.json'"),
     (["--json", "."], "--json takes the path of a file in an existing folder, got '.' (a folder)"),
@@ -179,6 +181,50 @@ def test_json_holds_what_the_train_section_printed(capsys, tmp_path):
     step_ms, tokens_per_second = re.search(r"([\d.]+) ms +([\d,]+) tok/s", fp32_line).groups()
     assert abs(document["fp32"]["step_ms"] - float(step_ms)) <= 0.006
     assert document["fp32"]["tokens_per_second"] == int(tokens_per_second.replace(",", ""))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no file can be created")
+def test_json_that_cannot_be_written_is_refused_before_the_timing(capsys):
+    """The train section timed every recipe, then open() raised FileNotFoundError with a traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--steps", "2", "--recipes", "fp8", "--json", "/proc/x.json", "train"])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and captured.out == "" and len(captured.err.splitlines()) == 1, captured
+    assert captured.err.startswith("python -m minifp8.bench: error: --json /proc/x.json: cannot write it (")
+
+
+def test_json_that_fails_at_the_end_gives_one_line_and_an_interrupted_run_leaves_no_file(capsys, tmp_path,
+                                                                                        monkeypatch):
+    """A write that fails after the timing (a full disk) is one line and exit status 2, not a
+    traceback; the check before the timing leaves no empty file behind a run stopped early, and an
+    existing file as it was."""
+    from minifp8 import train_tiny
+
+    path = tmp_path / "speed.json"
+
+    def full_disk(file, mode="r", *args, **kwargs):
+        if mode == "w":
+            raise OSError(28, "No space left on device")
+        return open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "open", full_disk, raising=False)
+    assert bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"]) == 2
+    captured = capsys.readouterr()
+    assert "train step under fp8 " in captured.out and not path.exists()
+    assert captured.err == (f"python -m minifp8.bench: error: --json {path}: cannot write it (No space left on "
+                            f"device); the measurements above are not saved\n")
+    monkeypatch.undo()
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_tiny, "_build", interrupted)
+    for earlier in (None, "an earlier run's measurements"):
+        if earlier is not None:
+            path.write_text(earlier)
+        with pytest.raises(KeyboardInterrupt):
+            bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"])
+        assert (path.read_text() if path.exists() else None) == earlier
 
 
 def test_mx_scale_mode_sets_the_block_scales_of_the_mxfp8_runs(capsys, tmp_path, monkeypatch):

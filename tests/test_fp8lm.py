@@ -364,6 +364,11 @@ def test_split_batch_makes_equal_shards_and_refuses_uneven_ones():
         fp8lm.split_batch(x, np.arange(5), workers=1)
     with pytest.raises(ValueError, match="workers"):
         fp8lm.split_batch(x, workers=0)
+    # the package's convention: TypeError for a worker count that is not an int (ValueError out of range)
+    for workers in (2.0, True, "2"):
+        with pytest.raises(TypeError, match="split_batch: workers must be an int"):
+            fp8lm.split_batch(x, y, workers=workers)
+    assert len(fp8lm.split_batch(x, y, workers=np.int64(2))) == 2
 
 
 def test_mean_of_equal_shard_gradients_is_the_full_batch_gradient():

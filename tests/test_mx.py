@@ -99,7 +99,6 @@ E3M2_TABLE = {
 #         1.75 and 1.875 -> away, 1.875, no carry (0); 7.5 = 1.875 * 4 stays (0); 7.625 = 1.90625 * 4 -> 1.875
 #         (0.03125 from it, 0.09375 from 2) (0); 7.75 = 1.9375 * 4 is a tie between 1.875 and 2 -> 2 (1); 8: 1
 #   rceil: 7.25/7.5 = 29/30 in (1/2, 1]: 0; 7.5/7.5 = 1: 0; 7.625/7.5 = 61/60, 7.75/7.5 = 31/30, 8/7.5 = 16/15: 1
-# (The review proposed 7.6 for the third row; 7.625 has the same exponents and is exact in binary.)
 E2M3_TABLE = {
     7.25: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},
     7.5: {"floor": 0, "ceil": 1, "even": 0, "rceil": 0},

@@ -1,5 +1,6 @@
 """``python -m minifp8.train_tiny``: every recipe runs, runs are reproducible and resume bit-exactly,
 bad flags and bad data give one-line errors, divergence stops cleanly, loss scaling does its job."""
+import hashlib
 import json
 import math
 import os
@@ -323,6 +324,20 @@ def test_resume_checks_the_runs_of_config_json_as_the_flags_do(tmp_path, capsys,
     assert status == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
 
 
+def test_resume_refuses_a_config_json_without_runs(tmp_path, capsys):
+    """A config.json whose runs list is empty trained nothing and crashed drawing no curves
+    (plots.training_curves) with a traceback; it is refused as the flags would refuse it."""
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out), "--stop-after", "1")[0] == 130
+    saved = json.loads((out / "config.json").read_text())
+    saved["runs"] = []
+    (out / "config.json").write_text(json.dumps(saved))
+    (out / "checkpoints" / "fp32.npz").unlink()
+    status, printed, err = run_main(capsys, "--resume", str(out))
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "config.json: the list of runs is empty: there is nothing to train" in err
+
+
 def test_learning_rate_schedule_by_hand_and_across_a_resume(tmp_path, capsys, monkeypatch):
     """The learning rate of optimizer step s (from 0): linear warmup (s + 1)/5 of the peak over
     --warmup-steps 5, then cosine from the peak to --min-lr-ratio 0.1 of it over the remaining 15 steps,
@@ -482,6 +497,109 @@ def test_files_in_the_way_of_the_outputs_give_one_line_errors(tmp_path, capsys):
     assert status == 2 and len(err.splitlines()) == 1 and "metrics.json" in err
 
 
+def test_out_cleans_up_only_after_an_earlier_run_of_its_own(tmp_path, capsys):
+    """--out DIR removed metrics.json and checkpoints/*.npz from any DIR. Now a DIR that holds files
+    a run would overwrite or remove, without a config.json that train_tiny wrote, is refused in one
+    line and left as it was; files of other names are no obstacle."""
+    foreign = tmp_path / "f1"
+    (foreign / "checkpoints").mkdir(parents=True)
+    (foreign / "metrics.json").write_text("mine")
+    (foreign / "checkpoints" / "model.npz").write_bytes(b"mine")
+    flags = [*TINY, "--recipe", "fp32", "--steps", "2"]
+    for config_json, held in ((None, "metrics.json, checkpoints/model.npz"),
+                              ('{"name": "another tool"}', "config.json, metrics.json, checkpoints/model.npz")):
+        if config_json is not None:
+            (foreign / "config.json").write_text(config_json)
+        status, printed, err = run_main(capsys, *flags, "--out", str(foreign))
+        assert status == 2 and printed == "" and err.count("\n") == 1 and "Traceback" not in err, err
+        assert (f"--out {foreign}: holds {held}, which a run would overwrite or remove, but no config.json of an "
+                f"earlier train_tiny run") in err
+        assert (foreign / "metrics.json").read_text() == "mine"
+        assert (foreign / "checkpoints" / "model.npz").read_bytes() == b"mine"
+    others = tmp_path / "others"
+    others.mkdir()
+    (others / "notes.txt").write_text("mine")
+    status, printed, err = run_main(capsys, *flags, "--out", str(others))
+    assert status == 0 and (others / "notes.txt").read_text() == "mine" and (others / "metrics.json").is_file()
+    status, printed, err = run_main(capsys, *flags, "--out", str(others))  # its own earlier run: replaced
+    assert status == 0 and "removed the results of an earlier run there (metrics.json" in printed
+
+
+def test_resume_refuses_another_training_text(tmp_path, capsys):
+    """config.json and every checkpoint record the SHA-256 of the training text; --resume on a
+    --data file rewritten since (the same characters: it trained on silently; another vocabulary:
+    a shape error) is refused in one line naming the file. Directories and checkpoints written
+    before the hash was recorded still resume, bit for bit."""
+    text = tmp_path / "text.txt"
+    original = "the quick brown fox jumps over the lazy dog\n" * 40
+    text.write_text(original)
+    flags = [*TINY, "--recipe", "fp32", "--block-size", "8", "--data", str(text)]
+    out = tmp_path / "run"
+    assert run_main(capsys, *flags, "--out", str(out), "--stop-after", "5")[0] == 130
+    # what sha256sum prints for a UTF-8 file without a byte-order mark or \r
+    assert json.loads((out / "config.json").read_text())["data_sha256"] == hashlib.sha256(text.read_bytes()).hexdigest()
+    for changed in (original[::-1], original.replace("dog", "DOG")):  # the same characters; another vocabulary
+        text.write_text(changed)
+        status, printed, err = run_main(capsys, "--resume", str(out))
+        assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"--resume {out}: the training text {text} is not the text this run started on (SHA-256 " in err
+    saved = json.loads((out / "config.json").read_text())
+    del saved["data_sha256"]  # as a directory written before the hash was: the checkpoint's own says it
+    (out / "config.json").write_text(json.dumps(saved))
+    status, printed, err = run_main(capsys, "--resume", str(out))
+    assert status == 2 and err.count("\n") == 1 and "fp32.npz was trained on another text (SHA-256 " in err
+    text.write_text(original)
+    checkpoint = out / "checkpoints" / "fp32.npz"
+    with np.load(checkpoint) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    meta = json.loads(str(arrays["meta"]))
+    del meta["identity"]["data_sha256"]
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(checkpoint, **arrays)
+    status, printed, _ = run_main(capsys, "--resume", str(out))
+    assert status == 0 and "resumed at step 5/20" in printed
+    whole = tmp_path / "whole"
+    assert run_main(capsys, *flags, "--out", str(whole))[0] == 0
+    assert metrics(out)["runs"]["fp32"]["train_loss"] == metrics(whole)["runs"]["fp32"]["train_loss"]
+    # the built-in corpus is hashed too: the text its generator made from --seed
+    dataset = train_tiny.data_module.load_dataset(seed=0)
+    assert train_tiny.text_sha256(dataset) == train_tiny.text_sha256(train_tiny.data_module.load_dataset(seed=0))
+    assert train_tiny.text_sha256(dataset) != train_tiny.text_sha256(train_tiny.data_module.load_dataset(seed=1))
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_it_starts(tmp_path, capsys, monkeypatch):
+    """--batch-size 100000000, or as many --eval-batches (built before the first step), were killed
+    by the kernel without a word once they touched their pages. A lower bound on what a run holds
+    (`_memory_needed`) against the machine's physical memory refuses them in one line, before --out
+    is touched; the default and the experiments' configs need a few MiB of it, and real runs more
+    than the bound."""
+    import tracemalloc
+
+    assert train_tiny._physical_memory() is None or train_tiny._physical_memory() > 2 ** 26
+    monkeypatch.setattr(train_tiny, "_physical_memory", lambda: 64 * 2 ** 30)
+    for flag in ("--batch-size", "--eval-batches"):
+        status, printed, err = run_main(capsys, flag, "100000000", "--out", str(tmp_path / "run"))
+        assert status == 2 and printed == "" and err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"{flag} 100000000" in err and "a run needs at least " in err
+        assert "of memory (validation batches " in err and ", more than this machine's 64 GiB; " in err
+        assert not (tmp_path / "run").exists()
+    for argv in ([], ["--experiment", "headline"], ["--experiment", "fp8lm"]):
+        assert sum(train_tiny._memory_needed(*parse_args(argv), 14).values()) < 2 ** 25, argv  # 32 MiB
+    # a lower bound: the arrays a short run allocates (NumPy reports them to tracemalloc) exceed it
+    config, runs = parse_args([*TINY, "--recipe", "fp32,unit", "--fp8-allreduce", "2"])
+    dataset = train_tiny.data_module.load_dataset()
+    for run in runs:
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            with pytest.raises(train_tiny.Interrupted):
+                train_tiny.train(run, config, dataset, stop_after=2, print_fn=lambda *args: None)
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        assert peak > sum(train_tiny._memory_needed(config, [run], dataset.vocab_size).values()), run
+
+
 def test_the_eta_counts_the_evaluations(capsys, monkeypatch):
     """The eta counted only the steps' own time; with a slow evaluation after every step it said
     0s until the end. It now divides the session's wall time by the steps done."""
@@ -580,6 +698,17 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--resume", "somewhere", "--stop-after", "0"], "--stop-after must be >= 1"),
     (["--recipe", "fp32,current", "--mx-scale-mode", "rceil"],
      "--mx-scale-mode rceil sets mxfp8's block scales, but no run is mxfp8: fp32,current"),
+    (["--resume", ""], "--resume must name a directory, got an empty string"),  # (it read as the working directory)
+    # a flag that no run reads is refused, not ignored
+    (["--recipe", "fp8", "--loss-scale-interval", "5"],
+     "--loss-scale-interval 5 sets when dynamic loss scaling doubles its factor, but no run has --loss-scale "
+     "dynamic (runs: fp8)"),
+    (["--experiment", "fp8lm", "--loss-scale-interval", "5"], "(the runs of --experiment fp8lm)"),
+    (["--recipe", "fp32,mxfp8", "--saturate-gradients", "yes"],
+     "--saturate-gradients yes sets what an overflowing E5M2 gradient cast gives, but no run has one"),
+    (["--recipe", "mxfp8", "--saturate-gradients", "no"], "but no run has one"),
+    (["--recipe", "unit,fp32", "--family", "unit", "--grad-clip", "0.5"],
+     "--grad-clip 0.5 clips the standard model's gradient norm, but every run is unit-scaled"),
 ])
 def test_bad_flags_give_one_line_errors(capsys, argv, message):
     status, out, err = run_main(capsys, *argv)
@@ -628,6 +757,23 @@ def test_help_shows_every_flag_with_its_default(capsys):
         flag = "--" + name.replace("_", "-")
         assert "default" in options[flag], options[flag]
     assert "(default: unit)" in options["--recipe"] and "(default: 1000)" in options["--steps"]
+    for name in ("config.json", "metrics.json", "loss.png", "checkpoints/", "headline.json", "fp8lm.json"):
+        assert name in options["--out"], name  # (it named only metrics.json, loss.png and checkpoints)
+
+
+def test_flags_that_some_run_reads_are_taken(capsys):
+    """The flags refused above where no run reads them are taken where one does, the presets' runs included."""
+    config, runs = parse_args(["--experiment", "headline", "--loss-scale-interval", "50", "--saturate-gradients",
+                               "yes", "--grad-clip", "0.5"])
+    assert (config.loss_scale_interval, config.saturate_gradients, config.grad_clip, len(runs)) == (50, "yes", 0.5, 8)
+    assert parse_args(["--experiment", "fp8lm", "--saturate-gradients", "no", "--grad-clip", "2"])[0].grad_clip == 2
+    assert parse_args(["--recipe", "fp32", "--loss-scale", "dynamic", "--loss-scale-interval", "4"])[0] \
+        .loss_scale_interval == 4
+    assert parse_args(["--recipe", "mxfp8,unit", "--saturate-gradients", "yes"])[0].saturate_gradients == "yes"
+    assert parse_args(["--recipe", "unit,fp8", "--grad-clip", "0"])[0].grad_clip == 0
+    # the defaults, given explicitly, change nothing and are no error
+    assert parse_args(["--recipe", "fp32", "--family", "unit", "--loss-scale-interval", "100", "--grad-clip", "1",
+                       "--saturate-gradients", "auto"])[1] == [Run("fp32", "unit")]
 
 
 # ---- divergence and loss scaling ---------------------------------------------------------------------
@@ -726,6 +872,45 @@ def test_nan_loss_stops_with_a_one_line_message(capsys, monkeypatch):
     assert "current: loss became nan at step 1; worst overflow at cast point" in err
 
 
+def test_dynamic_loss_scaling_stops_where_its_factor_would_leave_float32s_normal_numbers(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """Gradients that overflow at every step: dynamic loss scaling skips each step and halves its
+    factor, from 2^16 down to 2^-126 (float32's smallest normal number, the least --loss-scale N
+    takes) in 142 skips, and the next overflow stops the run as a divergence, in one line. Before,
+    the factor went on down (its float32 reciprocal overflowing below 2^-126) and the run exited 0
+    with every step skipped, or, after ~1090 halvings, 1 / 0.0 raised ZeroDivisionError. The
+    summary (and metrics.json) count the skipped steps of a dynamic run."""
+    from minifp8.autograd import Tensor
+
+    backward, calls = Tensor.backward, []
+    overflowing = [10 ** 9]  # the steps whose gradients overflow (the backward of the loss is poisoned)
+
+    def poisoning_backward(self, grad=None):
+        calls.append(None)
+        backward(self, np.asarray(np.inf, dtype=np.float32) if len(calls) <= overflowing[0] else grad)
+
+    monkeypatch.setattr(Tensor, "backward", poisoning_backward)
+    status, printed, err = run_main(capsys, *TINY, "--recipe", "fp32", "--loss-scale", "dynamic", "--steps", "200",
+                                    "--log-interval", "50", "--eval-interval", "1000")
+    assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("fp32 + loss scale dynamic: gradients overflowed to Inf/NaN at step 143 with the dynamic loss scale at "
+            "1.175e-38 after 142 skipped steps, and halving it would fall below float32's smallest normal number "
+            "(1.175e-38); ") in err
+    assert "loss scale 5.82077e-11, 50 skipped" in printed  # 2^(16 - 50)
+    assert re.search(r"^fp32 \+ loss scale dynamic +diverged at step 143, after 142 skipped steps$", printed, re.M)
+    # a run that finishes: the summary's last column counts its skipped steps
+    calls.clear()
+    overflowing[0] = 3
+    status, printed, err = run_main(capsys, *TINY, "--recipe", "fp32", "--loss-scale", "dynamic", "--steps", "6",
+                                    "--log-interval", "3", "--eval-interval", "6", "--out", str(tmp_path))
+    assert status == 0, err
+    assert metrics(tmp_path)["runs"]["fp32 + loss scale dynamic"]["skipped_steps"] == 3
+    lines = printed.splitlines()
+    header = next(line for line in lines if line.startswith("run "))
+    row = next(line for line in lines if line.startswith("fp32 + loss scale dynamic "))
+    assert header.split()[-1] == "skipped" and row.split()[-1] == "3"
+
+
 def test_loss_scaler():
     static = LossScaler("1024")
     static.update(False)
@@ -750,7 +935,7 @@ def test_loss_scaling_in_fp32_by_hand():
     divided back exactly: static 1024 and dynamic scaling train bit for bit as no scaling does. The dynamic
     factor starts at 2^16 and doubles after every 4 clean steps (--loss-scale-interval 4), i.e. after steps
     4, 8, 12, 16 and 20: logged at steps 5, 10, 15, 20 it is 2^17, 2^18, 2^19, 2^21, with no step skipped."""
-    config = parse_args([*TINY, "--loss-scale-interval", "4"])[0]
+    config = parse_args([*TINY, "--loss-scale", "dynamic", "--loss-scale-interval", "4"])[0]
     dataset = train_tiny.data_module.load_dataset()
     quiet = lambda *args: None  # noqa: E731
     plain = train_tiny.train(Run("fp32", "standard"), config, dataset, print_fn=quiet)
