@@ -11,7 +11,7 @@ One generic codec serves every format. It comes in two forms that the tests hold
   boundaries have a zero lower half (`_float32_table_is_exact`: all catalogued formats); any
   other format takes the exact core.
 
-Semantics (DESIGN.md section 3; OFP8 rev 1.0 section 5; ONNX Cast-19):
+Semantics (OFP8 rev 1.0 section 5; ONNX Cast-19):
 
 - Round first, to the destination precision with an unbounded exponent, then check for overflow
   (onnx/onnx#4805). E4M3: 464 rounds to 448 (tie to even); the next float32 above 464 overflows.

@@ -269,7 +269,7 @@ def _decode_table(fmt: FloatFormat) -> np.ndarray:
     return values
 
 
-# ---- the catalogue (DESIGN.md section 2) -------------------------------------------------------
+# ---- the catalogue (its sources: the module docstring) ------------------------------------------
 E4M3 = FloatFormat("E4M3", 4, 3, 7, nan_style="all_ones", aliases=("float8_e4m3fn", "e4m3fn", "fp8_e4m3"))
 E5M2 = FloatFormat("E5M2", 5, 2, 15, has_infinity=True, nan_style="ieee", aliases=("float8_e5m2", "fp8_e5m2"))
 E4M3FNUZ = FloatFormat("E4M3FNUZ", 4, 3, 8, nan_style="negative_zero", aliases=("float8_e4m3fnuz",))

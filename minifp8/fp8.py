@@ -1,4 +1,4 @@
-"""FP8 training, simulated: casts placed in the graph and driven by a recipe (DESIGN.md section 6).
+"""FP8 training, simulated: casts placed in the graph and driven by a recipe.
 
 ``state = apply_recipe(model, "current")`` finds every linear layer and every attention core of a
 model and makes them compute through FP8, the way TransformerEngine's HYBRID format and the

@@ -12,8 +12,9 @@ File layout (schema version 2)
      "notes": {"arrays": "...", "codec": "...", ...}, "entries": [ {entry}, ... ]}
 
 ``notes`` states, in a sentence or two each, the rules a reader needs to interpret the entries
-(DESIGN.md sections 3 and 4): the array layout, the codec's overflow rules, stochastic rounding,
-E8M0's ties, MX blocks with a NaN scale and NVFP4's order of float32 operations.
+(the module docstrings of `minifp8.codec` and `minifp8.mx` give them in full): the array layout,
+the codec's overflow rules, stochastic rounding, E8M0's ties, MX blocks with a NaN scale and
+NVFP4's order of float32 operations.
 Each entry describes one expected result:
 
 - ``kind``: ``"codec"``, ``"mx"`` or ``"nvfp4"``;
@@ -80,27 +81,28 @@ ROUNDINGS = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 RANDOM_BIT_COUNT = 8
 SEED = 20231022  # any fixed number: the files must not change between runs
 
-# The manifest's "notes": what a reader needs to interpret the entries (DESIGN.md sections 3 and 4).
+# The manifest's "notes": what a reader needs to interpret the entries (minifp8.codec's and minifp8.mx's docstrings).
 NOTES = {
     "arrays": "Every array is little-endian; 'dtypes' gives numpy's dtype.str of each. Codes are uint8, "
               "one per element in the low bits.",
     "codec": "Round first, then check overflow. saturate=false: overflow and +-Inf give Inf (E5M2) or NaN "
              "(E4M3, FNUZ); saturate=true: +-max; NaN stays NaN; FP6/FP4 always saturate. float64 inputs "
-             "round once, exactly (not through float32). DESIGN.md section 3.",
+             "round once, exactly (not through float32). minifp8.codec's module docstring.",
     "stochastic": "Write |x| = (n + f) * quantum with n an integer and 0 <= f < 1; round f * 2**random_bit_count "
                   "to the nearest integer r (ties to even); round away from zero when r + random_bits >= "
-                  "2**random_bit_count (IEEE P3109 'Stochastic'; DESIGN.md section 3).",
+                  "2**random_bit_count (IEEE P3109 'Stochastic'; minifp8.codec.encode).",
     "E8M0": "Every E8M0 value is a power of two, so nearest_even rounds ties (1.5 * 2**k) up; zero, negative "
-            "numbers, Inf and NaN give 0xFF (as ml_dtypes float8_e8m0fnu). DESIGN.md section 3.",
+            "numbers, Inf and NaN give 0xFF (as ml_dtypes float8_e8m0fnu). minifp8.codec's module docstring.",
     "mx": "shared_exp comes from the exponent bits of the block amax (never a float log2), by scale_mode, "
           "clamped to [-127, 127]; elements are x * 2**-shared_exp, exact, encoded with saturate=true. A NaN "
           "(or, except for rceil, an Inf) in a block gives scale 0xFF and the block decodes to NaN: its codes "
           "are don't-care (minifp8 writes 0), so skip them where the expected scale is ignore_codes_where_scale. "
-          "DESIGN.md section 4; OCP MX v1.0 section 6.3.",
+          "OCP MX v1.0 section 6.3; minifp8.mx's module docstring.",
     "nvfp4": "float32 operations, each rounded to nearest even, in TransformerEngine's order: S_enc = min(2688 / "
              "global_amax, FLT_MAX) (1 if global_amax is 0); S_dec = 1 / S_enc; scale code = e4m3_saturate(min("
              "block_amax * (S_enc * float32(1/6)), FLT_MAX)); encode = min(1 / (S_dec_b * S_dec), FLT_MAX); code = "
-             "e2m1_rne(clamp(x * encode, -6, 6)). Use the global_amax array as the tensor amax. DESIGN.md section 4.",
+             "e2m1_rne(clamp(x * encode, -6, 6)). Use the global_amax array as the tensor amax. "
+             "minifp8.mx.quantize_nvfp4.",
 }
 
 
@@ -238,7 +240,7 @@ MX_BOUNDARY_BINADES = (-100, -20, 20, 100)  # |j| >= 4: a float32 log2 rounds 2*
 def mx_inputs(mx_format, length: int = 80) -> np.ndarray:
     """The input of one MX file: the rows of `block_inputs`, then rows built for its element format.
 
-    The built rows (OCP MX v1.0 section 6.3; DESIGN.md section 4), each 32-element block led by
+    The built rows (OCP MX v1.0 section 6.3; `minifp8.mx`'s module docstring), each 32-element block led by
     the element that is its amax:
 
     1. Ties: every midpoint between neighbouring element values times ``2**5``, with both signs,
@@ -347,7 +349,7 @@ E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.ndarray:
     """Float32 rows for an NVFP4 entry with a given tensor amax, where the order of the float32
-    operations decides codes (DESIGN.md section 4; `minifp8.mx.quantize_nvfp4`).
+    operations decides codes (`minifp8.mx.quantize_nvfp4`).
 
     Block ``b`` (16 elements) has its amax within 2 float32 steps of the midpoint between the
     E4M3 values of codes ``c_b`` and ``c_b + 1`` times ``6 * global_amax / 2688``, with ``c_b``

@@ -522,7 +522,7 @@ def gpt_cast_scales(config, batch_size: int, seed: int = 0) -> list:
     ``batch_size`` windows of ``config.block_size`` tokens from the bundled arithmetic corpus, and
     runs the loss forward and backward in float32 (no casts) inside a ``ScaleTracker``. Every
     linear layer's GEMM and every attention core is wrapped with ``fp8.track`` at the tensors
-    ``fp8.apply_recipe`` would cast (DESIGN.md section 6), giving one record per cast point in
+    ``fp8.apply_recipe`` would cast (`minifp8.fp8`'s module docstring), giving one record per cast point in
     the order the forward pass reaches them, ready for `scale_plot`:
 
     * a linear layer: ``forward_*`` of its input x (cast to E4M3), ``backward_*`` of the gradient

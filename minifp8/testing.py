@@ -5,7 +5,7 @@ Sections:
 * ``gradcheck``: the autograd engine's analytic gradients against float64 central differences.
   Returns a `GradcheckReport`, and raises ``AssertionError`` with it when the check fails (unless
   ``raise_on_failure=False``).
-* The oracle for other backends (DESIGN.md section 7). ``compare`` and ``compare_mx`` return a
+* The oracle for other backends. ``compare`` and ``compare_mx`` return a
   `Report` / `BlockReport` and never raise for a mismatch (check ``.ok``); ``assert_codes_equal``
   and ``assert_mx_equal`` return None and raise ``AssertionError`` with that report's table when
   anything differs. Every mismatch is explained: the input and its bits, the expected and actual

@@ -251,8 +251,8 @@ def gelu(x, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Te
     * grad x ``* interp(alpha; 2, sqrt(2))``;
 
     then ``constraint`` (default ``"to_output_scale"``) ties them. ``unit_scaling.functional.gelu``.
-    The library uses the exact erf GELU by default; ours is GPT-2's tanh approximation (DESIGN.md
-    section 5), so we agree with the library's ``approximate="tanh"``.
+    The library uses the exact erf GELU by default; ours is GPT-2's tanh approximation
+    (`minifp8.functional.gelu`), so we agree with the library's ``approximate="tanh"``.
     """
     x = _floating(x, "gelu")
     mult = _mult(mult, "gelu")

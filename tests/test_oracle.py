@@ -816,7 +816,7 @@ def test_golden_writer_writes_big_endian_arrays_little_endian(tmp_path):
 
 
 def test_golden_manifest_says_how_to_read_its_entries(golden_dir):
-    """The rules a reader needs (DESIGN.md sections 3 and 4), and the don't-care codes of NaN-scale
+    """The rules a reader needs (as minifp8.codec and minifp8.mx state them), and the don't-care codes of NaN-scale
     MX blocks: the file holds 0 there, and compare_mx ignores whatever a backend writes."""
     manifest = json.loads((golden_dir / "manifest.json").read_text())
     notes = manifest["notes"]
@@ -824,10 +824,10 @@ def test_golden_manifest_says_how_to_read_its_entries(golden_dir):
     assert "little-endian" in notes["arrays"] and "ties" in notes["E8M0"] and "up" in notes["E8M0"]
     assert "random_bits" in notes["stochastic"] and "S_enc * float32(1/6)" in notes["nvfp4"]
     assert "don't-care" in notes["mx"] and "ignore_codes_where_scale" in notes["mx"]
-    for note in ("codec", "stochastic", "E8M0"):
-        assert "DESIGN.md section 3" in notes[note]
+    for note in ("codec", "stochastic", "E8M0"):  # each points to where minifp8 states the rule in full
+        assert "minifp8.codec" in notes[note]
     for note in ("mx", "nvfp4"):
-        assert "DESIGN.md section 4" in notes[note]
+        assert "minifp8.mx" in notes[note]
     for entry, arrays in entries_of(golden_dir, "mx"):
         assert entry["ignore_codes_where_scale"] == 0xFF
         nan_blocks = np.repeat(arrays["expected_scales"] == 0xFF, 32, axis=1)[:, :80]
