@@ -18,15 +18,18 @@ A block of ``block_size`` (32) elements shares an E8M0 scale ``2**shared_exp``:
 The scale modes (torchao ``ScaleCalculationMode``, ``torchao/prototype/mx_formats/config.py``):
 
 - ``floor``: ``floor(log2(amax)) - emax`` (OCP). The largest element may exceed the element
-  maximum and saturate (448 < amax * 2**-shared_exp < 512 for E4M3).
+  maximum (448 < amax * 2**-shared_exp < 512 for E4M3); beyond max's rounding interval (above 464
+  for E4M3, where the tie 464 rounds to 448) it saturates.
 - ``ceil``: ``ceil(log2(amax)) - emax``, i.e. floor plus one when ``amax`` is not a power of two.
   Never saturates, but spends up to one binade of range.
 - ``even``: ``floor(log2(round(amax))) - emax``, where ``round`` rounds ``amax``'s significand to
   the element's mantissa width, ties away from zero (torchao adds half an element ulp to the float
   bits and truncates). It clips less than floor: never beyond the element rounding for FP6/FP4,
-  whose largest significand is all ones; for E4M3 and E5M2 (largest significand 1.75) amaxes with
-  significands in (1.75, 1.9375) (E4M3) or (1.75, 1.875) (E5M2) still saturate, where for E5M2
-  they round to max anyway. (Within half an element ulp of FLT_MAX, torchao's
+  whose largest significand is all ones. For E4M3 (largest significand 1.75 of 3 fraction bits)
+  amaxes with significands in (1.75, 1.9375) keep floor's exponent and scale past 448: those in
+  (1.8125, 1.9375) saturate, those up to 1.8125 round to 448 anyway. For E5M2 the same range,
+  (1.75, 1.875), scales to below 61440 and rounds to 57344: nothing saturates beyond the element
+  rounding. (Within half an element ulp of FLT_MAX, torchao's
   bit trick overflows to Inf and gives 0xFF; the definition here gives ``128 - emax``.)
 - ``rceil``: NVIDIA's rule, ``ceil(log2(amax / max_elem))`` (cuBLAS "1D block quantization",
   ``cvt.rp.ue8m0`` of ``amax / max_elem``). We compute it exactly, from the bits of amax.

@@ -1135,9 +1135,9 @@ def blas_kernels() -> str | None:
     They decide the order of a GEMM's sums, so one seed trains to other losses under other kernels:
     the committed results were made under ``Haswell`` (AVX2) kernels, and an AVX-512 machine picks
     ``SkylakeX`` ones. OpenBLAS takes the kernels named by ``OPENBLAS_CORETYPE`` when the variable
-    is set before NumPy loads it (README, "Results"). Best effort: the library is found among
-    those this process mapped, and asked through ``openblas_get_corename`` (NumPy's wheels
-    prefix and suffix the name).
+    is set before NumPy loads it (README, "Results and BLAS kernels"). Best effort: the library is
+    found among those this process mapped, and asked through ``openblas_get_corename`` (NumPy's
+    wheels prefix and suffix the name).
     """
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
@@ -1335,6 +1335,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"{prog}: error: --data: {error}", file=sys.stderr)
         return 2
+    except MemoryError:  # (tokenizing holds several times the file's size at its peak: data.load_text)
+        print(f"{prog}: error: --data {config.data}: out of memory while reading and tokenizing it; use a "
+              f"smaller file", file=sys.stderr)
+        return 2
     data_sha256 = text_sha256(dataset)
     if recorded_sha256 is not None and recorded_sha256 != data_sha256:
         print(f"{prog}: error: --resume {resume_dir}: the training text {dataset.name} is not the text this run "
@@ -1368,7 +1372,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     print(f"data: {dataset!r}" + (f", loss floor {dataset.loss_floor:.3f}" if dataset.loss_floor else ""))
     print(f"environment: {environment_line(environment())} (other kernels round GEMMs differently: README, "
-          f"\"Results\")")
+          f"\"Results and BLAS kernels\")")
     if config.report_memory:  # FP8-LM's memory table for each model family trained
         for family in dict.fromkeys(run.family for run in runs):
             model = GPT(_model_config(config, family, dataset.vocab_size), rng=np.random.default_rng(config.seed))

@@ -1004,7 +1004,8 @@ def test_committed_headline_results():
     """The committed results file exists, has every run, and plots."""
     results = train_tiny.load_results()
     assert list(results["runs"]) == [run.label for run in HEADLINE_RUNS]
-    assert results["environment"]["blas_kernels"] == "Haswell"  # README, "Results": the kernels behind its numbers
+    # README, "Results and BLAS kernels": the kernels behind its numbers
+    assert results["environment"]["blas_kernels"] == "Haswell"
     assert not set(train_tiny.RUN_FLAGS) & set(results["config"])
     for run in results["runs"].values():
         assert run["final"] is not None or run["diverged"] is not None
@@ -1049,7 +1050,8 @@ def test_blas_kernels_names_the_kernels_openblas_runs():
 def test_committed_headline_results_reproduce_under_their_kernels(tmp_path):
     """The committed headline results came from OpenBLAS's Haswell (AVX2) kernels: with those, the
     fp32 and unit runs of the headline config give the committed file's curves to the last digit
-    kept, on any machine with AVX2 (README, "Results"). Fails when a change moves training."""
+    kept, on any machine with AVX2 (README, "Results and BLAS kernels"). Fails when a change moves
+    training."""
     _skip_unless_haswell_kernels_can_run()
     flags = [item for key, value in train_tiny.HEADLINE_CONFIG.items()
              for item in ("--" + key.replace("_", "-"), str(value))]
@@ -1061,6 +1063,37 @@ def test_committed_headline_results_reproduce_under_their_kernels(tmp_path):
     for label in ("fp32", "unit"):
         for key in ("val", "train_loss", "final", "cast_stats"):
             assert measured[label][key] == committed[label][key], (label, key)
+
+
+# The default run's numbers, as the README states them ("What the training experiment shows"):
+# the validation loss before the first step, and after the last with the share of problems answered
+# exactly, under each kernel family OpenBLAS may pick (they order a GEMM's sums differently).
+README_DEFAULT_RUN = {"Haswell": (2.643, 1.472, 7.2), "SkylakeX": (2.643, 1.477, 8.1)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernels", sorted(README_DEFAULT_RUN))
+def test_default_run_gives_the_readme_numbers_under_each_kernel_family(tmp_path, kernels):
+    """``python -m minifp8.train_tiny`` with no flags, under OpenBLAS's Haswell (AVX2) or SkylakeX
+    (AVX-512) kernels, gives the numbers the README quotes, to the digits it quotes them. Fails
+    when a change moves training, or the README's numbers go stale."""
+    _skip_unless_haswell_kernels_can_run()
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__
+    if kernels == "SkylakeX" and not __cpu_features__.get("AVX512_SKX"):
+        pytest.skip("OpenBLAS's SkylakeX kernels need AVX-512")
+    env = {**os.environ, "OPENBLAS_CORETYPE": kernels}
+    subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--out", str(tmp_path)],
+                   capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    results = metrics(tmp_path)
+    assert results["environment"]["blas_kernels"] == kernels
+    run = results["runs"]["unit"]
+    first, final = run["val"][0], run["final"]
+    assert first["step"] == 0 and final["steps"] == 1000
+    assert (round(first["loss"], 3), round(final["val_loss"], 3), round(100 * final["exact_match"], 1)) == \
+        README_DEFAULT_RUN[kernels]
 
 
 # ---- FP8-LM options (--fp8-grads, --fp8-optimizer, --fp8-allreduce, --report-memory) -----------------
@@ -1181,7 +1214,7 @@ def test_committed_seed_study_agrees_with_the_headline_and_fp8lm_results():
     for label in ("unit", "current"):
         assert fp8lm_runs[label]["val"] == headline[label]["val"]
     assert train_tiny.load_results(train_tiny.FP8LM_RESULTS)["environment"]["blas_kernels"] == "Haswell"
-    # the same runs under the other kernels: every seed, every label (README, "Results")
+    # the same runs under the other kernels: every seed, every label (README, "Results and BLAS kernels")
     study = json.loads(train_tiny.HEADLINE_RESULTS.with_name("seeds.json").read_text())
     assert study["kernels"] == "Haswell" and list(study["other_kernels"]) == ["SkylakeX"]
     for other in study["other_kernels"].values():
