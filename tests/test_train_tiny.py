@@ -733,6 +733,17 @@ def test_bad_data_gives_one_line_errors(tmp_path, capsys):
         assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
 
 
+def test_data_too_big_for_memory_gives_a_one_line_error(tmp_path, capsys, monkeypatch):
+    """Tokenizing a text holds several times its size at the peak (data.load_text): a file too big
+    for the memory left is a one-line error, not a MemoryError's traceback."""
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(train_tiny.data_module, "load_dataset", out_of_memory)
+    status, out, err = run_main(capsys, "--data", str(tmp_path / "big.txt"), "--steps", "1")
+    assert status == 2 and err.count("\n") == 1 and "out of memory while reading and tokenizing" in err
+
+
 def test_command_line_errors_have_no_traceback(tmp_path):
     """The real command: exit status 2 and one line on stderr, for a bad flag and for bad data."""
     for argv in (["--recipe", "bogus"], ["--data", str(tmp_path / "missing.txt")]):
