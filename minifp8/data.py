@@ -173,6 +173,10 @@ def arithmetic_loss_floor(max_operand: int = 99, operators: str = "+-") -> float
 
 # ---- character tokenizer -----------------------------------------------------------------------
 
+#: Characters `CharTokenizer.encode` converts at a time (its temporaries take ~40 bytes a character).
+_ENCODE_CHUNK = 1 << 18
+
+
 def _code_points(text: str) -> np.ndarray:
     """The Unicode code points of ``text`` as int64, without a Python loop over characters."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.int64)
@@ -196,7 +200,9 @@ class CharTokenizer:
             raise TypeError(f"CharTokenizer needs a str, got {type(text).__name__}")
         if not text:
             raise ValueError("CharTokenizer needs a non-empty text to take its characters from")
-        self._code_points = np.unique(_code_points(text))           # sorted, distinct
+        # sorted distinct code points, through a set: memory for the vocabulary only (np.unique would
+        # sort an int64 copy of the whole text)
+        self._code_points = np.array(sorted(map(ord, set(text))), dtype=np.int64)
         self.chars = self._decode_code_points(self._code_points)
 
     @property
@@ -215,15 +221,23 @@ class CharTokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode needs a str, got {type(text).__name__}")
-        code_points = _code_points(text)
-        ids = np.minimum(np.searchsorted(self._code_points, code_points), self.vocab_size - 1)
-        unknown = self._code_points[ids] != code_points
-        if unknown.any():
-            index = int(np.argmax(unknown))
-            char = text[index]
+        ids = np.empty(len(text), dtype=np.int64)
+        first_unknown, unknown_count = None, 0
+        # in chunks, so that the temporary arrays stay small however long the text (only ids is full-size)
+        for start in range(0, len(text), _ENCODE_CHUNK):
+            code_points = _code_points(text[start:start + _ENCODE_CHUNK])
+            chunk = np.minimum(np.searchsorted(self._code_points, code_points), self.vocab_size - 1)
+            unknown = self._code_points[chunk] != code_points
+            if unknown.any():
+                unknown_count += int(unknown.sum())
+                if first_unknown is None:
+                    first_unknown = start + int(np.argmax(unknown))
+            ids[start:start + chunk.size] = chunk
+        if unknown_count:
+            char = text[first_unknown]
             raise ValueError(
-                f"character {char!r} (U+{ord(char):04X}) at index {index} is not in the vocabulary "
-                f"of {self.vocab_size} characters {self.chars!r} ({int(unknown.sum())} unknown in all)")
+                f"character {char!r} (U+{ord(char):04X}) at index {first_unknown} is not in the vocabulary "
+                f"of {self.vocab_size} characters {self.chars!r} ({unknown_count} unknown in all)")
         return ids
 
     def decode(self, ids) -> str:
@@ -257,7 +271,9 @@ def load_text(path) -> str:
     """Read a UTF-8 text file, with a clear error for anything that is not one.
 
     A leading UTF-8 byte-order mark is dropped and ``\\r\\n`` / ``\\r`` line ends become ``\\n`` (as
-    Python's text mode does).
+    Python's text mode does). Memory: at most the file's bytes plus the returned str (1, 2 or 4
+    bytes a character, as CPython stores it: 4 once one character lies outside the Basic
+    Multilingual Plane, e.g. an emoji), or twice the str while line ends are replaced.
 
     Raises
     ------
@@ -267,6 +283,8 @@ def load_text(path) -> str:
         Nothing exists at ``path``.
     IsADirectoryError
         ``path`` is a directory.
+    PermissionError
+        The file (or a directory on its path) may not be read.
     ValueError
         ``path`` is not a regular file (a device, a pipe), is empty, contains NUL bytes (binary
         data, or UTF-16/32 text) or is not valid UTF-8 (the message gives the byte offset).
@@ -294,7 +312,9 @@ def load_text(path) -> str:
         offset = error.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
         raise ValueError(f"not a UTF-8 text file (invalid byte 0x{raw[offset]:02X} at offset "
                          f"{offset}): {shown}") from None
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    del raw  # (one replacement at a time: never more than two copies of the text alive)
+    text = text.replace("\r\n", "\n")
+    text = text.replace("\r", "\n")
     if not text:
         raise ValueError(f"text file is empty (only a byte-order mark): {shown}")
     return text
@@ -330,7 +350,8 @@ class Dataset:
                 raise TypeError(f"{split}_text must be a str, got {type(text).__name__}")
             if not text:
                 raise ValueError(f"{split}_text is empty")
-        self.tokenizer = CharTokenizer(train_text + val_text)
+        # (the distinct characters of each split: train_text + val_text would copy the whole text)
+        self.tokenizer = CharTokenizer("".join(set(train_text) | set(val_text)))
         self.train = self.tokenizer.encode(train_text)
         self.val = self.tokenizer.encode(val_text)
         self.name = name
@@ -404,6 +425,11 @@ def load_dataset(path=None, *, seed: int = 0, val_fraction: float = 0.1) -> Data
 
     ``seed`` shuffles the arithmetic corpus and is ignored for a file. A file is read with
     `load_text` (so its errors apply) and split by position with `Dataset.from_text`.
+
+    Memory for a file of N characters: at peak the text, its two splits and the int64 token ids,
+    ``N * (2 c + 8)`` bytes with ``c`` = 1, 2 or 4 bytes per character as CPython stores the str
+    (1 for ASCII or Latin-1 text; 4 once one character lies outside the Basic Multilingual Plane),
+    plus a few MB: about 10 bytes per byte of an ASCII file, 16 at most per file byte.
     """
     if path is None:
         return Dataset.arithmetic(seed, val_fraction=val_fraction)

@@ -22,8 +22,10 @@ FP8 enters through the integration hooks, not through this file: every linear la
 GEMM through ``module.gemm`` and every attention module its core through
 ``module.attention_core(q, k, v, causal)``, and `minifp8.fp8.apply_recipe` replaces those. The
 model calls `minifp8.fp8.track` at the embedding, after every block, on the final norm and the
-logits (and, in the standard family, on q, k, v, the attention output and the MLP hidden layer):
-identity ops that record scales inside a `minifp8.fp8.ScaleTracker` and cost nothing outside one.
+logits, and the attention and MLP modules of both families (here, and `minifp8.uu.MHSA` and
+`minifp8.uu.MLP`) call it on q, k, v, the attention output and the MLP hidden layer under the same
+names: identity ops that record scales inside a `minifp8.fp8.ScaleTracker` and cost nothing
+outside one.
 
 Example
 -------
@@ -48,7 +50,7 @@ from . import nn
 from . import unit as U
 from . import uu
 from .autograd import Tensor
-from .formats import _check_bool, _is_int
+from .formats import _check_bool, _check_int, _described
 from .fp8 import track
 
 __all__ = ["FAMILIES", "GPT", "GPTConfig"]
@@ -61,13 +63,15 @@ FAMILIES = ("standard", "unit")
 class GPTConfig:
     """The shape of a `GPT`.
 
-    Every field is checked on creation (``ValueError`` or ``TypeError`` naming it) and stored as a
-    plain Python int, float or bool, so `to_dict` goes to JSON even from NumPy numbers.
+    Every field is checked on creation (``TypeError`` for a wrong type, ``ValueError`` for a value out
+    of range, each naming the field) and stored as a plain Python int, float or bool, so `to_dict`
+    goes to JSON even from NumPy numbers.
 
     Attributes
     ----------
     vocab_size : int
-        Number of token ids (the character vocabulary).
+        Number of token ids (the character vocabulary), at least 2: the model predicts one token out
+        of them (the unit family's cross-entropy is undefined for one class).
     block_size : int
         Longest sequence the model sees (rows of the position embedding).
     n_layer, n_head, n_embd : int
@@ -99,12 +103,15 @@ class GPTConfig:
     def __post_init__(self):
         # every field is checked and stored as a plain Python value (NumPy numbers would not go to JSON)
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
-                raise ValueError(f"GPTConfig: {name} must be a positive int, got {value!r}")
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, _check_int(getattr(self, name), f"GPTConfig: {name}", 1))
+        if self.vocab_size < 2:
+            raise ValueError(f"GPTConfig: vocab_size must be >= 2 (the model predicts one of vocab_size tokens), "
+                             f"got {self.vocab_size}")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig: n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+        if not isinstance(self.family, str):
+            raise TypeError(f"GPTConfig: family must be a str, one of {', '.join(FAMILIES)}, "
+                            f"got {_described(self.family)}")
         if self.family not in FAMILIES:
             raise ValueError(f"GPTConfig: family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
         if not 0.0 <= F._real(self.dropout, "GPTConfig", "dropout") < 1.0:

@@ -2,7 +2,9 @@
 
 A `Module` finds its parameters by looking at its attributes, in the order they were set:
 a `Parameter`, a sub-module, or a list/tuple of either (named ``blocks.0``, ``blocks.1``,
-...). A parameter reachable twice (tied weights) is listed once, under its first name.
+...). A parameter reachable twice (tied weights) is listed once, under its first name. Modules or
+parameters held any other way (in a dict, in a list of lists) would be missed, so discovery raises
+a TypeError for them.
 Every constructor that draws random numbers takes an explicit ``rng: np.random.Generator``.
 
 ``state_dict()`` maps those dotted names to copies of the parameter arrays;
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import zipfile
 from collections import OrderedDict
 from typing import Iterator, Mapping
 
@@ -51,11 +54,28 @@ def _check_size(value, name: str, owner: str) -> int:
 
 
 def _check_feature_axis(x, features: int, owner: str) -> None:
-    """ValueError unless ``x``'s last axis has ``features`` elements (a LayerNorm without parameters
-    has nothing else to check its input's width against)."""
+    """ValueError unless ``x``'s last axis has ``features`` elements (checked before the layer norm
+    itself, which would blame its weight, or say nothing without one)."""
     shape = np.shape(x.data if isinstance(x, Tensor) else x)
     if shape[-1:] != (features,):
         raise ValueError(f"{owner}({features}): x must have {features} features on its last axis, got shape {shape}")
+
+
+def _holds_modules(value) -> bool:
+    """Whether ``value`` is, or holds at any depth of dicts, lists, tuples and sets, a Module or Parameter."""
+    if isinstance(value, (Parameter, Module)):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_modules(item) for item in (*value.keys(), *value.values()))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_holds_modules(item) for item in value)
+    return False
+
+
+def _unsupported_container(module, name: str, value) -> TypeError:
+    return TypeError(f"{type(module).__name__}: attribute {name} is a {type(value).__name__} holding Modules or "
+                     f"Parameters, which a Module does not search (parameters(), state_dict() and train() would "
+                     f"miss them); supported are a Module, a Parameter, or a list/tuple of them, as attributes")
 
 
 class Module:
@@ -72,7 +92,11 @@ class Module:
     # -- discovery --
 
     def named_children(self) -> Iterator[tuple[str, "Module | Parameter"]]:
-        """Direct parameters and sub-modules, in attribute order (lists expand to ``name.i``)."""
+        """Direct parameters and sub-modules, in attribute order (lists expand to ``name.i``).
+
+        Raises ``TypeError`` for an attribute that holds modules or parameters any other way (a dict, a
+        list of lists): they would be silently left out of ``parameters()``, ``state_dict()`` and ``train()``.
+        """
         for name, value in vars(self).items():
             if isinstance(value, (Parameter, Module)):
                 yield name, value
@@ -80,6 +104,10 @@ class Module:
                 for i, item in enumerate(value):
                     if isinstance(item, (Parameter, Module)):
                         yield f"{name}.{i}", item
+                    elif _holds_modules(item):
+                        raise _unsupported_container(self, f"{name}[{i}]", item)
+            elif _holds_modules(value):
+                raise _unsupported_container(self, name, value)
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
         """This module and every sub-module, depth first, each once."""
@@ -166,10 +194,18 @@ class Module:
                 p.data = np.array(arrays[name], dtype=p.data.dtype, copy=True)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to an uncompressed ``.npz`` file at ``path`` exactly (np.savez would
-        add ``.npz`` to a name without it, and `load` of the same path would not find the file)."""
-        with open(path, "wb") as file:
-            np.savez(file, **self.state_dict())
+        """Write ``state_dict()`` to an uncompressed ``.npz`` file at ``path`` exactly.
+
+        The archive is the one ``np.savez`` writes (a zip of one ``<name>.npy`` per parameter, each
+        written by ``np.lib.format.write_array``), built here because ``np.savez`` would add ``.npz`` to
+        a name without it (`load` of the same path would not find the file) and takes the keywords
+        ``file`` and ``allow_pickle`` as its own arguments (a parameter of either name would be refused
+        or lost). Any parameter name works.
+        """
+        with zipfile.ZipFile(path, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for name, array in self.state_dict().items():
+                with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, array, allow_pickle=False)
 
     def load(self, path: str | os.PathLike) -> None:
         """Read a ``.npz`` written by `save` and ``load_state_dict`` it."""
@@ -254,8 +290,7 @@ class LayerNorm(Module):
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
     def forward(self, x) -> Tensor:
-        if self.weight is None:  # (with a weight, layer_norm checks the feature axis against it)
-            _check_feature_axis(x, self.features, "LayerNorm")
+        _check_feature_axis(x, self.features, "LayerNorm")
         return F.layer_norm(x, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:

@@ -153,8 +153,7 @@ class LayerNorm(Module):
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
     def forward(self, x) -> Tensor:
-        if self.weight is None:  # (with a weight, layer_norm checks the feature axis against it)
-            _check_feature_axis(x, self.features, "LayerNorm")
+        _check_feature_axis(x, self.features, "LayerNorm")
         return U.layer_norm(x, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:

@@ -139,6 +139,41 @@ def test_tokenizer_errors():
         tok.decode(np.zeros((2, 2), dtype=np.int64))
 
 
+def test_encode_of_a_text_longer_than_one_chunk_matches_a_character_loop():
+    """encode works through the text in chunks (bounded temporaries): the ids, the first unknown
+    character's index and the count of unknown ones are those of one pass over the whole text."""
+    chars = "\n ab\u00e9\u2028\U0001F600"
+    rng = np.random.default_rng(0)
+    text = "".join(rng.choice(list(chars), size=2 * D._ENCODE_CHUNK + 123))
+    tok = D.CharTokenizer(text)
+    assert tok.chars == "".join(sorted(chars))
+    np.testing.assert_array_equal(tok.encode(text), [tok.chars.index(c) for c in text])
+    unknown_at = D._ENCODE_CHUNK + 5  # in the second chunk; two more in the third
+    spoilt = text[:unknown_at] + "x" + text[unknown_at + 1:-2] + "yz"
+    with pytest.raises(ValueError, match=rf"'x' \(U\+0078\) at index {unknown_at} .*\(3 unknown in all\)"):
+        tok.encode(spoilt)
+
+
+def test_load_dataset_peak_memory_is_about_ten_bytes_per_byte(tmp_path):
+    """The documented peak of loading an ASCII file: the text, its two splits and the int64 ids
+    (~10 bytes per byte, plus the bounded chunk temporaries); np.unique on an int64 copy of the whole
+    text, and its concatenated splits, took ~24.5. Measured with tracemalloc (NumPy reports its arrays)."""
+    import tracemalloc
+
+    letters = np.frombuffer(b"abcdefghij klmnop\n", dtype=np.uint8)
+    raw = letters[np.random.default_rng(0).integers(0, letters.size, 4_000_000)].tobytes()
+    path = tmp_path / "big.txt"
+    path.write_bytes(raw)
+    tracemalloc.start()
+    try:
+        data = D.load_dataset(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert data.vocab_size == 18 and data.train.size + data.val.size == len(raw)
+    assert peak < 14 * len(raw), f"peak {peak / len(raw):.1f} bytes per byte of file"
+
+
 # ---- text files --------------------------------------------------------------------------------
 
 def test_load_text_good_files(tmp_path):
@@ -169,6 +204,22 @@ def test_load_text_bad_files(tmp_path, content, error, message):
     assert str(path) in str(info.value)
     with pytest.raises(error):                       # load_dataset(--data) surfaces the same error
         D.load_dataset(path)
+
+
+def test_load_text_unreadable_file_is_a_permission_error(tmp_path):
+    """The documented PermissionError (skipped where permissions are not enforced, e.g. as root)."""
+    import os
+
+    path = tmp_path / "secret.txt"
+    path.write_text("text")
+    path.chmod(0)
+    try:
+        if os.access(path, os.R_OK):
+            pytest.skip("file permissions are not enforced for this user")
+        with pytest.raises(PermissionError):
+            D.load_text(path)
+    finally:
+        path.chmod(0o600)
 
 
 def test_load_text_special_file_and_bad_type():

@@ -144,6 +144,25 @@ def test_every_random_weight_comes_from_the_given_generator(family):
         assert float(p.data.std()) == pytest.approx(std, rel=0.1), name
 
 
+@pytest.mark.parametrize("arguments, overrides, error, message", [
+    (("7", 6), {}, TypeError, "GPTConfig: vocab_size must be an int, got str '7'"),
+    ((7.0, 6), {}, TypeError, "GPTConfig: vocab_size must be an int, got float 7.0"),
+    ((7, True), {}, TypeError, "GPTConfig: block_size must be an int, got bool True"),
+    ((7, 6), {"n_head": 2.0}, TypeError, "GPTConfig: n_head must be an int, got float 2.0"),
+    ((7, 6), {"family": ["unit"]}, TypeError, r"GPTConfig: family must be a str, one of standard, unit, got list \['unit'\]"),
+    ((7, 6), {"family": None}, TypeError, "GPTConfig: family must be a str"),
+    ((1, 6), {}, ValueError, r"GPTConfig: vocab_size must be >= 2 \(the model predicts one of vocab_size tokens\), got 1"),
+    ((1, 6), {"family": "unit"}, ValueError, "GPTConfig: vocab_size must be >= 2"),
+    ((7, 0), {}, ValueError, "GPTConfig: block_size must be >= 1, got 0"),
+], ids=["vocab-str", "vocab-float", "block-bool", "heads-float", "family-list", "family-none", "one-token",
+        "one-token-unit", "block-0"])
+def test_config_type_and_range_errors(arguments, overrides, error, message):
+    """A wrong type is a TypeError (as for bias, dropout and the mults), a value out of range a ValueError;
+    one token is refused up front (the unit cross-entropy would fail only at the first loss)."""
+    with pytest.raises(error, match=message):
+        GPTConfig(*arguments, **overrides)
+
+
 def test_bad_config_and_inputs():
     with pytest.raises(ValueError, match="multiple of n_head"):
         GPTConfig(7, 6, n_head=3, n_embd=8)
@@ -300,6 +319,216 @@ def test_unit_gpt_gradients_are_scaled_true_gradients():
     finally:
         for p, data in saved:
             p.data, p.grad = data, None
+
+
+# ---- an independent float64 NumPy GPT: the wiring of both families --------------------------------
+# Written from the papers and the documented rules, not from the model's code: nanoGPT's model.py
+# (Karpathy 2022) for the standard family, the u-muP rules of the minifp8.unit docstrings for the unit
+# family. Parameters are read by their state_dict names (checked separately below).
+
+def np_layer_norm(x, weight=None, bias=None, eps=1e-5):
+    centred = x - x.mean(axis=-1, keepdims=True)
+    y = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + eps)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+def np_gelu(x):
+    """GPT-2's tanh approximation of GELU."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def np_linear(x, params, name):
+    y = x @ params[f"{name}.weight"].T
+    bias = params.get(f"{name}.bias")
+    return y if bias is None else y + bias
+
+
+def split_heads(x, n_head):
+    """(batch, seq, n_embd) -> (batch, n_head, seq, head_dim): head h owns features h*head_dim..(h+1)*head_dim-1."""
+    batch, seq, width = x.shape
+    return x.reshape(batch, seq, n_head, width // n_head).transpose(0, 2, 1, 3)
+
+
+def merge_heads(y):
+    batch, n_head, seq, head_dim = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(batch, seq, n_head * head_dim)
+
+
+def np_causal_attention(q, k, v, scale):
+    """softmax(q k^T * scale) v, each position attending to itself and the positions before it."""
+    seq = q.shape[-2]
+    logits = np.where(np.tril(np.ones((seq, seq), dtype=bool)), q @ k.swapaxes(-1, -2) * scale, -np.inf)
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return weights / weights.sum(axis=-1, keepdims=True) @ v
+
+
+def np_mean_cross_entropy(logits, targets):
+    z = logits.reshape(-1, logits.shape[-1])
+    z = z - z.max(axis=-1, keepdims=True)
+    log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return -log_probs[np.arange(len(z)), targets.reshape(-1)].mean()
+
+
+def reference_standard_gpt(params, config, ids, targets):
+    """nanoGPT's forward pass in evaluation mode (no dropout): pre-norm blocks, GELU MLP, final norm."""
+    seq = ids.shape[1]
+    x = params["wte.weight"][ids] + params["wpe.weight"][:seq]
+    for layer in range(config.n_layer):
+        block = f"blocks.{layer}."
+        h = np_layer_norm(x, params[block + "ln_1.weight"], params.get(block + "ln_1.bias"))
+        q, k, v = (split_heads(t, config.n_head) for t in np.split(np_linear(h, params, block + "attn.c_attn"), 3, -1))
+        y = np_causal_attention(q, k, v, scale=1.0 / math.sqrt(config.n_embd // config.n_head))
+        x = x + np_linear(merge_heads(y), params, block + "attn.c_proj")
+        h = np_layer_norm(x, params[block + "ln_2.weight"], params.get(block + "ln_2.bias"))
+        x = x + np_linear(np_gelu(np_linear(h, params, block + "mlp.c_fc")), params, block + "mlp.c_proj")
+    x = np_layer_norm(x, params["ln_f.weight"], params.get("ln_f.bias"))
+    logits = x @ params["lm_head.weight"].T
+    return logits, np_mean_cross_entropy(logits, targets)
+
+
+def reference_unit_gpt(params, config, ids, targets):
+    """The unit family's forward pass in evaluation mode, from u-muP's rules (minifp8.unit docstrings).
+
+    Embeddings summed and scaled by 1/sqrt(2); linears ``* fan_in^-1/2``, the readout ``* 1/fan_in``;
+    parameter-free layer norms; attention logits ``* attention_mult / head_dim`` and output
+    ``/ interp(alpha; sqrt(ln(s)/s), 1)`` with alpha = 1/(1 + 4 head_dim / mult^2) (causal, s keys);
+    ``gelu(mlp_mult h) / mlp_mult * interp(alpha; 2, sqrt(2/(1 - 1/pi)))`` with
+    alpha = 1/(1 + 1/(4 mult^2)); each branch through evaluation-mode unit dropout (``* sqrt(1 - p)``)
+    and added as ``(tau branch + stream) / sqrt(1 + tau^2)`` with tau_i = 1/sqrt(n_layer + i) for
+    branch i = 0, 1, ... (attention even, MLP odd).
+    """
+    def interp(alpha, lower, upper):
+        return lower ** (1.0 - alpha) * upper ** alpha
+
+    width, n_layer, seq = config.n_embd, config.n_layer, ids.shape[1]
+    head_dim = width // config.n_head
+    attention_mult, mlp_mult = config.attention_mult, config.mlp_mult
+    attention_scale = 1.0 / interp(1.0 / (1.0 + 4.0 * head_dim / attention_mult ** 2), math.sqrt(math.log(seq) / seq), 1.0)
+    gelu_scale = interp(1.0 / (1.0 + 1.0 / (4.0 * mlp_mult ** 2)), 2.0, math.sqrt(2.0 / (1.0 - 1.0 / math.pi)))
+    keep = math.sqrt(1.0 - config.dropout)
+
+    def add_branch(x, branch, index):
+        tau = 1.0 / math.sqrt(n_layer + index)
+        return (tau * keep * branch + x) / math.sqrt(1.0 + tau ** 2)
+
+    x = (params["wte.weight"][ids] + params["wpe.weight"][:seq]) / math.sqrt(2.0)
+    for layer in range(n_layer):
+        block = f"blocks.{layer}."
+        qkv = np_layer_norm(x) @ params[block + "attn.linear_qkv.weight"].T / math.sqrt(width)
+        q, k, v = (split_heads(t, config.n_head) for t in np.split(qkv, 3, axis=-1))
+        y = np_causal_attention(q, k, v, scale=attention_mult / head_dim) * attention_scale
+        x = add_branch(x, merge_heads(y) @ params[block + "attn.linear_o.weight"].T / math.sqrt(width), 2 * layer)
+        hidden = np_layer_norm(x) @ params[block + "mlp.linear_1.weight"].T / math.sqrt(width)
+        y = gelu_scale * np_gelu(mlp_mult * hidden) / mlp_mult
+        x = add_branch(x, y @ params[block + "mlp.linear_2.weight"].T / math.sqrt(4 * width), 2 * layer + 1)
+    logits = np_layer_norm(x) @ params["lm_head.weight"].T / width
+    return logits, np_mean_cross_entropy(logits, targets)
+
+
+def float64_parameters(model, noise=0.0, seed=3):
+    """Make every parameter float64, plus N(0, noise^2) (LayerNorm gains and biases away from 1 and 0);
+    return copies of the arrays by name."""
+    rng = np.random.default_rng(seed)
+    with default_dtype(np.float64):
+        for _, p in model.named_parameters():
+            p.data = p.data.astype(np.float64) + rng.normal(0.0, noise, p.shape)
+    return {name: p.data.copy() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_standard_gpt_matches_an_independent_numpy_gpt(bias):
+    """Logits and loss to float64 rounding, and every parameter gradient against central differences of
+    the NumPy reference: the wiring (head split, q/k/v order, GELU, pre-norm with ln_1 and ln_2, ln_f)
+    is nanoGPT's. Weights are N(0, 0.3^2) away from their init, so attention and GELU are nonlinear."""
+    config = GPTConfig(vocab_size=7, block_size=5, n_layer=2, n_head=2, n_embd=8, dropout=0.2, bias=bias)
+    model = GPT(config, rng=np.random.default_rng(0)).eval()  # evaluation mode: dropout off
+    params = float64_parameters(model, noise=0.3)
+    ids, targets = batch(7, (2, 5))
+    with default_dtype(np.float64):
+        logits, loss = model(ids, targets)
+        loss.backward()
+    expected_logits, expected_loss = reference_standard_gpt(params, config, ids, targets)
+    assert logits.dtype == np.float64 and np.abs(expected_logits).max() > 1.0
+    np.testing.assert_allclose(logits.data, expected_logits, rtol=1e-12, atol=1e-12)
+    assert float(loss.data) == pytest.approx(expected_loss, rel=1e-12)
+    eps = 1e-6
+    for name, p in model.named_parameters():
+        flat, numeric = params[name].reshape(-1), np.empty(p.size)
+        for i in range(flat.size):
+            original = flat[i]
+            flat[i] = original + eps
+            plus = reference_standard_gpt(params, config, ids, targets)[1]
+            flat[i] = original - eps
+            minus = reference_standard_gpt(params, config, ids, targets)[1]
+            flat[i] = original
+            numeric[i] = (plus - minus) / (2 * eps)
+        np.testing.assert_allclose(p.grad.reshape(-1), numeric, rtol=1e-6, atol=1e-8 * np.abs(numeric).max(),
+                                   err_msg=name)
+
+
+def test_unit_gpt_matches_an_independent_numpy_gpt():
+    """Logits and loss of the unit family with attention_mult, mlp_mult (different, not 1) and dropout
+    (evaluation mode: unit dropout keeps its sqrt(1 - p) scale) against the u-muP rules in NumPy: all
+    three reach the layers where they belong."""
+    config = GPTConfig(vocab_size=7, block_size=5, n_layer=2, n_head=2, n_embd=8, family="unit",
+                       attention_mult=3.0, mlp_mult=0.4, dropout=0.3)
+    model = GPT(config, rng=np.random.default_rng(0)).eval()
+    params = float64_parameters(model)
+    ids, targets = batch(7, (2, 5))
+    with default_dtype(np.float64):
+        logits, loss = model(ids, targets)
+    expected_logits, expected_loss = reference_unit_gpt(params, config, ids, targets)
+    assert logits.dtype == np.float64
+    np.testing.assert_allclose(logits.data, expected_logits, rtol=1e-12, atol=1e-13)
+    assert float(loss.data) == pytest.approx(expected_loss, rel=1e-12)
+    # in training mode the dropout masks act: the output is not the evaluation-mode one
+    assert not np.allclose(model.train()(ids)[0].data, logits.data)
+
+
+def test_parameter_names_and_shapes_with_and_without_bias():
+    """nanoGPT's parameter names; bias=False removes every bias (linears and layer norms), and only those."""
+    d, v, t = 8, 7, 6
+
+    def expected(bias):
+        names = [("wte.weight", (v, d)), ("wpe.weight", (t, d))]
+        for layer in range(2):
+            block = f"blocks.{layer}."
+            for name, shape in (("ln_1", (d,)), ("attn.c_attn", (3 * d, d)), ("attn.c_proj", (d, d)),
+                                ("ln_2", (d,)), ("mlp.c_fc", (4 * d, d)), ("mlp.c_proj", (d, 4 * d))):
+                names.append((f"{block}{name}.weight", shape))
+                if bias:
+                    names.append((f"{block}{name}.bias", shape[:1]))
+        names += [("ln_f.weight", (d,))] + ([("ln_f.bias", (d,))] if bias else []) + [("lm_head.weight", (v, d))]
+        return names
+
+    for bias in (True, False):
+        model = tiny("standard", bias=bias)
+        assert [(name, p.shape) for name, p in model.named_parameters()] == expected(bias)
+    unit = tiny("unit")
+    assert [name for name, _ in unit.named_parameters()] == ["wte.weight", "wpe.weight"] + [
+        f"blocks.{layer}.{name}.weight" for layer in range(2)
+        for name in ("attn.linear_qkv", "attn.linear_o", "mlp.linear_1", "mlp.linear_2")] + ["lm_head.weight"]
+
+
+def test_docstring_examples_run():
+    """Every ``>>>`` example in the package's modules runs and shows what it says (doctest)."""
+    import doctest
+    import importlib
+    from pathlib import Path
+
+    import minifp8
+
+    tested = {}
+    for path in sorted(Path(minifp8.__file__).parent.glob("*.py")):
+        if ">>>" not in path.read_text(encoding="utf-8"):
+            continue
+        module = importlib.import_module(f"minifp8.{path.stem}")
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+        assert result.failed == 0, f"{path.name}: {result.failed} of {result.attempted} examples failed (output above)"
+        tested[path.stem] = result.attempted
+    assert {"data", "formats", "model"} <= set(tested) and all(tested.values()), tested
 
 
 # ---- scales at initialisation (issue 5, must-show 3) ------------------------------------------------

@@ -660,6 +660,71 @@ def test_save_and_load_take_the_same_path_without_npz(tmp_path):
     np.testing.assert_array_equal(target.weight.data, source.weight.data)
 
 
+class NamedLikeSavezArguments(nn.Module):
+    """Top-level parameters named as np.savez's own arguments (it took ``file`` twice, ``allow_pickle`` as its flag)."""
+
+    def __init__(self, generator):
+        self.file = nn.Parameter(generator.standard_normal(3).astype(np.float32))
+        self.allow_pickle = nn.Parameter(generator.standard_normal((2, 2)).astype(np.float32))
+        self.args = nn.Parameter(generator.standard_normal(1).astype(np.float32))
+
+
+def test_save_and_load_any_parameter_name(tmp_path):
+    source, target = NamedLikeSavezArguments(rng(0)), NamedLikeSavezArguments(rng(1))
+    source.save(tmp_path / "odd.npz")
+    target.load(tmp_path / "odd.npz")
+    for (name, p), (_, q) in zip(source.named_parameters(), target.named_parameters()):
+        assert p.data.dtype == q.data.dtype and p.data.tobytes() == q.data.tobytes(), name
+    # a plain .npz that np.load reads as np.savez's, nothing pickled
+    with np.load(tmp_path / "odd.npz", allow_pickle=False) as archive:
+        assert archive.files == ["file", "allow_pickle", "args"]
+        np.testing.assert_array_equal(archive["allow_pickle"], source.allow_pickle.data)
+
+
+class HoldsModulesInAContainer(nn.Module):
+    def __init__(self, generator, kind):
+        self.fine = [nn.Linear(2, 2, rng=generator)]
+        self.settings = {"width": 2, "names": ["a", "b"]}  # plain data in a dict or nested list is fine
+        self.grid = [[1, 2], (3, 4)]
+        if kind == "dict":
+            self.layers = {"a": nn.Linear(2, 2, rng=generator)}
+        elif kind == "dict of parameters":
+            self.layers = {"scale": nn.Parameter(np.ones(2))}
+        elif kind == "list of lists":
+            self.layers = [[nn.Linear(2, 2, rng=generator)]]
+        elif kind == "tuple of dicts":
+            self.layers = ({"deep": [nn.Parameter(np.ones(2))]},)
+
+
+@pytest.mark.parametrize("kind, where, container", [
+    ("dict", "layers", "dict"), ("dict of parameters", "layers", "dict"),
+    ("list of lists", r"layers\[0\]", "list"), ("tuple of dicts", r"layers\[0\]", "dict")])
+def test_modules_in_unsupported_containers_are_refused(kind, where, container):
+    """A dict of modules or a list of lists was silently skipped (parameters() missed them): now a TypeError."""
+    module = HoldsModulesInAContainer(rng(), kind)
+    message = (rf"HoldsModulesInAContainer: attribute {where} is a {container} holding Modules or Parameters, "
+               r"which a Module does not search .* supported are a Module, a Parameter, or a list/tuple of them")
+    for call in (module.parameters, module.state_dict, module.eval, lambda: list(module.named_modules())):
+        with pytest.raises(TypeError, match=message):
+            call()
+
+
+def test_plain_data_in_containers_is_not_an_error():
+    module = HoldsModulesInAContainer(rng(), "none")
+    assert [name for name, _ in module.named_parameters()] == ["fine.0.weight", "fine.0.bias"]
+
+
+@pytest.mark.parametrize("make", [lambda: nn.LayerNorm(4), lambda: nn.LayerNorm(4, bias=False),
+                                  lambda: nn.LayerNorm(4, elementwise_affine=False)],
+                         ids=["affine", "no-bias", "no-parameters"])
+def test_layer_norm_names_x_when_its_width_is_wrong(make):
+    """Checked before the weight: the message blamed the weight's shape (4,) for a width-5 input."""
+    with pytest.raises(ValueError, match=r"LayerNorm\(4\): x must have 4 features on its last axis, got shape \(2, 5\)"):
+        make()(Tensor(np.ones((2, 5), np.float32)))
+    with pytest.raises(ValueError, match=r"LayerNorm\(4\): x must have 4 features on its last axis, got shape \(\)"):
+        make()(Tensor(np.float32(1.0)))
+
+
 def test_warmup_cosine_lr_takes_integer_step_counts():
     for name, value in (("warmup_steps", 2.5), ("total_steps", 10.0), ("warmup_steps", True)):
         arguments = {"max_lr": 1.0, "warmup_steps": 2, "total_steps": 10, name: value}

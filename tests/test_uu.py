@@ -427,9 +427,12 @@ def test_bad_arguments(call, error, message):
         call()
 
 
-@pytest.mark.parametrize("make", [lambda: uu.LayerNorm(8), lambda: nn.LayerNorm(8, elementwise_affine=False)],
-                         ids=["uu", "nn"])
-def test_layer_norm_without_parameters_checks_the_feature_count(make):
+@pytest.mark.parametrize("make", [lambda: uu.LayerNorm(8), lambda: nn.LayerNorm(8, elementwise_affine=False),
+                                  lambda: uu.LayerNorm(8, elementwise_affine=True),
+                                  lambda: uu.LayerNorm(8, elementwise_affine=True, bias=False)],
+                         ids=["uu", "nn", "uu-affine", "uu-affine-no-bias"])
+def test_layer_norm_checks_the_feature_count_of_x(make):
+    """With or without parameters, the message names x (with a weight it used to blame the weight's shape)."""
     with pytest.raises(ValueError, match=r"LayerNorm\(8\): x must have 8 features on its last axis, got shape \(5, 7\)"):
         make()(Tensor(np.ones((5, 7), np.float32)))
 
