@@ -1287,6 +1287,10 @@ def _memory_needed(config: TrainConfig, runs: list[Run], vocab_size: int) -> dic
             * per_token, "weights and gradients": 8 * parameters}
 
 
+#: The most memory `minifp8.data.load_dataset` holds at once per byte of a text file (its docstring).
+_TEXT_BYTES_PER_FILE_BYTE = 16
+
+
 def _physical_memory() -> int | None:
     """The machine's physical memory in bytes, where the OS tells it (``os.sysconf``), else None."""
     try:
@@ -1330,6 +1334,13 @@ def main(argv: list[str] | None = None) -> int:
                             if kernels and kernels != now["blas_kernels"] else ""))
     elif config.data is not None:  # a later --resume may run elsewhere
         config = replace(config, data=os.path.abspath(config.data))
+    available = _physical_memory()
+    if config.data is not None and available is not None and os.path.isfile(config.data) and \
+            _TEXT_BYTES_PER_FILE_BYTE * os.path.getsize(config.data) > available:
+        print(f"{prog}: error: --data {config.data}: {_bytes(os.path.getsize(config.data))}, too big to read and "
+              f"tokenize in this machine's {_bytes(available)} of memory (it takes up to "
+              f"{_TEXT_BYTES_PER_FILE_BYTE} bytes per byte of the file); use a smaller file", file=sys.stderr)
+        return 2
     try:
         dataset = data_module.load_dataset(config.data, seed=config.seed)
     except (OSError, ValueError) as error:
@@ -1354,7 +1365,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: --data: {dataset.name} holds a single distinct character; a language model needs "
               f"at least 2", file=sys.stderr)
         return 2
-    needed, available = _memory_needed(config, runs, dataset.vocab_size), _physical_memory()
+    needed = _memory_needed(config, runs, dataset.vocab_size)
     if available is not None and sum(needed.values()) > available:
         parts = ", ".join(f"{name} {_bytes(size)}" for name, size in needed.items())
         print(f"{prog}: error: --batch-size {config.batch_size} --block-size {config.block_size} --eval-batches "
