@@ -444,11 +444,15 @@ def _tile_elements(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray) -> tu
     return values, index, inside
 
 
-def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exponent, fmt, saturate: bool) -> int:
+def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exponent, fmt) -> int:
     """In the rounded ``values`` (1-d) of ``tiles`` (whose amax reaches max's rounding interval), the
-    elements beyond ``fmt.max * 2**exponent`` become that bound (``saturate``) or +-Inf; returns
-    how many. They are exactly those whose input lay beyond max's rounding interval: rounding is
-    monotonic and max is a format value, so clamping after rounding is rounding the clamped input."""
+    elements beyond ``fmt.max * 2**exponent`` become that bound, sign kept; returns how many. They
+    are exactly those whose input lay beyond max's rounding interval: rounding is monotonic and max
+    is a format value, so clamping after rounding is rounding the clamped input. Elements the table
+    clamped already (`_cast_elements`) equal the bound: they were counted there, not here.
+
+    Only MX blocks reach max (`_Rule.reaches_max`), and MX elements always saturate (``cast`` and
+    ``cast_pair`` pass ``saturate=True`` with an MX rule), so there is no non-saturating clamp."""
     view, index, inside = _tile_elements(values, tiling, tiles)
     block = view[index]  # (tiles, elements of a tile)
     # Each tile's bound repeated over its elements: against a (tiles, 1) operand NumPy runs one short
@@ -459,12 +463,9 @@ def _clamp_hot_tiles(values: np.ndarray, tiling: _Tiling, tiles: np.ndarray, exp
     if inside is not None:
         beyond &= inside
     count = int(np.count_nonzero(beyond))
-    if count:
-        if saturate:  # a clamp of each sign (NumPy's copysign is several times slower)
-            np.minimum(block, bound, out=block)
-            block = np.maximum(block, np.negative(bound, out=bound), out=block)
-        else:
-            block = np.where(beyond, block * np.float32(np.inf), block)
+    if count:  # a clamp of each sign (NumPy's copysign is several times slower)
+        np.minimum(block, bound, out=block)
+        block = np.maximum(block, np.negative(bound, out=bound), out=block)
         if inside is None:
             view[index] = block
         else:
@@ -493,8 +494,9 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     tile, or, where the rule never reaches max and the candidates' tiles are few
     (`_SPARSE_TILES_FRACTION`), from theirs alone. Elements beyond max's rounding interval can
     only lie in tiles whose amax reaches it (MX blocks, whose every amax is taken), and are
-    searched there. Every element inside the range is nonzero before and after the cast and lies
-    below that interval, so the outside elements give exact statistics. Where more than
+    searched there (those cast on their own through the table, which clamps them, are counted as
+    it casts them: `_cast_elements`). Every element inside the range is nonzero before and after
+    the cast and lies below that interval, so the outside elements give exact statistics. Where more than
     `_DENSE_FRACTION` (`_DENSE_BLOCK_FRACTION` with a rule) of the elements are nonzero and below
     the largest tile's bound, each copy is cast whole instead (`_cast_in_tiles`), with every
     tile's amax.
@@ -506,10 +508,12 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
         ``x * scale`` with a scale); and True where no element needed fixing, so that every copy
         equals the first, and the other rows of ``out`` were left unwritten. None, with ``out``
         unspecified, where a block cast holds a magnitude of 2**100 or more (`_HUGE`: Inf and NaN
-        too), or more than `_FIXUP_FRACTION` of the elements lie outside the range and the whole
-        cast declines (a tile's bound raised to 2**-126 under a rule that can reach max, MX under
-        ``floor`` or ``even``; more than `_FIXUP_FRACTION` of the elements in such tiles under the
-        other rules; one scale: Inf, NaN or huge).
+        too), or where more than `_FIXUP_FRACTION` of the elements are left to the one by one cast.
+        That cast takes what the whole cast (dense) does not: a tensor with few elements outside
+        the range, or one that the whole cast declines (a nonzero tile whose bound is raised to
+        2**-126 under a rule that can reach max, MX under ``floor`` or ``even``; such tiles holding
+        more than `_FIXUP_FRACTION` of the elements under the other rules; one scale: an Inf, a NaN
+        or a huge element). It casts those tiles too, and counts what saturates in them.
     """
     size, copies = x.size, len(tilings)
     if scale is None:
@@ -541,8 +545,9 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     # Many nonzero elements below: every copy is cast whole (`_cast_in_tiles`), unless, with one
     # scale, an element is huge, Inf or NaN. Nonzero tiles whose bound is raised to 2**-126 (their
     # float32 subnormals need the table) are cast again after, where few and where the rule never
-    # reaches max (blockwise, MX under ceil or rceil; else the cast is declined: an MX tile under
-    # floor or even could saturate there).
+    # reaches max (blockwise, MX under ceil or rceil; else the whole cast is declined, as
+    # `_recast_raised_tiles` counts no saturation, and the one by one cast below takes the tensor,
+    # or declines it where it holds too many elements to fix).
     below_count = np.count_nonzero(below)
     dense_count = (_DENSE_FRACTION if rule is None else _DENSE_BLOCK_FRACTION) * size
     dense = below_count > dense_count
@@ -575,7 +580,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             saturated = [high.size]
         else:
             hot = (amax >= _beyond_bits(fmt, exponent)).nonzero()[0] if rule.reaches_max else None
-            saturated = _clamp_copies(out, tilings, hot, exponent, offsets, fmt, saturate)
+            saturated = _clamp_copies(out, tilings, hot, exponent, offsets, fmt)
         return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
     if below_count > _DENSE_FRACTION * size and scale is None:  # mostly zeros: left out of the search
         np.less(np.subtract(magnitude, np.uint32(1), out=_work_array("own", size, np.uint32)),
@@ -639,14 +644,15 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     else:  # per-tensor: Inf, NaN or huge elements lie beyond max, overflow here, and are cast below
         with np.errstate(over="ignore", invalid="ignore"):
             _round_normal(source, out[0], fmt, split)
-    positions, values, underflow = _cast_elements(inputs, positions, exponents, lows, fmt, saturate, copies, size)
+    positions, values, underflow, clamped = _cast_elements(inputs, positions, exponents, lows, fmt, saturate, copies,
+                                                           size)
     if copies > 1:
         if not positions.size and not hot.size:  # nothing to fix: every copy is the rounded x
             return [(0, 0, largest)] * copies, True
         out[1:] = out[0]
     if positions.size:
         out.reshape(-1)[positions] = values
-    saturated = [high.size] if rule is None else _clamp_copies(out, tilings, hot, exponent, offsets, fmt, saturate)
+    saturated = [high.size] if rule is None else _clamp_copies(out, tilings, hot, exponent, offsets, fmt, clamped)
     if scale is not None:
         out *= np.float32(1) / scale  # a nonzero element stays nonzero: the counts hold
     return [(underflow[copy], saturated[copy], largest) for copy in range(copies)], False
@@ -659,14 +665,14 @@ def _every_tile_amax(magnitude: np.ndarray, tilings: list) -> np.ndarray:
     return np.concatenate([_tile_amax(magnitude, tiling) for tiling in tilings])
 
 
-def _clamp_copies(out: np.ndarray, tilings: list, hot, exponent, offsets: list, fmt, saturate: bool) -> list:
+def _clamp_copies(out: np.ndarray, tilings: list, hot, exponent, offsets: list, fmt, saturated=None) -> list:
     """Each copy's saturation count, after `_clamp_hot_tiles` on its ``hot`` tiles (tile numbers over
-    the stacked copies, sorted; None or empty: none)."""
-    saturated = [0] * len(tilings)
+    the stacked copies, sorted; None or empty: none), added to ``saturated`` (each copy's count of
+    elements saturated already, `_cast_elements`; None: none)."""
+    saturated = [0] * len(tilings) if saturated is None else list(saturated)
     for copy, mine in _by_copy(hot, offsets) if hot is not None and hot.size else ():
         if mine.size:
-            saturated[copy] = _clamp_hot_tiles(out[copy], tilings[copy], mine - offsets[copy], exponent[mine], fmt,
-                                               saturate)
+            saturated[copy] += _clamp_hot_tiles(out[copy], tilings[copy], mine - offsets[copy], exponent[mine], fmt)
     return saturated
 
 
@@ -736,19 +742,25 @@ def _recast_raised_tiles(source: np.ndarray, out: np.ndarray, tilings: list, til
         positions, inside = _tile_positions(mine - offsets[copy], tilings[copy])
         positions = positions[inside]
         exponents = np.broadcast_to(exponent[mine][:, None], inside.shape)[inside]
-        values = _round_by_table(source[positions], exponents, fmt, saturate)
+        values, _ = _round_by_table(source[positions], exponents, fmt, saturate)
         row = out[copy]
         underflow[copy] += int(np.count_nonzero(values == 0)) - int(np.count_nonzero(row[positions] == 0))
         row[positions] = values
 
 
-def _round_by_table(inputs: np.ndarray, exponents: np.ndarray, fmt, saturate: bool) -> np.ndarray:
+def _round_by_table(inputs: np.ndarray, exponents: np.ndarray, fmt, saturate: bool) -> tuple:
     """The cast of the float32 ``inputs`` times ``2**-exponents`` (one per element), times
     ``2**exponents``, through the table (`_round_into`): any magnitude, float32 subnormals too.
-    Each ldexp is exact: the values lie below max's rounding interval of their tile."""
+    Returns the values and the scaled inputs (``inputs * 2**-exponents``).
+
+    The scaling is exact wherever the product is a float32 normal (an element of a tile lies below
+    2**(emax + 1) once scaled: no overflow), and a product below 2**-126 lies far below half the
+    format's smallest subnormal, so it casts to zero, sign kept, exact or not. The rescaling of a
+    format value by ``2**exponents`` (-127 and up) is exact, float32 subnormals included."""
+    scaled = np.ldexp(inputs, -exponents)
     values = np.empty_like(inputs)
-    _round_into(np.ldexp(inputs, -exponents), values, fmt, saturate)
-    return np.ldexp(values, exponents)
+    _round_into(scaled, values, fmt, saturate)
+    return np.ldexp(values, exponents), scaled
 
 
 def _tile_broadcast(tiling: _Tiling, elements: tuple, per_tile: tuple) -> tuple:
@@ -850,29 +862,41 @@ def _cast_elements(inputs, positions, exponents, lows, fmt, saturate: bool, copi
     normal once scaled) they take the table instead. The others (one scale only) lie beyond max's
     rounding interval (`_round_beyond_max`).
 
+    Below the largest tile's bound an element can still lie beyond max's rounding interval of its
+    own tile (an MX block under ``floor`` or ``even`` whose amax is far below the largest, or a
+    tile whose bound was raised). `_round_in_tiles` leaves such an element rounded, above its
+    tile's bound, for `_clamp_hot_tiles` to clamp and count; the table clamps it to the bound
+    itself, where that count (of values beyond the bound) misses it, so it is counted here.
+
     Returns
     -------
-    (numpy.ndarray, numpy.ndarray, list of int)
-        The positions of the elements to write and their values, and each copy's underflow count:
-        every element here comes from a nonzero input (`_nonzero_of`), so a zero value underflowed.
+    (numpy.ndarray, numpy.ndarray, list of int, list of int or None)
+        The positions of the elements to write and their values; each copy's underflow count
+        (every element here comes from a nonzero input, `_nonzero_of`, so a zero value
+        underflowed); and each copy's count of elements the table took beyond max's rounding
+        interval (None: none went through the table with exponents).
     """
     if not positions.size:
-        return positions, None, [0] * copies
+        return positions, None, [0] * copies, None
+    clamped = None
     if exponents is None:
         values = _round_below_normal(inputs[:lows] if lows < inputs.size else inputs, fmt)
         if lows < inputs.size:  # (Inf and NaN among them, and products that overflow to Inf)
             with np.errstate(over="ignore", invalid="ignore"):
                 values = np.concatenate((values, _round_beyond_max(inputs[lows:], fmt, saturate)))
     elif exponents.min() < _RAISED_BELOW[fmt.name]:
-        values = _round_by_table(inputs, exponents, fmt, saturate)
+        values, scaled = _round_by_table(inputs, exponents, fmt, saturate)
+        beyond = _beyond_max(np.abs(scaled), fmt)  # (few elements: those below the largest tile's bound)
+        clamped = [int(np.count_nonzero(beyond))] if copies == 1 else \
+            np.bincount(positions[beyond] // size, minlength=copies).tolist()
     else:
         values, below = _round_in_tiles(inputs, fmt, exponents)
         if not below:  # every one lies inside its tile's normal range: nothing to fix
-            return positions[:0], None, [0] * copies
+            return positions[:0], None, [0] * copies, None
     zero = values[:lows] == 0
     if copies == 1:
-        return positions, values, [int(np.count_nonzero(zero))]
-    return positions, values, np.bincount(positions[:lows][zero] // size, minlength=copies).tolist()
+        return positions, values, [int(np.count_nonzero(zero))], clamped
+    return positions, values, np.bincount(positions[:lows][zero] // size, minlength=copies).tolist(), clamped
 
 
 def _round_below_normal(scaled: np.ndarray, fmt) -> np.ndarray:
@@ -890,8 +914,8 @@ _FIELD_OFFSETS = {fmt.name: np.int32(127 + fmt.mantissa_bits) for fmt in (FORWAR
 
 def _round_in_tiles(x: np.ndarray, fmt, exponents: np.ndarray) -> tuple[np.ndarray, bool]:
     """The cast of the nonzero float32 ``x`` times ``2**-exponents`` (int32, one per element), times
-    ``2**exponents``, for magnitudes below max's rounding interval of their tile, with exponents
-    from ``_RAISED_BELOW`` up: onto the format's grid scaled by ``2**exponents``.
+    ``2**exponents``, for magnitudes below max's rounding interval of their tile (those beyond it:
+    below), with exponents from ``_RAISED_BELOW`` up: onto the format's grid scaled by ``2**exponents``.
 
     The grid's spacing at ``x`` is the larger of the subnormal step ``2**(exponents +
     log2(min_subnormal))`` (below the tile's normal range) and the spacing of x's own binade,
@@ -900,6 +924,10 @@ def _round_in_tiles(x: np.ndarray, fmt, exponents: np.ndarray) -> tuple[np.ndarr
     of two (each exact; where the first underflows in float32 the result lies below half a step
     and rounds to zero, the sign kept). A float32 subnormal ``x`` always lies below its tile's
     range at these exponents, so its exponent field, 0, never decides.
+
+    An element beyond max's rounding interval of its tile (MX under ``floor`` or ``even``: an
+    element below the largest tile's bound can lie beyond its own tile's max) is ``x`` rounded to
+    ``mantissa_bits`` here, above the tile's bound, for `_clamp_hot_tiles` to clamp and count.
 
     Returns the values, and whether any element lay below its tile's normal range (otherwise each
     value is ``x`` rounded to ``mantissa_bits``, what `_round_normal` gives).

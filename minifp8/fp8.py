@@ -342,7 +342,8 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     axis : int
         The contraction axis the scales run along (block recipes; per-tensor recipes ignore it).
     weight : bool
-        128x128 tiles instead of 1x128 under ``blockwise`` (2-d ``x`` only).
+        128x128 tiles instead of 1x128 under ``blockwise`` (2-d ``x`` only); the other recipes have
+        no weight tiles, and refuse ``weight=True``.
     scaler : scaling.DelayedScaling, optional
         Required by ``delayed``, refused by the others: the history to record ``max|x|`` in and
         take the scale from (its format must be ``fmt``). Its ``update`` is left to the caller.
@@ -358,9 +359,10 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     ------
     ValueError
         An unknown recipe or format, a format other than E4M3/E5M2, a bad option value, a 0-d
-        ``x`` or an out-of-range axis under a block recipe, ``weight=True`` on a non-2-d ``x``
-        under ``blockwise``, a scaler of another format, or float64 ``x`` beyond float32's range
-        under a recipe other than ``fp8`` and ``unit`` (which round float64 exactly, and saturate).
+        ``x`` or an out-of-range axis under a block recipe, ``weight=True`` under a recipe other
+        than ``blockwise`` or on a non-2-d ``x`` under it, a scaler of another format, or float64
+        ``x`` beyond float32's range under a recipe other than ``fp8`` and ``unit`` (which round
+        float64 exactly, and saturate).
     TypeError
         ``x`` not float16/32/64 (int, bool, complex, object), an ill-typed ``fmt``, option,
         ``axis`` or ``weight``, a missing scaler under ``delayed`` or one given to another recipe,
@@ -397,6 +399,9 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         with np.errstate(over="ignore"):
             codec._check_fits_float32(array, array.astype(np.float32))
     weight = formats._check_bool(weight, "fake_quantize: weight")
+    if weight and recipe != "blockwise":  # (fp8.py's cast points pass it for every recipe, to fastcast.cast)
+        raise ValueError(f"fake_quantize: weight=True (128x128 weight tiles) applies to recipe 'blockwise' only, "
+                         f"got recipe {recipe!r}")
     if recipe in ("mxfp8", "blockwise"):
         if array.ndim == 0:
             raise ValueError(f"recipe {recipe!r} scales blocks along an axis; got a 0-d array")

@@ -178,13 +178,15 @@ def test_fake_quantize_equals_reference(recipe, fmt, shape, axis):
         assert scaler.scale == reference_scaler.scale
 
 
-def extreme_blocks(rng, fmt, rows, columns):
+def extreme_blocks(rng, fmt, rows, columns, high=120):
     """Rows from every float32 binade, each holding the values a block scale can get wrong.
 
     Row r is ``2**e_r`` times a mix of: the format's exact ties and their float32 neighbours, values
     in the format's subnormal range and around its smallest normal, its overflow threshold (464 or
-    61440) and neighbours, zeros, and plain normal values. e_r covers float32's whole range, so
-    blocks sit among float32 subnormals (the MX scale clamped at 2**-127) and next to float32's max.
+    61440) and neighbours, zeros, and plain normal values. e_r is drawn from [-150, high): with
+    the default, float32's whole range, so blocks sit among float32 subnormals (the MX scale
+    clamped at 2**-127) and next to float32's max; ``high=90`` keeps every magnitude below 2**100,
+    where the fast path casts blocks (`fastcast._HUGE`).
     """
     ties = midpoints(fmt).astype(np.float64)
     threshold = THRESHOLD[fmt]
@@ -197,31 +199,54 @@ def extreme_blocks(rng, fmt, rows, columns):
     nudge = rng.integers(-1, 2, (rows, columns))  # one float32 ulp down, none, one up
     towards = np.where(nudge > 0, np.inf, -np.inf).astype(np.float32)
     values = np.where(nudge == 0, values, np.nextafter(values, towards))
-    exponents = rng.integers(-150, 120, (rows, 1)).astype(np.float64)
+    exponents = rng.integers(-150, high, (rows, 1)).astype(np.float64)
     with np.errstate(over="ignore"):
         return np.clip(values * np.exp2(exponents - 8), -3.4e38, 3.4e38).astype(np.float32)
 
 
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
 @pytest.mark.parametrize("scale_mode", mx.SCALE_MODES)
-def test_block_casts_at_the_edges_of_every_binade(fmt, scale_mode):
+def test_block_casts_at_the_edges_of_every_binade(fmt, scale_mode, cast_path, monkeypatch):
     """mxfp8 (every scale mode) and blockwise casts against mx.quantize and
     scaling.quantize_blockwise, along both axes, with their statistics: ties, near ties, the
-    format's subnormals and overflow threshold, in blocks from float32's subnormals to its max."""
+    format's subnormals and overflow threshold, in blocks from float32's subnormals up.
+
+    The first tensor stays below 2**100, where the fast path casts blocks: it must, wherever the
+    fixture forces it ("in-range", "outliers"), and by its own choice wherever no block can
+    saturate (blockwise, MX under ceil and rceil); MX under floor and even may leave a tensor with
+    many elements to fix to the fallback. The second reaches float32's max, which every path leaves
+    to the fallback (`fastcast._cast_mx`, `fastcast._cast_blockwise`), as it does wherever the table
+    is forced. Which path ran is checked, so that each is held to the references."""
+    fallbacks = []
+    for name in ("_cast_mx", "_cast_blockwise"):
+        fallback = getattr(fastcast, name)
+        monkeypatch.setattr(fastcast, name, lambda *args, _fallback=fallback: fallbacks.append(1) or _fallback(*args))
     rng = rng_for(fmt, scale_mode)
-    x = extreme_blocks(rng, fmt, 512, 256)
-    for axis in (-1, 0):
-        values, stats = fp8.fake_quantize(x, "mxfp8", fmt, axis=axis, scale_mode=scale_mode)
-        quantized = mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode)
-        expected = quantized.dequantize()
-        assert_same(values, expected)
-        assert stats.saturation_count == np.count_nonzero(beyond_max(mx_scaled(x, quantized, axis), fmt))
-        assert stats.underflow_count == np.count_nonzero((expected == 0) & (x != 0)) > 0
-        if scale_mode == "floor":
-            assert stats.saturation_count > 0
-            values, stats = fp8.fake_quantize(x, "blockwise", fmt, axis=axis)
-            assert_same(values, reference(x, "blockwise", fmt, axis))
-            assert stats.underflow_count == np.count_nonzero((values == 0) & (x != 0)) > 0
+    in_range, huge = extreme_blocks(rng, fmt, 512, 256, high=90), extreme_blocks(rng, fmt, 512, 256)
+    assert np.abs(in_range).max() < 2.0**100 <= np.abs(huge).max()
+
+    def check_path(x, never_saturates):
+        if x is huge or cast_path == "table":
+            assert fallbacks
+        elif cast_path in ("in-range", "outliers") or never_saturates:
+            assert not fallbacks
+        fallbacks.clear()
+
+    for x in (in_range, huge):
+        for axis in (-1, 0):
+            values, stats = fp8.fake_quantize(x, "mxfp8", fmt, axis=axis, scale_mode=scale_mode)
+            check_path(x, scale_mode in ("ceil", "rceil"))
+            quantized = mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode)
+            expected = quantized.dequantize()
+            assert_same(values, expected)
+            assert stats.saturation_count == np.count_nonzero(beyond_max(mx_scaled(x, quantized, axis), fmt))
+            assert stats.underflow_count == np.count_nonzero((expected == 0) & (x != 0)) > 0
+            if scale_mode == "floor":
+                assert stats.saturation_count > 0
+                values, stats = fp8.fake_quantize(x, "blockwise", fmt, axis=axis)
+                check_path(x, True)
+                assert_same(values, reference(x, "blockwise", fmt, axis))
+                assert stats.underflow_count == np.count_nonzero((values == 0) & (x != 0)) > 0
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
@@ -667,6 +692,35 @@ def test_e5m2_overflow_tie_counts_as_saturated(recipe):
     assert stats.saturation_count == 1
     assert np.isinf(values[1, 3]) or recipe == "mxfp8"  # MX elements saturate inside a block
 
+
+@pytest.mark.parametrize("fmt, scale_mode, big, tiny", [("E4M3", "floor", 2.0**20, 1e-36),
+                                                        ("E4M3", "even", 2.0**20, 1e-36),
+                                                        ("E5M2", "floor", 2.0**40, 1e-31)])
+def test_mx_saturation_in_a_block_far_below_the_largest_counts(fmt, scale_mode, big, tiny):
+    """Found by a review: a block of 1.9 beside blocks of ``big`` lies far below the largest block's
+    normal range, so its elements are cast one by one; a block of ``tiny`` (amax below 2**-112,
+    E4M3, or 2**-97, E5M2) has its bound raised to 2**-126, which sent all of them through the
+    table. The table clamps 1.9's elements to max itself, where the count of values beyond max
+    never saw them, and none was counted. By hand: 1.9's shared exponent is -8 (E4M3: floor, and
+    even, which rounds 1.9 to 1.875) or -15 (E5M2), and 1.9 * 2**8 = 486.4 lies beyond 464,
+    1.9 * 2**15 = 62259.2 beyond 61440: all 32 saturate, to max * 2**shared_exp. The big blocks
+    scale their amax to 256 (E4M3) or 32768 (E5M2): none does. So for the rowwise copy of the pair
+    cast (training's statistics); in the columnwise one each column's 8 rows are one block, with
+    big's scale, where nothing saturates."""
+    x = np.full((8, 32), big, np.float32)
+    x[1], x[2] = 1.9, tiny
+    values, stats = fp8.fake_quantize(x, "mxfp8", fmt, scale_mode=scale_mode)
+    quantized = mx.quantize(x, "MXFP8_" + fmt, scale_mode=scale_mode)
+    assert_same(values, quantized.dequantize())
+    assert stats.saturation_count == np.count_nonzero(beyond_max(mx_scaled(x, quantized, -1), fmt)) == 32
+    assert values[1, 0] == MAX[fmt] * 2.0 ** (-8 if fmt == "E4M3" else -15)
+    options = fp8._recipe_options("mxfp8", {"scale_mode": scale_mode})
+    pair = fastcast.cast_pair(x, "mxfp8", options, formats.get(fmt))
+    if pair is not None:  # (the table path, where forced, declines it)
+        assert pair[0][1] == stats and pair[1][1].saturation_count == 0
+        assert_same(pair[0][0], values)
+
+
 def test_statistics_recorded_per_role_and_summary():
     rng = np.random.default_rng(2)
     layer = nn.Linear(128, 64, bias=False, rng=rng)
@@ -1065,10 +1119,13 @@ def test_block_casts_with_many_elements_below_the_range(recipe, scale_mode, fmt,
     ranges (by default cast whole, `fastcast._cast_in_tiles`), with ties on the
     subnormal grids, an all-zero block of both signs, float32 subnormals; in a second tensor, a
     tile of tiny nonzero values whose bound is raised to 2**-126 (there blockwise, and MX under
-    ceil and rceil, cast the tensor whole and those tiles again, through the table; MX under
-    floor, whose tiles may saturate, declines); in a third, 60% zeros with few elements to fix,
-    which the search leaves out. Each copy of the pair equals its reference, and its statistics
-    the single cast's."""
+    ceil and rceil, cast the tensor whole and those tiles again, through the table; under MX
+    floor, whose blocks may saturate, the whole cast declines, and the one by one cast takes the
+    tensor where forced to, every element below the largest block's bound through the table,
+    saturating ones too; by default it declines too: too many elements to fix); in a third, 60%
+    zeros with few elements to fix, which the search leaves out. Each copy of the pair equals its
+    reference, and its statistics the single cast's and a count from the references' scaled
+    inputs."""
     fixes = []
     cast_in_tiles = fastcast._cast_in_tiles
     monkeypatch.setattr(fastcast, "_cast_in_tiles", lambda *args: fixes.append(args[3]) or cast_in_tiles(*args))
@@ -1083,6 +1140,9 @@ def test_block_casts_with_many_elements_below_the_range(recipe, scale_mode, fmt,
     x[100, 200:210] = np.float32(1e-40)  # float32 subnormals
     raised = x.copy()
     raised[64:96, 128:256] = rng.standard_normal((32, 128)).astype(np.float32) * np.float32(1e-36)
+    # The amax of its blocks along both axes, their bounds still raised: under MX floor, beyond max's
+    # rounding interval once scaled (its shared exponent, 2**-125 or 2**-115, not clamped at 2**-127).
+    raised[70, 140] = np.float32(1.9 * 2.0**(-117 if fmt == "E4M3" else -100))
     zeros = np.where(rng.random(x.shape) < 0.6, np.float32(0), x)  # mostly zeros, few to fix
     zeros[tiny] = np.where(rng.random(x.shape) < 0.05, x, 0)[tiny]
     fmt_ = formats.get(fmt)
@@ -1105,6 +1165,19 @@ def test_block_casts_with_many_elements_below_the_range(recipe, scale_mode, fmt,
                 assert_same(values, reference(tensor, recipe, fmt, axis))
             assert stats == single[1]
             assert stats.underflow_count == np.count_nonzero((values == 0) & (tensor != 0)) > 0
+            saturated = np.count_nonzero(beyond_max(reference_scaled(tensor, recipe, fmt, axis, scale_mode), fmt))
+            assert stats.saturation_count == saturated
+            assert (saturated > 0) == (scale_mode == "floor")
+
+
+def reference_scaled(x, recipe, fmt, axis, scale_mode=None):
+    """The scaled inputs of a block cast's reference: x times its block's ``2**-shared_exp``
+    (mx.quantize, float64, exact), or times its tile's scale in float32 (scaling.quantize_blockwise,
+    1x128 tiles)."""
+    if recipe == "mxfp8":
+        return mx_scaled(x, mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode), axis)
+    quantized = scaling.quantize_blockwise(x, fmt, block_shape=(1, 128), axis=axis)
+    return np.multiply(x, expand(quantized.scale, x.shape, (1, 128), axis), dtype=np.float32)
 
 
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
@@ -1316,6 +1389,12 @@ def test_fake_quantize_rejects_ill_typed_arguments():
         fp8.fake_quantize(x, "blockwise", weight="no")  # (a truthy str would have meant 128x128 tiles)
     with pytest.raises(ValueError, match=r"128x128 weight tiles need a 2-d array, got shape \(2, 2, 256\)"):
         fp8.fake_quantize(x.reshape(2, 2, 256), "blockwise", weight=True)  # (an internal TypeError when unchecked)
+    # found by a review: weight=True was ignored by every recipe but blockwise, whose tiles it chooses
+    for recipe in (r for r in fp8.RECIPES if r != "blockwise"):
+        with pytest.raises(ValueError, match=f"weight=True .* recipe 'blockwise' only, got recipe '{recipe}'"):
+            fp8.fake_quantize(x, recipe, weight=np.bool_(True))
+        if recipe not in ("fp32", "delayed"):  # (the identity; one that needs a scaler)
+            assert_same(fp8.fake_quantize(x * 1.3, recipe, weight=False)[0], reference(x * 1.3, recipe, "E4M3"))
     with pytest.raises(TypeError, match="scaler is only used by recipe 'delayed'"):
         fp8.fake_quantize(x, "current", scaler=scaling.DelayedScaling("E4M3"))
     # found by an audit: the scaler's own options were accepted and ignored (the scaler kept margin 0)
