@@ -1005,9 +1005,16 @@ def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None
 
 # ---- slices on threads -------------------------------------------------------------------------
 CAST_THREADS = min(4, os.cpu_count() or 1)
-"""Threads that cast the slices of a big tensor (set to 1 for a single thread). NumPy releases the
-GIL inside its loops, so the slices run in parallel, as the GEMMs do on all cores. Each slice writes
-its own part of the output, so the results are the same for any number of threads."""
+"""Threads that cast a tensor of more than ``_CHUNK_ELEMENTS`` (2**18) elements, cut into slabs of
+about that many (set to 1 for a single thread); by default the machine's CPU count, at most 4. A
+tensor of up to 2**18 elements is cast whole on the calling thread. In ``train_tiny``'s default
+model (n_embd 64) that is every tensor (the largest, its GELU outputs and MLP gradients, hold
+exactly 2**18); at n_embd 128 its GELU outputs and the output gradients of its MLP's first linear
+and its q, k, v projection are split, and in ``bench fp8``'s block 12 of a step's 16 casts. NumPy
+releases the GIL inside its loops, so the slabs can run in parallel. Each writes its own part of
+the output, so the results are the same for any number of threads. Tutorial 9's threading
+experiments cut the default model's tensors into smaller slabs (the steps were slower); whether
+the threads help the wider tensors in a step is not measured there."""
 
 _CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 per slice: it and its temporaries stay in cache
 _pool: ThreadPoolExecutor | None = None

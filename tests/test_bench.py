@@ -1,5 +1,9 @@
-"""``python -m minifp8.bench`` runs: a smoke test of the training-step section (it reports
-ratios; no timing is asserted here, speed is read from the benchmark's own output)."""
+"""``python -m minifp8.bench`` runs: smoke tests of every section (their lines, and ratios that
+are positive finite numbers consistent with the times printed beside them; no speed is asserted
+here, speed is read from the benchmark's own output)."""
+import contextlib
+import io
+import math
 import os
 import re
 
@@ -252,3 +256,146 @@ def test_committed_speed_results_are_a_default_config_run_of_every_recipe():
     document = bench.load_speed_results()
     assert document["steps"] == 1000 and document["model"]["n_embd"] == 64 and document["model"]["family"] == "unit"
     assert list(document["recipes"]) == [recipe for recipe in fp8.RECIPES if recipe != "fp32"]
+
+
+# ---- the codec, block, mx and fp8 sections -----------------------------------------------------
+
+#: A `bench.report` line: label, ms, optionally Melem/s and the speed ratio against a baseline.
+REPORT_LINE = re.compile(r"  (?P<label>\S.*?) +(?P<ms>\d+\.\d\d) ms(?: +(?P<melem>\d+\.\d) Melem/s)?"
+                         r"(?:   x ?(?P<speed>\d+\.\d\d) speed of baseline)?")
+ROUNDS = 2
+
+
+@pytest.fixture(scope="module")
+def short_run():
+    """One run of the codec, block, mx and fp8 sections with the fewest repetitions (about 12 s on
+    a 2-core machine): each section's stdout lines, and the (recipe, FP8State) of every
+    ``fp8.apply_recipe`` call the fp8 section made."""
+    applied, apply_recipe = [], fp8.apply_recipe
+
+    def recording(model, recipe, **options):
+        state = apply_recipe(model, recipe, **options)
+        applied.append((recipe, state))
+        return state
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(io.StringIO()):
+        patch.setattr(fp8, "apply_recipe", recording)
+        assert bench.main(["--repeats", "1", "--rounds", str(ROUNDS), "codec", "block", "mx", "fp8"]) == 0
+    sections, name = {}, None
+    for line in out.getvalue().splitlines()[1:]:
+        if re.fullmatch(r"\[\w+\]", line):
+            name = line[1:-1]
+            sections[name] = []
+        else:
+            sections[name].append(line)
+    assert list(sections) == ["codec", "block", "mx", "fp8"]
+    return sections, applied
+
+
+def report_lines(lines: list) -> dict:
+    """``{label: (ms, Melem/s or None, speed ratio or None)}`` of `bench.report` lines, each checked
+    whole: positive finite numbers (an Inf or NaN prints as "inf" or "nan", which fails the match)."""
+    parsed = {}
+    for line in lines:
+        match = REPORT_LINE.fullmatch(line)
+        assert match, line
+        numbers = [None if text is None else float(text) for text in match.group("ms", "melem", "speed")]
+        assert all(number is None or (math.isfinite(number) and number > 0) for number in numbers), line
+        parsed[match["label"]] = tuple(numbers)
+    return parsed
+
+
+def assert_consistent(parsed: dict, label: str, elements: int, baseline: str | None) -> None:
+    """The Melem/s and the speed ratio of ``label``'s line agree with the times printed (to within
+    their rounding): the ratio is the time of ``baseline``'s line over this one's."""
+    ms, melem, speed = parsed[label]
+    assert math.isclose(melem, elements / ms / 1e3, rel_tol=0.01, abs_tol=0.06), (label, melem)
+    if baseline is None:
+        assert speed is None, label
+    else:
+        assert math.isclose(speed, parsed[baseline][0] / ms, rel_tol=0.01, abs_tol=0.006), (label, speed)
+
+
+def test_codec_section_reports_encode_and_decode_against_ml_dtypes(short_run):
+    lines = short_run[0]["codec"]
+    try:
+        import ml_dtypes  # noqa: F401  (a test dependency; without it the section says so and has no ratios)
+    except ImportError:
+        assert lines[0].startswith("  (ml_dtypes is not installed: no baseline;")
+        lines = lines[1:]
+        have_baseline = False
+    else:
+        have_baseline = True
+    parsed = report_lines(lines)
+    expected = []
+    for name in ("E4M3", "E5M2"):
+        if have_baseline:
+            expected += [f"ml_dtypes astype float32 -> {name}", f"ml_dtypes astype {name} -> float32"]
+        expected += [f"minifp8 encode {name}", f"minifp8 decode {name}"]
+    assert list(parsed) == expected
+    for name in ("E4M3", "E5M2"):
+        for label, baseline in ((f"minifp8 encode {name}", f"ml_dtypes astype float32 -> {name}"),
+                                (f"minifp8 decode {name}", f"ml_dtypes astype {name} -> float32")):
+            assert_consistent(parsed, label, 1 << 24, baseline if have_baseline else None)
+
+
+def test_block_section_reports_the_step_against_its_gemms(short_run):
+    lines = short_run[0]["block"]
+    parsed = report_lines(lines[:2])
+    assert list(parsed) == ["block forward+backward (autograd)", "the same GEMMs alone (NumPy)"]
+    assert all(melem is None and speed is None for _, melem, speed in parsed.values())
+    ratio = float(re.fullmatch(r"  ratio step / matmul: (\d+\.\d\d) \(target <= 2\)", lines[2])[1])
+    step_ms, matmul_ms = parsed["block forward+backward (autograd)"][0], parsed["the same GEMMs alone (NumPy)"][0]
+    assert ratio > 0 and math.isclose(ratio, step_ms / matmul_ms, rel_tol=0.01, abs_tol=0.006)
+    assert len(lines) == 3
+
+
+def test_mx_section_reports_quantize_against_encode_and_dequantize_against_decode(short_run):
+    """Dequantize's baseline is the decode of E4M3 codes (the table lookup it adds block scales to),
+    not the encode, as it once was."""
+    lines = short_run[0]["mx"]
+    parsed = report_lines(lines[:4])
+    encode, quantize = "codec.encode E4M3 (baseline of quantize)", "mx.quantize MXFP8_E4M3"
+    decode, dequantize = "codec.decode E4M3 (baseline of dequantize)", "MXArray.dequantize MXFP8_E4M3"
+    assert list(parsed) == [encode, quantize, decode, dequantize]
+    for label, baseline in ((encode, None), (quantize, encode), (decode, None), (dequantize, decode)):
+        assert_consistent(parsed, label, 4096 * 4096, baseline)
+    ratios = re.fullmatch(r"  ratio quantize / encode: (\d+\.\d\d) \(target <= 1\.5\); "
+                          r"dequantize / decode: (\d+\.\d\d)", lines[4]).groups()
+    for text, (numerator, denominator) in zip(ratios, ((quantize, encode), (dequantize, decode))):
+        assert float(text) > 0
+        assert math.isclose(float(text), parsed[numerator][0] / parsed[denominator][0], rel_tol=0.01, abs_tol=0.006)
+    assert len(lines) == 5
+
+
+def test_fp8_section_reports_every_recipe_against_fp32(short_run):
+    lines = short_run[0]["fp8"]
+    line = re.compile(r"  step under (?P<recipe>\S+) +(?P<ms>\d+\.\d\d) ms   x ?(?P<ratio>\d+\.\d\d) fp32 step"
+                      rf"(?: \((?P<low>\d+\.\d\d)-(?P<high>\d+\.\d\d) over {ROUNDS} rounds\))?"
+                      r"(?: \(target <= (?P<target>[\d.]+)\))?")
+    matches = [line.fullmatch(text) for text in lines]
+    assert all(matches), lines
+    assert [match["recipe"] for match in matches] == list(fp8.RECIPES)
+    for match in matches:
+        ms, ratio = float(match["ms"]), float(match["ratio"])
+        assert math.isfinite(ms) and ms > 0 and math.isfinite(ratio) and ratio > 0, match[0]
+        if match["recipe"] == "fp32":
+            assert ratio == 1 and match["low"] is None and match["target"] is None
+        else:
+            assert float(match["low"]) <= ratio <= float(match["high"]), match[0]
+        assert match["target"] == {"fp8": "1.5", "unit": "1.5", "mxfp8": "2"}.get(match["recipe"]), match[0]
+
+
+def test_fp8_section_steps_each_recipes_state_as_training_does(short_run):
+    """Each recipe is applied once, and every timed step ends with the FP8 state's step, so that
+    delayed casts with the scales of its amax history. Before, the section applied each recipe again
+    every round and never stepped the state: delayed cast with scale 1 throughout."""
+    applied = short_run[1]
+    assert [recipe for recipe, _ in applied] == list(fp8.RECIPES)
+    calls = ROUNDS * (1 + 1)  # each round: one warmup call and one timed (--repeats 1)
+    assert all(state.steps == calls for _, state in applied)
+    delayed = dict(applied)["delayed"]
+    scalers = [scaler for point in delayed.points.values() for scaler in point.scalers.values()]
+    assert scalers and all(scaler.scale != 1 and math.isfinite(scaler.scale) for scaler in scalers)
