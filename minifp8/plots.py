@@ -13,14 +13,14 @@ and training figures as they are added.
 """
 from __future__ import annotations
 
-import itertools
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
 from . import formats as _formats
 from .codec import quantize
-from .formats import _check_int
+from .formats import _check_int, _described
 
 # One colour per format, the same in every figure (matplotlib's default cycle, colour-blind safe
 # enough for two or three lines; subnormals and special regions get their own).
@@ -69,6 +69,14 @@ def _percent_axis(ax, ticks=None) -> None:
         ax.set_yticks(ticks)
     ax.yaxis.set_minor_locator(_null_locator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{100 * value:g}%"))
+
+
+def _real(value, name: str) -> float:
+    """``value`` as a Python float; TypeError naming ``name`` unless it is a real number (a Python
+    or NumPy int or float; a bool is not one). Its range is the caller's to check."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {_described(value)}")
+    return float(value)
 
 
 # ================================================================================================
@@ -226,6 +234,7 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
     matplotlib.figure.Figure
     """
     fmt = _formats.get(name)
+    low, high = _real(low, "low"), _real(high, "high")
     if not 0 < low < high < math.inf:
         raise ValueError(f"stochastic_rounding_bias draws positive inputs: it needs 0 < low < high, got "
                          f"low={low!r}, high={high!r}")
@@ -299,8 +308,7 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     steps = _check_int(steps, "steps", 1)
     spike_step = _check_int(spike_step, "spike_step", 0, steps - 1)
     size, seed = _check_int(size, "size", 1), _check_int(seed, "seed", 0)
-    if isinstance(spike_factor, (bool, np.bool_)) or not isinstance(spike_factor, (int, float, np.integer, np.floating)) \
-            or not 0 < spike_factor < math.inf:
+    if not 0 < _real(spike_factor, "spike_factor") < math.inf:
         raise ValueError(f"spike_factor must be a finite number > 0, got {spike_factor!r}")
     fmt = _formats.get(name)
     if not (fmt.has_nan or fmt.has_infinity):
@@ -381,7 +389,8 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     one current scale for the whole tensor, MXFP8 (E4M3), MXFP6 (E2M3), MXFP4 (E2M1) and NVFP4.
 
     A per-tensor scale serves the rows near the amax and flushes the rows below it ever more (with
-    the defaults: 37% of a row's values at 2**-16, 96% at 2**-18, all at 2**-19).
+    the defaults: 37% of a row's values at 2**-16, 96% at 2**-18, all but one of the 2048 at
+    2**-19, and all of them from 2**-19.5 down).
     MX block scales (E8M0, any power of two) keep every row at its format's SNR. NVFP4 shares one
     float32 scale per tensor and E4M3 block scales, which cover about 2**17 below the amax.
 
@@ -460,6 +469,9 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     if statistic not in ("std", "mean_abs"):
         raise ValueError(f"statistic must be 'std' or 'mean_abs', got {statistic!r}")
     records = getattr(records, "records", records)
+    if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+        raise TypeError("scale_plot needs a ScaleTracker, a dict of name -> ScaleRecord or a sequence of "
+                        f"ScaleRecords, got {_described(records)}")
     records = list(records.values()) if isinstance(records, dict) else list(records)
     if not records:
         raise ValueError("scale_plot needs at least one record (track tensors inside a ScaleTracker)")
@@ -548,6 +560,7 @@ def gpt_cast_scales(config, batch_size: int, seed: int = 0) -> list:
     from .autograd import Tensor
     from .model import GPT
 
+    batch_size, seed = _check_int(batch_size, "batch_size", 1), _check_int(seed, "seed", 0)
     model = GPT(config, rng=np.random.default_rng(seed))
     for name, module in model.named_modules():
         if hasattr(module, "gemm"):
@@ -587,11 +600,50 @@ def _require(figure: str, where: str, mapping, keys) -> None:
             raise ValueError(f"{figure}: {where} has no {key!r} (it has {', '.join(map(repr, mapping)) or 'nothing'})")
 
 
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _number(figure: str, where: str, value, none: bool = False, positive: bool = False) -> float:
+    """A number of a results document as a float: TypeError naming ``where`` unless it is a real
+    number (or None where ``none``: JSON's null, which the results write for NaN, read as NaN);
+    with ``positive``, ValueError unless it is finite and > 0."""
+    if value is None and none:
+        return math.nan
+    if not _is_real(value):
+        raise TypeError(f"{figure}: {where} must be a number{' or None' if none else ''}, got {_described(value)}")
+    if positive and not 0 < float(value) < math.inf:
+        raise ValueError(f"{figure}: {where} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _series(figure: str, where: str, values) -> np.ndarray:
+    """A list of numbers of a results document (None, JSON's null for NaN, read as NaN) as a 1-D
+    float64 array: TypeError for anything but a list, tuple or 1-D array of numbers, ValueError
+    for a nested one."""
+    flat = f"{figure}: {where} must be a flat list of numbers"
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind not in "iuf":
+            raise TypeError(f"{flat}, got {_described(values)}")
+        if values.ndim != 1:
+            raise ValueError(f"{flat}, got {_described(values)}")
+        return values.astype(np.float64)
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{flat}, got {_described(values)}")
+    for index, value in enumerate(values):
+        if isinstance(value, (list, tuple, np.ndarray)):
+            raise ValueError(f"{flat}, got a nested one (entry {index} is {_described(value)})")
+        if value is not None and not _is_real(value):
+            raise TypeError(f"{flat}, got entry {index} {_described(value)}")
+    return np.array([math.nan if value is None else value for value in values], dtype=np.float64)
+
+
 def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> dict:
     """The runs of a ``train_tiny`` results document, checked for what ``figure`` reads.
 
-    Each run must hold ``run_keys``; each entry of its lists named in ``entry_keys`` (``{"val":
-    ("step", "loss")}``), the keys listed there. Lists a run lacks are left out of the figure.
+    Each run must hold ``run_keys``; each of its lists named in ``entry_keys`` (``{"val": ("step",
+    "loss")}``) must be a list (or None) of dicts with the keys listed there: a number for the
+    first (the step), a number or None (NaN) for the others. Lists a run lacks are left out of the figure.
     """
     try:
         _require(figure, "results", results, ("runs",))
@@ -604,17 +656,29 @@ def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> dict:
     if not runs:
         raise ValueError(f"{figure}: results holds no runs")
     for label, metrics in runs.items():
+        if not isinstance(label, str):
+            raise TypeError(f"{figure}: a run's label must be a str, got {_described(label)}")
         _require(figure, f"run {label!r}", metrics, run_keys)
         for key, fields in entry_keys.items():
-            for entry in metrics.get(key) or []:
-                _require(figure, f"run {label!r}: an entry of {key!r}", entry, fields)
+            entries = metrics.get(key)
+            if entries is not None and not isinstance(entries, (list, tuple)):
+                raise TypeError(f"{figure}: run {label!r}: {key!r} must be a list of dicts, got {_described(entries)}")
+            for entry in entries or []:
+                where = f"run {label!r}: an entry of {key!r}"
+                _require(figure, where, entry, fields)
+                for number, field in enumerate(fields):
+                    _number(figure, f"{where}: {field!r}", entry[field], none=number > 0)
     return runs
 
 
-def _run_curve(metrics: dict, every: int, smooth_steps: int):
+def _value(number) -> float:
+    """A checked number or None (NaN) of a results document, as a float."""
+    return math.nan if number is None else float(number)
+
+
+def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
     """(steps, losses) of one run's training loss, averaged over windows of about ``smooth_steps``
     (shorter ones where a run would have fewer than ten, so that a short run still draws a line)."""
-    losses = np.asarray(metrics["train_loss"], dtype=np.float64)
     window = max(1, min(round(smooth_steps / every), len(losses) // 10))
     count = len(losses) // window
     if count == 0:
@@ -639,11 +703,11 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     results : dict
         ``metrics.json`` of ``python -m minifp8.train_tiny --out DIR``, or the headline results
         (``minifp8.train_tiny.load_results()``), whose training losses are window means
-        (``train_loss_every`` steps each). At least one run; each needs ``train_loss``, and is
-        drawn with the ``val`` and ``cast_stats`` it has. A missing key raises a ValueError that
-        names the run and the key.
+        (``train_loss_every`` steps each). At least one run; each needs ``train_loss`` (a list of
+        numbers), and is drawn with the ``val`` and ``cast_stats`` it has. A missing key raises a
+        ValueError that names the run and the key; a value of the wrong type, a TypeError.
     smooth_steps : int
-        Width of the averaging window of the training loss, in steps.
+        Width of the averaging window of the training loss, in steps (at least 1).
     title : str, optional
 
     Returns
@@ -653,6 +717,11 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     runs = _runs(results, "training_curves", ("train_loss",),
                  {"val": ("step", "loss"), "cast_stats": ("step", "max_underflow")})
     every = _check_int(results.get("train_loss_every", 1), "train_loss_every", 1)
+    smooth_steps = _check_int(smooth_steps, "smooth_steps", 1)
+    loss_floor = results.get("loss_floor")
+    loss_floor = None if loss_floor is None else _number("training_curves", "results['loss_floor']", loss_floor)
+    curves = {label: _run_curve(_series("training_curves", f"run {label!r}: 'train_loss'", metrics["train_loss"]),
+                                every, smooth_steps) for label, metrics in runs.items()}
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
     colors = iter(f"C{i}" for i in range(1000))
@@ -666,22 +735,22 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
         else:
             color = "black" if label == "fp32" else next(colors)
         style = "--" if label == "unit fp32" and metrics.get("family") == "unit" else "-"
-        steps, losses = _run_curve(metrics, every, smooth_steps)
+        steps, losses = curves[label]
         loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label)
         val = metrics.get("val") or []
         if val:
-            loss_axis.plot([entry["step"] for entry in val], [entry["loss"] for entry in val], "o", color=color,
-                           markersize=3.5)
+            loss_axis.plot([entry["step"] for entry in val], [_value(entry["loss"]) for entry in val], "o",
+                           color=color, markersize=3.5)
         if metrics.get("diverged"):
             loss_axis.plot(steps[-1:], losses[-1:], "x", color=color, markersize=8, markeredgewidth=2)
         stats = metrics.get("cast_stats") or []
         if stats:
-            fractions = np.array([entry["max_underflow"] for entry in stats], dtype=np.float64)
+            fractions = np.array([_value(entry["max_underflow"]) for entry in stats], dtype=np.float64)
             underflow_axis.plot([entry["step"] for entry in stats], 100 * fractions, style, color=color,
                                 linewidth=1.2, marker=".", markersize=3, label=label)
-    if results.get("loss_floor"):
-        loss_axis.axhline(results["loss_floor"], color="grey", linestyle=":", linewidth=1.0)
-        loss_axis.text(0.99, results["loss_floor"], "loss floor of the corpus", transform=loss_axis.get_yaxis_transform(),
+    if loss_floor is not None and math.isfinite(loss_floor):
+        loss_axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
+        loss_axis.text(0.99, loss_floor, "loss floor of the corpus", transform=loss_axis.get_yaxis_transform(),
                        ha="right", va="bottom", fontsize=8, color="grey")
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, dots: validation")
     loss_axis.grid(True, alpha=0.3)
@@ -694,20 +763,36 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     return figure
 
 
+def _is_option_run(label: str, recipe: str) -> bool:
+    """Whether run ``label`` is recipe ``recipe``'s own run (``unit``) or it with options (``unit + fp8 grads``)."""
+    return label == recipe or (label.startswith(recipe) and label[len(recipe)] in " +")
+
+
 def _options_label(label: str, recipe: str) -> str:
-    """The FP8-LM part of a run label: ``unit + fp8 grads`` -> ``fp8 grads``; a plain run -> ``baseline``."""
-    rest = label[len(recipe):].lstrip(" +")
-    return rest or "baseline"
+    """The FP8-LM part of a run label: ``unit + fp8 grads`` -> ``fp8 grads``; the recipe's own run
+    -> ``baseline``; a run whose label does not start with its recipe (``unit fp32``, recipe fp32)
+    is no option of it: its whole label."""
+    if not _is_option_run(label, recipe):
+        return label
+    return label[len(recipe):].lstrip(" +") or "baseline"
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+LINE_STYLE_NAMES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
+FP8LM_MAX_RUNS = 10 * len(LINE_STYLES)  # each its own pair of the ten colours C0-C9 and a line style
 
 
 def fp8lm_options(results: dict):
     """What FP8-LM's options do to the headline config (``train_tiny --experiment fp8lm``).
 
-    Top: the validation loss of every run relative to the run of the same recipe without options,
-    one colour per combination of options, solid for the unit-scaled model (``unit``), dashed for
-    the standard model with current scaling (``current``). Middle: the FP8 gradients against the
-    FP32 all-reduce of the same gradients, as the relative error ``||g_fp8 - g_fp32|| / ||g_fp32||``
-    at each progress line (FP8-LM section 2.1).
+    Top: the validation loss of every run relative to the run of the same recipe without options
+    (a run that is not its recipe's name followed by options, such as ``unit fp32`` of the
+    headline results, is its own reference). With at most four recipes, one colour per
+    combination of options and one line style per recipe (for ``fp8lm.json``: solid for the
+    unit-scaled model, ``unit``, dashed for the standard model with current scaling,
+    ``current``); with more, each run its own colour and line style. Middle: the FP8 gradients
+    against the FP32 all-reduce of the same gradients, as the relative error ``||g_fp8 -
+    g_fp32|| / ||g_fp32||`` at each progress line (FP8-LM section 2.1).
     Bottom: the bytes per parameter each run held for weights, master weights, gradients and both
     Adam moments, read from its arrays (`minifp8.fp8lm.measure_memory`), against FP32 AdamW's 16.
 
@@ -716,8 +801,9 @@ def fp8lm_options(results: dict):
     results : dict
         The ``fp8lm.json`` results of ``python -m minifp8.train_tiny --experiment fp8lm --out DIR``
         (``minifp8.train_tiny.load_results(minifp8.train_tiny.FP8LM_RESULTS)``) or its ``metrics.json``.
-        At least one run; each needs ``recipe``, and is drawn with the ``val``, ``fp8_grads`` and
-        ``memory`` it has. A missing key raises a ValueError that names the run and the key.
+        From 1 to 40 runs; each needs ``recipe`` (a str), and is drawn with the ``val``,
+        ``fp8_grads`` and ``memory`` it has. A missing key raises a ValueError that names the run
+        and the key; a value of the wrong type, a TypeError.
 
     Returns
     -------
@@ -725,19 +811,44 @@ def fp8lm_options(results: dict):
     """
     runs = _runs(results, "fp8lm_options", ("recipe",),
                  {"val": ("step", "loss"), "fp8_grads": ("step", "relative_error")})
+    for label, metrics in runs.items():
+        if not isinstance(metrics["recipe"], str):
+            raise TypeError(f"fp8lm_options: run {label!r}: 'recipe' must be a str, got "
+                            f"{_described(metrics['recipe'])}")
+    if len(runs) > FP8LM_MAX_RUNS:
+        raise ValueError(f"fp8lm_options draws at most {FP8LM_MAX_RUNS} runs (each with its own colour and line "
+                         f"style), got {len(runs)}")
+    recipes = list(dict.fromkeys(m["recipe"] for m in runs.values()))
+    components = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
+    first = [(label, m) for label, m in runs.items() if m["recipe"] == recipes[0] and m.get("memory")]
+    for label, m in first:
+        _require("fp8lm_options", f"run {label!r}: memory", m["memory"], ("bytes_per_parameter",))
+        where = f"run {label!r}: memory['bytes_per_parameter']"
+        _require("fp8lm_options", where, m["memory"]["bytes_per_parameter"], components)
+        for component in components:
+            _number("fp8lm_options", f"{where}[{component!r}]", m["memory"]["bytes_per_parameter"][component])
+
+    # one colour per combination of options and one line style per recipe, where that tells every
+    # run apart; else each run its own colour (C0-C9) and line style
+    options = {label: _options_label(label, m["recipe"]) for label, m in runs.items()}
+    names = list(dict.fromkeys(options.values()))
+    looks = {label: (f"C{names.index(options[label])}", dict(zip(recipes, LINE_STYLES)).get(m["recipe"]))
+             for label, m in runs.items()}
+    by_recipe = len(recipes) <= len(LINE_STYLES) and len(names) <= 10 and len(set(looks.values())) == len(looks)
+    if not by_recipe:
+        looks = {label: (f"C{i % 10}", LINE_STYLES[i // 10]) for i, label in enumerate(runs)}
+
     figure, (loss_axis, error_axis, memory_axis) = _new_figure(8.0, 9.0, rows=3,
                                                                gridspec_kw={"height_ratios": (2, 1.3, 1.5)})
-    options = list(dict.fromkeys(_options_label(label, m["recipe"]) for label, m in runs.items()))
-    colors = {name: f"C{i}" for i, name in enumerate(options)}
-    recipes = list(dict.fromkeys(m["recipe"] for m in runs.values()))
-    styles = dict(zip(recipes, itertools.cycle(("-", "--", ":", "-."))))  # more recipes than styles: again
     for label, metrics in runs.items():
-        name = _options_label(label, metrics["recipe"])
-        style = dict(color=colors[name], linestyle=styles[metrics["recipe"]], linewidth=1.2)
+        color, linestyle = looks[label]
+        style = dict(color=color, linestyle=linestyle, linewidth=1.2)
         # each evaluation after step 0 against the same step of the recipe's run without options
-        alone = {e["step"]: e["loss"] for e in runs.get(metrics["recipe"], {}).get("val", [])}
-        pairs = [(e["step"], e["loss"] / alone[e["step"]] - 1) for e in metrics.get("val") or []
-                 if e["step"] > 0 and e["step"] in alone]
+        reference = runs.get(metrics["recipe"]) if _is_option_run(label, metrics["recipe"]) else metrics
+        alone = {e["step"]: _value(e["loss"]) for e in (reference or {}).get("val") or []}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pairs = [(e["step"], float(np.float64(_value(e["loss"])) / alone[e["step"]] - 1))
+                     for e in metrics.get("val") or [] if e["step"] > 0 and e["step"] in alone]
         loss_axis.plot([step for step, _ in pairs], [change for _, change in pairs], marker=".", label=label, **style)
         grads = [e for e in metrics.get("fp8_grads") or [] if e["relative_error"] is not None]  # (None: nothing cast)
         if grads:
@@ -749,25 +860,22 @@ def fp8lm_options(results: dict):
     loss_axis.set_xlabel("step")
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(fontsize=7, ncols=2, loc="upper right")
-    style_names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
-    key = ", ".join(f"{style_names[styles[recipe]]}: {recipe}" for recipe in recipes)
-    separator = " " if len(recipes) <= 2 else "\n"  # a long key on a line of its own
-    loss_axis.set_title(f"FP8-LM's options on the headline config{separator}({key})", fontsize=10)
+    if by_recipe:
+        key = ", ".join(f"{LINE_STYLE_NAMES[LINE_STYLES[i]]}: {recipe}" for i, recipe in enumerate(recipes))
+        separator = " " if len(recipes) <= 2 else "\n"  # a long key on a line of its own
+        loss_axis.set_title(f"FP8-LM's options on the headline config{separator}({key})", fontsize=10)
+    else:
+        loss_axis.set_title(f"FP8-LM's options on the headline config ({len(recipes)} recipes: each run its own "
+                            "colour and line style)", fontsize=10)
     _percent_axis(error_axis)
     error_axis.set_ylim(bottom=0)
     error_axis.set_ylabel("FP8 gradient error\nvs FP32 all-reduce")
     error_axis.set_xlabel("step")
     error_axis.grid(True, alpha=0.3, which="both")
     # memory: one group of bars per combination of options (the first recipe's runs), stacked by component
-    components = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
-    first = [(label, m) for label, m in runs.items() if m["recipe"] == recipes[0] and m.get("memory")]
-    for label, m in first:
-        _require("fp8lm_options", f"run {label!r}: memory", m["memory"], ("bytes_per_parameter",))
-        _require("fp8lm_options", f"run {label!r}: memory['bytes_per_parameter']", m["memory"]["bytes_per_parameter"],
-                 components)
     left = np.zeros(len(first))
     for i, component in enumerate(components):
-        widths = np.array([m["memory"]["bytes_per_parameter"][component] for _, m in first])
+        widths = np.array([m["memory"]["bytes_per_parameter"][component] for _, m in first], dtype=np.float64)
         memory_axis.barh(np.arange(len(first)), widths, left=left, color=f"C{i}", alpha=0.75,
                          label=component.replace("_", " "))
         left += widths
@@ -776,8 +884,7 @@ def fp8lm_options(results: dict):
     memory_axis.axvline(16, color="black", linestyle=":", linewidth=1.0)
     memory_axis.text(16.25, 0.5, "FP32 AdamW: 16 B", rotation=90, va="center", fontsize=8,
                      transform=memory_axis.get_xaxis_transform())
-    memory_axis.set_yticks(np.arange(len(first)), [_options_label(label, m["recipe"]) for label, m in first],
-                           fontsize=8)
+    memory_axis.set_yticks(np.arange(len(first)), [options[label] for label, _ in first], fontsize=8)
     memory_axis.invert_yaxis()
     memory_axis.set_ylabel(f"options ({recipes[0]} runs)")
     memory_axis.set_xlim(0, 19)
@@ -795,7 +902,8 @@ def train_speed(results: dict, title: str | None = None):
     One line per FP8 recipe: the median, over each window of steps, of the ratio of its step time
     to that of its fp32 partner stepped in turn (``python -m minifp8.bench train --json PATH``).
     Dashed lines mark the targets the run states (issue 6: 1.5x, 2x for mxfp8), grey for a target
-    several recipes share; the legend gives each recipe's median over the whole run. The ratios rise as
+    several recipes share; the legend gives each recipe's median over the whole run (and, for a
+    run with ``--family auto``, the model family each recipe trained). The ratios rise as
     training goes on, because more elements fall outside the FP8 ranges and take the casts' slow
     path.
 
@@ -803,32 +911,56 @@ def train_speed(results: dict, title: str | None = None):
     ----------
     results : dict
         The JSON written by ``python -m minifp8.bench train --json PATH`` (the committed one:
-        ``minifp8.bench.load_speed_results()``). Needs ``window_steps``, ``recipes`` and ``fp32``;
-        each recipe ``ratio`` and ``window_ratios``. A missing key raises a ValueError naming it.
+        ``minifp8.bench.load_speed_results()``). Needs ``window_steps`` (an int >= 1), ``recipes``
+        (a non-empty dict) and ``fp32`` (its ``step_ms``, a number > 0); each recipe a ``ratio`` (a
+        number > 0) and ``window_ratios`` (a flat list of numbers, at least one of them finite),
+        and ``target``, if any, a number > 0. A missing key raises a ValueError naming it; a value
+        of the wrong type, a TypeError.
     title : str, optional
 
     Returns
     -------
     matplotlib.figure.Figure
     """
-    _require("train_speed", "results", results, ("window_steps", "recipes", "fp32"))
+    name = "train_speed"
+    _require(name, "results", results, ("window_steps", "recipes", "fp32"))
     recipes = results["recipes"]
-    if not isinstance(recipes, dict) or not recipes:
-        raise ValueError("train_speed: results['recipes'] must be a non-empty dict of recipe -> measurements, "
-                         f"got {recipes!r:.60}")
-    _require("train_speed", "results['fp32']", results["fp32"], ("step_ms",))
+    if not isinstance(recipes, dict):
+        raise TypeError(f"{name}: results['recipes'] must be a dict of recipe -> measurements, got "
+                        f"{_described(recipes)}")
+    if not recipes:
+        raise ValueError(f"{name}: results['recipes'] must be a non-empty dict of recipe -> measurements, got {{}}")
+    _require(name, "results['fp32']", results["fp32"], ("step_ms",))
+    fp32_ms = _number(name, "results['fp32']['step_ms']", results["fp32"]["step_ms"], positive=True)
     window = _check_int(results["window_steps"], "window_steps", 1)
+    model = results.get("model")
+    if model is not None and not isinstance(model, dict):
+        raise TypeError(f"{name}: results['model'] must be a dict (family, n_embd, ...), got {_described(model)}")
+    model = model or {}
+    auto = model.get("family") == "auto"  # --family auto: each recipe on the model train_tiny gives it
+    lines = []
+    for recipe, measured in recipes.items():
+        where = f"recipe {recipe!r}"
+        _require(name, where, measured, ("ratio", "window_ratios"))
+        ratio = _number(name, f"{where}: 'ratio'", measured["ratio"], positive=True)
+        ratios = _series(name, f"{where}: 'window_ratios'", measured["window_ratios"])
+        if not np.isfinite(ratios).any():
+            raise ValueError(f"{name}: {where}: 'window_ratios' holds no finite ratio to draw, got "
+                             f"{_described(measured['window_ratios'])}")
+        target = measured.get("target")
+        target = None if target is None else _number(name, f"{where}: 'target'", target, positive=True)
+        family = measured.get("family")
+        label = f"{recipe} ({family})" if auto and isinstance(family, str) else f"{recipe}"
+        lines.append((recipe, ratios, f"{label}: {ratio:.2f}x", target))
+
     figure, (axis,) = _new_figure(8.0, 4.6)
     targets = {}
-    for number, (recipe, measured) in enumerate(recipes.items()):
-        _require("train_speed", f"recipe {recipe!r}", measured, ("ratio", "window_ratios"))
-        ratios = np.asarray(measured["window_ratios"], dtype=np.float64)
+    for number, (recipe, ratios, label, target) in enumerate(lines):
         color = f"C{number}"
         steps = (np.arange(len(ratios)) + 0.5) * window
-        axis.plot(steps, ratios, "-o", color=color, markersize=3, linewidth=1.3,
-                  label=f"{recipe}: {measured['ratio']:.2f}x")
-        if measured.get("target"):
-            targets.setdefault(float(measured["target"]), []).append((recipe, color))
+        axis.plot(steps, ratios, "-o", color=color, markersize=3, linewidth=1.3, label=label)
+        if target is not None:
+            targets.setdefault(target, []).append((recipe, color))
     for target, holders in targets.items():  # a target of one recipe in its colour, a shared one grey
         (recipe, color), = holders if len(holders) == 1 else [("", "grey")]
         axis.axhline(target, color=color, linestyle="--", linewidth=1.0,
@@ -840,8 +972,10 @@ def train_speed(results: dict, title: str | None = None):
     axis.grid(True, alpha=0.3)
     axis.legend(title="recipe: median ratio\nover the run", fontsize=8, title_fontsize=8, loc="center left",
                 bbox_to_anchor=(1.01, 0.5))
-    model = results.get("model") or {}
-    shape = (f"{model.get('family', '?')} model, n_embd {model.get('n_embd', '?')}, " if model else "")
-    axis.set_title(title or f"Simulated FP8 against fp32, step by step ({shape}fp32 step "
-                            f"{results['fp32']['step_ms']:.1f} ms)", fontsize=10)
+    if auto:
+        shape = f"each recipe on its train_tiny model, n_embd {model.get('n_embd', '?')}, "
+    else:
+        shape = f"{model.get('family', '?')} model, n_embd {model.get('n_embd', '?')}, " if model else ""
+    axis.set_title(title or f"Simulated FP8 against fp32, step by step ({shape}fp32 step {fp32_ms:.1f} ms)",
+                   fontsize=10)
     return figure

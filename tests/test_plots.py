@@ -42,12 +42,56 @@ def test_both_results_figures_draw_both_committed_results(path):
     assert len(options.axes) == 3 and options.axes[0].get_legend() is not None
 
 
+def _looks(axis):
+    """(colour, line style) of each labelled line of an axes."""
+    return {line.get_label(): (line.get_color(), line.get_linestyle()) for line in axis.get_lines()
+            if not line.get_label().startswith("_")}
+
+
 def test_fp8lm_options_title_names_the_line_style_of_each_recipe():
     title = plots.fp8lm_options(load_results(FP8LM_RESULTS)).axes[0].get_title()
     assert title.endswith("(solid: unit, dashed: current)")
-    results = {"runs": {recipe: run(recipe) for recipe in ("fp32", "fp8", "unit", "current", "delayed")}}
-    title = plots.fp8lm_options(results).axes[0].get_title()
-    assert "solid: fp32, dashed: fp8, dotted: unit, dash-dot: current, solid: delayed" in title
+    results = {"runs": {label: run(label.split()[0]) for label in
+                        ("fp32", "fp8", "fp8 + fp8 grads", "unit", "current", "current + fp8 grads")}}
+    figure = plots.fp8lm_options(results)
+    assert figure.axes[0].get_title().endswith("(solid: fp32, dashed: fp8, dotted: unit, dash-dot: current)")
+    looks = _looks(figure.axes[0])
+    assert looks["fp8"] == ("C0", "--") and looks["fp8 + fp8 grads"] == ("C1", "--") and looks["unit"][1] == ":"
+
+
+# found in a review: with more recipes than line styles the styles came round again, and the
+# runs of the first and the fifth recipe (fp32 and delayed in the headline) were both solid C0
+@pytest.mark.parametrize("labels", [
+    ("fp32", "fp8", "unit", "current", "delayed"),
+    tuple(f"{recipe}{options}" for recipe in ("fp32", "fp8", "unit", "current", "delayed", "mxfp8")
+          for options in ("", " + fp8 grads")),  # 12 runs: more than the ten colours
+    tuple(f"r{i}" for i in range(40)),
+])
+def test_fp8lm_options_tells_every_run_apart(labels):
+    results = {"runs": {label: run(label.split()[0], fp8_grads=[{"step": 4, "relative_error": 0.1}])
+                        for label in labels}}
+    figure = plots.fp8lm_options(results)
+    for axis in figure.axes[:2]:
+        looks = _looks(axis)
+        assert list(looks) == list(labels) and len(set(looks.values())) == len(labels)
+    assert "each run its own colour and line style" in figure.axes[0].get_title()
+
+
+def test_fp8lm_options_refuses_more_runs_than_it_can_tell_apart():
+    with pytest.raises(ValueError, match="fp8lm_options draws at most 40 runs .* got 41"):
+        plots.fp8lm_options({"runs": {f"r{i}": run(f"r{i}") for i in range(41)}})
+
+
+def test_fp8lm_options_draws_the_headline_runs_apart_and_labelled_as_what_they_are():
+    """The headline's "unit fp32" (recipe fp32, the unit-scaled model) is no option of the fp32
+    run: it was labelled "fp32" in the memory panel and compared with the standard fp32 run."""
+    results = load_results(HEADLINE_RESULTS)
+    figure = plots.fp8lm_options(results)
+    looks = _looks(figure.axes[0])
+    assert list(looks) == list(results["runs"]) and len(set(looks.values())) == len(looks)
+    assert [label.get_text() for label in figure.axes[2].get_yticklabels()] == ["baseline", "unit fp32"]
+    unit_fp32 = [line for line in figure.axes[0].get_lines() if line.get_label() == "unit fp32"][0]
+    assert len(unit_fp32.get_ydata()) and not np.any(unit_fp32.get_ydata())  # its own reference
 
 
 def test_training_curves_draws_diverged_nan_single_and_sparse_runs():
@@ -64,6 +108,10 @@ def test_training_curves_draws_diverged_nan_single_and_sparse_runs():
     assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == list(results["runs"])
     labelled(plots.training_curves({"runs": {"only": run()}}))
     labelled(plots.fp8lm_options({"runs": {"fp8": run()}}))
+    # found in a review: a run whose val is None (no evaluations) failed with "'NoneType' object is not iterable"
+    labelled(plots.fp8lm_options({"runs": {"fp8": run(val=None)}}))
+    labelled(plots.fp8lm_options({"runs": {"fp8": run(val=None), "fp8 + fp8 grads": run()}}))
+    labelled(plots.training_curves({"runs": {"fp8": run(val=None, cast_stats=None)}}))
 
 
 @pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options])
@@ -99,6 +147,48 @@ def test_training_curves_names_the_missing_key(results, message):
         plots.training_curves(results)
 
 
+# found in a review: each was drawn silently or failed with Python's own message
+@pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options])
+@pytest.mark.parametrize("results, error, message", [
+    ({"runs": {"fp8": run(val={"step": 4, "loss": 1.9})}}, TypeError,
+     "run 'fp8': 'val' must be a list of dicts, got dict"),
+    ({"runs": {"fp8": run(val=[{"step": 4, "loss": "1.9"}])}}, TypeError,
+     "run 'fp8': an entry of 'val': 'loss' must be a number or None, got str '1.9'"),
+    ({"runs": {"fp8": run(val=[{"step": None, "loss": 1.9}])}}, TypeError,
+     "run 'fp8': an entry of 'val': 'step' must be a number, got NoneType None"),
+    ({"runs": {1: run()}}, TypeError, "a run's label must be a str, got int 1"),
+])
+def test_results_figures_check_the_types_they_read(figure, results, error, message):
+    with pytest.raises(error, match=re.escape(f"{figure.__name__}: {message}")):
+        figure(results)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: plots.training_curves({"runs": {"fp8": run()}}, smooth_steps=0), ValueError,
+     "smooth_steps must be >= 1, got 0"),
+    (lambda: plots.training_curves({"runs": {"fp8": run()}}, smooth_steps=-5), ValueError,
+     "smooth_steps must be >= 1, got -5"),
+    (lambda: plots.training_curves({"runs": {"fp8": run()}}, smooth_steps="20"), TypeError,
+     "smooth_steps must be an int, got str '20'"),
+    (lambda: plots.training_curves({"runs": {"fp8": run()}}, smooth_steps=math.nan), TypeError,
+     "smooth_steps must be an int, got float nan"),
+    (lambda: plots.training_curves({"runs": {"fp8": run(train_loss=None)}}), TypeError,
+     "training_curves: run 'fp8': 'train_loss' must be a flat list of numbers, got NoneType None"),
+    (lambda: plots.training_curves({"runs": {"fp8": run(train_loss=["2.6"])}}), TypeError,
+     "training_curves: run 'fp8': 'train_loss' must be a flat list of numbers, got entry 0 str '2.6'"),
+    (lambda: plots.training_curves({"loss_floor": "1.0", "runs": {"fp8": run()}}), TypeError,
+     "training_curves: results['loss_floor'] must be a number, got str '1.0'"),
+    (lambda: plots.fp8lm_options({"runs": {"fp8": run(recipe=None)}}), TypeError,
+     "fp8lm_options: run 'fp8': 'recipe' must be a str, got NoneType None"),
+    (lambda: plots.fp8lm_options({"runs": {"fp8": run(memory={"bytes_per_parameter": dict.fromkeys(
+        ("weights", "master_weights", "gradients", "first_moment", "second_moment"), "1")})}}), TypeError,
+     "fp8lm_options: run 'fp8': memory['bytes_per_parameter']['weights'] must be a number, got str '1'"),
+])
+def test_training_figures_check_their_arguments(call, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        call()
+
+
 @pytest.mark.parametrize("results, message", [
     ({"runs": {"fp8": {"train_loss": [1.0]}}}, "run 'fp8' has no 'recipe'"),
     ({"runs": {"fp8": run(fp8_grads=[{"step": 1}])}}, "run 'fp8': an entry of 'fp8_grads' has no 'relative_error'"),
@@ -122,6 +212,12 @@ def test_format_figures_take_one_name_or_a_non_empty_list():
             figure(["E4M3", "nope"])
 
 
+def _tiny_config():
+    from minifp8.model import GPTConfig
+
+    return GPTConfig(vocab_size=14, block_size=8, n_layer=1, n_head=2, n_embd=8)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda: plots.rounding_error(low_exponent=4, high_exponent=-4), ValueError,
      r"high_exponent must be in \[5, 1023\], got -4"),
@@ -141,11 +237,19 @@ def test_format_figures_take_one_name_or_a_non_empty_list():
     # found by an audit: an infinite spike was drawn, a negative seed failed inside NumPy without
     # naming the parameter, and records that are not ScaleRecords gave an AttributeError
     (lambda: plots.delayed_scaling_outlier(spike_factor=math.inf), ValueError, "finite number > 0, got inf"),
-    (lambda: plots.delayed_scaling_outlier(spike_factor="8"), ValueError, "spike_factor must be a finite number"),
+    (lambda: plots.delayed_scaling_outlier(spike_factor="8"), TypeError, "spike_factor must be a real number, got str"),
     (lambda: plots.stochastic_rounding_bias(seed=-1), ValueError, "seed must be >= 0, got -1"),
     (lambda: plots.delayed_scaling_outlier(seed=1.5), TypeError, "seed must be an int, got float"),
     (lambda: plots.block_scaling_snr(seed=-2), ValueError, "seed must be >= 0, got -2"),
     (lambda: plots.scale_plot([1, 2]), TypeError, "scale_plot needs ScaleRecords .* got int 1"),
+    # found in a review: "not iterable", NumPy's message without the parameter, a raw comparison error
+    (lambda: plots.scale_plot(None), TypeError, "scale_plot needs a ScaleTracker, a dict .* got NoneType None"),
+    (lambda: plots.scale_plot(5), TypeError, "scale_plot needs a ScaleTracker, a dict .* got int 5"),
+    (lambda: plots.scale_plot("abc"), TypeError, "scale_plot needs a ScaleTracker, a dict .* got str 'abc'"),
+    (lambda: plots.gpt_cast_scales(_tiny_config(), 2, seed=-1), ValueError, "seed must be >= 0, got -1"),
+    (lambda: plots.gpt_cast_scales(_tiny_config(), 2.5), TypeError, "batch_size must be an int, got float"),
+    (lambda: plots.stochastic_rounding_bias(low="1"), TypeError, "low must be a real number, got str '1'"),
+    (lambda: plots.stochastic_rounding_bias(high=None), TypeError, "high must be a real number, got NoneType"),
 ])
 def test_figure_parameters_are_checked(call, error, message):
     with pytest.raises(error, match=message):
@@ -183,9 +287,14 @@ def test_every_figure_says_how_to_install_matplotlib():
 import sys; sys.modules['matplotlib'] = None  # makes any matplotlib import fail
 from minifp8 import fp8, plots
 from minifp8.train_tiny import FP8LM_RESULTS, load_results
+from minifp8.bench import load_speed_results
 calls = [plots.value_grid, plots.rounding_error, plots.stochastic_rounding_bias, plots.delayed_scaling_outlier,
          plots.block_scaling_snr, lambda: plots.scale_plot([fp8.ScaleRecord("x", (1,), 1.0, 1.0, 1.0, 1.0)]),
-         lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS))]
+         lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS)),
+         lambda: plots.train_speed(load_speed_results())]
+figures = [name for name, value in vars(plots).items() if not name.startswith("_") and callable(value)
+           and getattr(value, "__module__", None) == plots.__name__ and name != "gpt_cast_scales"]  # (returns data)
+assert len(calls) == len(figures), f"one call per figure function: {figures}"
 for call in calls:
     try:
         call()
@@ -193,7 +302,7 @@ for call in calls:
         print(error)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 8
+    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 9
 
 
 # ---- found in a review: each failed before its fix ----------------------------------------------------
@@ -268,3 +377,66 @@ def test_train_speed_draws_the_committed_run():
 def test_train_speed_says_what_it_cannot_draw(results, error, message):
     with pytest.raises(error, match=re.escape(message)):
         plots.train_speed(results)
+
+
+# ---- found in a review: train_speed drew or failed on what it could not draw ----------------------------
+def speed_results(**recipe):
+    """A small train_speed document with one recipe, ``fp8``, whose measurements ``recipe`` updates."""
+    return {"window_steps": 5, "fp32": {"step_ms": 9.0}, "model": {"family": "unit", "n_embd": 64},
+            "recipes": {"fp8": {"ratio": 1.4, "window_ratios": [1.3, 1.4, 1.5], "target": 1.5, **recipe}}}
+
+
+@pytest.mark.parametrize("results, error, message", [
+    (speed_results(ratio="1.4"), TypeError, "recipe 'fp8': 'ratio' must be a number, got str '1.4'"),
+    (speed_results(ratio=None), TypeError, "recipe 'fp8': 'ratio' must be a number, got NoneType None"),
+    (speed_results(ratio=-1.0), ValueError, "recipe 'fp8': 'ratio' must be a finite number > 0, got -1.0"),
+    ({**speed_results(), "fp32": {"step_ms": None}}, TypeError,
+     "results['fp32']['step_ms'] must be a number, got NoneType None"),
+    ({**speed_results(), "model": "unit"}, TypeError, "results['model'] must be a dict (family, n_embd, ...), got str"),
+    ({**speed_results(), "recipes": ["fp8"]}, TypeError,
+     "results['recipes'] must be a dict of recipe -> measurements, got list ['fp8']"),
+    (speed_results(window_ratios=[]), ValueError, "recipe 'fp8': 'window_ratios' holds no finite ratio to draw"),
+    (speed_results(window_ratios=[None, math.nan]), ValueError,
+     "recipe 'fp8': 'window_ratios' holds no finite ratio to draw"),
+    (speed_results(window_ratios=[[1.3, 1.4], [1.5, 1.6]]), ValueError,
+     "recipe 'fp8': 'window_ratios' must be a flat list of numbers, got a nested one (entry 0 is list [1.3, 1.4])"),
+    (speed_results(window_ratios=np.ones((2, 2))), ValueError,
+     "recipe 'fp8': 'window_ratios' must be a flat list of numbers, got ndarray of dtype float64 and shape (2, 2)"),
+    (speed_results(window_ratios=["a"]), TypeError,
+     "recipe 'fp8': 'window_ratios' must be a flat list of numbers, got entry 0 str 'a'"),
+    (speed_results(window_ratios=None), TypeError,
+     "recipe 'fp8': 'window_ratios' must be a flat list of numbers, got NoneType None"),
+    (speed_results(target="x"), TypeError, "recipe 'fp8': 'target' must be a number, got str 'x'"),
+])
+def test_train_speed_checks_the_types_and_values_it_reads(results, error, message):
+    with pytest.raises(error, match=re.escape(f"train_speed: {message}")):
+        plots.train_speed(results)
+
+
+def test_train_speed_draws_a_small_document_and_says_what_a_family_auto_run_drew():
+    axis = labelled(plots.train_speed(speed_results(window_ratios=[1.3, None, 1.5]))).axes[0]
+    assert axis.get_title() == "Simulated FP8 against fp32, step by step (unit model, n_embd 64, fp32 step 9.0 ms)"
+    results = speed_results(family="standard")
+    results["model"] = {"family": "auto", "n_embd": 64}
+    results["recipes"]["unit"] = {"family": "unit", "ratio": 1.2, "window_ratios": [1.2], "target": 1.5}
+    axis = plots.train_speed(results).axes[0]
+    assert "auto" not in axis.get_title()
+    assert "(each recipe on its train_tiny model, n_embd 64, fp32 step 9.0 ms)" in axis.get_title()
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == [
+        "fp8 (standard): 1.40x", "unit (unit): 1.20x", "target 1.5x"]
+
+
+# ---- found in a review: block_scaling_snr's docstring said every value of the 2**-19 row is flushed ---
+def test_block_scaling_snr_docstring_states_the_flushed_fractions_of_its_defaults():
+    """The docstring's numbers, measured: the tensor the figure draws (its defaults), cast per tensor."""
+    from minifp8.scaling import quantize_current
+
+    exponents = np.linspace(-28, 0, 57)
+    x = (np.random.default_rng(0).standard_normal((57, 2048)) * np.exp2(exponents)[:, None]).astype(np.float32)
+    flushed = np.sum((quantize_current(x, "E4M3").dequantize() == 0) & (x != 0), axis=1)
+    row = {float(e): int(count) for e, count in zip(exponents, flushed)}
+    assert all(row[e] == 2048 for e in exponents if e <= -19.5) and 0 < 2048 - row[-19.0] < 2048
+    stated = (f"the defaults: {100 * row[-16.0] / 2048:.0f}% of a row's values at 2**-16, "
+              f"{100 * row[-18.0] / 2048:.0f}% at 2**-18, all but {'one' if 2048 - row[-19.0] == 1 else 2048 - row[-19.0]} of the 2048 at 2**-19, and "
+              "all of them from 2**-19.5 down")
+    assert stated in " ".join(plots.block_scaling_snr.__doc__.split())

@@ -182,6 +182,56 @@ def test_figure_renders_deterministically(name):
     assert b"<dc:date>" not in first  # no build date in the metadata
 
 
+# ---- found in a review: the hook drew an installed minifp8, and with the builder's matplotlib settings ----
+def _fake_minifp8(tmp_path: Path) -> Path:
+    """A folder holding another package named minifp8, as a pip install from elsewhere would provide."""
+    package = tmp_path / "elsewhere" / "minifp8"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "plots.py").write_text("OTHER = True\n")
+    return package.parent
+
+
+def test_figure_hook_draws_this_checkout_before_an_installed_minifp8(tmp_path):
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('hook', {str(HOOK)!r})\n"
+            "hook = importlib.util.module_from_spec(spec); spec.loader.exec_module(hook)\n"
+            "print(hook.plots.__file__)\n")
+    env = {**os.environ, "PYTHONPATH": str(_fake_minifp8(tmp_path))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()).resolve() == ROOT / "minifp8" / "plots.py"
+
+
+def test_figure_hook_refuses_a_minifp8_imported_from_elsewhere(tmp_path):
+    code = ("import importlib.util, sys\n"
+            "import minifp8.plots  # the other one, imported before the hook\n"
+            f"spec = importlib.util.spec_from_file_location('hook', {str(HOOK)!r})\n"
+            "hook = importlib.util.module_from_spec(spec); spec.loader.exec_module(hook)\n")
+    elsewhere = _fake_minifp8(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(elsewhere)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert result.returncode != 0
+    assert (f"ImportError: the figures hook draws the minifp8 of this checkout ({ROOT}), but minifp8 was already "
+            f"imported from {(elsewhere / 'minifp8').resolve()}") in result.stderr
+    hook = load_hook()
+    hook.check_checkout(ROOT / "minifp8" / "plots.py")
+    with pytest.raises(ImportError, match="already imported from"):
+        hook.check_checkout(elsewhere / "minifp8" / "plots.py")
+
+
+def test_figure_renders_the_same_whatever_the_builders_matplotlib_settings():
+    matplotlib = pytest.importorskip("matplotlib")
+    hook = load_hook()
+    name = "train-speed"  # (the quickest to draw)
+    expected = hook.render_svg(name)
+    builder = {"font.size": 14.0, "lines.linewidth": 3.0, "axes.grid": True, "svg.fonttype": "none",
+               "axes.prop_cycle": matplotlib.cycler(color=["red", "green"])}
+    with matplotlib.rc_context(builder):
+        assert hook.render_svg(name) == expected
+        assert matplotlib.rcParams["font.size"] == 14.0  # and the builder's settings are left as they were
+
+
 def test_plots_need_matplotlib_only_when_called():
     code = ("import sys; sys.modules['matplotlib'] = None\n"  # makes any matplotlib import fail
             "import minifp8, minifp8.plots\n"

@@ -17,9 +17,13 @@ committed. ``on_page_markdown`` warns (an error under ``strict``) about a figure
 registered, has no alt text or has no caption. To add a figure: write the function in
 ``minifp8/plots.py``, register it here, reference it from a page.
 
-The SVG is deterministic: matplotlib's ``svg.hashsalt`` is fixed (the ids of clip paths and glyphs
-are hashes), no date is written, text is drawn as paths (no font is needed to view it), and every
-random number comes from a seeded ``numpy.random.Generator`` inside the plots function.
+The SVG is deterministic: it is drawn from matplotlib's own defaults (``rcParamsDefault``, not
+the builder's matplotlibrc or style) plus :data:`SVG_SETTINGS`, matplotlib's ``svg.hashsalt`` is
+fixed (the ids of clip paths and glyphs are hashes), no date is written, text is drawn as paths
+(no font is needed to view it), and every random number comes from a seeded
+``numpy.random.Generator`` inside the plots function. The figures are drawn by the ``minifp8`` of
+this checkout, which the hook puts first on ``sys.path`` (an ImportError if another one was
+imported before it).
 
 MathJax
 -------
@@ -41,11 +45,26 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # never open a window, even if something imports pyplot
 
-try:
-    from minifp8 import plots  # plots imports matplotlib lazily, inside each function
-except ImportError:  # not installed: use the checkout this hook lives in (tutorials/_hooks/ -> root)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from minifp8 import plots
+# The site draws this checkout's code and committed results: its root (tutorials/_hooks/ -> the
+# directory of mkdocs.yml) goes first on sys.path, ahead of a minifp8 installed from elsewhere
+# (CI in a clone of a checkout that was pip-installed).
+CHECKOUT = Path(__file__).resolve().parents[2]
+if not sys.path or Path(sys.path[0] or ".").resolve() != CHECKOUT:
+    sys.path.insert(0, str(CHECKOUT))
+from minifp8 import plots  # noqa: E402  (plots imports matplotlib lazily, inside each function)
+
+
+def check_checkout(module_file, checkout: Path = CHECKOUT) -> None:
+    """ImportError unless ``module_file`` (``minifp8.plots.__file__``) lies in ``checkout``: a
+    minifp8 imported before the hook ran, from another directory, would draw that code and its
+    results."""
+    if not Path(module_file).resolve().is_relative_to(checkout):
+        raise ImportError(f"the figures hook draws the minifp8 of this checkout ({checkout}), but minifp8 was "
+                          f"already imported from {Path(module_file).resolve().parent}: run mkdocs (or the "
+                          f"tests) where this checkout's minifp8 is imported, e.g. pip install -e {checkout}")
+
+
+check_checkout(plots.__file__)
 
 log = logging.getLogger("mkdocs.hooks.figures")  # under "mkdocs", so strict mode counts warnings
 
@@ -109,7 +128,9 @@ def render_svg(name: str) -> bytes:
     """Draw the registered figure ``name`` and return it as deterministic SVG bytes."""
     import matplotlib
 
-    with matplotlib.rc_context(SVG_SETTINGS):
+    with matplotlib.rc_context():  # restores the caller's settings afterwards
+        matplotlib.rcdefaults()  # matplotlib's built-in defaults, whatever the builder's matplotlibrc says
+        matplotlib.rcParams.update(SVG_SETTINGS)
         figure = FIGURES[name]()
         buffer = io.BytesIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None})
