@@ -126,8 +126,9 @@ class Optimizer:
 
         Everything is checked before anything is loaded: the hyperparameters as in the constructor,
         and each parameter's state against what ``step`` would create (the same keys, arrays of the
-        same kind and shape, cast to the parameter's dtype; ``step`` an int). On error the optimizer
-        is unchanged.
+        same kind and shape, cast to the parameter's dtype; ``step`` an int). The state's keys are
+        parameter indices, ints, as ``state_dict`` gives them (a dict that went through JSON has
+        strings there: convert them back first). On error the optimizer is unchanged.
         """
         owner = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):

@@ -916,12 +916,17 @@ def text_sha256(dataset) -> str:
     For a ``--data`` file that is its text as `minifp8.data.load_text` reads it (no byte-order mark,
     ``\\n`` line ends): for a file already so, what ``sha256sum FILE`` prints. For the built-in
     corpus it is the text generated from ``--seed``, so that a corpus generator changed between
-    the sessions of a run is noticed too.
+    the sessions of a run is noticed too. Hashed a slice of ids at a time, so that it holds no
+    copy of the whole text (`minifp8.data.load_dataset`'s peak stays the run's).
     """
     digest = hashlib.sha256()
     for ids in (dataset.train, dataset.val):
-        digest.update(dataset.tokenizer.decode(ids).encode("utf-8", "surrogatepass"))
+        for start in range(0, ids.size, _HASHED_IDS):
+            digest.update(dataset.tokenizer.decode(ids[start:start + _HASHED_IDS]).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
+
+
+_HASHED_IDS = 1 << 20  # characters decoded and hashed at a time by `text_sha256`
 
 
 def _save_checkpoint(path: Path, identity: dict, step, model, model_rng, state, optimizer, data_rng, scaler,
@@ -1287,8 +1292,11 @@ def _memory_needed(config: TrainConfig, runs: list[Run], vocab_size: int) -> dic
             * per_token, "weights and gradients": 8 * parameters}
 
 
-#: The most memory `minifp8.data.load_dataset` holds at once per byte of a text file (its docstring).
-_TEXT_BYTES_PER_FILE_BYTE = 16
+#: The least memory `minifp8.data.load_dataset` holds at once per byte of a text file: at its peak,
+#: ``N (2 c + 8)`` bytes for N characters stored at c bytes each (its docstring), which is 10 a byte
+#: for ASCII and at least 4 for any UTF-8 (4 for characters of 3 or 4 bytes). A lower bound, so that
+#: no file that fits is refused.
+_TEXT_BYTES_PER_FILE_BYTE = 4
 
 
 def _physical_memory() -> int | None:
@@ -1338,8 +1346,8 @@ def main(argv: list[str] | None = None) -> int:
     if config.data is not None and available is not None and os.path.isfile(config.data) and \
             _TEXT_BYTES_PER_FILE_BYTE * os.path.getsize(config.data) > available:
         print(f"{prog}: error: --data {config.data}: {_bytes(os.path.getsize(config.data))}, too big to read and "
-              f"tokenize in this machine's {_bytes(available)} of memory (it takes up to "
-              f"{_TEXT_BYTES_PER_FILE_BYTE} bytes per byte of the file); use a smaller file", file=sys.stderr)
+              f"tokenize in this machine's {_bytes(available)} of memory (it takes at least "
+              f"{_TEXT_BYTES_PER_FILE_BYTE} bytes per byte of the file, 10 for ASCII); use a smaller file", file=sys.stderr)
         return 2
     try:
         dataset = data_module.load_dataset(config.data, seed=config.seed)

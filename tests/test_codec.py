@@ -530,7 +530,7 @@ def test_bad_options_raise_clear_errors():
         codec.encode(x, "e9m9")
     with pytest.raises(ValueError, match="unknown rounding mode 'nearest'"):
         codec.encode(x, "E4M3", rounding="nearest")
-    for rounding, got in ((np.array(["nearest_even"]), r"got ndarray array\(\['nearest_even'\]"),
+    for rounding, got in ((np.array(["nearest_even"]), r"got ndarray of dtype <U12 and shape \(1,\)"),
                           (None, "got NoneType None"), (["toward_zero"], r"got list \['toward_zero'\]")):
         with pytest.raises(TypeError, match=r"rounding must be a str, one of nearest_even, .*; " + got):
             codec.encode(x, "E4M3", rounding=rounding)

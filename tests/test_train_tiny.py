@@ -742,10 +742,10 @@ def test_data_too_big_for_memory_gives_a_one_line_error(tmp_path, capsys, monkey
     monkeypatch.setattr(train_tiny.data_module, "load_dataset", out_of_memory)
     status, out, err = run_main(capsys, "--data", str(tmp_path / "big.txt"), "--steps", "1")
     assert status == 2 and err.count("\n") == 1 and "out of memory while reading and tokenizing" in err
-    # a file that cannot fit, by its size (16 bytes a byte at most), is refused before it is read
+    # a file that cannot fit, by its size (at least 4 bytes a byte), is refused before it is read
     text = tmp_path / "text.txt"
     text.write_text("12+34=46\n" * 1000)
-    monkeypatch.setattr(train_tiny, "_physical_memory", lambda: 15 * 9000)
+    monkeypatch.setattr(train_tiny, "_physical_memory", lambda: 3 * 9000)
     status, out, err = run_main(capsys, "--data", str(text), "--steps", "1")
     assert status == 2 and err.count("\n") == 1 and "too big to read and tokenize" in err
 
