@@ -11,9 +11,9 @@ File layout (schema version 2)
     {"schema": "minifp8-golden", "schema_version": 2, "minifp8_version": "...",
      "notes": {"arrays": "...", "codec": "...", ...}, "entries": [ {entry}, ... ]}
 
-``notes`` states, in a sentence or two each, the rules a reader needs to interpret the entries
-(the module docstrings of `minifp8.codec` and `minifp8.mx` give them in full): the array layout,
-the codec's overflow rules, stochastic rounding, E8M0's ties, MX blocks with a NaN scale and
+``notes`` states, briefly, the rules a reader needs to interpret the entries (the module
+docstrings of `minifp8.codec` and `minifp8.mx` give them in full): the array layout, the codec's
+codes for overflow, Inf and NaN, stochastic rounding, E8M0's rules, MX blocks with a NaN scale and
 NVFP4's order of float32 operations.
 Each entry describes one expected result:
 
@@ -74,7 +74,7 @@ import numpy as np
 
 from . import __version__, codec, formats, mx
 from .formats import _check_int
-from .testing import edge_cases
+from .testing import _midpoints, edge_cases
 
 SCHEMA_VERSION = 2
 ROUNDINGS = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
@@ -85,14 +85,21 @@ SEED = 20231022  # any fixed number: the files must not change between runs
 NOTES = {
     "arrays": "Every array is little-endian; 'dtypes' gives numpy's dtype.str of each. Codes are uint8, "
               "one per element in the low bits.",
-    "codec": "Round first, then check overflow. saturate=false: overflow and +-Inf give Inf (E5M2) or NaN "
-             "(E4M3, FNUZ); saturate=true: +-max; NaN stays NaN; FP6/FP4 always saturate. float64 inputs "
-             "round once, exactly (not through float32). minifp8.codec's module docstring.",
+    "codec": "Round first, to the format's precision with an unbounded exponent, then check for overflow (a "
+             "rounded magnitude above max). NaN gives NaN with the input's sign: 0x7F, 0xFF (E4M3); 0x7E, 0xFE "
+             "(E5M2); 0x80 (FNUZ). saturate=false: overflow and +-Inf give +-Inf (E5M2: 0x7C, 0xFC) or NaN (E4M3: "
+             "0x7F, 0xFF; FNUZ: 0x80). saturate=true: overflow gives +-max; +-Inf gives +-max (E4M3, E5M2) or NaN "
+             "0x80 (FNUZ, which has no Inf: ONNX Cast-19). rounding=toward_zero: finite overflow gives +-max "
+             "whatever saturate (IEEE 754-2019 section 7.4). FP6/FP4 (no Inf or NaN; no NaN input in their "
+             "files): overflow and +-Inf give +-max. E8M0: see its note. float64 inputs round once, exactly (not "
+             "through float32). minifp8.codec's module docstring.",
     "stochastic": "Write |x| = (n + f) * quantum with n an integer and 0 <= f < 1; round f * 2**random_bit_count "
                   "to the nearest integer r (ties to even); round away from zero when r + random_bits >= "
                   "2**random_bit_count (IEEE P3109 'Stochastic'; minifp8.codec.encode).",
-    "E8M0": "Every E8M0 value is a power of two, so nearest_even rounds ties (1.5 * 2**k) up; zero, negative "
-            "numbers, Inf and NaN give 0xFF (as ml_dtypes float8_e8m0fnu). minifp8.codec's module docstring.",
+    "E8M0": "Unsigned, no zero; every value is a power of two, so nearest_even rounds ties (1.5 * 2**k) up. Zero, "
+            "negative numbers (-Inf included) and NaN give 0xFF (NaN); values below 2**-127 give 0x00 (2**-127); "
+            "overflow and +Inf give 0xFF, or 0xFE (2**127) with saturate=true; with rounding=toward_zero, finite "
+            "overflow gives 0xFE whatever saturate. minifp8.codec's module docstring.",
     "mx": "shared_exp comes from the exponent bits of the block amax (never a float log2), by scale_mode, "
           "clamped to [-127, 127]; elements are x * 2**-shared_exp, exact, encoded with saturate=true. A NaN "
           "(or, except for rceil, an Inf) in a block gives scale 0xFF and the block decodes to NaN: its codes "
@@ -153,9 +160,7 @@ def codec_inputs(fmt, dtype) -> np.ndarray:
         random_values = (signs * magnitudes).astype(dtype)
     x = np.concatenate([edge_cases(fmt).astype(dtype), random_values])
     if dtype == np.float64:
-        table = fmt.values()
-        grid = np.unique(np.abs(table[np.isfinite(table)]))
-        midpoints = (grid[:-1] + grid[1:]) / 2
+        midpoints = _midpoints(fmt)
         near = np.concatenate([midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)])
         x = np.concatenate([x, near, -near if fmt.signed else near])
     return x
@@ -267,9 +272,7 @@ def mx_inputs(mx_format, length: int = 80) -> np.ndarray:
     element = mx.get(mx_format).elem
     _check_int(length, "mx_inputs: length", 71)
     rng = np.random.default_rng(SEED + 2)
-    table = element.values()
-    grid = np.unique(np.abs(table[np.isfinite(table)]))
-    midpoints = (grid[:-1] + grid[1:]) / 2
+    midpoints = _midpoints(element)
     ties = (midpoints * 2.0**MX_TIE_EXPONENT).astype(np.float32)
     beside = np.concatenate([ties, np.nextafter(ties, np.float32(0)), np.nextafter(ties, np.float32(np.inf))])
     low_ties = (midpoints[midpoints < 2.0**element.emax] * 2.0**-127).astype(np.float32)  # float32 subnormals
@@ -344,7 +347,6 @@ def _random_rows(rng: np.random.Generator, rows: int, length: int, low: int, hig
 
 
 NVFP4_GLOBAL_AMAXES = (6.0, 54.23361)  # S_enc: 448 exactly, and one that is not a power of two times 448
-E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 
 def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.ndarray:
@@ -354,7 +356,7 @@ def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.nd
     Block ``b`` (16 elements) has its amax within 2 float32 steps of the midpoint between the
     E4M3 values of codes ``c_b`` and ``c_b + 1`` times ``6 * global_amax / 2688``, with ``c_b``
     running from 0x01 to 0x7D over the blocks, so that its block scale lies on a rounding
-    boundary; its other elements lie within 2 float32 steps of an E2M1 midpoint (`E2M1_MIDPOINTS`)
+    boundary; its other elements lie within 2 float32 steps of an E2M1 midpoint (0.25 to 5)
     times ``global_amax * S_dec_b / 2688`` (the inverse of the element scale), with random signs.
     Every amax is below ``global_amax``.
 
@@ -365,7 +367,7 @@ def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.nd
     rows, length : int
         The shape; at least 1 row and 16 columns.
     """
-    global_amax = mx._check_float32_number("nvfp4_boundary_inputs: global_amax", global_amax, positive=True)
+    global_amax = mx._check_float32_number(global_amax, "nvfp4_boundary_inputs: global_amax", positive=True)
     _check_int(rows, "nvfp4_boundary_inputs: rows", 1)
     _check_int(length, "nvfp4_boundary_inputs: length", 16)
     rng = np.random.default_rng(SEED + 3)
@@ -381,7 +383,7 @@ def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.nd
     x[:, :used] = blocks.reshape(rows, used)
     block_scales = codec.decode(mx.quantize_nvfp4(x, global_amax=global_amax).scales[:, :used // 16], "E4M3")
     inverse_scale = block_scales.reshape(-1, 1).astype(np.float64) * global_amax / 2688
-    near = (rng.choice(E2M1_MIDPOINTS, (scale_codes.size, 15)) * inverse_scale).astype(np.float32)
+    near = (rng.choice(_midpoints(formats.E2M1), (scale_codes.size, 15)) * inverse_scale).astype(np.float32)
     near = np.minimum(_float32_steps(near, rng.integers(-2, 3, near.shape)), block_amax[:, None])
     blocks[:, 1:] = near * rng.choice(np.float32([-1, 1]), near.shape)
     x[:, :used] = blocks.reshape(rows, used)

@@ -654,9 +654,9 @@ class NVFP4Array:
     block_size: int = NVFP4_BLOCK_SIZE
 
     def __post_init__(self):
-        object.__setattr__(self, "global_amax", _check_float32_number("global_amax", self.global_amax))
+        object.__setattr__(self, "global_amax", _check_float32_number(self.global_amax, "global_amax"))
         object.__setattr__(self, "encode_scale",
-                           _check_float32_number("encode_scale", self.encode_scale, positive=True))
+                           _check_float32_number(self.encode_scale, "encode_scale", positive=True))
         _check_block_fields(self)
         if self.block_size != NVFP4_BLOCK_SIZE:
             raise ValueError(f"block_size must be {NVFP4_BLOCK_SIZE} for NVFP4, got {self.block_size}")
@@ -737,7 +737,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
     if global_amax is None:
         global_amax = np.max(np.abs(array), initial=np.float32(0))
     else:
-        global_amax = _check_float32_number("global_amax", global_amax)
+        global_amax = _check_float32_number(global_amax, "global_amax")
 
     with np.errstate(divide="ignore", over="ignore"):
         encode_scale = np.minimum(np.float32(E4M3_MAX * FP4_MAX) / global_amax, FLOAT32_MAX)  # step 2
@@ -763,8 +763,8 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
                       axis=axis, shape=tuple(array.shape))
 
 
-def _check_float32_number(name: str, value, positive: bool = False) -> np.float32:
-    """The argument ``name`` (an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``)."""
+def _check_float32_number(value, name: str, positive: bool = False) -> np.float32:
+    """``value`` (the argument ``name``: an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} "
                         f"{value!r}")

@@ -71,11 +71,21 @@ def _percent_axis(ax, ticks=None) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{100 * value:g}%"))
 
 
-def _real(value, name: str) -> float:
-    """``value`` as a Python float; TypeError naming ``name`` unless it is a real number (a Python
-    or NumPy int or float; a bool is not one). Its range is the caller's to check."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {_described(value)}")
+def _is_real_type(kind: type) -> bool:
+    """Whether ``kind`` is a type of real numbers: a Python or NumPy int or float (a bool is not one)."""
+    return issubclass(kind, (int, float, np.integer, np.floating)) and not issubclass(kind, (bool, np.bool_))
+
+
+def _number(value, name: str, none: bool = False, positive: bool = False) -> float:
+    """``value`` (an argument, or a number of a results document) as a float: TypeError naming
+    ``name`` unless it is a real number (or None where ``none``: JSON's null, which the results
+    write for NaN, read as NaN); with ``positive``, ValueError unless it is finite and > 0."""
+    if value is None and none:
+        return math.nan
+    if not _is_real_type(type(value)):
+        raise TypeError(f"{name} must be a number{' or None' if none else ''}, got {_described(value)}")
+    if positive and not 0 < float(value) < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
 
@@ -234,7 +244,7 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
     matplotlib.figure.Figure
     """
     fmt = _formats.get(name)
-    low, high = _real(low, "low"), _real(high, "high")
+    low, high = _number(low, "low"), _number(high, "high")
     if not 0 < low < high < math.inf:
         raise ValueError(f"stochastic_rounding_bias draws positive inputs: it needs 0 < low < high, got "
                          f"low={low!r}, high={high!r}")
@@ -308,8 +318,7 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     steps = _check_int(steps, "steps", 1)
     spike_step = _check_int(spike_step, "spike_step", 0, steps - 1)
     size, seed = _check_int(size, "size", 1), _check_int(seed, "seed", 0)
-    if not 0 < _real(spike_factor, "spike_factor") < math.inf:
-        raise ValueError(f"spike_factor must be a finite number > 0, got {spike_factor!r}")
+    spike_factor = _number(spike_factor, "spike_factor", positive=True)
     fmt = _formats.get(name)
     if not (fmt.has_nan or fmt.has_infinity):
         raise ValueError(f"delayed_scaling_outlier needs a format whose overflow shows as NaN or Inf (an FP8 "
@@ -406,9 +415,7 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     rows, columns = _check_int(rows, "rows", 1), _check_int(columns, "columns", 1)
     low_exponent, seed = _check_int(low_exponent, "low_exponent", -126, -1), _check_int(seed, "seed", 0)
 
-    exponents = np.linspace(low_exponent, 0, rows)
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((rows, columns)) * np.exp2(exponents)[:, None]).astype(np.float32)
+    exponents, x = _rows_at_scales(rows, columns, low_exponent, seed)
     results = {"E4M3 per tensor": quantize_current(x, "E4M3").dequantize()}
     for name in ("MXFP8_E4M3", "MXFP6_E2M3", "MXFP4_E2M1"):
         results[name] = mx.quantize(x, name).dequantize()
@@ -434,6 +441,14 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     ax.set_title(f"Quantising {rows} rows of {columns} normal values, scales $2^{{{low_exponent}}}$ to $2^0$: "
                  "per-tensor vs per-block scales", fontsize=10)
     return figure
+
+
+def _rows_at_scales(rows: int, columns: int, low_exponent: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`block_scaling_snr`'s tensor (its arguments checked): the row exponents, evenly spaced from
+    ``low_exponent`` to 0, and float32 ``(rows, columns)`` standard normal values times ``2**e_i``."""
+    exponents = np.linspace(low_exponent, 0, rows)
+    rng = np.random.default_rng(seed)
+    return exponents, (rng.standard_normal((rows, columns)) * np.exp2(exponents)[:, None]).astype(np.float32)
 
 
 # ================================================================================================
@@ -600,50 +615,41 @@ def _require(figure: str, where: str, mapping, keys) -> None:
             raise ValueError(f"{figure}: {where} has no {key!r} (it has {', '.join(map(repr, mapping)) or 'nothing'})")
 
 
-def _is_real(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+def _first_non_number(values, none: bool) -> int | None:
+    """The index of the first of ``values`` that is not a real number (nor None, where ``none``), or
+    None if there is none: each distinct type is checked once, and only a failure looks for the index."""
+    bad = {kind for kind in set(map(type, values)) if not (_is_real_type(kind) or (none and kind is type(None)))}
+    return next(index for index, value in enumerate(values) if type(value) in bad) if bad else None
 
 
-def _number(figure: str, where: str, value, none: bool = False, positive: bool = False) -> float:
-    """A number of a results document as a float: TypeError naming ``where`` unless it is a real
-    number (or None where ``none``: JSON's null, which the results write for NaN, read as NaN);
-    with ``positive``, ValueError unless it is finite and > 0."""
-    if value is None and none:
-        return math.nan
-    if not _is_real(value):
-        raise TypeError(f"{figure}: {where} must be a number{' or None' if none else ''}, got {_described(value)}")
-    if positive and not 0 < float(value) < math.inf:
-        raise ValueError(f"{figure}: {where} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _series(figure: str, where: str, values) -> np.ndarray:
-    """A list of numbers of a results document (None, JSON's null for NaN, read as NaN) as a 1-D
-    float64 array: TypeError for anything but a list, tuple or 1-D array of numbers, ValueError
-    for a nested one."""
-    flat = f"{figure}: {where} must be a flat list of numbers"
-    if isinstance(values, np.ndarray):
-        if values.dtype.kind not in "iuf":
-            raise TypeError(f"{flat}, got {_described(values)}")
+def _series(values, name: str) -> np.ndarray:
+    """A list of numbers of a results document as a 1-D float64 array, None (JSON's null, which the
+    results write for NaN) as NaN: TypeError for anything but a list, tuple or 1-D array of numbers,
+    ValueError for a nested one."""
+    flat = f"{name} must be a flat list of numbers"
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
         if values.ndim != 1:
             raise ValueError(f"{flat}, got {_described(values)}")
         return values.astype(np.float64)
     if not isinstance(values, (list, tuple)):
         raise TypeError(f"{flat}, got {_described(values)}")
-    for index, value in enumerate(values):
-        if isinstance(value, (list, tuple, np.ndarray)):
-            raise ValueError(f"{flat}, got a nested one (entry {index} is {_described(value)})")
-        if value is not None and not _is_real(value):
-            raise TypeError(f"{flat}, got entry {index} {_described(value)}")
-    return np.array([math.nan if value is None else value for value in values], dtype=np.float64)
+    index = _first_non_number(values, none=True)
+    if index is not None:
+        if isinstance(values[index], (list, tuple, np.ndarray)):
+            raise ValueError(f"{flat}, got a nested one (entry {index} is {_described(values[index])})")
+        raise TypeError(f"{flat}, got entry {index} {_described(values[index])}")
+    return np.array(values, dtype=np.float64)  # (None gives NaN)
 
 
-def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> dict:
-    """The runs of a ``train_tiny`` results document, checked for what ``figure`` reads.
+def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> tuple[dict, dict]:
+    """The runs of a ``train_tiny`` results document, checked for what ``figure`` reads, and their
+    lists of entries as float64 arrays.
 
     Each run must hold ``run_keys``; each of its lists named in ``entry_keys`` (``{"val": ("step",
     "loss")}``) must be a list (or None) of dicts with the keys listed there: a number for the
-    first (the step), a number or None (NaN) for the others. Lists a run lacks are left out of the figure.
+    first (the step), a number or None (NaN) for the others. Returns ``(runs, columns)`` with
+    ``columns[label][key][field]`` the values of ``field`` over the entries of the run's list ``key``
+    (empty where a run lacks the list: it is left out of the figure).
     """
     try:
         _require(figure, "results", results, ("runs",))
@@ -655,25 +661,27 @@ def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> dict:
         raise TypeError(f"{figure}: results['runs'] must be a dict of run label -> metrics, got {type(runs).__name__}")
     if not runs:
         raise ValueError(f"{figure}: results holds no runs")
+    columns = {}
     for label, metrics in runs.items():
         if not isinstance(label, str):
             raise TypeError(f"{figure}: a run's label must be a str, got {_described(label)}")
         _require(figure, f"run {label!r}", metrics, run_keys)
+        columns[label] = {}
         for key, fields in entry_keys.items():
             entries = metrics.get(key)
             if entries is not None and not isinstance(entries, (list, tuple)):
                 raise TypeError(f"{figure}: run {label!r}: {key!r} must be a list of dicts, got {_described(entries)}")
-            for entry in entries or []:
-                where = f"run {label!r}: an entry of {key!r}"
+            entries, where = entries or [], f"run {label!r}: an entry of {key!r}"
+            for entry in entries:
                 _require(figure, where, entry, fields)
-                for number, field in enumerate(fields):
-                    _number(figure, f"{where}: {field!r}", entry[field], none=number > 0)
-    return runs
-
-
-def _value(number) -> float:
-    """A checked number or None (NaN) of a results document, as a float."""
-    return math.nan if number is None else float(number)
+            columns[label][key] = {}
+            for number, field in enumerate(fields):
+                values = [entry[field] for entry in entries]
+                index = _first_non_number(values, none=number > 0)
+                if index is not None:
+                    _number(values[index], f"{figure}: {where}: {field!r}", none=number > 0)  # raises, naming it
+                columns[label][key][field] = np.array(values, dtype=np.float64)  # (None gives NaN)
+    return runs, columns
 
 
 def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
@@ -714,13 +722,13 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     -------
     matplotlib.figure.Figure
     """
-    runs = _runs(results, "training_curves", ("train_loss",),
-                 {"val": ("step", "loss"), "cast_stats": ("step", "max_underflow")})
-    every = _check_int(results.get("train_loss_every", 1), "train_loss_every", 1)
+    runs, columns = _runs(results, "training_curves", ("train_loss",),
+                          {"val": ("step", "loss"), "cast_stats": ("step", "max_underflow")})
+    every = _check_int(results.get("train_loss_every", 1), "training_curves: results['train_loss_every']", 1)
     smooth_steps = _check_int(smooth_steps, "smooth_steps", 1)
     loss_floor = results.get("loss_floor")
-    loss_floor = None if loss_floor is None else _number("training_curves", "results['loss_floor']", loss_floor)
-    curves = {label: _run_curve(_series("training_curves", f"run {label!r}: 'train_loss'", metrics["train_loss"]),
+    loss_floor = None if loss_floor is None else _number(loss_floor, "training_curves: results['loss_floor']")
+    curves = {label: _run_curve(_series(metrics["train_loss"], f"training_curves: run {label!r}: 'train_loss'"),
                                 every, smooth_steps) for label, metrics in runs.items()}
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
@@ -737,16 +745,13 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
         style = "--" if label == "unit fp32" and metrics.get("family") == "unit" else "-"
         steps, losses = curves[label]
         loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label)
-        val = metrics.get("val") or []
-        if val:
-            loss_axis.plot([entry["step"] for entry in val], [_value(entry["loss"]) for entry in val], "o",
-                           color=color, markersize=3.5)
+        val, stats = columns[label]["val"], columns[label]["cast_stats"]
+        if val["step"].size:
+            loss_axis.plot(val["step"], val["loss"], "o", color=color, markersize=3.5)
         if metrics.get("diverged"):
             loss_axis.plot(steps[-1:], losses[-1:], "x", color=color, markersize=8, markeredgewidth=2)
-        stats = metrics.get("cast_stats") or []
-        if stats:
-            fractions = np.array([_value(entry["max_underflow"]) for entry in stats], dtype=np.float64)
-            underflow_axis.plot([entry["step"] for entry in stats], 100 * fractions, style, color=color,
+        if stats["step"].size:
+            underflow_axis.plot(stats["step"], 100 * stats["max_underflow"], style, color=color,
                                 linewidth=1.2, marker=".", markersize=3, label=label)
     if loss_floor is not None and math.isfinite(loss_floor):
         loss_axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
@@ -809,8 +814,8 @@ def fp8lm_options(results: dict):
     -------
     matplotlib.figure.Figure
     """
-    runs = _runs(results, "fp8lm_options", ("recipe",),
-                 {"val": ("step", "loss"), "fp8_grads": ("step", "relative_error")})
+    runs, columns = _runs(results, "fp8lm_options", ("recipe",),
+                          {"val": ("step", "loss"), "fp8_grads": ("step", "relative_error")})
     for label, metrics in runs.items():
         if not isinstance(metrics["recipe"], str):
             raise TypeError(f"fp8lm_options: run {label!r}: 'recipe' must be a str, got "
@@ -821,12 +826,13 @@ def fp8lm_options(results: dict):
     recipes = list(dict.fromkeys(m["recipe"] for m in runs.values()))
     components = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
     first = [(label, m) for label, m in runs.items() if m["recipe"] == recipes[0] and m.get("memory")]
-    for label, m in first:
+    memory = np.zeros((len(first), len(components)))  # bytes per parameter: a row per run, a column per component
+    for row, (label, m) in enumerate(first):
         _require("fp8lm_options", f"run {label!r}: memory", m["memory"], ("bytes_per_parameter",))
         where = f"run {label!r}: memory['bytes_per_parameter']"
         _require("fp8lm_options", where, m["memory"]["bytes_per_parameter"], components)
-        for component in components:
-            _number("fp8lm_options", f"{where}[{component!r}]", m["memory"]["bytes_per_parameter"][component])
+        memory[row] = [_number(m["memory"]["bytes_per_parameter"][component], f"fp8lm_options: {where}[{component!r}]")
+                       for component in components]
 
     # one colour per combination of options and one line style per recipe, where that tells every
     # run apart; else each run its own colour (C0-C9) and line style
@@ -844,15 +850,17 @@ def fp8lm_options(results: dict):
         color, linestyle = looks[label]
         style = dict(color=color, linestyle=linestyle, linewidth=1.2)
         # each evaluation after step 0 against the same step of the recipe's run without options
-        reference = runs.get(metrics["recipe"]) if _is_option_run(label, metrics["recipe"]) else metrics
-        alone = {e["step"]: _value(e["loss"]) for e in (reference or {}).get("val") or []}
+        reference = columns.get(metrics["recipe"] if _is_option_run(label, metrics["recipe"]) else label)
+        alone = dict(zip(reference["val"]["step"], reference["val"]["loss"])) if reference else {}  # step -> loss
+        steps, losses = columns[label]["val"]["step"], columns[label]["val"]["loss"]
+        compared = (steps > 0) & np.isin(steps, list(alone))
         with np.errstate(divide="ignore", invalid="ignore"):
-            pairs = [(e["step"], float(np.float64(_value(e["loss"])) / alone[e["step"]] - 1))
-                     for e in metrics.get("val") or [] if e["step"] > 0 and e["step"] in alone]
-        loss_axis.plot([step for step, _ in pairs], [change for _, change in pairs], marker=".", label=label, **style)
-        grads = [e for e in metrics.get("fp8_grads") or [] if e["relative_error"] is not None]  # (None: nothing cast)
-        if grads:
-            error_axis.plot([e["step"] for e in grads], [e["relative_error"] for e in grads], label=label, **style)
+            changes = losses[compared] / np.array([alone[step] for step in steps[compared]]) - 1
+        loss_axis.plot(steps[compared], changes, marker=".", label=label, **style)
+        grads = columns[label]["fp8_grads"]
+        cast = ~np.isnan(grads["relative_error"])  # (None, read as NaN: nothing was cast)
+        if cast.any():
+            error_axis.plot(grads["step"][cast], grads["relative_error"][cast], label=label, **style)
     _percent_axis(loss_axis)
     low, high = loss_axis.get_ylim()
     loss_axis.set_ylim(low, high + 0.6 * (high - low))  # headroom for the legend
@@ -875,10 +883,9 @@ def fp8lm_options(results: dict):
     # memory: one group of bars per combination of options (the first recipe's runs), stacked by component
     left = np.zeros(len(first))
     for i, component in enumerate(components):
-        widths = np.array([m["memory"]["bytes_per_parameter"][component] for _, m in first], dtype=np.float64)
-        memory_axis.barh(np.arange(len(first)), widths, left=left, color=f"C{i}", alpha=0.75,
+        memory_axis.barh(np.arange(len(first)), memory[:, i], left=left, color=f"C{i}", alpha=0.75,
                          label=component.replace("_", " "))
-        left += widths
+        left += memory[:, i]
     for y, total in enumerate(left):
         memory_axis.text(total + 0.2, y, f"{total:.1f} B", va="center", fontsize=8)
     memory_axis.axvline(16, color="black", linestyle=":", linewidth=1.0)
@@ -931,8 +938,8 @@ def train_speed(results: dict, title: str | None = None):
     if not recipes:
         raise ValueError(f"{name}: results['recipes'] must be a non-empty dict of recipe -> measurements, got {{}}")
     _require(name, "results['fp32']", results["fp32"], ("step_ms",))
-    fp32_ms = _number(name, "results['fp32']['step_ms']", results["fp32"]["step_ms"], positive=True)
-    window = _check_int(results["window_steps"], "window_steps", 1)
+    fp32_ms = _number(results["fp32"]["step_ms"], f"{name}: results['fp32']['step_ms']", positive=True)
+    window = _check_int(results["window_steps"], f"{name}: results['window_steps']", 1)
     model = results.get("model")
     if model is not None and not isinstance(model, dict):
         raise TypeError(f"{name}: results['model'] must be a dict (family, n_embd, ...), got {_described(model)}")
@@ -942,13 +949,13 @@ def train_speed(results: dict, title: str | None = None):
     for recipe, measured in recipes.items():
         where = f"recipe {recipe!r}"
         _require(name, where, measured, ("ratio", "window_ratios"))
-        ratio = _number(name, f"{where}: 'ratio'", measured["ratio"], positive=True)
-        ratios = _series(name, f"{where}: 'window_ratios'", measured["window_ratios"])
+        ratio = _number(measured["ratio"], f"{name}: {where}: 'ratio'", positive=True)
+        ratios = _series(measured["window_ratios"], f"{name}: {where}: 'window_ratios'")
         if not np.isfinite(ratios).any():
             raise ValueError(f"{name}: {where}: 'window_ratios' holds no finite ratio to draw, got "
                              f"{_described(measured['window_ratios'])}")
         target = measured.get("target")
-        target = None if target is None else _number(name, f"{where}: 'target'", target, positive=True)
+        target = None if target is None else _number(target, f"{name}: {where}: 'target'", positive=True)
         family = measured.get("family")
         label = f"{recipe} ({family})" if auto and isinstance(family, str) else f"{recipe}"
         lines.append((recipe, ratios, f"{label}: {ratio:.2f}x", target))

@@ -615,10 +615,9 @@ def edge_cases(fmt) -> np.ndarray:
     """Float32 inputs on and around every boundary of ``fmt``: the finite ones sorted, each with both
     signs (-0.0 and +0.0 too) and no duplicates, then +Inf, -Inf and (where ``fmt`` has one) NaN."""
     fmt = formats.get(fmt)
-    table = fmt.values()
-    grid = np.unique(np.abs(table[np.isfinite(table)]))
+    grid = _magnitudes(fmt)
     spacing_at_top = 2.0 ** (fmt.emax - fmt.mantissa_bits)
-    midpoints = np.append((grid[:-1] + grid[1:]) / 2, [fmt.max + spacing_at_top / 2, grid[0] / 2])
+    midpoints = np.append(_midpoints(fmt), [fmt.max + spacing_at_top / 2, grid[0] / 2])
     with np.errstate(over="ignore"):  # E8M0's 2**128 is Inf in float32, and Inf is an edge too
         points = np.concatenate([grid, midpoints, [fmt.max * 2, 1e30, np.finfo(np.float32).max,
                                                     np.finfo(np.float32).tiny, 1e-45]]).astype(np.float32)
@@ -629,6 +628,19 @@ def edge_cases(fmt) -> np.ndarray:
     zeros = np.array([-0.0, 0.0], np.float32)  # both: a backend may lose the sign, or write FNUZ's NaN for -0.0
     specials = [np.inf, -np.inf] + ([np.nan] if fmt.has_nan else [])
     return np.concatenate([values[values < 0], zeros, values[values > 0], np.array(specials, np.float32)])
+
+
+def _magnitudes(fmt) -> np.ndarray:
+    """The finite magnitudes of ``fmt`` (a FloatFormat or a name): float64, ascending, each once."""
+    table = formats.get(fmt).values()
+    return np.unique(np.abs(table[np.isfinite(table)]))
+
+
+def _midpoints(fmt) -> np.ndarray:
+    """The midpoints between neighbouring `_magnitudes` of ``fmt`` (exact in float64), ascending:
+    the ties of round-to-nearest (E2M1: 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5)."""
+    grid = _magnitudes(fmt)
+    return (grid[:-1] + grid[1:]) / 2
 
 
 # ---- block formats (MX, NVFP4) -----------------------------------------------------------------

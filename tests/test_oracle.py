@@ -350,6 +350,80 @@ def test_golden_write_takes_one_name_or_a_non_empty_list_once_each(tmp_path):
     assert not (tmp_path / "bogus").exists()  # names are checked before anything is written
 
 
+# ---- found in a review: the notes said saturate=true gives +-max for Inf (FNUZ gives NaN) and that
+# E8M0 gives 0xFF for Inf (0xFE with saturate=true); the rules below are the notes', checked on the files
+NAN_CODES = {"E4M3": (0x7F, 0xFF), "E5M2": (0x7E, 0xFE), "E4M3FNUZ": (0x80, 0x80), "E5M2FNUZ": (0x80, 0x80)}
+OVERFLOW_CODES = {"E4M3": (0x7F, 0xFF), "E5M2": (0x7C, 0xFC), "E4M3FNUZ": (0x80, 0x80), "E5M2FNUZ": (0x80, 0x80)}
+E8M0_CODES = {"NaN": 0xFF, "2**-127": 0x00, "2**127": 0xFE}  # (above: the codes of +x and -x; E8M0 is unsigned)
+
+
+def rounds_above_max(x, fmt, rounding, random_bits, random_bit_count):
+    """Whether finite ``x`` rounds, with an unbounded exponent, to a magnitude above ``fmt.max``, from
+    the definitions (not codec.encode): beyond max plus the top binade's quantum always (toward
+    zero too); between the two by the rounding's rule for the fraction ``f`` of a quantum above max."""
+    magnitude = np.abs(x.astype(np.float64))
+    quantum = 2.0 ** (fmt.emax - fmt.mantissa_bits)
+    with np.errstate(invalid="ignore"):  # (Inf - Inf)
+        fraction = magnitude / quantum - fmt.max / quantum  # exact: powers of two and one binade
+    if rounding == "nearest_even":  # (E8M0's max, 1 quantum, is odd: its ties go up)
+        up = (fraction > 0.5) | ((fraction == 0.5) & (fmt.max / quantum % 2 == 1))
+    elif rounding == "nearest_away":
+        up = fraction >= 0.5
+    elif rounding == "stochastic":  # the "stochastic" note
+        up = np.round(fraction * 2**random_bit_count) + random_bits >= 2**random_bit_count
+    else:
+        up = np.zeros(x.shape, bool)
+    between = (magnitude > fmt.max) & (magnitude < fmt.max + quantum)
+    return np.isfinite(x) & ((magnitude >= fmt.max + quantum) | (between & up))
+
+
+def expected_special_codes(x, fmt, rounding, saturate, overflow):
+    """The codes the notes give at NaN, +-Inf and finite overflow (``overflow``), -1 elsewhere."""
+    negative = np.signbit(x)
+    inf, nan = np.isinf(x), np.isnan(x)
+    codes = np.full(x.shape, -1)
+    if fmt.name == "E8M0":
+        top = E8M0_CODES["2**127"] if saturate else E8M0_CODES["NaN"]
+        codes = np.where(overflow | (inf & ~negative), top, codes)
+        codes = np.where(overflow & (rounding == "toward_zero"), E8M0_CODES["2**127"], codes)
+        codes = np.where((x > 0) & (x < 2.0**-127), E8M0_CODES["2**-127"], codes)
+        return np.where(nan | (x <= 0), E8M0_CODES["NaN"], codes)
+
+    def signed(positive_and_negative):
+        return np.where(negative, positive_and_negative[1], positive_and_negative[0])
+
+    signed_max = signed((fmt.max_code, fmt.max_code | fmt.sign_mask))
+    if not fmt.has_nan:  # FP6/FP4: always +-max
+        return np.where(overflow | inf, signed_max, codes)
+    codes = np.where(nan, signed(NAN_CODES[fmt.name]), codes)
+    beyond = signed(OVERFLOW_CODES[fmt.name])  # +-Inf (E5M2) or NaN
+    if saturate:  # FNUZ cannot spell Inf: NaN (ONNX Cast-19)
+        inf_code = beyond if fmt.name.endswith("FNUZ") else signed_max
+        return np.where(overflow, signed_max, np.where(inf, inf_code, codes))
+    codes = np.where(overflow | inf, beyond, codes)
+    return np.where(overflow & (rounding == "toward_zero"), signed_max, codes)
+
+
+def test_golden_notes_state_the_codes_of_the_files_at_inf_overflow_and_nan(golden_dir):
+    manifest = json.loads((golden_dir / "manifest.json").read_text())
+    notes = manifest["notes"]
+    for fmt_name, codes in (*NAN_CODES.items(), *OVERFLOW_CODES.items()):  # the codes the tests use, in the notes
+        assert all(f"0x{code:02X}" in notes["codec"] for code in codes), fmt_name
+    assert all(f"0x{code:02X} ({value})" in notes["E8M0"] for value, code in E8M0_CODES.items())
+    checked = set()
+    for entry, arrays in entries_of(golden_dir, "codec"):
+        fmt, rounding, saturate = formats.get(entry["format"]), entry["rounding"], entry["saturate"]
+        x, codes = arrays["input"], arrays["expected_codes"]
+        overflow = rounds_above_max(x, fmt, rounding, arrays.get("random_bits"), entry["random_bit_count"])
+        expected = expected_special_codes(x, fmt, rounding, saturate, overflow)
+        ruled = expected >= 0
+        assert np.isposinf(x).any() and np.isneginf(x).any() and np.isnan(x).any() == fmt.has_nan, entry["file"]
+        np.testing.assert_array_equal(codes[ruled], expected[ruled], err_msg=f"{entry['file']} {rounding} {saturate}")
+        if overflow.any():  # (E8M0's float32 file cannot overflow toward zero: its float64 file does)
+            checked.add((fmt.name, rounding, saturate))
+    assert len(checked) == len(formats.CATALOGUE) * len(golden.ROUNDINGS) * 2  # every rule met finite overflow
+
+
 def entries_of(golden_dir, kind):
     """(entry, {role: array}) for every entry of ``kind`` in the golden folder, read with numpy alone."""
     manifest = json.loads((golden_dir / "manifest.json").read_text())
@@ -361,8 +435,9 @@ def entries_of(golden_dir, kind):
     return found
 
 
-# Independent references for the block files, written from the definitions (DESIGN.md section 4):
-# neither calls mx.quantize, mx.shared_exponents nor codec.encode.
+# Independent references for the block files, written from the definitions: reference_mx from OCP MX
+# v1.0 section 6.3 (minifp8.mx's module docstring), calling none of mx.quantize, mx.shared_exponents
+# and codec.encode; float32_nvfp4 from TransformerEngine's steps (minifp8.mx.quantize_nvfp4's docstring).
 def reference_mx(x, elem, scale_mode, *, ties="even", float32_log2=False):
     """MX scales and element codes of float32 ``x`` (32-blocks along the last axis), exactly.
 
@@ -415,7 +490,7 @@ def reference_mx(x, elem, scale_mode, *, ties="even", float32_log2=False):
 
 
 def float32_nvfp4(x, global_amax, variant="transformer_engine"):
-    """An NVFP4 backend in float32 steps: TransformerEngine's order (DESIGN.md section 4), or one of
+    """An NVFP4 backend in float32 steps: TransformerEngine's order (`minifp8.mx.quantize_nvfp4`), or one of
     the orders a backend might take instead (each a bug against the definition)."""
     flt_max = np.float32(np.finfo(np.float32).max)
     global_amax = np.float32(global_amax)

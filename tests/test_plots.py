@@ -140,7 +140,8 @@ def test_seeds_results_are_not_a_training_document():
 @pytest.mark.parametrize("results, message", [
     ({"runs": {"fp8": {"recipe": "fp8"}}}, "run 'fp8' has no 'train_loss'"),
     ({"runs": {"fp8": run(cast_stats=[{"step": 1}])}}, "run 'fp8': an entry of 'cast_stats' has no 'max_underflow'"),
-    ({"train_loss_every": 0, "runs": {"fp8": run()}}, "train_loss_every must be >= 1, got 0"),
+    ({"train_loss_every": 0, "runs": {"fp8": run()}},
+     "training_curves: results['train_loss_every'] must be >= 1, got 0"),
 ])
 def test_training_curves_names_the_missing_key(results, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -178,6 +179,15 @@ def test_results_figures_check_the_types_they_read(figure, results, error, messa
      "training_curves: run 'fp8': 'train_loss' must be a flat list of numbers, got entry 0 str '2.6'"),
     (lambda: plots.training_curves({"loss_floor": "1.0", "runs": {"fp8": run()}}), TypeError,
      "training_curves: results['loss_floor'] must be a number, got str '1.0'"),
+    # found in a review: the only message of the results without the figure and the field's place
+    (lambda: plots.training_curves({"train_loss_every": 2.0, "runs": {"fp8": run()}}), TypeError,
+     "training_curves: results['train_loss_every'] must be an int, got float 2.0"),
+    (lambda: plots.training_curves({"runs": {"fp8": run(train_loss=[2.6, True])}}), TypeError,
+     "training_curves: run 'fp8': 'train_loss' must be a flat list of numbers, got entry 1 bool True"),
+    (lambda: plots.training_curves({"runs": {"fp8": run(cast_stats=[{"step": 4, "max_underflow": None},
+                                                                    {"step": 8, "max_underflow": False}])}}),
+     TypeError, "training_curves: run 'fp8': an entry of 'cast_stats': 'max_underflow' must be a number or None, "
+                "got bool False"),
     (lambda: plots.fp8lm_options({"runs": {"fp8": run(recipe=None)}}), TypeError,
      "fp8lm_options: run 'fp8': 'recipe' must be a str, got NoneType None"),
     (lambda: plots.fp8lm_options({"runs": {"fp8": run(memory={"bytes_per_parameter": dict.fromkeys(
@@ -237,7 +247,7 @@ def _tiny_config():
     # found by an audit: an infinite spike was drawn, a negative seed failed inside NumPy without
     # naming the parameter, and records that are not ScaleRecords gave an AttributeError
     (lambda: plots.delayed_scaling_outlier(spike_factor=math.inf), ValueError, "finite number > 0, got inf"),
-    (lambda: plots.delayed_scaling_outlier(spike_factor="8"), TypeError, "spike_factor must be a real number, got str"),
+    (lambda: plots.delayed_scaling_outlier(spike_factor="8"), TypeError, "spike_factor must be a number, got str"),
     (lambda: plots.stochastic_rounding_bias(seed=-1), ValueError, "seed must be >= 0, got -1"),
     (lambda: plots.delayed_scaling_outlier(seed=1.5), TypeError, "seed must be an int, got float"),
     (lambda: plots.block_scaling_snr(seed=-2), ValueError, "seed must be >= 0, got -2"),
@@ -248,8 +258,8 @@ def _tiny_config():
     (lambda: plots.scale_plot("abc"), TypeError, "scale_plot needs a ScaleTracker, a dict .* got str 'abc'"),
     (lambda: plots.gpt_cast_scales(_tiny_config(), 2, seed=-1), ValueError, "seed must be >= 0, got -1"),
     (lambda: plots.gpt_cast_scales(_tiny_config(), 2.5), TypeError, "batch_size must be an int, got float"),
-    (lambda: plots.stochastic_rounding_bias(low="1"), TypeError, "low must be a real number, got str '1'"),
-    (lambda: plots.stochastic_rounding_bias(high=None), TypeError, "high must be a real number, got NoneType"),
+    (lambda: plots.stochastic_rounding_bias(low="1"), TypeError, "low must be a number, got str '1'"),
+    (lambda: plots.stochastic_rounding_bias(high=None), TypeError, "high must be a number, got NoneType"),
 ])
 def test_figure_parameters_are_checked(call, error, message):
     with pytest.raises(error, match=message):
@@ -372,7 +382,7 @@ def test_train_speed_draws_the_committed_run():
     ({"window_steps": 5, "recipes": {"fp8": {"ratio": 1.4, "window_ratios": [1.4]}}, "fp32": {}}, ValueError,
      "results['fp32'] has no 'step_ms'"),
     ({"window_steps": 0, "recipes": {"fp8": {"ratio": 1.4, "window_ratios": [1.4]}}, "fp32": {"step_ms": 9.0}},
-     ValueError, "window_steps must be >= 1, got 0"),
+     ValueError, "results['window_steps'] must be >= 1, got 0"),
 ])
 def test_train_speed_says_what_it_cannot_draw(results, error, message):
     with pytest.raises(error, match=re.escape(message)):
@@ -428,15 +438,20 @@ def test_train_speed_draws_a_small_document_and_says_what_a_family_auto_run_drew
 
 # ---- found in a review: block_scaling_snr's docstring said every value of the 2**-19 row is flushed ---
 def test_block_scaling_snr_docstring_states_the_flushed_fractions_of_its_defaults():
-    """The docstring's numbers, measured: the tensor the figure draws (its defaults), cast per tensor."""
+    """The docstring's numbers, measured: the tensor the figure draws with its defaults, cast per tensor."""
+    import inspect
+
     from minifp8.scaling import quantize_current
 
-    exponents = np.linspace(-28, 0, 57)
-    x = (np.random.default_rng(0).standard_normal((57, 2048)) * np.exp2(exponents)[:, None]).astype(np.float32)
+    parameters = inspect.signature(plots.block_scaling_snr).parameters
+    defaults = {name: parameter.default for name, parameter in parameters.items()}
+    exponents, x = plots._rows_at_scales(**defaults)
+    columns = defaults["columns"]
     flushed = np.sum((quantize_current(x, "E4M3").dequantize() == 0) & (x != 0), axis=1)
     row = {float(e): int(count) for e, count in zip(exponents, flushed)}
-    assert all(row[e] == 2048 for e in exponents if e <= -19.5) and 0 < 2048 - row[-19.0] < 2048
-    stated = (f"the defaults: {100 * row[-16.0] / 2048:.0f}% of a row's values at 2**-16, "
-              f"{100 * row[-18.0] / 2048:.0f}% at 2**-18, all but {'one' if 2048 - row[-19.0] == 1 else 2048 - row[-19.0]} of the 2048 at 2**-19, and "
-              "all of them from 2**-19.5 down")
+    assert all(row[e] == columns for e in exponents if e <= -19.5) and 0 < columns - row[-19.0] < columns
+    kept = columns - row[-19.0]
+    stated = (f"the defaults: {100 * row[-16.0] / columns:.0f}% of a row's values at 2**-16, "
+              f"{100 * row[-18.0] / columns:.0f}% at 2**-18, all but {'one' if kept == 1 else kept} of the {columns} "
+              "at 2**-19, and all of them from 2**-19.5 down")
     assert stated in " ".join(plots.block_scaling_snr.__doc__.split())

@@ -218,6 +218,10 @@ def test_figure_hook_refuses_a_minifp8_imported_from_elsewhere(tmp_path):
     hook.check_checkout(ROOT / "minifp8" / "plots.py")
     with pytest.raises(ImportError, match="already imported from"):
         hook.check_checkout(elsewhere / "minifp8" / "plots.py")
+    # found in a review: a copy installed inside the checkout passed as this checkout's
+    for copy in (ROOT / ".venv" / "lib" / "python3.12" / "site-packages", ROOT / "build" / "lib"):
+        with pytest.raises(ImportError, match=re.escape(f"already imported from {copy / 'minifp8'}")):
+            hook.check_checkout(copy / "minifp8" / "plots.py")
 
 
 def test_figure_renders_the_same_whatever_the_builders_matplotlib_settings():

@@ -55,10 +55,11 @@ from minifp8 import plots  # noqa: E402  (plots imports matplotlib lazily, insid
 
 
 def check_checkout(module_file, checkout: Path = CHECKOUT) -> None:
-    """ImportError unless ``module_file`` (``minifp8.plots.__file__``) lies in ``checkout``: a
-    minifp8 imported before the hook ran, from another directory, would draw that code and its
-    results."""
-    if not Path(module_file).resolve().is_relative_to(checkout):
+    """ImportError unless ``module_file`` (``minifp8.plots.__file__``) is ``checkout``'s own
+    ``minifp8/plots.py``: a minifp8 imported before the hook ran from anywhere else (another
+    directory, or a copy installed inside the checkout: ``.venv/.../site-packages``, ``build/lib``)
+    would draw that code and its results."""
+    if Path(module_file).resolve().parent != Path(checkout).resolve() / "minifp8":
         raise ImportError(f"the figures hook draws the minifp8 of this checkout ({checkout}), but minifp8 was "
                           f"already imported from {Path(module_file).resolve().parent}: run mkdocs (or the "
                           f"tests) where this checkout's minifp8 is imported, e.g. pip install -e {checkout}")
