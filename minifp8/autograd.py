@@ -58,7 +58,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .formats import _check_bool, _described, _is_int  # the package's bool check, 'got ...' and int test
+from .formats import _check_bool, _described, _is_int, _is_real  # the package's argument checks and tests
 
 __all__ = [
     "Tensor", "as_tensor", "default_dtype", "get_default_dtype", "is_grad_enabled", "make_op", "no_grad",
@@ -456,7 +456,7 @@ class Tensor:
                 return grad_base, grad_exp
 
             return make_op(out_data, (base, exponent), backward, "pow")
-        if isinstance(exponent, (bool, np.bool_)) or not isinstance(exponent, (int, float, np.integer, np.floating)):
+        if not _is_real(exponent):
             raise TypeError(f"exponent must be a real number or a Tensor, got {type(exponent).__name__}")
         _check_floating(self, "**")
         p = float(exponent)

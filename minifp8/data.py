@@ -67,7 +67,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formats import _check_int
+from .formats import _check_int, _is_real
 
 __all__ = [
     "AnswerAccuracy", "CharTokenizer", "Dataset", "OPERATORS", "SPLITS", "answer_accuracy",
@@ -85,7 +85,7 @@ SPLITS = ("train", "val")
 
 def _check_fraction(name: str, value) -> float:
     """A float strictly between 0 and 1."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not _is_real(value):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
     if not 0.0 < float(value) < 1.0:
         raise ValueError(f"{name} must be strictly between 0 and 1, got {value!r}")

@@ -45,6 +45,17 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+def _is_real_type(kind: type) -> bool:
+    """Whether ``kind`` is a type of real numbers: a Python or NumPy int or float (a bool is not one)."""
+    return issubclass(kind, (int, float, np.integer, np.floating)) and not issubclass(kind, (bool, np.bool_))
+
+
+def _is_real(value) -> bool:
+    """Whether ``value`` is a Python or NumPy int or float (a bool is not one). (The package's one
+    real-number test.)"""
+    return _is_real_type(type(value))
+
+
 def _check_int(value, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as a Python int in [minimum, maximum] (either bound optional); TypeError for
     anything but a Python or NumPy integer (a bool is not one), ValueError out of the bounds."""

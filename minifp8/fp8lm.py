@@ -115,7 +115,7 @@ import numpy as np
 
 from . import codec, formats, scaling
 from .autograd import Tensor
-from .formats import _is_int
+from .formats import _is_int, _is_real
 from .optim import AdamW, adamw_update
 
 __all__ = [
@@ -250,8 +250,7 @@ class AutoScale:
 
 
 def _check_threshold(threshold) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating, np.integer)) \
-            or not 0.0 <= float(threshold) < 1.0:
+    if not _is_real(threshold) or not 0.0 <= float(threshold) < 1.0:
         raise ValueError(f"threshold must be a fraction in [0, 1), got {threshold!r}")
     return float(threshold)
 
@@ -360,8 +359,7 @@ def fp8_all_reduce(worker_grads: Sequence, fmt="E4M3", *, factor: float = 1.0) -
         scale first), an unsupported format or a bad factor.
     """
     fmt = _gradient_format(fmt)
-    if isinstance(factor, bool) or not isinstance(factor, (int, float, np.floating, np.integer)) \
-            or not (math.isfinite(factor) and factor > 0):
+    if not _is_real(factor) or not (math.isfinite(factor) and factor > 0):
         raise ValueError(f"fp8_all_reduce: factor must be a finite number > 0, got {factor!r}")
     grads = _check_worker_grads(worker_grads, "fp8_all_reduce")
     for i, g in enumerate(grads):

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .autograd import Tensor, _axis, _check_floating, _sum_rows_by_id, as_tensor, make_op, matmul
-from .formats import _check_bool, _is_int
+from .formats import _check_bool, _is_int, _is_real
 
 __all__ = [
     "concat", "cross_entropy", "dropout", "embedding", "exp", "gelu", "layer_norm", "linear", "log",
@@ -41,7 +41,7 @@ def _generator(rng, op: str) -> np.random.Generator:
 
 def _real(value, op: str, name: str) -> float:
     """``value`` as a Python float; ``TypeError`` unless it is a real number (bool is not one)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not _is_real(value):
         raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
     return float(value)
 

@@ -82,7 +82,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import codec, formats
-from .formats import FloatFormat, _check_int, _described, _is_int
+from .formats import FloatFormat, _check_int, _described, _is_int, _is_real
 
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
 ELEMENT_FORMATS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")  # OCP MX v1.0 section 5
@@ -765,7 +765,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
 
 def _check_float32_number(value, name: str, positive: bool = False) -> np.float32:
     """``value`` (the argument ``name``: an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not _is_real(value):
         raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} "
                         f"{value!r}")
     try:

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import formats as _formats
 from .codec import quantize
-from .formats import _check_int, _described
+from .formats import _check_int, _described, _is_real, _is_real_type
 
 # One colour per format, the same in every figure (matplotlib's default cycle, colour-blind safe
 # enough for two or three lines; subnormals and special regions get their own).
@@ -71,18 +71,13 @@ def _percent_axis(ax, ticks=None) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{100 * value:g}%"))
 
 
-def _is_real_type(kind: type) -> bool:
-    """Whether ``kind`` is a type of real numbers: a Python or NumPy int or float (a bool is not one)."""
-    return issubclass(kind, (int, float, np.integer, np.floating)) and not issubclass(kind, (bool, np.bool_))
-
-
 def _number(value, name: str, none: bool = False, positive: bool = False) -> float:
     """``value`` (an argument, or a number of a results document) as a float: TypeError naming
     ``name`` unless it is a real number (or None where ``none``: JSON's null, which the results
     write for NaN, read as NaN); with ``positive``, ValueError unless it is finite and > 0."""
     if value is None and none:
         return math.nan
-    if not _is_real_type(type(value)):
+    if not _is_real(value):
         raise TypeError(f"{name} must be a number{' or None' if none else ''}, got {_described(value)}")
     if positive and not 0 < float(value) < math.inf:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
