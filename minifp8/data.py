@@ -61,6 +61,7 @@ Example
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -322,6 +323,9 @@ def load_text(path) -> str:
 
 # ---- dataset and batches -----------------------------------------------------------------------
 
+_HASHED_CHARACTERS = 1 << 20  # characters encoded and hashed at a time for `Dataset.text_sha256`
+
+
 class Dataset:
     """A tokenized train/val pair of texts that hands out random training windows.
 
@@ -341,6 +345,12 @@ class Dataset:
     train, val : np.ndarray
         1-D int64 token ids of each split.
     tokenizer : CharTokenizer
+    text_sha256 : str
+        The SHA-256 (hex) of the training text then the validation text, in UTF-8 (lone surrogates
+        passed through): for `load_dataset` of a file, its text as `load_text` reads it (no
+        byte-order mark, ``\n`` line ends), so for a file already so what ``sha256sum FILE``
+        prints; for the arithmetic corpus, the text generated from its seed. ``train_tiny`` records
+        it, so that ``--resume`` refuses to continue on another text.
     """
 
     def __init__(self, train_text: str, val_text: str, *, name: str = "text",
@@ -354,6 +364,11 @@ class Dataset:
         self.tokenizer = CharTokenizer("".join(set(train_text) | set(val_text)))
         self.train = self.tokenizer.encode(train_text)
         self.val = self.tokenizer.encode(val_text)
+        digest = hashlib.sha256()
+        for text in (train_text, val_text):  # a slice at a time: no UTF-8 copy of the whole text
+            for start in range(0, len(text), _HASHED_CHARACTERS):
+                digest.update(text[start:start + _HASHED_CHARACTERS].encode("utf-8", "surrogatepass"))
+        self.text_sha256 = digest.hexdigest()
         self.name = name
         self.task = task
         self.loss_floor = loss_floor

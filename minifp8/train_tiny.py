@@ -82,9 +82,9 @@ Outputs (``--out DIR``)
 -----------------------
 * ``config.json``: the configuration, the list of runs, the environment they started in (a
   ``--resume`` under another one says so: its continuation may differ in the last bits) and the
-  SHA-256 of the training text (`text_sha256`: of the ``--data`` file's text, or of the built-in
-  corpus generated from ``--seed``), which checkpoints record too: ``--resume`` refuses to continue
-  on another text (directories older than it resume unchecked);
+  SHA-256 of the training text (`minifp8.data.Dataset.text_sha256`: of the ``--data`` file's text,
+  or of the built-in corpus generated from ``--seed``), which checkpoints record too: ``--resume``
+  refuses to continue on another text (directories older than it resume unchecked);
 * ``metrics.json``: per run, the training loss of every step, the validation evaluations, the cast
   statistics at every log line and of every cast point at the end, and the summary; and the
   ``environment`` (NumPy's version and the BLAS kernels, `blas_kernels`: the same seed trains to
@@ -119,7 +119,6 @@ import argparse
 import contextlib
 import ctypes
 import functools
-import hashlib
 import json
 import math
 import os
@@ -704,7 +703,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
                "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0, "time_s": 0.0,
                "diverged": None, "finished": False}
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
-    identity = _identity(config, run, text_sha256(dataset))
+    identity = _identity(config, run, dataset.text_sha256)
     start = 0
     if resume and checkpoint is not None and checkpoint.exists():
         start, metrics = _load_checkpoint(checkpoint, identity, model, model_rng, state, optimizer, data_rng, scaler,
@@ -903,30 +902,9 @@ _SESSION_FLAGS = ("out", "resume", "stop_after")
 
 def _identity(config: TrainConfig, run: Run, data_sha256: str) -> dict:
     """What a checkpoint must have been trained with to be resumed: the config (less `_SESSION_FLAGS`),
-    the run, as JSON values, and the training text (`text_sha256`)."""
+    the run, as JSON values, and the training text (`minifp8.data.Dataset.text_sha256`)."""
     return {"config": {key: value for key, value in asdict(config).items() if key not in _SESSION_FLAGS},
             "run": asdict(run), "data_sha256": data_sha256}
-
-
-def text_sha256(dataset) -> str:
-    """The SHA-256 (hex) of the text a `minifp8.data.Dataset` was built from, its training split then
-    its validation split, in UTF-8: what ``config.json`` and each checkpoint record, so that
-    ``--resume`` refuses to continue on another text.
-
-    For a ``--data`` file that is its text as `minifp8.data.load_text` reads it (no byte-order mark,
-    ``\\n`` line ends): for a file already so, what ``sha256sum FILE`` prints. For the built-in
-    corpus it is the text generated from ``--seed``, so that a corpus generator changed between
-    the sessions of a run is noticed too. Hashed a slice of ids at a time, so that it holds no
-    copy of the whole text (`minifp8.data.load_dataset`'s peak stays the run's).
-    """
-    digest = hashlib.sha256()
-    for ids in (dataset.train, dataset.val):
-        for start in range(0, ids.size, _HASHED_IDS):
-            digest.update(dataset.tokenizer.decode(ids[start:start + _HASHED_IDS]).encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
-
-
-_HASHED_IDS = 1 << 20  # characters decoded and hashed at a time by `text_sha256`
 
 
 def _save_checkpoint(path: Path, identity: dict, step, model, model_rng, state, optimizer, data_rng, scaler,
@@ -1230,7 +1208,7 @@ def _holds_earlier_run(out: Path) -> bool:
 
 def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data_sha256: str | None = None) -> None:
     """Make ``out`` and write its ``config.json`` (the config, the runs, the `environment` they
-    start in and the training text's `text_sha256`; a resumed run keeps the one it continues). A
+    start in and the training text's SHA-256; a resumed run keeps the one it continues). A
     new run replaces an earlier one there: its ``config.json``, its checkpoints (which could
     otherwise be resumed under the new config) and its results (``metrics.json``, ``loss.png``,
     an experiment's results file), which a new run that stops early would otherwise leave beside
@@ -1358,7 +1336,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: --data {config.data}: out of memory while reading and tokenizing it; use a "
               f"smaller file", file=sys.stderr)
         return 2
-    data_sha256 = text_sha256(dataset)
+    data_sha256 = dataset.text_sha256
     if recorded_sha256 is not None and recorded_sha256 != data_sha256:
         print(f"{prog}: error: --resume {resume_dir}: the training text {dataset.name} is not the text this run "
               f"started on (SHA-256 {recorded_sha256[:16]}... in config.json, {data_sha256[:16]}... now); "

@@ -563,8 +563,8 @@ def test_resume_refuses_another_training_text(tmp_path, capsys):
     assert metrics(out)["runs"]["fp32"]["train_loss"] == metrics(whole)["runs"]["fp32"]["train_loss"]
     # the built-in corpus is hashed too: the text its generator made from --seed
     dataset = train_tiny.data_module.load_dataset(seed=0)
-    assert train_tiny.text_sha256(dataset) == train_tiny.text_sha256(train_tiny.data_module.load_dataset(seed=0))
-    assert train_tiny.text_sha256(dataset) != train_tiny.text_sha256(train_tiny.data_module.load_dataset(seed=1))
+    assert dataset.text_sha256 == train_tiny.data_module.load_dataset(seed=0).text_sha256
+    assert dataset.text_sha256 != train_tiny.data_module.load_dataset(seed=1).text_sha256
 
 
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_it_starts(tmp_path, capsys, monkeypatch):
