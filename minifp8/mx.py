@@ -96,7 +96,10 @@ _CHUNK_ELEMENTS = 1 << 19  # work through big arrays in cache-sized slices of wh
 # ================================================================================================
 # The formats, as data.
 # ================================================================================================
-def _check_element(element: FloatFormat) -> None:
+def _check_element(element) -> None:
+    """TypeError unless ``element`` is a FloatFormat, ValueError unless MX uses it for elements."""
+    if not isinstance(element, FloatFormat):
+        raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {_described(element)}")
     if element.name not in ELEMENT_FORMATS:
         raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {element.name}")
 
@@ -131,8 +134,6 @@ class MXFormat:
     def __post_init__(self):
         if not isinstance(self.name, str):
             raise TypeError(f"name must be a str, got {_described(self.name)}")
-        if not isinstance(self.elem, FloatFormat):
-            raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {_described(self.elem)}")
         _check_element(self.elem)
         _check_block_size(self.block_size)
         object.__setattr__(self, "block_size", int(self.block_size))  # (frozen dataclass)
@@ -321,8 +322,6 @@ class MXArray:
     shape: tuple
 
     def __post_init__(self):
-        if not isinstance(self.elem, FloatFormat):
-            raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {_described(self.elem)}")
         _check_element(self.elem)
         _check_block_fields(self)
 
