@@ -124,6 +124,8 @@ class FloatFormat:
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         for name in ("signed", "has_subnormals", "has_infinity"):
             _check_bool(getattr(self, name), name)
+        if not isinstance(self.nan_style, str):  # (``in`` would choke on an array)
+            raise TypeError(f"nan_style must be a str, one of {NAN_STYLES}, got {_described(self.nan_style)}")
         if self.nan_style not in NAN_STYLES:
             raise ValueError(f"nan_style must be one of {NAN_STYLES}, got {self.nan_style!r}")
         if self.exponent_bits < 1 or self.mantissa_bits < 0:

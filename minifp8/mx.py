@@ -88,7 +88,10 @@ SCALE_MODES = ("floor", "ceil", "even", "rceil")
 ELEMENT_FORMATS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")  # OCP MX v1.0 section 5
 E8M0_BIAS = 127
 E8M0_NAN = 0xFF
-SHARED_EXP_MIN, SHARED_EXP_MAX = -127, 127  # the exponents E8M0 can spell (0xFF is NaN)
+SHARED_EXP_MIN = -127
+"""The smallest shared exponent: E8M0 code 0x00 is 2**-127 (OCP MX v1.0 section 5.4.1)."""
+SHARED_EXP_MAX = 127
+"""The largest shared exponent: E8M0 code 0xFE is 2**127, and 0xFF is NaN (OCP MX v1.0 section 5.4.1)."""
 NVFP4_BLOCK_SIZE = 16
 _CHUNK_ELEMENTS = 1 << 19  # work through big arrays in cache-sized slices of whole blocks
 
@@ -180,6 +183,8 @@ def _element_and_block_size(elem, block_size) -> tuple[FloatFormat, int]:
 
 
 def _check_scale_mode(scale_mode) -> None:
+    if not isinstance(scale_mode, str):  # (``in`` would take np.array(["floor"]) and choke on longer arrays)
+        raise TypeError(f"scale_mode must be a str, one of {', '.join(SCALE_MODES)}; got {_described(scale_mode)}")
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"unknown scale_mode {scale_mode!r}; choose one of {', '.join(SCALE_MODES)}")
 
@@ -337,7 +342,7 @@ class MXArray:
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
         scale_values = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E8M0)
         values = np.empty(blocks.shape, np.float32)
-        step = max(1, _CHUNK_ELEMENTS // self.block_size)
+        step = max(1, _CHUNK_ELEMENTS // blocks.shape[1])
         with np.errstate(over="ignore", invalid="ignore"):
             for start in range(0, len(blocks), step):
                 stop = start + step
@@ -447,7 +452,7 @@ def quantize(x, elem, *, block_size=None, axis=-1, scale_mode="floor", rounding=
     blocks, moved_shape = _to_blocks(array, axis, block_size)
     scales = np.empty(len(blocks), np.uint8)
     codes = np.empty(blocks.shape, np.uint8)
-    step = max(1, _CHUNK_ELEMENTS // block_size)
+    step = max(1, _CHUNK_ELEMENTS // blocks.shape[1])
     for start in range(0, len(blocks), step):
         stop = start + step
         bits = bit_blocks[start:stop] if rounding == "stochastic" else None
@@ -588,17 +593,21 @@ _FLOAT_FIELDS = {np.float32: (np.uint32, 23, 127), np.float64: (np.uint64, 52, 1
 
 # ---- layout: any axis, any length <-> rows of whole blocks -------------------------------------
 def _to_blocks(array: np.ndarray, axis: int, block_size: int) -> tuple[np.ndarray, tuple]:
-    """A C-contiguous (n_blocks, block_size) array of ``array``'s blocks along ``axis``, zero-padded.
+    """A C-contiguous (n_blocks, width) array of ``array``'s blocks along ``axis``, zero-padded.
 
+    ``width`` is ``block_size``, or the axis length where that is shorter: such an axis is one
+    block per row, and padding it out to a block of 2**16 (or 2**40) zeros would only cost memory
+    (the zeros change no amax, and no code is kept for them).
     Returns the blocks and the shape of ``array`` with ``axis`` moved last (to undo the layout).
-    A view when ``axis`` is last, the array contiguous and the length a multiple of the block size.
+    A view when ``axis`` is last, the array contiguous and the length a multiple of the width.
     """
     moved = np.moveaxis(array, axis, -1)
     length = moved.shape[-1]
-    padding = -length % block_size
+    width = min(block_size, length) if length else block_size
+    padding = -length % width
     if padding:
         moved = np.concatenate([moved, np.zeros(moved.shape[:-1] + (padding,), moved.dtype)], axis=-1)
-    return np.ascontiguousarray(moved).reshape(-1, block_size), moved.shape[:-1] + (length,)
+    return np.ascontiguousarray(moved).reshape(-1, width), moved.shape[:-1] + (length,)
 
 
 def _from_blocks(blocks: np.ndarray, moved_shape: tuple, axis: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The format catalogue against the spec tables (OFP8 rev 1.0 Table 1, OCP MX v1.0 Tables 1-2)."""
+"""The format catalogue against the spec tables (OFP8 rev 1.0 Tables 1-2; OCP MX v1.0 sections 5.3.2-5.3.3
+for FP6/FP4 and 5.4.1 for E8M0)."""
 import math
 
 import numpy as np
@@ -79,7 +80,8 @@ def test_encode_of_decode_is_identity_on_every_non_nan_code(name):
 
 
 def test_emax_matches_mx_spec():
-    # OCP MX v1.0 section 6.3: emax_elem is 8, 15, 4, 2, 2 for E4M3, E5M2, E3M2, E2M3, E2M1.
+    # OCP MX v1.0 section 6.3: emax_elem is the exponent of the element format's largest normal number;
+    # the element tables (OFP8 Table 1, MX section 5.3) give 8, 15, 4, 2, 2 for E4M3, E5M2, E3M2, E2M3, E2M1.
     assert [formats.get(n).emax for n in ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")] == [8, 15, 4, 2, 2]
 
 

@@ -1,0 +1,83 @@
+"""Hostile inputs to the codec and MX API: block sizes longer than the axis, non-str
+modes, and non-native views checked against the exact scalar definitions."""
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats, mx
+
+
+def reference_dequantized_rows(x: np.ndarray, elem: str, scale_mode: str) -> np.ndarray:
+    """Each row of 2-d ``x`` as one block, by `mx.quantize_block_reference` (exact Fractions) and the
+    decode table: element value times ``2**(scale - 127)``."""
+    fmt = formats.get(elem)
+    rows = []
+    for row in x:
+        scale, codes = mx.quantize_block_reference(row, elem, scale_mode=scale_mode)
+        rows.append(fmt.values()[codes] * 2.0 ** (scale - 127))
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("block_size", [2**16, 2**40])
+@pytest.mark.parametrize("elem, scale_mode", [("E2M1", "floor"), ("E4M3", "rceil"), ("E3M2", "even")])
+def test_a_block_size_longer_than_the_axis_is_one_block_per_row_without_padding_it_out(block_size, elem,
+                                                                                       scale_mode):
+    # Rows were zero-padded to the full block: block_size=2**40 asked for 8 TiB (MemoryError), and
+    # 2**16 on a (2000, 3) array took 12 s and 1.5 GB, one row per chunk. Zeros change no amax, so
+    # a row shorter than the block is the block.
+    x = np.random.default_rng(35).standard_normal((6, 3)).astype(np.float32) * np.float32(2.0**-20)
+    expected = reference_dequantized_rows(x, elem, scale_mode)
+    for axis, data in ((-1, x), (0, x.T)):
+        q = mx.quantize(data, elem, block_size=block_size, axis=axis, scale_mode=scale_mode)
+        assert q.scales.shape == ((6, 1) if axis == -1 else (1, 6)) and q.codes.shape == data.shape
+        values = q.dequantize() if axis == -1 else q.dequantize().T
+        np.testing.assert_array_equal(values, expected.astype(np.float32))
+    bits = np.random.default_rng(1).integers(0, 256, x.shape, dtype=np.uint8)
+    stochastic = mx.quantize(x, elem, block_size=block_size, rounding="stochastic", random_bits=bits)
+    for row, row_bits, scale, codes in zip(x, bits, stochastic.scales[:, 0], stochastic.codes):
+        assert (int(scale), codes.tolist()) == mx.quantize_block_reference(
+            row, elem, rounding="stochastic", random_bits=row_bits.tolist(), random_bit_count=8)
+
+
+def test_nvfp4_axis_shorter_than_its_block_is_unchanged():
+    # The same layout change serves NVFP4's 16-element blocks: a 5-long axis equals the axis padded
+    # to 16 by hand (padding zeros change no amax and their codes are dropped).
+    x = np.random.default_rng(2).standard_normal((4, 5)).astype(np.float32)
+    padded = np.concatenate([x, np.zeros((4, 11), np.float32)], axis=1)
+    short, full = mx.quantize_nvfp4(x), mx.quantize_nvfp4(padded)
+    np.testing.assert_array_equal(short.scales, full.scales)
+    np.testing.assert_array_equal(short.codes, full.codes[:, :5])
+    np.testing.assert_array_equal(short.dequantize(), full.dequantize()[:, :5])
+
+
+@pytest.mark.parametrize("scale_mode", [None, 1, np.array(["floor"]), np.array(["floor", "ceil"]), ["floor"]])
+@pytest.mark.parametrize("call", [
+    lambda mode: mx.quantize(np.ones(4, np.float32), "E4M3", scale_mode=mode),
+    lambda mode: mx.shared_exponents(np.ones(4, np.float32), "E4M3", mode),
+    lambda mode: mx.quantize_block_reference([1.0], "E4M3", scale_mode=mode),
+])
+def test_a_scale_mode_that_is_not_a_str_is_a_type_error_naming_it(call, scale_mode):
+    # np.array(["floor"]) was taken as "floor" (``in`` compares elementwise), a longer array raised
+    # NumPy's "truth value of an array is ambiguous", and None a ValueError.
+    with pytest.raises(TypeError, match=r"^scale_mode must be a str, one of floor, ceil, even, rceil; got "):
+        call(scale_mode)
+
+
+@pytest.mark.parametrize("nan_style", [np.array(["ieee"]), np.array(["ieee", "none"]), None])
+def test_a_nan_style_that_is_not_a_str_is_a_type_error_naming_it(nan_style):
+    with pytest.raises(TypeError, match="^nan_style must be a str"):
+        formats.FloatFormat("X", 5, 2, 15, has_infinity=True, nan_style=nan_style)
+
+
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2", "E2M1", "E8M0", "E4M3FNUZ"])
+def test_non_native_byte_order_read_only_and_strided_inputs_encode_as_the_scalar_definition(fmt):
+    values = np.array([0.0, -0.0, 1.0, -3.3, 300.0, 464.0, 1e-3, 2.0**-10, 6e4, np.inf, -np.inf, np.nan])
+    if not formats.get(fmt).has_nan:
+        values = values[~np.isnan(values)]
+    for dtype in (">f2", ">f4", ">f8", "<f4"):
+        typed = np.repeat(values.astype(dtype), 2)[::2]  # non-contiguous
+        typed.flags.writeable = False
+        expected = [codec.encode_scalar(float(v), fmt) for v in typed]
+        assert codec.encode(typed, fmt).tolist() == expected, dtype
+        np.testing.assert_array_equal(codec.quantize(typed, fmt), codec.decode(np.array(expected, ">u2"), fmt))
+    integers = np.array([0, 3, -7, 500, 2**20], ">i8")
+    assert codec.encode(integers, fmt).tolist() == [codec.encode_scalar(int(v), fmt) for v in integers]
