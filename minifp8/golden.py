@@ -13,8 +13,8 @@ File layout (schema version 2)
 
 ``notes`` states, briefly, the rules a reader needs to interpret the entries (the module
 docstrings of `minifp8.codec` and `minifp8.mx` give them in full): the array layout, the codec's
-codes for overflow, Inf and NaN, stochastic rounding, E8M0's rules, MX blocks with a NaN scale and
-NVFP4's order of float32 operations.
+codes for overflow, Inf and NaN, stochastic rounding, E8M0's rules, MX's scale modes, short last
+blocks and blocks with a NaN scale, and NVFP4's order of float32 operations.
 Each entry describes one expected result:
 
 - ``kind``: ``"codec"``, ``"mx"`` or ``"nvfp4"``;
@@ -93,23 +93,32 @@ NOTES = {
              "whatever saturate (IEEE 754-2019 section 7.4). FP6/FP4 (no Inf or NaN; no NaN input in their "
              "files): overflow and +-Inf give +-max. E8M0: see its note. float64 inputs round once, exactly (not "
              "through float32). minifp8.codec's module docstring.",
-    "stochastic": "Write |x| = (n + f) * quantum with n an integer and 0 <= f < 1; round f * 2**random_bit_count "
-                  "to the nearest integer r (ties to even); round away from zero when r + random_bits >= "
-                  "2**random_bit_count (IEEE P3109 'Stochastic'; minifp8.codec.encode).",
+    "stochastic": "Write |x| = (n + f) * quantum with n an integer and 0 <= f < 1, quantum the spacing of the "
+                  "format's values at |x| (2**(max(floor(log2|x|), emin) - mantissa bits)); round f * "
+                  "2**random_bit_count to the nearest integer r (ties to even); round away from zero when r + "
+                  "random_bits >= 2**random_bit_count (IEEE P3109 'Stochastic'; minifp8.codec.encode); then the "
+                  "codec note's overflow rules.",
     "E8M0": "Unsigned, no zero; every value is a power of two, so nearest_even rounds ties (1.5 * 2**k) up. Zero, "
             "negative numbers (-Inf included) and NaN give 0xFF (NaN); values below 2**-127 give 0x00 (2**-127); "
             "overflow and +Inf give 0xFF, or 0xFE (2**127) with saturate=true; with rounding=toward_zero, finite "
             "overflow gives 0xFE whatever saturate. minifp8.codec's module docstring.",
-    "mx": "shared_exp comes from the exponent bits of the block amax (never a float log2), by scale_mode, "
-          "clamped to [-127, 127]; elements are x * 2**-shared_exp, exact, encoded with saturate=true. A NaN "
-          "(or, except for rceil, an Inf) in a block gives scale 0xFF and the block decodes to NaN: its codes "
-          "are don't-care (minifp8 writes 0), so skip them where the expected scale is ignore_codes_where_scale. "
-          "OCP MX v1.0 section 6.3; minifp8.mx's module docstring.",
+    "mx": "Blocks of block_size along axis; a row whose length is not a multiple of block_size ends in a "
+          "shorter block (as if zero-padded), so it has ceil(length / block_size) scales. shared_exp comes from "
+          "the exponent bits of the block amax = max |x| (never a float log2), by scale_mode, with emax_elem the "
+          "exponent of the element format's largest value (E4M3 8, E5M2 15, E3M2 4, E2M3 2, E2M1 2): floor: "
+          "floor(log2(amax)) - emax_elem (OCP); ceil: ceil(log2(amax)) - emax_elem; even: "
+          "floor(log2(amax with its significand rounded to the element's mantissa bits, ties away)) - "
+          "emax_elem; rceil: ceil(log2(amax / max_elem)), exact. It is clamped to [-127, 127]; the scale code "
+          "is shared_exp + 127, and an all-zero block gets 0x00. Elements are x * 2**-shared_exp, exact, "
+          "encoded with saturate=true. A NaN (or, except for rceil, an Inf) in a block gives scale 0xFF and the "
+          "block decodes to NaN: its codes are don't-care (minifp8 writes 0), so skip them where the expected "
+          "scale is ignore_codes_where_scale; rceil gives a block with an Inf (and no NaN) 0xFE, and its Inf "
+          "saturates. OCP MX v1.0 section 6.3; minifp8.mx's module docstring.",
     "nvfp4": "float32 operations, each rounded to nearest even, in TransformerEngine's order: S_enc = min(2688 / "
              "global_amax, FLT_MAX) (1 if global_amax is 0); S_dec = 1 / S_enc; scale code = e4m3_saturate(min("
-             "block_amax * (S_enc * float32(1/6)), FLT_MAX)); encode = min(1 / (S_dec_b * S_dec), FLT_MAX); code = "
-             "e2m1_rne(clamp(x * encode, -6, 6)). Use the global_amax array as the tensor amax. "
-             "minifp8.mx.quantize_nvfp4.",
+             "block_amax * (S_enc * float32(1/6)), FLT_MAX)); S_dec_b = the E4M3 value of that code; encode = "
+             "min(1 / (S_dec_b * S_dec), FLT_MAX); code = e2m1_rne(clamp(x * encode, -6, 6)). Use the global_amax "
+             "array as the tensor amax; the encode_scale array holds S_enc. minifp8.mx.quantize_nvfp4.",
 }
 
 
@@ -480,13 +489,27 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
 
 
 def load(directory) -> tuple[dict, dict]:
-    """Read a golden directory with numpy alone: the manifest and ``{file name: {array: ndarray}}``."""
+    """Read a golden directory with numpy alone: the manifest and ``{file name: {array: ndarray}}``.
+
+    Raises ``ValueError`` when ``manifest.json`` is not a minifp8 golden manifest of a schema this
+    version reads, or when a file's sha256 is not the one its entries record (a truncated copy, or
+    files from another run).
+    """
     directory = Path(directory)
     manifest = json.loads((directory / "manifest.json").read_text())
+    schema = (manifest.get("schema"), manifest.get("schema_version")) if isinstance(manifest, dict) else None
+    if schema != ("minifp8-golden", SCHEMA_VERSION):
+        raise ValueError(f"golden.load: {directory / 'manifest.json'} must be a 'minifp8-golden' manifest of "
+                         f"schema_version {SCHEMA_VERSION}, got schema and version {schema}")
     files = {}
     for entry in manifest["entries"]:
         if entry["file"] not in files:
-            with np.load(directory / entry["file"], allow_pickle=False) as archive:
+            data = (directory / entry["file"]).read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != entry["sha256"]:
+                raise ValueError(f"golden.load: {directory / entry['file']} has sha256 {digest}, but the manifest "
+                                 f"records {entry['sha256']}: the file is damaged or from another run")
+            with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                 files[entry["file"]] = {name: archive[name] for name in archive.files}
     return manifest, files
 

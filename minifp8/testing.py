@@ -14,6 +14,7 @@ Sections:
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -309,9 +310,11 @@ class Report:
     """The result of `compare`: how many elements differ, and why.
 
     ``mismatches`` holds the first ``max_rows`` rows; ``count`` and ``by_class`` cover all of them.
-    ``str(report)`` is a table for a failing test's message. Its inputs print with the digits that
-    give their bits back: ``repr`` (up to 17 significant digits) for float64, 9 significant digits
-    for float32 and float16.
+    ``layout`` is a hint, or "": when the backend's codes are the expected ones rearranged (the
+    last two axes swapped, or any other order), every mismatch is a layout bug, not a rounding one.
+    ``str(report)`` is a table for a failing test's message, with the hint under its first line.
+    Its inputs print with the digits that give their bits back: ``repr`` (up to 17 significant
+    digits) for float64, 9 significant digits for float32 and float16.
     """
 
     format_name: str
@@ -322,6 +325,7 @@ class Report:
     mismatches: list = field(default_factory=list)
     nan: str = "exact"
     input_dtype: str = "float32"
+    layout: str = ""
 
     @property
     def ok(self) -> bool:
@@ -340,7 +344,7 @@ class Report:
         if self.ok:
             return self.head()
         rows = self.mismatches
-        columns = [("index", 12, [",".join(map(str, m.index)) for m in rows]),
+        columns = [("index", 12, [",".join(map(str, m.index)) or "()" for m in rows]),  # () for a 0-d x
                    ("input", 16, [_input_text(m.input, self.input_dtype) for m in rows]),
                    ("input bits", 20, [m.input_bits for m in rows])]
         if any(m.scaled_input is not None for m in rows):  # block formats
@@ -354,7 +358,8 @@ class Report:
         def line(cells, kind):
             return " ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)) + f"  {kind}"
 
-        lines = [self.head(), "", line([name for name, _, _ in columns], "class")]
+        lines = [self.head(), *([self.layout] if self.layout else []), "",
+                 line([name for name, _, _ in columns], "class")]
         lines += [line([texts[i] for _, _, texts in columns], m.kind) for i, m in enumerate(rows)]
         if self.count > len(rows):
             lines.append(f"... and {self.count - len(rows)} more")
@@ -378,9 +383,11 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     Parameters
     ----------
     actual : array_like
-        The backend's result, x's shape: uint8 codes; or any 1-byte dtype that ``.view(np.uint8)``
-        reads (ml_dtypes float8 arrays, ``torch_tensor.view(torch.uint8).numpy()``); or decoded
-        values in float16/32/64, which must be values of ``fmt``.
+        The backend's result, x's shape: uint8 codes (``torch_tensor.view(torch.uint8).numpy()``);
+        or int8 bytes, or the ml_dtypes dtype of ``fmt`` (``float8_e4m3fn``, ...), read by
+        ``.view(np.uint8)`` (a 1-byte float dtype of another or an unknown format is refused); or
+        decoded values in float16/32/64, which must be values of ``fmt``. Wider integers are
+        refused: convert codes with ``.astype(np.uint8)``.
     x : array_like
         The inputs the backend was given: float16, float32 or float64 (convert bfloat16 and other
         narrow floats with ``.astype(np.float32)``, which is exact).
@@ -414,6 +421,7 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     if nan not in ("exact", "class"):
         raise ValueError(f"nan must be 'exact' or 'class', got {nan!r}")
     _check_max_rows(max_rows)
+    _check_options(encode_options, codec.encode, "compare")
     x = _float_inputs(x)
     actual_codes = _codes_of(actual, fmt, x.shape)
     expected_codes = codec.encode(x, fmt, **encode_options)
@@ -436,7 +444,26 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
             actual_code=int(got[i]), actual_value=float(table[got[i]]),
             distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=str(kinds[i])))
     options = {key: value for key, value in encode_options.items() if key != "random_bits"}
-    return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name)
+    layout = _layout_note(actual_codes, expected_codes, "actual", fmt) if len(where) > 1 else ""
+    return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)
+
+
+def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt) -> str:
+    """A hint when the codes ``actual`` (which differ from ``expected``) are ``expected``'s rearranged, else "".
+
+    Codes that differ only in sign (both zeros, NaN signs, a negated symmetric sweep) hold the same
+    codes too, but point at a sign bug: they get no hint.
+    """
+    if actual.ndim >= 2 and np.array_equal(actual, np.swapaxes(expected, -1, -2).reshape(actual.shape)):
+        return (f"{name} holds the expected codes with the last two axes swapped (a transposed or column-major "
+                f"result): a layout bug, not a rounding one")
+    magnitude = np.uint8(~np.uint8(fmt.sign_mask))
+    if (np.any((actual & magnitude) != (expected & magnitude))
+            and np.array_equal(np.bincount(actual.reshape(-1), minlength=256),
+                               np.bincount(expected.reshape(-1), minlength=256))):
+        return (f"{name} holds the expected codes in another order: look for a layout bug (order, strides, "
+                f"indexing) before a rounding one")
+    return ""
 
 
 def _float_inputs(x) -> np.ndarray:
@@ -478,43 +505,60 @@ def _format_named(name: str):
         return None
 
 
+def _check_options(options: dict, function, caller: str) -> None:
+    """TypeError naming an option ``function`` (whose keyword-only parameters are the options) does not take."""
+    known = [name for name, parameter in inspect.signature(function).parameters.items()
+             if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        raise TypeError(f"{caller}: unknown option {unknown[0]!r}; the options are {', '.join(known)} "
+                        f"(as for minifp8.{function.__module__.split('.')[-1]}.{function.__name__})")
+
+
 def _check_max_rows(max_rows) -> None:
     if not _is_int(max_rows) or max_rows < 0:
         raise TypeError(f"max_rows must be an int >= 0 (mismatches to keep for the table), got {max_rows!r}")
 
 
-def _codes_of(actual, fmt, shape) -> np.ndarray:
-    """A backend's result as uint8 codes: codes as given, 1-byte dtypes by view, floats by value."""
+def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
+    """A backend's result as uint8 codes: codes as given, 1-byte dtypes by view, floats by value.
+    ``name`` is the argument's name for the errors."""
     array = np.asarray(actual)
     if array.shape != shape:
-        raise ValueError(f"actual has shape {array.shape} but x has shape {shape}")
+        raise ValueError(f"{name} has shape {array.shape} but x has shape {shape}")
     if array.dtype == np.uint8:
         codes = array
     elif array.dtype.kind == "f" and array.dtype.itemsize in (2, 4, 8):
         if not fmt.has_nan and np.isnan(array).any():
-            raise ValueError(f"actual holds NaN, which is not a {fmt.name} value ({fmt.name} has no NaN)")
+            raise ValueError(f"{name} holds NaN, which is not a {fmt.name} value ({fmt.name} has no NaN)")
         codes = codec.encode(array, fmt)
         values = fmt.values()[codes]
         representable = (values == array) | (np.isnan(values) & np.isnan(array))
         if not representable.all():
             bad = array.reshape(-1)[np.flatnonzero(~representable.reshape(-1))[0]]
-            raise ValueError(f"actual holds {bad!r}, which is not a {fmt.name} value: pass codes, or values "
+            raise ValueError(f"{name} holds {bad!r}, which is not a {fmt.name} value: pass codes, or values "
                              f"that the backend decoded from {fmt.name}")
     elif array.dtype.itemsize == 1 and array.dtype.kind not in "bO":
         named = _format_named(array.dtype.name)  # an ml_dtypes float8/6/4 dtype names its format
         if named is not None and named != fmt:
-            raise TypeError(f"actual has dtype {array.dtype.name}, which holds {named.name} codes, "
+            raise TypeError(f"{name} has dtype {array.dtype.name}, which holds {named.name} codes, "
                             f"but the comparison is for {fmt.name}")
         if named is None and array.dtype.kind not in "iu":  # another format's codes, read as these
-            raise TypeError(f"actual has dtype {array.dtype.name}, a 1-byte format minifp8 does not know, not "
+            raise TypeError(f"{name} has dtype {array.dtype.name}, a 1-byte format minifp8 does not know, not "
                             f"{fmt.name}: pass its bytes as uint8 codes (.view(np.uint8)) if they are {fmt.name} codes")
         codes = np.ascontiguousarray(array).view(np.uint8)
     else:
-        raise TypeError(f"actual must be uint8 codes, a 1-byte dtype holding codes (ml_dtypes float8/6/4, int8) "
-                        f"or float16/32/64 values of the format, got dtype {array.dtype}"
-                        f"{_widening_hint(array.dtype, 'actual')}")
+        # Wider integers may be codes (a Python list of ints is int64) or the bits of a 16-bit float:
+        # which, only the caller knows.
+        hint = (f"; if they are {fmt.name} codes (a Python int or list of ints becomes int64), convert them "
+                f"with .astype(np.uint8)" if array.dtype.kind in "iu" else _widening_hint(array.dtype, name))
+        raise TypeError(f"{name} must be uint8 codes, a 1-byte dtype holding codes (ml_dtypes float8/6/4, int8) "
+                        f"or float16/32/64 values of the format, got dtype {array.dtype}{hint}")
     if codes.size and int(codes.max()) >= 1 << fmt.bits:
-        raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got {int(codes.max())}")
+        bad = np.flatnonzero(codes.reshape(-1) >= 1 << fmt.bits)
+        raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got {int(codes.max())} in {name} "
+                         f"({bad.size} codes out of range, the first at index "
+                         f"{tuple(int(i) for i in np.unravel_index(bad[0], codes.shape))})")
     return codes
 
 
@@ -664,7 +708,8 @@ class BlockReport:
     its block meaningless) and is not MX's NaN scale 0xFF (whose block decodes to NaN whatever its
     codes). They are classified as `compare` does, on the value the element encoder saw:
     ``x * 2**-shared_exp`` for MX, ``x * (1 / (S_dec_b * S_dec))`` for NVFP4. Each element row
-    shows the input as given and that scaled value (``Mismatch.scaled_input``).
+    shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
+    hints, as `Report.layout`, for scales and codes that are the expected ones rearranged.
     """
 
     format_name: str
@@ -673,6 +718,7 @@ class BlockReport:
     scale_count: int
     scale_mismatches: list
     elements: Report
+    layout: str = ""
 
     @property
     def ok(self) -> bool:
@@ -681,6 +727,7 @@ class BlockReport:
     def __str__(self) -> str:
         lines = [f"{self.format_name} ({_options_text(self.options, self.elements.nan)}): {self.scale_count} of "
                  f"{self.scale_total} block scales differ; elements in the other blocks: {self.elements.summary()}"]
+        lines += self.layout.splitlines()
         if self.scale_mismatches:
             lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':>18} {'actual':>18}"]
             for m in self.scale_mismatches:
@@ -699,10 +746,12 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
 
     Parameters
     ----------
-    scales : array_like of uint8
-        The backend's scale codes, laid out as ``MXArray.scales`` (E8M0 codes; E4M3 codes for NVFP4).
-    codes : array_like of uint8
-        The backend's element codes, unpacked, x's shape (unpack FP4 nibbles first).
+    scales : array_like
+        The backend's scale codes, laid out as ``MXArray.scales`` (E8M0 codes; E4M3 codes for NVFP4):
+        uint8, or any form `compare` takes as ``actual`` (ml_dtypes ``float8_e8m0fnu``, decoded values).
+    codes : array_like
+        The backend's element codes, unpacked, x's shape (unpack FP4 nibbles first): uint8, or any
+        form `compare` takes as ``actual`` (ml_dtypes ``float8_e4m3fn``, ``float4_e2m1fn``, ...).
     x : array_like
         The inputs the backend was given: float16, float32 or float64.
     elem : str, FloatFormat or MXFormat
@@ -723,16 +772,19 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     _check_max_rows(max_rows)
     x = _float_inputs(x)
     is_nvfp4 = isinstance(elem, str) and elem.lower() == "nvfp4"
+    _check_options(quantize_options, mx.quantize_nvfp4 if is_nvfp4 else mx.quantize,
+                   "compare_mx" + (" (NVFP4)" if is_nvfp4 else ""))
     expected = mx.quantize_nvfp4(x, **quantize_options) if is_nvfp4 else mx.quantize(x, elem, **quantize_options)
-    scales, codes = np.asarray(scales), np.asarray(codes)
-    for name, got, want in (("scales", scales, expected.scales), ("codes", codes, expected.codes)):
-        if got.shape != want.shape:
-            raise ValueError(f"{name} has shape {got.shape}, expected {want.shape} for x of shape {x.shape}"
-                             + (" (unpack FP4 nibbles first)" if name == "codes" else ""))
-        if got.dtype != np.uint8:
-            raise TypeError(f"{name} must be uint8 codes, got dtype {got.dtype}")
     scale_format = formats.E4M3 if is_nvfp4 else formats.E8M0
     element_format = formats.E2M1 if is_nvfp4 else expected.elem
+    checked = []
+    for name, got, want, fmt in (("scales", scales, expected.scales, scale_format),
+                                 ("codes", codes, expected.codes, element_format)):
+        if np.shape(got) != want.shape:
+            raise ValueError(f"{name} has shape {np.shape(got)}, expected {want.shape} for x of shape {x.shape}"
+                             + (" (unpack FP4 nibbles first)" if name == "codes" else ""))
+        checked.append(_codes_of(got, fmt, want.shape, name))  # every code in range, compared or not
+    scales, codes = checked
     axis, block_size = expected.axis, expected.block_size
 
     # Scales: one row per block that differs.
@@ -779,9 +831,15 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
                 input=float(original), input_bits=bits, scaled_input=row.input, scaled_bits=row.input_bits)
         for row, original, bits in zip(element_report.mismatches, originals, _bits_texts(originals))]
     element_report.input_dtype = x.dtype.name
+    # Layout hints from the whole arrays (an element report sees only the blocks whose scale agrees).
+    element_report.layout = ""
+    notes = [_layout_note(got, want, name, fmt) for name, got, want, fmt in (
+                 ("scales", scales, expected.scales, scale_format), ("codes", codes, expected.codes, element_format))
+             if np.count_nonzero(got != want) > 1]
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
-    return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report)
+    return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report,
+                       "\n".join(note for note in notes if note))
 
 
 def assert_mx_equal(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20, **quantize_options) -> None:

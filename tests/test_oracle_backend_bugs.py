@@ -1,0 +1,202 @@
+"""Backends with planted bugs (layouts, out-of-range codes, wide integers, unknown options) and the
+golden files read by their notes alone: what the oracle must name, and how."""
+import json
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, golden, mx, testing
+
+
+def _random_e4m3_inputs(shape, seed=0):
+    return np.random.default_rng(seed).normal(0.0, 4.0, size=shape).astype(np.float32)
+
+
+# ---- a transposed (column-major) output is named as a layout bug, not 12 "other" rounding bugs -------
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5), (2, 3, 4)])
+def test_a_transposed_result_is_reported_as_a_layout_bug(shape):
+    x = _random_e4m3_inputs(shape)
+    expected = codec.encode(x, "E4M3")
+    column_major = np.swapaxes(expected, -1, -2).reshape(shape)  # a kernel that wrote rows as columns
+    report = testing.compare(column_major, x, "E4M3")
+    assert report.count > 1 and "last two axes swapped" in report.layout
+    assert str(report).splitlines()[1] == report.layout  # under the first line, above the table
+
+
+def test_a_result_in_another_order_is_reported_as_a_layout_bug():
+    x = _random_e4m3_inputs(64)
+    expected = codec.encode(x, "E4M3")
+    report = testing.compare(np.roll(expected, 1), x, "E4M3")  # an off-by-one output index
+    assert "in another order" in report.layout and "in another order" in str(report)
+
+
+def test_sign_bugs_and_rounding_bugs_get_no_layout_hint():
+    edge = next(testing.sweep("E4M3", kind="edge"))
+    finite = edge[np.isfinite(edge)]
+    expected = codec.encode(finite, "E4M3")
+    zero_signs_swapped = np.where(finite == 0, expected ^ 0x80, expected).astype(np.uint8)  # (+0 and -0 once each)
+    negated = codec.encode(-finite, "E4M3")  # the sweep is symmetric: the same codes, every sign wrong
+    ties_away = codec.encode(finite, "E4M3", rounding="nearest_away")
+    for wrong in (zero_signs_swapped, negated, ties_away):
+        report = testing.compare(wrong, finite, "E4M3")
+        assert report.count > 1 and report.layout == "" and not str(report).splitlines()[1]
+
+
+def test_compare_mx_names_transposed_codes_and_scales():
+    x = _random_e4m3_inputs((32, 32))
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    report = testing.compare_mx(expected.scales, expected.codes.T, x, "MXFP8_E4M3")
+    assert report.layout.startswith("codes holds the expected codes with the last two axes swapped")
+    assert str(report).splitlines()[1] == report.layout and report.elements.layout == ""
+    assert "elements (each input as given" in str(report)  # the element table is still shown in full
+    wide = np.ldexp(_random_e4m3_inputs((32, 1024)), np.arange(1024) // 32 % 7)  # 32 x 32 blocks, varied
+    expected = mx.quantize(wide, "MXFP8_E4M3")
+    report = testing.compare_mx(expected.scales.T, expected.codes, wide, "MXFP8_E4M3")
+    assert report.layout.startswith("scales holds the expected codes with the last two axes swapped")
+    assert testing.compare_mx(expected.scales, expected.codes, wide, "MXFP8_E4M3").layout == ""
+
+
+# ---- compare_mx takes what compare takes, and checks every code --------------------------------------
+def test_compare_mx_takes_ml_dtypes_codes_and_scales_as_compare_does():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = _random_e4m3_inputs((2, 64))
+    expected = mx.quantize(x, "MXFP4_E2M1")
+    scales, codes = expected.scales.view(ml_dtypes.float8_e8m0fnu), expected.codes.view(ml_dtypes.float4_e2m1fn)
+    assert testing.compare_mx(scales, codes, x, "MXFP4_E2M1").ok  # was: "scales must be uint8 codes"
+    with pytest.raises(TypeError, match="codes has dtype float8_e4m3fn, which holds E4M3 codes, but the "
+                                        "comparison is for E2M1"):
+        testing.compare_mx(expected.scales, expected.codes.view(ml_dtypes.float8_e4m3fn), x, "MXFP4_E2M1")
+    with pytest.raises(TypeError, match="scales must be uint8 codes.*got dtype int64; if they are E8M0 codes "
+                                        r"\(a Python int or list of ints becomes int64\), convert them"):
+        testing.compare_mx(expected.scales.astype(np.int64), expected.codes, x, "MXFP4_E2M1")
+
+
+def test_compare_mx_rejects_codes_out_of_range_in_blocks_it_does_not_compare():
+    """An E2M1 code of 0x1F in a block whose scale differs was skipped, and the report said nothing."""
+    x = _random_e4m3_inputs((1, 64))
+    expected = mx.quantize(x, "MXFP4_E2M1")
+    scales, codes = expected.scales.copy(), expected.codes.copy()
+    scales[0, 1] += 1
+    codes[0, 40] = 0x1F
+    with pytest.raises(ValueError, match=r"E2M1 codes lie in \[0, 16\), got 31 in codes \(1 codes out of range, "
+                                         r"the first at index \(0, 40\)\)"):
+        testing.compare_mx(scales, codes, x, "MXFP4_E2M1")
+
+
+def test_integer_codes_wider_than_a_byte_say_how_to_pass_them():
+    x = np.array([1.0625, 2.0], np.float32)
+    with pytest.raises(TypeError, match=r"got dtype int64; if they are E4M3 codes \(a Python int or list of ints "
+                                        r"becomes int64\), convert them with .astype\(np.uint8\)"):
+        testing.compare([0x38, 0x40], x, "E4M3")
+    assert testing.compare(np.asarray([0x38, 0x40]).astype(np.uint8), x, "E4M3").ok
+
+
+def test_unknown_options_are_named_with_the_ones_each_helper_takes():
+    x = np.ones((1, 32), np.float32)
+    with pytest.raises(TypeError, match="compare: unknown option 'roundng'; the options are rounding, saturate, "
+                                        r"random_bits, random_bit_count \(as for minifp8.codec.encode\)"):
+        testing.compare(codec.encode(x, "E4M3"), x, "E4M3", roundng="toward_zero")
+    expected = mx.quantize(x, "E4M3")
+    with pytest.raises(TypeError, match="compare_mx: unknown option 'scale_mod'; the options are block_size, axis, "
+                                        "scale_mode"):
+        testing.assert_mx_equal(expected.scales, expected.codes, x, "E4M3", scale_mod="ceil")
+    nvfp4 = mx.quantize_nvfp4(x)
+    with pytest.raises(TypeError, match=r"compare_mx \(NVFP4\): unknown option 'block_size'; the options are axis, "
+                                        "global_amax"):
+        testing.compare_mx(nvfp4.scales, nvfp4.codes, x, "NVFP4", block_size=16)
+
+
+# ---- the golden manifest's notes define what a C++ reader needs, and the files obey them --------------
+@pytest.fixture(scope="module")
+def golden_mx_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("golden")
+    golden.write(folder, ["E4M3"])
+    return folder
+
+
+def test_golden_mx_note_defines_the_scale_modes_and_the_files_obey_it(golden_mx_dir):
+    """The note said only "by scale_mode": a reader in another language could not compute the scales,
+    nor tell how 80 columns make 3 blocks of 32. Here the note's formulas, written in numpy, give
+    every MX entry's scales (and the short last block is the note's, not a padded 96)."""
+    manifest = json.loads((golden_mx_dir / "manifest.json").read_text())
+    note = manifest["notes"]["mx"]
+    for stated in ("floor: floor(log2(amax)) - emax_elem", "ceil: ceil(log2(amax)) - emax_elem",
+                   "rceil: ceil(log2(amax / max_elem))", "ties away", "the scale code is shared_exp + 127",
+                   "all-zero block gets 0x00", "ends in a shorter block", "E4M3 8, E5M2 15, E3M2 4, E2M3 2, E2M1 2"):
+        assert stated in note, stated
+    emax = {"E4M3": 8, "E5M2": 15, "E3M2": 4, "E2M3": 2, "E2M1": 2}  # from the note
+    mantissa_bits = {"E4M3": 3, "E5M2": 2, "E3M2": 2, "E2M3": 3, "E2M1": 1}
+    max_elem = {"E4M3": 448.0, "E5M2": 57344.0, "E3M2": 28.0, "E2M3": 7.5, "E2M1": 6.0}
+    checked = set()
+    for entry in manifest["entries"]:
+        if entry["kind"] != "mx":
+            continue
+        with np.load(golden_mx_dir / entry["file"]) as archive:
+            x, scales = archive[entry["arrays"]["input"]], archive[entry["arrays"]["expected_scales"]]
+        element, size, mode = entry["element_format"], entry["block_size"], entry["scale_mode"]
+        rows, length = x.shape
+        assert scales.shape == (rows, -(-length // size))
+        blocks = np.zeros((rows, scales.shape[1] * size))
+        blocks[:, :length] = x
+        with np.errstate(invalid="ignore"):
+            amax = np.abs(blocks.reshape(rows, -1, size)).max(axis=-1)
+        finite = np.where(np.isfinite(amax) & (amax > 0), amax, 1.0)
+        significand, exponent = np.frexp(finite)  # finite = significand * 2**exponent, significand in [0.5, 1)
+        log2_floor = exponent - 1
+        if mode == "floor":
+            shared = log2_floor - emax[element]
+        elif mode == "ceil":
+            shared = log2_floor + (significand != 0.5) - emax[element]
+        elif mode == "even":  # the significand rounded to the element's mantissa bits, ties away
+            rounded = np.floor(2 * significand * 2 ** mantissa_bits[element] + 0.5) / 2 ** mantissa_bits[element]
+            shared = log2_floor + (rounded == 2) - emax[element]
+        else:  # the least k with amax <= max_elem * 2**k
+            k = log2_floor - emax[element]
+            shared = np.where(finite <= np.ldexp(max_elem[element], k), k, k + 1)
+        code = np.clip(shared, -127, 127) + 127
+        code = np.where(amax == 0, 0x00, code)
+        code = np.where(np.isinf(amax), 0xFE if mode == "rceil" else 0xFF, code)
+        code = np.where(np.isnan(amax), 0xFF, code)
+        np.testing.assert_array_equal(scales, code, err_msg=f"{entry['file']} {mode}")
+        checked.add((element, mode))
+    assert len(checked) == 5 * 4
+
+
+def test_golden_nvfp4_note_says_what_encode_scale_and_s_dec_b_are(golden_mx_dir):
+    manifest = json.loads((golden_mx_dir / "manifest.json").read_text())
+    note = manifest["notes"]["nvfp4"]
+    assert "the encode_scale array holds S_enc" in note and "S_dec_b = the E4M3 value of that code" in note
+    for entry in manifest["entries"]:
+        if entry["kind"] == "nvfp4":
+            with np.load(golden_mx_dir / entry["file"]) as archive:
+                amax, stored = archive[entry["arrays"]["global_amax"]], archive[entry["arrays"]["encode_scale"]]
+            assert stored == np.minimum(np.float32(2688) / amax, np.finfo(np.float32).max)  # S_enc, as stated
+
+
+def test_a_0d_input_shows_its_index_as_empty_parentheses():
+    """The index column of a 0-d comparison was blank."""
+    report = testing.compare(np.uint8(0x39), np.float32(1.0625), "E4M3")  # a tie: 1.0 (0x38) expected
+    row = str(report).splitlines()[-1].split()
+    assert report.mismatches[0].index == () and row[:3] == ["()", "1.0625", "0x3f880000"] and row[-1] == "tie"
+
+
+def test_golden_load_checks_the_checksums_and_schema_it_reads(golden_mx_dir, tmp_path):
+    """load() read a file from another run, or a manifest of another schema, without a word."""
+    manifest, files = golden.load(golden_mx_dir)
+    assert manifest["schema_version"] == golden.SCHEMA_VERSION
+    codec_entry = next(entry for entry in manifest["entries"] if entry["kind"] == "codec")
+    arrays = files[codec_entry["file"]]
+    assert list(arrays[codec_entry["arrays"]["input"]].shape) == codec_entry["shapes"]["x"]
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in golden_mx_dir.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    other = next(entry["file"] for entry in manifest["entries"] if entry["file"] != codec_entry["file"])
+    (copy / codec_entry["file"]).write_bytes((golden_mx_dir / other).read_bytes())  # a valid .npz, not this one
+    with pytest.raises(ValueError, match=f"{codec_entry['file']} has sha256 [0-9a-f]{{64}}, but the manifest "
+                                         f"records {codec_entry['sha256']}"):
+        golden.load(copy)
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 99}))
+    with pytest.raises(ValueError, match=r"must be a 'minifp8-golden' manifest of schema_version 2, got schema and "
+                                         r"version \('minifp8-golden', 99\)"):
+        golden.load(copy)
