@@ -506,9 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.json is not None:
         folder = os.path.dirname(os.path.abspath(args.json))
-        if os.path.isdir(args.json) or not os.path.isdir(folder):
+        if not args.json or os.path.isdir(args.json) or not os.path.isdir(folder):
             parser.error(f"--json takes the path of a file in an existing folder, got {args.json!r}"
-                         + (" (a folder)" if os.path.isdir(args.json) else f" ({folder} is not a folder)"))
+                         + ("" if not args.json else " (a folder)" if os.path.isdir(args.json)
+                            else f" ({folder} is not a folder)"))
     for name in ("repeats", "rounds", "steps", "n_embd"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -528,6 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    repeated = list(dict.fromkeys(name for name in args.sections if args.sections.count(name) > 1))
+    if repeated:  # (timed twice for one report, as --recipes refuses a recipe twice)
+        parser.error(f"section(s) {', '.join(repeated)} listed more than once: {' '.join(args.sections)}")
     _check_flags_apply(parser, args, args.sections or list(SECTIONS))
     if args.json is not None:
         reason = _unwritable(args.json)

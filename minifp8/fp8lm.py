@@ -142,8 +142,9 @@ def store_scaled(x, kind: str) -> tuple[np.ndarray, np.float32]:
 
     Parameters
     ----------
-    x : numpy.ndarray
-        Floating values (converted to float32 first).
+    x : array_like
+        Real numbers, converted to float32 first (float64 rounds once; a finite value beyond
+        float32's range, a bool or a complex array is an error, as in `minifp8.scaling`).
     kind : {"E4M3", "E5M2", "float16", "float32"}
         FP8 kinds give uint8 codes (saturating cast); ``float16`` gives an ``np.float16`` array;
         ``float32`` a float32 copy with scale 1.
@@ -151,26 +152,40 @@ def store_scaled(x, kind: str) -> tuple[np.ndarray, np.float32]:
     Returns
     -------
     (numpy.ndarray, numpy.float32)
-        The stored array and the scale, ``2**floor(log2(fp_max / amax))`` (1 for amax 0).
-        ``load_scaled`` reads it back as ``array * float32(1 / scale)``.
+        The stored array (x's shape, 0-d included) and the scale, ``2**floor(log2(fp_max /
+        amax))`` (1 for amax 0). ``load_scaled`` reads it back as ``array * float32(1 / scale)``.
     """
     _check_kind(kind, STORAGE_KINDS, "storage")
-    values = np.asarray(x, dtype=np.float32)
+    values = codec._to_float32(x)
     if kind == "float32":
         return np.array(values, dtype=np.float32, copy=True), np.float32(1)
     amax = np.max(np.abs(values), initial=np.float32(0)).astype(np.float32)
     if kind == "float16":
         scale = _float16_scale(amax)
-        with np.errstate(over="ignore"):
-            return (values * scale).astype(np.float16), scale
+        with np.errstate(over="ignore"):  # (np.asarray: a 0-d product is a NumPy scalar, not an array)
+            return np.asarray((values * scale).astype(np.float16)), scale
     scale = np.float32(scaling.scale_from_amax(amax, kind, power_of_2=True))
     return scaling.quantize_with_scale(values, scale, kind), scale
 
 
 def load_scaled(array: np.ndarray, scale, kind: str) -> np.ndarray:
-    """Read back what `store_scaled` stored: ``value(array) * float32(1 / scale)`` in float32 (a new array)."""
+    """Read back what `store_scaled` stored: ``value(array) * float32(1 / scale)`` in float32 (a new array).
+
+    ``array`` must have the dtype `store_scaled` gives ``kind`` (uint8 codes, float16 or float32)
+    and ``scale`` be one number whose float32 is finite and > 0; anything else is an error.
+    """
     _check_kind(kind, STORAGE_KINDS, "storage")
-    inverse = np.float32(1) / np.float32(scale)
+    if not isinstance(array, np.ndarray) or array.dtype != _state_dtype(kind):
+        raise TypeError(f"load_scaled: array must be a {_state_dtype(kind)} array ({_describe(kind)}, as "
+                        f"store_scaled gives it), got {formats._described(array)}")
+    if not (_is_real(scale) or (isinstance(scale, np.ndarray) and scale.shape == () and scale.dtype.kind in "iuf")):
+        raise TypeError(f"load_scaled: scale must be one real number (as store_scaled gives it), "
+                        f"got {formats._described(scale)}")
+    with np.errstate(over="ignore", under="ignore"):
+        scale32 = np.float32(scale)
+    if not (np.isfinite(scale32) and scale32 > 0):
+        raise ValueError(f"load_scaled: scale must be finite and > 0 in float32, got {scale!r}")
+    inverse = np.float32(1) / scale32
     if kind in FP8_GRADIENT_FORMATS:
         return codec.decode(array, kind) * inverse
     return array.astype(np.float32) * inverse
@@ -235,6 +250,9 @@ class AutoScale:
 
     def update(self, saturation_fraction: float) -> float:
         """Apply the rule to this step's saturated fraction; return the new ``mu``."""
+        if not _is_real(saturation_fraction):
+            raise TypeError(f"AutoScale.update: the saturated fraction must be a real number, got "
+                            f"{formats._described(saturation_fraction)}")
         fraction = float(saturation_fraction)
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"AutoScale.update: the saturated fraction must be in [0, 1], got {saturation_fraction!r}")
@@ -437,7 +455,7 @@ def _check_worker_grads(worker_grads, owner: str) -> list[np.ndarray]:
         if array.dtype.kind != "f":
             raise TypeError(f"{owner}: worker {i}'s gradient must be a floating array (float16/32/64), "
                             f"got dtype {array.dtype}")
-        grads.append(array.astype(np.float32, copy=False))
+        grads.append(codec._to_float32(array, f"{owner}: worker {i}'s gradient"))  # (float64 beyond float32: an error)
     shapes = {g.shape for g in grads}
     if len(shapes) > 1:
         raise ValueError(f"{owner}: every worker's gradient must have the same shape, got "

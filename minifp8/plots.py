@@ -300,7 +300,8 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     number of values that clip at ``+-fp8_max`` in each step (current scaling never clips).
 
     ``spike_step`` must be one of the ``steps`` (``0 <= spike_step < steps``), ``spike_factor``
-    a finite positive number, ``size`` at least 1 and ``seed`` a non-negative integer. ``name``
+    a finite positive number that keeps the outlier step's float32 tensor finite and nonzero,
+    ``size`` at least 1 and ``seed`` a non-negative integer. ``name``
     is a format with NaN or Inf (the FP8 formats): a clipped value is one whose cast without
     saturation overflows to them.
 
@@ -324,7 +325,11 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     for step in range(steps):
         x = rng.normal(0.0, 1.0, size).astype(np.float32)
         if step == spike_step:
-            x *= np.float32(spike_factor)
+            with np.errstate(over="ignore", under="ignore"):
+                x *= np.float32(spike_factor)
+            if not (np.isfinite(x).all() and x.any()):  # (an Inf or 0 amax is no outlier to draw on a log axis)
+                raise ValueError(f"spike_factor must keep the outlier step's float32 tensor finite and nonzero, "
+                                 f"got {spike_factor!r}, which makes its amax {float(np.max(np.abs(x)))!r}")
         result = recipe.quantize(x)
         amax.append(float(result.amax))
         delayed_scale.append(float(result.scale))
