@@ -59,7 +59,9 @@ class CastStats:
     Attributes
     ----------
     amax : float
-        ``max |x|`` of the input before scaling (NaN if it held a NaN).
+        ``max |x|`` of the input before scaling, as the recipe reads it: a float64 input rounded to
+        float32 under ``fp32``, ``current``, ``delayed`` and ``blockwise``, exact under ``fp8``,
+        ``unit`` and ``mxfp8`` (NaN if it held a NaN).
     size : int
         Number of elements.
     underflow_count : int
@@ -1006,8 +1008,8 @@ def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None
 # ---- slices on threads -------------------------------------------------------------------------
 CAST_THREADS = min(4, os.cpu_count() or 1)
 """Threads that cast a tensor of more than ``_CHUNK_ELEMENTS`` (2**18) elements, cut into slabs of
-about that many (set to 1 for a single thread); by default the machine's CPU count, at most 4. A
-tensor of up to 2**18 elements is cast whole on the calling thread. In ``train_tiny``'s default
+about that many: an int >= 1 (1 for a single thread), by default the machine's CPU count, at most
+4. A tensor of up to 2**18 elements is cast whole on the calling thread. In ``train_tiny``'s default
 model (n_embd 64) that is every tensor (the largest, its GELU outputs and MLP gradients, hold
 exactly 2**18); at n_embd 128 its GELU outputs and the output gradients of its MLP's first linear
 and its q, k, v projection are split, and in ``bench fp8``'s block 12 of a step's 16 casts. NumPy
@@ -1029,7 +1031,7 @@ def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
         return [kernel(0, rows)]
     step = max(1, _CHUNK_ELEMENTS // max(1, row_elements))
     slices = [(start, min(start + step, rows)) for start in range(0, rows, step)]
-    threads = min(CAST_THREADS, len(slices))
+    threads = min(formats._check_int(CAST_THREADS, "fastcast.CAST_THREADS", minimum=1), len(slices))
     if threads < 2:
         return [kernel(start, stop) for start, stop in slices]
     if _pool_workers < threads - 1:
@@ -1418,8 +1420,11 @@ def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, new=np.empty):
 
     Returns ``[(values, stats), (values, stats)]``, or None where the fast path declines (not
     C-contiguous float32, not power-of-two scales, an empty tensor, NaN, Inf or huge values, many
-    elements outside the range); then the caller casts them one by one.
+    elements outside the range); then the caller casts them one by one. A recipe other than
+    ``mxfp8`` and ``blockwise`` is a ValueError.
     """
+    if recipe not in ("mxfp8", "blockwise"):  # (a per-tensor recipe's options could pass for blockwise's)
+        raise ValueError(f"fastcast.cast_pair: recipe must be a block recipe, mxfp8 or blockwise; got {recipe!r}")
     if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous:
         return None
     saturate = _saturates(fmt, options)
@@ -1448,7 +1453,7 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
     ``x`` is float32 or float64 (float64 is rounded once, exactly as the references convert it);
     ``options`` the recipe's, defaults filled in; ``scaler`` the `scaling.DelayedScaling` of
     ``delayed`` (None otherwise). ``new(shape, float32)`` allocates the values (fp8.py's cast
-    points hand back the previous step's array).
+    points hand back the previous step's array). A recipe not in fp8.RECIPES is a ValueError.
     """
     if recipe == "fp32":
         values = x.astype(np.float32)
@@ -1490,6 +1495,8 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
             if fast is not None:
                 return _with_stats(x, fast)
         return _cast_blockwise(x, fmt, saturate, axis, weight, options["power_of_2"], new)
+    if recipe != "mxfp8":  # (any other name would be cast as MX blocks)
+        raise ValueError(f"fastcast.cast: unknown recipe {recipe!r}")
     if x.dtype == np.float32 and x.ndim:
         tiling = _blocks_tiling(x.shape, axis % x.ndim, _MX_FORMATS[fmt.name].block_size)
         fast = _cast_fast(_float32(x), [tiling], new, fmt, True,

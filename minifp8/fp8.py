@@ -81,6 +81,7 @@ std and mean |x| of a tensor and of its gradient: what ``plots.scale_plot`` draw
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -143,8 +144,11 @@ class CastPoint:
         The module's dotted name.
     kind : {"gemm", "attention"}
     stats : dict of str -> CastStats
-        The latest cast of each role: ``x``, ``w``, ``grad`` (and ``x_t``, ``w_t``, ``grad_t``
-        for block recipes) for a GEMM; ``q``, ``k``, ``v``, ``grad`` for attention.
+        The latest cast of each role cast so far: ``x``, ``w``, ``grad`` (and ``x_t``, ``grad_t``
+        for block recipes, and ``w_t`` for ``mxfp8``: ``blockwise``'s weight tiles serve both
+        axes) for a GEMM; ``q``, ``k``, ``v``, ``grad`` for attention. Block recipes cast only what
+        the backward pass needs: no ``grad`` (nor ``w_t``) where x needs no gradient, no ``x_t``
+        or ``grad_t`` where the weight needs none.
     scalers : dict of str -> scaling.DelayedScaling
         One per role under the ``delayed`` recipe (the ``_t`` copies share their tensor's);
         empty otherwise.
@@ -332,8 +336,8 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     Parameters
     ----------
     x : array_like
-        float16, float32 or float64 values (float16 converts exactly), any shape (0-d only for the
-        per-tensor recipes), views too.
+        float16, float32 or float64 values in either byte order (float16 converts exactly), any
+        shape (0-d only for the per-tensor recipes), views too. It is never written to.
     recipe : str
         One of `RECIPES` (``fp32`` returns float32 ``x`` unchanged).
     fmt : {"E4M3", "E5M2"}
@@ -359,15 +363,16 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     ------
     ValueError
         An unknown recipe or format, a format other than E4M3/E5M2, a bad option value, a 0-d
-        ``x`` or an out-of-range axis under a block recipe, ``weight=True`` under a recipe other
-        than ``blockwise`` or on a non-2-d ``x`` under it, a scaler of another format, or float64
-        ``x`` beyond float32's range under a recipe other than ``fp8`` and ``unit`` (which round
-        float64 exactly, and saturate).
+        ``x`` under a block recipe, an axis out of range for ``x`` (any recipe; a 0-d ``x`` has
+        none to check), ``weight=True`` under a recipe other than ``blockwise`` or on a non-2-d
+        ``x`` under it, a scaler of another format, or float64 ``x`` beyond float32's range under
+        a recipe other than ``fp8`` and ``unit`` (which round float64 exactly: E4M3 saturates,
+        E5M2 overflows to Inf).
     TypeError
-        ``x`` not float16/32/64 (int, bool, complex, object), an ill-typed ``fmt``, option,
-        ``axis`` or ``weight``, a missing scaler under ``delayed`` or one given to another recipe,
-        or a scaler's own options (``history_len``, ``amax_compute_algo``, ``margin``) under
-        ``delayed``: the scaler holds them.
+        ``x`` not float16/32/64 (int, bool, complex, object), an ill-typed ``recipe``, ``fmt``,
+        option, ``axis`` or ``weight``, a missing scaler under ``delayed`` or one given to another
+        recipe, or a scaler's own options (``history_len``, ``amax_compute_algo``, ``margin``)
+        under ``delayed``: the scaler holds them.
 
     Notes
     -----
@@ -378,8 +383,7 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     ``scaling.quantize_blockwise(x, block_shape=(1, 128) or (128, 128), axis=axis).dequantize()``;
     with E5M2 clamps turned into Inf outside MX. The fast paths only skip materialising the codes.
     """
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    _check_recipe(recipe, "fake_quantize")
     scaler_options = [key for key in _DELAYED_SCALING_OPTIONS if key in options]
     if recipe == "delayed" and scaler_options:  # (apply_recipe builds the scalers from them; here it is given)
         raise TypeError(f"fake_quantize: recipe 'delayed' casts with its scaler's own history, so it takes no "
@@ -390,8 +394,11 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     if fmt not in (FORWARD_FORMAT, BACKWARD_FORMAT):
         raise ValueError(f"fake_quantize casts to E4M3 (forward) or E5M2 (gradients), got {fmt.name}")
     array = np.asarray(x)
+    if array.dtype.kind == "f" and not array.dtype.isnative:  # a big-endian float32 is a float32
+        array = array.astype(array.dtype.newbyteorder("="))
     if array.dtype not in (np.float16, np.float32, np.float64):
-        raise TypeError(f"fake_quantize needs a float16, float32 or float64 array, got dtype {array.dtype}")
+        raise TypeError(f"fake_quantize: x must be a float16, float32 or float64 array (any byte order), "
+                        f"got dtype {array.dtype}")
     if array.dtype == np.float16:
         array = array.astype(np.float32)  # exact
     elif array.dtype == np.float64 and recipe not in ("fp8", "unit"):  # float32 work, or float32 values
@@ -494,7 +501,7 @@ class FP8Linear:
         state, point = self.state, self.point
         dtype = x.data.dtype
         per_tensor = state.recipe in PER_TENSOR_RECIPES
-        x2 = x.data.reshape(-1, in_features)
+        x2 = x.data.reshape(math.prod(x.shape[:-1]), in_features)  # (-1 cannot size a 0-feature reshape)
         # Block recipes cast an operand along both axes; where backward will need the columnwise
         # copy, it is cast now, together with the rowwise one (they share work: _cast_both).
         both = not per_tensor and is_grad_enabled()
@@ -514,7 +521,7 @@ class FP8Linear:
         out = out.reshape(x.shape[:-1] + (out_features,))
 
         def backward(grad):
-            g2 = grad.reshape(-1, out_features)
+            g2 = grad.reshape(len(x2), out_features)
             grad_x = grad_w = grad_b = None
             if per_tensor:  # one scale per tensor: the rowwise and columnwise copies coincide
                 g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
@@ -610,11 +617,10 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
         ``fp32`` finds nothing to cast (no linear, no attention core).
     TypeError
         For an option the recipe does not take, an option value of the wrong type (each option
-        has its default's type: ``margin=0.5``, ``history_len=2.0``, ``power_of_2=1``), or a
-        model without ``named_modules``.
+        has its default's type: ``margin=0.5``, ``history_len=2.0``, ``power_of_2=1``), a
+        ``recipe`` that is not a str, or a model without ``named_modules``.
     """
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    _check_recipe(recipe, "apply_recipe")
     options = _recipe_options(recipe, options)
     if not hasattr(model, "named_modules"):
         raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
@@ -637,6 +643,16 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
         raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
                          f"in {type(model).__name__}; recipe {recipe!r} would cast nothing")
     return state
+
+
+def _check_recipe(recipe, caller: str) -> None:
+    """TypeError for a recipe that is not a str (``in RECIPES`` would compare an array elementwise),
+    ValueError naming the valid ones for an unknown one."""
+    if not isinstance(recipe, str):
+        raise TypeError(f"{caller}: recipe must be a str, one of {', '.join(RECIPES)}; "
+                        f"got {type(recipe).__name__} {recipe!r}")
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
 
 
 def _recipe_options(recipe: str, options: dict, caller: str = "apply_recipe") -> dict:
