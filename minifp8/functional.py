@@ -112,8 +112,8 @@ def gelu(x) -> Tensor:
     gives NaN beyond 1.8e19 and at +-inf). NumPy's floating-point status flags, which it checks
     after every ufunc anyway, tell the backward that something overflowed; only then is it computed
     again with x clipped to +-1e6, which gives every other element the same bits (so the usual
-    inputs take no extra pass). The value is ``x`` (or -0.0 for negative x) up to half the dtype's
-    maximum; beyond, ``s x`` overflows to +inf. ``gelu(-inf)`` is NaN (``-inf * 0``, as in torch).
+    inputs take no extra pass). The value of a huge input is ``x`` (or -0.0 for negative x), up to
+    the dtype's maximum; ``gelu(-inf)`` is NaN (``-inf * 0``, as in torch).
     """
     x = _floating(x, "gelu")
     xd = x.data
@@ -124,8 +124,11 @@ def gelu(x) -> Tensor:
         s *= xd
     np.tanh(s, out=s)
     s += 1.0
-    out_data = s * xd
-    out_data *= 0.5
+    # x/2 first, then times s: (s x)/2 would overflow to inf for |x| above half the dtype's maximum
+    # (s = 2 there), and both orders round the same (halving is exact away from the subnormals, and
+    # there s = 1), so every other output has the same bits
+    out_data = np.multiply(xd, 0.5, out=np.empty_like(xd))
+    out_data *= s
 
     def backward(g):
         try:
@@ -244,8 +247,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
             raise ValueError(f"layer_norm: {name} must have shape ({features},), got {as_tensor(p).shape}")
     weight = None if weight is None else _floating(weight, "layer_norm", "weight")
     bias = None if bias is None else _floating(bias, "layer_norm", "bias")
-    if not _real(eps, "layer_norm", "eps") >= 0:
-        raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
+    if not 0 <= _real(eps, "layer_norm", "eps") < math.inf:  # (an infinite eps would zero every output)
+        raise ValueError(f"layer_norm: eps must be >= 0 and finite, got {eps}")
     x2 = x.data.reshape(-1, features)
     xhat = x2 - x2.mean(axis=1, keepdims=True)
     var = np.einsum("ij,ij->i", xhat, xhat)[:, None]
@@ -407,6 +410,9 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | N
         raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
     if dropout_p > 0.0:
         _generator(rng, "scaled_dot_product_attention")
+    if scale is None and q.shape[-1] == 0:
+        raise ValueError(f"scaled_dot_product_attention: head_dim 0 (q has shape {q.shape}) has no default scale "
+                         "1/sqrt(head_dim); pass scale")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _real(scale, "scaled_dot_product_attention", "scale")
     if not math.isfinite(scale):
         raise ValueError(f"scaled_dot_product_attention: scale must be finite, got {scale}")
@@ -449,9 +455,17 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | N
 
 # ---- joining and splitting ---------------------------------------------------------------------
 
+def _sequence_of_tensors(tensors, op: str):
+    """``tensors``, or a TypeError for one Tensor or ndarray: iterating it would join its rows
+    (``concat(t)`` flattening ``t`` without a word) instead of the tensors meant."""
+    if isinstance(tensors, (Tensor, np.ndarray)):
+        raise TypeError(f"{op}: tensors must be a sequence of tensors, got one {type(tensors).__name__} of shape "
+                        f"{tensors.shape} (pass [t, ...])")
+    return tensors
+
 def concat(tensors: Sequence, axis: int = 0) -> Tensor:
     """Join tensors along an existing ``axis`` (``np.concatenate``)."""
-    tensors = [_floating(t, "concat") for t in tensors]
+    tensors = [_floating(t, "concat") for t in _sequence_of_tensors(tensors, "concat")]
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
     axis = _axis(axis, tensors[0].ndim, "concat")
@@ -465,7 +479,7 @@ def concat(tensors: Sequence, axis: int = 0) -> Tensor:
 
 def stack(tensors: Sequence, axis: int = 0) -> Tensor:
     """Join same-shape tensors along a new ``axis`` (``np.stack``)."""
-    tensors = [_floating(t, "stack") for t in tensors]
+    tensors = [_floating(t, "stack") for t in _sequence_of_tensors(tensors, "stack")]
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
     if len({t.shape for t in tensors}) != 1:

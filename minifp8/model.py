@@ -49,7 +49,7 @@ from . import functional as F
 from . import nn
 from . import unit as U
 from . import uu
-from .autograd import Tensor
+from .autograd import Tensor, as_tensor
 from .formats import _check_bool, _check_int, _described
 from .fp8 import track
 
@@ -149,6 +149,9 @@ class CausalSelfAttention(nn.Module):
         self.attention_core = F.scaled_dot_product_attention
 
     def forward(self, x: Tensor) -> Tensor:
+        x = as_tensor(x)
+        if x.ndim != 3 or x.shape[-1] != self.n_embd:
+            raise ValueError(f"CausalSelfAttention: x must have shape (batch, seq, {self.n_embd}), got {x.shape}")
         batch, seq, width = x.shape
         head_dim = width // self.n_head
         q, k, v = (t.reshape(batch, seq, self.n_head, head_dim).transpose(0, 2, 1, 3)

@@ -2,7 +2,8 @@
 
 Optimizers update ``p.data`` in place from ``p.grad``, skipping parameters whose grad is None, and
 bump each updated parameter's version (so a graph built before the step refuses ``backward``); a
-grad not shaped like its parameter raises before any update. Parameters must be leaf tensors.
+grad that is not an ndarray shaped like its parameter raises before any update. Parameters must be
+leaf tensors.
 Like torch, ``params`` is a list of tensors or a list of *parameter groups*, dicts with a
 ``"params"`` list and any hyperparameter to override for that group (for example
 ``{"params": biases, "weight_decay": 0.0}``). Set ``group["lr"]`` to change the learning rate,
@@ -81,9 +82,12 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}: {name} must be >= 0 and finite, got {group[name]}")
 
     def _check_grads(self) -> None:
-        """Raise before any update if a gradient is not shaped like its parameter (it would broadcast)."""
+        """Raise before any update if a gradient is not an ndarray shaped like its parameter (it would broadcast)."""
         for group in self.param_groups:
             for p in group["params"]:
+                if p.grad is not None and not isinstance(p.grad, np.ndarray):
+                    raise TypeError(f"{type(self).__name__}: the gradient of parameter {p!r} must be an ndarray "
+                                    f"(as backward leaves it), got {_described(p.grad)}")
                 if p.grad is not None and p.grad.shape != p.shape:
                     raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter "
                                      f"of shape {p.shape}")
@@ -134,7 +138,14 @@ class Optimizer:
         if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
             raise TypeError(f"{owner}: expected a dict with 'state' and 'param_groups' (from state_dict()), "
                             f"got {type(state_dict).__name__}")
-        groups = state_dict["param_groups"]
+        groups, saved_state = state_dict["param_groups"], state_dict["state"]
+        if not isinstance(saved_state, Mapping):
+            raise TypeError(f"{owner}: 'state' must be a dict of parameter index -> state dict, "
+                            f"got {_described(saved_state)}")
+        if not isinstance(groups, (list, tuple)) or not all(
+                isinstance(saved, Mapping) and isinstance(saved.get("params"), (list, tuple)) for saved in groups):
+            raise TypeError(f"{owner}: 'param_groups' must be a list of dicts, each with a 'params' list "
+                            f"(as state_dict() gives), got {_described(groups)}")
         if len(groups) != len(self.param_groups) or any(
                 len(saved["params"]) != len(group["params"]) for saved, group in zip(groups, self.param_groups)):
             raise ValueError(f"{owner}: parameter groups of sizes "
@@ -142,12 +153,14 @@ class Optimizer:
                              f"{[len(g['params']) for g in self.param_groups]}")
         params = [p for group in self.param_groups for p in group["params"]]
         new_state = {}
-        for i, saved in state_dict["state"].items():
+        for i, saved in saved_state.items():
             if not _is_int(i):  # (int() would take 0.5 for parameter 0, and fail on "a" without naming it)
                 raise TypeError(f"{owner}: state keys must be parameter indices (ints, as state_dict() gives), "
                                 f"got {_described(i)}")
             if not 0 <= i < len(params):
                 raise KeyError(f"{owner}: state for unknown parameter index {i} (this optimizer has {len(params)})")
+            if not isinstance(saved, Mapping):
+                raise TypeError(f"{owner}: the state of parameter {i} must be a dict, got {_described(saved)}")
             p = params[int(i)]
             new_state[p] = self._checked_state(owner, i, p, saved)
         new_groups = []
@@ -199,7 +212,7 @@ class SGD(Optimizer):
 
     ``g = grad + weight_decay * p``; with momentum, ``b = g`` at the first step, then
     ``b = momentum * b + (1 - dampening) * g``, and ``g = g + momentum * b`` (Nesterov) or
-    ``g = b``; finally ``p = p - lr * g``.
+    ``g = b``; finally ``p = p - lr * g``. The buffer ``b`` has the parameter's dtype.
     """
 
     def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
@@ -230,8 +243,8 @@ class SGD(Optimizer):
                 g = p.grad + weight_decay * p.data if weight_decay else p.grad
                 if momentum:
                     state = self.state.setdefault(p, {})
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = np.array(g, copy=True)
+                    if "momentum_buffer" not in state:  # (in the parameter's dtype, as load_state_dict restores it)
+                        state["momentum_buffer"] = np.array(g, dtype=p.data.dtype, copy=True)
                     else:
                         buffer = state["momentum_buffer"]
                         buffer *= momentum
@@ -341,6 +354,10 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_
         raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm}")
     error_if_nonfinite = _check_bool(error_if_nonfinite, "clip_grad_norm: error_if_nonfinite")
     grads = [p.grad for p in _tensors(params) if p.grad is not None]
+    for g in grads:  # (they are scaled in place)
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+            raise TypeError(f"clip_grad_norm: every .grad must be a floating ndarray (as backward leaves it), "
+                            f"got {_described(g)}")
     total = math.sqrt(sum(float(np.dot(flat, flat)) for flat in (g.reshape(-1).astype(np.float64) for g in grads)))
     if not math.isfinite(total):
         if error_if_nonfinite:
