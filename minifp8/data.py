@@ -448,8 +448,12 @@ def load_dataset(path=None, *, seed: int = 0, val_fraction: float = 0.1) -> Data
     """
     if path is None:
         return Dataset.arithmetic(seed, val_fraction=val_fraction)
-    return Dataset.from_text(load_text(path), val_fraction=val_fraction,
-                             name=os.fsdecode(os.fspath(path)))
+    val_fraction = _check_fraction("val_fraction", val_fraction)  # (before a file is read)
+    text, shown = load_text(path), os.fsdecode(os.fspath(path))
+    try:
+        return Dataset.from_text(text, val_fraction=val_fraction, name=shown)
+    except ValueError as error:  # a file too short to split: name it, as load_text's errors do
+        raise ValueError(f"{error}: {shown}") from None
 
 
 # ---- task accuracy -----------------------------------------------------------------------------

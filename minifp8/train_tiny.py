@@ -85,10 +85,17 @@ Outputs (``--out DIR``)
   SHA-256 of the training text (`minifp8.data.Dataset.text_sha256`: of the ``--data`` file's text,
   or of the built-in corpus generated from ``--seed``), which checkpoints record too: ``--resume``
   refuses to continue on another text (directories older than it resume unchecked);
-* ``metrics.json``: per run, the training loss of every step, the validation evaluations, the cast
-  statistics at every log line and of every cast point at the end, and the summary; and the
-  ``environment`` (NumPy's version and the BLAS kernels, `blas_kernels`: the same seed trains to
-  the same bits only under the same kernels, and uninterrupted and resumed runs compare only there);
+* ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (null
+  but for the arithmetic corpus), the ``environment`` (NumPy's version and the BLAS kernels,
+  `blas_kernels`: the same seed trains to the same bits only under the same kernels, and
+  uninterrupted and resumed runs compare only there) and ``runs``, by label, each with its
+  ``recipe``, ``family``, ``loss_scale_mode``, ``parameters``, ``train_loss`` (every step's),
+  ``val`` (every evaluation's ``step``, ``loss`` and, on the arithmetic corpus, ``char_accuracy``
+  and ``exact_match``), at every progress line ``cast_stats`` (`minifp8.fp8.FP8State.summary`),
+  ``loss_scale`` and ``fp8_grads`` (empty where the run has none), ``memory`` (its arrays' bytes
+  per parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or
+  the ``step`` and the ``message``), ``finished`` and, once finished, ``final`` (the summary row)
+  and ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null;
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
 * ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C and at
@@ -202,7 +209,8 @@ class TrainConfig:
     n_layer: int = field(default=2, metadata={"help": "transformer blocks"})
     n_head: int = field(default=4, metadata={"help": "attention heads"})
     n_embd: int = field(default=64, metadata={"help": "width of the residual stream"})
-    dropout: float = field(default=0.0, metadata={"help": "dropout on the residual branches"})
+    dropout: float = field(default=0.0, metadata={
+        "help": "dropout on each residual branch's output (and, standard family, on the embedding)"})
     lr: float | None = field(default=None, metadata={
         "help": "peak learning rate (default: 3e-3 standard, 1.0 unit, where u-muP's per-parameter rule scales it)",
         "metavar": "LR"})
@@ -477,7 +485,7 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
               ("min-lr-ratio", 0.0 <= config.min_lr_ratio <= 1.0, "in [0, 1]"),
               ("warmup-steps", config.warmup_steps >= 0, ">= 0"),
               ("weight-decay", 0.0 <= config.weight_decay < math.inf, "a finite number >= 0"),
-              ("grad-clip", config.grad_clip >= 0.0, ">= 0 (0: off)"),
+              ("grad-clip", 0.0 <= config.grad_clip < math.inf, "a finite number >= 0 (0: off)"),
               ("lr", config.lr is None or (math.isfinite(config.lr) and config.lr > 0), "a finite number > 0")]
     for name, ok, expected in checks:
         value = getattr(config, name.replace("-", "_"))
@@ -1007,7 +1015,8 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
                          + (f", after {skipped:,} skipped steps" if skipped is not None else ""))
             continue
         final = metrics.get("final") or _final(metrics)
-        line = f"{run.label:<{width}} {final['train_loss']:>10.4f} {final.get('val_loss', math.nan):>9.4f}"
+        line = (f"{run.label:<{width}} {_loss_cell(final['train_loss'], 10):>10} "
+                f"{_loss_cell(final.get('val_loss', math.nan), 9):>9}")
         if arithmetic:
             line += f" {_percent(final.get('char_accuracy', math.nan)):>12} {_percent(final.get('exact_match', math.nan)):>7}"
         line += f" {_duration(metrics['time_s']):>8}"
@@ -1015,6 +1024,13 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
             line += f" {skipped:>8,}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _loss_cell(loss: float, width: int) -> str:
+    """A loss for a summary column ``width`` wide: 4 decimals, or 4 significant digits where those
+    would not fit (a run that blew up: ``9.272e+12``), so that the columns stay aligned."""
+    text = f"{loss:.4f}"
+    return text if len(text) <= width else f"{loss:.3e}"
 
 
 def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dict, dataset, print_fn) -> None:
@@ -1296,7 +1312,21 @@ def _bytes(size: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status (0 ok, 1 a run diverged, 2 bad flags or data, 130 stopped)."""
+    """The command line; returns the exit status: 0 ok, 1 a run diverged, 2 bad flags or data, 130
+    stopped (``--stop-after``, Ctrl-C), 141 its output closed (``| head``: the status of a process
+    that SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader of the output went away: stop quietly, as SIGPIPE would
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # (captured output has no file descriptor)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (else flushing it at exit fails)
+        return 141
+    except KeyboardInterrupt:  # Ctrl-C outside the steps of a run, which `train` handles: loading the data
+        print("python -m minifp8.train_tiny: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         config, runs = parse_args(argv)
     except SystemExit as exit_:  # -h, or parser.error
@@ -1329,8 +1359,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         dataset = data_module.load_dataset(config.data, seed=config.seed)
-    except (OSError, ValueError) as error:
-        print(f"{prog}: error: --data: {error}", file=sys.stderr)
+    except (OSError, ValueError) as error:  # (under --resume, the --data of the run it continues)
+        flag = "--data" if config.resume is None else f"--resume {resume_dir}: the run's --data"
+        print(f"{prog}: error: {flag}: {error}", file=sys.stderr)
         return 2
     except MemoryError:  # (tokenizing holds several times the file's size at its peak: data.load_text)
         print(f"{prog}: error: --data {config.data}: out of memory while reading and tokenizing it; use a "
@@ -1364,6 +1395,8 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         try:
             _prepare_out(out, config, runs, print, data_sha256)
+        except BrokenPipeError:  # (printing, not --out: `main`)
+            raise
         except (OSError, ValueError) as error:
             print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
             return 2
@@ -1397,6 +1430,8 @@ def main(argv: list[str] | None = None) -> int:
         except CheckpointError as error:
             print(f"{prog}: error: --resume: {error}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # (printing, not --out: `main`)
+            raise
         except OSError as error:  # a checkpoint that cannot be written (disk full, a file in the way)
             print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
             return 2
@@ -1414,6 +1449,8 @@ def main(argv: list[str] | None = None) -> int:
                 results_file.write_text(_strict_json(headline_results(json.loads((out / "metrics.json").read_text()))))
                 committed = HEADLINE_RESULTS.with_name(results_file.name)
                 print(f"wrote {results_file} (the committed copy is {committed})")
+        except BrokenPipeError:  # (printing, not --out: `main`)
+            raise
         except OSError as error:
             print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
             return 2
@@ -1424,4 +1461,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # a path that is not UTF-8 comes back from os.fsdecode with lone surrogates, which a UTF-8 locale's
+    # strict stdout cannot print (stderr already escapes them): escape them there too
+    with contextlib.suppress(AttributeError):  # (a replaced sys.stdout may have no reconfigure)
+        sys.stdout.reconfigure(errors="backslashreplace")
     sys.exit(main())

@@ -1,0 +1,169 @@
+"""``python -m minifp8.train_tiny`` as a researcher runs it: a closed pipe, Ctrl-C before the
+first step, a flag value JSON cannot hold, a run that blows up, a file too short to split, a
+resumed run's text gone, paths that are not UTF-8, and the documented layout of ``metrics.json``."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minifp8 import train_tiny
+from minifp8.train_tiny import Run, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# seconds for a whole run (as tests/test_train_tiny.py's TINY, shorter)
+TINY = ["--steps", "4", "--batch-size", "2", "--block-size", "8", "--n-layer", "1", "--n-head", "2",
+        "--n-embd", "8", "--eval-interval", "2", "--eval-batches", "1", "--log-interval", "1", "--warmup-steps", "1"]
+
+
+def run_main(capsys, *argv):
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+# ---- a closed output, Ctrl-C outside the steps -------------------------------------------------------
+
+@pytest.mark.parametrize("out", [False, True])
+def test_a_closed_output_stops_the_command_quietly(tmp_path, out):
+    """``train_tiny | head``: once the reader has gone, a write raises BrokenPipeError (Python ignores
+    SIGPIPE). The command stops with SIGPIPE's status, 141, and says nothing: it printed a traceback,
+    or blamed ``--out`` ("--out None: [Errno 32] Broken pipe") and exited 2."""
+    argv = [sys.executable, "-m", "minifp8.train_tiny", *TINY] + (["--out", str(tmp_path / "run")] if out else [])
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader goes away before the first line
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141 and err == b"", err.decode()
+
+
+def test_a_pipe_closed_during_a_run_is_not_blamed_on_out(tmp_path, monkeypatch, capsys):
+    """The pipe closes in the middle of a run (the 6th line): status 141 and no error about --out."""
+    class ClosedAfter:
+        def __init__(self, lines):
+            self.lines = lines
+
+        def write(self, text):
+            self.lines -= text.count("\n")
+            if self.lines < 0:
+                raise BrokenPipeError(32, "Broken pipe")
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", ClosedAfter(6))
+    status = main([*TINY, "--out", str(tmp_path / "run")])
+    monkeypatch.undo()
+    assert status == 141 and capsys.readouterr().err == ""
+
+
+def test_ctrl_c_while_the_data_loads_is_one_line(capsys, monkeypatch):
+    """Ctrl-C before the first step (reading a big --data file) stops with status 130 and one line;
+    it escaped as a KeyboardInterrupt traceback (`train` holds Ctrl-C only during a run's steps)."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_tiny.data_module, "load_dataset", interrupted)
+    try:
+        status, out, err = run_main(capsys, *TINY)
+    except KeyboardInterrupt:  # (raised, it would stop pytest itself)
+        pytest.fail("Ctrl-C escaped main as a KeyboardInterrupt")
+    assert status == 130 and out == "" and err == "python -m minifp8.train_tiny: interrupted\n"
+
+
+# ---- flag values -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["inf", "Infinity", "1e400"])
+def test_grad_clip_must_be_finite(capsys, value):
+    """An infinite --grad-clip was taken: config.json then held ``Infinity``, which strict JSON
+    parsers (jq, JavaScript) refuse, and metrics.json null, as if it were not set. Like --lr and
+    --weight-decay it must be finite; 0 turns clipping off."""
+    status, out, err = run_main(capsys, *TINY, "--recipe", "fp8", "--grad-clip", value)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert "--grad-clip must be a finite number >= 0 (0: off), got inf" in err
+
+
+def test_a_data_file_too_short_to_split_is_named(tmp_path, capsys):
+    """A file of a few characters cannot be split into train and validation text: the error names
+    the file, as every other --data error does (it named only val_fraction)."""
+    path = tmp_path / "four.txt"
+    path.write_text("abcd")  # round(0.1 * 4) = 0 validation characters
+    status, out, err = run_main(capsys, *TINY, "--data", str(path))
+    assert status == 2 and err.count("\n") == 1 and "empty train or val split" in err
+    assert err.rstrip().endswith(f": {path}"), err
+
+
+# ---- the summary table ---------------------------------------------------------------------------------
+
+def test_summary_columns_stay_aligned_when_a_run_blows_up():
+    """A run whose loss grew to 1e12 without becoming Inf (a learning rate far too high) finishes;
+    its losses took 18 characters in columns 10 and 9 wide, shifting every column after them."""
+    runs = [Run("fp32", "standard"), Run("fp8", "standard")]
+    results = {"fp32": {"diverged": None, "time_s": 1.0, "final": {"train_loss": 2.65893, "val_loss": 2.64976}},
+               "fp8": {"diverged": None, "time_s": 1.0, "final": {"train_loss": 9272476801433.867,
+                                                                 "val_loss": 1430016.0}}}
+    header, rule, normal, huge = train_tiny._summary_table(runs, results, arithmetic=False).splitlines()
+    assert len(normal) == len(huge) == len(header) == len(rule)
+    assert normal.split()[1:3] == ["2.6589", "2.6498"]  # 4 decimals where they fit, as before
+    assert huge.split()[1:3] == ["9.272e+12", "1.430e+06"]  # 4 significant digits where they do not
+    for column in ("train loss", "val loss", "time"):  # right-aligned under their headings
+        end = header.index(column) + len(column)
+        assert huge[end - 1] != " " and huge[end:end + 1] in ("", " "), column
+
+
+# ---- metrics.json as documented ---------------------------------------------------------------------
+
+def test_metrics_json_holds_what_the_module_docstring_lists(tmp_path, capsys):
+    """The module docstring's ``metrics.json`` entry names every key written, top level and per run,
+    and no key that is not (it listed the contents loosely, and omitted the loss-scale and FP8
+    gradient logs, the memory, the time and the run's state)."""
+    entry = train_tiny.__doc__.split("* ``metrics.json``:", 1)[1].split("\n* ", 1)[0]
+    documented = set(re.findall(r"``(\w+)``", entry))
+    status, _, _ = run_main(capsys, *TINY, "--recipe", "fp8", "--loss-scale", "dynamic", "--fp8-grads",
+                            "--out", str(tmp_path))
+    assert status == 0
+    document = json.loads((tmp_path / "metrics.json").read_text())
+    run = document["runs"]["fp8 + loss scale dynamic + fp8 grads"]
+    written = set(document) | set(run) | set(run["val"][-1])
+    assert set(document) | set(run) <= documented, (set(document) | set(run)) - documented
+    assert documented <= written | {"step", "message"}, documented - written  # (``diverged``'s keys)
+    assert run["loss_scale"] and run["fp8_grads"] and run["cast_stats"]  # each log this run keeps
+
+
+def test_resume_says_when_the_text_it_trained_on_is_gone(tmp_path, capsys):
+    """A --resume whose --data file was moved away: the error says it is the resumed run's text
+    (it read "--data: text file not found", a flag the command line did not give)."""
+    text = tmp_path / "input.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 20)
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--data", str(text), "--out", str(out),
+                    "--stop-after", "2")[0] == 130
+    text.unlink()
+    status, printed, err = run_main(capsys, "--resume", str(out))
+    assert status == 2 and printed == "" and err.count("\n") == 1
+    assert err.startswith(f"python -m minifp8.train_tiny: error: --resume {out}: the run's --data: text file not "
+                          f"found: {text}"), err
+
+
+def test_paths_that_are_not_utf8_are_printed_escaped(tmp_path):
+    """A --data or --out name that is not UTF-8 (a Latin-1 "café") comes back from os.fsdecode with a
+    lone surrogate, which the strict stdout of a UTF-8 locale could not print: the command died with
+    a UnicodeEncodeError traceback at its first line (or, for --out, after training). It prints the
+    byte escaped, and works."""
+    base = os.fsencode(tmp_path)
+    data, out = base + b"/caf\xe9.txt", base + b"/run\xe9"
+    try:
+        with open(data, "wb") as file:
+            file.write(b"the quick brown fox jumps over the lazy dog\n" * 20)
+    except OSError:  # (a file system that takes only UTF-8 names, as macOS's)
+        pytest.skip("this file system refuses names that are not UTF-8")
+    result = subprocess.run([sys.executable, "-m", "minifp8.train_tiny", *TINY, "--data", os.fsdecode(data),
+                             "--out", os.fsdecode(out)], cwd=ROOT, capture_output=True, timeout=120,
+                            env={**os.environ, "PYTHONIOENCODING": "utf-8"})  # (as en_US.UTF-8: strict)
+    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode(errors="replace")
+    assert b"data: Dataset(" + os.fsencode(tmp_path) + b"/caf\\udce9.txt, " in result.stdout
+    assert os.path.isfile(out + b"/metrics.json")
