@@ -300,6 +300,8 @@ class AllReduceResult:
         ``s_i = mu * 2**floor(log2(fp_max / amax_i))``, one per worker.
     factor : float
         The auto-scaling factor ``mu`` used.
+    fmt : FloatFormat
+        The FP8 format of ``codes`` (E4M3 or E5M2).
     reference : numpy.ndarray of float32
         The FP32 all-reduce of the same gradients: float32 sum in worker order, divided by N.
     error_norm, reference_norm : float
@@ -908,6 +910,9 @@ def measure_memory(named_parameters, optimizer, gradients: FP8Gradients | None =
     named_parameters : iterable of (str, Tensor), or a Module
     optimizer : optim.AdamW or FP8AdamW
     gradients : FP8Gradients, optional
+    configuration : str
+        The row's label, `MemoryRow.configuration` (`memory_rows` passes each configuration's
+        name, e.g. ``"FP32 AdamW"``).
     """
     params = _named(named_parameters, "measure_memory")
     if not isinstance(optimizer, AdamW):

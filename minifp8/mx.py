@@ -117,6 +117,9 @@ def _check_block_size(block_size) -> None:
 class MXFormat:
     """A named MX format: an element format, the block size and the E8M0 scale (OCP MX v1.0 Table 1).
 
+    Construction checks the fields: TypeError for a wrong type, ValueError for an element format
+    MX does not use or a block size that is not a power of two.
+
     Attributes
     ----------
     name : str
@@ -125,9 +128,6 @@ class MXFormat:
     block_size : int
         A power of two, as `quantize` accepts (stored as a Python int). OCP MX v1.0 Table 1 gives
         32 for every concrete MX format.
-
-    Construction checks the fields: TypeError for a wrong type, ValueError for an element format
-    MX does not use or a block size that is not a power of two.
     """
 
     name: str
@@ -216,6 +216,10 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
         As in `quantize`.
     random_bits : sequence of int, optional
         For ``rounding="stochastic"``: one int in ``[0, 2**random_bit_count)`` per element.
+    random_bit_count : int, optional
+        The width of each of ``random_bits``, in ``[1, 32]``. Python ints carry no width, so it
+        is required with them (and only allowed with ``rounding="stochastic"``), as in
+        `minifp8.codec.encode_scalar`.
 
     Returns
     -------
@@ -300,6 +304,9 @@ def _floor_log2(value: Fraction) -> int:
 class MXArray:
     """An MX-quantized array: E8M0 scale codes, element codes and how to put them back together.
 
+    Construction checks these fields (types, dtypes and shapes, not the code values): TypeError
+    for a wrong type, ValueError for a wrong value.
+
     Attributes
     ----------
     scales : numpy.ndarray of uint8
@@ -314,9 +321,6 @@ class MXArray:
         The blocked axis; a negative one is normalised (stored non-negative).
     shape : tuple of int
         The input's shape, which is ``codes.shape`` (a list is stored as a tuple).
-
-    Construction checks these fields (types, dtypes and shapes, not the code values): TypeError
-    for a wrong type, ValueError for a wrong value.
     """
 
     scales: np.ndarray
@@ -631,6 +635,8 @@ FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 class NVFP4Array:
     """An NVFP4-quantized array.
 
+    Construction checks these fields as `MXArray`'s.
+
     Attributes
     ----------
     scales : numpy.ndarray of uint8
@@ -649,8 +655,6 @@ class NVFP4Array:
         ``codes.shape`` (a list is stored as a tuple).
     block_size : int
         16, NVFP4's block size (`NVFP4_BLOCK_SIZE`); no other is accepted.
-
-    Construction checks these fields as `MXArray`'s.
     """
 
     scales: np.ndarray

@@ -252,6 +252,8 @@ def quantize_blockwise(x, fmt="E4M3", *, block_shape=(1, 128), axis=-1, power_of
     ----------
     x : array_like
         At least 1-d; 2-d for tiles with more than one row.
+    fmt : FloatFormat or str
+        The destination format, as in `quantize_current`.
     block_shape : (rows, columns)
         Tile shape. The columns run along ``axis``; ``(1, n)`` tiles are n consecutive elements
         along ``axis`` (any number of dimensions), ``(m, n)`` tiles with m > 1 need a 2-d x and

@@ -758,6 +758,9 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
         An MX format or element format as `minifp8.mx.quantize` takes it, or ``"NVFP4"``.
     nan : {"exact", "class"}
         As in `compare`, for the elements.
+    max_rows : int
+        How many rows to keep (an int >= 0): of the scale mismatches, and, separately, of the
+        element mismatches.
     **quantize_options
         ``block_size``, ``axis``, ``scale_mode``, ``rounding``, ``random_bits``, ``random_bit_count``
         (MX) or ``axis``, ``global_amax`` (NVFP4).
