@@ -528,11 +528,9 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     for fmt in fmts:
         handles.append(Patch(color=_color(fmt), alpha=0.3,
                              label=f"{fmt.name} normal (light: subnormal)"))
-    from matplotlib.transforms import offset_copy
-
-    below_x_label = offset_copy(ax.transAxes, fig=figure, y=-30, units="points")  # whatever the axes' height
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below_x_label, ncols=2,
-              fontsize=8, frameon=False)
+    # Below the x label, wherever the tick labels put it: constrained layout makes room for an
+    # "outside" figure legend (matplotlib 3.7).
+    figure.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     ax.set_yticks(y, [r.name for r in records])
     ax.set_ylim(rows - 0.5, -0.5)
     ax.grid(True, axis="x", alpha=0.3)

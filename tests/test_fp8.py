@@ -547,7 +547,7 @@ def test_statistics_naive_casts_by_hand():
     # E4M3: min subnormal 2**-9, so 2**-10 is a tie that rounds to 0 (even) and underflows while
     # the next float32 above it rounds up; 448 is max, 464 a tie that rounds to 448 (even) and
     # does not saturate; anything above 464 saturates.
-    x = np.array([0.0, -0.0, 1.0, 2.0**-10, -(2.0**-10), np.nextafter(np.float32(2.0**-10), 1), 2.0**-12,
+    x = np.array([0.0, -0.0, 1.0, 2.0**-10, -(2.0**-10), np.nextafter(np.float32(2.0**-10), np.float32(1)), 2.0**-12,
                   448.0, 464.0, -464.0, np.nextafter(np.float32(464), np.float32(1e9)), 1e6, -np.inf],
                  np.float32)
     values, stats = fp8.fake_quantize(x, "fp8", "E4M3")

@@ -287,7 +287,7 @@ def test_scale_plot_legend_sits_below_the_x_label(rows):
     figure = plots.scale_plot(records)
     figure.draw_without_rendering()
     ax = figure.axes[0]
-    label, legend = ax.xaxis.label.get_window_extent(), ax.get_legend().get_window_extent()
+    label, legend = ax.xaxis.label.get_window_extent(), figure.legends[0].get_window_extent()
     assert legend.y1 <= label.y0 and legend.y0 >= 0  # under the label, inside the figure
 
 

@@ -155,7 +155,7 @@ def test_blockwise_equals_current_scaling_per_tile(shape, block_shape, axis):
 def test_blockwise_without_power_of_two_and_empty_inputs():
     x = np.linspace(-3, 5, 256, dtype=np.float32).reshape(2, 128)
     q = scaling.quantize_blockwise(x, block_shape=(1, 128), power_of_2=False)
-    assert q.scale[0, 0] == np.float32(448) / np.abs(x[0]).max() and q.scale[1, 0] == np.float32(448) / 5
+    assert q.scale[0, 0] == np.float32(448) / np.abs(x[0]).max() and q.scale[1, 0] == np.float32(448) / np.float32(5)
     empty = scaling.quantize_blockwise(np.zeros((0, 300)), block_shape=(128, 128))
     assert empty.scale.shape == (0, 3) and empty.dequantize().shape == (0, 300)
     assert scaling.quantize_rowwise(np.zeros((3, 0)), axis=1).scale.tolist() == [[1], [1], [1]]
