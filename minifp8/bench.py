@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Callable
@@ -379,13 +381,7 @@ def bench_train(args) -> None:
     print(f"{step_line('fp32', fp32_ms, 1.0)} ({pooled}; first tenths {np.median(first) * 1e3:.1f} ms, "
           f"last {np.median(last) * 1e3:.1f})", flush=True)
     if args.json is not None:
-        document = {"benchmark": "python -m minifp8.bench train", "machine": machine,
-                    "mx_scale_mode": config.mx_scale_mode,
-                    "model": {"family": args.family or "unit", "n_layer": config.n_layer, "n_embd": config.n_embd,
-                              "batch_size": config.batch_size, "block_size": config.block_size},
-                    "steps": steps_total, "window_steps": window,
-                    "fp32": {"step_ms": fp32_ms, "tokens_per_second": round(tokens / fp32_ms * 1e3)},
-                    "recipes": measured}
+        document = _speed_document(machine, config, args.family or "unit", steps_total, window, fp32_ms, measured)
         try:
             with open(args.json, "w", encoding="utf-8") as file:
                 file.write(_strict_json(document, digits=4))
@@ -400,6 +396,38 @@ def load_speed_results(path=None) -> dict:
     tutorial 9's figure draws."""
     with open(SPEED_RESULTS if path is None else path, encoding="utf-8") as file:
         return json.load(file)
+
+
+# The --json document of the train section (-h prints it; _speed_document builds it).
+JSON_LAYOUT = """\
+--json PATH writes one JSON object (minifp8.bench.load_speed_results(PATH) reads it back):
+  benchmark      "python -m minifp8.bench train"
+  machine        the machine line printed first, without "machine: "
+  mx_scale_mode  the block scales of the mxfp8 runs (floor, ceil, even or rceil)
+  model          {family (unit or auto), n_layer, n_embd, batch_size, block_size}
+  steps          the training steps of every run
+  window_steps   the steps of each window of window_ratios: steps // 20, at least 1
+  fp32           {step_ms: the median fp32 step over all the pairs, tokens_per_second}
+  recipes        {recipe: {family: its pair's model family, target: null where none is
+                 stated, ratio: the median over the steps of its step time over its fp32
+                 partner's of the same turn, first_tenth and last_tenth: the same over the
+                 first and last tenth of the steps, step_ms: its median step, fp32_step_ms:
+                 its partner's median step, window_ratios: the median ratio of each window}}
+Times are in ms; every float is rounded to 4 decimals."""
+
+
+def _speed_document(machine: str, config, family: str, steps: int, window: int, fp32_ms: float,
+                    measured: dict) -> dict:
+    """The ``--json`` document of the train section (`JSON_LAYOUT`); ``measured`` maps each recipe
+    to its `_recipe_measurements`."""
+    tokens = config.batch_size * config.block_size
+    return {"benchmark": "python -m minifp8.bench train", "machine": machine,
+            "mx_scale_mode": config.mx_scale_mode,
+            "model": {"family": family, "n_layer": config.n_layer, "n_embd": config.n_embd,
+                      "batch_size": config.batch_size, "block_size": config.block_size},
+            "steps": steps, "window_steps": window,
+            "fp32": {"step_ms": fp32_ms, "tokens_per_second": round(tokens / fp32_ms * 1e3)},
+            "recipes": measured}
 
 
 def _recipe_measurements(times: np.ndarray, fp32_times: np.ndarray, family: str, tenth: int, window: int,
@@ -469,14 +497,21 @@ def _unwritable(path: str) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .fp8 import RECIPES
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: the sections, with what each times, and every flag with its default; the
+    epilog gives the ``--json`` document (`JSON_LAYOUT`) and the exit statuses."""
     from .mx import SCALE_MODES
-    from .train_tiny import TrainConfig, _Parser, _tune_malloc
+    from .train_tiny import TrainConfig, _Parser
 
+    default = TrainConfig()
+    sections = "\n".join(textwrap.fill(f"{name}: {_summary(function)}", 100, subsequent_indent="    ")
+                          for name, function in SECTIONS.items())
     parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.bench",
         description="Time minifp8 against baselines measured in the same run (medians; quote the ratios).",
+        epilog=f"Sections (all of them by default):\n{sections}\n\n{JSON_LAYOUT}\n\n"
+               f"Exit status: 0 done, 2 bad flags or a --json file that cannot be written.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sections", nargs="*", metavar="SECTION",
                         help=f"sections to run (default: all). Choices: {', '.join(SECTIONS) or 'none yet'}")
@@ -486,23 +521,39 @@ def main(argv: list[str] | None = None) -> int:
                         help="alternating rounds over the recipes in the fp8 section; the ratio to fp32 is the median "
                              "over the rounds (default: 5)")
     parser.add_argument("--steps", type=int, default=None,
-                        help="training steps per recipe in the train section (default: the default run's, 1000)")
+                        help=f"training steps per recipe in the train section (default: the default run's, "
+                             f"{default.steps})")
     parser.add_argument("--recipes", default=None, metavar="LIST",
                         help="comma-separated FP8 recipes that the train section times, each beside its own fp32 run "
                              "(default: all but fp32)")
     parser.add_argument("--n-embd", type=int, default=None, metavar="N",
-                        help="the train section's model width, a multiple of the default run's 4 heads (default: the "
-                             "default run's, 64, for which the targets are stated)")
+                        help=f"the train section's model width, a multiple of the default run's {default.n_head} "
+                             f"heads (default: the default run's, {default.n_embd}, for which the targets are stated)")
     parser.add_argument("--family", choices=("unit", "auto"), default=None,
                         help="the train section's models: unit, every recipe and fp32 on the default run's "
                              "unit-scaled model; auto, each recipe and its fp32 partner in the family that "
                              "train_tiny --recipe R trains (standard, except for unit) (default: unit)")
     parser.add_argument("--mx-scale-mode", choices=SCALE_MODES, default=None,
-                        help="the block scales of the train section's mxfp8 runs, as train_tiny's --mx-scale-mode "
-                             "(default: floor, the OCP rule, for which the targets are stated)")
+                        help=f"the block scales of the train section's mxfp8 runs, as train_tiny's --mx-scale-mode "
+                             f"(default: {default.mx_scale_mode}, the OCP rule, for which the targets are stated)")
     parser.add_argument("--json", default=None, metavar="PATH",
-                        help="write the train section's measurements to PATH as JSON, for "
+                        help="write the train section's measurements to PATH as JSON (see below), for "
                              "minifp8.plots.train_speed; checked writable before the timing starts (default: none)")
+    return parser
+
+
+def _summary(function) -> str:
+    """The first paragraph of ``function``'s docstring on one line, without reST's double backquotes."""
+    return " ".join(inspect.cleandoc(function.__doc__ or "").split("\n\n", 1)[0].split()).replace("``", "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (`build_parser`); returns the exit status: 0 done, 2 a results file that
+    cannot be written (bad flags exit with 2 through ``parser.error``)."""
+    from .fp8 import RECIPES
+    from .train_tiny import TrainConfig, _tune_malloc
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.json is not None:
         folder = os.path.dirname(os.path.abspath(args.json))
@@ -528,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--mx-scale-mode sets mxfp8's block scales, but --recipes leaves mxfp8 out: {','.join(args.recipes)}")
     unknown = [name for name in args.sections if name not in SECTIONS]
     if unknown:
-        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+        parser.error(f"unknown section(s) {', '.join(map(repr, unknown))}; choose from {', '.join(SECTIONS)}")
     repeated = list(dict.fromkeys(name for name in args.sections if args.sections.count(name) > 1))
     if repeated:  # (timed twice for one report, as --recipes refuses a recipe twice)
         parser.error(f"section(s) {', '.join(repeated)} listed more than once: {' '.join(args.sections)}")

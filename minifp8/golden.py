@@ -66,6 +66,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -456,14 +457,22 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
 
     Parameters
     ----------
-    out : str or pathlib.Path
-        The folder (created if missing).
+    out : str or os.PathLike
+        The folder (created if missing). An existing folder is written into: files of the names
+        this writes (``manifest.json``, ``codec_<format>_<dtype>.npz``, ``mx_<format>.npz``,
+        ``nvfp4.npz``) are replaced; other files stay as they are, and only the manifest says
+        which files are this run's.
     format_names : str, FloatFormat or sequence of them, optional
         The formats of the codec files: one name, or a non-empty list (duplicates are written
         once); default every catalogued format.
     blocks : bool
         Also write the MX and NVFP4 files.
     """
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"golden.write: out must be a folder path (str or os.PathLike), got {type(out).__name__} "
+                        f"{out!r}")
+    if not os.fspath(out):  # (Path("") is the current folder)
+        raise ValueError("golden.write: out must name a folder, got an empty path")
     if format_names is None:
         selected = list(formats.CATALOGUE.values())
     else:
@@ -521,14 +530,18 @@ def main(argv=None) -> int:
     parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
-        epilog=__doc__.split(f"File layout (schema version {SCHEMA_VERSION})\n{'-' * 30}\n", 1)[1],
+        epilog="File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]
+        + "\nExit status: 0 written, 1 the folder cannot be written, 2 bad flags.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    parser.add_argument("--out", required=True,
+                        help="output folder, created if missing; an existing one is written into: files of the "
+                             "names this writes are replaced, other files stay, and manifest.json lists this "
+                             "run's files only (required)")
     parser.add_argument("--formats", default=None,
-                        help=f"comma-separated formats of the codec files (default: all: "
-                             f"{','.join(formats.CATALOGUE)}); the MX and NVFP4 files do not depend on it "
-                             f"(see --no-blocks)")
+                        help=f"comma-separated formats of the codec files, in any case, each written once "
+                             f"(default: all: {','.join(formats.CATALOGUE)}); the MX and NVFP4 files do not "
+                             f"depend on it (see --no-blocks)")
     parser.add_argument("--no-blocks", action="store_true", help="skip the MX and NVFP4 files")
     args = parser.parse_args(argv)
     if not args.out.strip():
@@ -542,14 +555,14 @@ def main(argv=None) -> int:
             try:
                 formats.get(name)
             except ValueError as error:
-                parser.error(str(error))
+                parser.error(f"--formats: {error}")
     try:
         if Path(args.out).exists() and not Path(args.out).is_dir():
             print(f"{parser.prog}: error: --out {args.out} is a file, not a folder", file=sys.stderr)
             return 1
         manifest = write(args.out, names, blocks=not args.no_blocks)
     except OSError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: --out: {error}", file=sys.stderr)
         return 1
     files = sorted({entry["file"] for entry in manifest["entries"]})
     print(f"wrote {len(files)} files and manifest.json ({len(manifest['entries'])} entries) to {args.out}")

@@ -1,0 +1,136 @@
+"""``python -m minifp8.golden`` and ``python -m minifp8.bench`` as a backend engineer and a
+researcher meet them: bad flags give one line naming the flag, ``-h`` documents what the command
+does, and golden.write refuses a path that is not a folder's. (No benchmark section runs here.)"""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from minifp8 import bench, golden
+from minifp8.train_tiny import TrainConfig
+
+
+# ---- python -m minifp8.golden -----------------------------------------------------------------------
+
+def test_golden_write_refuses_an_empty_or_non_path_out_instead_of_writing_to_the_current_folder(tmp_path,
+                                                                                               monkeypatch):
+    """``Path("")`` is ``.``: write("") filled the current folder with golden files."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="golden.write: out must name a folder, got an empty path"):
+        golden.write("", "E2M1", blocks=False)
+    for out in (None, 3, ["golden"]):
+        with pytest.raises(TypeError, match=r"golden.write: out must be a folder path \(str or os.PathLike\), got "
+                                            + type(out).__name__):
+            golden.write(out, "E2M1", blocks=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_golden_cli_names_the_flag_of_an_unknown_format(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        golden.main(["--out", str(tmp_path / "g"), "--formats", "E4M3,MXFP8_E4M3"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("python -m minifp8.golden: error: --formats: unknown format 'MXFP8_E4M3'")
+    assert not (tmp_path / "g").exists()
+
+
+def test_golden_cli_names_the_flag_of_a_folder_it_cannot_write(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert golden.main(["--out", str(blocker / "sub"), "--no-blocks", "--formats", "E2M1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m minifp8.golden: error: --out: cannot write golden files to {blocker / 'sub'}")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_golden_cli_help_says_what_happens_in_an_existing_folder_and_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        golden.main(["-h"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert exit_info.value.code == 0
+    assert "an existing one is written into: files of the names this writes are replaced, other files stay" in text
+    assert "Exit status: 0 written, 1 the folder cannot be written, 2 bad flags." in text
+    assert "File layout (schema version 2) ------------------------------ ``manifest.json``:" in text
+
+
+def test_golden_cli_into_an_existing_folder_behaves_as_its_help_says(tmp_path, capsys):
+    """(Documentation: the behaviour was already this, undocumented.) A re-run replaces the files it
+    writes by the same bytes, leaves other files, and its manifest lists only its own files."""
+    assert golden.main(["--out", str(tmp_path), "--no-blocks", "--formats", "E2M1,E3M2"]) == 0
+    first = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    (tmp_path / "notes.txt").write_text("mine")
+    assert golden.main(["--out", str(tmp_path), "--no-blocks", "--formats", "e2m1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (f"wrote 2 files and manifest.json (16 entries) to "
+                                                        f"{tmp_path}")
+    for name in ("codec_E2M1_float32.npz", "codec_E2M1_float64.npz"):
+        assert (tmp_path / name).read_bytes() == first[name]
+    assert (tmp_path / "codec_E3M2_float32.npz").read_bytes() == first["codec_E3M2_float32.npz"]  # left as it was
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert {entry["file"] for entry in manifest["entries"]} == {"codec_E2M1_float32.npz", "codec_E2M1_float64.npz"}
+
+
+# ---- python -m minifp8.bench ------------------------------------------------------------------------
+
+def bench_help(capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["-h"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_bench_help_documents_every_key_of_the_json_document(capsys):
+    """The ``--json`` document's keys were documented nowhere; every key that `_speed_document`
+    writes (measurements from `_recipe_measurements`, as the train section builds them) is in ``-h``."""
+    layout = bench_help(capsys).split("--json PATH writes one JSON object", 1)[1]
+    steps = 40
+    rng = np.random.default_rng(0)
+    times, fp32_times = rng.uniform(1, 2, steps), rng.uniform(1, 2, steps)
+    measured = {"unit": bench._recipe_measurements(times, fp32_times, "unit", 4, 2, 1.5)}
+    document = bench._speed_document("2 cores", TrainConfig(), "unit", steps, 2, 10.0, measured)
+    assert document["fp32"]["tokens_per_second"] == round(TrainConfig().batch_size * TrainConfig().block_size / 10.0
+                                                          * 1e3)
+
+    def keys(value, recipe_level=False):
+        for key, item in value.items():
+            if not recipe_level:
+                yield key
+            if isinstance(item, dict):
+                yield from keys(item, recipe_level=key == "recipes")
+
+    documented = set(re.findall(r"\w+", layout))
+    assert set(keys(document)) <= documented, set(keys(document)) - documented
+    assert len(list(keys(document))) == 8 + 5 + 2 + 8
+
+
+def test_bench_help_lists_what_each_section_times(capsys):
+    text = bench_help(capsys)
+    for name, function in bench.SECTIONS.items():
+        first_words = " ".join(function.__doc__.split()[:4]).replace("``", "")
+        assert f"\n{name}: {first_words}" in text, name
+    assert "Exit status: 0 done, 2 bad flags or a --json file that cannot be written." in text
+
+
+def test_bench_help_names_the_sections_each_flag_applies_to_and_the_default_runs_values():
+    """(A guard; the help was right before: the help of every flag that some sections only read names those
+    sections, and the defaults it quotes are TrainConfig's.)"""
+    parser = bench.build_parser()
+    helps = {action.dest: " ".join(action.help.split()) for action in parser._actions}
+    for flag, readers in bench.FLAG_SECTIONS.items():
+        named = re.search(r"\bthe ((?:\w+, )*\w+(?: and \w+)?) sections?\b", helps[flag]).group(1)
+        assert re.split(r", | and ", named) == list(readers), (flag, helps[flag])
+        assert "(default: " in helps[flag], flag
+    config = TrainConfig()
+    assert f"(default: the default run's, {config.steps})" in helps["steps"]
+    assert f"default run's {config.n_head} heads (default: the default run's, {config.n_embd}," in helps["n_embd"]
+    assert f"(default: {config.mx_scale_mode}, the OCP rule" in helps["mx_scale_mode"]
+
+
+def test_bench_quotes_an_unknown_section_name(capsys):
+    """An empty section name read "unknown section(s) ; choose from ..."."""
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["codec", ""])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert "unknown section(s) ''; choose from codec, block, mx, fp8, train" in err
