@@ -134,3 +134,18 @@ def test_bench_quotes_an_unknown_section_name(capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1
     assert "unknown section(s) ''; choose from codec, block, mx, fp8, train" in err
+
+
+def test_python_m_minifp8_lists_commands_that_exist():
+    import importlib
+    import subprocess
+    import sys
+
+    from minifp8.__main__ import COMMANDS
+
+    listed = subprocess.run([sys.executable, "-m", "minifp8"], capture_output=True, text=True)
+    assert listed.returncode == 0 and listed.stderr == ""
+    for command in COMMANDS:  # each is a module with a command line
+        assert f"python -m {command}" in listed.stdout and callable(importlib.import_module(command).main)
+    wrong = subprocess.run([sys.executable, "-m", "minifp8", "train"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and wrong.stdout == "" and "unknown arguments train" in wrong.stderr
