@@ -14,9 +14,14 @@ Everything is built on two primitives:
 
 and every op has the form ``scale_fwd(f(scale_bwd(inputs, b_i)), a)``, where ``f`` is the
 ordinary op from ``minifp8.functional``. So the output is ``a * f(inputs)`` and the gradient of
-input ``i`` is ``b_i`` times the ordinary gradient of ``f``. That gradient is *not* the gradient of
-the scaled forward function (``a != b_i`` in general): unit scaling chooses the forward and backward
-scales separately.
+input ``i`` is ``b_i`` times the ordinary gradient of ``f``: the paper's *scaled op*,
+``f*(x_1..x_k) = alpha f(x_1..x_k)`` forward and ``f*_grad(x_1..x_k, g)_i = beta_i f_grad(x_1..x_k, g)_i``
+backward, with ``alpha = 1 / sigma(output)`` and ``beta_i = 1 / sigma(grad input i)`` for unit inputs
+and a unit output gradient. That gradient is *not* the gradient of the scaled forward function
+(``a != b_i`` in general): unit scaling chooses the forward and backward scales separately.
+
+"Scale" is the standard deviation, except in u-muP's softmax model, which models the root mean
+square (a flat softmax has std 0 but RMS 1/d); each docstring says which.
 
 Constraints. Where a scale appears both forward and backward on a path that is not a cut edge, the
 scales must agree, or the gradient would be wrong (Blake et al. 2023, the cut-edge rule). ``constraint``
@@ -31,8 +36,8 @@ Weight gradients are never tied (a weight is a cut edge).
 The formulas are those of the ``unit_scaling`` library 0.3.x (``unit_scaling.functional``,
 ``unit_scaling.constraints``, ``unit_scaling.core.functional``), so each op agrees with the library
 op of the same name to float32 rounding on the same inputs. Each docstring states its rule. Where we
-differ (GELU is the tanh approximation here; the causal attention rule at sequence length 1) the
-docstring says so.
+differ (GELU is the tanh approximation here; the causal attention rule at sequence length 1; the
+cross-entropy's mean when tokens are ignored) the docstring says so.
 """
 from __future__ import annotations
 
@@ -180,6 +185,12 @@ def linear_readout(x, weight, bias=None, constraint: str | None = None, gemm: Ca
     As `linear` but output ``* fan_in^-1`` (u-muP, arXiv:2407.17465: the readout multiplier
     is 1/fan_in, as in muP), grad x ``* fan_out^-1/2``, grad weight/bias ``* batch^-1/2``, and
     unconstrained by default. ``unit_scaling.functional.linear_readout`` (scale_power (1, 1/2, 1/2)).
+
+    So at initialisation, with unit x and W, the *output* is deliberately not unit-scaled: its std
+    is ``fan_in^-1/2`` (muP's small initial logits); both gradients are unit-scaled. The constraint
+    can be dropped because the readout's input is a cut edge (the only path to the loss): the
+    mismatch ``fan_out^-1/2 / fan_in^-1`` multiplies every upstream gradient by the same factor,
+    which rescales the gradient without turning it (Blake et al. 2023, the cut-edge rule).
     """
     return _linear(x, weight, bias, constraint, gemm, output_power=1.0, op="linear_readout")
 
@@ -251,6 +262,10 @@ def gelu(x, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Te
     * grad x ``* interp(alpha; 2, sqrt(2))``;
 
     then ``constraint`` (default ``"to_output_scale"``) ties them. ``unit_scaling.functional.gelu``.
+    The model is of the std, and GELU's output has a mean (0.28 at mult 1, std 0.59): the scaled
+    output's std is ~1.04 but its RMS, which sets the std of a following linear layer's output,
+    is ~1.15. (Before u-muP, ``unit_scaling`` releases used the fixed scales 1/0.588 and 1/0.675, the
+    std of GELU's output and the RMS of its derivative for unit-normal x, tied by ``"gmean"``.)
     The library uses the exact erf GELU by default; ours is GPT-2's tanh approximation
     (`minifp8.functional.gelu`), so we agree with the library's ``approximate="tanh"``.
     """
@@ -268,11 +283,14 @@ def gelu(x, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Te
 def softmax(x, axis: int = -1, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Tensor:
     """Unit-scaled ``softmax(mult * x)`` along ``axis`` (length d).
 
-    Softmax outputs average 1/d, so their scale is ~1/d when the logits are flat (small mult) and
-    ~1/sqrt(d) when they are one-hot (large mult). u-muP's model, with ``alpha = 1 / (1 + 4/mult^2)``:
+    Softmax outputs average 1/d, so their root mean square is 1/d when the logits are flat (small
+    mult; the std is then 0) and 1/sqrt(d) when they are one-hot (large mult). In the flat limit the
+    gradient is ``mult/d (g - mean(g))``, RMS ~ mult/d. u-muP's model of these RMS values, with
+    ``alpha = 1 / (1 + 4/mult^2)``:
 
     * output ``* interp(alpha; d, sqrt(d))``;
-    * grad x ``* interp(alpha; d/mult, sqrt(d/mult))``;
+    * grad x ``* interp(alpha; d/mult, sqrt(d/mult))`` (the one-hot end is the model's, not a limit:
+      an exactly one-hot softmax has zero gradient);
 
     then ``constraint`` (default ``"to_output_scale"``) ties them. u-muP (arXiv:2407.17465);
     ``unit_scaling.functional.softmax``.
@@ -388,13 +406,18 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mult: float = 1.
 
     The logits are ``q k^T * mult / d_head`` (u-muP's muP-style 1/d_head, not 1/sqrt(d_head)).
     With ``s`` the key length, u-muP models the output std by interpolating between flat attention
-    (an average of s values, or for causal attention of 1..s values: std ~ sqrt(ln(s) / s)) and
+    (an average of s values: std ``sqrt(1/s)``; causal, row i averages i values: std
+    ``sqrt(H_s / s)``, H_s the harmonic number, which the model takes as ``sqrt(ln(s) / s)``) and
     one-hot attention (std 1), with ``alpha = 1 / (1 + 4 d_head / mult^2)``:
 
     ``scale = sqrt(1 - dropout_p) / interp(alpha; sqrt((ln s if causal else 1) / s), 1)``.
 
     The output and the q, k and v gradients are all ``* scale`` (one scale both ways, so no
     constraint). u-muP (arXiv:2407.17465); ``unit_scaling.functional.scaled_dot_product_attention``.
+    The v gradient has the output's std, but near-flat attention (at ``mult = 1`` alpha is
+    ``1 / (1 + 4 d_head)``) passes little gradient to q and k: their std at initialisation is well
+    below 1 (about 0.12 at s = 256, d_head = 64). Causal attention's output std is
+    ``sqrt(H_s / ln s)`` in the flat limit (1.05 at s = 256), not 1.
     At ``s = 1`` with ``causal`` the rule's lower limit is 0 (the library fails there); we use
     the exact value 1 (the output is v itself).
     """

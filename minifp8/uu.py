@@ -64,8 +64,10 @@ def residual_taus(n_layer: int, *, residual_mult: float = 1.0,
     variance to the final stream, and so does every MLP branch. With both hyperparameters 1 (the
     default), ``tau_i = 1 / sqrt(n_layer + i)``: the embedding, all attention branches together and
     all MLP branches together each make up a third of the final variance. ``residual_mult`` is the
-    std ratio of the residual branches (on average) to the embedding; ``residual_attn_ratio`` the std
-    ratio of an attention branch to an MLP branch.
+    std ratio to the embedding of a whole family of branches (the mean of the variances of all
+    attention branches together and all MLP branches together is ``residual_mult^2`` times the
+    embedding's; one branch alone has ``1 / n_layer`` of its family's); ``residual_attn_ratio`` is the
+    std ratio of an attention branch to an MLP branch.
     """
     n_layer = _check_size(n_layer, "n_layer", "residual_taus")
     residual_mult = U._positive(residual_mult, "residual_mult", "residual_taus")
@@ -138,8 +140,8 @@ class Embedding(Module):
 class LayerNorm(Module):
     """Unit-scaled layer norm over the last axis (``U.layer_norm``).
 
-    No parameters by default (``elementwise_affine=False``), as ``unit_scaling.LayerNorm``; with ``elementwise_affine=True`` a weight of ones and (if ``bias``)
-    a bias of zeros.
+    No parameters by default (``elementwise_affine=False``), as ``unit_scaling.LayerNorm``; with
+    ``elementwise_affine=True`` a weight of ones and (if ``bias``) a bias of zeros.
     """
 
     def __init__(self, features: int, eps: float = 1e-5, *, elementwise_affine: bool = False, bias: bool = True):
@@ -208,11 +210,14 @@ class MHSA(Module):
 class MLP(Module):
     """Unit-scaled MLP: ``linear_1`` (dim -> hidden_multiplier dim), ``U.gelu(mult)``, ``linear_2``.
 
-    Both linears are unconstrained (``constraint=None``), as ``unit_scaling.MLP``: their forward
+    Both linears are unconstrained (``constraint=None``), as in ``unit_scaling.MLP``: their forward
     scales (dim^-1/2, (h dim)^-1/2) and backward scales ((h dim)^-1/2, dim^-1/2) mirror each other, so
     along the MLP the product of the forward scales equals that of the backward scales and the
     gradient of its input is still the true gradient (the GELU is tied by its own constraint), while
-    every activation and gradient inside is unit-scaled.
+    every activation and gradient inside is about unit-scaled. The library's MLP (0.3.x) is a SwiGLU
+    (``silu_glu`` with a third, gate, linear); this one is GPT-2's GELU MLP, as `minifp8.model`'s
+    standard family. With the GELU's scales tied to its output scale, its output's mean (see
+    ``U.gelu``) makes the MLP's output std ~1.15 and its input-gradient std ~1.19 at mult 1, not 1.
     """
 
     def __init__(self, dim: int, hidden_multiplier: int = 4, *, rng: np.random.Generator, mult: float = 1.0):
@@ -239,6 +244,8 @@ class TransformerLayer(Module):
     then the same with ``mlp_norm``, ``mlp`` and ``tau_mlp``. Take the taus from
     `residual_taus`. ``dropout`` is unit-scaled dropout on each branch's output (as
     ``unit_scaling.TransformerLayer``); ``mult`` is the attention's, ``mlp_mult`` the GELU's.
+    Where the library's layer (0.3.x) uses parameter-free RMS norms and a SwiGLU MLP, this one uses
+    parameter-free layer norms and a GELU MLP, as GPT-2 (`minifp8.model`'s standard family).
     """
 
     def __init__(self, dim: int, heads: int, *, rng: np.random.Generator, tau_attn: float, tau_mlp: float,

@@ -13,7 +13,7 @@ import minifp8.nn as nn
 import minifp8.unit as U
 import minifp8.uu as uu
 from minifp8.autograd import Tensor, default_dtype
-from test_unit import central_differences, interp, tie
+from test_unit import central_differences, gaussian_expectation, interp, tie
 
 
 def rng(seed=0):
@@ -131,6 +131,30 @@ def test_mlp_matches_the_documented_rules_in_numpy():
     activation = interp(alpha, 2.0, math.sqrt(2 / (1 - 1 / math.pi))) * gelu_tanh(2.0 * hidden) / 2.0
     expected = activation @ as64(mlp.linear_2.weight).T / math.sqrt(12)
     np.testing.assert_allclose(mlp(x).data, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_statistics_follow_the_gelu_moments():
+    """The docstring's ~1.15 and ~1.19, from Gaussian integrals of the tanh GELU. U.gelu (mult 1, tied
+    to its output scale c) gives c gelu(h) for unit-normal h; linear_2 (unit W, * fan_in^-1/2) passes
+    on its RMS, c sqrt(E[gelu(h)^2]) (the GELU output has a mean, so this is not c std = 1.04).
+    Backward, linear_2 and linear_1 keep a gradient's std and the GELU multiplies it by c gelu'(h):
+    c sqrt(E[gelu'(h)^2]). The weight gradients follow the same two RMS values."""
+    out_scale = interp(1 / (1 + 0.25), 2.0, math.sqrt(2 / (1 - 1 / math.pi)))  # U.gelu at mult 1
+
+    def slope(h, step=1e-5):
+        return (gelu_tanh(h + step) - gelu_tanh(h - step)) / (2 * step)
+
+    output_std = out_scale * math.sqrt(gaussian_expectation(lambda h: gelu_tanh(h) ** 2))
+    gradient_std = out_scale * math.sqrt(gaussian_expectation(lambda h: slope(h) ** 2))
+    assert output_std == pytest.approx(1.15, abs=0.005) and gradient_std == pytest.approx(1.19, abs=0.005)
+    mlp = uu.MLP(256, rng=rng(0))
+    x = Tensor(normal(1, 2048, 256), requires_grad=True)
+    y = mlp(x)
+    y.backward(normal(2, *y.shape))
+    assert y.data.std() == pytest.approx(output_std, rel=0.03)
+    assert x.grad.std() == pytest.approx(gradient_std, rel=0.03)
+    assert mlp.linear_2.weight.grad.std() == pytest.approx(output_std, rel=0.03)  # sums of g x gelu
+    assert mlp.linear_1.weight.grad.std() == pytest.approx(gradient_std, rel=0.03)
 
 
 def test_dropout_modes():
