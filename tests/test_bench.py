@@ -176,7 +176,7 @@ def test_json_holds_what_the_train_section_printed(capsys, tmp_path):
         line = next(line for line in out.splitlines() if f"train step under {recipe} " in line)
         printed = re.search(r"([\d.]+) ms .* x ?([\d.]+) fp32 step \(first tenth ([\d.]+), last ([\d.]+); "
                             r"its fp32 ([\d.]+) ms", line).groups()
-        # (the file keeps 4 decimals (3 for ms), the line 2 (1 for the pair's fp32): equal to within the rounding)
+        # (the file keeps 4 decimals, the line 2 (1 for the pair's fp32): equal to within the rounding)
         for key, text in zip(("step_ms", "ratio", "first_tenth", "last_tenth", "fp32_step_ms"), printed):
             assert abs(measured[key] - float(text)) <= 0.5 * 10.0 ** -len(text.split(".")[1]) + 1e-3, (key, text)
         assert measured["target"] == target and measured["family"] == "unit" and len(measured["window_ratios"]) == 20
