@@ -697,7 +697,9 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     """Loss curves of every run of a ``train_tiny`` results document, and their worst FP8 underflow.
 
     Top: the training loss (averaged over windows of about ``smooth_steps`` steps, thin) and the
-    validation loss (dots) of each run; the dashed line is the corpus' loss floor when it is known.
+    validation loss (dots) of each run; the dotted line is the corpus' entropy rate when it is known
+    (`minifp8.data.arithmetic_loss_floor`: the floor with whole lines of context; a loss averaged over
+    short windows sits higher).
     A run that diverged ends in a cross. The runs ``unit`` and ``unit fp32`` (the unit-scaled model
     with naive casts and in float32) share a colour, the fp32 one dashed; other runs have their own.
     Bottom: the largest fraction of a tensor flushed to zero
@@ -753,7 +755,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
                                 linewidth=1.2, marker=".", markersize=3, label=label)
     if loss_floor is not None and math.isfinite(loss_floor):
         loss_axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
-        loss_axis.text(0.99, loss_floor, "loss floor of the corpus", transform=loss_axis.get_yaxis_transform(),
+        loss_axis.text(0.99, loss_floor, "entropy rate of the corpus (whole lines)", transform=loss_axis.get_yaxis_transform(),
                        ha="right", va="bottom", fontsize=8, color="grey")
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, dots: validation")
     loss_axis.grid(True, alpha=0.3)

@@ -1,8 +1,10 @@
 """Tests for minifp8.data: the arithmetic corpus, the tokenizer, text files, batches, task accuracy.
 
-The corpus is checked by parsing every line and redoing the arithmetic with Python ints; the
-accuracy metric against hand-counted examples and against a plain string-walking reference.
+The corpus is checked by parsing every line and redoing the arithmetic with Python ints; its loss
+floor by the chain rule over characters; the accuracy metric against hand-counted examples, a plain
+string-walking reference and greedy decoding.
 """
+import collections
 import math
 import re
 
@@ -75,6 +77,94 @@ def test_loss_floor_by_hand(corpus):
     assert D.arithmetic_loss_floor(1, "+") == pytest.approx(math.log(4) / 6, rel=1e-15)
     # Default: 20,000 lines, 184,035 characters in all (counted from the parsed corpus above).
     assert D.arithmetic_loss_floor() == pytest.approx(math.log(20_000) / (184_035 / 20_000), rel=1e-15)
+
+
+def python_lines(max_operand, operators):
+    """Every line of a corpus, written here with Python ints (not with minifp8's generator)."""
+    return [f"{a}{op}{b}={PYTHON_OPS[op](a, b)}\n" for op in operators
+            for a in range(max_operand + 1) for b in range(max_operand + 1)]
+
+
+def next_character_counts(lines):
+    """How often each string starts one of ``lines`` (the empty string: all of them)."""
+    counts = collections.Counter()
+    for line in lines:
+        counts.update(line[:j] for j in range(len(line) + 1))
+    return counts
+
+
+@pytest.mark.parametrize("max_operand, operators", [(99, "+-"), (12, "+-*"), (9, "*-")])
+def test_loss_floor_is_the_entropy_rate_by_the_chain_rule(max_operand, operators):
+    """The floor recomputed character by character: a model that knows the rule predicts each
+    character from its line so far with the fraction of the (equally likely) lines that go on
+    with it; the mean of -ln p over every character of every line is the entropy rate. This uses
+    no ln(#lines) shortcut, so it also checks that lines are distinct and end at their newline."""
+    lines = python_lines(max_operand, operators)
+    starts = next_character_counts(lines)
+    nats = math.fsum(-math.log(starts[line[:j + 1]] / starts[line[:j]])
+                     for line in lines for j in range(len(line)))
+    floor = nats / sum(map(len, lines))
+    assert D.arithmetic_loss_floor(max_operand, operators) == pytest.approx(floor, rel=1e-12)
+
+
+def test_loss_floor_parts_and_split_as_documented(corpus):
+    """The module docstring's cost of each part of a line to a model that knows the rule, and the
+    floor on seed 0's validation lines (arithmetic_loss_floor's docstring)."""
+    lines = python_lines(99, "+-")
+    starts = next_character_counts(lines)
+    nats, chars = collections.Counter(), collections.Counter()
+    for line in lines:
+        match = re.fullmatch(r"(\d+)([+-])(\d+)(=)(-?\d+\n)", line)
+        for part, name in enumerate(("a", "operator", "b", "=", "answer and newline"), 1):
+            for j in range(match.start(part), match.end(part)):
+                nats[name] -= math.log(starts[line[:j + 1]] / starts[line[:j]])
+                chars[name] += 1
+    per_line = {name: nats[name] / len(lines) for name in nats}
+    assert per_line["answer and newline"] == 0
+    assert round(per_line["="], 2) == 0.22 and per_line["="] == pytest.approx(0.09 * math.log(11))
+    assert round(per_line["operator"], 2) == 0.91
+    assert per_line["operator"] == pytest.approx(math.log(2) + per_line["="])
+    for operand in ("a", "b"):
+        assert round(nats[operand] / chars[operand], 2) == 2.31
+    val_lines = corpus[1].count("\n")
+    assert round(len(corpus[1]) / val_lines, 4) == 9.2065
+    assert round(math.log(20_000) * val_lines / len(corpus[1]), 4) == 1.0757
+
+
+def test_loss_floor_of_a_window_as_documented():
+    """The floor of a loss averaged over windows of B characters (arithmetic_loss_floor's
+    docstring: 1.0763 + 4.059 / B for B >= 7), from the conditional entropy of the next character
+    given the k before it, k = 1..B, at a random position of a stream of independent lines.
+    The k characters hold a newline when the next one is among the first k of its line; then only
+    the line so far matters. Otherwise they lie inside the line, and every (line, position) they
+    match is equally likely."""
+    lines = python_lines(99, "+-")
+    starts = next_character_counts(lines)
+    total = sum(map(len, lines))
+    floor = D.arithmetic_loss_floor()
+
+    def entropy_given(k):
+        nats, inside = 0.0, collections.defaultdict(collections.Counter)
+        for line in lines:
+            for j in range(len(line)):
+                if j < k:
+                    nats -= math.log(starts[line[:j + 1]] / starts[line[:j]])
+                else:
+                    inside[line[j - k:j]][line[j]] += 1
+        for following in inside.values():
+            n = sum(following.values())
+            nats -= sum(count * math.log(count / n) for count in following.values())
+        return nats / total
+
+    entropy = [entropy_given(k) for k in range(1, 9)]
+    assert entropy == sorted(entropy, reverse=True) and entropy[0] > 2
+    assert entropy[7] == pytest.approx(floor, rel=1e-10)     # 8 characters predict as well as all
+    excess = sum(h - floor for h in entropy)
+    assert round(excess, 3) == 4.059
+    window_floor = {block: (sum(entropy[:min(block, 8)]) + floor * max(block - 8, 0)) / block
+                    for block in (7, 32, 64)}
+    assert window_floor[7] == pytest.approx(floor + excess / 7, rel=1e-10)
+    assert (round(window_floor[32], 4), round(window_floor[64], 4)) == (1.2031, 1.1397)
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -452,3 +542,73 @@ def test_answer_accuracy_rejects_ids_outside_the_vocabulary():
         D.answer_mask(x, np.where(y == TOK.encode("=")[0], -1, y), TOK)
     with pytest.raises(ValueError, match="predictions hold id 14, outside"):
         D.answer_accuracy(x, y, np.full(y.shape, 14), TOK)
+
+
+def carry_free_prediction(context):
+    """A causal toy model: the next character after ``context`` for a model that adds without
+    carries (``15+17=22``) and subtracts right; it writes its answer and then a newline whatever the
+    true characters so far, and outside answers predicts "0"."""
+    line = context[context.rfind("\n") + 1:]
+    question = LINE.fullmatch(line.split("=")[0] + "=0")
+    if "=" not in line or "\n" not in context or not question:  # not in a whole line's answer
+        return "0"
+    (a, op, b), written = question.group(1, 2, 3), line.split("=")[1]
+    if op == "+":
+        answer = sum((int(a) // 10**i + int(b) // 10**i) % 10 * 10**i for i in range(3))
+    else:
+        answer = int(a) - int(b)
+    answer = f"{answer}\n"
+    return answer[len(written)] if len(written) < len(answer) else "\n"
+
+
+def teacher_forced(x, y):
+    """The toy model's prediction at every position of windows (x, y), each from the true text."""
+    texts = [TOK.decode(np.append(row_x[:1], row_y)) for row_x, row_y in zip(x, y)]
+    return np.array([[TOK.chars.index(carry_free_prediction(text[:t + 1]))
+                      for t in range(y.shape[1])] for text in texts])
+
+
+def test_exact_match_is_greedy_decoding_for_a_causal_model_by_hand():
+    # "32\n" is predicted "2", "2", "\n" from the true text: 2 of 3 characters right, but greedy
+    # decoding writes "22\n". "5\n" is right either way: 4 of 5 characters, 1 of 2 answers.
+    x, y = windows("\n15+17=32\n8-3=5\n")
+    result = D.answer_accuracy(x, y, teacher_forced(x, y), TOK)
+    assert result == D.AnswerAccuracy(correct_chars=4, total_chars=5,
+                                      correct_answers=1, total_answers=2)
+
+
+def test_exact_match_is_greedy_decoding_for_a_causal_model(dataset):
+    """exact_match counts the answers that greedy decoding, from the window's text up to '=', writes
+    exactly (answer_accuracy's docstring), here for a model that is wrong on carries."""
+    x, y = dataset.get_batch("val", 64, 40, np.random.default_rng(11))
+    result = D.answer_accuracy(x, y, teacher_forced(x, y), TOK)
+    greedy_right = scored = 0
+    for row_x, row_y in zip(x, y):
+        text = TOK.decode(np.append(row_x[:1], row_y))
+        newlines = [i for i, c in enumerate(text) if c == "\n"]
+        for start, end in zip(newlines, newlines[1:]):
+            written = text[:text.index("=", start) + 1]
+            while not written.endswith("\n") and len(written) <= end:
+                written += carry_free_prediction(written)
+            greedy_right += written == text[:end + 1]
+            scored += 1
+    assert (result.correct_answers, result.total_answers) == (greedy_right, scored)
+    assert 0 < greedy_right < scored and result.char_accuracy > result.exact_match
+
+
+def test_train_tiny_default_evaluation_counts_answer_occurrences():
+    """answer_accuracy's Notes: train_tiny's default evaluation scores 666 answers, of 551
+    distinct validation problems (106 of them more than once), not the 2,000 held out."""
+    from minifp8 import train_tiny
+
+    config = train_tiny.TrainConfig()
+    data = D.load_dataset(seed=config.seed)
+    seen = collections.Counter()
+    total = D.AnswerAccuracy(0, 0, 0, 0)
+    for x, y in train_tiny._eval_batches(data, config):
+        total += D.answer_accuracy(x, y, y, data.tokenizer)
+        for row_x, row_y in zip(x, y):
+            seen.update(TOK.decode(np.append(row_x[:1], row_y)).split("\n")[1:-1])
+    assert (config.batch_size, config.block_size, config.eval_batches) == (32, 32, 8)
+    assert total.total_answers == sum(seen.values()) == 666
+    assert len(seen) == 551 and sum(count > 1 for count in seen.values()) == 106
