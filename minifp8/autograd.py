@@ -288,6 +288,9 @@ class Tensor:
     def backward(self, grad=None) -> None:
         """Accumulate d(self)/d(leaf), times ``grad``, into the ``.grad`` of every leaf that requires grad.
 
+        Every ``.grad`` is updated only after the whole graph has been walked: when the walk raises
+        (a changed input, an op's backward that fails, an interrupt), no ``.grad`` has changed.
+
         Parameters
         ----------
         grad : array_like, optional
@@ -317,16 +320,19 @@ class Tensor:
         # add into them in place; any other gradient may be shared (add hands one array to both
         # parents) and is never modified.
         owned: set[int] = set()
+        # the .grad updates, made once the whole graph has been walked: an op's backward that raises
+        # (or a KeyboardInterrupt) leaves every .grad as it was, not some leaves updated and some not
+        deliveries: list[tuple[Tensor, np.ndarray, bool]] = []
         for node in reversed(order):
             key = id(node)
             grad_out = grads.pop(key, None)
             if grad_out is None:
                 continue
             if node._backward is None:
-                node._accumulate(grad_out, take=key in owned)
+                deliveries.append((node, grad_out, key in owned))
                 continue
             if node._retain_grad:
-                node._accumulate(grad_out, take=False)
+                deliveries.append((node, grad_out, False))
             parent_grads = node._backward(grad_out)
             if not isinstance(parent_grads, (tuple, list)) or len(parent_grads) != len(node._parents):
                 raise TypeError(f"backward of op {node._op!r} must return a tuple with one gradient (or None) "
@@ -356,6 +362,8 @@ class Tensor:
                 else:  # (np.asarray: the sum of 0-d arrays is a NumPy scalar, which np.add cannot write into)
                     grads[key] = np.asarray(previous + parent_grad)
                     owned.add(key)
+        for node, grad_out, take in deliveries:
+            node._accumulate(grad_out, take)
 
     def _accumulate(self, grad: np.ndarray, take: bool) -> None:
         """Add ``grad`` into ``.grad``; ``take``: the array is the engine's own and may become ``.grad``."""
@@ -444,15 +452,24 @@ class Tensor:
         return self._operand(other) / self
 
     def __pow__(self, exponent) -> "Tensor":
-        """``self ** exponent``; a Tensor exponent is differentiable too (needs a positive base)."""
+        """``self ** exponent``; a Tensor exponent is differentiable too (needs a positive base).
+
+        As torch's: where the exponent is 0 the base's gradient is 0 (as for a number exponent,
+        not ``0 * 0**-1`` = NaN at base 0), and where the base is 0 and the exponent >= 0 the
+        exponent's gradient is 0 (``0**y`` is 0 for every y > 0; not ``0 * log 0`` = NaN).
+        """
         if isinstance(exponent, Tensor):
             exponent = self._operand(exponent)
             base = self
             out_data = _elementwise(np.power, base, exponent, "pow")
 
             def backward(g):
-                grad_base = g * exponent.data * base.data ** (exponent.data - 1) if base._requires_grad else None
-                grad_exp = g * out_data * np.log(base.data) if exponent._requires_grad else None
+                grad_base = grad_exp = None
+                if base._requires_grad:  # (exponent 1 where it is 0: base**0 = 1, times the exponent 0)
+                    e = exponent.data
+                    grad_base = g * e * base.data ** (np.where(e == 0, 1, e) - 1)
+                if exponent._requires_grad:  # (log 1 = 0 where base 0 meets an exponent >= 0)
+                    grad_exp = g * out_data * np.log(np.where((base.data == 0) & (exponent.data >= 0), 1, base.data))
                 return grad_base, grad_exp
 
             return make_op(out_data, (base, exponent), backward, "pow")
