@@ -1,6 +1,7 @@
 """The autograd engine: operators against float64 finite differences, graph semantics, errors."""
 import math
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -344,6 +345,26 @@ def test_make_op_rejects_a_malformed_backward():
         wrong_shape.sum().backward()
     with pytest.raises(TypeError, match="floating"):
         make_op(np.array([1, 2]), (x,), lambda g: (g,), name="int_output")
+
+
+@pytest.mark.parametrize("failing_first", [False, True])
+def test_a_backward_that_raises_changes_no_grad(failing_first):
+    """Leaves and retained tensors took their gradients as the walk reached them: an op's backward
+    that raised later left b.grad (and h.grad) updated and a.grad not, so the backward run again
+    after a fix counted b's gradient twice. Now the walk completes before any .grad changes."""
+    a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=True)
+    b.grad = np.array([10.0, 20.0], np.float32)
+    broken = make_op(a.data * 2, (a,), lambda g: (np.ones(3),), name="wrong_shape").sum()
+    h = (b * 1.0).retain_grad()
+    good = (h * 2.0).sum()
+    loss = broken + good if failing_first else good + broken
+    with pytest.raises(ValueError, match="wrong_shape"):
+        loss.backward()
+    assert a.grad is None and h.grad is None
+    np.testing.assert_array_equal(b.grad, [10.0, 20.0])
+    good.backward()  # without the broken op: the gradients arrive as usual
+    np.testing.assert_array_equal(b.grad, [12.0, 22.0])
+    np.testing.assert_array_equal(h.grad, [2.0, 2.0])
 
 
 @pytest.mark.parametrize("parents, backward, message", [
@@ -740,6 +761,37 @@ def test_x_to_the_power_zero_has_gradient_zero_at_zero():
     x = Tensor([0.0, 2.0], requires_grad=True)
     (x**0).sum().backward()
     np.testing.assert_array_equal(x.grad, [0.0, 0.0])
+
+
+def test_tensor_power_at_a_zero_base_or_exponent_has_torchs_gradients():
+    """With a Tensor exponent, 0 ** Tensor(0) gave the base the gradient 0 * 0**-1 = NaN (a number
+    exponent gave 0), and 0 ** y the exponent the gradient 0 * log 0 = NaN, where 0**y is 0 for
+    all y > 0. Expected: y b**(y-1) and b**y ln b from Python's math, 0 at those points (torch's
+    pow_backward convention, also for the discontinuous 0**0), and no warning on the way."""
+    b = [0.0, 0.0, 0.0, 2.0, 0.5, 3.0]
+    y = [0.0, 2.0, 1.0, 0.0, 1.5, -1.0]
+    base, exponent = Tensor(b, requires_grad=True), Tensor(y, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (base ** exponent).backward(np.ones(6))
+    expected_base = [0.0 if yi == 0 else yi * bi ** (yi - 1) for bi, yi in zip(b, y)]
+    expected_exponent = [0.0 if bi == 0 else bi ** yi * math.log(bi) for bi, yi in zip(b, y)]
+    np.testing.assert_allclose(base.grad, expected_base, rtol=1e-6)
+    np.testing.assert_allclose(exponent.grad, expected_exponent, rtol=1e-6)
+    assert base.grad.dtype == exponent.grad.dtype == np.float32
+    # broadcast operands: zero bases (2, 1) against exponents (3,), and rpow of 0.0
+    base, exponent = Tensor(np.zeros((2, 1)), requires_grad=True), Tensor([0.0, 1.0, 3.0], requires_grad=True)
+    (base ** exponent).sum().backward()
+    np.testing.assert_array_equal(base.grad, [[1.0], [1.0]])  # d/db of b**1 at 0; b**0 and b**3 give 0
+    np.testing.assert_array_equal(exponent.grad, [0.0, 0.0, 0.0])
+    exponent.grad = None
+    (0.0 ** exponent).sum().backward()
+    np.testing.assert_array_equal(exponent.grad, [0.0, 0.0, 0.0])
+    # a negative base stays outside the exponent's domain: NaN, as log gives
+    exponent.grad = None
+    with np.errstate(invalid="ignore"):
+        (Tensor([-2.0, -2.0, -2.0]) ** exponent).sum().backward()
+    assert np.isnan(exponent.grad).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
