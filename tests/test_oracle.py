@@ -908,7 +908,7 @@ def test_golden_manifest_says_how_to_read_its_entries(golden_dir):
         nan_blocks = np.repeat(arrays["expected_scales"] == 0xFF, 32, axis=1)[:, :80]
         assert nan_blocks.any() and (arrays["expected_codes"][nan_blocks] == 0).all()
         codes = arrays["expected_codes"].copy()
-        codes[nan_blocks] = 0x0B  # any code of the element format (E2M1's lie in [0, 16))
+        codes[nan_blocks] = 0x11  # anything, even a byte that is no E2M1 code: don't care
         assert testing.compare_mx(arrays["expected_scales"], codes, arrays["input"], entry["format"],
                                   scale_mode=entry["scale_mode"]).ok
 

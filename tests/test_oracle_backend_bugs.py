@@ -83,6 +83,33 @@ def test_compare_mx_rejects_codes_out_of_range_in_blocks_it_does_not_compare():
         testing.compare_mx(scales, codes, x, "MXFP4_E2M1")
 
 
+def test_compare_mx_takes_any_byte_as_a_dont_care_code_of_a_nan_scale_block():
+    """A block whose expected scale is 0xFF decodes to NaN whatever its codes (the golden notes:
+    don't care), so its codes are neither range-checked nor compared; the other blocks' are."""
+    x = _random_e4m3_inputs((2, 64))
+    x[1, 3] = np.nan  # block (1, 0) gets the NaN scale
+    expected = mx.quantize(x, "MXFP4_E2M1")
+    assert expected.scales[1, 0] == 0xFF and (expected.scales != 0xFF).sum() == 3
+    codes = expected.codes.copy()
+    codes[1, :32] = 0xEE  # no E2M1 code
+    assert testing.compare_mx(expected.scales, codes, x, "MXFP4_E2M1").ok
+    codes[1, 32] = 0xEE  # the next block is compared
+    with pytest.raises(ValueError, match=r"got 238 in codes \(1 codes out of range, the first at index \(1, 32\)\)"):
+        testing.compare_mx(expected.scales, codes, x, "MXFP4_E2M1")
+
+
+def test_compare_mx_with_a_block_longer_than_the_axis_pads_nothing():
+    """An axis shorter than the block is one block per row (as mx.quantize takes it): no row is
+    padded out to block_size (2**40 would ask for terabytes)."""
+    x = _random_e4m3_inputs((3, 5))
+    expected = mx.quantize(x, "E2M1", block_size=2**40)
+    codes = expected.codes.copy()
+    codes[2, 4] ^= 1
+    report = testing.compare_mx(expected.scales, codes, x, "E2M1", block_size=2**40)
+    assert report.scale_count == 0 and report.elements.count == 1
+    assert report.elements.mismatches[0].index == (2, 4)
+
+
 def test_integer_codes_wider_than_a_byte_say_how_to_pass_them():
     x = np.array([1.0625, 2.0], np.float32)
     with pytest.raises(TypeError, match=r"got dtype int64; if they are E4M3 codes \(a Python int or list of ints "
