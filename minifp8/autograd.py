@@ -289,7 +289,8 @@ class Tensor:
         """Accumulate d(self)/d(leaf), times ``grad``, into the ``.grad`` of every leaf that requires grad.
 
         Every ``.grad`` is updated only after the whole graph has been walked: when the walk raises
-        (a changed input, an op's backward that fails, an interrupt), no ``.grad`` has changed.
+        (a changed input, an op's backward that fails, an interrupt), no ``.grad`` has changed. (The
+        leaves' gradients are held until then, as ``.grad`` would hold them after.)
 
         Parameters
         ----------
@@ -452,7 +453,8 @@ class Tensor:
         return self._operand(other) / self
 
     def __pow__(self, exponent) -> "Tensor":
-        """``self ** exponent``; a Tensor exponent is differentiable too (needs a positive base).
+        """``self ** exponent``; a Tensor exponent is differentiable too (its gradient needs a positive
+        base, or a zero one with a non-negative exponent).
 
         As torch's: where the exponent is 0 the base's gradient is 0 (as for a number exponent,
         not ``0 * 0**-1`` = NaN at base 0), and where the base is 0 and the exponent >= 0 the

@@ -463,6 +463,7 @@ def _sequence_of_tensors(tensors, op: str):
                         f"{tensors.shape} (pass [t, ...])")
     return tensors
 
+
 def concat(tensors: Sequence, axis: int = 0) -> Tensor:
     """Join tensors along an existing ``axis`` (``np.concatenate``)."""
     tensors = [_floating(t, "concat") for t in _sequence_of_tensors(tensors, "concat")]

@@ -470,7 +470,7 @@ def quantize(x, elem, *, block_size=None, axis=-1, scale_mode="floor", rounding=
 
 def _quantize_blocks(blocks: np.ndarray, element: FloatFormat, scale_mode: str, rounding: str,
                      random_bits, random_bit_count) -> tuple[np.ndarray, np.ndarray]:
-    """Scale codes and element codes of a C-contiguous (n_blocks, block_size) float array."""
+    """Scale codes and element codes of a C-contiguous (n_blocks, width) float array (`_to_blocks`)."""
     scale_codes, shared_exp = shared_exponents(block_amax(blocks), element, scale_mode)
     # 2**-shared_exp is exact in the working dtype (float32 holds 2**-127 as a subnormal), and so is
     # the product unless it falls below the smallest normal number, 2**-126 (2**-1022 for float64).

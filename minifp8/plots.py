@@ -755,8 +755,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
                                 linewidth=1.2, marker=".", markersize=3, label=label)
     if loss_floor is not None and math.isfinite(loss_floor):
         loss_axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
-        loss_axis.text(0.99, loss_floor, "entropy rate of the corpus (whole lines)", transform=loss_axis.get_yaxis_transform(),
-                       ha="right", va="bottom", fontsize=8, color="grey")
+        loss_axis.text(0.99, loss_floor, "entropy rate of the corpus (whole lines)",
+                       transform=loss_axis.get_yaxis_transform(), ha="right", va="bottom", fontsize=8, color="grey")
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, dots: validation")
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(loc="upper right", fontsize=8, ncols=2)

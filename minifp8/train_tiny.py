@@ -1319,7 +1319,9 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:  # the reader of the output went away: stop quietly, as SIGPIPE would
         with contextlib.suppress(OSError, ValueError, AttributeError):  # (captured output has no file descriptor)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (else flushing it at exit fails)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # (else flushing it at exit fails)
+            os.close(devnull)
         return 141
     except KeyboardInterrupt:  # Ctrl-C outside the steps of a run, which `train` handles: loading the data
         print("python -m minifp8.train_tiny: interrupted", file=sys.stderr)

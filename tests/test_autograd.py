@@ -349,9 +349,9 @@ def test_make_op_rejects_a_malformed_backward():
 
 @pytest.mark.parametrize("failing_first", [False, True])
 def test_a_backward_that_raises_changes_no_grad(failing_first):
-    """Leaves and retained tensors took their gradients as the walk reached them: an op's backward
-    that raised later left b.grad (and h.grad) updated and a.grad not, so the backward run again
-    after a fix counted b's gradient twice. Now the walk completes before any .grad changes."""
+    """An op's backward that raises leaves every .grad as it was (b's, h's retained one and a's
+    alike), so a backward run again after a fix counts no gradient twice: the walk completes
+    before any .grad changes."""
     a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=True)
     b.grad = np.array([10.0, 20.0], np.float32)
     broken = make_op(a.data * 2, (a,), lambda g: (np.ones(3),), name="wrong_shape").sum()

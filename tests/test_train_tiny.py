@@ -775,7 +775,7 @@ def test_help_shows_every_flag_with_its_default(capsys):
         assert "default" in options[flag], options[flag]
     assert "(default: unit)" in options["--recipe"] and "(default: 1000)" in options["--steps"]
     for name in ("config.json", "metrics.json", "loss.png", "checkpoints/", "headline.json", "fp8lm.json"):
-        assert name in options["--out"], name  # (it named only metrics.json, loss.png and checkpoints)
+        assert name in options["--out"], name
 
 
 def test_flags_that_some_run_reads_are_taken(capsys):
