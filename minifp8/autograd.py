@@ -480,13 +480,16 @@ class Tensor:
         _check_floating(self, "**")
         p = float(exponent)
         x = self
+        # p and p - 1 in x's dtype, as NumPy 2 converts a Python float next to an array (NEP 50);
+        # NumPy 1 would compute a 0-d x ** p in float64
+        power, power_less_one = x.data.dtype.type(p), x.data.dtype.type(p - 1.0)
 
         def backward_scalar(g):
             if p == 0.0:  # x**0 = 1 everywhere: the gradient is 0 (0 * 0**-1 would be NaN at x = 0)
                 return (np.zeros_like(g),)
-            return (g * (p * x.data ** (p - 1.0)),)
+            return (g * (power * x.data ** power_less_one),)
 
-        return make_op(x.data ** p, (x,), backward_scalar, "pow")
+        return make_op(x.data ** power, (x,), backward_scalar, "pow")
 
     def __rpow__(self, base) -> "Tensor":
         return self._operand(base) ** self
