@@ -785,8 +785,15 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     scale_format = formats.E4M3 if is_nvfp4 else formats.E8M0
     element_format = formats.E2M1 if is_nvfp4 else expected.elem
     axis, block_size = expected.axis, expected.block_size
-    length = x.shape[axis] if x.ndim else 0
-    width = min(block_size, length) or block_size  # (an axis shorter than a block is one block, unpadded)
+    # x's blocks as mx lays them out (an axis shorter than a block is one block, unpadded)
+    with np.errstate(invalid="ignore"):
+        blocks, moved_shape = mx._to_blocks(np.abs(x.astype(np.float64)), axis, block_size)
+
+    def per_element(per_block):
+        """A value per block (laid out as the scales) -> that value at each of its elements, x's shape."""
+        flat = np.moveaxis(per_block, axis, -1).reshape(-1, 1)
+        return mx._from_blocks(np.repeat(flat, blocks.shape[1], axis=1), moved_shape, axis)
+
     checked = []
     for name, got, want, fmt in (("scales", scales, expected.scales, scale_format),
                                  ("codes", codes, expected.codes, element_format)):
@@ -796,22 +803,15 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
         if name == "codes" and not is_nvfp4 and (expected.scales == 0xFF).any():
             # the codes of a block whose expected scale is NaN are don't-care (the golden notes):
             # any byte there, as a 0 for the range check below
-            dont_care = np.moveaxis(np.repeat(np.moveaxis(expected.scales == 0xFF, axis, -1), width, axis=-1)
-                                    [..., :length], -1, axis)
             got = np.array(got)
-            got[dont_care] = 0
+            got[per_element(expected.scales == 0xFF)] = 0
         checked.append(_codes_of(got, fmt, want.shape, name))  # every other code in range, compared or not
     scales, codes = checked
 
     # Scales: one row per block that differs.
     scale_table = scale_format.values()
-    blocks_x = np.moveaxis(x, axis, -1)
-    padded_length = -(-blocks_x.shape[-1] // width) * width
-    padding = [(0, 0)] * (blocks_x.ndim - 1) + [(0, padded_length - blocks_x.shape[-1])]
-    with np.errstate(invalid="ignore"):
-        amax = np.max(np.abs(np.pad(blocks_x.astype(np.float64), padding)).reshape(
-            blocks_x.shape[:-1] + (padded_length // width, width)), axis=-1, initial=0.0)
-    amax = np.moveaxis(amax, -1, axis)
+    amax = np.moveaxis(np.max(blocks, axis=1, initial=0.0).reshape(
+        moved_shape[:-1] + (expected.scales.shape[axis],)), -1, axis)
     scale_differs = scales != expected.scales
     scale_rows = []
     for flat in np.flatnonzero(scale_differs.reshape(-1))[:max_rows]:
@@ -821,17 +821,16 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
                                         int(scales[index]), float(scale_table[scales[index]])))
 
     # Elements in blocks whose scale agrees, classified on the value the element encoder saw.
-    per_element = np.repeat(np.moveaxis(expected.scales, axis, -1), width, axis=-1)[..., :blocks_x.shape[-1]]
-    same_scale = np.moveaxis(np.repeat(np.moveaxis(~scale_differs, axis, -1), width, axis=-1)
-                             [..., :blocks_x.shape[-1]], -1, axis)
+    element_scale_codes = per_element(expected.scales)
+    same_scale = per_element(~scale_differs)
     if is_nvfp4:
         decode_scale = np.float32(1) / expected.encode_scale
         with np.errstate(divide="ignore", over="ignore"):
-            element_scale = np.minimum(np.float32(1) / (scale_table[per_element].astype(np.float32) * decode_scale),
-                                       np.float32(np.finfo(np.float32).max))
-            seen = np.clip(x.astype(np.float32) * np.moveaxis(element_scale, -1, axis), -6, 6).astype(np.float32)
+            element_scale = np.minimum(np.float32(1) / (scale_table[element_scale_codes].astype(np.float32)
+                                                        * decode_scale), np.float32(np.finfo(np.float32).max))
+            seen = np.clip(x.astype(np.float32) * element_scale, -6, 6).astype(np.float32)
     else:
-        exponent = np.moveaxis(per_element.astype(np.int64) - 127, -1, axis)
+        exponent = element_scale_codes.astype(np.int64) - 127
         same_scale &= exponent != 128  # NaN-scale blocks carry no element information
         seen = np.ldexp(x.astype(np.float64), -np.where(exponent == 128, 0, exponent).astype(np.int32))
     positions = np.flatnonzero(same_scale.reshape(-1))
