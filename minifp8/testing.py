@@ -711,7 +711,8 @@ class BlockReport:
     Elements are compared only in blocks whose scale agrees (a wrong scale makes every element of
     its block meaningless) and is not MX's NaN scale 0xFF (whose block decodes to NaN whatever its
     codes). They are classified as `compare` does, on the value the element encoder saw:
-    ``x * 2**-shared_exp`` for MX, ``x * (1 / (S_dec_b * S_dec))`` for NVFP4. Each element row
+    ``x * 2**-shared_exp`` for MX, ``clamp(x * (1 / (S_dec_b * S_dec)), -6, 6)`` for NVFP4 (the
+    product rounded to float32 first, as `mx.quantize_nvfp4` does). Each element row
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
     hints, as `Report.layout`, for scales and codes that are the expected ones rearranged.
     """

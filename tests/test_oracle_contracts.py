@@ -1,0 +1,304 @@
+"""Contracts of the oracle for other backends (`minifp8.testing.compare`, `compare_mx` and their
+reports) and of the golden files (`minifp8.golden`) that the other oracle tests left unpinned.
+
+Every expected value here is worked out by hand from the format definitions (E4M3: code
+``e << 3 | m``, value ``(1 + m/8) * 2**(e - 7)``), read from an IEEE bit pattern with `struct`, or
+stated by a docstring or a golden note; none is copied from minifp8's output.
+
+- Mismatch classes at their edges (`compare`'s docstring): "near-tie" is within 1/256 of a
+  quantum from halfway, inclusive; a tie or near-tie is the *other neighbour* (one code away);
+  a non-finite code for a finite input is "overflow", and so is an input whose expected code is
+  NaN only because it overflows without saturation.
+- `Report`: ``options`` leave out the random bits; float16 inputs are taken and their bits shown
+  in 16 bits; input bits keep their leading zero digits.
+- `BlockReport`: a differing scale alone makes it not ok; ``max_rows`` caps the scale rows too;
+  inputs print as their own dtype, not as the float64 scaled value; two swapped codes get the
+  layout hint; an NVFP4 row shows the element as the encoder saw it, clamped to +-6.
+- Golden files: fixed zip timestamps and C-order arrays; the manifest's ``minifp8_version`` and
+  random bits; the codec inputs' float64 near-midpoints (both signs, any spelling of float64) and
+  signed random values; the special rows the block-input docstrings promise (signed zeros, ties
+  at shared exponent 5, NVFP4 boundary blocks from scale code 0x01 to 0x7D, either side of each
+  boundary).
+"""
+import json
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+
+import minifp8
+from minifp8 import formats, golden, testing
+
+E4M3_ONE, E4M3_1_125, E4M3_1_25 = 0x38, 0x39, 0x3A  # (1 + m/8) * 2**(e - 7), e = 7
+E4M3_0_9375 = 0x37  # e = 6, m = 7: 1.875 / 2
+E4M3_NAN, E4M3_MAX = 0x7F, 0x7E  # S.1111.111 and 448 = 1.75 * 2**8
+
+
+def bits_text(value, code):
+    """``0x`` and the big-endian hex digits of ``value`` packed with struct ``code`` ("e", "f", "d")."""
+    return "0x" + struct.pack(">" + code, value).hex()
+
+
+def kinds(report):
+    return [row.kind for row in report.mismatches]
+
+
+# ---- compare: the classes at their edges ----------------------------------------------------------
+def test_near_tie_window_is_one_256th_of_a_quantum_inclusive():
+    """E4M3 on [1, 2): quantum 1/8, tie 1.0625 between 1.0 (0x38) and 1.125 (0x39). The window is
+    1/256 of a quantum = 2**-11: at 2**-11 from the tie a wrong neighbour is a near-tie (either
+    side); at 2**-10 it is "other"."""
+    x = np.array([1.0625 + 2.0**-11, 1.0625 - 2.0**-11, 1.0625 + 2.0**-10, 1.0625 - 2.0**-10], np.float32)
+    backend = np.array([E4M3_ONE, E4M3_1_125, E4M3_ONE, E4M3_1_125], np.uint8)  # the other neighbour each
+    report = testing.compare(backend, x, "E4M3")
+    assert [row.expected_code for row in report.mismatches] == [E4M3_1_125, E4M3_ONE, E4M3_1_125, E4M3_ONE]
+    assert kinds(report) == ["near-tie", "near-tie", "other", "other"]
+    assert testing.NEAR_TIE_WINDOW == 1 / 256
+
+
+def test_a_tie_or_near_tie_is_a_wrong_pick_of_the_other_neighbour_only():
+    """A tie (1.0625 -> 1.0) returned as 1.25 or a near-tie returned as 0.9375 is two codes off:
+    not the tie rule's doing, so "other"."""
+    x = np.array([1.0625, 1.0625 + 2.0**-11], np.float32)
+    report = testing.compare(np.array([E4M3_1_25, E4M3_0_9375], np.uint8), x, "E4M3")
+    assert [(row.kind, row.distance) for row in report.mismatches] == [("other", 2), ("other", 2)]
+
+
+def test_a_non_finite_code_for_a_finite_input_is_overflow():
+    """``overflow``: |x| >= max, "or either code is non-finite": 1.0 returned as E4M3's NaN or E5M2's +Inf."""
+    one = np.array([1.0, -1.0], np.float32)
+    assert kinds(testing.compare(np.array([E4M3_NAN, 0xFF], np.uint8), one, "E4M3")) == ["overflow"] * 2
+    assert kinds(testing.compare(np.array([0x7C, 0xFC], np.uint8), one, "E5M2")) == ["overflow"] * 2  # +-Inf
+
+
+def test_overflow_to_nan_without_saturation_is_overflow_not_nan():
+    """E4M3, saturate=False: 500 and 1000 round above 448, to NaN (0x7F: the codec note). A backend
+    that saturates to 448 (0x7E) has an overflow bug; the input is finite and the format does not map
+    it to NaN by definition, so it is not "NaN/Inf"."""
+    x = np.array([500.0, 1000.0, -500.0], np.float32)
+    report = testing.compare(np.array([E4M3_MAX, E4M3_MAX, E4M3_MAX | 0x80], np.uint8), x, "E4M3", saturate=False)
+    assert [row.expected_code for row in report.mismatches] == [E4M3_NAN, E4M3_NAN, 0xFF]
+    assert kinds(report) == ["overflow"] * 3 and report.by_class["NaN/Inf"] == 0
+
+
+# ---- compare: the report ------------------------------------------------------------------------
+def test_report_options_leave_out_the_random_bits():
+    """Values on the grid round to themselves whatever the random bits (r = 0 and bits < 2**4)."""
+    x = np.array([1.0, 2.0], np.float32)
+    report = testing.compare(np.array([E4M3_ONE, 0x40], np.uint8), x, "E4M3", rounding="stochastic",
+                             random_bits=np.array([15, 0], np.uint8), random_bit_count=4)
+    assert report.ok and report.options == {"rounding": "stochastic", "random_bit_count": 4}
+    assert str(report) == "E4M3 (rounding='stochastic', random_bit_count=4): 0 of 2 codes differ"
+
+
+def test_float16_inputs_are_compared_and_their_bits_shown_in_16_bits():
+    """``x``: "float16, float32 or float64". 1.0625 ties to even 1.0 (0x38)."""
+    x = np.array([1.0, 1.0625], np.float16)
+    report = testing.compare(np.array([E4M3_ONE, E4M3_1_125], np.uint8), x, "E4M3")
+    assert [(row.index, row.input_bits, row.kind) for row in report.mismatches] == [
+        ((1,), bits_text(1.0625, "e"), "tie")]
+    assert report.mismatches[0].input_bits == "0x3c40"
+
+
+@pytest.mark.parametrize("dtype, code, value", [(np.float16, "e", 2.0**-20), (np.float32, "f", 1e-30),
+                                                (np.float64, "d", 1e-300)])
+def test_input_bits_keep_their_leading_zero_digits(dtype, code, value):
+    """Tiny positive inputs have a zero top hex digit: the bits are shown with every digit of the
+    dtype's width (4, 8 or 16), as ``struct`` gives them. Each rounds to E4M3's +0 (0x00)."""
+    x = np.array([value], dtype)
+    row = testing.compare(np.array([0x01], np.uint8), x, "E4M3").mismatches[0]
+    assert row.input_bits == bits_text(float(x[0]), code) and row.input_bits[2] == "0"
+    assert len(row.input_bits) == 2 + 2 * x.itemsize and row.expected_code == 0x00
+
+
+# ---- compare_mx: the block report ----------------------------------------------------------------
+def two_blocks():
+    """MXFP8_E4M3 input of two 32-blocks along the last axis, with scales and codes by hand (OCP MX
+    v1.0 floor: shared_exp = floor(log2 amax) - 8): block 0 all 1.0 (shared_exp -8, scale 119,
+    elements 256 = 0x78); block 1 amax 3.0 then 1.0 (shared_exp -7, scale 120, elements 384 = 0x7C
+    and 128 = 0x70)."""
+    x = np.ones((1, 64), np.float32)
+    x[0, 32] = 3.0
+    codes = np.full((1, 64), 0x78, np.uint8)
+    codes[0, 32], codes[0, 33:] = 0x7C, 0x70
+    return x, np.array([[119, 120]], np.uint8), codes
+
+
+def test_compare_mx_agrees_with_the_hand_worked_blocks():
+    x, scales, codes = two_blocks()
+    assert testing.compare_mx(scales, codes, x, "MXFP8_E4M3").ok
+
+
+def test_a_differing_scale_alone_fails_compare_mx():
+    """Block 1's scale one binade high, every code right: its elements are not compared (they are
+    meaningless under that scale), so the element report is clean, but the backend is wrong."""
+    x, scales, codes = two_blocks()
+    scales[0, 1] = 121
+    report = testing.compare_mx(scales, codes, x, "MXFP8_E4M3")
+    assert report.elements.ok and report.elements.total == 32 and report.scale_count == 1
+    assert not report.ok
+    row = report.scale_mismatches[0]
+    assert (row.index, row.block_amax, row.expected_code, row.expected_value, row.actual_code, row.actual_value) == \
+        ((0, 1), 3.0, 120, 2.0**-7, 121, 2.0**-6)
+    with pytest.raises(AssertionError, match="1 of 2 block scales differ"):
+        testing.assert_mx_equal(scales, codes, x, "MXFP8_E4M3")
+
+
+def test_max_rows_caps_the_scale_rows_and_the_table_counts_the_rest():
+    """Five all-1.0 blocks (scale 119 each) given scale 120: five scale rows, cut to ``max_rows``."""
+    x = np.ones((1, 160), np.float32)
+    scales, codes = np.full((1, 5), 120, np.uint8), np.full((1, 160), 0x78, np.uint8)
+    report = testing.compare_mx(scales, codes, x, "MXFP8_E4M3", max_rows=2)
+    assert report.scale_count == 5 and [row.index for row in report.scale_mismatches] == [(0, 0), (0, 1)]
+    assert str(report).splitlines()[-1] == "... and 3 more"
+    assert "more" not in str(testing.compare_mx(scales, codes, x, "MXFP8_E4M3", max_rows=5))
+    assert testing.compare_mx(scales, codes, x, "MXFP8_E4M3", max_rows=0).scale_mismatches == []
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_block_report_prints_each_input_as_its_own_dtype(dtype):
+    """Block amax 448 (shared_exp 0, scale 127), so 0.1 is scaled by 1. A float32 input prints with
+    9 digits (its bits back), not as the float64 repr of the scaled value; a float64 one with repr."""
+    x = np.zeros((1, 32), dtype)
+    x[0, 0], x[0, 1] = 448.0, 0.1
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, 0] = E4M3_MAX
+    report = testing.compare_mx(np.array([[127]], np.uint8), codes, x, "MXFP8_E4M3")
+    assert report.elements.count == 1 and report.elements.input_dtype == np.dtype(dtype).name
+    shown = str(report).splitlines()[-1].split()[1]
+    assert shown == ("0.100000001" if dtype == np.float32 else repr(0.1))
+
+
+def test_compare_mx_hints_at_two_swapped_element_codes():
+    """Block amax 448 (scale 127): 1, 2, 3, 4 are 0x38, 0x40, 0x44, 0x48. A backend that writes the
+    codes of elements 1 and 2 in each other's places holds the right codes in another order."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, :5] = [448.0, 1.0, 2.0, 3.0, 4.0]
+    codes = np.zeros((1, 32), np.uint8)
+    codes[0, :5] = [E4M3_MAX, 0x40, 0x38, 0x44, 0x48]
+    report = testing.compare_mx(np.array([[127]], np.uint8), codes, x, "MXFP8_E4M3")
+    assert report.elements.count == 2
+    assert "codes holds the expected codes in another order" in report.layout
+    assert "another order" in str(report)
+
+
+def test_nvfp4_rows_show_the_element_after_the_clamp_to_plus_minus_6():
+    """The golden "nvfp4" note: code = e2m1_rne(clamp(x * encode, -6, 6)). Given a tensor amax of
+    1e30, S_enc = 2688 / 1e30 and the block scale 2 * S_enc / 6 is below E4M3's smallest
+    subnormal: scale code 0, S_dec_b = 0, encode = min(1 / 0, FLT_MAX) = FLT_MAX. Then 2 * FLT_MAX
+    is Inf in float32 and -0.5 * FLT_MAX is finite; the encoder sees 6 and -6 (codes 0x7, 0xF)."""
+    x = np.zeros((1, 16), np.float32)
+    x[0, :2] = [2.0, -0.5]
+    codes = np.zeros((1, 16), np.uint8)
+    codes[0, :2] = [0x6, 0xE]  # 4 and -4: a backend that does not saturate the way the note says
+    report = testing.compare_mx(np.array([[0x00]], np.uint8), codes, x, "NVFP4", global_amax=1e30)
+    assert report.scale_count == 0
+    assert [(row.expected_code, row.scaled_input, row.kind) for row in report.elements.mismatches] == [
+        (0x7, 6.0, "overflow"), (0xF, -6.0, "overflow")]
+
+
+# ---- golden files ---------------------------------------------------------------------------------
+def test_golden_npz_members_have_fixed_timestamps(tmp_path):
+    """Byte-identical files need a fixed zip date, not the time of writing (an identical rewrite
+    within the same second cannot show that)."""
+    golden.write_npz(tmp_path / "a.npz", {"x": np.arange(3, dtype=np.float32), "y": np.uint8(7)})
+    with zipfile.ZipFile(tmp_path / "a.npz") as archive:
+        infos = archive.infolist()
+    assert len(infos) == 2 and all(info.date_time == (1980, 1, 1, 0, 0, 0) for info in infos)
+    assert all(info.compress_type == zipfile.ZIP_STORED for info in infos)
+
+
+def test_golden_npz_arrays_are_written_in_c_order(tmp_path):
+    """A C++ or Rust reader indexes rows first: a Fortran-ordered array is written in C order, with
+    ``fortran_order: False`` in its .npy header (NumPy's format: a dict literal after the magic)."""
+    array = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    golden.write_npz(tmp_path / "f.npz", {"a": array})
+    with zipfile.ZipFile(tmp_path / "f.npz") as archive:
+        data = archive.read("a.npy")
+    header_length = int.from_bytes(data[8:10], "little")  # version 1.0 header
+    assert data[:8] == b"\x93NUMPY\x01\x00"
+    assert "'fortran_order': False" in data[10:10 + header_length].decode("latin1")
+    assert np.frombuffer(data[10 + header_length:], "<f4").tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_golden_manifest_records_the_version_and_full_range_random_bits(tmp_path):
+    manifest = golden.write(tmp_path, ["E2M1"], blocks=False)
+    assert manifest["minifp8_version"] == minifp8.__version__
+    assert json.loads((tmp_path / "manifest.json").read_text())["minifp8_version"] == minifp8.__version__
+    stochastic = [entry for entry in manifest["entries"] if entry["rounding"] == "stochastic"]
+    assert len(stochastic) == 4  # float32 and float64 files, saturate or not
+    for entry in stochastic:
+        with np.load(tmp_path / entry["file"], allow_pickle=False) as archive:
+            bits = archive[entry["arrays"]["random_bits"]]
+        # random_bit_count uniform bits: thousands of draws meet both ends of [0, 2**count)
+        assert bits.dtype == np.uint8 and bits.min() == 0 and bits.max() == 2 ** entry["random_bit_count"] - 1
+
+
+@pytest.mark.parametrize("name", ["E4M3", "E2M1", "E8M0"])
+def test_float64_codec_inputs_hold_each_midpoint_times_one_plus_minus_2_to_the_minus_40(name):
+    """The module docstring: "float64 files add the midpoints times (1 +- 2^-40), which a
+    float32-first cast rounds wrongly": with both signs for a signed format, in any spelling of
+    float64. Midpoints from the format's value table: halfway between neighbouring magnitudes."""
+    fmt = formats.get(name)
+    table = fmt.values()
+    grid = np.unique(np.abs(table[np.isfinite(table)]))
+    midpoints = (grid[:-1] + grid[1:]) / 2
+    near = np.concatenate([midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)])
+    assert (near.astype(np.float32) == np.tile(midpoints, 2)).all()  # float32 lands on the tie
+    x = golden.codec_inputs(name, np.float64)
+    assert np.isin(near, x).all()
+    assert np.isin(-near, x).all() == fmt.signed
+    for spelling in ("float64", "<f8", ">f8", float):
+        np.testing.assert_array_equal(golden.codec_inputs(name, spelling), x)
+
+
+def test_codec_random_inputs_have_both_signs_in_a_signed_format():
+    """The 4,096 random values after the edge cases spread over every binade of a signed format on
+    both sides of zero; E8M0 (unsigned) gets positive ones."""
+    for name in ("E4M3", "E8M0"):
+        edge = testing.edge_cases(name).size
+        random_values = golden.codec_inputs(name, np.float32)[edge:edge + 4096]
+        negative = np.count_nonzero(random_values < 0)
+        if formats.get(name).signed:
+            assert 1500 < negative < 2600, negative
+        else:
+            assert negative == 0
+
+
+def test_block_inputs_hold_both_signed_zeros():
+    """block_inputs and nvfp4_inputs: an all-zero row and "0.0/-0.0 mixes" (a backend may lose the
+    sign of zero)."""
+    for x in (golden.block_inputs(), golden.nvfp4_inputs()):
+        zero = x == 0
+        assert (zero & np.signbit(x)).any() and (zero & ~np.signbit(x)).any()
+
+
+def test_mx_inputs_hold_ties_at_shared_exponent_5():
+    """The module docstring: midpoints "placed so that block scaling lands it exactly on the tie
+    (at shared exponents 5 and -127)": blocks of amax max_elem * 2**5 (floor: shared_exp 5) holding
+    every midpoint times 2**5, both signs."""
+    for name, element in (("MXFP8_E4M3", formats.E4M3), ("MXFP4_E2M1", formats.E2M1)):
+        table = element.values()
+        grid = np.unique(np.abs(table[np.isfinite(table)]))
+        ties = ((grid[:-1] + grid[1:]) / 2 * 2.0**5).astype(np.float32)
+        x = golden.mx_inputs(name)
+        assert np.isin(ties, x).all() and np.isin(-ties, x).all(), name
+        assert np.float32(element.max * 2.0**5) in x
+
+
+def test_nvfp4_boundary_blocks_run_from_scale_code_1_to_125_either_side_of_each_boundary():
+    """nvfp4_boundary_inputs: block b's amax "within 2 float32 steps of the midpoint between the E4M3
+    values of codes c_b and c_b + 1 times 6 * global_amax / 2688, with c_b running from 0x01 to 0x7D".
+    E4M3 values by hand: (m / 8) * 2**-6 for e = 0, else (1 + m / 8) * 2**(e - 7)."""
+    global_amax = 6.0
+    code = np.arange(0x7F)
+    e, m = code >> 3, code & 7
+    e4m3 = np.where(e == 0, m / 8 * 2.0**-6, (1 + m / 8) * 2.0 ** (e - 7))
+    midpoints = (e4m3[:-1] + e4m3[1:]) / 2
+    amax = np.abs(golden.nvfp4_boundary_inputs(global_amax)).reshape(-1, 16).max(axis=1)
+    lower_code = np.argmin(np.abs(midpoints[None, :] - amax[:, None] * 2688 / (6 * global_amax)), axis=1)
+    targets = (midpoints[lower_code] * 6 * global_amax / 2688).astype(np.float32)
+    steps = amax.view(np.int32).astype(np.int64) - targets.view(np.int32)
+    assert lower_code.min() == 0x01 and lower_code.max() == 0x7D
+    assert np.all(np.abs(steps) <= 2) and (steps < 0).any() and (steps > 0).any(), steps
