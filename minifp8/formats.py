@@ -146,14 +146,17 @@ class FloatFormat:
             raise ValueError("an unsigned format must be an E8M0-style scale format: has_subnormals=False and "
                              f"nan_style='all_ones', got has_subnormals={self.has_subnormals}, "
                              f"nan_style={self.nan_style!r}")
-        # decode returns float32: every value must be one, from 2**-149 up to below 2**128.
+        # decode returns float32: every value must be one, below 2**128 and a multiple of 2**-149.
+        # The finest spacing is 2**(emin - mantissa_bits), in the lowest binade, with or without
+        # subnormals (without them its values are (1 + m / 2**mantissa_bits) * 2**emin).
         top_field_is_special = self.has_infinity or (self.nan_style == "all_ones" and self.mantissa_bits == 0)
         largest_exponent = (1 << self.exponent_bits) - 1 - top_field_is_special - self.bias
-        smallest_exponent = self.emin - (self.mantissa_bits if self.has_subnormals else 0)
-        if largest_exponent > 127 or smallest_exponent < -149:
-            raise ValueError(f"bias {self.bias} gives values from 2**{smallest_exponent} to below "
-                             f"2**{largest_exponent + 1}, which float32 cannot hold: bias must lie in "
-                             f"[{self.bias + largest_exponent - 127}, {self.bias + smallest_exponent + 149}]")
+        finest_spacing_exponent = self.emin - self.mantissa_bits
+        if largest_exponent > 127 or finest_spacing_exponent < -149:
+            raise ValueError(f"bias {self.bias} gives values spaced 2**{finest_spacing_exponent} apart at the "
+                             f"bottom and up to below 2**{largest_exponent + 1}, which float32 cannot hold: "
+                             f"bias must lie in [{self.bias + largest_exponent - 127}, "
+                             f"{self.bias + finest_spacing_exponent + 149}]")
         if not self.max > 0:
             raise ValueError(f"{self.name} has no positive finite value")
 
