@@ -33,7 +33,12 @@ set of validation windows (the same for every recipe and every evaluation) and, 
 corpus, the answer accuracy
 (`minifp8.data.answer_accuracy`: answer characters predicted exactly, and whole answers right).
 Evaluation runs through the recipe's casts (the model's numerics) and leaves the FP8 state as it
-found it.
+found it. The last step always gets a progress line and an evaluation, whatever the intervals.
+
+The optimizer is AdamW with betas (0.9, 0.99) and eps 1e-8 (nanoGPT's character-level config also
+takes beta2 = 0.99, for its few tokens per step), weight decay on 2-D weights only, and a learning
+rate that warms up linearly for ``--warmup-steps`` and then decays along a cosine to
+``--min-lr-ratio`` times its peak (`minifp8.optim.warmup_cosine_lr`).
 
 Loss scaling (``--loss-scale N`` or ``dynamic``; Micikevicius et al. 2018, "Mixed precision
 training", arXiv:1710.03740, section 3.2): the backward pass starts from ``N`` instead of 1, so

@@ -1,0 +1,273 @@
+"""Contracts of the training CLI and its data that the other tests left open.
+
+Found by mutation testing of ``minifp8/train_tiny.py`` and ``minifp8/data.py``; each test pins a
+rule the docstrings state, against a hand computation or an independent reference:
+
+- data: ``val_fraction`` is refused outside (0, 1) with that message; a held-out split never
+  leaves the training split empty; ``Dataset.text_sha256`` of a file is what ``sha256sum`` prints.
+- loss scaling: the gradients are multiplied by ``float32(1 / N)``, not divided by ``N``.
+- data-parallel workers: a step's loss is the whole batch's mean, not one shard's.
+- schedule: ``--lr`` and ``--min-lr-ratio`` set the warmup + cosine rates; the unit-scaled model's
+  default base rate is the 1.0 its help states.
+- delayed scaling: every training step advances each amax history exactly once.
+- progress and evaluation: a progress line's loss is the mean of the steps since the previous line,
+  steps before a resume included; the last step is always logged and evaluated, so the summary
+  row describes the final weights; the answer accuracy pools every validation batch.
+- outputs: ``_strict_json`` writes every non-finite float (Inf too, not only NaN) as null;
+  ``headline_results`` averages the training loss over consecutive windows of ``every`` steps.
+"""
+import hashlib
+import json
+import math
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from minifp8 import autograd, data, train_tiny
+from minifp8.optim import AdamW
+from minifp8.train_tiny import Run, parse_args
+
+# A model small enough that a few steps take well under a second.
+SMALL = ["--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
+         "--eval-batches", "2"]
+
+
+def quiet(*args):
+    pass
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return data.load_dataset()
+
+
+def built(monkeypatch):
+    """Record what `train_tiny._build` builds (model, generator, FP8 state, optimizer, ...)."""
+    real, records = train_tiny._build, []
+
+    def recording(*args, **kwargs):
+        records.append(real(*args, **kwargs))
+        return records[-1]
+
+    monkeypatch.setattr(train_tiny, "_build", recording)
+    return records
+
+
+# ---- data ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fraction", [0, 0.0, 1, 1.0])
+def test_val_fraction_is_refused_outside_the_open_unit_interval(tmp_path, fraction):
+    """The documented rule, ``strictly between 0 and 1``, is what the error says, for the corpus,
+    a text and a file: a share of 0 is not a text too short to split."""
+    path = tmp_path / "text.txt"
+    path.write_text("abcdefghij" * 100)
+    for call in (lambda: data.arithmetic_corpus(0, val_fraction=fraction),
+                 lambda: data.Dataset.from_text("abcdefghij" * 100, val_fraction=fraction),
+                 lambda: data.load_dataset(path, val_fraction=fraction)):
+        with pytest.raises(ValueError, match="val_fraction must be strictly between 0 and 1"):
+            call()
+
+
+def test_a_held_out_share_that_takes_every_line_is_refused():
+    """4 problems (0..1 + 0..1) with val_fraction 0.9: round(3.6) = 4 lines would be held out and
+    the training split left empty, which `arithmetic_corpus` refuses (at least one line each)."""
+    with pytest.raises(ValueError, match="leaves an empty train or val split"):
+        data.arithmetic_corpus(0, max_operand=1, operators="+", val_fraction=0.9)
+    with pytest.raises(ValueError, match="leaves an empty train or val split"):
+        data.Dataset.from_text("abcd", val_fraction=0.9)
+    train_text, val_text = data.arithmetic_corpus(0, max_operand=1, operators="+", val_fraction=0.6)
+    assert (train_text.count("\n"), val_text.count("\n")) == (2, 2)  # round(2.4): one of each at least
+
+
+def test_text_sha256_of_a_file_is_its_sha256sum(tmp_path):
+    """Dataset.text_sha256 hashes the training text, then the validation text: for a UTF-8 file
+    without a byte-order mark or \\r, exactly the bytes of the file (what ``sha256sum`` prints)."""
+    path = tmp_path / "text.txt"
+    path.write_bytes("".join(f"line {i}: {i * i}\n" for i in range(300)).encode())
+    assert data.load_dataset(path).text_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---- loss scaling --------------------------------------------------------------------------------
+
+def test_loss_scaled_gradients_are_multiplied_by_the_float32_reciprocal(monkeypatch, corpus):
+    """Module docstring: the gradients are multiplied by ``float32(1 / N)`` before clipping. For
+    N = 3 that differs in the last bit from dividing by 3, so the two are told apart."""
+    records = built(monkeypatch)
+    raw, unscaled = [], []
+    backward = autograd.Tensor.backward
+
+    def recording_backward(self, grad=None):
+        backward(self, grad)
+        raw.append([p.grad.copy() for p in records[-1][0].parameters()])
+
+    clip = train_tiny.clip_grad_norm
+
+    def recording_clip(params, max_norm):
+        unscaled.append([p.grad.copy() for p in params])
+        return clip(params, max_norm)
+
+    monkeypatch.setattr(autograd.Tensor, "backward", recording_backward)
+    monkeypatch.setattr(train_tiny, "clip_grad_norm", recording_clip)
+    config = parse_args([*SMALL, "--steps", "1", "--eval-interval", "1", "--recipe", "fp32"])[0]
+    train_tiny.train(Run("fp32", "standard", "3"), config, corpus, print_fn=quiet)
+    assert len(raw) == len(unscaled) == 1
+    inverse = np.float32(1 / 3)
+    assert any((g / np.float32(3) != g * inverse).any() for g in raw[0])  # the two rules differ here
+    for scaled, after in zip(raw[0], unscaled[0]):
+        assert after.dtype == scaled.dtype == np.float32
+        np.testing.assert_array_equal(after, scaled * inverse)
+
+
+def test_the_loss_of_a_step_split_over_workers_is_the_whole_batch_mean(corpus):
+    """--fp8-allreduce 2 splits each batch into 2 equal shards: the step's training loss is the mean
+    of the shards' mean losses, so the first step (same weights, same batch) records the loss a
+    one-worker run records, to float32 rounding. In fp32 no cast depends on the shard."""
+    flags = [*SMALL, "--steps", "1", "--eval-interval", "1", "--recipe", "fp32"]
+    config = parse_args(flags)[0]
+    whole = train_tiny.train(Run("fp32", "standard"), config, corpus, print_fn=quiet)
+    split = train_tiny.train(Run("fp32", "standard", fp8_grads=True, workers=2), config, corpus, print_fn=quiet)
+    assert split["train_loss"][0] == pytest.approx(whole["train_loss"][0], rel=1e-6)
+
+
+# ---- learning-rate schedule ----------------------------------------------------------------------
+
+def recorded_rates(monkeypatch):
+    rates = []
+    step = AdamW.step
+
+    def recording(self):
+        rates.append([group["lr"] for group in self.param_groups])
+        step(self)
+
+    monkeypatch.setattr(AdamW, "step", recording)
+    return rates
+
+
+def test_lr_and_min_lr_ratio_set_the_warmup_cosine_rates(monkeypatch, corpus):
+    """--lr 0.02 --min-lr-ratio 0.5 --warmup-steps 2 --steps 6: step s (from 0) runs at
+    0.02 (s + 1) / 2 while s < 2, then 0.02 (0.5 + 0.5 (1 + cos(pi (s - 2) / 4)) / 2)."""
+    rates = recorded_rates(monkeypatch)
+    config = parse_args([*SMALL, "--steps", "6", "--eval-interval", "6", "--warmup-steps", "2", "--recipe", "fp32",
+                         "--lr", "0.02", "--min-lr-ratio", "0.5"])[0]
+    train_tiny.train(Run("fp32", "standard"), config, corpus, print_fn=quiet)
+    factors = [(s + 1) / 2 if s < 2 else 0.5 + 0.5 * (1 + math.cos(math.pi * (s - 2) / 4)) / 2 for s in range(6)]
+    assert [group[0] for group in rates] == [pytest.approx(0.02 * f, rel=1e-12) for f in factors]
+
+
+def test_unit_model_default_peak_rate_is_the_documented_one(monkeypatch, corpus):
+    """--lr's help: the default peak is 1.0 for the unit-scaled model, which u-muP's per-parameter
+    rule (`minifp8.model.GPT.optimizer_groups`) scales; the last warmup step runs at the peak."""
+    records, rates = built(monkeypatch), recorded_rates(monkeypatch)
+    assert "1.0 unit" in train_tiny.TrainConfig.__dataclass_fields__["lr"].metadata["help"]
+    config = parse_args([*SMALL, "--steps", "2", "--eval-interval", "2", "--warmup-steps", "2"])[0]
+    train_tiny.train(Run("unit", "unit"), config, corpus, print_fn=quiet)
+    model = records[-1][0]
+    assert rates[1] == [group["lr"] for group in model.optimizer_groups(1.0, config.weight_decay)]
+
+
+# ---- delayed scaling -----------------------------------------------------------------------------
+
+def test_each_training_step_advances_every_delayed_scaling_history_once(monkeypatch, corpus):
+    """fp8.FP8State.step ends an optimizer step. After 3 steps of the delayed recipe (and the
+    evaluations, which leave the state as they found it) each amax history holds the 3 amaxes,
+    oldest first, at its end, and zeros before them (scaling.DelayedScaling: record into entry 0,
+    then roll by -1 and clear entry 0)."""
+    records = built(monkeypatch)
+    config = parse_args([*SMALL, "--steps", "3", "--eval-interval", "1", "--recipe", "delayed"])[0]
+    train_tiny.train(Run("delayed", "standard"), config, corpus, print_fn=quiet)
+    state = records[-1][2]
+    assert state.steps == 3
+    scalers = [scaler for point in state.points.values() for scaler in point.scalers.values()]
+    assert scalers
+    for scaler in scalers:
+        history = scaler.amax_history
+        assert (history[-3:] > 0).all() and not history[:-3].any(), history[-4:]
+        assert scaler.scale != 1
+
+
+# ---- progress lines, evaluations, summary --------------------------------------------------------
+
+PROGRESS = re.compile(r"step (\d+)/\d+ \| loss (\d+\.\d{4}) \| ")
+VALIDATION = re.compile(r"step (\d+)/\d+ \| val loss ")
+
+
+def test_progress_lines_average_their_window_and_the_last_step_is_logged_and_evaluated(tmp_path, corpus):
+    """--steps 10 --log-interval 4 --eval-interval 4: progress lines at steps 4, 8 and 10 (the last
+    step always), each with the mean training loss of the steps since the line before; evaluations
+    at 0, 4, 8 and 10, and the summary's validation loss is step 10's. A run stopped after step 6 and
+    resumed prints step 8's line over steps 5 to 8, the two before the resume included."""
+    config = parse_args([*SMALL, "--steps", "10", "--log-interval", "4", "--eval-interval", "4",
+                         "--recipe", "fp32"])[0]
+    lines = []
+    whole = train_tiny.train(Run("fp32", "standard"), config, corpus, print_fn=lines.append)
+    losses = whole["train_loss"]
+    progress = [match.groups() for match in map(PROGRESS.match, lines) if match]
+    windows = {4: losses[0:4], 8: losses[4:8], 10: losses[8:10]}
+    assert progress == [(str(step), f"{np.mean(window):.4f}") for step, window in windows.items()]
+    assert [int(m[1]) for m in map(VALIDATION.match, lines) if m] == [0, 4, 8, 10]
+    assert [entry["step"] for entry in whole["val"]] == [0, 4, 8, 10]
+    assert whole["final"]["val_loss"] == whole["val"][-1]["loss"]
+
+    with pytest.raises(train_tiny.Interrupted):
+        train_tiny.train(Run("fp32", "standard"), config, corpus, out=tmp_path, stop_after=6, print_fn=quiet)
+    lines.clear()
+    resumed = train_tiny.train(Run("fp32", "standard"), config, corpus, out=tmp_path, resume=True,
+                               print_fn=lines.append)
+    assert resumed["train_loss"] == losses
+    assert [match.groups() for match in map(PROGRESS.match, lines) if match] == progress[1:]
+
+
+def test_answer_accuracy_of_an_evaluation_pools_every_validation_batch(corpus):
+    """The evaluation's answer accuracy counts the answers of all its batches together (and its loss
+    is the mean of the batches' losses): a model right on every even batch and wrong everywhere on
+    the odd ones scores the even batches' share of the answer characters and of the answers."""
+    config = parse_args([*SMALL, "--block-size", "32", "--eval-batches", "4", "--recipe", "fp32"])[0]
+    batches = train_tiny._eval_batches(corpus, config)
+    vocab = corpus.vocab_size
+
+    class Oracle:
+        calls = 0
+
+        def eval(self):
+            pass
+
+        def train(self):
+            pass
+
+        def __call__(self, x, y):
+            right = self.calls % 2 == 0
+            predicted = y if right else (y + 1) % vocab
+            self.calls += 1
+            return (SimpleNamespace(data=np.eye(vocab, dtype=np.float32)[predicted]),
+                    SimpleNamespace(data=np.float32(self.calls)))
+
+    state = train_tiny._build(Run("fp32", "standard"), config, vocab)[2]
+    result = train_tiny._evaluate(Oracle(), state, batches, corpus)
+    chars = [int(data.answer_mask(x, y, corpus.tokenizer).sum()) for x, y in batches]
+    answers = [data.answer_accuracy(x, y, y, corpus.tokenizer).total_answers for x, y in batches]
+    assert min(chars) > 0
+    assert result["loss"] == pytest.approx(np.mean([1, 2, 3, 4]))
+    assert result["char_accuracy"] == pytest.approx((chars[0] + chars[2]) / sum(chars))
+    assert result["exact_match"] == pytest.approx((answers[0] + answers[2]) / sum(answers))
+
+
+# ---- metrics.json and the headline results -------------------------------------------------------
+
+def test_strict_json_writes_every_non_finite_number_as_null():
+    """JSON has no NaN or Infinity: NaN, +Inf and -Inf all become null, anywhere in the document."""
+    document = {"a": math.nan, "b": [math.inf, {"c": -math.inf}], "d": (1.5, 2)}
+    assert json.loads(train_tiny._strict_json(document)) == {"a": None, "b": [None, {"c": None}], "d": [1.5, 2]}
+
+
+def test_headline_results_average_the_training_loss_over_consecutive_windows():
+    """``train_loss_every`` = 10: the means of steps 1-10 and 11-20; the 5 steps of an incomplete
+    window are dropped (25 losses 0..24 give 4.5 and 14.5)."""
+    run = {"recipe": "fp32", "family": "standard", "loss_scale_mode": "none",
+           "train_loss": [float(i) for i in range(25)], "val": [], "diverged": None, "time_s": 1.0,
+           "skipped_steps": 0, "cast_stats": [], "loss_scale": []}
+    document = {"config": {"experiment": None}, "data": "d", "loss_floor": None, "runs": {"fp32": run}}
+    results = train_tiny.headline_results(document, every=10)
+    assert results["train_loss_every"] == 10
+    assert results["runs"]["fp32"]["train_loss"] == [4.5, 14.5]
