@@ -199,8 +199,10 @@ class Optimizer:
                                      f"the parameter has {p.shape}")
                 state[name] = np.array(value, dtype=example.dtype, copy=True)
             elif isinstance(example, (int, np.integer)):
-                if not _is_int(value) or value < 0:
+                if not _is_int(value):
                     raise TypeError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {value!r}")
+                if value < 0:
+                    raise ValueError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {value!r}")
                 state[name] = int(value)
             else:
                 state[name] = type(example)(_real(value, owner, f"{name!r} of parameter {i}"))

@@ -159,7 +159,7 @@ def test_optimizer_load_state_dict_refuses_a_negative_step():
     optimizer.step()
     state = optimizer.state_dict()
     state["state"][0]["step"] = -1
-    with pytest.raises(TypeError, match="'step' of parameter 0 must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="'step' of parameter 0 must be an int >= 0, got -1"):
         optimizer.load_state_dict(state)
     assert optimizer.state[p]["step"] == 1
 

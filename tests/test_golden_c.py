@@ -24,11 +24,12 @@ FORMATS = ("E4M3", "E5M2")
 
 @pytest.fixture(scope="module")
 def consumer(tmp_path_factory) -> Path:
-    """The compiled consumer; warnings are errors."""
+    """The compiled consumer (C99, warnings on; not errors, so that a newer compiler's new warnings do
+    not fail the suite: the file builds without any under gcc -Wall -Wextra -Wpedantic)."""
     if COMPILER is None:
         pytest.skip("no C compiler on PATH (looked for cc, gcc, clang): cannot build tests/golden_consumer.c")
     executable = tmp_path_factory.mktemp("consumer") / "golden_consumer"
-    build = subprocess.run([COMPILER, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", str(SOURCE),
+    build = subprocess.run([COMPILER, "-std=c99", "-O2", "-Wall", "-Wextra", str(SOURCE),
                             "-o", str(executable)], capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, f"{COMPILER} failed:\n{build.stderr}"
     return executable
@@ -128,8 +129,11 @@ def _flip_a_data_byte(path: Path, arrays: dict) -> None:
     with zipfile.ZipFile(path) as archive:
         info = archive.getinfo("x.npy")
     data = bytearray(path.read_bytes())
-    # x.npy's last byte: past the local header (30 bytes, name, extra), the .npy header and most data
-    data[info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size - 1] ^= 0x40
+    # x.npy's last byte: past the local header (30 bytes, then the name and the extra field, whose
+    # lengths the local header holds at bytes 26 and 28: they may differ from the central directory's)
+    local = info.header_offset
+    name_length, extra_length = (int.from_bytes(data[local + at:local + at + 2], "little") for at in (26, 28))
+    data[local + 30 + name_length + extra_length + info.compress_size - 1] ^= 0x40
     path.write_bytes(bytes(data))
 
 

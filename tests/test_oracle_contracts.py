@@ -248,7 +248,8 @@ def test_float64_codec_inputs_hold_each_midpoint_times_one_plus_minus_2_to_the_m
     assert (near.astype(np.float32) == np.tile(midpoints, 2)).all()  # float32 lands on the tie
     x = golden.codec_inputs(name, np.float64)
     assert np.isin(near, x).all()
-    assert np.isin(-near, x).all() == fmt.signed
+    negated = np.isin(-near, x)
+    assert negated.all() if fmt.signed else not negated.any()
     for spelling in ("float64", "<f8", ">f8", float):
         np.testing.assert_array_equal(golden.codec_inputs(name, spelling), x)
 

@@ -88,9 +88,10 @@ def test_delayed_scaling_margin_stops_below_emax_when_the_format_maximum_is_a_po
     assert Fraction(float(np.float32(float(1 / flt_max)))) == Fraction(1, 2**128)
     with pytest.raises(ValueError, match=r"margin must lie in \[-123, 3\] for E3M0.*got 4"):
         scaling.DelayedScaling(fmt, margin=4)
+    # margin 3: scale = float32(2 / FLT_MAX) = 2**-127 on the same grid, and its inverse 2**127 is finite
     recipe = scaling.DelayedScaling(fmt, margin=3)
     recipe.quantize(np.array([np.finfo(np.float32).max], np.float32))
-    assert 0 < recipe.scale and np.isfinite(recipe.scale_inv)
+    assert recipe.scale == np.float32(2.0**-127) and recipe.scale_inv == np.float32(2.0**127)
 
 
 def test_scaled_tensor_refuses_multi_row_tiles_over_codes_that_are_not_2d():
