@@ -684,13 +684,16 @@ def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> tuple[dict
 
 def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
     """(steps, losses) of one run's training loss, averaged over windows of about ``smooth_steps``
-    (shorter ones where a run would have fewer than ten, so that a short run still draws a line)."""
+    (shorter ones where a run would have fewer than ten, so that a short run still draws a line).
+
+    Entry ``i`` of ``losses`` holds steps ``i * every + 1`` to ``(i + 1) * every``; each mean is drawn
+    at the middle of the steps it averages."""
     window = max(1, min(round(smooth_steps / every), len(losses) // 10))
     count = len(losses) // window
     if count == 0:
-        return np.arange(1, len(losses) + 1) * every, losses
+        return np.arange(len(losses)) * every + (every + 1) / 2, losses
     means = losses[:count * window].reshape(count, window).mean(axis=1)
-    return (np.arange(count) + 0.5) * window * every, means
+    return (np.arange(count) + 0.5) * window * every + 0.5, means
 
 
 def training_curves(results: dict, smooth_steps: int = 20, title: str | None = None):

@@ -267,13 +267,17 @@ def test_gpt_cast_scales_records_the_gradient_of_each_linears_output():
 
 def test_training_curves_draw_each_window_mean_at_the_middle_of_its_steps():
     """40 losses, one per step (steps 1..40), smooth_steps 4: windows of 4 losses, whose steps average
-    4 j + 2.5; each point within half a step of that, at the window's mean loss."""
+    4 j + 2.5: each point is drawn there, at the window's mean loss."""
     losses = list(np.arange(40, dtype=float) ** 0.5)
     figure = plots.training_curves({"runs": {"a": {"train_loss": losses}}, "train_loss_every": 1}, smooth_steps=4)
     line = figure.axes[0].lines[0]
     centres = np.arange(10) * 4 + 2.5
-    assert np.all(np.abs(np.asarray(line.get_xdata()) - centres) <= 0.5)
+    np.testing.assert_array_equal(line.get_xdata(), centres)
     np.testing.assert_allclose(line.get_ydata(), np.asarray(losses).reshape(10, 4).mean(axis=1))
+    # headline-style results: each entry the mean of 5 steps (entry i: steps 5 i + 1 .. 5 i + 5);
+    # smooth_steps 20 takes 4 entries, steps 20 j + 1 .. 20 j + 20, whose middle is 20 j + 10.5
+    figure = plots.training_curves({"runs": {"a": {"train_loss": losses}}, "train_loss_every": 5}, smooth_steps=20)
+    np.testing.assert_array_equal(figure.axes[0].lines[0].get_xdata(), np.arange(10) * 20 + 10.5)
 
 
 def _fp8lm_run(recipe, losses, memory=None):
