@@ -32,7 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .formats import FloatFormat, _check_bool, _described, _is_int, get
+from .formats import FloatFormat, _check_bool, _check_str_choice, _is_int, get
 
 ROUNDING_MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 _EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64 exactly
@@ -251,8 +251,7 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
 
 # ---- input checking ----------------------------------------------------------------------------
 def _check_rounding(rounding) -> None:
-    if not isinstance(rounding, str):
-        raise TypeError(f"rounding must be a str, one of {', '.join(ROUNDING_MODES)}; got {_described(rounding)}")
+    _check_str_choice(rounding, "rounding", ROUNDING_MODES)
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {rounding!r}; choose one of {', '.join(ROUNDING_MODES)}")
 

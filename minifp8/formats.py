@@ -69,6 +69,15 @@ def _check_int(value, name: str, minimum: int | None = None, maximum: int | None
     return value
 
 
+def _check_str_choice(value, name: str, choices) -> str:
+    """``value`` if it is a str, else a TypeError naming ``name`` and the ``choices`` (a test ``value
+    in choices`` would compare an array elementwise). Whether it is one of them is the caller's
+    ValueError, worded for its context."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {', '.join(choices)}; got {_described(value)}")
+    return value
+
+
 def _described(value) -> str:
     """What an argument is, for an error's "got ...": an array's type, dtype and shape, else the
     value's type and (shortened) repr."""
@@ -124,8 +133,7 @@ class FloatFormat:
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         for name in ("signed", "has_subnormals", "has_infinity"):
             _check_bool(getattr(self, name), name)
-        if not isinstance(self.nan_style, str):  # (``in`` would choke on an array)
-            raise TypeError(f"nan_style must be a str, one of {NAN_STYLES}, got {_described(self.nan_style)}")
+        _check_str_choice(self.nan_style, "nan_style", NAN_STYLES)
         if self.nan_style not in NAN_STYLES:
             raise ValueError(f"nan_style must be one of {NAN_STYLES}, got {self.nan_style!r}")
         if self.exponent_bits < 1 or self.mantissa_bits < 0:

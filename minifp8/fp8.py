@@ -648,9 +648,7 @@ def apply_recipe(model, recipe: str, **options) -> FP8State:
 def _check_recipe(recipe, caller: str) -> None:
     """TypeError for a recipe that is not a str (``in RECIPES`` would compare an array elementwise),
     ValueError naming the valid ones for an unknown one."""
-    if not isinstance(recipe, str):
-        raise TypeError(f"{caller}: recipe must be a str, one of {', '.join(RECIPES)}; "
-                        f"got {type(recipe).__name__} {recipe!r}")
+    formats._check_str_choice(recipe, f"{caller}: recipe", RECIPES)
     if recipe not in RECIPES:
         raise ValueError(f"unknown FP8 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
 

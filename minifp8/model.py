@@ -50,7 +50,7 @@ from . import nn
 from . import unit as U
 from . import uu
 from .autograd import Tensor, as_tensor
-from .formats import _check_bool, _check_int, _described
+from .formats import _check_bool, _check_int, _check_str_choice
 from .fp8 import track
 
 __all__ = ["FAMILIES", "GPT", "GPTConfig"]
@@ -109,9 +109,7 @@ class GPTConfig:
                              f"got {self.vocab_size}")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig: n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
-        if not isinstance(self.family, str):
-            raise TypeError(f"GPTConfig: family must be a str, one of {', '.join(FAMILIES)}, "
-                            f"got {_described(self.family)}")
+        _check_str_choice(self.family, "GPTConfig: family", FAMILIES)
         if self.family not in FAMILIES:
             raise ValueError(f"GPTConfig: family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
         if not 0.0 <= F._real(self.dropout, "GPTConfig", "dropout") < 1.0:

@@ -183,8 +183,7 @@ def _element_and_block_size(elem, block_size) -> tuple[FloatFormat, int]:
 
 
 def _check_scale_mode(scale_mode) -> None:
-    if not isinstance(scale_mode, str):  # (``in`` would take np.array(["floor"]) and choke on longer arrays)
-        raise TypeError(f"scale_mode must be a str, one of {', '.join(SCALE_MODES)}; got {_described(scale_mode)}")
+    formats._check_str_choice(scale_mode, "scale_mode", SCALE_MODES)
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"unknown scale_mode {scale_mode!r}; choose one of {', '.join(SCALE_MODES)}")
 

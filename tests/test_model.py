@@ -149,7 +149,7 @@ def test_every_random_weight_comes_from_the_given_generator(family):
     ((7.0, 6), {}, TypeError, "GPTConfig: vocab_size must be an int, got float 7.0"),
     ((7, True), {}, TypeError, "GPTConfig: block_size must be an int, got bool True"),
     ((7, 6), {"n_head": 2.0}, TypeError, "GPTConfig: n_head must be an int, got float 2.0"),
-    ((7, 6), {"family": ["unit"]}, TypeError, r"GPTConfig: family must be a str, one of standard, unit, got list \['unit'\]"),
+    ((7, 6), {"family": ["unit"]}, TypeError, r"GPTConfig: family must be a str, one of standard, unit; got list \['unit'\]"),
     ((7, 6), {"family": None}, TypeError, "GPTConfig: family must be a str"),
     ((1, 6), {}, ValueError, r"GPTConfig: vocab_size must be >= 2 \(the model predicts one of vocab_size tokens\), got 1"),
     ((1, 6), {"family": "unit"}, ValueError, "GPTConfig: vocab_size must be >= 2"),
