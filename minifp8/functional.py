@@ -46,6 +46,14 @@ def _real(value, op: str, name: str) -> float:
     return float(value)
 
 
+def _non_negative(value, op: str, name: str) -> float:
+    """``_real``, and a ``ValueError`` unless the number is finite and >= 0 (an eps, a weight decay)."""
+    number = _real(value, op, name)
+    if not 0 <= number < math.inf:
+        raise ValueError(f"{op}: {name} must be >= 0 and finite, got {value}")
+    return number
+
+
 def _nonempty_axis(x: Tensor, axis: int, op: str) -> int:
     """``_axis``, and a clear error when that axis has length 0 (a softmax over nothing)."""
     axis = _axis(axis, x.ndim, op)
@@ -247,8 +255,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
             raise ValueError(f"layer_norm: {name} must have shape ({features},), got {as_tensor(p).shape}")
     weight = None if weight is None else _floating(weight, "layer_norm", "weight")
     bias = None if bias is None else _floating(bias, "layer_norm", "bias")
-    if not 0 <= _real(eps, "layer_norm", "eps") < math.inf:  # (an infinite eps would zero every output)
-        raise ValueError(f"layer_norm: eps must be >= 0 and finite, got {eps}")
+    _non_negative(eps, "layer_norm", "eps")  # (an infinite eps would zero every output)
     x2 = x.data.reshape(-1, features)
     xhat = x2 - x2.mean(axis=1, keepdims=True)
     var = np.einsum("ij,ij->i", xhat, xhat)[:, None]

@@ -276,9 +276,7 @@ class GPT(nn.Module):
         amount whatever its width.
         """
         lr = U._positive(lr, "lr", "optimizer_groups")
-        weight_decay = F._real(weight_decay, "optimizer_groups", "weight_decay")
-        if not (weight_decay >= 0 and math.isfinite(weight_decay)):
-            raise ValueError(f"optimizer_groups: weight_decay must be >= 0 and finite, got {weight_decay!r}")
+        weight_decay = F._non_negative(weight_decay, "optimizer_groups", "weight_decay")
         groups = []
         for name, p in self.named_parameters():
             scale = 1.0

@@ -146,9 +146,7 @@ class LayerNorm(Module):
 
     def __init__(self, features: int, eps: float = 1e-5, *, elementwise_affine: bool = False, bias: bool = True):
         self.features = _check_size(features, "features", "LayerNorm")
-        if not 0 <= F._real(eps, "LayerNorm", "eps") < math.inf:
-            raise ValueError(f"LayerNorm: eps must be >= 0 and finite, got {eps}")
-        self.eps = float(eps)
+        self.eps = F._non_negative(eps, "LayerNorm", "eps")
         bias = _check_bool(bias, "LayerNorm: bias")
         elementwise_affine = _check_bool(elementwise_affine, "LayerNorm: elementwise_affine")
         self.weight = Parameter(np.ones(features)) if elementwise_affine else None
