@@ -688,10 +688,8 @@ def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
 
     Entry ``i`` of ``losses`` holds steps ``i * every + 1`` to ``(i + 1) * every``; each mean is drawn
     at the middle of the steps it averages."""
-    window = max(1, min(round(smooth_steps / every), len(losses) // 10))
+    window = max(1, min(round(smooth_steps / every), len(losses) // 10))  # at most len(losses), or 1
     count = len(losses) // window
-    if count == 0:
-        return np.arange(len(losses)) * every + (every + 1) / 2, losses
     means = losses[:count * window].reshape(count, window).mean(axis=1)
     return (np.arange(count) + 0.5) * window * every + 0.5, means
 
