@@ -760,7 +760,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
                        transform=loss_axis.get_yaxis_transform(), ha="right", va="bottom", fontsize=8, color="grey")
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, dots: validation")
     loss_axis.grid(True, alpha=0.3)
-    loss_axis.legend(loc="upper right", fontsize=8, ncols=2)
+    loss_axis.legend(loc="best", fontsize=8, ncols=2)
     loss_axis.set_title(title or "Training the mini-GPT under each recipe", fontsize=10)
     underflow_axis.set_ylabel("worst cast point:\n% flushed to zero")
     underflow_axis.set_xlabel("step")

@@ -182,6 +182,57 @@ def test_figure_renders_deterministically(name):
     assert b"<dc:date>" not in first  # no build date in the metadata
 
 
+
+def _data_under_legends(figure) -> list[str]:
+    """Every line (its label) with a point, or a point of a segment, drawn under a legend box."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    legends = [axis.get_legend() for axis in figure.axes if axis.get_legend()] + list(figure.legends)
+    boxes = [legend.get_window_extent(canvas.get_renderer()) for legend in legends]
+    hidden = []
+    for axis in figure.axes:
+        for line in axis.get_lines():
+            with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf points draw nothing
+                pixels = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+                if line.get_linestyle() not in ("None", "", " ") and len(pixels) > 1:  # the segments too
+                    fractions = np.linspace(0.0, 1.0, 21)[:, None, None]
+                    pixels = (pixels[:-1] * (1 - fractions) + pixels[1:] * fractions).reshape(-1, 2)
+            pixels = pixels[np.isfinite(pixels).all(axis=1)]
+            for box in boxes:
+                if ((pixels[:, 0] > box.x0) & (pixels[:, 0] < box.x1)
+                        & (pixels[:, 1] > box.y0) & (pixels[:, 1] < box.y1)).any():
+                    hidden.append(line.get_label())
+    return hidden
+
+
+@pytest.mark.parametrize("name", sorted(load_hook().FIGURES))
+def test_no_figure_draws_its_legend_over_data(name):
+    # found in a review: the headline figure's legend covered the end of naive fp8's loss curve
+    pytest.importorskip("matplotlib")
+    hook = load_hook()
+    with hook.figure_settings():
+        figure = hook.FIGURES[name]()
+        assert _data_under_legends(figure) == []
+
+
+def test_the_legend_check_sees_a_line_under_a_legend():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(4, 3))
+    axis = figure.subplots()
+    axis.plot([0, 1], [0, 1], label="diagonal")
+    axis.plot([0.5], [0.1], "o", label="dot")
+    axis.legend(loc="upper left")
+    assert _data_under_legends(figure) == []  # the diagonal passes right of the box, the dot below it
+    axis.legend(loc="center")  # over the diagonal's middle segment, not over either end
+    assert _data_under_legends(figure) == ["diagonal"]
+    axis.legend(loc="lower center")
+    assert _data_under_legends(figure) == ["dot"]
+
 # ---- found in a review: the hook drew an installed minifp8, and with the builder's matplotlib settings ----
 def _fake_minifp8(tmp_path: Path) -> Path:
     """A folder holding another package named minifp8, as a pip install from elsewhere would provide."""

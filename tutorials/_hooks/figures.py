@@ -36,6 +36,7 @@ glyphs, so no font files are needed.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -125,13 +126,21 @@ MATHJAX_DESTINATION = "assets/mathjax"
 MATHJAX_PARTS = ("tex-svg.js", "input", "ui", "a11y", "sre", "adaptors")
 
 
-def render_svg(name: str) -> bytes:
-    """Draw the registered figure ``name`` and return it as deterministic SVG bytes."""
+@contextlib.contextmanager
+def figure_settings():
+    """matplotlib's built-in defaults plus :data:`SVG_SETTINGS`, whatever the builder's matplotlibrc
+    says; the caller's settings come back afterwards."""
     import matplotlib
 
-    with matplotlib.rc_context():  # restores the caller's settings afterwards
-        matplotlib.rcdefaults()  # matplotlib's built-in defaults, whatever the builder's matplotlibrc says
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
         matplotlib.rcParams.update(SVG_SETTINGS)
+        yield
+
+
+def render_svg(name: str) -> bytes:
+    """Draw the registered figure ``name`` and return it as deterministic SVG bytes."""
+    with figure_settings():
         figure = FIGURES[name]()
         buffer = io.BytesIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None})
