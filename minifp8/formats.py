@@ -127,12 +127,14 @@ class FloatFormat:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"name must be a non-empty str, got {type(self.name).__name__} {self.name!r}")
+        # Stored as Python ints and bools: NumPy's fixed-width ints would wrap (1 - uint8(7) is 250).
         for name in ("exponent_bits", "mantissa_bits", "bias"):
             value = getattr(self, name)
             if not _is_int(value):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+            object.__setattr__(self, name, int(value))
         for name in ("signed", "has_subnormals", "has_infinity"):
-            _check_bool(getattr(self, name), name)
+            object.__setattr__(self, name, _check_bool(getattr(self, name), name))
         _check_str_choice(self.nan_style, "nan_style", NAN_STYLES)
         if self.nan_style not in NAN_STYLES:
             raise ValueError(f"nan_style must be one of {NAN_STYLES}, got {self.nan_style!r}")
