@@ -213,7 +213,11 @@ class FloatFormat:
 
     @property
     def min_normal(self) -> float:
-        """Smallest positive normal value, ``2**emin``."""
+        """Smallest positive normal value, ``2**emin``.
+
+        A format whose only non-zero exponent field holds its Inf and NaN codes (a signed E1Mx with
+        IEEE specials) has no normal value; ``2**emin`` is then above `max`, where its range ends.
+        """
         return 2.0**self.emin
 
     @property
