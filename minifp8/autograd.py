@@ -752,15 +752,14 @@ def _elementwise(ufunc, a: Tensor, b: Tensor, op: str) -> np.ndarray:
 
 
 def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...], op: str) -> np.ndarray:
-    """Sum ``grad`` over the axes along which an operand of ``shape`` was broadcast."""
+    """Sum ``grad`` over the axes along which an operand of ``shape`` was broadcast (the callers
+    pass only a gradient whose shape differs from ``shape``)."""
     extra = grad.ndim - len(shape)
     if extra < 0 or any(n != 1 and n != m for n, m in zip(shape, grad.shape[extra:])):
         raise ValueError(f"backward of op {op!r} returned a gradient of shape {grad.shape}, "
                          f"which does not broadcast to the parent's shape {shape}")
     axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
-    if axes:
-        grad = grad.sum(axis=axes, keepdims=True)
-    return grad.reshape(shape)
+    return grad.sum(axis=axes, keepdims=True).reshape(shape)
 
 
 def _axis(axis, ndim: int, op: str) -> int:

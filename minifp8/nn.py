@@ -217,7 +217,7 @@ class Module:
         for name, value in self.named_children():
             text = repr(value).replace("\n", "\n  ")
             lines.append(f"  ({name}): {text}")
-        return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}()"
+        return "\n".join(lines) + ")"  # (no children: "Name()")
 
 
 class Linear(Module):
@@ -240,8 +240,7 @@ class Linear(Module):
             self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)))
             self.bias = Parameter(rng.uniform(-bound, bound, (out_features,))) if bias else None
         else:
-            if not F._real(std, "Linear", "std") >= 0:
-                raise ValueError(f"Linear: std must be >= 0, got {std}")
+            std = F._non_negative(std, "Linear", "std")  # (an infinite std would give infinite weights)
             self.weight = Parameter(rng.normal(0.0, std, (out_features, in_features)))
             self.bias = Parameter(np.zeros(out_features)) if bias else None
         self.gemm = F.linear  # gemm(x, weight, bias): the hook fp8.apply_recipe replaces
@@ -264,8 +263,7 @@ class Embedding(Module):
         num_embeddings = _check_size(num_embeddings, "num_embeddings", "Embedding")
         embedding_dim = _check_size(embedding_dim, "embedding_dim", "Embedding")
         _check_generator(rng, "Embedding")
-        if not F._real(std, "Embedding", "std") >= 0:
-            raise ValueError(f"Embedding: std must be >= 0, got {std}")
+        std = F._non_negative(std, "Embedding", "std")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(rng.normal(0.0, std, (num_embeddings, embedding_dim)))
 

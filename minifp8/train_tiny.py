@@ -1011,9 +1011,7 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
         header += f" {'skipped':>8}"
     lines = [header, "-" * len(header)]
     for run in runs:
-        metrics = results.get(run.label)
-        if metrics is None:
-            continue
+        metrics = results[run.label]  # (main returns before the table unless every run finished)
         skipped = metrics.get("skipped_steps", 0) if run.loss_scale == "dynamic" else None
         if metrics["diverged"]:
             lines.append(f"{run.label:<{width}} diverged at step {metrics['diverged']['step']}"
@@ -1443,7 +1441,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
             return 2
         except MemoryError as error:
-            print(f"{prog}: error: {run.label}: out of memory ({error or 'MemoryError'}); use a smaller "
+            print(f"{prog}: error: {run.label}: out of memory ({str(error) or 'MemoryError'}); use a smaller "
                   f"--batch-size, --block-size, --n-embd or --n-layer", file=sys.stderr)
             return 2
     print()
