@@ -200,13 +200,13 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     array = _as_numeric_array(x)
     if rounding == "stochastic":
         bits, count = _check_random_bits(random_bits, random_bit_count, array.shape)
-        return _encode_exact(_to_float64(array), fmt, rounding, saturate, bits, count)
+        return _encode_exact_in_slices(_to_float64(array), fmt, rounding, saturate, bits, count)
     _check_no_random_bits(rounding, random_bits, random_bit_count)
     if array.dtype in (np.float32, np.float16) and _float32_table_is_exact(fmt):
         if not fmt.has_nan and array.size and np.isnan(array).any():
             raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
         return _encode_float32_by_table(array.astype(np.float32, copy=False), fmt, rounding, saturate)
-    return _encode_exact(_to_float64(array), fmt, rounding, saturate, None, None)
+    return _encode_exact_in_slices(_to_float64(array), fmt, rounding, saturate, None, None)
 
 
 def decode(codes, fmt) -> np.ndarray:
@@ -347,6 +347,25 @@ def _check_no_random_bits(rounding, random_bits, random_bit_count) -> None:
 
 
 # ---- the exact core ----------------------------------------------------------------------------
+_EXACT_SLICE_ELEMENTS = 1 << 18  # the exact path's temporaries take ~100 bytes an element: big tensors go in slices
+
+
+def _encode_exact_in_slices(x: np.ndarray, fmt: FloatFormat, rounding, saturate, random_bits,
+                            random_bit_count) -> np.ndarray:
+    """`_encode_exact`, `_EXACT_SLICE_ELEMENTS` elements at a time (each with its own random bits), so
+    that a float64 tensor of 2**26 elements needs megabytes of temporaries, not gigabytes."""
+    if x.size <= _EXACT_SLICE_ELEMENTS:
+        return _encode_exact(x, fmt, rounding, saturate, random_bits, random_bit_count)
+    flat = x.reshape(-1)
+    bits = None if random_bits is None else random_bits.reshape(-1)
+    codes = np.empty(x.size, np.uint8)
+    for start in range(0, x.size, _EXACT_SLICE_ELEMENTS):
+        part = slice(start, start + _EXACT_SLICE_ELEMENTS)
+        codes[part] = _encode_exact(flat[part], fmt, rounding, saturate, None if bits is None else bits[part],
+                                    random_bit_count)
+    return codes.reshape(x.shape)
+
+
 def _encode_exact(x: np.ndarray, fmt: FloatFormat, rounding, saturate, random_bits, random_bit_count) -> np.ndarray:
     """The vectorised twin of `encode_scalar` on float64 input.
 

@@ -283,6 +283,7 @@ def _worst(ratio: np.ndarray) -> tuple:
 # ================================================================================================
 MISMATCH_CLASSES = ("NaN/Inf", "overflow", "sign-of-zero", "subnormal", "tie", "near-tie", "other")
 NEAR_TIE_WINDOW = 2.0**-8  # a "near-tie" input lies within 1/256 of a quantum from a midpoint
+_SLICE_ELEMENTS = 1 << 18  # big tensors: mismatches are classified (in float64) this many at a time
 
 
 @dataclass(frozen=True)
@@ -432,21 +433,26 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     table = fmt.values()
     differ = actual_codes != expected_codes
     if nan == "class":
-        differ &= ~(np.isnan(table[actual_codes]) & np.isnan(table[expected_codes]))
+        is_nan_code = np.isnan(table)
+        differ &= ~(is_nan_code[actual_codes] & is_nan_code[expected_codes])
     where = np.flatnonzero(differ.reshape(-1))
-    flat_x = x.reshape(-1)[where].astype(np.float64)
+    inputs = x.reshape(-1)
     expected, got = expected_codes.reshape(-1)[where], actual_codes.reshape(-1)[where]
-    kinds = _classify(flat_x, expected, got, fmt)
-    by_class = {kind: int((kinds == kind).sum()) for kind in MISMATCH_CLASSES}
+    classes = np.empty(where.size, np.uint8)  # a million mismatches (a layout bug) take a slice at a time
+    for start in range(0, where.size, _SLICE_ELEMENTS):
+        part = slice(start, start + _SLICE_ELEMENTS)
+        classes[part] = _classify(inputs[where[part]].astype(np.float64), expected[part], got[part], fmt)
+    counts = np.bincount(classes, minlength=len(MISMATCH_CLASSES))
+    by_class = {kind: int(count) for kind, count in zip(MISMATCH_CLASSES, counts)}
     rows = []
-    bits = _bits_texts(x.reshape(-1)[where[:max_rows]])
+    bits = _bits_texts(inputs[where[:max_rows]])
     for i in range(min(max_rows, len(where))):
         rows.append(Mismatch(
             index=tuple(int(v) for v in np.unravel_index(where[i], x.shape)) if x.ndim else (),
-            input=float(flat_x[i]), input_bits=bits[i],
+            input=float(inputs[where[i]]), input_bits=bits[i],
             expected_code=int(expected[i]), expected_value=float(table[expected[i]]),
             actual_code=int(got[i]), actual_value=float(table[got[i]]),
-            distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=str(kinds[i])))
+            distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=MISMATCH_CLASSES[classes[i]]))
     options = {key: value for key, value in encode_options.items() if key != "random_bits"}
     layout = _layout_note(actual_codes, expected_codes, "actual", fmt) if len(where) > 1 else ""
     return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)
@@ -581,7 +587,8 @@ def _code_distance(expected: int, actual: int, fmt) -> int | None:
 
 
 def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> np.ndarray:
-    """Name the likely cause of each mismatch, most specific first (see `compare`)."""
+    """The likely cause of each mismatch, most specific first (see `compare`): uint8 indices into
+    `MISMATCH_CLASSES`."""
     table = fmt.values()
     magnitude = np.abs(x)
     # Position of |x| between its two neighbours, in quanta (exact: only powers of two are involved).
@@ -603,10 +610,10 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
         ("near-tie", (distance_from_half <= NEAR_TIE_WINDOW) & picked_other_neighbour),
         ("subnormal", magnitude < fmt.min_normal),
     ]
-    kinds = np.full(x.shape, "other", dtype=object)
+    classes = np.full(x.shape, MISMATCH_CLASSES.index("other"), np.uint8)
     for kind, mask in reversed(rules):
-        kinds[mask] = kind
-    return kinds
+        classes[mask] = MISMATCH_CLASSES.index(kind)
+    return classes
 
 
 def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
@@ -651,7 +658,9 @@ def _sweep(fmt, kind: str, batch_size: int):
         yield (upper[:, None] | low[None, :]).reshape(-1).view(np.float32)
     elif kind == "exhaustive":
         for start in range(0, 1 << 32, batch_size):
-            yield np.arange(start, start + batch_size, dtype=np.uint64).astype(np.uint32).view(np.float32)
+            bits = np.arange(batch_size, dtype=np.uint32)  # (4 bytes an element: no uint64 first)
+            bits += np.uint32(start)  # start + batch_size <= 2**32: no element wraps
+            yield bits.view(np.float32)
     else:
         yield edge_cases(fmt)
 
@@ -787,8 +796,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     element_format = formats.E2M1 if is_nvfp4 else expected.elem
     axis, block_size = expected.axis, expected.block_size
     # x's blocks as mx lays them out (an axis shorter than a block is one block, unpadded)
-    with np.errstate(invalid="ignore"):
-        blocks, moved_shape = mx._to_blocks(np.abs(x.astype(np.float64)), axis, block_size)
+    blocks, moved_shape = mx._to_blocks(x, axis, block_size)
 
     def per_element(per_block):
         """A value per block (laid out as the scales) -> that value at each of its elements, x's shape."""
@@ -811,7 +819,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
 
     # Scales: one row per block that differs.
     scale_table = scale_format.values()
-    amax = np.moveaxis(np.max(blocks, axis=1, initial=0.0).reshape(
+    amax = np.moveaxis(np.max(np.abs(blocks), axis=1, initial=0).reshape(
         moved_shape[:-1] + (expected.scales.shape[axis],)), -1, axis)
     scale_differs = scales != expected.scales
     scale_rows = []
@@ -821,27 +829,33 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
                                         int(expected.scales[index]), float(scale_table[expected.scales[index]]),
                                         int(scales[index]), float(scale_table[scales[index]])))
 
-    # Elements in blocks whose scale agrees, classified on the value the element encoder saw.
+    # Elements in blocks whose scale agrees, classified on the value the element encoder saw. Only
+    # those whose code differs from expected.codes can differ from the codes `compare` expects (the
+    # same scaled values, encoded alike), so only they are scaled and compared; all count in the total.
     element_scale_codes = per_element(expected.scales)
     same_scale = per_element(~scale_differs)
+    if not is_nvfp4:
+        same_scale &= element_scale_codes != mx.E8M0_NAN  # NaN-scale blocks carry no element information
+    positions = np.flatnonzero((same_scale & (codes != expected.codes)).reshape(-1))
+    inputs = x.reshape(-1)
+    scale_codes_there = element_scale_codes.reshape(-1)[positions]
     if is_nvfp4:
         decode_scale = np.float32(1) / expected.encode_scale
         with np.errstate(divide="ignore", over="ignore"):
-            element_scale = np.minimum(np.float32(1) / (scale_table[element_scale_codes].astype(np.float32)
+            element_scale = np.minimum(np.float32(1) / (scale_table[scale_codes_there].astype(np.float32)
                                                         * decode_scale), np.float32(np.finfo(np.float32).max))
-            seen = np.clip(x.astype(np.float32) * element_scale, -6, 6).astype(np.float32)
+            seen = np.clip(inputs[positions].astype(np.float32) * element_scale, -6, 6).astype(np.float32)
     else:
-        exponent = element_scale_codes.astype(np.int64) - 127
-        same_scale &= exponent != 128  # NaN-scale blocks carry no element information
-        seen = np.ldexp(x.astype(np.float64), -np.where(exponent == 128, 0, exponent).astype(np.int32))
-    positions = np.flatnonzero(same_scale.reshape(-1))
+        exponent = scale_codes_there.astype(np.int32) - mx.E8M0_BIAS
+        seen = np.ldexp(inputs[positions].astype(np.float64), -exponent)
     element_options = {} if is_nvfp4 else {"rounding": quantize_options.get("rounding", "nearest_even")}
     if element_options.get("rounding") == "stochastic":  # each compared element with its own random bits
         element_options.update(random_bits=np.asarray(quantize_options["random_bits"]).reshape(-1)[positions],
                                random_bit_count=quantize_options.get("random_bit_count"))
-    element_report = compare(codes.reshape(-1)[positions], seen.reshape(-1)[positions], element_format, nan=nan,
+    element_report = compare(codes.reshape(-1)[positions], seen, element_format, nan=nan,
                              max_rows=max_rows, saturate=True, **element_options)
-    originals = x.reshape(-1)[positions[[row.index[0] for row in element_report.mismatches]]]
+    element_report.total = int(np.count_nonzero(same_scale))
+    originals = inputs[positions[[row.index[0] for row in element_report.mismatches]]]
     element_report.mismatches = [
         replace(row, index=tuple(int(i) for i in np.unravel_index(positions[row.index[0]], x.shape)),
                 input=float(original), input_bits=bits, scaled_input=row.input, scaled_bits=row.input_bits)

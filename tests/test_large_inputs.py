@@ -1,0 +1,163 @@
+"""The oracle on big tensors: memory that stays a few bytes per element, and slices that agree.
+
+A backend calls `testing.compare` and `testing.compare_mx` on real activations (2**24 elements
+and more). The peak of the memory NumPy allocates is measured with tracemalloc (NumPy reports its
+allocations to it) in bytes per input element. They once took 106 to 171 bytes per element on
+the float64 paths: 9 GiB for an 8192x8192 tensor, for `compare_mx` even when every code matched.
+"""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from minifp8 import codec, formats, mx, testing
+
+SIZE = 1 << 20
+SMALL_SLICE = 1 << 14  # the float64 work done this many elements at a time: its temporaries stay small
+
+
+@pytest.fixture
+def small_slices(monkeypatch):
+    monkeypatch.setattr(testing, "_SLICE_ELEMENTS", SMALL_SLICE)
+    monkeypatch.setattr(codec, "_EXACT_SLICE_ELEMENTS", SMALL_SLICE)
+
+
+def peak_bytes_per_element(call, elements: int) -> float:
+    """The peak of traced allocations while ``call()`` runs, per element, over what was live before."""
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc is already tracing (python -X tracemalloc): the peak would not be this call's")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return (peak - before) / elements
+
+
+@pytest.fixture(scope="module")
+def activations():
+    """float32 (256, 4096): values of both signs over a few binades, E4M3's tables built."""
+    x = np.random.default_rng(5).standard_normal((SIZE // 4096, 4096), dtype=np.float32) * 3
+    codec.encode(x[:1], "E4M3")  # (the 2**16-entry lookup tables are built once, and cached)
+    return x
+
+
+# ---- memory ------------------------------------------------------------------------------------
+def test_compare_with_every_code_wrong_stays_within_40_bytes_an_element(activations, small_slices):
+    expected = codec.encode(activations, "E4M3")
+    wrong = expected ^ np.uint8(1)  # the last mantissa bit flipped: every element differs
+    reports = []
+    peak = peak_bytes_per_element(lambda: reports.append(testing.compare(wrong, activations, "E4M3")), SIZE)
+    report = reports[0]
+    assert report.count == SIZE and sum(report.by_class.values()) == SIZE
+    assert len(report.mismatches) == 20 and str(report).endswith(f"... and {SIZE - 20} more")
+    assert peak < 40, peak
+
+
+@pytest.mark.parametrize("case", ["float64", "stochastic"])
+def test_compare_on_the_exact_float64_path_stays_within_40_bytes_an_element(activations, small_slices, case):
+    options = {}
+    x = activations
+    if case == "float64":
+        x = activations.astype(np.float64) * (1 + 2.0**-30)  # not float32 values: the exact path, not a table
+    else:
+        options = {"rounding": "stochastic", "random_bits": np.random.default_rng(6).integers(
+            0, 256, x.shape, dtype=np.uint8)}
+    codes = codec.encode(x, "E4M3", **options)
+    reports = []
+    peak = peak_bytes_per_element(lambda: reports.append(testing.compare(codes, x, "E4M3", **options)), SIZE)
+    assert reports[0].ok and reports[0].total == SIZE
+    assert peak < 40, peak
+
+
+@pytest.mark.parametrize("case, bound", [("float64", 12), ("stochastic", 24)])
+def test_codec_encode_on_the_exact_float64_path_takes_a_slice_at_a_time(activations, small_slices, case, bound):
+    # the float64 copy of x (8 bytes an element), the codes (1) and, for stochastic rounding, the
+    # random bits as int64 (8); the exact path's ~100 bytes an element only for a slice at a time
+    if case == "float64":
+        call = lambda: codec.encode(activations.astype(np.float64) * (1 + 2.0**-30), "E4M3")  # noqa: E731
+    else:
+        bits = np.random.default_rng(7).integers(0, 256, activations.shape, dtype=np.uint8)
+        call = lambda: codec.encode(activations, "E4M3", rounding="stochastic", random_bits=bits)  # noqa: E731
+    assert peak_bytes_per_element(call, SIZE) < bound
+
+
+@pytest.mark.parametrize("elem", ["MXFP8_E4M3", "NVFP4"])
+def test_compare_mx_of_matching_codes_stays_within_24_bytes_an_element(activations, small_slices, elem):
+    expected = mx.quantize_nvfp4(activations) if elem == "NVFP4" else mx.quantize(activations, elem)
+    reports = []
+    peak = peak_bytes_per_element(
+        lambda: reports.append(testing.compare_mx(expected.scales, expected.codes, activations, elem)), SIZE)
+    assert reports[0].ok and reports[0].elements.total == SIZE
+    assert peak < 24, peak
+
+
+def test_compare_mx_with_every_code_wrong_stays_within_96_bytes_an_element(activations, small_slices):
+    expected = mx.quantize(activations, "MXFP8_E4M3")
+    reports = []
+    peak = peak_bytes_per_element(lambda: reports.append(testing.compare_mx(
+        expected.scales, expected.codes ^ np.uint8(1), activations, "MXFP8_E4M3")), SIZE)
+    assert reports[0].scale_count == 0 and reports[0].elements.count == SIZE
+    assert peak < 96, peak
+
+
+def test_an_exhaustive_sweep_batch_takes_4_bytes_an_element_and_holds_the_right_bits():
+    batches = testing.sweep(kind="exhaustive", batch_size=SIZE)
+    peak = peak_bytes_per_element(lambda: next(batches), SIZE)
+    assert peak < 6, peak  # the batch itself: 4 bytes (a uint64 arange first took 12)
+    second = next(batches)
+    assert second.dtype == np.float32
+    assert np.array_equal(second.view(np.uint32), SIZE + np.arange(SIZE, dtype=np.uint64))
+
+
+# ---- the slices agree with the scalar definition -------------------------------------------------
+def scalar_codes(x, fmt, **options):
+    """The codes of `codec.encode_scalar`, the definition in exact rational arithmetic."""
+    bits = options.pop("random_bits", None)
+    return np.array([codec.encode_scalar(float(v), fmt, random_bits=None if bits is None else int(b),
+                                         **options) for v, b in zip(x, bits if bits is not None else x)], np.uint8)
+
+
+def test_compare_in_slices_finds_exactly_the_wrong_codes_with_each_elements_own_random_bits(monkeypatch):
+    monkeypatch.setattr(testing, "_SLICE_ELEMENTS", 16)
+    monkeypatch.setattr(codec, "_EXACT_SLICE_ELEMENTS", 16)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(600) * 2.0 ** rng.integers(-12, 9, 600)  # float64, subnormals to overflow
+    bits = rng.integers(0, 256, 600, dtype=np.uint8)
+    options = {"rounding": "stochastic", "saturate": True, "random_bits": bits, "random_bit_count": 8}
+    truth = scalar_codes(x, formats.E4M3, rounding="stochastic", saturate=True, random_bits=bits, random_bit_count=8)
+    wrong_at = np.sort(rng.choice(600, 60, replace=False))
+    actual = truth.copy()  # wrong in several ways: a neighbour, the sign, NaN, zero (not where truth is 0)
+    actual[wrong_at] = np.choose(rng.integers(0, 4, 60), [truth[wrong_at] ^ 1, truth[wrong_at] ^ 0x80,
+                                                          np.full(60, 0x7F), np.where(truth[wrong_at] & 0x7F, 0, 1)])
+    report = testing.compare(actual, x, "E4M3", max_rows=100, **options)
+    assert report.count == 60
+    assert [row.index[0] for row in report.mismatches] == wrong_at.tolist()
+    assert [row.expected_code for row in report.mismatches] == truth[wrong_at].tolist()
+    kinds = []
+    for row, i in zip(report.mismatches, wrong_at):  # each class as the element's own one-element report
+        alone = testing.compare(actual[i:i + 1], x[i:i + 1], "E4M3", **{**options, "random_bits": bits[i:i + 1]})
+        kinds.append(alone.mismatches[0].kind)
+    assert [row.kind for row in report.mismatches] == kinds
+    assert report.by_class == {kind: kinds.count(kind) for kind in testing.MISMATCH_CLASSES}
+    assert len(set(kinds)) >= 4  # (the classes differ from one element to the next)
+
+
+def test_compare_mx_counts_every_compared_element_and_finds_exactly_the_wrong_codes():
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((12, 80)) * 2.0 ** rng.integers(-20, 20, (12, 1))).astype(np.float32)
+    x[4, 40] = np.nan  # the block of columns 32..63 in row 4 gets the NaN scale: its codes are not compared
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    wrong = np.zeros(x.shape, bool)
+    wrong[rng.integers(0, 12, 30), rng.integers(0, 80, 30)] = True
+    actual = np.where(wrong, expected.codes ^ np.uint8(1), expected.codes).astype(np.uint8)
+    report = testing.compare_mx(expected.scales, actual, x, "MXFP8_E4M3", max_rows=100)
+    compared = np.ones(x.shape, bool)
+    compared[4, 32:64] = False
+    assert report.scale_count == 0
+    assert report.elements.total == compared.sum() == x.size - 32
+    assert report.elements.count == (wrong & compared).sum()
+    rows = [row.index for row in report.elements.mismatches]
+    assert rows == [tuple(map(int, i)) for i in np.argwhere(wrong & compared)]
