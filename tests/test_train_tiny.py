@@ -108,6 +108,23 @@ def test_same_seed_same_losses(tmp_path):
     assert other["train_loss"] != first["train_loss"]
 
 
+def test_the_number_of_blas_threads_does_not_change_the_losses(tmp_path):
+    """At the default width the GEMMs are big enough for OpenBLAS to split them over threads. Its
+    level-3 driver splits the result's rows and columns, not a dot product's sum, so each sum keeps
+    its order. The thread count is read when NumPy loads OpenBLAS: each run is its own process."""
+    losses = []
+    for threads in ("1", "2"):
+        out = tmp_path / threads
+        subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--steps", "6", "--warmup-steps", "2",
+                        "--recipe", "unit,current", "--eval-interval", "3", "--eval-batches", "2",
+                        "--log-interval", "3", "--out", str(out)],
+                       cwd=ROOT, env={**os.environ, "OPENBLAS_NUM_THREADS": threads}, check=True, capture_output=True)
+        runs = metrics(out)["runs"]
+        losses.append({label: (run["train_loss"], run["val"]) for label, run in runs.items()})
+    assert set(losses[0]) == {"unit", "current"} and all(len(train) == 6 for train, _ in losses[0].values())
+    assert losses[0] == losses[1]
+
+
 def test_recipes_start_from_the_same_initial_weights():
     """Every recipe of a --recipe list starts from the weights GPT draws from config.seed (the same for
     every recipe of a family), built afresh for each run, not from a generator shared or reseeded per run."""
