@@ -85,13 +85,19 @@ SEED = 20231022  # any fixed number: the files must not change between runs
 # The manifest's "notes": what a reader needs to interpret the entries (minifp8.codec's and minifp8.mx's docstrings).
 NOTES = {
     "arrays": "Every array is little-endian; 'dtypes' gives numpy's dtype.str of each. Codes are uint8, "
-              "one per element in the low bits.",
-    "codec": "Round first, to the format's precision with an unbounded exponent, then check for overflow (a "
-             "rounded magnitude above max). NaN gives NaN with the input's sign: 0x7F, 0xFF (E4M3); 0x7E, 0xFE "
-             "(E5M2); 0x80 (FNUZ). saturate=false: overflow and +-Inf give +-Inf (E5M2: 0x7C, 0xFC) or NaN (E4M3: "
-             "0x7F, 0xFF; FNUZ: 0x80). saturate=true: overflow gives +-max; +-Inf gives +-max (E4M3, E5M2) or NaN "
-             "0x80 (FNUZ, which has no Inf: ONNX Cast-19). rounding=toward_zero: finite overflow gives +-max "
-             "whatever saturate (IEEE 754-2019 section 7.4). FP6/FP4 (no Inf or NaN; no NaN input in their "
+              "one per element in the low bits; the sign bit is the format's top bit (0x80 for 8 bits, 0x20 for "
+              "FP6, 0x08 for FP4; E8M0 has none).",
+    "codec": "Formats: E4M3 and E5M2 as OCP OFP8 rev 1.0; E3M2, E2M3 (FP6) and E2M1 (FP4) as OCP MX v1.0; "
+             "E8M0: see its note; E4M3FNUZ and E5M2FNUZ (bias 8 and 16, subnormals, no Inf, no -0) spell NaN "
+             "0x80 only, and every other code is a number (max 240 and 57344). Round first, to the format's "
+             "precision with an exponent unbounded above (below 2**emin the spacing stays the subnormals', "
+             "2**(emin - mantissa bits)), then check for overflow (a rounded magnitude above max). In a signed "
+             "format, a zero or a value that rounds to zero keeps the input's sign (-0 is 0x80, FP6 0x20, FP4 "
+             "0x08), except in FNUZ, where it is 0x00. NaN gives NaN with the input's sign: 0x7F, 0xFF (E4M3); "
+             "0x7E, 0xFE (E5M2); 0x80 (FNUZ). saturate=false: overflow and +-Inf give +-Inf (E5M2: 0x7C, 0xFC) or "
+             "NaN (E4M3: 0x7F, 0xFF; FNUZ: 0x80). saturate=true: overflow gives +-max; +-Inf gives +-max (E4M3, "
+             "E5M2) or NaN 0x80 (FNUZ, which has no Inf: ONNX Cast-19). rounding=toward_zero: finite overflow gives "
+             "+-max whatever saturate (IEEE 754-2019 section 7.4). FP6/FP4 (no Inf or NaN; no NaN input in their "
              "files): overflow and +-Inf give +-max. E8M0: see its note. float64 inputs round once, exactly (not "
              "through float32). minifp8.codec's module docstring.",
     "stochastic": "Write |x| = (n + f) * quantum with n an integer and 0 <= f < 1, quantum the spacing of the "
@@ -111,15 +117,19 @@ NOTES = {
           "floor(log2(amax with its significand rounded to the element's mantissa bits, ties away)) - "
           "emax_elem; rceil: ceil(log2(amax / max_elem)), exact. It is clamped to [-127, 127]; the scale code "
           "is shared_exp + 127, and an all-zero block gets 0x00. Elements are x * 2**-shared_exp, exact, "
-          "encoded with saturate=true. A NaN (or, except for rceil, an Inf) in a block gives scale 0xFF and the "
-          "block decodes to NaN: its codes are don't-care (minifp8 writes 0), so skip them where the expected "
-          "scale is ignore_codes_where_scale; rceil gives a block with an Inf (and no NaN) 0xFE, and its Inf "
-          "saturates. OCP MX v1.0 section 6.3; minifp8.mx's module docstring.",
+          "encoded with the entry's rounding and saturate=true (the codec note). A NaN (or, except for rceil, "
+          "an Inf) in a block gives scale 0xFF and the block decodes to NaN: its codes are don't-care (minifp8 "
+          "writes 0), so skip them where the expected scale is ignore_codes_where_scale; rceil gives a block "
+          "with an Inf (and no NaN) 0xFE, and its Inf saturates. OCP MX v1.0 section 6.3; minifp8.mx's module "
+          "docstring.",
     "nvfp4": "float32 operations, each rounded to nearest even, in TransformerEngine's order: S_enc = min(2688 / "
              "global_amax, FLT_MAX) (1 if global_amax is 0); S_dec = 1 / S_enc; scale code = e4m3_saturate(min("
-             "block_amax * (S_enc * float32(1/6)), FLT_MAX)); S_dec_b = the E4M3 value of that code; encode = "
-             "min(1 / (S_dec_b * S_dec), FLT_MAX); code = e2m1_rne(clamp(x * encode, -6, 6)). Use the global_amax "
-             "array as the tensor amax; the encode_scale array holds S_enc. minifp8.mx.quantize_nvfp4.",
+             "block_amax * (S_enc * float32(1/6)), FLT_MAX)), with block_amax = max |x| over the block's 16 "
+             "elements; S_dec_b = the E4M3 value of that code; encode = min(1 / (S_dec_b * S_dec), FLT_MAX) "
+             "(1 / 0 is Inf, so FLT_MAX); code = e2m1_rne(clamp(x * encode, -6, 6)). e4m3_saturate and e2m1_rne "
+             "are the codec's E4M3 (saturate=true) and E2M1 codes, rounding to nearest even; a zero keeps its "
+             "sign (-0.0 gives 0x08). Use the global_amax array as the tensor amax; the encode_scale array holds "
+             "S_enc. minifp8.mx.quantize_nvfp4.",
 }
 
 

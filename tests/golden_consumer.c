@@ -1,24 +1,46 @@
 /*
  * golden_consumer.c: a consumer of minifp8's golden files in C99, standard library only.
  *
- * It proves that the files of `python -m minifp8.golden` can be read and checked without Python:
- * it opens each .npz (a zip archive) with its own zip reader, parses the .npy headers, and
- * compares the expected codes in the file with the codes of its own FP8 encoder, written from the
- * OCP 8-bit Floating Point Specification (OFP8) rev 1.0 and, for MX scales, the OCP Microscaling
- * Formats (MX) v1.0 specification, section 6.3. tests/test_golden_c.py compiles and runs it.
+ * It proves that every file of `python -m minifp8.golden` can be read and checked without Python,
+ * from the specifications and the manifest's notes alone: it opens each .npz (a zip archive) with
+ * its own zip reader, parses the .npy headers, and compares every expected code and scale in the
+ * file with its own encoders. They are written from:
+ *   - IEEE 754-2019 section 3.4 (the binary32 and binary64 inputs, read from their bits);
+ *   - the OCP 8-bit Floating Point Specification (OFP8) rev 1.0 (E4M3, E5M2: Table 1 and its
+ *     conversion rules: round to nearest even, with or without saturation);
+ *   - the FNUZ formats (arXiv:2206.02915; StableHLO RFC 20230321-fp8_fnuz) as the manifest's
+ *     "codec" note states them;
+ *   - the OCP Microscaling Formats (MX) Specification v1.0 (FP6 and FP4 elements, section 5.3;
+ *     the E8M0 scale, section 5.4.1; the block scale rule, section 6.3) and the "mx" note's scale
+ *     modes;
+ *   - the manifest's "stochastic", "E8M0" and "nvfp4" notes (IEEE P3109 stochastic rounding;
+ *     NVIDIA's NVFP4 two-level scaling in TransformerEngine's order of float32 operations).
+ * One encoder serves every format: it is driven by each format's exponent bits, mantissa bits,
+ * bias and special values (section "the formats, as data"), not written once per format.
+ * tests/test_golden_c.py compiles it and runs it on every entry of a manifest.
  *
  * Usage: golden_consumer DIR ENTRY...   where each ENTRY is one of
- *   codec FILE INPUT CODES FORMAT SATURATE
- *       FORMAT is E4M3 or E5M2 and SATURATE is 0 or 1; INPUT is a float32 array and CODES the
- *       uint8 codes of rounding to nearest, ties to even
- *   mx FILE INPUT SCALES CODES ELEMENT_FORMAT BLOCK_SIZE
- *       the "floor" scale mode: INPUT float32 rows, blocked along the last axis, SCALES the E8M0
- *       scale codes, CODES the element codes (don't care in a block whose scale is 0xFF)
+ *   codec FILE INPUT CODES FORMAT SATURATE [input_dtype=float32|float64]
+ *         [rounding=nearest_even|nearest_away|toward_zero|stochastic]
+ *         [random_bits=ARRAY random_bit_count=K]
+ *       FORMAT: E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, E3M2, E2M3, E2M1 or E8M0; SATURATE 0 or 1;
+ *       defaults float32 and nearest_even; stochastic rounding needs the random bits (uint8).
+ *   mx FILE INPUT SCALES CODES ELEMENT_FORMAT BLOCK_SIZE [scale_mode=floor|ceil|even|rceil]
+ *         [rounding=nearest_even|nearest_away|toward_zero]
+ *       INPUT: float32 rows, blocked along the last axis; SCALES: E8M0 codes; CODES: element
+ *       codes (don't care in a block whose scale is 0xFF); default floor and nearest_even.
+ *   nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN
+ *       INPUT: float32 rows, blocks of 16 along the last axis; SCALES: E4M3 codes; CODES: E2M1
+ *       codes; GLOBAL_AMAX, ENCODE_SCALE: 0-d float32 arrays; GIVEN: 1 if the tensor amax is
+ *       given (manifest: global_amax_given), 0 if it must be max |x|.
  * FILE is relative to DIR; the array names are those of manifest.json's "arrays" (without .npy).
  *
- * Output: one line per entry, then "summary: N entries, M values checked, K mismatches".
- * Exit status: 0 every code matches, 1 some code differs, 2 bad usage or a malformed file.
+ * Output: one line per entry, "ok ..." or "FAIL ..." with the number of expected values it
+ * compared (codes and scales; not the don't-care codes), then at most 5 mismatch lines an entry,
+ * then "summary: N entries, M values checked, K mismatches".
+ * Exit status: 0 every value matches, 1 some value differs, 2 bad usage or a malformed file.
  */
+#include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +53,12 @@
 static void fail_malformed(const char *file, const char *what)
 {
     fprintf(stderr, "golden_consumer: error: %s: %s\n", file, what);
+    exit(2);
+}
+
+static void fail_usage(const char *what, const char *got)
+{
+    fprintf(stderr, "golden_consumer: error: %s, got %s\n", what, got);
     exit(2);
 }
 
@@ -60,6 +88,21 @@ static const char *join_path(char *path, size_t capacity, const char *directory,
 
 static uint32_t read_u16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
 static uint32_t read_u32(const unsigned char *p) { return read_u16(p) | read_u16(p + 2) << 16; }
+static uint64_t read_u64(const unsigned char *p) { return read_u32(p) | (uint64_t)read_u32(p + 4) << 32; }
+
+static float float_of_bits(uint32_t bits)
+{
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+static uint32_t bits_of_float(float value)
+{
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
 
 /* ------------------------------------------------------------------------------ zip (.npz) -- */
 
@@ -95,7 +138,8 @@ static const unsigned char *zip_member(const char *file, const unsigned char *zi
     for (i = 0; i < entries; i++) {
         const unsigned char *central = zip + offset;
         uint32_t method, crc, stored_size, full_size, name_length, local;
-        if ((long)offset + 46 > end || read_u32(central) != 0x02014b50u) {
+        if ((long)offset + 46 > end || read_u32(central) != 0x02014b50u
+            || (long)offset + 46 + (long)read_u16(central + 28) > end) {
             fail_malformed(file, "damaged zip central directory");
         }
         method = read_u16(central + 10);
@@ -139,8 +183,9 @@ static const unsigned char *zip_member(const char *file, const unsigned char *zi
 typedef struct {
     const unsigned char *data; /* the elements, little-endian, C order */
     long shape[8];
-    int ndim;
-    long count; /* the product of shape */
+    int ndim;       /* 0 for a 0-d array (one element) */
+    long count;     /* the product of shape */
+    int item_size;  /* bytes an element */
 } Array;
 
 /* The value text after 'KEY': in the header dict, or NULL. */
@@ -198,6 +243,7 @@ static Array read_array(const char *file, const unsigned char *zip, long zip_siz
     }
     array.ndim = 0;
     array.count = 1;
+    array.item_size = item_size;
     for (value++; *value != ')'; value++) {
         if (*value >= '0' && *value <= '9') {
             char *after;
@@ -223,22 +269,46 @@ static Array read_array(const char *file, const unsigned char *zip, long zip_siz
     return array;
 }
 
-/* ------------------------------------------------------------------- the FP8 encoder (OFP8) -- */
+/* Element I of a float array, as its bits (little-endian binary32 or binary64). */
+static uint64_t float_bits_at(const Array *array, long i)
+{
+    return array->item_size == 8 ? read_u64(array->data + 8 * i) : read_u32(array->data + 4 * i);
+}
 
+/* ------------------------------------------------ exact values of IEEE 754 binary inputs -- */
+
+typedef enum { FINITE, INFINITE, NOT_A_NUMBER } ValueClass;
+
+/* A number read exactly: |x| = significand * 2**exponent where kind is FINITE (0 for +-0). */
 typedef struct {
-    const char *name;
-    int mantissa_bits; /* M */
-    int emin;          /* exponent of the smallest normal: 1 - bias */
-    int emax;          /* exponent of the largest normal */
-    unsigned max_code; /* the largest finite magnitude: E4M3 S.1111.110 (448), E5M2 S.11110.11 (57344) */
-    unsigned nan_code; /* the NaN minifp8 writes (manifest notes): E4M3 S.1111.111, E5M2 S.11111.10 */
-    int has_inf;       /* E5M2: S.11111.00; E4M3 has no Inf */
-} Format;
+    int negative; /* the sign bit, NaN and zero included */
+    ValueClass kind;
+    uint64_t significand;
+    int exponent;
+} Exact;
 
-static const Format E4M3 = {"E4M3", 3, -6, 8, 0x7E, 0x7F, 0};
-static const Format E5M2 = {"E5M2", 2, -14, 15, 0x7B, 0x7E, 1};
+/* IEEE 754-2019 section 3.4: a binary format of 1 + W + T bits (binary32: W 8, T 23; binary64:
+ * W 11, T 52) with bias 2**(W-1) - 1. Biased exponent all ones: Inf (T = 0) or NaN; 0: subnormal,
+ * 0.T * 2**(1 - bias); otherwise 1.T * 2**(E - bias). */
+static Exact exact_from_bits(uint64_t bits, int exponent_width, int fraction_width)
+{
+    const uint64_t fraction = bits & ((UINT64_C(1) << fraction_width) - 1);
+    const int biased = (int)((bits >> fraction_width) & ((1u << exponent_width) - 1));
+    const int bias = (1 << (exponent_width - 1)) - 1;
+    Exact x;
+    x.negative = (int)(bits >> (exponent_width + fraction_width)) & 1;
+    x.kind = biased != (1 << exponent_width) - 1 ? FINITE : fraction == 0 ? INFINITE : NOT_A_NUMBER;
+    x.significand = biased == 0 ? fraction : fraction | UINT64_C(1) << fraction_width;
+    x.exponent = (biased == 0 ? 1 : biased) - bias - fraction_width;
+    return x;
+}
 
-static int floor_log2(uint32_t n) /* n > 0 */
+static Exact exact_from_float_bits(uint64_t bits, int item_size)
+{
+    return item_size == 8 ? exact_from_bits(bits, 11, 52) : exact_from_bits(bits, 8, 23);
+}
+
+static int floor_log2(uint64_t n) /* n > 0 */
 {
     int result = -1;
     while (n != 0) {
@@ -248,134 +318,571 @@ static int floor_log2(uint32_t n) /* n > 0 */
     return result;
 }
 
-/* The code of (float32 with bits BITS) * 2**SCALE_EXPONENT, exactly, rounded to nearest, ties to
- * even. OFP8 rev 1.0: round to the format's precision first, then a rounded magnitude above the
- * largest finite value overflows, to max with saturation, else to Inf (E5M2) or NaN (E4M3, which
- * has no Inf); Inf saturates to max too; NaN stays NaN; the sign bit is always the input's. */
-static unsigned encode_fp8(uint32_t bits, int scale_exponent, const Format *format, int saturate)
-{
-    const unsigned sign = (bits >> 31) << 7;
-    const uint32_t exponent_field = (bits >> 23) & 0xFF, fraction = bits & 0x7FFFFF;
-    const int m = format->mantissa_bits;
-    uint32_t significand, n, code;
-    int lsb_exponent, exponent, quantum_exponent, shift;
-    if (exponent_field == 0xFF) {
-        if (fraction != 0) {
-            return sign | format->nan_code;
-        }
-        return sign | (saturate ? format->max_code : format->has_inf ? 0x7Cu : format->nan_code);
-    }
-    /* |x| * 2**scale_exponent = significand * 2**lsb_exponent exactly */
-    significand = exponent_field == 0 ? fraction : fraction | 0x800000u;
-    if (significand == 0) {
-        return sign; /* +-0 */
-    }
-    lsb_exponent = (exponent_field == 0 ? -149 : (int)exponent_field - 150) + scale_exponent;
-    exponent = lsb_exponent + floor_log2(significand); /* floor(log2 |x|) */
-    /* the spacing of the format's values at |x|: 2**(max(exponent, emin) - M) (subnormals below emin) */
-    quantum_exponent = (exponent > format->emin ? exponent : format->emin) - m;
-    shift = quantum_exponent - lsb_exponent;
-    if (shift <= 0) {
-        n = significand << -shift; /* exact: n < 2**(M + 1) */
-    } else {
-        uint32_t remainder, half;
-        if (shift > 25) {
-            shift = 25; /* significand < 2**24 <= half: rounds to 0 either way */
-        }
-        n = significand >> shift;
-        remainder = significand & ((1u << shift) - 1);
-        half = 1u << (shift - 1);
-        if (remainder > half || (remainder == half && (n & 1u))) {
-            n++; /* to nearest, ties to even */
-        }
-    }
-    /* |x| rounds to n * 2**quantum_exponent. Codes count up with the magnitude: subnormals are
-     * codes 0 to 2**M - 1 (quantum 2**(emin - M)), and each binade above adds 2**M codes, so the
-     * code is n plus 2**M for every binade above emin; a carry of n to 2**(M+1) lands right. */
-    code = ((uint32_t)(quantum_exponent - (format->emin - m)) << m) + n;
-    if (code > format->max_code) {
-        return sign | (saturate ? format->max_code : format->has_inf ? 0x7Cu : format->nan_code);
-    }
-    return sign | code;
-}
+/* ------------------------------------------------------------------ the formats, as data -- */
+
+typedef enum {
+    NAN_IEEE,          /* all-ones exponent, mantissa not 0 (minifp8 writes the top mantissa bit) */
+    NAN_ALL_ONES,      /* only the all-ones magnitude, S.1111.111 */
+    NAN_NEGATIVE_ZERO, /* only 0x80, the code of -0 elsewhere: no -0 */
+    NAN_NONE
+} NanStyle;
+
+typedef struct {
+    const char *name;
+    int exponent_bits, mantissa_bits, bias;
+    int is_signed;      /* a sign bit above the exponent (E8M0 has none) */
+    int has_subnormals; /* exponent field 0 holds 0.m * 2**emin (zero too); else it is an exponent */
+    int has_infinity;   /* the all-ones exponent field with mantissa 0 */
+    NanStyle nan_style;
+} Format;
+
+static const Format FORMATS[] = {
+    /* name, exponent bits, mantissa bits, bias, signed, subnormals, Inf, NaN */
+    /* OFP8 rev 1.0 Table 1: E4M3 bias 7, no Inf, NaN S.1111.111, max S.1111.110 = 448;
+     * E5M2 bias 15, Inf S.11111.00, NaN S.11111.{01,10,11}, max S.11110.11 = 57344 */
+    {"E4M3", 4, 3, 7, 1, 1, 0, NAN_ALL_ONES},
+    {"E5M2", 5, 2, 15, 1, 1, 1, NAN_IEEE},
+    /* FNUZ (Graphcore/AMD): the bias one more, no Inf, no -0, NaN 0x80 only: max 240 and 57344 */
+    {"E4M3FNUZ", 4, 3, 8, 1, 1, 0, NAN_NEGATIVE_ZERO},
+    {"E5M2FNUZ", 5, 2, 16, 1, 1, 0, NAN_NEGATIVE_ZERO},
+    /* MX v1.0 section 5.3: FP6 E3M2 bias 3 (max 28), E2M3 bias 1 (max 7.5), FP4 E2M1 bias 1 (max 6);
+     * no Inf, no NaN */
+    {"E3M2", 3, 2, 3, 1, 1, 0, NAN_NONE},
+    {"E2M3", 2, 3, 1, 1, 1, 0, NAN_NONE},
+    {"E2M1", 2, 1, 1, 1, 1, 0, NAN_NONE},
+    /* MX v1.0 section 5.4.1: E8M0 unsigned, bias 127, 2**-127 (0x00) to 2**127 (0xFE), NaN 0xFF,
+     * no zero */
+    {"E8M0", 8, 0, 127, 0, 0, 0, NAN_ALL_ONES},
+};
 
 static const Format *format_named(const char *name)
 {
-    if (strcmp(name, "E4M3") == 0) {
-        return &E4M3;
+    size_t i;
+    for (i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++) {
+        if (strcmp(FORMATS[i].name, name) == 0) {
+            return &FORMATS[i];
+        }
     }
-    if (strcmp(name, "E5M2") == 0) {
-        return &E5M2;
-    }
-    fprintf(stderr, "golden_consumer: error: format must be E4M3 or E5M2, got %s\n", name);
-    exit(2);
+    fail_usage("FORMAT must be E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, E3M2, E2M3, E2M1 or E8M0", name);
+    return NULL;
 }
 
-static void report_mismatch(long *mismatches, const char *file, const char *array, long index,
-                            uint32_t input_bits, unsigned expected, unsigned got)
+/* The exponent of the smallest normal number: 1 - bias, or -bias where field 0 is a normal one. */
+static int format_emin(const Format *f) { return (f->has_subnormals ? 1 : 0) - f->bias; }
+
+/* The sign bit: the top bit of the format's width, in the low bits of a uint8 (the "arrays" note). */
+static unsigned sign_bit(const Format *f)
 {
-    if (++*mismatches <= MAX_REPORTED_MISMATCHES) {
-        float input;
-        memcpy(&input, &input_bits, sizeof input);
-        printf("  mismatch %s:%s[%ld]: input 0x%08lX (%.9g): expected 0x%02X, this encoder gives 0x%02X\n",
-               file, array, index, (unsigned long)input_bits, (double)input, expected, got);
+    return f->is_signed ? 1u << (f->exponent_bits + f->mantissa_bits) : 0u;
+}
+
+static unsigned all_ones_exponent(const Format *f)
+{
+    return ((1u << f->exponent_bits) - 1) << f->mantissa_bits;
+}
+
+/* The largest finite magnitude code: below the Inf/NaN exponent field (IEEE style), or below the
+ * all-ones NaN magnitude, or the all-ones magnitude itself where it is a number. */
+static unsigned max_code(const Format *f)
+{
+    const unsigned all_ones = (1u << (f->exponent_bits + f->mantissa_bits)) - 1;
+    return f->nan_style == NAN_IEEE ? all_ones_exponent(f) - 1
+           : f->nan_style == NAN_ALL_ONES ? all_ones - 1 : all_ones;
+}
+
+/* The exponent of the largest value: E4M3 8, E5M2 15, E3M2 4, E2M3 2, E2M1 2 (the "mx" note). */
+static int format_emax(const Format *f) { return (int)(max_code(f) >> f->mantissa_bits) - f->bias; }
+
+/* The NaN code minifp8 writes (the "codec" note): the sign kept except where 0x80 is the only NaN. */
+static unsigned nan_code(const Format *f, int negative)
+{
+    const unsigned sign = negative ? sign_bit(f) : 0u;
+    switch (f->nan_style) {
+    case NAN_IEEE:
+        return sign | all_ones_exponent(f) | 1u << (f->mantissa_bits - 1); /* quiet: the top mantissa bit */
+    case NAN_ALL_ONES:
+        return sign | ((1u << (f->exponent_bits + f->mantissa_bits)) - 1);
+    default:
+        return sign_bit(f);
     }
+}
+
+/* The value of a code of a format with subnormals, as a float (every E4M3 value is a float). */
+static float decode_to_float(unsigned code, const Format *f)
+{
+    const unsigned magnitude = code & (sign_bit(f) - 1), m = (unsigned)f->mantissa_bits;
+    const unsigned field = magnitude >> m, mantissa = magnitude & ((1u << m) - 1);
+    /* 0.m * 2**emin for field 0, 1.m * 2**(field - bias) above: (significand) * 2**(exponent - M) */
+    const unsigned significand = field == 0 ? mantissa : mantissa | 1u << m;
+    const int exponent = (field == 0 ? format_emin(f) : (int)field - f->bias) - (int)m;
+    const float power = float_of_bits((uint32_t)(exponent + 127) << 23); /* 2**exponent, a normal float32 */
+    const float value = (float)significand * power;                      /* exact */
+    return (code & sign_bit(f)) ? -value : value;
+}
+
+/* ------------------------------------------------------------------------------ rounding -- */
+
+/* IEEE 754-2019 section 4.3: roundTiesToEven, roundTiesToAway, roundTowardZero; and IEEE P3109's
+ * stochastic rounding as the manifest's "stochastic" note states it. */
+typedef enum { NEAREST_EVEN, NEAREST_AWAY, TOWARD_ZERO, STOCHASTIC } Rounding;
+
+static Rounding rounding_named(const char *name)
+{
+    static const char *const names[] = {"nearest_even", "nearest_away", "toward_zero", "stochastic"};
+    int i;
+    for (i = 0; i < 4; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            return (Rounding)i;
+        }
+    }
+    fail_usage("rounding must be nearest_even, nearest_away, toward_zero or stochastic", name);
+    return NEAREST_EVEN;
+}
+
+/* The sign of remainder / 2**shift - 1/2, for shift >= 1 and remainder < 2**min(shift, 64). */
+static int compare_with_half(uint64_t remainder, int shift)
+{
+    uint64_t half;
+    if (shift > 64) {
+        return -1;
+    }
+    half = UINT64_C(1) << (shift - 1);
+    return (remainder > half) - (remainder < half);
+}
+
+/* remainder / 2**shift (shift >= 1) rounded to the nearest integer, ties to even. */
+static uint64_t divide_by_power_to_nearest_even(uint64_t remainder, int shift)
+{
+    uint64_t quotient, rest;
+    int side;
+    if (shift > 64) {
+        return 0;
+    }
+    quotient = shift == 64 ? 0 : remainder >> shift;
+    rest = shift == 64 ? remainder : remainder & ((UINT64_C(1) << shift) - 1);
+    side = compare_with_half(rest, shift);
+    return quotient + (side > 0 || (side == 0 && (quotient & 1)));
+}
+
+/* Round |x| > 0 (finite) to the format's precision with an exponent unbounded above: to a multiple
+ * n of quantum = 2**(max(floor(log2|x|), emin) - M), the spacing of the format's values at |x|
+ * (below 2**emin, the subnormals' spacing). Returns n and sets *quantum_exponent.
+ * |x| = (n + f) * quantum with 0 <= f < 1, and the rounding moves one quantum away from zero:
+ * nearest_even when f > 1/2, or f = 1/2 and n is odd; nearest_away when f >= 1/2; toward_zero
+ * never; stochastic (the "stochastic" note, IEEE P3109) when r + random_bits >= 2**K, with r the
+ * integer nearest f * 2**K, ties to even. */
+static uint64_t round_magnitude(const Exact *x, const Format *f, Rounding rounding, uint32_t random_bits,
+                                int random_bit_count, int *quantum_exponent)
+{
+    const int binade = x->exponent + floor_log2(x->significand); /* floor(log2 |x|) */
+    const int emin = format_emin(f);
+    const int quantum = (binade > emin ? binade : emin) - f->mantissa_bits;
+    const int shift = quantum - x->exponent; /* |x| / quantum = significand / 2**shift */
+    uint64_t n, remainder;                   /* f = remainder / 2**shift */
+    int away = 0;
+    *quantum_exponent = quantum;
+    if (shift <= 0) {
+        return x->significand << -shift; /* exact: n < 2**(M + 1) */
+    }
+    n = shift >= 64 ? 0 : x->significand >> shift;
+    remainder = shift >= 64 ? x->significand : x->significand & ((UINT64_C(1) << shift) - 1);
+    switch (rounding) {
+    case NEAREST_EVEN: {
+        const int side = compare_with_half(remainder, shift);
+        away = side > 0 || (side == 0 && (n & 1));
+        break;
+    }
+    case NEAREST_AWAY:
+        away = compare_with_half(remainder, shift) >= 0;
+        break;
+    case TOWARD_ZERO:
+        away = 0;
+        break;
+    case STOCHASTIC: {
+        const int k = random_bit_count;
+        const uint64_t r = shift <= k ? remainder << (k - shift) /* exact */
+                                      : divide_by_power_to_nearest_even(remainder, shift - k);
+        away = r + random_bits >= UINT64_C(1) << k;
+        break;
+    }
+    }
+    return n + (uint64_t)away;
+}
+
+/* ------------------------------------------------------------------------------ encoding -- */
+
+/* The code of a finite overflow (SATURATE: the largest value) or of +-Inf (FROM_INFINITY). The
+ * "codec" note: saturate=false gives Inf (E5M2) or NaN (E4M3, FNUZ; E8M0 0xFF); saturate=true
+ * gives +-max (E8M0 0xFE), except that FNUZ, without Inf, gives NaN for +-Inf. */
+static unsigned overflow_code(const Format *f, int negative, int saturate, int from_infinity)
+{
+    const unsigned sign = negative ? sign_bit(f) : 0u;
+    if (from_infinity && f->nan_style == NAN_NEGATIVE_ZERO) {
+        return nan_code(f, 0);
+    }
+    if (saturate) {
+        return sign | max_code(f);
+    }
+    return f->has_infinity ? sign | all_ones_exponent(f) : nan_code(f, negative);
+}
+
+/* The code of X in format F: the "codec" note (OFP8 rev 1.0's conversion; ONNX Cast-19 for FNUZ),
+ * for every format of the table. */
+static unsigned encode(const Exact *x, const Format *f, Rounding rounding, int saturate, uint32_t random_bits,
+                       int random_bit_count)
+{
+    const int m = f->mantissa_bits, has_nan = f->nan_style != NAN_NONE;
+    const int negative_zero_exists = f->is_signed && f->nan_style != NAN_NEGATIVE_ZERO;
+    const unsigned sign = x->negative ? sign_bit(f) : 0u;
+    int quantum_exponent;
+    uint64_t n, code;
+    if (x->kind == NOT_A_NUMBER) {
+        return nan_code(f, x->negative && f->is_signed);
+    }
+    if (!f->is_signed && (x->negative || x->significand == 0)) {
+        return nan_code(f, 0); /* E8M0: no zero, no negative numbers (the "E8M0" note) */
+    }
+    if (x->kind == INFINITE) { /* FP6/FP4 (no NaN) always saturate */
+        return overflow_code(f, x->negative, saturate || !has_nan, 1);
+    }
+    if (x->significand == 0) {
+        return negative_zero_exists ? sign : 0u; /* FNUZ: -0 is +0 */
+    }
+    n = round_magnitude(x, f, rounding, random_bits, random_bit_count, &quantum_exponent);
+    if (!f->has_subnormals && n < UINT64_C(1) << m) {
+        n = UINT64_C(1) << m; /* E8M0: what lies below 2**-127 gives 2**-127 */
+    }
+    if (n == 0) {
+        return negative_zero_exists ? sign : 0u; /* rounded to zero: the input's sign, but FNUZ */
+    }
+    /* n * 2**quantum_exponent, with quantum_exponent + M the exponent of its binade (emin for the
+     * subnormals): the exponent field is that plus the bias and the mantissa field n - 2**M, so the
+     * code is (field << M) + n - 2**M. A subnormal (field 1 less its implicit 1) gives n itself, and
+     * n = 2**(M + 1) (a carry from rounding up) lands on the next binade's first code. */
+    code = ((uint64_t)(quantum_exponent + m + f->bias) << m) + n - (UINT64_C(1) << m);
+    if (code > max_code(f)) { /* overflow, checked after rounding; toward_zero saturates finite values */
+        return overflow_code(f, x->negative, saturate || rounding == TOWARD_ZERO || !has_nan, 0);
+    }
+    return sign | (unsigned)code;
+}
+
+/* -------------------------------------------------- MX block scales (OCP MX v1.0, 6.3) -- */
+
+typedef enum { SCALE_FLOOR, SCALE_CEIL, SCALE_EVEN, SCALE_RCEIL } ScaleMode;
+
+static ScaleMode scale_mode_named(const char *name)
+{
+    static const char *const names[] = {"floor", "ceil", "even", "rceil"};
+    int i;
+    for (i = 0; i < 4; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            return (ScaleMode)i;
+        }
+    }
+    fail_usage("scale_mode must be floor, ceil, even or rceil", name);
+    return SCALE_FLOOR;
+}
+
+#define E8M0_NAN 0xFFu
+#define SHARED_EXP_MIN (-127)
+#define SHARED_EXP_MAX 127
+
+/* The shared exponent of a block whose largest magnitude AMAX is finite and > 0, before the clamp
+ * (the "mx" note), from amax's exponent and significand, never a float log2. With
+ * amax = s * 2**e, s in [1, 2):
+ *   floor: e - emax_elem (OCP MX v1.0 section 6.3)
+ *   ceil:  e - emax_elem, plus 1 unless amax is a power of two
+ *   even:  e - emax_elem, plus 1 where s rounded to M bits, ties away, is 2
+ *   rceil: ceil(log2(amax / max_elem)); max_elem = s_max * 2**emax_elem, so amax / max_elem is
+ *          (s / s_max) * 2**(e - emax_elem) with s / s_max in (1/2, 2): plus 1 where s > s_max. */
+static int shared_exponent(const Exact *amax, const Format *element, ScaleMode mode)
+{
+    const int top = floor_log2(amax->significand), m = element->mantissa_bits;
+    const int floor_shared = amax->exponent + top - format_emax(element);
+    const uint64_t s = amax->significand << (63 - top); /* s * 2**63: bit 63 is the leading 1 */
+    const uint64_t s_max = (uint64_t)((max_code(element) & ((1u << m) - 1)) | 1u << m) << (63 - m);
+    switch (mode) {
+    case SCALE_CEIL:
+        return floor_shared + (s != UINT64_C(1) << 63);
+    case SCALE_EVEN: /* s rounds up to 2 when its top M + 2 bits (the 1, M bits, the half) are all ones */
+        return floor_shared + (s >> (62 - m) == (UINT64_C(1) << (m + 2)) - 1);
+    case SCALE_RCEIL:
+        return floor_shared + (s > s_max);
+    default:
+        return floor_shared;
+    }
+}
+
+/* The E8M0 scale code of a block of float32 values; sets *shared_exp (0 for a NaN scale). A block
+ * with a NaN gives 0xFF, and so does one with an Inf except under rceil, where Inf / max_elem is
+ * 2**127 (0xFE, and the Inf saturates); an all-zero block gives 0x00; otherwise shared_exp
+ * clamped to [-127, 127], plus 127. */
+static unsigned block_scale(const Array *input, long start, long stop, const Format *element, ScaleMode mode,
+                            int *shared_exp, uint32_t *amax_bits)
+{
+    long i;
+    *amax_bits = 0; /* |x| as bits: for non-negative floats the order of bits is the order of values */
+    for (i = start; i < stop; i++) {
+        uint32_t magnitude = (uint32_t)float_bits_at(input, i) & 0x7FFFFFFFu;
+        *amax_bits = magnitude > *amax_bits ? magnitude : *amax_bits; /* a NaN above Inf above all */
+    }
+    *shared_exp = 0;
+    if (*amax_bits > 0x7F800000u || (*amax_bits == 0x7F800000u && mode != SCALE_RCEIL)) {
+        return E8M0_NAN;
+    }
+    if (*amax_bits == 0x7F800000u) {
+        *shared_exp = SHARED_EXP_MAX;
+    } else if (*amax_bits == 0) {
+        *shared_exp = SHARED_EXP_MIN;
+    } else {
+        Exact amax = exact_from_bits(*amax_bits, 8, 23);
+        const int unclamped = shared_exponent(&amax, element, mode);
+        *shared_exp = unclamped < SHARED_EXP_MIN ? SHARED_EXP_MIN
+                      : unclamped > SHARED_EXP_MAX ? SHARED_EXP_MAX : unclamped;
+    }
+    return (unsigned)(*shared_exp + 127);
+}
+
+/* The code of element X of a block: x * 2**-shared_exp, exactly, encoded with saturation. */
+static unsigned mx_element_code(uint32_t x_bits, int shared_exp, const Format *element, Rounding rounding)
+{
+    Exact x = exact_from_bits(x_bits, 8, 23);
+    x.exponent -= shared_exp; /* (zero, Inf and NaN keep their class) */
+    return encode(&x, element, rounding, 1, 0, 0);
+}
+
+/* ---------------------------------------------- NVFP4 (the "nvfp4" note), float32 steps -- */
+
+/* Every step below is one float32 operation rounded to nearest even. Each result is stored in a
+ * float variable, which C99 rounds to float even where FLT_EVAL_METHOD computes wider (one
+ * operation on floats rounded to double or wider and then to float is rounded correctly), and
+ * no expression holds a multiply and an add that a compiler could fuse. */
+
+static float min_with_flt_max(float value) { return value > FLT_MAX ? FLT_MAX : value; }
+
+/* S_enc = min(2688 / global_amax, FLT_MAX), 1 where global_amax is 0 (2688 = 448 * 6). */
+static float nvfp4_encode_scale(float global_amax)
+{
+    float quotient;
+    if (global_amax == 0.0f) {
+        return 1.0f;
+    }
+    quotient = 2688.0f / global_amax;
+    return min_with_flt_max(quotient);
+}
+
+/* The block scale multiplier S_enc * float32(1/6). */
+static float nvfp4_scale_multiplier(float s_enc)
+{
+    const float one_sixth = 1.0f / 6.0f;
+    const float multiplier = s_enc * one_sixth;
+    return multiplier;
+}
+
+/* The E4M3 block scale code: e4m3_saturate(min(block_amax * multiplier, FLT_MAX)). */
+static unsigned nvfp4_scale_code(float block_amax, float multiplier)
+{
+    const float product = block_amax * multiplier;
+    const Exact scaled_amax = exact_from_bits(bits_of_float(min_with_flt_max(product)), 8, 23);
+    return encode(&scaled_amax, format_named("E4M3"), NEAREST_EVEN, 1, 0, 0);
+}
+
+/* The element scale: min(1 / (S_dec_b * S_dec), FLT_MAX), with S_dec_b the value of the scale
+ * code (1 / 0 is Inf, so FLT_MAX). */
+static float nvfp4_element_scale(unsigned scale_code, float s_dec)
+{
+    const float s_dec_b = decode_to_float(scale_code, format_named("E4M3"));
+    const float denominator = s_dec_b * s_dec;
+    float reciprocal;
+    if (denominator == 0.0f) {
+        return FLT_MAX;
+    }
+    reciprocal = 1.0f / denominator;
+    return min_with_flt_max(reciprocal);
+}
+
+/* The E2M1 code of an element: e2m1_rne(clamp(x * element_scale, -6, 6)). */
+static unsigned nvfp4_element_code(float x, float element_scale)
+{
+    const float product = x * element_scale;
+    const float clamped = product > 6.0f ? 6.0f : product < -6.0f ? -6.0f : product;
+    const Exact scaled = exact_from_bits(bits_of_float(clamped), 8, 23);
+    return encode(&scaled, format_named("E2M1"), NEAREST_EVEN, 0, 0, 0);
 }
 
 /* ------------------------------------------------------------------------------ the checks -- */
 
-/* One codec entry; returns its number of mismatches and adds its inputs to *checked. */
-static long check_codec(const char *directory, char **arguments, long *checked)
+typedef struct {
+    const char *file;
+    long mismatches;
+    long checked; /* expected values compared */
+} Tally;
+
+/* One mismatching code: its index, the input's bits and value, both codes. */
+static void report_code(Tally *tally, const char *array, long index, uint64_t input_bits, int item_size,
+                        unsigned expected, unsigned got)
 {
+    if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
+        double input;
+        if (item_size == 8) {
+            memcpy(&input, &input_bits, sizeof input);
+        } else {
+            input = (double)float_of_bits((uint32_t)input_bits);
+        }
+        printf("  mismatch %s:%s[%ld]: input 0x%0*llX (%.17g): expected 0x%02X, this encoder gives 0x%02X\n",
+               tally->file, array, index, 2 * item_size, (unsigned long long)input_bits, input, expected, got);
+    }
+}
+
+/* One mismatching block scale: its row and block, the block amax's bits, both codes. */
+static void report_scale(Tally *tally, const char *array, long row, long block, uint32_t amax_bits,
+                         unsigned expected, unsigned got)
+{
+    if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
+        printf("  mismatch %s:%s[%ld, %ld]: block amax 0x%08lX (%.9g): expected scale 0x%02X, this encoder "
+               "gives 0x%02X\n", tally->file, array, row, block, (unsigned long)amax_bits,
+               (double)float_of_bits(amax_bits), expected, got);
+    }
+}
+
+/* One mismatching float32 scalar (NVFP4's global amax or S_enc). */
+static void report_scalar(Tally *tally, const char *array, uint32_t expected, uint32_t got)
+{
+    if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
+        printf("  mismatch %s:%s: expected 0x%08lX (%.9g), this consumer gives 0x%08lX (%.9g)\n", tally->file,
+               array, (unsigned long)expected, (double)float_of_bits(expected), (unsigned long)got,
+               (double)float_of_bits(got));
+    }
+}
+
+/* The value of option NAME=VALUE among the entry's COUNT options, or FALLBACK. */
+static const char *option(char **arguments, int count, const char *name, const char *fallback)
+{
+    const size_t length = strlen(name);
+    int i;
+    for (i = 0; i < count; i++) {
+        if (strncmp(arguments[i], name, length) == 0 && arguments[i][length] == '=') {
+            return arguments[i] + length + 1;
+        }
+    }
+    return fallback;
+}
+
+/* Exit 2 unless every option's name is one of ALLOWED (a NULL-terminated list). */
+static void check_option_names(char **arguments, int count, const char *const *allowed)
+{
+    int i, known;
+    for (i = 0; i < count; i++) {
+        const size_t length = (size_t)(strchr(arguments[i], '=') - arguments[i]);
+        const char *const *name;
+        for (known = 0, name = allowed; *name != NULL && !known; name++) {
+            known = strlen(*name) == length && strncmp(arguments[i], *name, length) == 0;
+        }
+        if (!known) {
+            fail_usage("unknown option (see the usage in golden_consumer.c)", arguments[i]);
+        }
+    }
+}
+
+static int flag_argument(const char *text, const char *what)
+{
+    if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0) {
+        fail_usage(what, text);
+    }
+    return text[0] == '1';
+}
+
+/* One codec entry: every input's code. */
+static Tally check_codec(const char *directory, char **arguments, char **options, int option_count)
+{
+    static const char *const allowed[] = {"input_dtype", "rounding", "random_bits", "random_bit_count", NULL};
     const char *file = arguments[0], *input_name = arguments[1], *codes_name = arguments[2];
     const Format *format = format_named(arguments[3]);
-    int saturate = strcmp(arguments[4], "1") == 0;
+    const int saturate = flag_argument(arguments[4], "SATURATE must be 0 or 1");
+    const char *dtype = option(options, option_count, "input_dtype", "float32");
+    const Rounding rounding = rounding_named(option(options, option_count, "rounding", "nearest_even"));
+    const char *bits_name = option(options, option_count, "random_bits", NULL);
+    const int bit_count = atoi(option(options, option_count, "random_bit_count", "0"));
+    const int item_size = strcmp(dtype, "float64") == 0 ? 8 : 4;
+    Tally tally = {0, 0, 0};
     char path[4096];
-    long size, i, mismatches = 0;
+    long size, i;
     unsigned char *zip;
-    Array input, codes;
-    if (!saturate && strcmp(arguments[4], "0") != 0) {
-        fprintf(stderr, "golden_consumer: error: SATURATE must be 0 or 1, got %s\n", arguments[4]);
-        exit(2);
+    Array input, codes, random_bits;
+    check_option_names(options, option_count, allowed);
+    if (item_size == 4 && strcmp(dtype, "float32") != 0) {
+        fail_usage("input_dtype must be float32 or float64", dtype);
     }
+    if ((rounding == STOCHASTIC) != (bits_name != NULL) || (bits_name != NULL && (bit_count < 1 || bit_count > 32))) {
+        fail_usage("rounding=stochastic needs random_bits=ARRAY and random_bit_count=K (1 to 32), and only it",
+                   bits_name == NULL ? "no random bits" : bits_name);
+    }
+    tally.file = file;
     zip = read_whole_file(join_path(path, sizeof path, directory, file), &size);
-    input = read_array(file, zip, size, input_name, "<f4", 4);
+    input = read_array(file, zip, size, input_name, item_size == 8 ? "<f8" : "<f4", item_size);
     codes = read_array(file, zip, size, codes_name, "|u1", 1);
     if (codes.count != input.count) {
         fail_malformed(file, "the codes and the inputs differ in size");
     }
-    for (i = 0; i < input.count; i++) {
-        uint32_t bits = read_u32(input.data + 4 * i);
-        unsigned got = encode_fp8(bits, 0, format, saturate);
-        if (got != codes.data[i]) {
-            report_mismatch(&mismatches, file, codes_name, i, bits, codes.data[i], got);
+    if (bits_name != NULL) {
+        random_bits = read_array(file, zip, size, bits_name, "|u1", 1);
+        if (random_bits.count != input.count) {
+            fail_malformed(file, "the random bits and the inputs differ in size");
         }
     }
-    printf("%s codec %s saturate=%d %s:%s: %ld inputs, %ld mismatches\n", mismatches ? "FAIL" : "ok",
-           format->name, saturate, file, codes_name, input.count, mismatches);
+    for (i = 0; i < input.count; i++) {
+        const uint64_t bits = float_bits_at(&input, i);
+        const Exact x = exact_from_float_bits(bits, item_size);
+        uint32_t random = 0;
+        unsigned got;
+        if (bits_name != NULL) {
+            random = random_bits.data[i];
+            if (bit_count < 32 && random >> bit_count != 0) {
+                fail_malformed(file, "a random bit value is not below 2**random_bit_count");
+            }
+        }
+        if (x.kind == NOT_A_NUMBER && format->nan_style == NAN_NONE) {
+            fail_malformed(file, "a NaN input for a format without NaN");
+        }
+        got = encode(&x, format, rounding, saturate, random, bit_count);
+        if (got != codes.data[i]) {
+            report_code(&tally, codes_name, i, bits, item_size, codes.data[i], got);
+        }
+    }
+    tally.checked = input.count;
+    printf("%s codec %s %s %s saturate=%d %s:%s: %ld inputs, %ld mismatches\n", tally.mismatches ? "FAIL" : "ok",
+           format->name, dtype, option(options, option_count, "rounding", "nearest_even"), saturate, file,
+           codes_name, input.count, tally.mismatches);
     free(zip);
-    *checked += input.count;
-    return mismatches;
+    return tally;
 }
 
-/* One MX entry, scale mode floor (OCP MX v1.0 section 6.3): shared_exp = floor(log2(amax)) -
- * emax_elem, from the amax's exponent bits, clamped to [-127, 127]; scale code shared_exp + 127;
- * an all-zero block gets 0x00; a NaN or Inf in the block gives 0xFF (and don't-care codes).
- * Elements are x * 2**-shared_exp, exact, encoded with saturation. Checks scales and codes. */
-static long check_mx(const char *directory, char **arguments, long *checked)
+/* One MX entry (OCP MX v1.0 section 6.3 and the "mx" note): each block's E8M0 scale, then, where
+ * the scale is right and not NaN, its elements x * 2**-shared_exp, exactly, encoded with
+ * saturation. Blocks run along the last axis; a short last block is as if zero-padded. */
+static Tally check_mx(const char *directory, char **arguments, char **options, int option_count)
 {
+    static const char *const allowed[] = {"scale_mode", "rounding", NULL};
     const char *file = arguments[0], *input_name = arguments[1];
     const char *scales_name = arguments[2], *codes_name = arguments[3];
-    const Format *format = format_named(arguments[4]);
-    long block_size = strtol(arguments[5], NULL, 10), size, rows, length, blocks_per_row, row, block;
-    long mismatches = 0, blocks_checked = 0;
+    const Format *element = format_named(arguments[4]);
+    const long block_size = strtol(arguments[5], NULL, 10);
+    const ScaleMode mode = scale_mode_named(option(options, option_count, "scale_mode", "floor"));
+    const Rounding rounding = rounding_named(option(options, option_count, "rounding", "nearest_even"));
+    Tally tally = {0, 0, 0};
+    long size, rows, length, blocks_per_row, row, block;
     char path[4096];
     unsigned char *zip;
     Array input, scales, codes;
+    check_option_names(options, option_count, allowed);
     if (block_size <= 0) {
-        fprintf(stderr, "golden_consumer: error: BLOCK_SIZE must be a positive integer, got %s\n", arguments[5]);
-        exit(2);
+        fail_usage("BLOCK_SIZE must be a positive integer", arguments[5]);
     }
+    if (rounding == STOCHASTIC || !element->is_signed || element->nan_style == NAN_NEGATIVE_ZERO) {
+        fail_usage("an MX entry takes E4M3, E5M2, E3M2, E2M3 or E2M1 elements and no stochastic rounding",
+                   arguments[4]);
+    }
+    tally.file = file;
     zip = read_whole_file(join_path(path, sizeof path, directory, file), &size);
     input = read_array(file, zip, size, input_name, "<f4", 4);
     scales = read_array(file, zip, size, scales_name, "|u1", 1);
@@ -385,85 +892,179 @@ static long check_mx(const char *directory, char **arguments, long *checked)
     }
     rows = input.shape[0];
     length = input.shape[1];
-    blocks_per_row = (length + block_size - 1) / block_size; /* a short last block, as if zero-padded */
+    blocks_per_row = (length + block_size - 1) / block_size;
     if (scales.shape[0] != rows || scales.shape[1] != blocks_per_row) {
         fail_malformed(file, "the scales' shape does not match the blocks of the input");
     }
     for (row = 0; row < rows; row++) {
         for (block = 0; block < blocks_per_row; block++) {
-            long start = row * length + block * block_size, stop = start + block_size, i;
-            uint32_t amax_bits = 0; /* |x| as bits: for non-negative floats the order of bits is the order of values */
-            int shared_exponent;
-            unsigned expected_scale = scales.data[row * blocks_per_row + block], scale;
-            if (stop > (row + 1) * length) {
-                stop = (row + 1) * length;
-            }
-            for (i = start; i < stop; i++) {
-                uint32_t magnitude = read_u32(input.data + 4 * i) & 0x7FFFFFFFu;
-                amax_bits = magnitude > amax_bits ? magnitude : amax_bits; /* Inf and NaN above every finite */
-            }
-            if (amax_bits >= 0x7F800000u) {
-                scale = 0xFF;
-                shared_exponent = 0;
-            } else if (amax_bits == 0) {
-                scale = 0x00;
-                shared_exponent = -127;
-            } else {
-                int amax_exponent = (amax_bits >> 23) != 0 ? (int)(amax_bits >> 23) - 127 : floor_log2(amax_bits) - 149;
-                shared_exponent = amax_exponent - format->emax;
-                shared_exponent = shared_exponent < -127 ? -127 : shared_exponent > 127 ? 127 : shared_exponent;
-                scale = (unsigned)(shared_exponent + 127);
-            }
-            blocks_checked++;
+            const long start = row * length + block * block_size;
+            const long stop = block == blocks_per_row - 1 ? (row + 1) * length : start + block_size;
+            const unsigned expected_scale = scales.data[row * blocks_per_row + block];
+            int shared_exp;
+            uint32_t amax_bits;
+            unsigned scale = block_scale(&input, start, stop, element, mode, &shared_exp, &amax_bits);
+            long i;
+            tally.checked++;
             if (scale != expected_scale) {
-                if (++mismatches <= MAX_REPORTED_MISMATCHES) {
-                    printf("  mismatch %s:%s[%ld, %ld]: block amax bits 0x%08lX: expected scale 0x%02X, this "
-                           "encoder gives 0x%02X\n", file, scales_name, row, block, (unsigned long)amax_bits,
-                           expected_scale, scale);
-                }
-                continue;
+                report_scale(&tally, scales_name, row, block, amax_bits, expected_scale, scale);
+                continue; /* the codes depend on the scale */
             }
-            if (scale == 0xFF) {
+            if (scale == E8M0_NAN) {
                 continue; /* the block decodes to NaN: its codes are don't care */
             }
             for (i = start; i < stop; i++) {
-                uint32_t bits = read_u32(input.data + 4 * i);
-                unsigned got = encode_fp8(bits, -shared_exponent, format, 1);
+                const uint64_t bits = float_bits_at(&input, i);
+                const unsigned got = mx_element_code((uint32_t)bits, shared_exp, element, rounding);
+                tally.checked++;
                 if (got != codes.data[i]) {
-                    report_mismatch(&mismatches, file, codes_name, i, bits, codes.data[i], got);
+                    report_code(&tally, codes_name, i, bits, 4, codes.data[i], got);
                 }
             }
         }
     }
-    printf("%s mx %s block_size=%ld %s:%s,%s: %ld blocks, %ld elements, %ld mismatches\n",
-           mismatches ? "FAIL" : "ok", format->name, block_size, file, scales_name, codes_name,
-           blocks_checked, input.count, mismatches);
+    printf("%s mx %s block_size=%ld scale_mode=%s %s:%s,%s: %ld blocks, %ld elements, %ld values checked, "
+           "%ld mismatches\n", tally.mismatches ? "FAIL" : "ok", element->name, block_size,
+           option(options, option_count, "scale_mode", "floor"), file, scales_name, codes_name,
+           rows * blocks_per_row, input.count, tally.checked, tally.mismatches);
     free(zip);
-    *checked += input.count;
-    return mismatches;
+    return tally;
 }
+
+/* One NVFP4 entry (the "nvfp4" note: TransformerEngine's order of float32 operations): the tensor
+ * amax (where not given), S_enc, then per block of 16 the E4M3 scale code and the E2M1 codes. */
+static Tally check_nvfp4(const char *directory, char **arguments)
+{
+    const char *file = arguments[0], *input_name = arguments[1], *scales_name = arguments[2];
+    const char *codes_name = arguments[3], *amax_name = arguments[4], *encode_scale_name = arguments[5];
+    const int given = flag_argument(arguments[6], "GIVEN must be 0 or 1");
+    const long block_size = 16;
+    Tally tally = {0, 0, 0};
+    long size, rows, length, blocks_per_row, row, block, i;
+    char path[4096];
+    unsigned char *zip;
+    Array input, scales, codes, amax_array, encode_scale_array;
+    float global_amax, s_enc, s_dec, multiplier;
+    tally.file = file;
+    zip = read_whole_file(join_path(path, sizeof path, directory, file), &size);
+    input = read_array(file, zip, size, input_name, "<f4", 4);
+    scales = read_array(file, zip, size, scales_name, "|u1", 1);
+    codes = read_array(file, zip, size, codes_name, "|u1", 1);
+    amax_array = read_array(file, zip, size, amax_name, "<f4", 4);
+    encode_scale_array = read_array(file, zip, size, encode_scale_name, "<f4", 4);
+    if (input.ndim != 2 || scales.ndim != 2 || codes.count != input.count || amax_array.ndim != 0
+        || encode_scale_array.ndim != 0) {
+        fail_malformed(file, "NVFP4 arrays must be 2-d (one code per input) and 0-d (amax, S_enc)");
+    }
+    rows = input.shape[0];
+    length = input.shape[1];
+    blocks_per_row = (length + block_size - 1) / block_size;
+    if (scales.shape[0] != rows || scales.shape[1] != blocks_per_row) {
+        fail_malformed(file, "the scales' shape does not match the blocks of the input");
+    }
+    for (i = 0; i < input.count; i++) {
+        if ((float_bits_at(&input, i) & 0x7F800000u) == 0x7F800000u) {
+            fail_malformed(file, "an NVFP4 input is NaN or Inf");
+        }
+    }
+
+    /* the tensor amax: max |x| unless given */
+    global_amax = float_of_bits((uint32_t)float_bits_at(&amax_array, 0));
+    if (!given) {
+        uint32_t amax_bits = 0;
+        for (i = 0; i < input.count; i++) {
+            uint32_t magnitude = (uint32_t)float_bits_at(&input, i) & 0x7FFFFFFFu;
+            amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
+        }
+        tally.checked++;
+        if (amax_bits != bits_of_float(global_amax)) {
+            report_scalar(&tally, amax_name, bits_of_float(global_amax), amax_bits);
+        }
+    }
+    /* S_enc, S_dec, and the block scale multiplier */
+    s_enc = nvfp4_encode_scale(global_amax);
+    tally.checked++;
+    if (bits_of_float(s_enc) != (uint32_t)float_bits_at(&encode_scale_array, 0)) {
+        report_scalar(&tally, encode_scale_name, (uint32_t)float_bits_at(&encode_scale_array, 0), bits_of_float(s_enc));
+    }
+    s_dec = 1.0f / s_enc;
+    multiplier = nvfp4_scale_multiplier(s_enc);
+
+    for (row = 0; row < rows; row++) {
+        for (block = 0; block < blocks_per_row; block++) {
+            const long start = row * length + block * block_size;
+            const long stop = block == blocks_per_row - 1 ? (row + 1) * length : start + block_size;
+            const unsigned expected_scale = scales.data[row * blocks_per_row + block];
+            uint32_t amax_bits = 0;
+            unsigned scale;
+            float element_scale;
+            for (i = start; i < stop; i++) {
+                uint32_t magnitude = (uint32_t)float_bits_at(&input, i) & 0x7FFFFFFFu;
+                amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
+            }
+            scale = nvfp4_scale_code(float_of_bits(amax_bits), multiplier);
+            tally.checked++;
+            if (scale != expected_scale) {
+                report_scale(&tally, scales_name, row, block, amax_bits, expected_scale, scale);
+                continue; /* the codes depend on the scale */
+            }
+            element_scale = nvfp4_element_scale(scale, s_dec);
+            for (i = start; i < stop; i++) {
+                const uint64_t bits = float_bits_at(&input, i);
+                const unsigned got = nvfp4_element_code(float_of_bits((uint32_t)bits), element_scale);
+                tally.checked++;
+                if (got != codes.data[i]) {
+                    report_code(&tally, codes_name, i, bits, 4, codes.data[i], got);
+                }
+            }
+        }
+    }
+    printf("%s nvfp4 given=%d %s:%s,%s: %ld blocks, %ld elements, %ld values checked, %ld mismatches\n",
+           tally.mismatches ? "FAIL" : "ok", given, file, scales_name, codes_name, rows * blocks_per_row,
+           input.count, tally.checked, tally.mismatches);
+    free(zip);
+    return tally;
+}
+
+/* ---------------------------------------------------------------------------------- main -- */
 
 int main(int argc, char **argv)
 {
     long entries = 0, checked = 0, mismatches = 0;
     int next = 2;
     if (argc < 3) {
-        fprintf(stderr, "usage: golden_consumer DIR ENTRY...  (ENTRY: codec FILE INPUT CODES FORMAT SATURATE |"
-                " mx FILE INPUT SCALES CODES ELEMENT_FORMAT BLOCK_SIZE)\n");
+        fprintf(stderr, "usage: golden_consumer DIR ENTRY...  (ENTRY: codec FILE INPUT CODES FORMAT SATURATE "
+                "[OPTION=VALUE...] | mx FILE INPUT SCALES CODES ELEMENT_FORMAT BLOCK_SIZE [OPTION=VALUE...] | "
+                "nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN; see golden_consumer.c)\n");
         return 2;
     }
     while (next < argc) {
-        if (strcmp(argv[next], "codec") == 0 && next + 6 <= argc) {
-            mismatches += check_codec(argv[1], argv + next + 1, &checked);
-            next += 6;
-        } else if (strcmp(argv[next], "mx") == 0 && next + 7 <= argc) {
-            mismatches += check_mx(argv[1], argv + next + 1, &checked);
-            next += 7;
-        } else {
-            fprintf(stderr, "golden_consumer: error: expected an entry (codec with 5 arguments, mx with 6) at "
-                    "argument %d, got %s\n", next, argv[next]);
+        const char *kind = argv[next];
+        const int fixed = strcmp(kind, "codec") == 0 ? 5 : strcmp(kind, "mx") == 0 ? 6
+                          : strcmp(kind, "nvfp4") == 0 ? 7 : -1;
+        int options = 0;
+        Tally tally;
+        if (fixed < 0 || next + 1 + fixed > argc) {
+            fprintf(stderr, "golden_consumer: error: expected an entry (codec with 5 arguments, mx with 6, nvfp4 "
+                    "with 7) at argument %d, got %s\n", next, kind);
             return 2;
         }
+        while (next + 1 + fixed + options < argc && strchr(argv[next + 1 + fixed + options], '=') != NULL) {
+            options++;
+        }
+        if (strcmp(kind, "codec") == 0) {
+            tally = check_codec(argv[1], argv + next + 1, argv + next + 1 + fixed, options);
+        } else if (strcmp(kind, "mx") == 0) {
+            tally = check_mx(argv[1], argv + next + 1, argv + next + 1 + fixed, options);
+        } else {
+            if (options != 0) {
+                fail_usage("an nvfp4 entry takes no options", argv[next + 1 + fixed]);
+            }
+            tally = check_nvfp4(argv[1], argv + next + 1);
+        }
+        checked += tally.checked;
+        mismatches += tally.mismatches;
+        next += 1 + fixed + options;
         entries++;
     }
     printf("summary: %ld entries, %ld values checked, %ld mismatches\n", entries, checked, mismatches);

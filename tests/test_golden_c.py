@@ -1,9 +1,12 @@
 """The golden files serve a consumer in another language: C.
 
 ``tests/golden_consumer.c`` (C99, standard library only) reads the ``.npz`` files with its own zip
-and ``.npy`` reader and checks their expected codes against its own FP8 encoder, written from the
-OCP OFP8 rev 1.0 and OCP MX v1.0 specifications. These tests compile it, run it on files that
-``minifp8.golden`` writes, and show that it fails on a damaged expected code or a malformed file.
+and ``.npy`` reader and checks every expected code and scale against its own encoders, written from
+the specifications (IEEE 754-2019, OCP OFP8 rev 1.0, OCP MX v1.0) and the manifest's notes: one
+generic encoder for every catalogued format, every rounding mode (stochastic with the files' random
+bits), float32 and float64 inputs, the four MX scale modes and NVFP4's float32 steps. These tests
+compile it, run it on every entry of the files that ``minifp8.golden`` writes by default, and show
+that it fails on a damaged expected code or scale in each kind of file, and on a malformed file.
 """
 from __future__ import annotations
 
@@ -15,11 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minifp8 import golden
+from minifp8 import formats, golden, mx
 
 SOURCE = Path(__file__).with_name("golden_consumer.c")
 COMPILER = next(filter(None, map(shutil.which, ("cc", "gcc", "clang"))), None)
-FORMATS = ("E4M3", "E5M2")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def consumer(tmp_path_factory) -> Path:
     if COMPILER is None:
         pytest.skip("no C compiler on PATH (looked for cc, gcc, clang): cannot build tests/golden_consumer.c")
     executable = tmp_path_factory.mktemp("consumer") / "golden_consumer"
-    build = subprocess.run([COMPILER, "-std=c99", "-O2", "-Wall", "-Wextra", str(SOURCE),
+    build = subprocess.run([COMPILER, "-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", str(SOURCE),
                             "-o", str(executable)], capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, f"{COMPILER} failed:\n{build.stderr}"
     return executable
@@ -37,34 +39,31 @@ def consumer(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def golden_files(tmp_path_factory) -> tuple[Path, dict]:
-    """The golden files of E4M3 and E5M2 (and the block files), and their manifest."""
+    """What ``python -m minifp8.golden --out DIR`` writes by default (every format, the block files)."""
     folder = tmp_path_factory.mktemp("golden")
-    return folder, golden.write(folder, list(FORMATS))
-
-
-def checked_entries(manifest: dict) -> list[dict]:
-    """The manifest's entries the consumer checks: codec entries of E4M3 and E5M2 with float32
-    input and rounding to nearest even, and MX entries of those element formats, scale mode floor."""
-    codec = [entry for entry in manifest["entries"] if entry["kind"] == "codec" and entry["format"] in FORMATS
-             and entry["input_dtype"] == "float32" and entry["rounding"] == "nearest_even"]
-    block = [entry for entry in manifest["entries"] if entry["kind"] == "mx"
-             and entry["element_format"] in FORMATS and entry["scale_mode"] == "floor"]
-    # both formats, both saturate settings (not a selection that happens to be empty)
-    combinations = {(name, saturate) for name in FORMATS for saturate in (False, True)}
-    assert {(entry["format"], entry["saturate"]) for entry in codec} == combinations
-    assert sorted(entry["element_format"] for entry in block) == sorted(FORMATS)
-    return codec + block
+    return folder, golden.write(folder)
 
 
 def consumer_arguments(entry: dict) -> list[str]:
     """One entry of the consumer's command line (see the usage in golden_consumer.c)."""
     roles = entry["arrays"]
     if entry["kind"] == "codec":
-        return ["codec", entry["file"], roles["input"], roles["expected_codes"], entry["format"],
-                str(int(entry["saturate"]))]
-    assert entry["ignore_codes_where_scale"] == 0xFF and entry["axis"] == -1  # what the consumer assumes
-    return ["mx", entry["file"], roles["input"], roles["expected_scales"], roles["expected_codes"],
-            entry["element_format"], str(entry["block_size"])]
+        arguments = ["codec", entry["file"], roles["input"], roles["expected_codes"], entry["format"],
+                     str(int(entry["saturate"])), f"input_dtype={entry['input_dtype']}",
+                     f"rounding={entry['rounding']}"]
+        if roles["random_bits"] is not None:
+            arguments += [f"random_bits={roles['random_bits']}", f"random_bit_count={entry['random_bit_count']}"]
+        return arguments
+    assert entry["axis"] == -1 and entry["input_dtype"] == "float32"  # what the consumer assumes
+    if entry["kind"] == "mx":
+        assert entry["ignore_codes_where_scale"] == 0xFF and entry["saturate"] is True
+        return ["mx", entry["file"], roles["input"], roles["expected_scales"], roles["expected_codes"],
+                entry["element_format"], str(entry["block_size"]), f"scale_mode={entry['scale_mode']}",
+                f"rounding={entry['rounding']}"]
+    assert entry["kind"] == "nvfp4" and entry["block_size"] == 16
+    assert (entry["element_format"], entry["scale_format"]) == ("E2M1", "E4M3")
+    return ["nvfp4", entry["file"], roles["input"], roles["expected_scales"], roles["expected_codes"],
+            roles["global_amax"], roles["encode_scale"], str(int(entry["global_amax_given"]))]
 
 
 def run_consumer(consumer: Path, folder: Path, entries: list[dict]) -> subprocess.CompletedProcess:
@@ -72,53 +71,157 @@ def run_consumer(consumer: Path, folder: Path, entries: list[dict]) -> subproces
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
-def input_count(entry: dict) -> int:
-    return int(np.prod(entry["shapes"][entry["arrays"]["input"]]))
+def load_arrays(folder: Path, entry: dict) -> dict:
+    with np.load(folder / entry["file"]) as archive:
+        return {key: archive[key] for key in archive.files}
 
 
-def test_consumer_in_c_agrees_with_every_code(consumer, golden_files):
+def expected_line(entry: dict, arrays: dict) -> tuple[str, int]:
+    """The consumer's line for an entry that passes, and the number of values it must compare,
+    counted here from the arrays: every code; for blocks every scale, and the codes of the blocks
+    whose scale is not NaN (their others are don't-care); NVFP4 adds S_enc and, where it is not
+    given, the tensor amax."""
+    roles = entry["arrays"]
+    inputs = arrays[roles["input"]]
+    if entry["kind"] == "codec":
+        return (f"ok codec {entry['format']} {entry['input_dtype']} {entry['rounding']} saturate="
+                f"{int(entry['saturate'])} {entry['file']}:{roles['expected_codes']}: {inputs.size} inputs, "
+                f"0 mismatches"), inputs.size
+    scales, size = arrays[roles["expected_scales"]], entry["block_size"]
+    checked = scales.size + int(np.repeat(scales != 0xFF, size, axis=1)[:, :inputs.shape[1]].sum())
+    described = (f"{entry['file']}:{roles['expected_scales']},{roles['expected_codes']}: {scales.size} blocks, "
+                 f"{inputs.size} elements")
+    if entry["kind"] == "mx":
+        return (f"ok mx {entry['element_format']} block_size={size} scale_mode={entry['scale_mode']} {described}, "
+                f"{checked} values checked, 0 mismatches"), checked
+    checked += 1 + (not entry["global_amax_given"])
+    return (f"ok nvfp4 given={int(entry['global_amax_given'])} {described}, {checked} values checked, "
+            f"0 mismatches"), checked
+
+
+def test_consumer_in_c_checks_every_entry_of_every_file(consumer, golden_files):
     folder, manifest = golden_files
-    entries = checked_entries(manifest)
+    entries = manifest["entries"]
+    # every file the writer produces, every entry: 8 formats x 2 input dtypes x 4 roundings x 2 saturations,
+    # 5 MX formats x 4 scale modes, and NVFP4 with max |x| and with each given tensor amax
+    assert {path.name for path in folder.glob("*.npz")} == {entry["file"] for entry in entries}
+    kinds = [entry["kind"] for entry in entries]
+    assert kinds.count("codec") == len(formats.CATALOGUE) * 2 * len(golden.ROUNDINGS) * 2 == 128
+    assert kinds.count("mx") == len(mx.FORMATS) * len(mx.SCALE_MODES) == 20
+    assert kinds.count("nvfp4") == 1 + len(golden.NVFP4_GLOBAL_AMAXES) == 3
     result = run_consumer(consumer, folder, entries)
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
-    for entry, line in zip(entries, lines):
-        roles = entry["arrays"]
-        if entry["kind"] == "codec":
-            assert line == (f"ok codec {entry['format']} saturate={int(entry['saturate'])} {entry['file']}:"
-                            f"{roles['expected_codes']}: {input_count(entry)} inputs, 0 mismatches")
-        else:
-            blocks = int(np.prod(entry["shapes"][roles["expected_scales"]]))
-            assert line == (f"ok mx {entry['element_format']} block_size={entry['block_size']} {entry['file']}:"
-                            f"{roles['expected_scales']},{roles['expected_codes']}: {blocks} blocks, "
-                            f"{input_count(entry)} elements, 0 mismatches")
-    total = sum(map(input_count, entries))
-    assert lines[len(entries):] == [f"summary: {len(entries)} entries, {total} values checked, 0 mismatches"]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    files = {}
+    for entry in entries:
+        if entry["file"] not in files:
+            files[entry["file"]] = load_arrays(folder, entry)
+    expected = [expected_line(entry, files[entry["file"]]) for entry in entries]
+    total = sum(checked for _, checked in expected)
+    assert result.stdout.splitlines() == [line for line, _ in expected] + [
+        f"summary: {len(entries)} entries, {total} values checked, 0 mismatches"]
 
 
-def test_consumer_in_c_names_a_damaged_code(consumer, golden_files, tmp_path):
+def _block_of(arrays: dict, entry: dict, wanted) -> tuple[int, int]:
+    """The first (row, block) whose expected scale satisfies ``wanted``."""
+    scales = arrays[entry["arrays"]["expected_scales"]]
+    row, block = np.argwhere(wanted(scales))[0]
+    return int(row), int(block)
+
+
+def _amax_bits(inputs: np.ndarray, row: int, block: int, size: int) -> int:
+    return int((inputs[row, block * size:(block + 1) * size].view("<u4") & 0x7FFFFFFF).max())
+
+
+def _damage_a_code(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+    """Change one expected code (in a block whose scale is not NaN) to its neighbour; return the
+    array's name and the mismatch line the consumer must print (up to the input's value)."""
+    roles = entry["arrays"]
+    name, inputs = roles["expected_codes"], arrays[roles["input"]]
+    if entry["kind"] == "codec":
+        index = inputs.size // 2
+    else:
+        row, block = _block_of(arrays, entry, lambda scales: (scales != 0xFF) & (scales != 0x00))
+        index = row * inputs.shape[1] + block * entry["block_size"] + 5
+    codes = arrays[name].reshape(-1)
+    original = int(codes[index])
+    codes[index] ^= 1
+    bits = inputs.reshape(-1)[index:index + 1].view(f"<u{inputs.itemsize}")[0]
+    return name, (f"  mismatch {entry['file']}:{name}[{index}]: input 0x{bits:0{2 * inputs.itemsize}X} (",
+                  f"): expected 0x{original ^ 1:02X}, this encoder gives 0x{original:02X}")
+
+
+def _damage_a_scale(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+    roles = entry["arrays"]
+    name = roles["expected_scales"]
+    row, block = _block_of(arrays, entry, lambda scales: (scales != 0xFF) & (scales != 0x00))
+    original = int(arrays[name][row, block])
+    arrays[name][row, block] ^= 1
+    amax = _amax_bits(arrays[roles["input"]], row, block, entry["block_size"])
+    return name, (f"  mismatch {entry['file']}:{name}[{row}, {block}]: block amax 0x{amax:08X} (",
+                  f"): expected scale 0x{original ^ 1:02X}, this encoder gives 0x{original:02X}")
+
+
+def _damage_the_encode_scale(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+    name = entry["arrays"]["encode_scale"]
+    original = int(arrays[name].view("<u4"))
+    arrays[name] = np.array(original + 1, "<u4").view("<f4")  # the next float32
+    return name, (f"  mismatch {entry['file']}:{name}: expected 0x{original + 1:08X} (",
+                  f"), this consumer gives 0x{original:08X} (")
+
+
+def _entry(kind: str, **fields):
+    """A test of whether a manifest entry is of ``kind`` with these fields (``input``: its input array)."""
+    def matches(entry):
+        roles = {"input": entry["arrays"]["input"]}
+        return entry["kind"] == kind and all({**entry, **roles}[key] == value for key, value in fields.items())
+    return matches
+
+
+@pytest.mark.parametrize("selected, damage", [
+    (_entry("codec", format="E4M3", input_dtype="float32", rounding="nearest_even", saturate=True), _damage_a_code),
+    (_entry("codec", format="E8M0", input_dtype="float64", rounding="stochastic", saturate=False), _damage_a_code),
+    (_entry("codec", format="E2M3", input_dtype="float32", rounding="toward_zero", saturate=False), _damage_a_code),
+    (_entry("mx", format="MXFP4_E2M1", scale_mode="rceil"), _damage_a_scale),
+    (_entry("mx", format="MXFP6_E3M2", scale_mode="even"), _damage_a_code),
+    (_entry("nvfp4", input="x_1"), _damage_a_scale),
+    (_entry("nvfp4", input="x_2"), _damage_a_code),
+    (_entry("nvfp4", input="x"), _damage_the_encode_scale),
+], ids=["codec-E4M3-code", "codec-E8M0-float64-stochastic-code", "codec-E2M3-code", "mx-MXFP4-rceil-scale",
+        "mx-MXFP6-even-code", "nvfp4-given-amax-scale", "nvfp4-given-amax-code", "nvfp4-encode-scale"])
+def test_consumer_in_c_names_a_damaged_expected_value(consumer, golden_files, tmp_path, selected, damage):
+    """One expected code or scale changed in a file: the consumer exits 1 and names the index (row and
+    block for a scale), the input (the block amax) and both values; the file's other entries pass."""
     folder, manifest = golden_files
-    entries = checked_entries(manifest)
-    damaged_entry = next(entry for entry in entries if entry["kind"] == "codec" and entry["format"] == "E4M3"
-                         and entry["saturate"])
-    name, codes_name = damaged_entry["file"], damaged_entry["arrays"]["expected_codes"]
+    damaged_entry = next(filter(selected, manifest["entries"]))
     copy = Path(shutil.copytree(folder, tmp_path / "damaged"))
-    with np.load(copy / name) as archive:
-        arrays = {key: archive[key] for key in archive.files}
-    index = arrays[codes_name].size // 2
-    original = int(arrays[codes_name][index])
-    arrays[codes_name][index] ^= 1  # the neighbouring code
-    np.savez(copy / name, **arrays)  # numpy's own writer this time (zip64 local headers)
-    result = run_consumer(consumer, copy, entries)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert f"  mismatch {name}:{codes_name}[{index}]: input 0x{arrays['x'][index:index + 1].view('<u4')[0]:08X}" \
-           in result.stdout
-    assert f"expected 0x{original ^ 1:02X}, this encoder gives 0x{original:02X}" in result.stdout
-    assert f"FAIL codec E4M3 saturate=1 {name}:{codes_name}: {input_count(damaged_entry)} inputs, 1 mismatches" \
-           in result.stdout
+    arrays = load_arrays(copy, damaged_entry)
+    name, (line_start, line_end) = damage(arrays, damaged_entry)
+    np.savez(copy / damaged_entry["file"], **arrays)  # numpy's own writer (zip64 local headers)
+    result = run_consumer(consumer, copy, manifest["entries"])
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr
+    mismatches = [line for line in result.stdout.splitlines() if line.startswith("  mismatch")]
+    assert len(mismatches) == 1 and mismatches[0].startswith(line_start) and line_end in mismatches[0], \
+        (mismatches, line_start, line_end)
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].endswith(", 1 mismatches") and f" {damaged_entry['file']}:" in failed[0]
+    assert name in failed[0] or damage is _damage_the_encode_scale
     passed = [line for line in result.stdout.splitlines() if line.startswith("ok ")]
-    assert len(passed) == len(entries) - 1  # the others, the same file's nosat codes included
+    assert len(passed) == len(manifest["entries"]) - 1  # the other entries, of the same file too
     assert result.stdout.endswith(" 1 mismatches\n")
+
+
+def test_consumer_in_c_ignores_the_codes_of_a_nan_scale_block(consumer, golden_files, tmp_path):
+    """The codes of a block whose expected scale is 0xFF (ignore_codes_where_scale) are don't-care:
+    changing one is no mismatch."""
+    folder, manifest = golden_files
+    entry = next(entry for entry in manifest["entries"] if entry["kind"] == "mx")
+    copy = Path(shutil.copytree(folder, tmp_path / "dont_care"))
+    arrays = load_arrays(copy, entry)
+    row, block = _block_of(arrays, entry, lambda scales: scales == 0xFF)
+    arrays[entry["arrays"]["expected_codes"]][row, block * entry["block_size"]] ^= 1
+    np.savez(copy / entry["file"], **arrays)
+    result = run_consumer(consumer, copy, [entry])
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def _truncate(path: Path, arrays: dict) -> None:
@@ -153,20 +256,46 @@ def _as_float64(path: Path, arrays: dict) -> None:
 ])
 def test_consumer_in_c_rejects_a_malformed_file(consumer, golden_files, tmp_path, damage, message):
     folder, manifest = golden_files
-    entry = next(entry for entry in checked_entries(manifest) if entry["format"] == "E5M2")
+    entry = next(entry for entry in manifest["entries"] if entry["kind"] == "codec" and entry["format"] == "E5M2"
+                 and entry["input_dtype"] == "float32")
     copy = Path(shutil.copytree(folder, tmp_path / "malformed"))
-    with np.load(copy / entry["file"]) as archive:
-        arrays = {key: archive[key] for key in archive.files}
-    damage(copy / entry["file"], arrays)
+    damage(copy / entry["file"], load_arrays(copy, entry))
     result = run_consumer(consumer, copy, [entry])
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith(f"golden_consumer: error: {entry['file']}: ")
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("arguments, message", [
+    (["codec", "f.npz", "x", "c", "E4M3", "1", "roundng=toward_zero"], "unknown option"),
+    (["codec", "f.npz", "x", "c", "E4M3", "1", "rounding=stochastic"], "needs random_bits=ARRAY"),
+    (["codec", "f.npz", "x", "c", "E4M3", "2"], "SATURATE must be 0 or 1, got 2"),
+    (["codec", "f.npz", "x", "c", "E3M3", "1"], "FORMAT must be E4M3, E5M2, E4M3FNUZ"),
+    (["mx", "f.npz", "x", "s", "c", "E4M3", "32", "scale_mode=round"], "scale_mode must be floor, ceil"),
+    (["nvfp4", "f.npz", "x", "s", "c", "a", "e"], "expected an entry"),
+])
+def test_consumer_in_c_rejects_bad_usage(consumer, tmp_path, arguments, message):
+    result = subprocess.run([str(consumer), str(tmp_path), *arguments], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_golden_notes_state_the_rules_the_consumer_takes_from_them(golden_files):
+    """The consumer's rules that no specification gives come from the notes: the FNUZ formats, the
+    sign of zero results, the sign bit's place in FP6/FP4 codes, NVFP4's two casts and its 1 / 0."""
+    notes = golden_files[1]["notes"]
+    for stated in ("bias 8 and 16", "NaN 0x80 only", "max 240 and 57344", "keeps the input's sign",
+                   "FNUZ, where it is 0x00", "unbounded above"):
+        assert stated in notes["codec"], stated
+    assert "0x20 for FP6, 0x08 for FP4" in notes["arrays"]
+    assert "the entry's rounding and saturate=true" in notes["mx"]
+    for stated in ("block_amax = max |x| over the block's 16", "1 / 0 is Inf, so FLT_MAX",
+                   "E4M3 (saturate=true) and E2M1 codes, rounding to nearest even", "-0.0 gives 0x08"):
+        assert stated in notes["nvfp4"], stated
+
+
 def test_golden_files_are_stored_not_deflated(golden_files):
     """The consumer reads stored zip members only: say so here if golden.write ever compresses."""
     folder, manifest = golden_files
-    for name in sorted({entry["file"] for entry in checked_entries(manifest)}):
+    for name in sorted({entry["file"] for entry in manifest["entries"]}):
         with zipfile.ZipFile(folder / name) as archive:
             assert {info.compress_type for info in archive.infolist()} == {zipfile.ZIP_STORED}, name
