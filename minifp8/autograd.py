@@ -15,6 +15,8 @@ arrays instead of scalars:
   ``t.retain_grad()`` to keep it on an intermediate result too. The graph lives as long as its
   output, so ``backward`` may be called again on it.
 * Inside ``with no_grad():`` ops compute values only and record nothing.
+* ``no_grad`` and ``default_dtype`` switch the calling thread only (as torch's grad mode does):
+  another thread keeps its own settings, and a new thread starts with grad enabled and float32.
 * Ops save references to their inputs' arrays, not copies, so changing ``.data`` in place between
   the forward pass and ``backward`` would give wrong gradients. As in torch, every tensor has a
   version counter that in-place updates bump, and each op records its inputs' versions and its
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -64,27 +67,39 @@ __all__ = [
     "Tensor", "as_tensor", "default_dtype", "get_default_dtype", "is_grad_enabled", "make_op", "no_grad",
 ]
 
-_grad_enabled = True
-_default_dtype = np.dtype(np.float32)
+# ---- the switches, per thread -------------------------------------------------------------------
+
+class _Switches(threading.local):
+    """`no_grad`'s and `default_dtype`'s settings, one set per thread: process-wide ones would leak
+    between threads (two threads' nested ``no_grad`` blocks, ended out of order, left grad off for
+    good). Set in ``__init__``, which each thread runs on first use: a read then finds them in the
+    instance, which is faster than a class attribute."""
+
+    def __init__(self):
+        self.grad_enabled = True
+        self.default_dtype = np.dtype(np.float32)
 
 
-# ---- global switches ---------------------------------------------------------------------------
+_switches = _Switches()
+
 
 @contextlib.contextmanager
 def no_grad() -> Iterator[None]:
-    """Context manager (or decorator): ops inside compute values only and build no graph."""
-    global _grad_enabled
-    previous = _grad_enabled
-    _grad_enabled = False
+    """Context manager (or decorator): ops inside compute values only and build no graph.
+
+    It switches the calling thread only; other threads keep recording.
+    """
+    previous = _switches.grad_enabled
+    _switches.grad_enabled = False
     try:
         yield
     finally:
-        _grad_enabled = previous
+        _switches.grad_enabled = previous
 
 
 def is_grad_enabled() -> bool:
-    """True unless inside `no_grad`."""
-    return _grad_enabled
+    """True unless inside `no_grad` (in this thread)."""
+    return _switches.grad_enabled
 
 
 @contextlib.contextmanager
@@ -92,23 +107,23 @@ def default_dtype(dtype) -> Iterator[None]:
     """Context manager: tensors created inside get floating dtype ``dtype`` (float32 or float64).
 
     float32 is the engine's dtype. float64 exists so that `minifp8.testing.gradcheck` can
-    run the very same ops in double precision against finite differences.
+    run the very same ops in double precision against finite differences. It switches the
+    calling thread only: tensors that other threads create stay float32.
     """
-    global _default_dtype
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"default_dtype must be float32 or float64, got {dtype}")
-    previous = _default_dtype
-    _default_dtype = dtype
+    previous = _switches.default_dtype
+    _switches.default_dtype = dtype
     try:
         yield
     finally:
-        _default_dtype = previous
+        _switches.default_dtype = previous
 
 
 def get_default_dtype() -> np.dtype:
-    """The floating dtype that new tensors get (float32 unless inside `default_dtype`)."""
-    return _default_dtype
+    """The floating dtype that new tensors get (float32 unless inside `default_dtype`, in this thread)."""
+    return _switches.default_dtype
 
 
 def _to_array(data, what: str = "Tensor data") -> np.ndarray:
@@ -118,7 +133,8 @@ def _to_array(data, what: str = "Tensor data") -> np.ndarray:
     array = np.asarray(data)
     kind = array.dtype.kind
     if kind == "f":
-        return array if array.dtype == _default_dtype else array.astype(_default_dtype)
+        dtype = _switches.default_dtype
+        return array if array.dtype == dtype else array.astype(dtype)
     if kind in "iu":
         return array
     if kind == "b":
@@ -649,7 +665,7 @@ def make_op(data, parents: Sequence[Tensor], backward: Callable, name: str = "op
                         f"gradients, got {_described(backward)}")
     data = np.asarray(data)
     version = _shared_version(data, parents)
-    if _grad_enabled and any(p._requires_grad for p in parents):
+    if _switches.grad_enabled and any(p._requires_grad for p in parents):
         if data.dtype.kind != "f":
             raise TypeError(f"op {name!r} produced dtype {data.dtype}; a differentiable output must be floating")
         return Tensor._result(data, parents, backward, name, version)

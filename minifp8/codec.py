@@ -143,7 +143,7 @@ def _overflow_code(fmt: FloatFormat, sign: int, saturate: bool, infinite_input: 
     return fmt.inf_code(sign != 0) if fmt.has_infinity else fmt.nan_code(sign != 0 and fmt.nan_style != "negative_zero")
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=256)  # (about 12 KiB a format: a sweep of custom formats must not keep them all)
 def _code_of_value(fmt: FloatFormat) -> dict:
     """Exact value -> code for the non-negative finite codes (the reverse of the decode table)."""
     table = fmt.values()
@@ -442,7 +442,7 @@ def _float32_table_is_exact(fmt: FloatFormat) -> bool:
     return fmt.mantissa_bits + 1 <= 7 and fmt.emin - fmt.mantissa_bits - 1 >= -133
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=64)  # 128 KiB each: 8 MiB at most, however many custom formats a sweep makes
 def _float32_tables(fmt: FloatFormat, rounding: str, saturate: bool) -> tuple[np.ndarray, np.ndarray]:
     """Codes for every float32 upper half ``u``: when the lower half is zero, and when it is not.
 
@@ -458,6 +458,7 @@ def _float32_tables(fmt: FloatFormat, rounding: str, saturate: bool) -> tuple[np
         exact, inside = np.nan_to_num(exact, nan=0.0), np.nan_to_num(inside, nan=0.0)
     on_boundary = _encode_exact(exact, fmt, rounding, saturate, None, None)
     inside_interval = _encode_exact(inside, fmt, rounding, saturate, None, None)
+    on_boundary.flags.writeable = inside_interval.flags.writeable = False  # shared by every caller
     return on_boundary, inside_interval
 
 
@@ -474,7 +475,7 @@ def _encode_float32_by_table(x: np.ndarray, fmt: FloatFormat, rounding, saturate
     return codes.reshape(x.shape)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=256)
 def _float32_table(fmt: FloatFormat) -> np.ndarray:
     table = fmt.values().astype(np.float32)
     table.flags.writeable = False

@@ -1021,6 +1021,7 @@ the threads help the wider tensors in a step is not measured there."""
 _CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 per slice: it and its temporaries stay in cache
 _pool: ThreadPoolExecutor | None = None
 _pool_workers = 0
+_pool_lock = threading.Lock()  # taken only to make the pool: threads casting at once make one, not one each
 
 
 def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
@@ -1035,10 +1036,13 @@ def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
     if threads < 2:
         return [kernel(start, stop) for start, stop in slices]
     if _pool_workers < threads - 1:
-        _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="minifp8-cast")
-        _pool_workers = threads - 1
+        with _pool_lock:
+            if _pool_workers < threads - 1:  # (another thread may have made it meanwhile)
+                _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="minifp8-cast")
+                _pool_workers = threads - 1  # (after _pool: a thread that reads this finds that pool)
+    pool = _pool
     groups = [slices[i::threads] for i in range(threads)]
-    futures = [_pool.submit(_run_slices, kernel, group) for group in groups[1:]]
+    futures = [pool.submit(_run_slices, kernel, group) for group in groups[1:]]
     results = _run_slices(kernel, groups[0])  # this thread works too
     for future in futures:
         results.extend(future.result())

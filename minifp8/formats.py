@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import reprlib
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -260,11 +261,21 @@ class FloatFormat:
 
 
 _TABLES: dict[FloatFormat, np.ndarray] = {}
+"""The catalogue's decode tables, kept for good (moved here from `_OTHER_TABLES` below the catalogue)."""
+_OTHER_TABLES: dict[FloatFormat, np.ndarray] = {}
+"""Other formats' tables: the latest `_OTHER_TABLES_KEPT`, the oldest dropped first. A format computes
+its table when it is made (`max` reads it), and a sweep may make thousands. Written only under
+`_OTHER_TABLES_LOCK`, so that a lookup needs no lock; a table enters it whole and read-only."""
+_OTHER_TABLES_KEPT = 256
+_OTHER_TABLES_LOCK = threading.Lock()
 
 
 def _decode_table(fmt: FloatFormat) -> np.ndarray:
-    if fmt in _TABLES:
-        return _TABLES[fmt]
+    table = _TABLES.get(fmt)
+    if table is None:
+        table = _OTHER_TABLES.get(fmt)
+    if table is not None:
+        return table
     codes = np.arange(1 << fmt.bits, dtype=np.int64)
     magnitude_bits = fmt.bits - int(fmt.signed)
     negative = (codes >> magnitude_bits).astype(bool) if fmt.signed else np.zeros(codes.shape, bool)
@@ -295,8 +306,10 @@ def _decode_table(fmt: FloatFormat) -> np.ndarray:
         infinite = all_ones_exponent & (mantissa_field == 0)
         values[infinite] = np.where(negative[infinite], -np.inf, np.inf)
     values.flags.writeable = False
-    _TABLES[fmt] = values
-    return values
+    with _OTHER_TABLES_LOCK:
+        if fmt not in _OTHER_TABLES and len(_OTHER_TABLES) >= _OTHER_TABLES_KEPT:
+            del _OTHER_TABLES[next(iter(_OTHER_TABLES))]
+        return _OTHER_TABLES.setdefault(fmt, values)  # (a table another thread put in first is kept)
 
 
 # ---- the catalogue (its sources: the module docstring) ------------------------------------------
@@ -311,6 +324,8 @@ E8M0 = FloatFormat("E8M0", 8, 0, 127, signed=False, has_subnormals=False, nan_st
                    aliases=("float8_e8m0fnu", "e8m0fnu"))
 
 CATALOGUE: dict[str, FloatFormat] = {f.name: f for f in (E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, E3M2, E2M3, E2M1, E8M0)}
+_TABLES.update({f: _decode_table(f) for f in CATALOGUE.values()})
+_OTHER_TABLES.clear()  # (it held only the catalogue's tables, made above)
 
 _BY_SPELLING = {spelling.lower(): f for f in CATALOGUE.values() for spelling in (f.name, *f.aliases)}
 

@@ -83,6 +83,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -191,6 +192,11 @@ class FP8State:
     """The cast points a recipe installed, with their statistics and delayed-scaling histories.
 
     Returned by `apply_recipe`. Call `step` once per optimizer step.
+
+    One thread at a time runs the model it belongs to (as with any model here): casts at one
+    cast point from two threads at once would race on its statistics, its delayed-scaling
+    histories and its reused output arrays (`CastPoint`). Models of their own, with states of
+    their own, may run in threads side by side.
 
     Attributes
     ----------
@@ -693,7 +699,8 @@ class ScaleRecord:
 
 
 class ScaleTracker:
-    """Context manager: while active, `track` records scales into ``records``.
+    """Context manager: while active, `track` records scales into ``records`` (those that the thread
+    which entered it tracks: a model run in another thread meanwhile records nothing here).
 
     ``records`` maps names to `ScaleRecord` in the order first tracked; a name tracked
     again gets a suffix (``"q#2"``, ``"q#3"``, ...), so a layer's ops tracked in a loop over layers
@@ -710,11 +717,11 @@ class ScaleTracker:
         self.records: dict[str, ScaleRecord] = {}
 
     def __enter__(self) -> "ScaleTracker":
-        _TRACKERS.append(self)
+        _active.trackers.append(self)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        _TRACKERS.remove(self)
+        _active.trackers.remove(self)
 
     def _new_record(self, name: str, data: np.ndarray) -> ScaleRecord:
         key, count = name, 1
@@ -727,7 +734,16 @@ class ScaleTracker:
         return record
 
 
-_TRACKERS: list[ScaleTracker] = []
+class _ActiveTrackers(threading.local):
+    """Each thread's stack of entered `ScaleTracker` contexts, innermost last. One stack for all
+    threads would let one thread's ``track`` record into another's tracker, or find the stack
+    emptied between its check and its look-up (an IndexError)."""
+
+    def __init__(self):
+        self.trackers: list[ScaleTracker] = []
+
+
+_active = _ActiveTrackers()
 
 
 def _scale_statistics(data: np.ndarray) -> tuple[float, float]:
@@ -739,16 +755,17 @@ def _scale_statistics(data: np.ndarray) -> tuple[float, float]:
 def track(name: str, x):
     """Identity op that records the scale of ``x`` and of its gradient into the active tracker.
 
-    Outside a `ScaleTracker` context it returns ``x`` itself and builds nothing.
+    Outside a `ScaleTracker` context (of this thread) it returns ``x`` itself and builds nothing.
     """
-    if not _TRACKERS:
+    trackers = _active.trackers
+    if not trackers:
         return x
     if not isinstance(name, str):
         raise TypeError(f"track: name must be a str, got {type(name).__name__}")
     x = as_tensor(x)
     if x.data.dtype.kind != "f":
         raise TypeError(f"track: {name!r} must be a floating tensor, got dtype {x.dtype}")
-    record = _TRACKERS[-1]._new_record(name, x.data)
+    record = trackers[-1]._new_record(name, x.data)
     if not (x.requires_grad and is_grad_enabled()):
         return x
 
