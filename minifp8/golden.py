@@ -39,9 +39,12 @@ amax is its ``global_amax`` array: ``max |x|`` where ``global_amax_given`` is fa
 (as from a reduction across devices) where it is true.
 
 Inputs of ``codec`` entries are every value of the format, every midpoint between neighbours and
-one float32 ulp either side, the overflow threshold, zeros, +-Inf and NaN (where the format has
+one float32 ulp either side, the overflow threshold, zeros, +-Inf and +-NaN (where the format has
 NaN), and 4,096 random values spread over every binade; ``float64`` files add the midpoints times
-(1 +- 2^-40), which a float32-first cast rounds wrongly.
+(1 +- 2^-40), which a float32-first cast rounds wrongly; last come the stochastic ties: values
+``(n + f) * quantum`` (the "stochastic" note) with ``n * quantum`` the smallest positive value, 1
+or max, and ``f * 2^8 = k + 1/2`` exactly (k = 0, 1, 254, 255), with random bits ``255 - k``,
+where rounding ``k + 1/2`` to even decides whether to round away.
 
 Block files hold float32 arrays of 80 columns, blocked along the last axis. MX (3 scales a row:
 blocks of 32, the last padded with zeros), one input per element format: 24 rows of random values
@@ -53,7 +56,9 @@ with their float32 neighbours (the scale modes' boundaries; a float32 log2 round
 of 2^j to j). NVFP4 (5 scales a row: blocks of 16): one entry whose 24 rows lie at random binades
 from 2^-6 to 2^6, with an all-zero row, signed zeros and a 16x outlier; and one entry per given
 tensor amax (6 and 54.23361) whose block amaxes and elements lie within 2 float32 steps of E4M3
-and E2M1 rounding boundaries, where the order of float32 operations decides codes. Every input is
+and E2M1 rounding boundaries, where the order of float32 operations decides codes; and two small
+tensors for the note's caps: one below 2688 / FLT_MAX (S_enc is FLT_MAX) and one with a non-zero
+block whose scale code is 0 (its encode scale is 1 / 0, so FLT_MAX). Every input is
 built from random integers with exact or correctly rounded IEEE operations (no libm), so the files
 are the same bytes on every machine.
 
@@ -75,7 +80,7 @@ import numpy as np
 
 from . import __version__, codec, formats, mx
 from .formats import _check_int
-from .testing import _midpoints, edge_cases
+from .testing import _magnitudes, _midpoints, edge_cases
 
 SCHEMA_VERSION = 2
 ROUNDINGS = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
@@ -161,7 +166,8 @@ def _random_magnitudes(rng: np.random.Generator, low: int, high: int, size) -> n
 
 
 def codec_inputs(fmt, dtype) -> np.ndarray:
-    """The inputs of a codec file: edge cases, random values over every binade, float64 near-midpoints.
+    """The inputs of a codec file: edge cases, random values over every binade, float64
+    near-midpoints, and last the values of `stochastic_ties`.
 
     Parameters
     ----------
@@ -183,7 +189,40 @@ def codec_inputs(fmt, dtype) -> np.ndarray:
         midpoints = _midpoints(fmt)
         near = np.concatenate([midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)])
         x = np.concatenate([x, near, -near if fmt.signed else near])
-    return x
+    return np.concatenate([x, stochastic_ties(fmt)[0].astype(dtype)])
+
+
+STOCHASTIC_TIE_STEPS = (0, 1, 254, 255)  # k, with f * 2**RANDOM_BIT_COUNT = k + 1/2
+
+
+def stochastic_ties(fmt) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs on a tie of stochastic rounding, and the random bits that make the tie decide.
+
+    Write ``|x| = (n + f) * quantum`` as the "stochastic" note does. These ``x`` have
+    ``f * 2**RANDOM_BIT_COUNT = k + 1/2`` exactly, for ``k`` in `STOCHASTIC_TIE_STEPS`, above
+    three values ``n * quantum`` of ``fmt`` (the smallest positive one, 1 and max, where rounding
+    away overflows), with both signs where ``fmt`` is signed. Rounding ``k + 1/2`` to even gives
+    ``r = k`` for even ``k`` and ``k + 1`` for odd; the random bits ``2**RANDOM_BIT_COUNT - 1 - k``
+    put ``r + random_bits`` at ``2**RANDOM_BIT_COUNT - 1`` (toward zero) or ``2**RANDOM_BIT_COUNT``
+    (away), so rounding the tie away (even ``k``) or down (odd ``k``) instead changes the result.
+
+    Returns
+    -------
+    x : float32 ndarray
+    random_bits : uint8 ndarray
+        The bits for ``x``, element by element.
+    """
+    fmt = formats.get(fmt)
+    grid = _magnitudes(fmt)
+    quantum = np.append(np.diff(grid), 2.0 ** (fmt.emax - fmt.mantissa_bits))  # the spacing above each value
+    chosen = np.isin(grid, [grid[grid > 0][0], 1.0, fmt.max])
+    steps = np.array(STOCHASTIC_TIE_STEPS)
+    fractions = (2 * steps + 1) / 2.0 ** (RANDOM_BIT_COUNT + 1)  # exact
+    magnitudes = (grid[chosen, None] + quantum[chosen, None] * fractions).reshape(-1)  # exact in float32
+    bits = np.tile((1 << RANDOM_BIT_COUNT) - 1 - steps, chosen.sum()).astype(np.uint8)
+    if fmt.signed:
+        return np.concatenate([magnitudes, -magnitudes]).astype(np.float32), np.concatenate([bits, bits])
+    return magnitudes.astype(np.float32), bits
 
 
 def _check_float_dtype(dtype) -> np.dtype:
@@ -208,6 +247,8 @@ def codec_entries(fmt, out: Path) -> list[dict]:
         x = codec_inputs(fmt, dtype)
         rng = np.random.default_rng(SEED)
         random_bits = rng.integers(0, 1 << RANDOM_BIT_COUNT, size=x.shape, dtype=np.uint8)
+        tie_bits = stochastic_ties(fmt)[1]
+        random_bits[-tie_bits.size:] = tie_bits  # (codec_inputs ends with the ties)
         arrays = {"x": x, "random_bits": random_bits}
         combos = []
         for rounding in ROUNDINGS:
@@ -366,6 +407,22 @@ def _random_rows(rng: np.random.Generator, rows: int, length: int, low: int, hig
     return (signs * magnitudes).astype(np.float32)
 
 
+def nvfp4_cap_inputs() -> dict[str, np.ndarray]:
+    """Two small float32 tensors for the caps of the "nvfp4" note, which the other inputs never meet.
+
+    ``"tiny"`` (4 x 32): random values from 2**-127 to 2**-118 (float32 subnormals among them),
+    so ``2688 / max |x|`` exceeds FLT_MAX and S_enc is FLT_MAX. ``"zero_scale"`` (1 x 32): 6.0,
+    so S_enc = 448, and a block of amax 2**-17, whose scale ``2**-17 * 74.67`` rounds to E4M3's 0:
+    its encode scale is ``1 / 0``, so FLT_MAX, which takes 2**-17 to 6, 2**-127 to 2 and keeps
+    zeros (an encode scale of 0 or Inf would not).
+    """
+    tiny = _random_rows(np.random.default_rng(SEED + 4), 4, 32, -124, -121)
+    zero_scale = np.zeros((1, 32), np.float32)
+    zero_scale[0, 0] = 6.0
+    zero_scale[0, 16:24] = [2.0**-17, -2.0**-17, 0.0, -0.0, 2.0**-127, -2.0**-128, 3 * 2.0**-130, 2.0**-149]
+    return {"tiny": tiny, "zero_scale": zero_scale}
+
+
 NVFP4_GLOBAL_AMAXES = (6.0, 54.23361)  # S_enc: 448 exactly, and one that is not a power of two times 448
 
 
@@ -443,6 +500,7 @@ def block_entries(out: Path) -> list[dict]:
             })
     cases = [("", nvfp4_inputs(), None)] + [(f"_{i}", nvfp4_boundary_inputs(amax), amax)
                                             for i, amax in enumerate(NVFP4_GLOBAL_AMAXES, 1)]
+    cases += [(f"_{name}", x, None) for name, x in nvfp4_cap_inputs().items()]
     arrays, roles = {}, []
     for suffix, x, global_amax in cases:
         result = mx.quantize_nvfp4(x, global_amax=global_amax)

@@ -631,7 +631,7 @@ def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
         ``structured``: every upper-16-bit pattern times lower halves that hit ties and their
         neighbours (524,288 values). ``exhaustive``: all 2^32 float32 bit patterns, in batches of
         ``batch_size``. ``edge``: every value of ``fmt``, every midpoint between neighbours, each
-        +- one float32 ulp, the overflow threshold, both zeros, NaN and +-Inf.
+        +- one float32 ulp, the overflow threshold, both zeros, +-NaN and +-Inf.
     batch_size : int
         A power of two in [1, 2**32]; used by ``kind="exhaustive"`` only.
     """
@@ -670,7 +670,8 @@ STRUCTURED_LOW_HALVES = (0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000,
 
 def edge_cases(fmt) -> np.ndarray:
     """Float32 inputs on and around every boundary of ``fmt``: the finite ones sorted, each with both
-    signs (-0.0 and +0.0 too) and no duplicates, then +Inf, -Inf and (where ``fmt`` has one) NaN."""
+    signs (-0.0 and +0.0 too) and no duplicates, then +Inf, -Inf and (where ``fmt`` has NaN) NaN
+    and -NaN (the sign of a NaN is kept where the format can spell it)."""
     fmt = formats.get(fmt)
     grid = _magnitudes(fmt)
     spacing_at_top = 2.0 ** (fmt.emax - fmt.mantissa_bits)
@@ -683,7 +684,7 @@ def edge_cases(fmt) -> np.ndarray:
     around = around[np.isfinite(around)]
     values = np.unique(np.concatenate([around, -around]))  # (keeps one of -0.0 and +0.0: they compare equal)
     zeros = np.array([-0.0, 0.0], np.float32)  # both: a backend may lose the sign, or write FNUZ's NaN for -0.0
-    specials = [np.inf, -np.inf] + ([np.nan] if fmt.has_nan else [])
+    specials = [np.inf, -np.inf] + ([np.nan, -np.nan] if fmt.has_nan else [])  # (-np.nan: the sign bit set)
     return np.concatenate([values[values < 0], zeros, values[values > 0], np.array(specials, np.float32)])
 
 

@@ -103,12 +103,12 @@ def test_consumer_in_c_checks_every_entry_of_every_file(consumer, golden_files):
     folder, manifest = golden_files
     entries = manifest["entries"]
     # every file the writer produces, every entry: 8 formats x 2 input dtypes x 4 roundings x 2 saturations,
-    # 5 MX formats x 4 scale modes, and NVFP4 with max |x| and with each given tensor amax
+    # 5 MX formats x 4 scale modes, and NVFP4 with max |x|, with each given tensor amax and the two cap tensors
     assert {path.name for path in folder.glob("*.npz")} == {entry["file"] for entry in entries}
     kinds = [entry["kind"] for entry in entries]
     assert kinds.count("codec") == len(formats.CATALOGUE) * 2 * len(golden.ROUNDINGS) * 2 == 128
     assert kinds.count("mx") == len(mx.FORMATS) * len(mx.SCALE_MODES) == 20
-    assert kinds.count("nvfp4") == 1 + len(golden.NVFP4_GLOBAL_AMAXES) == 3
+    assert kinds.count("nvfp4") == 1 + len(golden.NVFP4_GLOBAL_AMAXES) + len(golden.nvfp4_cap_inputs()) == 5
     result = run_consumer(consumer, folder, entries)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     files = {}
@@ -208,6 +208,52 @@ def test_consumer_in_c_names_a_damaged_expected_value(consumer, golden_files, tm
     passed = [line for line in result.stdout.splitlines() if line.startswith("ok ")]
     assert len(passed) == len(manifest["entries"]) - 1  # the other entries, of the same file too
     assert result.stdout.endswith(" 1 mismatches\n")
+
+
+def _codec(*format_names, rounding=None):
+    return lambda entry: (entry["kind"] == "codec" and entry["format"] in format_names
+                          and rounding in (None, entry["rounding"]))
+
+
+def _nvfp4(input_name):
+    return lambda entry: entry["kind"] == "nvfp4" and entry["arrays"]["input"] == input_name
+
+
+# Rules that the notes state, each broken in a copy of the consumer: (its code, the broken code, the
+# entries that must fail). Before the inputs built for them (-NaN; stochastic ties; NVFP4's caps), every
+# entry passed with each of these.
+CONSUMER_MUTANTS = {
+    "a NaN drops its sign": ("return nan_code(f, x->negative && f->is_signed);", "return nan_code(f, 0);",
+                             _codec("E4M3", "E5M2")),  # (FNUZ: 0x80 for both signs)
+    "stochastic ties of f * 2**K round away": (
+        "return quotient + (side > 0 || (side == 0 && (quotient & 1)));", "return quotient + (side >= 0);",
+        _codec(*formats.CATALOGUE, rounding="stochastic")),
+    "stochastic ties of f * 2**K round down": (
+        "return quotient + (side > 0 || (side == 0 && (quotient & 1)));", "return quotient + (side > 0);",
+        _codec(*formats.CATALOGUE, rounding="stochastic")),
+    "S_enc is not capped at FLT_MAX": ("return min_with_flt_max(quotient);", "return quotient;", _nvfp4("x_tiny")),
+    "1 / 0 gives an encode scale of 0": ("if (denominator == 0.0f) {\n        return FLT_MAX;",
+                                         "if (denominator == 0.0f) {\n        return 0.0f;", _nvfp4("x_zero_scale")),
+}
+
+
+@pytest.mark.parametrize("mutant", list(CONSUMER_MUTANTS))
+def test_each_rule_of_the_notes_fails_a_consumer_that_breaks_it(consumer, golden_files, tmp_path, mutant):
+    """The files pin each of these rules: the consumer with the rule broken fails exactly the entries
+    built for it, and passes the others."""
+    folder, manifest = golden_files
+    original, broken, failing = CONSUMER_MUTANTS[mutant]
+    source = SOURCE.read_text()
+    assert source.count(original) == 1, f"golden_consumer.c changed: update CONSUMER_MUTANTS[{mutant!r}]"
+    mutated = tmp_path / "mutant.c"
+    mutated.write_text(source.replace(original, broken))
+    build = subprocess.run([COMPILER, "-std=c99", "-O1", str(mutated), "-o", str(tmp_path / "mutant")],
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    result = run_consumer(tmp_path / "mutant", folder, manifest["entries"])
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr
+    failed = [line.startswith("FAIL") for line in result.stdout.splitlines() if line.startswith(("ok ", "FAIL "))]
+    assert failed == [failing(entry) for entry in manifest["entries"]]
 
 
 def test_consumer_in_c_ignores_the_codes_of_a_nan_scale_block(consumer, golden_files, tmp_path):
