@@ -12,9 +12,10 @@ File layout (schema version 2)
      "notes": {"arrays": "...", "codec": "...", ...}, "entries": [ {entry}, ... ]}
 
 ``notes`` states, briefly, the rules a reader needs to interpret the entries (the module
-docstrings of `minifp8.codec` and `minifp8.mx` give them in full): the array layout, the codec's
-codes for overflow, Inf and NaN, stochastic rounding, E8M0's rules, MX's scale modes, short last
-blocks and blocks with a NaN scale, and NVFP4's order of float32 operations.
+docstrings of `minifp8.codec` and `minifp8.mx` give them in full): the array layout and the sign
+bit's place, the formats (FNUZ's too), the sign of zero results, the codec's codes for overflow,
+Inf and NaN, stochastic rounding, E8M0's rules, MX's scale modes, short last blocks and blocks with
+a NaN scale, and NVFP4's order of float32 operations and its caps at FLT_MAX.
 Each entry describes one expected result:
 
 - ``kind``: ``"codec"``, ``"mx"`` or ``"nvfp4"``;

@@ -2,7 +2,8 @@
 neither mix threads' work nor grow with every format a sweep makes.
 
 Each race is forced into one order with events (never left to the scheduler), so a test passes
-or fails the same way every run:
+or fails the same way every run (but the last, which interleaves a training run with evaluations as
+the scheduler lets them, and can fail only where the switches leak between threads):
 
 - ``no_grad`` and ``default_dtype`` switch the calling thread only (torch's grad mode is
   per-thread too): another thread keeps recording graphs and making float32 tensors, two threads'
@@ -161,39 +162,52 @@ def test_track_while_another_thread_leaves_its_tracker():
 
 # ---- fastcast's pool ---------------------------------------------------------------------------
 def test_threads_casting_at_once_make_one_pool(monkeypatch):
-    """The first pool takes long to make here: a second thread that starts casting meanwhile
-    waits for it instead of making its own. Both casts equal codec.quantize, bit for bit."""
-    second_started = threading.Event()
+    """The first thread makes the pool while a second starts casting: the second waits for that
+    pool instead of making its own. The first makes it only once the second has asked for the lock
+    (or, without the lock, has started making a pool of its own). Both casts equal codec.quantize,
+    bit for bit."""
+    first_making, second_arrived = threading.Event(), threading.Event()
     made = []
 
     class SlowToMake(fastcast.ThreadPoolExecutor):
         def __init__(self, *args, **kwargs):
             made.append(self)
             if len(made) == 1:
-                wait(second_started)
-                time.sleep(0.3)  # the second thread reaches the pool meanwhile
+                first_making.set()
+                wait(second_arrived)
+            else:
+                second_arrived.set()
             super().__init__(*args, **kwargs)
 
+    class LockThatSaysWhoWaits:
+        """fastcast's pool lock; the second thread to ask for it sets ``second_arrived``."""
+
+        def __init__(self):
+            self.lock, self.asked = threading.Lock(), 0
+
+        def __enter__(self):
+            self.asked += 1  # (the second asks only after the first holds it: no race on the count)
+            if self.asked == 2:
+                second_arrived.set()
+            self.lock.acquire()
+
+        def __exit__(self, *exc_info):
+            self.lock.release()
+
     monkeypatch.setattr(fastcast, "ThreadPoolExecutor", SlowToMake)
+    monkeypatch.setattr(fastcast, "_pool_lock", LockThatSaysWhoWaits(), raising=False)
     monkeypatch.setattr(fastcast, "_pool", None)
     monkeypatch.setattr(fastcast, "_pool_workers", 0)
     monkeypatch.setattr(fastcast, "CAST_THREADS", 2)
     rng = np.random.default_rng(20)
     inputs = [(rng.standard_normal(2 * fastcast._CHUNK_ELEMENTS) * 8).astype(np.float32) for _ in range(2)]
-
-    def second():
-        second_started.set()
-        return fp8.fake_quantize(inputs[1], "fp8")[0]
-
     try:
         first = run_in_thread(lambda: fp8.fake_quantize(inputs[0], "fp8")[0])
-        wait_until = time.monotonic() + WAIT
-        while not made and time.monotonic() < wait_until:  # the first thread is making the pool
-            time.sleep(0.001)
-        assert made, "the first cast never made a pool"
-        later = run_in_thread(second)
-        values = [joined(first), joined(later)]
+        wait(first_making)
+        second = run_in_thread(lambda: fp8.fake_quantize(inputs[1], "fp8")[0])
+        values = [joined(first), joined(second)]
     finally:
+        second_arrived.set()  # (a failed wait above must not leave the first thread waiting)
         for pool in made:
             if hasattr(pool, "_shutdown_lock"):  # (made whole)
                 pool.shutdown()

@@ -182,7 +182,6 @@ def test_figure_renders_deterministically(name):
     assert b"<dc:date>" not in first  # no build date in the metadata
 
 
-
 def _data_under_legends(figure) -> list[str]:
     """Every line (its label) with a point, or a point of a segment, drawn under a legend box."""
     import numpy as np
@@ -232,6 +231,7 @@ def test_the_legend_check_sees_a_line_under_a_legend():
     assert _data_under_legends(figure) == ["diagonal"]
     axis.legend(loc="lower center")
     assert _data_under_legends(figure) == ["dot"]
+
 
 # ---- found in a review: the hook drew an installed minifp8, and with the builder's matplotlib settings ----
 def _fake_minifp8(tmp_path: Path) -> Path:
