@@ -29,8 +29,10 @@ The scale modes (torchao ``ScaleCalculationMode``, ``torchao/prototype/mx_format
   amaxes with significands in (1.75, 1.9375) keep floor's exponent and scale past 448: those in
   (1.8125, 1.9375) saturate, those up to 1.8125 round to 448 anyway. For E5M2 the same range,
   (1.75, 1.875), scales to below 61440 and rounds to 57344: nothing saturates beyond the element
-  rounding. (Within half an element ulp of FLT_MAX, torchao's
-  bit trick overflows to Inf and gives 0xFF; the definition here gives ``128 - emax``.)
+  rounding. (Within half an element ulp of FLT_MAX, torchao's bit trick carries into the
+  all-ones exponent, the bits of Inf, which it reads as exponent 128 and not as NaN: it gives
+  ``128 - emax`` too, as the definition here does; tests/test_crosscheck_torchao.py checks
+  torchao 0.18.)
 - ``rceil``: NVIDIA's rule, ``ceil(log2(amax / max_elem))`` (cuBLAS "1D block quantization",
   ``cvt.rp.ue8m0`` of ``amax / max_elem``). We compute it exactly, from the bits of amax.
   TransformerEngine's MXFP8 casts round the quotient to float32 first:
