@@ -24,9 +24,8 @@ Examples
 from __future__ import annotations
 
 import reprlib
-import threading
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -261,21 +260,16 @@ class FloatFormat:
 
 
 _TABLES: dict[FloatFormat, np.ndarray] = {}
-"""The catalogue's decode tables, kept for good (moved here from `_OTHER_TABLES` below the catalogue)."""
-_OTHER_TABLES: dict[FloatFormat, np.ndarray] = {}
-"""Other formats' tables: the latest `_OTHER_TABLES_KEPT`, the oldest dropped first. A format computes
-its table when it is made (`max` reads it), and a sweep may make thousands. Written only under
-`_OTHER_TABLES_LOCK`, so that a lookup needs no lock; a table enters it whole and read-only."""
-_OTHER_TABLES_KEPT = 256
-_OTHER_TABLES_LOCK = threading.Lock()
+"""The catalogue's decode tables, kept for good (filled below the catalogue)."""
 
 
 def _decode_table(fmt: FloatFormat) -> np.ndarray:
     table = _TABLES.get(fmt)
-    if table is None:
-        table = _OTHER_TABLES.get(fmt)
-    if table is not None:
-        return table
+    return table if table is not None else _built_decode_table(fmt)
+
+
+@lru_cache(maxsize=256)  # a format builds its table when it is made (`max` reads it): a sweep may make thousands
+def _built_decode_table(fmt: FloatFormat) -> np.ndarray:
     codes = np.arange(1 << fmt.bits, dtype=np.int64)
     magnitude_bits = fmt.bits - int(fmt.signed)
     negative = (codes >> magnitude_bits).astype(bool) if fmt.signed else np.zeros(codes.shape, bool)
@@ -305,11 +299,8 @@ def _decode_table(fmt: FloatFormat) -> np.ndarray:
     if fmt.has_infinity:
         infinite = all_ones_exponent & (mantissa_field == 0)
         values[infinite] = np.where(negative[infinite], -np.inf, np.inf)
-    values.flags.writeable = False
-    with _OTHER_TABLES_LOCK:
-        if fmt not in _OTHER_TABLES and len(_OTHER_TABLES) >= _OTHER_TABLES_KEPT:
-            del _OTHER_TABLES[next(iter(_OTHER_TABLES))]
-        return _OTHER_TABLES.setdefault(fmt, values)  # (a table another thread put in first is kept)
+    values.flags.writeable = False  # (shared by every caller, in every thread)
+    return values
 
 
 # ---- the catalogue (its sources: the module docstring) ------------------------------------------
@@ -325,7 +316,6 @@ E8M0 = FloatFormat("E8M0", 8, 0, 127, signed=False, has_subnormals=False, nan_st
 
 CATALOGUE: dict[str, FloatFormat] = {f.name: f for f in (E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, E3M2, E2M3, E2M1, E8M0)}
 _TABLES.update({f: _decode_table(f) for f in CATALOGUE.values()})
-_OTHER_TABLES.clear()  # (it held only the catalogue's tables, made above)
 
 _BY_SPELLING = {spelling.lower(): f for f in CATALOGUE.values() for spelling in (f.name, *f.aliases)}
 
