@@ -62,6 +62,19 @@ static void fail_usage(const char *what, const char *got)
     exit(2);
 }
 
+/* The index of name in names[0..count), or a usage error saying what was expected. */
+static int index_named(const char *name, const char *const names[], int count, const char *expected)
+{
+    int i;
+    for (i = 0; i < count; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            return i;
+        }
+    }
+    fail_usage(expected, name);
+    return 0;
+}
+
 static unsigned char *read_whole_file(const char *path, long *size)
 {
     FILE *stream = fopen(path, "rb");
@@ -429,14 +442,8 @@ typedef enum { NEAREST_EVEN, NEAREST_AWAY, TOWARD_ZERO, STOCHASTIC } Rounding;
 static Rounding rounding_named(const char *name)
 {
     static const char *const names[] = {"nearest_even", "nearest_away", "toward_zero", "stochastic"};
-    int i;
-    for (i = 0; i < 4; i++) {
-        if (strcmp(name, names[i]) == 0) {
-            return (Rounding)i;
-        }
-    }
-    fail_usage("rounding must be nearest_even, nearest_away, toward_zero or stochastic", name);
-    return NEAREST_EVEN;
+    return (Rounding)index_named(name, names, 4,
+                                 "rounding must be nearest_even, nearest_away, toward_zero or stochastic");
 }
 
 /* The sign of remainder / 2**shift - 1/2, for shift >= 1 and remainder < 2**min(shift, 64). */
@@ -573,14 +580,7 @@ typedef enum { SCALE_FLOOR, SCALE_CEIL, SCALE_EVEN, SCALE_RCEIL } ScaleMode;
 static ScaleMode scale_mode_named(const char *name)
 {
     static const char *const names[] = {"floor", "ceil", "even", "rceil"};
-    int i;
-    for (i = 0; i < 4; i++) {
-        if (strcmp(name, names[i]) == 0) {
-            return (ScaleMode)i;
-        }
-    }
-    fail_usage("scale_mode must be floor, ceil, even or rceil", name);
-    return SCALE_FLOOR;
+    return (ScaleMode)index_named(name, names, 4, "scale_mode must be floor, ceil, even or rceil");
 }
 
 #define E8M0_NAN 0xFFu
