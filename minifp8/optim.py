@@ -24,7 +24,7 @@ import numpy as np
 
 from .autograd import Tensor
 from .formats import _check_bool, _check_int, _described, _is_int
-from .functional import _real
+from .functional import _non_negative, _real
 
 __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "zero_grad"]
 
@@ -77,9 +77,7 @@ class Optimizer:
     def _check(self, group: dict) -> None:
         """Raise unless the group's hyperparameters are valid (subclasses add theirs)."""
         for name in ("lr", "weight_decay"):
-            value = _real(group.get(name, 0.0), type(self).__name__, name)
-            if not (value >= 0 and math.isfinite(value)):
-                raise ValueError(f"{type(self).__name__}: {name} must be >= 0 and finite, got {group[name]}")
+            _non_negative(group.get(name, 0.0), type(self).__name__, name)
 
     def _check_grads(self) -> None:
         """Raise before any update if a gradient is not an ndarray shaped like its parameter (it would broadcast)."""
@@ -284,9 +282,7 @@ class AdamW(Optimizer):
             raise TypeError(f"AdamW: betas must be a pair of real numbers, got {betas!r}")
         if len(betas) != 2 or not all(0.0 <= _real(b, "AdamW", "a beta") < 1.0 for b in betas):
             raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got {betas}")
-        eps = _real(group["eps"], "AdamW", "eps")
-        if not (eps >= 0 and math.isfinite(eps)):
-            raise ValueError(f"AdamW: eps must be >= 0 and finite, got {group['eps']}")
+        _non_negative(group["eps"], "AdamW", "eps")
 
     def _init_state(self, p: Tensor, state: dict) -> None:
         """Fill the empty ``state`` of ``p`` before its first step."""
