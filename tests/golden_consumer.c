@@ -857,6 +857,17 @@ static Tally check_codec(const char *directory, char **arguments, char **options
     return tally;
 }
 
+/* The number of blocks in each row of input (blocks of block_size along the last axis, a short
+ * last one counted), after checking that scales holds one scale per block. */
+static long blocks_per_row_checked(const char *file, const Array *input, const Array *scales, long block_size)
+{
+    const long blocks_per_row = (input->shape[1] + block_size - 1) / block_size;
+    if (scales->shape[0] != input->shape[0] || scales->shape[1] != blocks_per_row) {
+        fail_malformed(file, "the scales' shape does not match the blocks of the input");
+    }
+    return blocks_per_row;
+}
+
 /* One MX entry (OCP MX v1.0 section 6.3 and the "mx" note): each block's E8M0 scale, then, where
  * the scale is right and not NaN, its elements x * 2**-shared_exp, exactly, encoded with
  * saturation. Blocks run along the last axis; a short last block is as if zero-padded. */
@@ -892,10 +903,7 @@ static Tally check_mx(const char *directory, char **arguments, char **options, i
     }
     rows = input.shape[0];
     length = input.shape[1];
-    blocks_per_row = (length + block_size - 1) / block_size;
-    if (scales.shape[0] != rows || scales.shape[1] != blocks_per_row) {
-        fail_malformed(file, "the scales' shape does not match the blocks of the input");
-    }
+    blocks_per_row = blocks_per_row_checked(file, &input, &scales, block_size);
     for (row = 0; row < rows; row++) {
         for (block = 0; block < blocks_per_row; block++) {
             const long start = row * length + block * block_size;
@@ -958,10 +966,7 @@ static Tally check_nvfp4(const char *directory, char **arguments)
     }
     rows = input.shape[0];
     length = input.shape[1];
-    blocks_per_row = (length + block_size - 1) / block_size;
-    if (scales.shape[0] != rows || scales.shape[1] != blocks_per_row) {
-        fail_malformed(file, "the scales' shape does not match the blocks of the input");
-    }
+    blocks_per_row = blocks_per_row_checked(file, &input, &scales, block_size);
     for (i = 0; i < input.count; i++) {
         if ((float_bits_at(&input, i) & 0x7F800000u) == 0x7F800000u) {
             fail_malformed(file, "an NVFP4 input is NaN or Inf");
