@@ -17,6 +17,11 @@ arrays instead of scalars:
 * Inside ``with no_grad():`` ops compute values only and record nothing.
 * ``no_grad`` and ``default_dtype`` switch the calling thread only (as torch's grad mode does):
   another thread keeps its own settings, and a new thread starts with grad enabled and float32.
+* Copying and pickling. A leaf (a parameter, an input) pickles and deep-copies with its data,
+  ``.grad`` and ``requires_grad``; ``copy.copy`` gives another handle on the same array. The output
+  of an op in a graph refuses both with a TypeError (as torch refuses to deep-copy one): its backward
+  closure refers to the original's inputs, so a deep copy would compute its gradients from those
+  (unchecked by the version counters), and pickle cannot store a closure. Copy ``t.detach()``.
 * Ops save references to their inputs' arrays, not copies, so changing ``.data`` in place between
   the forward pass and ``backward`` would give wrong gradients. As in torch, every tensor has a
   version counter that in-place updates bump, and each op records its inputs' versions and its
@@ -243,6 +248,29 @@ class Tensor:
         extra = f", op={self._op!r}" if self._op else ""
         extra += ", requires_grad=True" if self._requires_grad else ""
         return f"Tensor(shape={self.shape}, dtype={self.dtype}{extra})"
+
+    # -- copying and pickling (module docstring) --
+
+    def __getstate__(self) -> dict:
+        """Every slot, for pickle (any protocol) and ``copy.deepcopy``; a TypeError for an op's output."""
+        if self._backward is not None:
+            raise TypeError(f"cannot pickle or deep-copy {self!r}: it is the output of op {self._op!r} in an autograd "
+                            f"graph, whose backward closure refers to the original's inputs (a copy would compute "
+                            f"its gradients from them, and pickle cannot store a closure); copy t.detach() for its "
+                            f"values as a new leaf, or copy the leaves and run the forward pass again")
+        return {name: getattr(self, name) for name in _STATE_SLOTS}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+    def __copy__(self) -> "Tensor":
+        """Another handle on the same array, ``.grad`` and version counter (and, for an op's output, the
+        same place in its graph): what ``copy.copy`` gives."""
+        twin = type(self).__new__(type(self))
+        for name in _STATE_SLOTS:
+            setattr(twin, name, getattr(self, name))
+        return twin
 
     def __len__(self) -> int:
         return len(self.data)
@@ -603,6 +631,9 @@ class Tensor:
         _check_floating(self, "tanh")
         out_data = np.tanh(self.data)
         return make_op(out_data, (self,), lambda g: (g * (1.0 - out_data * out_data),), "tanh")
+
+
+_STATE_SLOTS = tuple(name for name in Tensor.__slots__ if name != "__weakref__")
 
 
 # ---- making ops --------------------------------------------------------------------------------

@@ -258,6 +258,20 @@ class FloatFormat:
     def __repr__(self) -> str:
         return f"FloatFormat({self.name}: E{self.exponent_bits}M{self.mantissa_bits}, bias {self.bias})"
 
+    # ---- copying and pickling: a format is an immutable value --------------------------------------
+    def __reduce_ex__(self, protocol):
+        """A catalogue format pickles by name, as an enum member does, and loads as that very object
+        (``pickle.loads(pickle.dumps(E4M3)) is E4M3``); any other format by its fields."""
+        if CATALOGUE.get(self.name) is self:
+            return get, (self.name,)
+        return super().__reduce_ex__(protocol)
+
+    def __copy__(self) -> "FloatFormat":
+        return self
+
+    def __deepcopy__(self, memo) -> "FloatFormat":
+        return self
+
 
 _TABLES: dict[FloatFormat, np.ndarray] = {}
 """The catalogue's decode tables, kept for good (filled below the catalogue)."""

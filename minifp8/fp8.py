@@ -184,6 +184,12 @@ class CastPoint:
             array = self._outputs[role] = np.empty(shape, dtype)
         return array
 
+    def __getstate__(self) -> dict:
+        """What pickle and ``copy.deepcopy`` keep: everything but the reused output arrays, scratch
+        memory that the next cast refills (and allocates where missing), often many times the size
+        of the model's parameters."""
+        return {**self.__dict__, "_outputs": {}}
+
     def __repr__(self) -> str:
         return f"CastPoint({self.name!r}, {self.kind}, roles={sorted(self.stats)})"
 
@@ -197,6 +203,11 @@ class FP8State:
     cast point from two threads at once would race on its statistics, its delayed-scaling
     histories and its reused output arrays (`CastPoint`). Models of their own, with states of
     their own, may run in threads side by side.
+
+    A model's hooks hold its state: ``copy.deepcopy`` or pickle the model and its state in one call
+    (``copy.deepcopy((model, state))``), or the copied model casts with a copied state that the
+    original's ``state.step()`` never advances. Copies keep the statistics and histories, not the
+    cast points' reused output arrays (scratch memory).
 
     Attributes
     ----------

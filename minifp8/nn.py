@@ -10,6 +10,10 @@ Every constructor that draws random numbers takes an explicit ``rng: np.random.G
 ``state_dict()`` maps those dotted names to copies of the parameter arrays;
 ``load_state_dict()`` copies them back and raises on missing or unexpected keys and on shape
 mismatches. ``save(path)``/``load(path)`` do the same through a ``.npz`` file, bit-exactly.
+
+``copy.deepcopy`` and ``pickle`` copy a module whole, parameters and their ``.grad`` included. Copy a
+model together with what refers to its parameters, in one call (``copy.deepcopy((model, optimizer,
+fp8_state))``): an optimizer copied on its own updates copies of the parameters, not the model's.
 """
 from __future__ import annotations
 
