@@ -1,0 +1,744 @@
+"""Scaled GEMMs: the product a kernel should approximate, and a verdict on what it returned.
+
+A scaled GEMM multiplies operand codes (FP8, FP6, FP4) whose blocks carry scales::
+
+    D ~= (decode(A) * scale_A) @ (decode(B) * scale_B)      A: M x K, B: K x N, D: M x N
+
+Sections:
+
+* ``dequantize`` and the scale layouts. One rule covers the layouts real recipes use: along each
+  axis of an operand, the scale array's dimension is 1 (one scale for the whole axis) or divides
+  the operand's dimension, each scale covering a contiguous block.
+* ``reference_matmul``: the product in float64, with a bound on its own rounding error
+  (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., 2002, section 3.1, eq. 3.5).
+* ``compare_matmul`` returns a `MatmulReport` and never raises for a mismatch (check ``.ok``);
+  ``assert_matmul_close`` raises ``AssertionError`` with that report. The tolerance of each output
+  is a bound on what a correct kernel may differ by: accumulation rounding, output rounding and the
+  reference's own error. Every output beyond it is listed and classed (NaN/Inf, overflow, sign,
+  other), and the report adds hints that it has verified by recomputing: a scale applied twice or
+  omitted, scales read transposed or shifted by one block, a dropped K block, an accumulator
+  narrower than declared.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import codec, formats
+from .formats import _check_int, _is_int
+from .testing import _check_max_rows, _codes_of, _tolerance_ratio, _widening_hint
+
+__all__ = ["MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference", "MatmulReport",
+           "assert_matmul_close", "compare_matmul", "dequantize", "reference_matmul"]
+
+# IEEE binary types a kernel accumulates or writes in: significand bits p (the implicit bit
+# included), emin, emax (IEEE 754-2019 table 3.5; bfloat16 is float32 with its low 16 bits cut).
+_IEEE_TYPES = {"float32": (24, -126, 127), "bfloat16": (8, -126, 127), "float16": (11, -14, 15)}
+OUTPUT_TYPES = tuple(_IEEE_TYPES)
+MATMUL_CLASSES = ("NaN/Inf", "overflow", "sign", "other")
+_FLOAT64_UNIT_ROUNDOFF = 2.0**-53
+# Dequantised magnitudes stay in [2**-500, 2**500]: products of two lie in float64's normal range,
+# and sums of up to _MAX_INNER of them cannot overflow (2**22 * 2**1000 < 2**1023).
+_DEQUANTIZED_EXPONENT_LIMIT = 500
+_MAX_INNER = 2**22
+_HINT_WORK_LIMIT = 2**26  # hints recompute the product a few dozen times: only up to M * K * N this large
+
+
+# ================================================================================================
+# Operands: codes times scales, exactly
+# ================================================================================================
+def dequantize(codes, scales, fmt) -> np.ndarray:
+    """Decode a 2-d operand and multiply each block by its scale, exactly, in float64.
+
+    The scale layout rule: ``scales`` is 0-d (one scale for the tensor) or 2-d, and along each axis
+    its dimension is 1 or divides the operand's, each scale covering a contiguous block of
+    ``dim // scale_dim`` elements. For ``A`` (M x K) and ``B`` (K x N) of a GEMM:
+
+    | recipe | A's scales | B's scales |
+    |---|---|---|
+    | per tensor | ``()`` | ``()`` |
+    | rowwise (per token, per output channel) | ``(M, 1)`` | ``(1, N)`` |
+    | DeepSeek-V3 (arXiv:2412.19437 section 3.3: 1x128 tiles, 128x128 weights) | ``(M, K/128)`` | ``(K/128, N/128)`` |
+    | MX (OCP MX v1.0: 32-blocks along K) | ``(M, K/32)`` | ``(K/32, N)`` |
+    | NVFP4 (16-blocks along K) | ``(M, K/16)`` | ``(K/16, N)`` |
+
+    A kernel that stores B as N x K (the "TN" layout of cuBLAS) passes ``codes.T`` and
+    ``scales.T``. A dimension that a block size does not divide is refused: pad the operand with
+    zero codes (and its scales with any finite value) to a multiple of the block.
+
+    Why the result is exact: a value of ``fmt`` has at most p = mantissa_bits + 1 significant bits
+    (4 for E4M3), and a finite non-zero scale must have at most 53 - p (any float32 scale has 24;
+    so has the float64 product of an E4M3 block scale and a float32 tensor scale, 4 + 24 bits).
+    Their product then has at most 53 significant bits, and the range check below keeps it a normal
+    float64: float64 holds it exactly. NaN and Inf, in codes or in scales (MX's NaN scale 0xFF),
+    propagate as IEEE arithmetic says: ``Inf * 0`` is NaN.
+
+    Parameters
+    ----------
+    codes : array_like
+        2-d element codes: uint8, an ml_dtypes array of ``fmt``, or decoded values of ``fmt``
+        (anything `minifp8.testing.compare` takes as ``actual``; unpack FP4 nibbles first).
+    scales : array_like or float
+        Real scale values: float16, float32 or float64, 0-d or 2-d as above (a Python float for one
+        scale). Decode scale codes first: ``minifp8.decode(e8m0_codes, "E8M0")`` for MX,
+        ``minifp8.decode(e4m3_codes, "E4M3")`` for NVFP4's block scales. NVFP4's tensor scale
+        multiplies them, in float64 (exact; a float32 product would round):
+        ``minifp8.decode(block_codes, "E4M3").astype(np.float64) * tensor_scale``.
+    fmt : FloatFormat or str
+        The element format.
+
+    Returns
+    -------
+    numpy.ndarray of float64
+        ``decode(codes) * scales``, the codes' shape.
+
+    Raises
+    ------
+    TypeError
+        For codes or scales of the wrong kind: integer scales (scale codes, not decoded), bool,
+        complex, a Python list of codes (int64: convert with ``.astype(np.uint8)``).
+    ValueError
+        For a layout that does not tile the operand, a scale with too many significant bits, or one
+        that takes the operand's values outside [2**-500, 2**500].
+    """
+    fmt = formats.get(fmt)
+    decoded = _decoded_operand(codes, fmt, "codes")
+    return _scaled(decoded, _scale_array(scales, decoded.shape, fmt, "scales", "codes"))
+
+
+def _decoded_operand(codes, fmt, name: str) -> np.ndarray:
+    """A 2-d, non-empty operand's decoded values (float32), or a clear error."""
+    array = np.asarray(codes)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"{name} must be a non-empty 2-d array of {fmt.name} codes, got shape {array.shape}")
+    return codec.decode(_codes_of(array, fmt, array.shape, name), fmt)
+
+
+def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarray:
+    """``scales`` checked against the layout rule and the exactness conditions: float64, 2-d."""
+    if isinstance(scales, float) or (_is_int(scales) and not isinstance(scales, np.integer)):
+        if isinstance(scales, int) and abs(scales) > 2**53:
+            raise ValueError(f"{name} must be a real scale value, exact in float64, got the int {scales}")
+        array = np.array(float(scales))
+    else:
+        array = np.asarray(scales)
+        if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
+            hint = (": decode scale codes first, e.g. minifp8.decode(codes, 'E8M0') for MX or 'E4M3' for "
+                    "NVFP4's block scales" if array.dtype.kind in "iu" else _widening_hint(array.dtype, name))
+            raise TypeError(f"{name} must hold scale values as float16, float32 or float64 (or be a Python "
+                            f"float), got dtype {array.dtype}{hint}")
+    if array.ndim == 0:
+        array = array.reshape(1, 1)
+    elif array.ndim != 2:
+        raise ValueError(f"{name} must be 0-d (one scale for {operand}) or 2-d (one scale per block of "
+                         f"{operand}, shape {shape}), got shape {array.shape}; rowwise scales of A are (M, 1), "
+                         f"of B (1, N)")
+    for axis, (size, count) in enumerate(zip(shape, array.shape)):
+        if count < 1 or size % count:
+            raise ValueError(f"{name} has shape {array.shape}, which does not tile {operand} of shape {shape}: "
+                             f"along axis {axis}, {count} scales for {size} elements (a scale dimension must be "
+                             f"1 or divide the operand's; pad {operand} with zero codes to a multiple of the block)")
+    array = array.astype(np.float64)
+    nonzero = np.flatnonzero((np.isfinite(array) & (array != 0)).reshape(-1))
+    magnitudes = np.abs(array.reshape(-1)[nonzero])
+    precision = fmt.mantissa_bits + 1
+    significand = np.ldexp(np.frexp(magnitudes)[0], 53 - precision)
+    wide = np.flatnonzero(significand != np.floor(significand))
+    limit = 2.0**_DEQUANTIZED_EXPONENT_LIMIT
+    with np.errstate(over="ignore", under="ignore"):
+        outside = np.flatnonzero((magnitudes * fmt.max > limit) | (magnitudes * fmt.min_subnormal < 1 / limit))
+    for bad, why in ((wide, f"has more than {53 - precision} significant bits: times a {fmt.name} value "
+                            f"({precision} bits) it would not be exact in float64 (any float32 scale is fine)"),
+                     (outside, f"takes {fmt.name} values (from {fmt.min_subnormal:g} to {fmt.max:g}) outside "
+                               f"[2**-{_DEQUANTIZED_EXPONENT_LIMIT}, 2**{_DEQUANTIZED_EXPONENT_LIMIT}]")):
+        if bad.size:
+            index = tuple(int(i) for i in np.unravel_index(nonzero[bad[0]], array.shape))
+            raise ValueError(f"{name}[{index}] = {float(array[index])!r} {why}")
+    return array
+
+
+def _scaled(decoded: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """``decoded * scales`` in float64, each scale over its block (``scales`` is 2-d and tiles)."""
+    rows, columns = scales.shape
+    expanded = np.broadcast_to(scales[:, None, :, None], (rows, decoded.shape[0] // rows,
+                                                          columns, decoded.shape[1] // columns))
+    with np.errstate(invalid="ignore"):  # Inf * 0 is NaN, as IEEE says
+        return decoded.astype(np.float64) * expanded.reshape(decoded.shape)
+
+
+# ================================================================================================
+# The reference product
+# ================================================================================================
+@dataclass(frozen=True, eq=False)
+class MatmulReference:
+    """What `reference_matmul` returns: the float64 product and how far it can be from the exact one.
+
+    Attributes
+    ----------
+    value : numpy.ndarray
+        M x N float64: the product of the dequantised operands, rounded once per operation.
+    magnitude : numpy.ndarray
+        M x N float64: ``sum_k |a_mk b_kn|``, computed in float64 (within a relative
+        ``gamma_K`` of the exact sum); the scale of every rounding error in the product.
+    error_bound : numpy.ndarray
+        M x N float64: ``|value - exact| <= error_bound``, element by element; 0 where ``value`` is
+        NaN or Inf (those follow from the operands' NaN and Inf exactly).
+    """
+
+    value: np.ndarray
+    magnitude: np.ndarray
+    error_bound: np.ndarray
+
+
+def reference_matmul(a_codes, a_scales, b_codes, b_scales, *, a_format, b_format) -> MatmulReference:
+    """The product of two scaled operands, in float64, with a bound on its own error.
+
+    Each operand is dequantised exactly (`dequantize`: the codes' values times their block
+    scales), then multiplied in float64. The product's error is bounded entry by entry (Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 2nd ed., section 3.1, eq. 3.5, which holds
+    for any order of summation, with or without fused multiply-adds)::
+
+        |value - exact| <= gamma_K * sum_k |a_mk b_kn|,   gamma_K = K u / (1 - K u),  u = 2**-53
+
+    and ``error_bound`` is that bound with the computed ``magnitude`` (divided by ``1 - gamma_K``,
+    which makes it an upper bound on the exact sum). The bound assumes no underflow and no overflow:
+    dequantised magnitudes within [2**-500, 2**500] and K <= 2**22 guarantee it. A NaN in an operand
+    (a NaN code, or MX's NaN scale) gives NaN in every output it enters; Inf gives Inf, or NaN for
+    ``Inf * 0`` and ``Inf - Inf``, as IEEE arithmetic does (decided here exactly, not by BLAS).
+
+    Parameters
+    ----------
+    a_codes, b_codes : array_like
+        The operands' element codes, ``A`` M x K and ``B`` K x N, as `dequantize` takes them.
+    a_scales, b_scales : array_like or float
+        Their scale values, laid out as `dequantize` says: ``()``, ``(M, 1)``, ``(M, K / block)``
+        for A; ``()``, ``(1, N)``, ``(K / block, N)``, ``(K / 128, N / 128)`` for B.
+    a_format, b_format : FloatFormat or str
+        The element formats (a catalogue name such as ``"E4M3"`` or ``"float4_e2m1fn"``).
+
+    Returns
+    -------
+    MatmulReference
+        ``value``, ``magnitude`` and ``error_bound``, each M x N float64.
+
+    Examples
+    --------
+    MX scales are E8M0 codes: decode them first.
+
+    >>> import numpy as np, minifp8
+    >>> from minifp8.gemm import reference_matmul
+    >>> a = minifp8.encode(np.array([[1.0, 2.0]]), "E4M3")
+    >>> b = minifp8.encode(np.array([[3.0], [0.5]]), "E4M3")
+    >>> half = minifp8.decode(np.array(126, np.uint8), "E8M0")  # 2**(126 - 127)
+    >>> reference_matmul(a, half, b, 1.0, a_format="E4M3", b_format="E4M3").value
+    array([[2.]])
+    """
+    a, b = _operands(a_codes, a_scales, b_codes, b_scales, a_format, b_format)
+    return _reference(a.values, b.values)
+
+
+@dataclass(frozen=True, eq=False)
+class _Operand:
+    """A checked operand: decoded element values (float32), 2-d scales (float64), their product."""
+
+    decoded: np.ndarray
+    scales: np.ndarray
+    values: np.ndarray
+
+
+def _operands(a_codes, a_scales, b_codes, b_scales, a_format, b_format) -> tuple[_Operand, _Operand]:
+    checked = []
+    for name, codes, scales, fmt in (("a", a_codes, a_scales, a_format), ("b", b_codes, b_scales, b_format)):
+        fmt = formats.get(fmt)
+        decoded = _decoded_operand(codes, fmt, f"{name}_codes")
+        scale_array = _scale_array(scales, decoded.shape, fmt, f"{name}_scales", f"{name}_codes")
+        checked.append(_Operand(decoded, scale_array, _scaled(decoded, scale_array)))
+    a, b = checked
+    if a.values.shape[1] != b.values.shape[0]:
+        raise ValueError(f"a_codes is {a.values.shape[0]} x {a.values.shape[1]} and b_codes "
+                         f"{b.values.shape[0]} x {b.values.shape[1]}: the inner dimensions (K) differ")
+    if a.values.shape[1] > _MAX_INNER:
+        raise ValueError(f"K = {a.values.shape[1]} is above {_MAX_INNER} (2**22), where the float64 sums "
+                         f"could overflow")
+    return a, b
+
+
+def _gamma(count: int, unit_roundoff: float) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)`` (Lemma 3.1): the relative error of ``n`` roundings; Inf
+    where ``n u >= 1`` (no bound)."""
+    product = count * unit_roundoff
+    return product / (1 - product) if product < 1 else np.inf
+
+
+def _reference(a: np.ndarray, b: np.ndarray) -> MatmulReference:
+    """The float64 product of dequantised operands, with its magnitude and error bound."""
+    finite_a, finite_b = np.isfinite(a), np.isfinite(b)
+    a_finite, b_finite = np.where(finite_a, a, 0.0), np.where(finite_b, b, 0.0)
+    value = a_finite @ b_finite
+    magnitude = np.abs(a_finite) @ np.abs(b_finite)
+    if not (finite_a.all() and finite_b.all()):
+        value = _with_specials(value, a, b)
+    gamma = _gamma(a.shape[1], _FLOAT64_UNIT_ROUNDOFF)
+    error_bound = np.where(np.isfinite(value), gamma * magnitude / (1 - gamma), 0.0)
+    return MatmulReference(value, magnitude, error_bound)
+
+
+def _with_specials(value: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``value`` (the product of the finite entries) with the outputs that NaN and Inf enter set as
+    IEEE arithmetic sets them: counted by products of 0/1 matrices, so no BLAS shortcut decides."""
+    def meet(x, y):  # whether some k has x[m, k] and y[k, n]
+        return (x.astype(np.float64) @ y.astype(np.float64)) > 0
+
+    infinite_a, infinite_b = np.isinf(a), np.isinf(b)
+    positive_a, negative_a, positive_b, negative_b = a > 0, a < 0, b > 0, b < 0  # (NaN is neither)
+    plus = (meet(infinite_a & positive_a, positive_b) | meet(infinite_a & negative_a, negative_b)
+            | meet(positive_a, infinite_b & positive_b) | meet(negative_a, infinite_b & negative_b))
+    minus = (meet(infinite_a & positive_a, negative_b) | meet(infinite_a & negative_a, positive_b)
+             | meet(positive_a, infinite_b & negative_b) | meet(negative_a, infinite_b & positive_b))
+    nan = (np.isnan(a).any(axis=1)[:, None] | np.isnan(b).any(axis=0)[None, :]
+           | meet(infinite_a, b == 0) | meet(a == 0, infinite_b) | (plus & minus))
+    return np.where(nan, np.nan, np.where(plus, np.inf, np.where(minus, -np.inf, value)))
+
+
+# ================================================================================================
+# The comparison
+# ================================================================================================
+@dataclass(frozen=True)
+class _Accumulator:
+    """How a kernel accumulates: significand bits, products per group before promotion to float32
+    (None: no promotion), and the spacing of its subnormals."""
+
+    bits: int
+    promote_every: int | None
+    spacing: float
+
+    def relative_bound(self, inner: int) -> float:
+        """A bound on the relative error of a correct kernel's sum of ``inner`` products."""
+        unit_roundoff = 2.0**-self.bits
+        if self.promote_every is None or self.promote_every >= inner:
+            return _gamma(inner + 3, unit_roundoff)
+        grouped = _gamma(self.promote_every, unit_roundoff)
+        promoted = _gamma(-(-inner // self.promote_every) + 3, 2.0**-24)
+        return grouped + promoted + grouped * promoted
+
+    def describe(self) -> str:
+        return f"{self.bits} bits" + (f", promoted every {self.promote_every}" if self.promote_every else "")
+
+
+def _accumulator(accumulator, promote_every) -> _Accumulator:
+    if isinstance(accumulator, str):
+        if accumulator not in _IEEE_TYPES:
+            raise ValueError(f"accumulator must be one of {', '.join(map(repr, OUTPUT_TYPES))} or an int of "
+                             f"significand bits, got {accumulator!r}")
+        bits, emin, _ = _IEEE_TYPES[accumulator]
+    elif _is_int(accumulator):
+        bits, emin = _check_int(accumulator, "accumulator (significand bits, float32's range)", 2, 24), -126
+    else:
+        raise TypeError(f"accumulator must be a type name ({', '.join(map(repr, OUTPUT_TYPES))}) or an int of "
+                        f"significand bits, got {type(accumulator).__name__} {accumulator!r}")
+    if promote_every is not None:
+        promote_every = _check_int(promote_every, "promote_every", 1)
+    return _Accumulator(bits, promote_every, 2.0 ** (emin + 1 - bits))
+
+
+def _output_type(output) -> str:
+    if not isinstance(output, str):
+        raise TypeError(f"output must be one of {', '.join(map(repr, OUTPUT_TYPES))}, got "
+                        f"{type(output).__name__} {output!r}")
+    if output not in _IEEE_TYPES:
+        raise ValueError(f"output must be one of {', '.join(map(repr, OUTPUT_TYPES))}, got {output!r}")
+    return output
+
+
+def _tolerance(reference: MatmulReference, inner: int, accumulator: _Accumulator, output: str) -> np.ndarray:
+    """The largest error a correct kernel's output may have, element by element (see `compare_matmul`)."""
+    exact_magnitude = reference.magnitude / (1 - _gamma(inner, _FLOAT64_UNIT_ROUNDOFF))
+    accumulated = accumulator.relative_bound(inner) * exact_magnitude + (4 * inner + 4) * accumulator.spacing
+    bits, emin, _ = _IEEE_TYPES[output]
+    with np.errstate(invalid="ignore", over="ignore"):
+        before_output = np.abs(reference.value) + reference.error_bound + accumulated
+        rounded = 2.0**-bits * before_output + 2.0 ** (emin - bits) + accumulated + reference.error_bound
+    return np.where(np.isfinite(reference.value), rounded, 0.0)
+
+
+def _overflow_threshold(output: str) -> float:
+    """The smallest magnitude that rounds to Inf in ``output`` (round to nearest): max + half a spacing."""
+    bits, _, emax = _IEEE_TYPES[output]
+    return (2.0 - 2.0**-bits) * 2.0**emax
+
+
+_AGREE = 255
+
+
+def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output: str) -> np.ndarray:
+    """Per output: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees."""
+    threshold = _overflow_threshold(output)
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = np.abs(actual - value)
+        finite_value, finite_actual = np.isfinite(value), np.isfinite(actual)
+        must_overflow = finite_value & (np.abs(value) - tolerance >= threshold)
+        may_overflow = finite_value & (np.abs(value) + tolerance >= threshold)
+        agree = ((finite_value & finite_actual & (error <= tolerance))
+                 | (np.isinf(actual) & may_overflow & (np.sign(actual) == np.sign(value)))
+                 | (~finite_value & ((actual == value) | (np.isnan(actual) & np.isnan(value)))))
+        sign = finite_value & finite_actual & (np.abs(actual + value) <= tolerance) & (np.abs(value) > tolerance)
+    rules = [("overflow", must_overflow | (np.isinf(actual) & may_overflow)),
+             ("NaN/Inf", ~finite_value | ~finite_actual),
+             ("sign", sign)]
+    kinds = np.full(value.shape, MATMUL_CLASSES.index("other"), np.uint8)
+    for kind, mask in reversed(rules):  # first match wins
+        kinds[mask] = MATMUL_CLASSES.index(kind)
+    kinds[agree] = _AGREE
+    return kinds
+
+
+@dataclass(frozen=True)
+class MatmulMismatch:
+    """One output of a kernel beyond its tolerance.
+
+    Attributes
+    ----------
+    row, column : int
+        Where it is in the M x N output.
+    actual, reference : float
+        The kernel's value and `reference_matmul`'s.
+    error, tolerance : float
+        ``|actual - reference|`` and the most a correct kernel may differ by there.
+    ratio : float
+        ``error / tolerance``; Inf where either side is NaN or Inf.
+    kind : str
+        Its class, one of `MATMUL_CLASSES`.
+    """
+
+    row: int
+    column: int
+    actual: float
+    reference: float
+    error: float
+    tolerance: float
+    ratio: float
+    kind: str
+
+
+@dataclass
+class MatmulReport:
+    """The result of `compare_matmul`: how many outputs lie beyond their tolerance, and why.
+
+    ``str(report)`` is a table for a failing test's message, with the worst output and the hints
+    under its first line.
+
+    Attributes
+    ----------
+    title : str
+        The formats and shapes, e.g. ``"E4M3 x E4M3 GEMM, 16x512 @ 512x256"``.
+    options : dict
+        ``accumulator``, ``promote_every`` (when given) and ``output``.
+    total, count : int
+        How many outputs were compared, and how many lie beyond their tolerance.
+    by_class : dict
+        That count by class, each of `MATMUL_CLASSES`.
+    mismatches : list of MatmulMismatch
+        The first ``max_rows`` of them, in row-major order.
+    worst : MatmulMismatch or None
+        The one with the largest ``error / tolerance`` (None when all agree).
+    hints : list of str
+        Causes verified by recomputing the product (see `compare_matmul`).
+    reference : MatmulReference
+        What the outputs were compared with.
+    tolerance : numpy.ndarray
+        M x N float64: each output's tolerance.
+    """
+
+    title: str
+    options: dict
+    total: int
+    count: int
+    by_class: dict
+    mismatches: list = field(default_factory=list)
+    worst: MatmulMismatch | None = None
+    hints: list = field(default_factory=list)
+    reference: MatmulReference | None = None
+    tolerance: np.ndarray | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+    def head(self) -> str:
+        """The first line: the GEMM, the options, the count and the classes."""
+        classes = ", ".join(f"{kind} {n}" for kind, n in self.by_class.items() if n)
+        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+        return (f"{self.title} ({options}): {self.count} of {self.total} outputs beyond tolerance"
+                + (f" [{classes}]" if classes else ""))
+
+    def __str__(self) -> str:
+        if self.ok:
+            return self.head()
+        worst = self.worst
+        lines = [self.head(), f"worst: ({worst.row}, {worst.column}), error {worst.error:.3g} = "
+                              f"{worst.ratio:.3g} x tolerance {worst.tolerance:.3g}"]
+        lines += [f"hint: {hint}" for hint in self.hints]
+        columns = [("row", 5, [str(m.row) for m in self.mismatches]),
+                   ("column", 6, [str(m.column) for m in self.mismatches]),
+                   ("actual", 16, [f"{m.actual:.9g}" for m in self.mismatches]),
+                   ("reference", 24, [repr(m.reference) for m in self.mismatches]),
+                   ("error", 10, [f"{m.error:.3g}" for m in self.mismatches]),
+                   ("tolerance", 10, [f"{m.tolerance:.3g}" for m in self.mismatches]),
+                   ("error/tol", 10, [f"{m.ratio:.3g}" for m in self.mismatches])]
+        widths = [max([minimum] + [len(text) for text in texts]) for _, minimum, texts in columns]
+
+        def line(cells, kind):
+            return " ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)) + f"  {kind}"
+
+        lines += ["", line([name for name, _, _ in columns], "class")]
+        lines += [line([texts[i] for _, _, texts in columns], m.kind) for i, m in enumerate(self.mismatches)]
+        if self.count > len(self.mismatches):
+            lines.append(f"... and {self.count - len(self.mismatches)} more")
+        return "\n".join(lines)
+
+
+def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_format, accumulator="float32",
+                   promote_every=None, output="float32", max_rows: int = 20) -> MatmulReport:
+    """Compare a kernel's scaled GEMM output with `reference_matmul`, within a bound on rounding.
+
+    A correct kernel differs from the exact product by rounding only, and each output's
+    tolerance bounds that rounding (S = ``sum_k |a_mk b_kn|``, the dequantised operands')::
+
+        tolerance = acc * S + (4K + 4) s_acc                             accumulation
+                  + u_out * (|reference| + acc * S + ...) + s_out / 2    rounding to the output
+                  + reference.error_bound                                the reference's own
+
+    ``acc = gamma_(K+3)(u_acc)``, Higham's ``gamma_n = n u / (1 - n u)`` with ``u_acc = 2**-p`` for
+    an accumulator of p significand bits (2**-24 for float32), rounding to nearest: each product
+    passes through at most K + 3 roundings, the K - 1 additions of its dot product, the
+    dequantisation of its two operands (or the two scale multiplications of a block's partial sum)
+    and the product itself, and one epilogue scale (NVFP4's tensor scales). With ``promote_every=n``
+    the kernel sums groups of n products in the narrow accumulator and adds each group, scaled, into
+    float32 (DeepSeek-V3, arXiv:2412.19437, section 3.3.2: Hopper's FP8 tensor cores keep about 14
+    bits, and promoting every 128 products to float32 restores accuracy):
+    ``acc = g1 + g2 + g1 g2`` with ``g1 = gamma_n(2**-p)`` and ``g2 = gamma_(ceil(K/n)+3)(2**-24)``.
+    ``s_acc`` is the accumulator's subnormal spacing: a rounding that lands in the subnormal range
+    errs by up to half of it, absolutely, and a dot product holds fewer than 4K + 4 roundings
+    (the factor 2 covers their growth through the later ones). ``u_out`` is the output type's unit
+    roundoff (2**-24, 2**-8 for bfloat16, 2**-11 for float16), ``s_out`` its subnormal spacing.
+
+    Outputs agree when within tolerance; NaN where the reference is NaN, the same Inf where it is
+    Inf; and the Inf of its sign where the reference, within tolerance, reaches the output type's
+    overflow threshold (max plus half a spacing). The classes of the others, first match wins:
+    ``overflow`` (the reference is beyond the output's range and the kernel did not give that Inf,
+    or the kernel gave an Inf near it of the other sign), ``NaN/Inf`` (the reference or the output
+    is NaN or Inf, otherwise), ``sign`` (the output is the negated reference), ``other``.
+
+    Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
+    2**26 and something disagrees): the output matches the product with a scale array applied
+    twice, omitted (all ones) or inverted, read in transposed (column-major) order, or shifted by
+    one block along an axis (wrapping round, or keeping the last block's own); or the product
+    without one K block (block sizes from the scale layouts, and 16, 32, 64, 128, 256); or the
+    reference transposed; or, when nothing above matched, every mismatched output is the reference
+    times one factor (a power of two is named as one), or the errors fit a narrower accumulator.
+
+    Parameters
+    ----------
+    actual : array_like
+        The kernel's output, M x N: float16, float32 or float64 values of the ``output`` type
+        (convert bfloat16 arrays with ``.astype(np.float32)``, which is exact).
+    a_codes, a_scales, b_codes, b_scales
+        The operands, as `reference_matmul` takes them.
+    a_format, b_format : FloatFormat or str
+        The element formats.
+    accumulator : str or int
+        ``"float32"``, ``"bfloat16"``, ``"float16"``, or the significand bits (2 to 24, the implicit
+        bit included) of an accumulator with float32's exponent range, rounding to nearest (a
+        truncating one of p bits errs as much as a rounding one of p - 1). Default "float32".
+    promote_every : int, optional
+        Products summed in the accumulator before each group is added into a float32 accumulator
+        (128 in DeepSeek-V3). None: no promotion.
+    output : {"float32", "bfloat16", "float16"}
+        The type the kernel wrote its output in. Default "float32".
+    max_rows : int
+        How many mismatches to keep for the printed table (an int >= 0).
+
+    Returns
+    -------
+    MatmulReport
+        Never raises for a mismatch: check ``report.ok``, or call `assert_matmul_close`.
+    """
+    _check_max_rows(max_rows)
+    model = _accumulator(accumulator, promote_every)
+    output = _output_type(output)
+    a, b = _operands(a_codes, a_scales, b_codes, b_scales, a_format, b_format)
+    (rows, inner), columns = a.values.shape, b.values.shape[1]
+    got = _output_values(actual, (rows, columns), output)
+    reference = _reference(a.values, b.values)
+    tolerance = _tolerance(reference, inner, model, output)
+    kinds = _judge(got, reference.value, tolerance, output)
+    where = np.flatnonzero(kinds.reshape(-1) != _AGREE)
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = np.abs(got - reference.value)
+        ratio = np.where(np.isfinite(got) & np.isfinite(reference.value), _tolerance_ratio(error, tolerance), np.inf)
+
+    def row_of(flat):
+        i, j = divmod(int(flat), columns)
+        return MatmulMismatch(i, j, float(got[i, j]), float(reference.value[i, j]), float(error[i, j]),
+                              float(tolerance[i, j]), float(ratio[i, j]), MATMUL_CLASSES[kinds[i, j]])
+
+    counts = np.bincount(kinds.reshape(-1)[where], minlength=len(MATMUL_CLASSES))
+    worst = row_of(where[np.argmax(np.nan_to_num(ratio.reshape(-1)[where], nan=np.inf))]) if where.size else None
+    hints = []
+    if where.size:
+        if rows * inner * columns <= _HINT_WORK_LIMIT:
+            hints = _hints(got, a, b, reference, kinds, model, output)
+        else:
+            hints = [f"none computed: M * K * N = {rows * inner * columns} is above 2**26; compare a smaller GEMM"]
+    a_name, b_name = formats.get(a_format).name, formats.get(b_format).name
+    options = {"accumulator": accumulator, **({"promote_every": promote_every} if promote_every else {}),
+               "output": output}
+    return MatmulReport(f"{a_name} x {b_name} GEMM, {rows}x{inner} @ {inner}x{columns}", options,
+                        int(rows * columns), int(where.size),
+                        {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)},
+                        [row_of(flat) for flat in where[:max_rows]], worst, hints, reference, tolerance)
+
+
+def assert_matmul_close(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_format, accumulator="float32",
+                        promote_every=None, output="float32", max_rows: int = 20) -> None:
+    """Raise ``AssertionError`` with the `MatmulReport` when an output lies beyond its tolerance
+    (the arguments are `compare_matmul`'s)."""
+    report = compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, a_format=a_format, b_format=b_format,
+                            accumulator=accumulator, promote_every=promote_every, output=output, max_rows=max_rows)
+    if not report.ok:
+        raise AssertionError(str(report))
+
+
+def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
+    """The kernel's output as float64, checked: its shape, and that it holds values of ``output``."""
+    array = np.asarray(actual)
+    if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
+        raise TypeError(f"actual must be the kernel's output as float16, float32 or float64 values, got dtype "
+                        f"{array.dtype}{_widening_hint(array.dtype, 'actual')}")
+    if array.shape != shape:
+        raise ValueError(f"actual has shape {array.shape}, but the product is {shape[0]} x {shape[1]}")
+    values = array.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrowed = values.astype(np.float16 if output == "float16" else np.float32)
+        representable = (narrowed == values) | np.isnan(values)
+        if output == "bfloat16":
+            representable &= (narrowed.view(np.uint32) & 0xFFFF == 0) | np.isnan(values)
+    if not representable.all():
+        index = tuple(int(i) for i in np.unravel_index(np.argmin(representable), shape))
+        raise ValueError(f"actual[{index}] = {float(values[index])!r} is not a {output} value: pass output= the type "
+                         f"the kernel wrote ({', '.join(map(repr, OUTPUT_TYPES))})")
+    return values
+
+
+# ---- hints: causes verified by recomputing ------------------------------------------------------
+def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, model: _Accumulator,
+           output: str) -> list[str]:
+    """`compare_matmul`'s hints: the causes whose recomputed product the output matches."""
+    inner = a.values.shape[1]
+    mismatched = kinds != _AGREE
+
+    def matches(candidate: MatmulReference, accumulator: _Accumulator = model) -> bool:
+        tolerance = _tolerance(candidate, inner, accumulator, output)
+        return bool((_judge(got, candidate.value, tolerance, output) == _AGREE).all())
+
+    hints = []
+    with np.errstate(all="ignore"):  # variants may overflow, divide by zero or multiply Inf by 0
+        for name, operand, axes in (("a_scales", a, ("M", "K")), ("b_scales", b, ("K", "N"))):
+            for scales, what in _scale_variants(operand.scales, name, axes):
+                if np.array_equal(scales, operand.scales, equal_nan=True):
+                    continue  # (uniform scales: the variant is the reference itself)
+                values = _scaled(operand.decoded, scales)
+                candidate = _reference(values, b.values) if operand is a else _reference(a.values, values)
+                if matches(candidate):
+                    hints.append(f"the output matches the product with {what}")
+        hints += _dropped_block_hints(a, b, reference, matches)
+        if a.values.shape[0] == b.values.shape[1] > 1:
+            transposed = MatmulReference(reference.value.T, reference.magnitude.T, reference.error_bound.T)
+            if matches(transposed):
+                hints.append("the output is the reference transposed: a transposed or column-major output?")
+        if not hints:
+            hints += _factor_hint(got, a, b, reference.value, mismatched, _tolerance(reference, inner, model, output))
+    if not hints and (kinds[mismatched] == MATMUL_CLASSES.index("other")).all():  # finite errors only
+        for bits in range(model.bits - 1, 7, -1):  # bfloat16's 8 bits are the narrowest accumulator named
+            if matches(reference, _Accumulator(bits, None, 2.0 ** (-125 - bits))):
+                hints.append(f"the errors are within the bound of an accumulator of {bits} significand bits (or "
+                             f"fewer), not of {model.describe()}: accumulation narrower than declared? (float16 has "
+                             f"11 bits, bfloat16 8, Hopper's FP8 tensor cores about 14 without promotion: DeepSeek-V3, "
+                             f"arXiv:2412.19437, section 3.3.2)")
+                break
+    return hints
+
+
+def _scale_variants(scales: np.ndarray, name: str, axes: tuple):
+    """The scale arrays a kernel may have used by mistake, each with what it is, for the hints."""
+    yield scales * scales, f"{name} applied twice (each scale squared): a scale applied twice?"
+    yield np.ones_like(scales), f"{name} all ones: a scale omitted?"
+    yield 1 / scales, f"1 / {name}: a scale and its inverse confused?"
+    rows, columns = scales.shape
+    if rows > 1 and columns > 1:
+        spelled = f"{name}.T" if rows == columns else f"{name}.reshape({columns}, {rows}).T"
+        yield (scales.reshape(columns, rows).T,
+               f"{name} read in transposed (column-major) order, {spelled}: a transposed scale layout?")
+    for axis, axis_name in enumerate(axes):
+        count = scales.shape[axis]
+        if count < 2:
+            continue
+        first, last = np.take(scales, [0], axis), np.take(scales, [count - 1], axis)
+        head, tail = np.take(scales, range(count - 1), axis), np.take(scales, range(1, count), axis)
+        for shifted, which, edge in ((np.concatenate([tail, first], axis), "i+1", "the last block the first's"),
+                                     (np.concatenate([tail, last], axis), "i+1", "the last block its own"),
+                                     (np.concatenate([last, head], axis), "i-1", "the first block the last's"),
+                                     (np.concatenate([first, head], axis), "i-1", "the first block its own")):
+            yield shifted, (f"{name} shifted by one block along {axis_name} (block i used block {which}'s scale, "
+                            f"{edge}): an off-by-one block index?")
+
+
+def _dropped_block_hints(a: _Operand, b: _Operand, reference: MatmulReference, matches) -> list[str]:
+    """The K blocks whose products, taken away, give the output: a dropped K block. Block sizes: the
+    scale layouts' along K, and the usual tile sizes, smallest first; finite operands only."""
+    if not (np.isfinite(a.values).all() and np.isfinite(b.values).all()):
+        return []
+    (rows, inner), columns = a.values.shape, b.values.shape[1]
+    sizes = {inner // a.scales.shape[1], inner // b.scales.shape[0], 16, 32, 64, 128, 256}
+    for size in sorted(size for size in sizes if size < inner and inner % size == 0):
+        count = inner // size
+        a_blocks = a.values.reshape(rows, count, size).transpose(1, 0, 2)
+        b_blocks = b.values.reshape(count, size, columns)
+        partial, partial_magnitude = a_blocks @ b_blocks, np.abs(a_blocks) @ np.abs(b_blocks)
+        hints = []
+        for block in range(count):
+            magnitude = reference.magnitude - partial_magnitude[block]
+            candidate = MatmulReference(reference.value - partial[block], magnitude,
+                                        reference.error_bound + 2.0**-52 * reference.magnitude)
+            if matches(candidate):
+                hints.append(f"the output matches the product without K block {block} of {size} "
+                             f"(k = {block * size} to {(block + 1) * size - 1}): a dropped K block?")
+        if hints:
+            return hints
+    return []
+
+
+def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance) -> list[str]:
+    """Every mismatched output (two or more, finite) is the reference times one factor c, within c
+    times its tolerance: c a power of two, a value of the scales or its inverse, or any number."""
+    got, value, tolerance = got[mismatched], value[mismatched], tolerance[mismatched]
+    if value.size < 2 or not (np.isfinite(got).all() and np.isfinite(value).all() and (value != 0).all()):
+        return []
+    measured = float(got[np.argmax(np.abs(value))] / value[np.argmax(np.abs(value))])
+    if measured == 0 or not np.isfinite(measured):
+        return []
+    sign = -1.0 if measured < 0 else 1.0
+    candidates = [(sign * 2.0 ** round(np.log2(abs(measured))), "")]
+    for name, operand in (("a_scales", a), ("b_scales", b)):
+        scales = np.unique(np.abs(operand.scales[np.isfinite(operand.scales) & (operand.scales != 0)]))[:256]
+        candidates += [(sign * s, f" (a value of {name})") for s in scales]
+        candidates += [(sign / s, f" (the inverse of a value of {name})") for s in scales]
+    candidates.append((measured, ""))
+    for factor, source in candidates:
+        if factor not in (1.0, -1.0) and (np.abs(got - factor * value) <= abs(factor) * tolerance).all():
+            mantissa, exponent = np.frexp(factor)
+            spelled = f"{'-' if factor < 0 else ''}2**{exponent - 1}" if abs(mantissa) == 0.5 else repr(factor)
+            return [f"every mismatched output is the reference times {spelled}{source}: "
+                    f"a scale applied twice or omitted?"]
+    return []

@@ -1,0 +1,489 @@
+"""The scaled-GEMM oracle (minifp8.gemm), against independent references.
+
+- `reference_matmul` against exact rational dot products (fractions.Fraction), with element values
+  decoded here from their bit fields (the OCP OFP8 rev 1.0 and OCP MX v1.0 encodings) and E8M0 /
+  E4M3 scales decoded by the same rules, for every element format and scale layout; its error
+  bound holds and is not vacuous.
+- Simulated correct kernels (float32 accumulation in several orders, pairwise, DeepSeek-V3's
+  per-128 partial sums, BLAS sgemm) pass `compare_matmul`, with float32, bfloat16 (rounded here
+  from the bits) and float16 outputs.
+- Simulated buggy kernels fail, each with the diagnosis its bug calls for.
+- Bad input gets a TypeError or ValueError that names what was expected.
+"""
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from minifp8 import gemm
+
+rng_seed = 20260511
+
+# ---- independent decoding: the spec's bit fields ------------------------------------------------
+# name: (exponent bits, mantissa bits, bias, whether a code is finite)
+SPEC = {
+    "E4M3": (4, 3, 7, lambda code: code & 0x7F != 0x7F),           # S.1111.111 is NaN
+    "E5M2": (5, 2, 15, lambda code: (code >> 2) & 0x1F != 0x1F),   # exponent 11111: Inf, NaN
+    "E2M3": (2, 3, 1, lambda code: True),
+    "E3M2": (3, 2, 3, lambda code: True),
+    "E2M1": (2, 1, 1, lambda code: True),
+}
+
+
+def spec_value(code: int, name: str) -> Fraction:
+    """A finite code's value from its sign, exponent and mantissa fields."""
+    return _spec_value(int(code), name)
+
+
+@lru_cache(maxsize=None)
+def _spec_value(code: int, name: str) -> Fraction:
+    exponent_bits, mantissa_bits, bias, _ = SPEC[name]
+    sign = -1 if code >> (exponent_bits + mantissa_bits) else 1
+    exponent = (code >> mantissa_bits) & ((1 << exponent_bits) - 1)
+    mantissa = Fraction(code & ((1 << mantissa_bits) - 1), 1 << mantissa_bits)
+    if exponent == 0:
+        return sign * mantissa * Fraction(2) ** (1 - bias)
+    return sign * (1 + mantissa) * Fraction(2) ** (exponent - bias)
+
+
+def finite_codes(name: str) -> np.ndarray:
+    exponent_bits, mantissa_bits, _, finite = SPEC[name]
+    return np.array([c for c in range(1 << (1 + exponent_bits + mantissa_bits)) if finite(c)], np.uint8)
+
+
+def random_codes(rng, name, shape):
+    return rng.choice(finite_codes(name), size=shape).astype(np.uint8)
+
+
+def values32(codes, name):
+    """Decoded element values as float32 (exact: at most 4 significant bits), from the spec."""
+    table = np.array([float(spec_value(c, name)) if SPEC[name][3](c) else np.nan
+                      for c in range(1 << (1 + SPEC[name][0] + SPEC[name][1]))])
+    return table[codes].astype(np.float32)
+
+
+def e8m0(codes) -> np.ndarray:
+    """E8M0 scale codes 0..254 -> 2**(code - 127) (OCP MX v1.0), float32."""
+    return np.ldexp(np.float32(1), np.asarray(codes, np.int32) - 127).astype(np.float32)
+
+
+def expand(scales, shape):
+    """Each scale over its block, by np.repeat (not gemm's broadcasting)."""
+    scales = np.asarray(scales).reshape((1, 1) if np.ndim(scales) == 0 else np.shape(scales))
+    return np.repeat(np.repeat(scales, shape[0] // scales.shape[0], 0), shape[1] // scales.shape[1], 1)
+
+
+# ---- reference_matmul against Fraction ----------------------------------------------------------
+M, K, N = 3, 256, 256
+LAYOUTS = {  # name: (A's scale shape, B's scale shape)
+    "per-tensor": ((), ()),
+    "rowwise": ((M, 1), (1, N)),
+    "1x128 / 128x128": ((M, K // 128), (K // 128, N // 128)),
+    "MX 32": ((M, K // 32), (K // 32, N)),
+    "NVFP4 16": ((M, K // 16), (K // 16, N)),
+}
+
+
+def random_scales(rng, kind, shape):
+    if kind == "float32":  # not powers of two: 24 significant bits
+        return np.exp(rng.uniform(-12, 12, size=shape)).astype(np.float32)
+    if kind == "E8M0 extremes":  # 2**-127 .. 2**-125 and 2**125 .. 2**127
+        return e8m0(rng.choice([0, 1, 2, 252, 253, 254], size=shape))
+    assert kind == "NVFP4 two-level"  # E4M3 block scale x float32 tensor scale, multiplied in float64
+    block = np.array([float(spec_value(c, "E4M3")) for c in rng.integers(0x08, 0x7E, size=shape).reshape(-1)])
+    return block.reshape(shape) * np.float64(np.float32(rng.uniform(1e-3, 1e3)))
+
+
+CASES = [(a, b, layout, kind) for a, b in [("E4M3", "E4M3"), ("E5M2", "E4M3"), ("E2M3", "E3M2"), ("E2M1", "E2M1"),
+                                           ("E4M3", "E2M1")]
+         for layout in LAYOUTS for kind in ("float32", "E8M0 extremes")]
+CASES += [("E2M1", "E2M1", "NVFP4 16", "NVFP4 two-level"), ("E4M3", "E5M2", "rowwise", "NVFP4 two-level")]
+
+
+@pytest.mark.parametrize("a_name, b_name, layout, kind", CASES)
+def test_reference_is_the_exact_product_within_its_bound(a_name, b_name, layout, kind):
+    rng = np.random.default_rng([rng_seed, CASES.index((a_name, b_name, layout, kind))])
+    a_codes, b_codes = random_codes(rng, a_name, (M, K)), random_codes(rng, b_name, (K, N))
+    a_shape, b_shape = LAYOUTS[layout]
+    a_scales, b_scales = random_scales(rng, kind, a_shape), random_scales(rng, kind, b_shape)
+    reference = gemm.reference_matmul(a_codes, a_scales, b_codes, b_scales, a_format=a_name, b_format=b_name)
+
+    # every dequantised element of A is exact
+    a_expanded, b_expanded = expand(a_scales, (M, K)), expand(b_scales, (K, N))
+    exact_a = [[spec_value(a_codes[m, k], a_name) * Fraction(float(a_expanded[m, k])) for k in range(K)]
+               for m in range(M)]
+    dequantized = gemm.dequantize(a_codes, a_scales, a_name)
+    assert dequantized.dtype == np.float64
+    assert all(Fraction(float(dequantized[m, k])) == exact_a[m][k] for m in range(M) for k in range(K))
+
+    gamma = K * 2.0**-53 / (1 - K * 2.0**-53)
+    for m, n in zip(rng.integers(0, M, 8), rng.integers(0, N, 8)):
+        terms = [exact_a[m][k] * spec_value(b_codes[k, n], b_name) * Fraction(float(b_expanded[k, n]))
+                 for k in range(K)]
+        exact, magnitude = sum(terms), sum(map(abs, terms))
+        assert abs(Fraction(float(reference.value[m, n])) - exact) <= Fraction(float(reference.error_bound[m, n]))
+        # the bound is gamma_K * sum |a b| (to a relative 2**-40), not something vacuous
+        assert abs(Fraction(float(reference.error_bound[m, n])) - gamma * magnitude) <= 2.0**-40 * gamma * magnitude
+
+
+def test_reference_rounds_and_the_bound_is_tight():
+    """With 24-bit float32 scales the float64 products round, so the bound is exercised; and in
+    the worst case for K = 2 the error reaches (just under) half of it."""
+    rng = np.random.default_rng(rng_seed)
+    a_codes, b_codes = random_codes(rng, "E4M3", (4, 64)), random_codes(rng, "E4M3", (64, 4))
+    a_scales, b_scales = random_scales(rng, "float32", (4, 2)), random_scales(rng, "float32", (2, 4))
+    reference = gemm.reference_matmul(a_codes, a_scales, b_codes, b_scales, a_format="E4M3", b_format="E4M3")
+    a = [[spec_value(a_codes[m, k], "E4M3") * Fraction(float(a_scales[m, k // 32])) for k in range(64)]
+         for m in range(4)]
+    b = [[spec_value(b_codes[k, n], "E4M3") * Fraction(float(b_scales[k // 32, n])) for n in range(4)]
+         for k in range(64)]
+    errors = [abs(Fraction(float(reference.value[m, n])) - sum(a[m][k] * b[k][n] for k in range(64)))
+              for m in range(4) for n in range(4)]
+    assert max(errors) > 0
+
+    # 1 + 2**-53: float64 rounds it to 1 (a tie, to even), an error of 2**-53; the bound is
+    # gamma_2 (1 + 2**-53) / (1 - gamma_2), just over 2 * 2**-53
+    one = np.array([[0x38, 0x38]], np.uint8)  # E4M3 1.0, twice
+    tiny_second = np.array([[1.0, 2.0**-53]], np.float32)
+    reference = gemm.reference_matmul(one, tiny_second, one.T, 1.0, a_format="E4M3", b_format="E4M3")
+    assert reference.value[0, 0] == 1.0
+    error = Fraction(1) + Fraction(2) ** -53 - 1
+    bound = Fraction(float(reference.error_bound[0, 0]))
+    assert bound / 2 * (1 - Fraction(2) ** -40) <= error <= bound
+
+
+def e5m2_value(code) -> float:
+    """An E5M2 code's value as a Python float: exponent field 11111 is Inf (mantissa 0) or NaN."""
+    if (code >> 2) & 0x1F == 0x1F:
+        return (-1.0 if code & 0x80 else 1.0) * float("inf") if code & 0x03 == 0 else float("nan")
+    return float(spec_value(code, "E5M2"))
+
+
+def test_nan_and_inf_propagate_as_ieee_arithmetic():
+    """NaN codes, MX's NaN scale, Inf * 0 and Inf - Inf, against Python float arithmetic."""
+    a_codes = np.array([[0x3C, 0x40, 0x44], [0x7C, 0x00, 0x3C], [0x7C, 0xFC, 0x40], [0x7F, 0x3C, 0x3C],
+                        [0x3C, 0x3C, 0x3C]], np.uint8)  # E5M2: 0x7C is +Inf, 0xFC -Inf, 0x7F NaN
+    b_codes = np.array([[0x3C, 0x00, 0xBC, 0x3C], [0x3C, 0x40, 0x3C, 0x7C], [0x40, 0x3C, 0x3C, 0x3C]], np.uint8)
+    a_scales = np.array([[1.0], [1.0], [1.0], [1.0], [np.nan]], np.float32)  # the last row's scale: NaN
+    reference = gemm.reference_matmul(a_codes, a_scales, b_codes, 0.5, a_format="E5M2", b_format="E5M2")
+    a = [[e5m2_value(code) * float(scale) for code in row] for row, scale in zip(a_codes, a_scales[:, 0])]
+    b = [[e5m2_value(code) * 0.5 for code in row] for row in b_codes]
+    expected = np.array([[sum(a[m][k] * b[k][n] for k in range(3)) for n in range(4)] for m in range(5)])
+    assert np.array_equal(np.isnan(reference.value), np.isnan(expected))
+    assert np.array_equal(reference.value[~np.isnan(expected)], expected[~np.isnan(expected)])
+    assert np.isnan(reference.value[3:]).all()  # a NaN code; a NaN scale
+    assert np.isnan(reference.value[1, 1]) and np.isnan(reference.value[2, 0])  # Inf * 0; Inf - Inf
+    assert reference.value[0, 3] == reference.value[1, 0] == np.inf
+    assert (reference.error_bound[~np.isfinite(reference.value)] == 0).all()
+
+
+def test_reference_takes_codes_in_every_form_compare_takes():
+    rng = np.random.default_rng(rng_seed)
+    codes = random_codes(rng, "E4M3", (4, 32))
+    expected = gemm.dequantize(codes, 2.0, "E4M3")
+    assert np.array_equal(gemm.dequantize(values32(codes, "E4M3"), 2.0, "E4M3"), expected)  # decoded values
+    assert np.array_equal(gemm.dequantize(codes.view(np.int8), np.float16(2.0), "float8_e4m3fn"), expected)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert np.array_equal(gemm.dequantize(codes.view(ml_dtypes.float8_e4m3fn), 2.0, "E4M3"), expected)
+
+
+# ---- simulated kernels ----------------------------------------------------------------------------
+def round_to_bfloat16(x):
+    """float32 -> bfloat16 values (as float32), round to nearest even, from the bits."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), np.float32(np.nan), rounded)
+
+
+def round_to_bits(x, bits):
+    """float64 values rounded to ``bits`` significant bits, to nearest even (no exponent limits)."""
+    mantissa, exponent = np.frexp(x)
+    return np.ldexp(np.round(np.ldexp(mantissa, bits)), exponent - bits)
+
+
+def test_bfloat16_rounding_here_agrees_with_ml_dtypes():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.random.default_rng(rng_seed).normal(size=10_000).astype(np.float32)
+    x = np.concatenate([x, np.float32([3.3961e38, 3.4e38, -0.0, 2.0**-130, 1 + 2.0**-8, 1 + 3 * 2.0**-8])])
+    with np.errstate(over="ignore"):
+        assert np.array_equal(round_to_bfloat16(x), x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def sequential(a32, b32, order=None, add_dtype=np.float32, rounding=None):
+    """Products of dequantised float32 operands summed one at a time, in ``order``."""
+    accumulator = np.zeros((a32.shape[0], b32.shape[1]), add_dtype)
+    for k in (range(a32.shape[1]) if order is None else order):
+        product = a32[:, k, None].astype(add_dtype) * b32[None, k, :].astype(add_dtype)
+        accumulator = accumulator + product
+        if rounding is not None:
+            accumulator = rounding(accumulator)
+    return accumulator.astype(np.float32)
+
+
+def pairwise(a32, b32):
+    terms = a32.T[:, :, None] * b32[:, None, :]  # K x M x N float32 products
+    while len(terms) > 1:
+        terms = terms[0::2] + terms[1::2]
+    return terms[0]
+
+
+def blockwise(a_elements, a_scales, b_elements, b_scales, group=128, narrow_bits=None, skip=None):
+    """DeepSeek-V3's kernel (arXiv:2412.19437 section 3.3.2): products of element values summed in
+    groups of ``group`` (float32, or ``narrow_bits`` rounding to nearest), each group's sum times its
+    scales in float32, added into float32. Scales: A's (M, K / group), B's (K / group, N), float32."""
+    total = np.zeros((a_elements.shape[0], b_elements.shape[1]), np.float32)
+    for j in range(a_elements.shape[1] // group):
+        if j == skip:
+            continue
+        partial = np.zeros_like(total, np.float64 if narrow_bits else np.float32)
+        for k in range(j * group, (j + 1) * group):
+            partial = partial + a_elements[:, k, None].astype(partial.dtype) * b_elements[None, k, :]
+            if narrow_bits:
+                partial = round_to_bits(partial, narrow_bits)
+        total = total + partial.astype(np.float32) * a_scales[:, j, None] * b_scales[None, j, :]
+    return total
+
+
+def problem(layout="blockwise", inner=512, columns=128, seed=0, a_name="E4M3", b_name="E4M3", positive=False):
+    """Random operands: codes, scales (float32) and float32 element values, for a layout."""
+    rng = np.random.default_rng([rng_seed, seed])
+    a_codes, b_codes = random_codes(rng, a_name, (8, inner)), random_codes(rng, b_name, (inner, columns))
+    if positive:
+        a_codes &= 0x7F
+        b_codes &= 0x7F
+    shapes = {"per-tensor": ((), ()), "rowwise": ((8, 1), (1, columns)),
+              "blockwise": ((8, inner // 128), (inner // 128, columns // 128))}[layout]
+    # float32 scales, not powers of two, in [2**-9, 2**-3]: outputs stay within float16's range
+    a_scales, b_scales = (np.exp(rng.uniform(-2, 2, size=shape)).astype(np.float32) * np.float32(2.0**-6)
+                          for shape in shapes)
+    return dict(a_codes=a_codes, a_scales=np.asarray(a_scales, np.float32), b_codes=b_codes,
+                b_scales=np.asarray(b_scales, np.float32), a_format=a_name, b_format=b_name)
+
+
+def dequantized32(p):
+    """Each operand dequantised in float32 (one rounding per element), as a simple kernel does."""
+    a = values32(p["a_codes"], p["a_format"]) * expand(p["a_scales"], p["a_codes"].shape)
+    b = values32(p["b_codes"], p["b_format"]) * expand(p["b_scales"], p["b_codes"].shape)
+    return a.astype(np.float32), b.astype(np.float32)
+
+
+def blockwise_of(p, **options):
+    a_elements, b_elements = values32(p["a_codes"], p["a_format"]), values32(p["b_codes"], p["b_format"])
+    b_scales = np.repeat(p["b_scales"], p["b_codes"].shape[1] // p["b_scales"].shape[1], axis=1)
+    return blockwise(a_elements, p["a_scales"], b_elements, b_scales, **options)
+
+
+CORRECT_KERNELS = {
+    "sequential": lambda p: sequential(*dequantized32(p)),
+    "reversed": lambda p: sequential(*dequantized32(p), order=range(p["a_codes"].shape[1] - 1, -1, -1)),
+    "shuffled": lambda p: sequential(*dequantized32(p),
+                                     order=np.random.default_rng(5).permutation(p["a_codes"].shape[1])),
+    "pairwise": lambda p: pairwise(*dequantized32(p)),
+    "sgemm": lambda p: np.matmul(*dequantized32(p)),
+}
+
+
+@pytest.mark.parametrize("kernel, layout", [(kernel, layout) for kernel in CORRECT_KERNELS
+                                             for layout in ("per-tensor", "rowwise", "blockwise")]
+                         + [("DeepSeek-V3 blockwise", "blockwise")])
+def test_correct_kernels_pass(kernel, layout):
+    p = problem(layout)
+    out = blockwise_of(p) if kernel.startswith("DeepSeek") else CORRECT_KERNELS[kernel](p)
+    assert out.dtype == np.float32
+    for output, rounded in (("float32", out), ("bfloat16", round_to_bfloat16(out)),
+                            ("float16", out.astype(np.float16))):
+        report = gemm.compare_matmul(rounded, **p, output=output)
+        assert report.ok, str(report)
+        gemm.assert_matmul_close(rounded, **p, output=output)
+    # the bound is not vacuous: the worst output uses a fair part of it (a float32 result rounded to
+    # bfloat16 errs by up to u_bf16 |reference|, which the tolerance holds within a factor of ~1)
+    report = gemm.compare_matmul(round_to_bfloat16(out), **p, output="bfloat16")
+    error = np.abs(round_to_bfloat16(out) - report.reference.value)
+    assert (error / report.tolerance).max() > 0.25
+
+
+def test_a_correct_kernel_with_fp4_and_fp6_operands_passes():
+    p = problem("rowwise", a_name="E2M1", b_name="E3M2")
+    gemm.assert_matmul_close(sequential(*dequantized32(p)), **p)
+
+
+def test_fourteen_bit_accumulator_fails_float32_and_passes_as_declared():
+    """Hopper's FP8 tensor cores keep about 14 bits (DeepSeek-V3 section 3.3.2): a kernel summing
+    128 products at 14 bits before promoting to float32 is beyond the float32 bound, within its own."""
+    p = problem("blockwise", inner=256, positive=True)
+    out = blockwise_of(p, narrow_bits=14)
+    report = gemm.compare_matmul(out, **p)
+    assert not report.ok and report.by_class["other"] == report.count
+    assert any("within the bound of an accumulator of" in hint for hint in report.hints), report.hints
+    gemm.assert_matmul_close(out, **p, accumulator=14, promote_every=128)
+    gemm.assert_matmul_close(out, **p, accumulator=14)  # no promotion: a looser bound, still met
+    with pytest.raises(AssertionError, match="hint: the errors are within the bound of an accumulator of"):
+        gemm.assert_matmul_close(out, **p)
+
+
+# ---- buggy kernels: each fails, with its diagnosis --------------------------------------------------
+def hints_of(report):
+    assert not report.ok
+    return "\n".join(report.hints)
+
+
+def test_scale_block_off_by_one():
+    p = problem("blockwise")
+    shifted = dict(p, a_scales=np.roll(p["a_scales"], -1, axis=1))  # block j reads block j+1's scale
+    report = gemm.compare_matmul(blockwise_of(shifted), **p)
+    hints = hints_of(report)
+    assert ("a_scales shifted by one block along K (block i used block i+1's scale, the last block the first's)"
+            in hints), hints
+    assert "transposed" not in hints and "twice" not in hints and "dropped" not in hints
+    clamped = dict(p, a_scales=np.concatenate([p["a_scales"][:, 1:], p["a_scales"][:, -1:]], axis=1))
+    assert "the last block its own" in hints_of(gemm.compare_matmul(blockwise_of(clamped), **p))
+
+
+def test_transposed_scale_layout():
+    p = problem("blockwise", inner=256, columns=256)  # B's scales are 2 x 2
+    transposed = dict(p, b_scales=np.ascontiguousarray(p["b_scales"].T))
+    hints = hints_of(gemm.compare_matmul(blockwise_of(transposed), **p))
+    assert "b_scales read in transposed (column-major) order, b_scales.T" in hints, hints
+    assert "shifted" not in hints and "a_scales" not in hints
+
+
+@pytest.mark.parametrize("layout", ["per-tensor", "rowwise"])
+def test_scale_applied_twice_or_omitted(layout):
+    p = problem(layout)
+    a32, b32 = dequantized32(p)
+    twice = a32 * expand(p["a_scales"], a32.shape)  # the scale applied again
+    hints = hints_of(gemm.compare_matmul(sequential(twice, b32), **p))
+    assert "a_scales applied twice (each scale squared)" in hints and "b_scales" not in hints, hints
+    omitted = values32(p["b_codes"], "E4M3")
+    hints = hints_of(gemm.compare_matmul(sequential(a32, omitted), **p))
+    assert "b_scales all ones: a scale omitted?" in hints and "a_scales" not in hints, hints
+
+
+def test_an_output_factor_is_named():
+    p = dict(problem("per-tensor"), a_scales=1.0, b_scales=1.0)
+    out = sequential(*dequantized32(p)) * np.float32(2.0**-3)  # e.g. an epilogue alpha applied again
+    report = gemm.compare_matmul(out, **p)
+    assert report.hints == ["every mismatched output is the reference times 2**-3: a scale applied twice or omitted?"]
+
+
+def test_dropped_k_block():
+    p = problem("blockwise")
+    hints = hints_of(gemm.compare_matmul(blockwise_of(p, skip=2), **p))
+    assert hints == "the output matches the product without K block 2 of 128 (k = 256 to 383): a dropped K block?"
+
+
+@pytest.mark.parametrize("narrow", ["float16", "bfloat16"])
+def test_narrow_accumulation(narrow):
+    p = problem("per-tensor", positive=True)
+    a32, b32 = dequantized32(p)
+    if narrow == "float16":
+        out = sequential(a32, b32, add_dtype=np.float16)
+    else:
+        out = sequential(a32, b32, rounding=round_to_bfloat16)
+    report = gemm.compare_matmul(out, **p)
+    assert report.by_class["other"] == report.count > 0
+    hints = hints_of(report)
+    assert "within the bound of an accumulator of" in hints and "not of 24 bits" in hints, hints
+    bits = int(hints.split("an accumulator of ")[1].split()[0])
+    assert 8 <= bits < 24
+    gemm.assert_matmul_close(out, **p, accumulator=narrow)  # as declared, it passes
+
+
+def test_sign_flip_in_one_element():
+    p = problem("rowwise")
+    out = sequential(*dequantized32(p))
+    reference = gemm.reference_matmul(**p).value
+    i, j = np.unravel_index(np.argmax(np.abs(reference)), reference.shape)
+    out[i, j] = -out[i, j]
+    report = gemm.compare_matmul(out, **p)
+    assert (report.count, report.by_class["sign"], report.hints) == (1, 1, [])
+    assert (report.mismatches[0].row, report.mismatches[0].column) == (i, j) == (report.worst.row, report.worst.column)
+    with pytest.raises(AssertionError, match=r"1 of 1024 outputs beyond tolerance \[sign 1\]"):
+        gemm.assert_matmul_close(out, **p)
+
+
+def test_report_table_rows():
+    p = problem("rowwise")
+    out = sequential(*dequantized32(p))
+    out[0, 1] += np.float32(1.0)
+    out[2, 3] = np.nan
+    report = gemm.compare_matmul(out, **p, max_rows=1)
+    text = str(report)
+    assert report.count == 2 and len(report.mismatches) == 1 and "... and 1 more" in text
+    row = report.mismatches[0]
+    assert (row.row, row.column, row.kind) == (0, 1, "other")
+    assert row.error == abs(row.actual - row.reference) and row.ratio == row.error / row.tolerance > 1
+    assert report.worst.kind == "NaN/Inf" and report.worst.ratio == np.inf
+    assert "row column" in text and "error/tol" in text
+
+
+def test_non_finite_outputs_and_overflow():
+    # all-positive E4M3 operands with 448 * 448 products: float16's 65504 overflows
+    a_codes = np.full((2, 4), 0x7E, np.uint8)  # 448
+    b_codes = np.full((4, 2), 0x7E, np.uint8)
+    b_codes[:, 1] = 0x38  # 1.0: column 1 sums to 4 * 448 = 1792, within float16
+    expected = np.array([[np.inf, 1792.0], [np.inf, 1792.0]])
+    options = dict(a_codes=a_codes, a_scales=1.0, b_codes=b_codes, b_scales=1.0, a_format="E4M3", b_format="E4M3")
+    assert gemm.compare_matmul(expected, **options, output="float16").ok
+    saturated = np.where(np.isinf(expected), 65504.0, expected)
+    report = gemm.compare_matmul(saturated, **options, output="float16")
+    assert report.by_class["overflow"] == 2 and report.count == 2
+    assert gemm.compare_matmul(np.array([[4 * 448.0**2, 1792], [4 * 448.0**2, 1792]]), **options).ok  # float32
+    report = gemm.compare_matmul(np.array([[np.inf, np.inf], [-np.inf, np.nan]]), **options)
+    assert (report.count, report.by_class["NaN/Inf"]) == (4, 4)
+    nan_operand = dict(options, a_codes=np.where(np.arange(4) == 1, 0x7F, a_codes).astype(np.uint8))  # NaN codes
+    assert gemm.compare_matmul(np.full((2, 2), np.nan), **nan_operand).ok
+    report = gemm.compare_matmul(np.full((2, 2), 1.0), **nan_operand)
+    assert report.by_class["NaN/Inf"] == 4
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+def good():
+    return problem("rowwise", inner=128, columns=16)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(a_scales=np.full((8, 1), 127, np.uint8)), TypeError, "decode scale codes first"),
+    (dict(a_scales=np.ones(8, np.float32)), ValueError, r"rowwise scales of A are \(M, 1\)"),
+    (dict(a_scales=np.ones((8, 3), np.float32)), ValueError, "along axis 1, 3 scales for 128 elements"),
+    (dict(b_scales=np.ones((1, 16), bool)), TypeError, "got dtype bool"),
+    (dict(a_scales=np.array(0.1)), ValueError, r"has more than 49 significant bits"),
+    (dict(a_scales=np.float32(1e-38) * np.float32(1e-7)), None, None),  # a float32 subnormal scale is fine
+    (dict(a_scales=2.0**-600), ValueError, r"outside \[2\*\*-500, 2\*\*500\]"),
+    (dict(a_codes=np.zeros((8, 64), np.uint8)), ValueError, "inner dimensions"),
+    (dict(a_codes=np.zeros(128, np.uint8)), ValueError, "non-empty 2-d array"),
+    (dict(a_codes=np.zeros((8, 128), np.int64)), TypeError, r"astype\(np.uint8\)"),
+    (dict(a_codes=np.full((8, 128), 16, np.uint8), a_format="E2M1"), ValueError, r"codes lie in \[0, 16\)"),
+    (dict(a_format="E9M9"), ValueError, "unknown format"),
+    (dict(accumulator="float64"), ValueError, "accumulator must be one of"),
+    (dict(accumulator=1), ValueError, r"in \[2, 24\]"),
+    (dict(accumulator=2.5), TypeError, "accumulator must be a type name"),
+    (dict(accumulator=True), TypeError, "accumulator must be a type name"),
+    (dict(promote_every=0), ValueError, "promote_every must be >= 1"),
+    (dict(output="fp32"), ValueError, "output must be one of"),
+    (dict(output=None), TypeError, "output must be one of"),
+    (dict(max_rows=-1), TypeError, "max_rows"),
+    (dict(actual=np.zeros((16, 8), np.float32)), ValueError, "the product is 8 x 16"),
+    (dict(actual=np.zeros((8, 16), np.int32)), TypeError, "float16, float32 or float64 values"),
+    (dict(actual=np.full((8, 16), 1 + 2.0**-10, np.float32), output="bfloat16"), ValueError, "not a bfloat16 value"),
+])
+def test_bad_input_gets_a_clear_error(change, error, message):
+    p = good()
+    actual = change.pop("actual", np.zeros((8, 16), np.float32))
+    p.update(change)
+    if error is None:
+        gemm.compare_matmul(actual, **p)
+        return
+    with pytest.raises(error, match=message):
+        gemm.compare_matmul(actual, **p)
+
+
+def test_bfloat16_arrays_get_a_hint():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    p = good()
+    with pytest.raises(TypeError, match=r"astype\(np.float32\)"):
+        gemm.compare_matmul(np.zeros((8, 16), ml_dtypes.bfloat16), **p)
+    with pytest.raises(TypeError, match=r"astype\(np.float32\)"):
+        gemm.reference_matmul(p["a_codes"], np.ones((8, 1), ml_dtypes.float8_e8m0fnu), p["b_codes"], 1.0,
+                              a_format="E4M3", b_format="E4M3")
