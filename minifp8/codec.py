@@ -292,7 +292,7 @@ def _to_float32(x, name: str = "x") -> np.ndarray:
     array = _as_numeric_array(x, name)
     if array.dtype.kind in "iu":
         array = _to_float64(array)  # |x| <= 2**53 or a clear error
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):  # (under: the caller's np.errstate may raise on it)
         converted = array.astype(np.float32, copy=False)
     _check_fits_float32(array, converted, name)
     return converted

@@ -1438,8 +1438,9 @@ def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, new=np.empty):
         block, rule = 128, _blockwise_rule(fmt)
     else:
         return None
-    fast = _cast_fast(x, [_blocks_tiling(x.shape, 1, block), _blocks_tiling(x.shape, 0, block)], new, fmt, saturate,
-                      rule)
+    with np.errstate(under="ignore"):  # (as in `cast`)
+        fast = _cast_fast(x, [_blocks_tiling(x.shape, 1, block), _blocks_tiling(x.shape, 0, block)], new, fmt,
+                          saturate, rule)
     if fast is None:
         return None
     return [_with_stats(x, (values, [result])) for values, result in zip(*fast)]
@@ -1459,6 +1460,12 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
     ``delayed`` (None otherwise). ``new(shape, float32)`` allocates the values (fp8.py's cast
     points hand back the previous step's array). A recipe not in fp8.RECIPES is a ValueError.
     """
+    with np.errstate(under="ignore"):  # the caller's may raise on it: scaled-down values round, as they must
+        return _cast(x, recipe, options, fmt, axis, weight, scaler, new)
+
+
+def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
+    """`cast`, in the error state it sets."""
     if recipe == "fp32":
         values = x.astype(np.float32)
         return values, CastStats(float(_amax(values)), int(values.size), 0, 0)
@@ -1467,8 +1474,8 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool
     # along axis: the elements may be cast in the order they lie in memory (no copy of a view).
     order = _memory_order(x)
     if order is not None:
-        values, stats = cast(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
-                             scaler, new)
+        values, stats = _cast(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
+                              scaler, new)
         return values.transpose(sorted(range(x.ndim), key=order.__getitem__)), stats  # (order's inverse)
     if recipe in PER_TENSOR_RECIPES:
         if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path

@@ -125,7 +125,7 @@ def gelu(x) -> Tensor:
     """
     x = _floating(x, "gelu")
     xd = x.data
-    with np.errstate(over="ignore"):  # (a cubic that overflows is harmless: tanh(+-inf) = +-1)
+    with np.errstate(over="ignore", under="ignore"):  # (a cubic that overflows is harmless: tanh(+-inf) = +-1)
         s = np.multiply(xd, xd, out=np.empty_like(xd))  # (an array for 0-d x too, where xd * xd is a scalar)
         s *= _GELU_C * _GELU_A
         s += _GELU_C
@@ -135,15 +135,19 @@ def gelu(x) -> Tensor:
     # x/2 first, then times s: (s x)/2 would overflow to inf for |x| above half the dtype's maximum
     # (s = 2 there), and both orders round the same (halving is exact away from the subnormals, and
     # there s = 1), so every other output has the same bits
-    out_data = xd * 0.5
-    out_data *= s
+    with np.errstate(under="ignore"):
+        out_data = xd * 0.5
+        out_data *= s
 
     def backward(g):
-        try:
-            with np.errstate(over="raise", invalid="raise"):
-                return (_gelu_grad(xd, s, g),)
-        except FloatingPointError:  # inf * 0 for huge |x| (docstring), or g itself overflows
-            return (_gelu_grad(np.clip(xd, -_GELU_CLIP, _GELU_CLIP), s, g),)
+        # Only overflow and invalid tell of huge |x|: a tiny product that underflows must neither
+        # trigger the second pass nor raise where the caller's np.errstate raises on underflow.
+        with np.errstate(under="ignore"):
+            try:
+                with np.errstate(over="raise", invalid="raise"):
+                    return (_gelu_grad(xd, s, g),)
+            except FloatingPointError:  # inf * 0 for huge |x| (docstring), or g itself overflows
+                return (_gelu_grad(np.clip(xd, -_GELU_CLIP, _GELU_CLIP), s, g),)
 
     return make_op(out_data, (x,), backward, "gelu")
 
@@ -211,13 +215,15 @@ def softmax(x, axis: int = -1) -> Tensor:
     x = _floating(x, "softmax")
     axis = _nonempty_axis(x, axis, "softmax")
     s = x.data - x.data.max(axis=axis, keepdims=True)
-    np.exp(s, out=s)
-    s /= s.sum(axis=axis, keepdims=True)
+    with np.errstate(under="ignore"):  # (the exponentials of far-below-max logits round to 0, as they must)
+        np.exp(s, out=s)
+        s /= s.sum(axis=axis, keepdims=True)
 
     def backward(g):
-        grad = g * s
-        dot = grad.sum(axis=axis, keepdims=True)
-        grad -= s * dot
+        with np.errstate(under="ignore"):  # (s holds tiny probabilities by construction)
+            grad = g * s
+            dot = grad.sum(axis=axis, keepdims=True)
+            grad -= s * dot
         return (grad,)
 
     return make_op(s, (x,), backward, "softmax")
@@ -228,10 +234,12 @@ def log_softmax(x, axis: int = -1) -> Tensor:
     x = _floating(x, "log_softmax")
     axis = _nonempty_axis(x, axis, "log_softmax")
     shifted = x.data - x.data.max(axis=axis, keepdims=True)
-    out_data = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    with np.errstate(under="ignore"):  # (as in softmax)
+        out_data = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
     def backward(g):
-        return (g - np.exp(out_data) * g.sum(axis=axis, keepdims=True),)
+        with np.errstate(under="ignore"):
+            return (g - np.exp(out_data) * g.sum(axis=axis, keepdims=True),)
 
     return make_op(out_data, (x,), backward, "log_softmax")
 
@@ -351,17 +359,19 @@ def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:
     rows = np.flatnonzero(valid)
     picked_targets = t[rows]
     shifted = z - z.max(axis=1, keepdims=True)
-    e = np.exp(shifted)
+    with np.errstate(under="ignore"):  # (as in softmax)
+        e = np.exp(shifted)
     total = e.sum(axis=1, keepdims=True)
     losses = np.log(total[rows, 0]) - shifted[rows, picked_targets]
     out_data = np.asarray(losses.sum() / count, dtype=z.dtype)
 
     def backward(g):
-        grad = e / total
-        grad[rows, picked_targets] -= 1.0
-        if count != len(t):
-            grad[~valid] = 0.0
-        grad *= g / count
+        with np.errstate(under="ignore"):
+            grad = e / total
+            grad[rows, picked_targets] -= 1.0
+            if count != len(t):
+                grad[~valid] = 0.0
+            grad *= g / count
         return (grad.reshape(logits.shape),)
 
     return make_op(out_data, (logits,), backward, "cross_entropy")
@@ -430,32 +440,34 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | N
         rows, cols = probs.shape[-2:]
         probs += np.triu(np.full((rows, cols), -np.inf, dtype=probs.dtype), k=1)
     probs -= probs.max(axis=-1, keepdims=True)
-    np.exp(probs, out=probs)
-    probs /= probs.sum(axis=-1, keepdims=True)
-    if dropout_p > 0.0:
-        mask = np.multiply(rng.random(probs.shape, dtype=np.float32) >= dropout_p, 1.0 / (1.0 - dropout_p),
-                           dtype=probs.dtype)
-        dropped = probs * mask
-    else:
-        mask, dropped = None, probs
-    out_data = dropped @ v.data
+    with np.errstate(under="ignore"):  # (as in softmax; and the tiny probabilities times v)
+        np.exp(probs, out=probs)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        if dropout_p > 0.0:
+            mask = np.multiply(rng.random(probs.shape, dtype=np.float32) >= dropout_p, 1.0 / (1.0 - dropout_p),
+                               dtype=probs.dtype)
+            dropped = probs * mask
+        else:
+            mask, dropped = None, probs
+        out_data = dropped @ v.data
 
     def backward(g):
-        grad_v = dropped.swapaxes(-1, -2) @ g if v.requires_grad else None
-        grad_q = grad_k = None
-        if q.requires_grad or k.requires_grad:
-            grad_s = g @ v.data.swapaxes(-1, -2)
-            if mask is not None:
-                grad_s *= mask
-            dot = np.einsum("...ij,...ij->...i", grad_s, probs)[..., None]
-            grad_s -= dot
-            grad_s *= probs
-            if q.requires_grad:
-                grad_q = grad_s @ k.data
-                grad_q *= scale
-            if k.requires_grad:
-                grad_k = grad_s.swapaxes(-1, -2) @ q_scaled
-        return grad_q, grad_k, grad_v
+        with np.errstate(under="ignore"):  # (as in softmax's backward)
+            grad_v = dropped.swapaxes(-1, -2) @ g if v.requires_grad else None
+            grad_q = grad_k = None
+            if q.requires_grad or k.requires_grad:
+                grad_s = g @ v.data.swapaxes(-1, -2)
+                if mask is not None:
+                    grad_s *= mask
+                dot = np.einsum("...ij,...ij->...i", grad_s, probs)[..., None]
+                grad_s -= dot
+                grad_s *= probs
+                if q.requires_grad:
+                    grad_q = grad_s @ k.data
+                    grad_q *= scale
+                if k.requires_grad:
+                    grad_k = grad_s.swapaxes(-1, -2) @ q_scaled
+            return grad_q, grad_k, grad_v
 
     return make_op(out_data, (q, k, v), backward, "scaled_dot_product_attention")
 

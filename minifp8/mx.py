@@ -478,7 +478,7 @@ def _quantize_blocks(blocks: np.ndarray, element: FloatFormat, scale_mode: str, 
     # Such values lie far below half the smallest element subnormal (>= 2**-17), so every rounding
     # mode gives them code +-0 whether they are exact or not: the codes equal the exact ones.
     factor = np.ldexp(np.ones((), blocks.dtype), -shared_exp.astype(np.int32))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", under="ignore"):
         scaled = blocks * factor[:, None]
     nan_blocks = scale_codes == E8M0_NAN
     if nan_blocks.any():
@@ -691,13 +691,14 @@ class NVFP4Array:
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
         block_scales = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E4M3)
         one_over_2688 = np.float32(1 / (6 * 448))
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", under="ignore"):
             factor = (block_scales * self.global_amax) * one_over_2688
         overflow = np.isinf(factor)
         if overflow.any():  # S_dec_b <= 448 < 2**9, so the product with global_amax * 2**-9 fits float32
             shrunk_amax = self.global_amax * np.float32(2.0**-9)
             factor[overflow] = ((block_scales[overflow] * shrunk_amax) * one_over_2688) * np.float32(2.0**9)
-        values = codec.decode(blocks, formats.E2M1) * factor[:, None]
+        with np.errstate(under="ignore"):
+            values = codec.decode(blocks, formats.E2M1) * factor[:, None]
         return _from_blocks(values, moved_shape, self.axis)
 
     def packed(self) -> np.ndarray:
@@ -752,20 +753,20 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
     else:
         global_amax = _check_float32_number(global_amax, "global_amax")
 
-    with np.errstate(divide="ignore", over="ignore"):
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
         encode_scale = np.minimum(np.float32(E4M3_MAX * FP4_MAX) / global_amax, FLOAT32_MAX)  # step 2
-    if global_amax == 0:  # (a finite amax gives encode_scale >= 2688 / FLT_MAX > 0: never 0)
-        encode_scale = np.float32(1)
-    decode_scale = np.float32(1) / encode_scale  # step 3
+        if global_amax == 0:  # (a finite amax gives encode_scale >= 2688 / FLT_MAX > 0: never 0)
+            encode_scale = np.float32(1)
+        decode_scale = np.float32(1) / encode_scale  # step 3
 
     blocks, moved_shape = _to_blocks(array, axis, NVFP4_BLOCK_SIZE)
     block_amax_values = np.max(np.abs(blocks), axis=1, initial=np.float32(0))
     multiplier = encode_scale * (np.float32(1) / FP4_MAX)  # step 4
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):
         block_scale_codes = codec.encode(np.minimum(block_amax_values * multiplier, FLOAT32_MAX),
                                          formats.E4M3, saturate=True)
     block_scales = codec.decode(block_scale_codes, formats.E4M3)
-    with np.errstate(divide="ignore", over="ignore"):
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
         element_scale = np.minimum(np.float32(1) / (block_scales * decode_scale), FLOAT32_MAX)  # step 5
         scaled = np.clip(blocks * element_scale[:, None], -FP4_MAX, FP4_MAX)  # step 6
     codes = codec.encode(scaled, formats.E2M1)

@@ -448,7 +448,8 @@ def _rows_at_scales(rows: int, columns: int, low_exponent: int, seed: int) -> tu
     ``low_exponent`` to 0, and float32 ``(rows, columns)`` standard normal values times ``2**e_i``."""
     exponents = np.linspace(low_exponent, 0, rows)
     rng = np.random.default_rng(seed)
-    return exponents, (rng.standard_normal((rows, columns)) * np.exp2(exponents)[:, None]).astype(np.float32)
+    with np.errstate(under="ignore"):  # (low_exponent may reach float32's subnormals)
+        return exponents, (rng.standard_normal((rows, columns)) * np.exp2(exponents)[:, None]).astype(np.float32)
 
 
 # ================================================================================================

@@ -131,11 +131,14 @@ class ScaledTensor:
     def dequantize(self) -> np.ndarray:
         """``decode(codes) * scale_inv`` in float32, each element with its own group's ``scale_inv``."""
         values = codec.decode(self.codes, self.fmt)
-        if self.granularity != "block":
-            return values * self.scale_inv  # per tensor: a scalar; per row: broadcasts along axis
-        moved = np.moveaxis(values, self.axis, -1)
-        factors = _expand_tiles(np.moveaxis(self.scale_inv, self.axis, -1), moved.shape, self.block_shape)
-        return np.ascontiguousarray(np.moveaxis(moved * factors, -1, self.axis))
+        # Products below FLT_MIN round, as they must; beyond FLT_MAX they are Inf: a saturated code times
+        # the scale_inv of a scale from an earlier, larger amax (delayed scaling, margin > 0)
+        with np.errstate(over="ignore", under="ignore"):
+            if self.granularity != "block":
+                return values * self.scale_inv  # per tensor: a scalar; per row: broadcasts along axis
+            moved = np.moveaxis(values, self.axis, -1)
+            factors = _expand_tiles(np.moveaxis(self.scale_inv, self.axis, -1), moved.shape, self.block_shape)
+            return np.ascontiguousarray(np.moveaxis(moved * factors, -1, self.axis))
 
 
 # ---- the building blocks -----------------------------------------------------------------------
@@ -165,7 +168,7 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     negative = amax < 0
     if negative.any():
         raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax[negative][0])}")
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
         scale = np.minimum(np.float32(fmt.max) / amax, FLOAT32_MAX)  # Inf -> FLT_MAX; NaN stays NaN
     if power_of_2:
         scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
@@ -195,13 +198,13 @@ def quantize_with_scale(x, scale, fmt) -> np.ndarray:
         if scale.reshape(-1)[first] == 0 and given != 0:
             raise ValueError(f"scale must be finite and > 0, got {float(given)!r}, which underflows float32 to 0")
         raise ValueError(f"scale must be finite and > 0, got {float(scale.reshape(-1)[first])}")
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         scaled = array * scale
     return codec.encode(scaled, fmt, saturate=True)
 
 
 def _inverse(scale: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", over="ignore"):
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
         return (np.float32(1) / np.asarray(scale, np.float32)).astype(np.float32)
 
 
@@ -437,10 +440,10 @@ class DelayedScaling:
         history[0] = 0
         if np.isfinite(amax) and amax > 0:
             scaled_max = np.float32(self.fmt.max * 2.0**-self.margin)
-            with np.errstate(over="ignore"):
+            with np.errstate(over="ignore", under="ignore"):
                 scale = scaled_max / np.float32(amax)
-            self.scale = FLOAT32_MAX if np.isinf(scale) else np.float32(scale)
-            self.scale_inv = np.float32(1) / self.scale
+                self.scale = FLOAT32_MAX if np.isinf(scale) else np.float32(scale)
+                self.scale_inv = np.float32(1) / self.scale
 
     def __repr__(self) -> str:
         return (f"DelayedScaling({self.fmt.name}, history_len={self.history_len}, "

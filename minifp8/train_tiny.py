@@ -702,7 +702,7 @@ def train(run: Run, config: TrainConfig, dataset, *, out: Path | None = None, re
     checked), so NumPy's floating-point warnings, which would only repeat it, are silenced.
     """
     resume = _check_bool(resume, "train: resume")
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"), _DeferredInterrupt() as interrupt:
+    with np.errstate(all="ignore"), _DeferredInterrupt() as interrupt:
         return _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt,
                       steps_counter if steps_counter is not None else [0])
 
@@ -959,7 +959,8 @@ def _load_checkpoint(path: Path, identity: dict, model, model_rng, state, optimi
 
 
 def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, data_rng, scaler, gradients):
-    with np.load(path, allow_pickle=False) as archive:
+    # (the file is opened here: np.load leaves its own handle open when the zip inside is broken)
+    with open(path, "rb") as file, np.load(file, allow_pickle=False) as archive:
         meta = json.loads(str(archive["meta"]))
         saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)
         # a flag added since a checkpoint was written had its default there
