@@ -329,6 +329,7 @@ class Tensor:
 
     # -- backward --
 
+    @np.errstate(under="ignore")  # (gradients may underflow, whatever the caller's error state says)
     def backward(self, grad=None) -> None:
         """Accumulate d(self)/d(leaf), times ``grad``, into the ``.grad`` of every leaf that requires grad.
 

@@ -162,7 +162,7 @@ def store_scaled(x, kind: str) -> tuple[np.ndarray, np.float32]:
     amax = np.max(np.abs(values), initial=np.float32(0)).astype(np.float32)
     if kind == "float16":
         scale = _float16_scale(amax)
-        with np.errstate(over="ignore"):  # (np.asarray: a 0-d product is a NumPy scalar, not an array)
+        with np.errstate(over="ignore", under="ignore"):  # (np.asarray: a 0-d product is a NumPy scalar, not an array)
             return np.asarray((values * scale).astype(np.float16)), scale
     scale = np.float32(scaling.scale_from_amax(amax, kind, power_of_2=True))
     return scaling.quantize_with_scale(values, scale, kind), scale
@@ -185,10 +185,11 @@ def load_scaled(array: np.ndarray, scale, kind: str) -> np.ndarray:
         scale32 = np.float32(scale)
     if not (np.isfinite(scale32) and scale32 > 0):
         raise ValueError(f"load_scaled: scale must be finite and > 0 in float32, got {scale!r}")
-    inverse = np.float32(1) / scale32
-    if kind in FP8_GRADIENT_FORMATS:
-        return codec.decode(array, kind) * inverse
-    return array.astype(np.float32) * inverse
+    with np.errstate(under="ignore"):  # (the inverse and the products round, down among the subnormals too)
+        inverse = np.float32(1) / scale32
+        if kind in FP8_GRADIENT_FORMATS:
+            return codec.decode(array, kind) * inverse
+        return array.astype(np.float32) * inverse
 
 
 def _float16_scale(amax: np.float32) -> np.float32:
@@ -347,6 +348,7 @@ class AllReduceResult:
         return self.saturated_count / self.size if self.size else 0.0
 
 
+@np.errstate(under="ignore")  # (tiny gradients: their sums, scales and means may round among the subnormals)
 def fp8_all_reduce(worker_grads: Sequence, fmt="E4M3", *, factor: float = 1.0) -> AllReduceResult:
     """Average one gradient tensor over N simulated workers through an FP8 all-reduce (FP8-LM Eqs. 4-6).
 
@@ -754,6 +756,7 @@ class FP8AdamW(AdamW):
         return {"first_moment": self.first_moment, "second_moment": self.second_moment,
                 "master_weights": self.master_weights}
 
+    @np.errstate(under="ignore")  # (as AdamW.step)
     def step(self) -> None:
         """One AdamW step of every parameter with a gradient (all shapes are checked first: an error updates none)."""
         self._check_grads()

@@ -232,6 +232,7 @@ class SGD(Optimizer):
     def _state_template(self, p: Tensor) -> dict:
         return {"momentum_buffer": np.zeros_like(p.data)}
 
+    @np.errstate(under="ignore")  # (momenta and squared gradients may underflow, whatever the caller's state)
     def step(self) -> None:
         self._check_grads()
         for group in self.param_groups:
@@ -295,6 +296,7 @@ class AdamW(Optimizer):
         self._init_state(p, state)
         return state
 
+    @np.errstate(under="ignore")  # (momenta and squared gradients may underflow, whatever the caller's state)
     def step(self) -> None:
         self._check_grads()
         for group in self.param_groups:

@@ -16,9 +16,10 @@ import warnings
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, fp8, golden, mx, scaling, testing, train_tiny
+from minifp8 import codec, formats, fp8, fp8lm, golden, mx, optim, scaling, testing, train_tiny
 from minifp8 import functional as F
 from minifp8.autograd import Tensor
+from minifp8.nn import Parameter
 
 NUMPY_DEFAULT_STATE = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
 # Zeros, NaNs, infinities, float32's extremes, values that round into (or below) its subnormals
@@ -242,3 +243,50 @@ def test_an_error_inside_leaves_the_callers_state_alone():
             with pytest.raises(ValueError, match="finite inputs"):
                 mx.quantize_nvfp4(np.array([np.inf, 1.0], np.float32))
             assert np.geterr() == before
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "AdamW", "FP8AdamW", "FP8AdamW-O3"])
+def test_a_hand_written_loops_backward_and_step(optimizer):
+    """Outside train(): the user's forward pass (no underflow in it), then backward() and step(), whose
+    gradients of 1e-30 underflow in the backward GEMMs, in momenta and in squared gradients."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    weights = rng.standard_normal((8, 3)).astype(np.float32)
+    make = {"SGD": lambda p: optim.SGD(p, lr=0.1, momentum=0.9), "AdamW": lambda p: optim.AdamW(p),
+            "FP8AdamW": lambda p: fp8lm.FP8AdamW(p),
+            "FP8AdamW-O3": lambda p: fp8lm.FP8AdamW(p, master_weights="float16")}[optimizer]
+
+    def call():
+        w = Parameter(weights)
+        opt = make([w])
+        results = []
+        for scale in (1e-30, 1e-38):
+            with np.errstate(**NUMPY_DEFAULT_STATE):  # (the forward pass is the user's: not under test)
+                y = Tensor(x) @ w
+            opt.zero_grad()
+            y.backward(np.full(y.shape, scale, np.float32))
+            results.append(w.grad.copy())
+            opt.step()
+            results.append(w.data.copy())
+        return results
+
+    _default_then_strict(call)
+
+
+def test_fp8lm_storage_and_float64_fake_quantize():
+    tiny = _as(np.float32, [1e-38, -3e-46, 2.0**-148, 0.0, 1e-8, 448e-8])
+
+    def call():
+        results = []
+        for kind in ("E4M3", "E5M2", "float16"):
+            stored, scale = fp8lm.store_scaled(tiny, kind)
+            results += [stored, scale, fp8lm.load_scaled(stored, np.float32(3e38), kind)]
+        grads = [_as(np.float32, [1e-40, -2e-39, 3e-41, 0.0]), _as(np.float32, [2e-40, 1e-39, -5e-42, 1e-45])]
+        for fmt in ("E4M3", "E5M2"):
+            results.append(fp8lm.fp8_all_reduce(grads, fmt))
+        x64 = np.array([1e-50, -1e-46, 2.0**-150, 1.0, 3.0e38])
+        for recipe in ("current", "blockwise", "mxfp8"):
+            results.append(fp8.fake_quantize(x64, recipe, "E4M3"))
+        return results
+
+    _default_then_strict(call)
