@@ -148,6 +148,19 @@ class MXFormat:
         """The scale format, E8M0."""
         return formats.E8M0
 
+    # ---- copying and pickling: as formats.FloatFormat's ------------------------------------------------
+    def __reduce_ex__(self, protocol):
+        """A named format of `FORMATS` pickles by name and loads as that very object; any other by its fields."""
+        if FORMATS.get(self.name) is self:
+            return get, (self.name,)
+        return super().__reduce_ex__(protocol)
+
+    def __copy__(self) -> "MXFormat":
+        return self
+
+    def __deepcopy__(self, memo) -> "MXFormat":
+        return self
+
 
 MXFP8_E4M3 = MXFormat("MXFP8_E4M3", formats.E4M3)
 MXFP8_E5M2 = MXFormat("MXFP8_E5M2", formats.E5M2)

@@ -209,6 +209,12 @@ def test_catalogue_formats_come_back_as_themselves(protocol):
     blocks = mx.quantize(x, "MXFP8_E4M3")
     loaded = pickled(blocks, protocol)
     assert loaded.elem is formats.E4M3 and np.array_equal(loaded.dequantize(), blocks.dequantize())
+    for mx_format in mx.FORMATS.values():
+        assert pickled(mx_format, protocol) is mx_format
+        assert copy.copy(mx_format) is mx_format and copy.deepcopy(mx_format) is mx_format
+    other = mx.MXFormat("MXFP8_E4M3", formats.E4M3, block_size=16)  # the name, not the block size
+    back = pickled(other, protocol)
+    assert back == other and back is not other and back.block_size == 16 and back != mx.MXFP8_E4M3
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
