@@ -1,0 +1,142 @@
+"""What ``pip install minifp8`` gives: the declared packages and data, NumPy as the only runtime
+dependency, and dependency floors that were checked by installing them.
+
+- Every folder of ``minifp8/`` is a declared package and every data file in it matches the
+  declared package data, so a wheel holds what a source checkout has (`results/*.json` is read
+  by ``bench.load_speed_results`` and ``train_tiny.load_results``).
+- Importing every module loads nothing outside the standard library but NumPy.
+- The floors in ``pyproject.toml`` are no lower than the lowest versions that work (see there).
+- ``-m slow``: a wheel built from the sources holds every module and data file, and runs from a
+  folder outside the checkout (needs PyPI for the build backend, unless setuptools >= 77 is here).
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "minifp8"
+
+# The lowest versions that were installed and shown to work beside NumPy 2 on Python 3.11, and why
+# the one below each fails (pyproject.toml's comments say the same).
+VERIFIED_FLOORS = {
+    "numpy": (2, 0),           # NEP 50 scalar promotion (NumPy 2.0)
+    "matplotlib": (3, 8, 4),   # 3.7.0-3.8.3 wheels are built for NumPy 1.x and fail to import
+    "ml_dtypes": (0, 5, 1),    # 0.5.0 rounds E8M0 ties (1.5 * 2**e) to an even code, not up
+    "mkdocs": (1, 6),          # mkdocs.yml sets validation.links.anchors, new in 1.6
+}
+
+
+def pyproject() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: tomli, which pytest itself needs there
+        tomllib = pytest.importorskip("tomli")
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        return tomllib.load(file)
+
+
+def package_files() -> list[Path]:
+    """The files under minifp8/ that belong to the package (no byte code)."""
+    return sorted(path for path in PACKAGE.rglob("*")
+                  if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc")
+
+
+def lower_bounds(requirement: str) -> tuple[str, list[tuple[int, ...]]]:
+    """The distribution name and the ``>=`` versions of one PEP 508 requirement string."""
+    name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement).group(0)
+    floors = re.findall(r">=\s*([0-9]+(?:\.[0-9]+)*)", requirement)
+    return name.lower().replace("-", "_"), [tuple(int(part) for part in floor.split(".")) for floor in floors]
+
+
+def test_every_folder_of_the_package_is_declared_and_every_data_file_is_package_data():
+    setuptools = pyproject()["tool"]["setuptools"]
+    declared = set(setuptools["packages"])
+    folders = {".".join(path.parent.relative_to(ROOT).parts) for path in package_files()}
+    assert folders == declared, f"folders of minifp8/ {sorted(folders)}, [tool.setuptools] packages {sorted(declared)}"
+    patterns = setuptools.get("package-data", {})
+    for path in package_files():
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+        globs = [*patterns.get(package, []), *patterns.get("*", [])]
+        assert path.suffix == ".py" or any(fnmatch.fnmatch(path.name, glob) for glob in globs), (
+            f"{path.relative_to(ROOT)} is not package data of {package} ({globs}): a wheel would leave it out")
+    assert any(path.match("minifp8/results/*.json") for path in package_files())
+
+
+def test_every_module_imports_with_numpy_as_its_only_dependency():
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "before = set(sys.modules)\n"
+        "import minifp8\n"
+        "names = [m.name for m in pkgutil.iter_modules(minifp8.__path__, 'minifp8.') if not m.ispkg]\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "loaded = {name.partition('.')[0] for name in set(sys.modules) - before}\n"
+        "print(len(names))\n"
+        "print(' '.join(sorted(loaded - set(sys.stdlib_module_names) - {'numpy', 'minifp8'})))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    count, others = result.stdout.splitlines()
+    assert int(count) == sum(1 for path in PACKAGE.glob("*.py") if path.name != "__init__.py")
+    assert others == "", f"importing minifp8's modules loaded more than NumPy: {others}"
+
+
+def test_dependency_floors_are_no_lower_than_the_verified_ones():
+    project = pyproject()["project"]
+    requirements = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    seen = set()
+    for requirement in requirements:
+        name, floors = lower_bounds(requirement)
+        if name in VERIFIED_FLOORS:
+            seen.add(name)
+            assert floors and max(floors) >= VERIFIED_FLOORS[name], (
+                f"{requirement!r}: below {'.'.join(map(str, VERIFIED_FLOORS[name]))} it does not work")
+    assert seen == set(VERIFIED_FLOORS)
+
+
+@pytest.mark.slow
+def test_a_built_wheel_holds_the_package_and_runs_outside_the_checkout(tmp_path):
+    source = tmp_path / "source"  # a copy, so that the build leaves no build/ or egg-info in the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        (source / name).write_bytes((ROOT / name).read_bytes())
+    for path in package_files():
+        target = source / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+    try:
+        import setuptools
+        backend_here = int(setuptools.__version__.split(".")[0]) >= 77  # pyproject's build-system floor
+    except ImportError:
+        backend_here = False
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-q", "-w", str(tmp_path / "dist"),
+               *(["--no-build-isolation"] if backend_here else []), str(source)]
+    build = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (tmp_path / "dist").glob("minifp8-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        archive.extractall(tmp_path / "site")
+    expected = {"/".join(path.relative_to(ROOT).parts) for path in package_files()}
+    package_names = {name for name in names if ".dist-info/" not in name}
+    assert package_names == expected, (sorted(expected - package_names), sorted(package_names - expected))
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
+    assert "License-Expression: MIT" in metadata and "Requires-Dist: numpy>=2.0" in metadata
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "import minifp8; assert minifp8.__file__.startswith(sys.argv[1]), minifp8.__file__\n"
+            "from minifp8 import bench, golden, train_tiny\n"
+            "assert bench.load_speed_results()['steps'] > 0\n"
+            "assert train_tiny.load_results()['runs'] and train_tiny.load_results(train_tiny.FP8LM_RESULTS)['runs']\n"
+            "sys.argv = ['golden', '--out', 'golden']\n"
+            "import runpy; runpy.run_module('minifp8.golden', run_name='__main__')\n")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "site")], capture_output=True, text=True,
+                            cwd=elsewhere)
+    assert (elsewhere / "golden" / "manifest.json").is_file(), result.stderr
