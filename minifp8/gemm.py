@@ -351,15 +351,67 @@ def _output_type(output) -> str:
     return output
 
 
-def _tolerance(reference: MatmulReference, inner: int, accumulator: _Accumulator, output: str) -> np.ndarray:
-    """The largest error a correct kernel's output may have, element by element (see `compare_matmul`)."""
+def _tolerance(reference: MatmulReference, inner: int, accumulator: _Accumulator, output: str,
+               carried: np.ndarray | float = 0.0) -> np.ndarray:
+    """The largest error a correct kernel's output may have, element by element (see `compare_matmul`);
+    ``carried`` is `_carried_underflow`'s term."""
     exact_magnitude = reference.magnitude / (1 - _gamma(inner, _FLOAT64_UNIT_ROUNDOFF))
-    accumulated = accumulator.relative_bound(inner) * exact_magnitude + (4 * inner + 4) * accumulator.spacing
+    relative = accumulator.relative_bound(inner)
+    with np.errstate(invalid="ignore"):  # no bound (Inf) times a zero magnitude: nothing to round, 0
+        accumulated = np.where(exact_magnitude > 0, relative * exact_magnitude, 0.0)
+    accumulated = accumulated + (4 * inner + 4) * accumulator.spacing
+    if np.any(carried):
+        accumulated = accumulated + (1 + relative) * carried
     bits, emin, _ = _IEEE_TYPES[output]
     with np.errstate(invalid="ignore", over="ignore"):
         before_output = np.abs(reference.value) + reference.error_bound + accumulated
         rounded = 2.0**-bits * before_output + 2.0 ** (emin - bits) + accumulated + reference.error_bound
     return np.where(np.isfinite(reference.value), rounded, 0.0)
+
+
+def _carried_underflow(a: _Operand, b: _Operand, accumulator: _Accumulator) -> np.ndarray | float:
+    """The underflow errors that later multiplications carry, summed per output (0.0 when none can occur).
+
+    A term ``t = x alpha y beta`` (elements x, y; scales alpha, beta) is formed by multiplications
+    in the accumulator's format in one of the ways kernels group it: ``(x alpha)(y beta)``,
+    ``((x y) alpha) beta`` (a block's partial sum scaled), ``(x y)(alpha beta)``, ``((x alpha) y) beta``
+    (B's scale in the epilogue), or their mirror images. ``x y`` is exact. With gradual underflow a
+    product P rounds to ``P (1 + delta) + eta`` with ``|eta| <= s / 2`` (the subnormal spacing s), and
+    ``eta != 0`` only where ``|P|`` is below the smallest normal number, lambda (the model of
+    arithmetic with gradual underflow: Higham, 2nd ed., chapter 2), while a sum that underflows is
+    exact (every float is a multiple of s, so a sum below lambda is itself a subnormal number). The
+    final product's eta is in `compare_matmul`'s ``(4K + 4) s_acc``; an intermediate P's eta is multiplied by the rest of the term,
+    ``t / P``, and it can be far larger. Summed over the intermediates P = ``x alpha``, ``y beta``,
+    ``alpha beta``, ``x alpha y`` and ``x y beta``, each where it can be below lambda, this is
+    ``s / 2 * sum_k (|b| [|a| < lambda] + |a| [|b| < lambda] + |x y| [alpha beta < lambda]
+    + beta [|a| y < lambda] + alpha [x |b| < lambda])``; a condition that involves both operands is
+    widened to one on each (``alpha < lambda / min beta``), which keeps every sum a matrix product.
+    It is 0 unless a scale or a dequantised value is small (near lambda times a few powers of two).
+    """
+    normal = accumulator.spacing * 2.0 ** (accumulator.bits - 1)  # lambda = 2**emin
+    terms = []
+    for operand in (a, b):
+        finite = np.isfinite(operand.values)
+        elements = np.where(finite, np.abs(operand.decoded), 0.0)
+        scales = np.where(finite & (elements != 0), np.abs(_scaled(np.ones(elements.shape), operand.scales)), 0.0)
+        values = elements * scales  # |a| (exact: as operand.values)
+        terms.append((elements, scales, values))
+    (x, alpha, abs_a), (y, beta, abs_b) = terms
+    if not (abs_a.any() and abs_b.any()):
+        return 0.0
+
+    def below(array, limit):
+        return (array > 0) & (array < limit)
+
+    least = [float(array[array > 0].min()) for array in (alpha, beta, x, y)]  # (nonzero terms only)
+    pairs = [(below(abs_a, normal), abs_b), (abs_a, below(abs_b, normal)),
+             (x * below(alpha, normal / least[1]), y * below(beta, normal / least[0])),
+             (below(abs_a, normal / least[3]), beta), (alpha, below(abs_b, normal / least[2]))]
+    carried = 0.0
+    for left, right in pairs:
+        if left.any() and right.any():
+            carried = carried + left.astype(np.float64) @ right.astype(np.float64)
+    return accumulator.spacing / 2 * carried
 
 
 def _overflow_threshold(output: str) -> float:
@@ -505,7 +557,7 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
     A correct kernel differs from the exact product by rounding only, and each output's
     tolerance bounds that rounding (S = ``sum_k |a_mk b_kn|``, the dequantised operands')::
 
-        tolerance = acc * S + (4K + 4) s_acc                             accumulation
+        tolerance = acc * S + (4K + 4) s_acc + (1 + acc) C               accumulation
                   + u_out * (|reference| + acc * S + ...) + s_out / 2    rounding to the output
                   + reference.error_bound                                the reference's own
 
@@ -520,7 +572,13 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
     ``acc = g1 + g2 + g1 g2`` with ``g1 = gamma_n(2**-p)`` and ``g2 = gamma_(ceil(K/n)+3)(2**-24)``.
     ``s_acc`` is the accumulator's subnormal spacing: a rounding that lands in the subnormal range
     errs by up to half of it, absolutely, and a dot product holds fewer than 4K + 4 roundings
-    (the factor 2 covers their growth through the later ones). ``u_out`` is the output type's unit
+    (the factor 2 covers their growth through the later ones). ``C`` is 0 unless scales or dequantised
+    values are tiny: an intermediate product (a dequantised value, a product of scales, a block's sum
+    times one scale) that rounds into the subnormals errs by up to ``s_acc / 2``, and the rest of its
+    term multiplies that error (`_carried_underflow` derives it). The bound assumes the kernel's
+    intermediates do not overflow its accumulator: a dequantised value or scale product beyond
+    float32's range (E8M0 scale 2**127 times 448) gives Inf or NaN in a float32 kernel that forms it,
+    and such an output is reported. ``u_out`` is the output type's unit
     roundoff (2**-24, 2**-8 for bfloat16, 2**-11 for float16), ``s_out`` its subnormal spacing.
 
     Outputs agree when within tolerance; NaN where the reference is NaN, the same Inf where it is
@@ -536,7 +594,9 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
     one block along an axis (wrapping round, or keeping the last block's own); or the product
     without one K block (block sizes from the scale layouts, and 16, 32, 64, 128, 256); or the
     reference transposed; or, when nothing above matched, every mismatched output is the reference
-    times one factor (a power of two is named as one), or the errors fit a narrower accumulator.
+    times one factor (a power of two is named as one), or the errors fit a narrower accumulator
+    (only one whose bound is at most S / 8, and errors not confined to one row or column). A cause
+    whose product an output of zeros matches as well is not named.
 
     Parameters
     ----------
@@ -571,7 +631,8 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
     (rows, inner), columns = a.values.shape, b.values.shape[1]
     got = _output_values(actual, (rows, columns), output)
     reference = _reference(a.values, b.values)
-    tolerance = _tolerance(reference, inner, model, output)
+    carried = _carried_underflow(a, b, model)
+    tolerance = _tolerance(reference, inner, model, output, carried)
     kinds = _judge(got, reference.value, tolerance, output)
     where = np.flatnonzero(kinds.reshape(-1) != _AGREE)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -588,7 +649,7 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
     hints = []
     if where.size:
         if rows * inner * columns <= _HINT_WORK_LIMIT:
-            hints = _hints(got, a, b, reference, kinds, model, output)
+            hints = _hints(got, a, b, reference, kinds, model, output, carried)
         else:
             hints = [f"none computed: M * K * N = {rows * inner * columns} is above 2**26; compare a smaller GEMM"]
     a_name, b_name = formats.get(a_format).name, formats.get(b_format).name
@@ -633,14 +694,17 @@ def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
 
 # ---- hints: causes verified by recomputing ------------------------------------------------------
 def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, model: _Accumulator,
-           output: str) -> list[str]:
-    """`compare_matmul`'s hints: the causes whose recomputed product the output matches."""
-    inner = a.values.shape[1]
+           output: str, carried) -> list[str]:
+    """`compare_matmul`'s hints: the causes whose recomputed product the output matches (and that an
+    output of zeros would not match as well: a cause with a negligible product explains nothing)."""
+    (rows, inner), columns = a.values.shape, b.values.shape[1]
     mismatched = kinds != _AGREE
 
-    def matches(candidate: MatmulReference, accumulator: _Accumulator = model) -> bool:
-        tolerance = _tolerance(candidate, inner, accumulator, output)
-        return bool((_judge(got, candidate.value, tolerance, output) == _AGREE).all())
+    def matches(candidate: MatmulReference, accumulator: _Accumulator = model, carried=carried) -> bool:
+        tolerance = _tolerance(candidate, inner, accumulator, output, carried)
+        zeros = _judge(np.zeros_like(got), candidate.value, tolerance, output)
+        return bool((_judge(got, candidate.value, tolerance, output) == _AGREE).all()
+                    and (zeros[mismatched] != _AGREE).any())
 
     hints = []
     with np.errstate(all="ignore"):  # variants may overflow, divide by zero or multiply Inf by 0
@@ -648,20 +712,28 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
             for scales, what in _scale_variants(operand.scales, name, axes):
                 if np.array_equal(scales, operand.scales, equal_nan=True):
                     continue  # (uniform scales: the variant is the reference itself)
-                values = _scaled(operand.decoded, scales)
-                candidate = _reference(values, b.values) if operand is a else _reference(a.values, values)
-                if matches(candidate):
+                variant = _Operand(operand.decoded, scales, _scaled(operand.decoded, scales))
+                pair = (variant, b) if operand is a else (a, variant)
+                if matches(_reference(pair[0].values, pair[1].values), carried=_carried_underflow(*pair, model)):
                     hints.append(f"the output matches the product with {what}")
         hints += _dropped_block_hints(a, b, reference, matches)
-        if a.values.shape[0] == b.values.shape[1] > 1:
+        if rows == columns > 1:
             transposed = MatmulReference(reference.value.T, reference.magnitude.T, reference.error_bound.T)
             if matches(transposed):
                 hints.append("the output is the reference transposed: a transposed or column-major output?")
         if not hints:
-            hints += _factor_hint(got, a, b, reference.value, mismatched, _tolerance(reference, inner, model, output))
-    if not hints and (kinds[mismatched] == MATMUL_CLASSES.index("other")).all():  # finite errors only
+            hints += _factor_hint(got, a, b, reference.value, mismatched,
+                                  _tolerance(reference, inner, model, output, carried))
+    # A narrower accumulator errs all over the output: not where the errors lie in one row or column,
+    # nor where its bound is over an eighth of sum |a b| (a bound that loose fits many bugs too).
+    hit_rows, hit_columns = (np.unique(where).size for where in np.nonzero(mismatched))
+    spread = (rows == 1 or hit_rows > 1) and (columns == 1 or hit_columns > 1)
+    if not hints and spread and (kinds[mismatched] == MATMUL_CLASSES.index("other")).all():  # finite errors
         for bits in range(model.bits - 1, 7, -1):  # bfloat16's 8 bits are the narrowest accumulator named
-            if matches(reference, _Accumulator(bits, None, 2.0 ** (-125 - bits))):
+            narrower = _Accumulator(bits, None, 2.0 ** (-125 - bits))
+            if narrower.relative_bound(inner) > 1 / 8:
+                break
+            if matches(reference, narrower, _carried_underflow(a, b, narrower)):
                 hints.append(f"the errors are within the bound of an accumulator of {bits} significand bits (or "
                              f"fewer), not of {model.describe()}: accumulation narrower than declared? (float16 has "
                              f"11 bits, bfloat16 8, Hopper's FP8 tensor cores about 14 without promotion: DeepSeek-V3, "
@@ -729,16 +801,17 @@ def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance) ->
     if measured == 0 or not np.isfinite(measured):
         return []
     sign = -1.0 if measured < 0 else 1.0
-    candidates = [(sign * 2.0 ** round(np.log2(abs(measured))), "")]
+    power = round(np.log2(abs(measured)))
+    candidates = [(sign * 2.0**power, f": a scale exponent off by {power} (an E8M0 bias?), or a scale applied "
+                                      f"twice or omitted?")]
     for name, operand in (("a_scales", a), ("b_scales", b)):
         scales = np.unique(np.abs(operand.scales[np.isfinite(operand.scales) & (operand.scales != 0)]))[:256]
-        candidates += [(sign * s, f" (a value of {name})") for s in scales]
-        candidates += [(sign / s, f" (the inverse of a value of {name})") for s in scales]
-    candidates.append((measured, ""))
-    for factor, source in candidates:
+        candidates += [(sign * s, f" (a value of {name}): a scale applied twice?") for s in scales]
+        candidates += [(sign / s, f" (the inverse of a value of {name}): a scale omitted?") for s in scales]
+    candidates.append((measured, ": a wrong scale, or an extra factor (an epilogue's alpha)?"))
+    for factor, why in candidates:
         if factor not in (1.0, -1.0) and (np.abs(got - factor * value) <= abs(factor) * tolerance).all():
             mantissa, exponent = np.frexp(factor)
             spelled = f"{'-' if factor < 0 else ''}2**{exponent - 1}" if abs(mantissa) == 0.5 else repr(factor)
-            return [f"every mismatched output is the reference times {spelled}{source}: "
-                    f"a scale applied twice or omitted?"]
+            return [f"every mismatched output is the reference times {spelled}{why}"]
     return []

@@ -322,6 +322,58 @@ def test_fourteen_bit_accumulator_fails_float32_and_passes_as_declared():
         gemm.assert_matmul_close(out, **p)
 
 
+def test_a_bfloat16_accumulator_over_256_products_passes_an_exact_zero():
+    """gamma_(K+3)(2**-8) is Inf for K >= 253 (no relative bound): a row of zero codes still has the
+    exact product 0, and its tolerance is not Inf * 0 = NaN."""
+    a_codes = np.full((2, 300), 0x38, np.uint8)  # E4M3 1.0
+    a_codes[1] = 0
+    report = gemm.compare_matmul(np.array([[300.0, 300.0], [0.0, 0.0]]), a_codes, 1.0, np.full((300, 2), 0x38, np.uint8),
+                                 1.0, a_format="E4M3", b_format="E4M3", accumulator="bfloat16")
+    assert report.ok and not np.isnan(report.tolerance).any(), str(report)
+
+
+def scale_product_first(p, group):
+    """A blockwise kernel that multiplies the two blocks' scales first, in float32 (a cuBLAS-style
+    alpha), then scales each block's float32 sum of element products by it."""
+    a_elements, b_elements = values32(p["a_codes"], p["a_format"]), values32(p["b_codes"], p["b_format"])
+    a_scales = expand(p["a_scales"], p["a_codes"].shape).astype(np.float32)
+    b_scales = expand(p["b_scales"], p["b_codes"].shape).astype(np.float32)
+    total = np.zeros((a_elements.shape[0], b_elements.shape[1]), np.float32)
+    for start in range(0, a_elements.shape[1], group):
+        k = slice(start, start + group)
+        alpha = a_scales[:, start, None] * b_scales[None, start, :]  # float32: may round into subnormals
+        total = total + (a_elements[:, k] @ b_elements[k]) * alpha
+    return total
+
+
+@pytest.mark.parametrize("case", ["MX 2**-127 x 2**-23, scales multiplied first", "MX 2**-127 x 2**-26",
+                                  "float32 subnormal scale, dequantised first"])
+def test_correct_kernels_whose_intermediates_underflow_pass(case):
+    """Correct float32 kernels whose intermediate products round into float32's subnormals: the
+    rounding error there (up to 2**-150) is carried by a large later factor (a block's sum, a scale
+    of 2**30), far beyond (4K + 4) spacings; the tolerance carries it too. A real bug still fails."""
+    rng = np.random.default_rng(rng_seed)
+    p = dict(a_codes=random_codes(rng, "E4M3", (4, 64)), b_codes=random_codes(rng, "E4M3", (64, 8)), a_format="E4M3",
+             b_format="E4M3")
+    if case.startswith("MX"):  # 2**-127 * 2**-23 = 2**-150 rounds to 0 (a tie, to even); 2**-153 too
+        p.update(a_scales=e8m0(np.zeros((4, 2))), b_scales=e8m0(np.full((2, 8), 104 if "23" in case else 101)))
+        out = scale_product_first(p, 32)
+    else:  # 2**-140 * 1.375: 24 bits of float64, 10 of float32's subnormals; A dequantised into float32 rounds
+        p.update(a_scales=np.float32(2.0**-140 * 1.375), b_scales=np.float32(2.0**30))
+        out = sequential(*dequantized32(p))
+    with np.errstate(under="ignore"):
+        exact = [[sum(spec_value(p["a_codes"][m, k], "E4M3") * spec_value(p["b_codes"][k, n], "E4M3")
+                      * Fraction(float(expand(p["a_scales"], (4, 64))[m, k])) * Fraction(float(expand(p["b_scales"], (64, 8))[k, n]))
+                      for k in range(64)) for n in range(8)] for m in range(4)]
+    error = max(abs(Fraction(float(out[m, n])) - exact[m][n]) for m in range(4) for n in range(8))
+    assert error > 260 * 2.0**-149  # beyond the old (4K + 4) subnormal spacings (K = 64)
+    report = gemm.compare_matmul(out, **p)
+    assert report.ok, str(report)
+    wrong = out.copy()
+    wrong[1, 2] = -wrong[1, 2] if wrong[1, 2] != 0 else np.float32(2.0**-120)
+    assert gemm.compare_matmul(wrong, **p).count >= 1
+
+
 # ---- buggy kernels: each fails, with its diagnosis --------------------------------------------------
 def hints_of(report):
     assert not report.ok
@@ -364,13 +416,53 @@ def test_an_output_factor_is_named():
     p = dict(problem("per-tensor"), a_scales=1.0, b_scales=1.0)
     out = sequential(*dequantized32(p)) * np.float32(2.0**-3)  # e.g. an epilogue alpha applied again
     report = gemm.compare_matmul(out, **p)
-    assert report.hints == ["every mismatched output is the reference times 2**-3: a scale applied twice or omitted?"]
+    assert report.hints == ["every mismatched output is the reference times 2**-3: a scale exponent off by -3 (an E8M0 "
+                            "bias?), or a scale applied twice or omitted?"]
 
 
 def test_dropped_k_block():
     p = problem("blockwise")
     hints = hints_of(gemm.compare_matmul(blockwise_of(p, skip=2), **p))
     assert hints == "the output matches the product without K block 2 of 128 (k = 256 to 383): a dropped K block?"
+
+
+def test_an_e8m0_exponent_off_by_one_is_named():
+    """Every A scale read as twice its value (an E8M0 bias of 126 for 127): the factor 2 and its cause."""
+    p = dict(problem("per-tensor"), a_scales=e8m0(np.full((8, 4), 125)), b_scales=e8m0(np.full((4, 128), 130)))
+    a32, b32 = dequantized32(p)
+    hints = hints_of(gemm.compare_matmul(sequential(a32 * np.float32(2), b32), **p))
+    assert hints == ("every mismatched output is the reference times 2**1: a scale exponent off by 1 (an E8M0 bias?), "
+                     "or a scale applied twice or omitted?"), hints
+
+
+@pytest.mark.parametrize("bug", ["one block's scale doubled", "both scales inverted", "E5M2 codes read as E4M3"])
+def test_no_accumulator_hint_for_scale_and_format_bugs(bug):
+    """Bugs whose errors fit only a vacuous accumulator bound (gamma_(K+3)(2**-8) is Inf for K = 256,
+    gamma_(259)(2**-9) > 1) or lie in one row get no "narrower accumulator" hint: it would mislead."""
+    p = problem("per-tensor", inner=256, columns=64)
+    powers = np.random.default_rng(rng_seed).integers(-5, 5, size=(2, 8, 8))
+    p.update(a_scales=np.ldexp(np.float32(1), powers[0]), b_scales=np.ldexp(np.float32(1), powers[1]))  # 32-blocks
+    if bug == "one block's scale doubled":
+        used = dict(p, a_scales=p["a_scales"] * np.where(np.arange(64).reshape(8, 8) == 13, 2, 1).astype(np.float32))
+    elif bug == "both scales inverted":
+        used = dict(p, a_scales=1 / p["a_scales"], b_scales=1 / p["b_scales"])
+    else:
+        p.update(a_codes=random_codes(np.random.default_rng(1), "E5M2", (8, 256)), a_format="E5M2")
+        used = dict(p, a_codes=np.where(values32(p["a_codes"], "E4M3") == values32(p["a_codes"], "E4M3"),
+                                         p["a_codes"], 0).astype(np.uint8), a_format="E4M3")  # (E4M3 NaN codes: 0)
+    report = gemm.compare_matmul(sequential(*dequantized32(used)), **p)
+    assert not report.ok
+    assert not any("accumulator" in hint for hint in report.hints), report.hints
+
+
+def test_a_hint_needs_a_product_that_zeros_would_not_match():
+    """MX scales 2**-60: the outputs are near 2**-110, the product with either scale squared near
+    2**-170, ~0, which an output of zeros (a kernel that forgot to write it) matches as well as any:
+    "applied twice" would be a false lead."""
+    p = dict(problem("per-tensor", inner=64, columns=8), a_scales=e8m0(np.full((8, 2), 67)),
+             b_scales=e8m0(np.full((2, 8), 67)))
+    report = gemm.compare_matmul(np.zeros((8, 8), np.float32), **p)
+    assert report.count > 0 and report.hints == [], report.hints
 
 
 @pytest.mark.parametrize("narrow", ["float16", "bfloat16"])
