@@ -27,6 +27,7 @@ Semantics (OFP8 rev 1.0 section 5; ONNX Cast-19):
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from functools import lru_cache
 
@@ -47,8 +48,8 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
     Parameters
     ----------
     x : float, int or fractions.Fraction
-        The value (NumPy float16/32/64 and integer scalars too). Floats (including NaN, Inf and
-        -0.0) are taken exactly.
+        The value (NumPy float16/32/64 and integer scalars too, and ml_dtypes float and integer
+        scalars, as in `encode`). Floats (including NaN, Inf and -0.0) are taken exactly.
     fmt : FloatFormat or str
     rounding, saturate, random_bits, random_bit_count
         As in `encode`; ``random_bits`` is one int in ``[0, 2**random_bit_count)``, and both are
@@ -79,7 +80,7 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
     else:
         _check_no_random_bits(rounding, random_bits, random_bit_count)
     if isinstance(x, np.generic):
-        x = _as_numeric_array(x).item()  # exact for float16/32/64 and integers; encode's TypeErrors
+        x = _as_numeric_array(x).item()  # exact for float16/32/64, ml_dtypes and integers; encode's TypeErrors
     elif isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
         raise TypeError(f"x must be a float, int or fractions.Fraction, got {type(x).__name__} {x!r}")
     if isinstance(x, float) and x != x:  # NaN
@@ -160,10 +161,13 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     ----------
     x : array_like
         float16, float32, float64 or integer values (|int| <= 2**53), any shape, views included.
-        float64 is rounded once, exactly (no double rounding through float32). Anything that is
-        not an ndarray (a Python scalar, a list) is converted by ``np.asarray`` first, so NumPy
-        picks one dtype for all of it: ``[True, 0.5]`` becomes float64 ``[1.0, 0.5]`` and its
-        ``True`` encodes as 1.0, whereas a bool array (or a list of bools only) is refused.
+        float64 is rounded once, exactly (no double rounding through float32). ml_dtypes floats
+        (bfloat16, float8_*, float6_*, float4_*) are taken as their float32 values, which are
+        exact: the codes are those of ``x.astype(np.float32)``; ml_dtypes' int4, uint4, int2, ...
+        are integers. Anything that is not an ndarray (a Python scalar, a list) is converted by
+        ``np.asarray`` first, so NumPy picks one dtype for all of it: ``[True, 0.5]`` becomes
+        float64 ``[1.0, 0.5]`` and its ``True`` encodes as 1.0, whereas a bool array (or a list of
+        bools only) is refused.
     fmt : FloatFormat or str
         Destination format, e.g. ``"E4M3"`` or ``"float8_e5m2"``.
     rounding : {"nearest_even", "nearest_away", "toward_zero", "stochastic"}
@@ -187,8 +191,8 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     Raises
     ------
     TypeError
-        For bool, complex, object or other non-numeric input, a non-str ``rounding``, a non-bool
-        ``saturate``, or non-unsigned random bits.
+        For bool, complex (ml_dtypes' complex32 too), object or other non-numeric input, a
+        non-str ``rounding``, a non-bool ``saturate``, or non-unsigned random bits.
     ValueError
         For an unknown format or rounding mode, NaN into a format without NaN, integers too large
         to convert exactly, random bits of the wrong shape or range, or random bits (or their
@@ -256,13 +260,61 @@ def _check_rounding(rounding) -> None:
         raise ValueError(f"unknown rounding mode {rounding!r}; choose one of {', '.join(ROUNDING_MODES)}")
 
 
+def _ml_dtypes_kind(dtype: np.dtype) -> str:
+    """``"float"``, ``"int"`` or ``"complex"`` for a dtype of ml_dtypes (JAX's narrow types, which
+    register with NumPy), ``""`` for any other dtype.
+
+    Recognised without importing ml_dtypes (the package needs NumPy only): by the module of the
+    dtype's scalar type, then by name. ``"float"``: bfloat16, float8_*, float6_*, float4_* (16
+    bits or fewer; their dtype kind is 'V', except float8_e5m2's 'f'). ``"int"``: int1/2/4 and
+    uint1/2/4. ``"complex"``: complex32, bcomplex32.
+    """
+    if getattr(dtype.type, "__module__", None) != "ml_dtypes":
+        return ""
+    name = dtype.name
+    if name.startswith(("bfloat16", "float")) and dtype.itemsize <= 2:
+        return "float"
+    if re.fullmatch(r"u?int[1-7]", name):
+        return "int"
+    return "complex" if "complex" in name else ""
+
+
+def _from_ml_dtypes(array: np.ndarray, kind: str) -> np.ndarray:
+    """An ml_dtypes float array as float32, an ml_dtypes integer array as int8, exactly: every
+    computation then sees the very numbers the array holds.
+
+    float32 holds every value of every ml_dtypes float of at most 16 bits: they have at most 8
+    exponent bits and 7 mantissa bits (bfloat16, the widest, is float32's upper half), and their
+    range lies inside float32's: the largest is bfloat16's (2 - 2**-7) * 2**127 (the float32
+    0x7F7F0000), the smallest nonzero bfloat16's subnormal 2**-133 (float32 reaches 2**-149), and
+    float8_e8m0fnu spans 2**-127 to 2**127. NaN, Inf and -0 become float32's (float8_e8m0fnu's
+    0xFF is NaN). An n-bit integer with n <= 7 lies in [-64, 127]: int8 holds it.
+    """
+    with np.errstate(invalid="ignore"):  # (ml_dtypes 0.6 flags nothing here, but a cast of a signalling NaN may)
+        return array.astype(np.float32 if kind == "float" else np.int8)
+
+
+def _from_ml_dtypes_scalar(value):
+    """An ml_dtypes float or integer scalar as the Python float or int of the same value (exact);
+    any other ``value`` as it is."""
+    if isinstance(value, np.generic) and _ml_dtypes_kind(value.dtype) in ("float", "int"):
+        return _as_numeric_array(value).item()
+    return value
+
+
 def _as_numeric_array(x, name: str = "x") -> np.ndarray:
-    """``np.asarray(x)``, or a TypeError naming the argument unless it holds real numbers."""
+    """``np.asarray(x)``, or a TypeError naming the argument unless it holds real numbers.
+
+    ml_dtypes floats come back as float32 and ml_dtypes integers as int8, exactly (`_from_ml_dtypes`).
+    """
     array = np.asarray(x)
+    ml_kind = _ml_dtypes_kind(array.dtype)
+    if ml_kind in ("float", "int"):
+        return _from_ml_dtypes(array, ml_kind)
     kind = array.dtype.kind
     if kind == "b":
         raise TypeError(f"{name} must hold float16/32/64 or integer values, got a bool array")
-    if kind == "c":
+    if kind == "c" or ml_kind == "complex":
         raise TypeError(f"{name} must hold real numbers, got complex values ({array.dtype})")
     if kind == "O" and array.size and all(type(value) in (int, float) for value in array.flat):
         # Python ints beyond int64/uint64 (2**64) leave NumPy with an object array: a range error, not a type error
@@ -270,7 +322,8 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
         if abs(largest) > _EXACT_INTEGER_LIMIT:
             raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {largest}")
     if kind not in "fiu" or array.dtype.itemsize > 8:
-        raise TypeError(f"{name} must hold float16, float32, float64 or integer values, got dtype {array.dtype}")
+        raise TypeError(f"{name} must hold float16, float32, float64 or integer values, got dtype {array.dtype} "
+                        f"(ml_dtypes' bfloat16, float8_*, ... and int4, ... are accepted too)")
     return array
 
 
@@ -286,9 +339,10 @@ def _to_float64(array: np.ndarray) -> np.ndarray:
 
 
 def _to_float32(x, name: str = "x") -> np.ndarray:
-    """``x`` as float32, for the computations that work in float32 (scaling.py, NVFP4): bool,
-    complex and object arrays are a TypeError, integers beyond 2**53 and finite values beyond
-    float32's range a ValueError (`_check_fits_float32`); float64 rounds once."""
+    """``x`` as float32, for the computations that work in float32 (scaling.py, NVFP4): ml_dtypes
+    floats and integers exactly (`_from_ml_dtypes`); bool, complex and object arrays are a
+    TypeError, integers beyond 2**53 and finite values beyond float32's range a ValueError
+    (`_check_fits_float32`); float64 rounds once."""
     array = _as_numeric_array(x, name)
     if array.dtype.kind in "iu":
         array = _to_float64(array)  # |x| <= 2**53 or a clear error

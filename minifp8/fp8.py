@@ -353,8 +353,10 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     Parameters
     ----------
     x : array_like
-        float16, float32 or float64 values in either byte order (float16 converts exactly), any
-        shape (0-d only for the per-tensor recipes), views too. It is never written to.
+        float16, float32 or float64 values in either byte order, or an ml_dtypes float array
+        (bfloat16, float8_*, float6_*, float4_*); float16 and ml_dtypes floats convert to float32
+        exactly (the result is that for ``x.astype(np.float32)``). Any shape (0-d only for the
+        per-tensor recipes), views too. It is never written to.
     recipe : str
         One of `RECIPES` (``fp32`` returns float32 ``x`` unchanged).
     fmt : {"E4M3", "E5M2"}
@@ -386,10 +388,11 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
         a recipe other than ``fp8`` and ``unit`` (which round float64 exactly: E4M3 saturates,
         E5M2 overflows to Inf).
     TypeError
-        ``x`` not float16/32/64 (int, bool, complex, object), an ill-typed ``recipe``, ``fmt``,
-        option, ``axis`` or ``weight``, a missing scaler under ``delayed`` or one given to another
-        recipe, or a scaler's own options (``history_len``, ``amax_compute_algo``, ``margin``)
-        under ``delayed``: the scaler holds them.
+        ``x`` not float16/32/64 or an ml_dtypes float (int, ml_dtypes' int4, bool, complex,
+        object), an ill-typed ``recipe``, ``fmt``, option, ``axis`` or ``weight``, a missing
+        scaler under ``delayed`` or one given to another recipe, or a scaler's own options
+        (``history_len``, ``amax_compute_algo``, ``margin``) under ``delayed``: the scaler holds
+        them.
 
     Notes
     -----
@@ -411,8 +414,13 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     if fmt not in (FORWARD_FORMAT, BACKWARD_FORMAT):
         raise ValueError(f"fake_quantize casts to E4M3 (forward) or E5M2 (gradients), got {fmt.name}")
     array = np.asarray(x)
+    if codec._ml_dtypes_kind(array.dtype) == "float":  # bfloat16, float8_*, ...: float32 holds them exactly
+        array = codec._from_ml_dtypes(array, "float")
     if array.dtype.kind == "f" and not array.dtype.isnative:  # a big-endian float32 is a float32
         array = array.astype(array.dtype.newbyteorder("="))
+    if codec._ml_dtypes_kind(array.dtype):  # int4, complex32, ...
+        raise TypeError(f"fake_quantize: x must be a float16, float32 or float64 array (any byte order) or an "
+                        f"ml_dtypes float array (bfloat16, float8_*, ...), got dtype {array.dtype}")
     if array.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"fake_quantize: x must be a float16, float32 or float64 array (any byte order), "
                         f"got dtype {array.dtype}")

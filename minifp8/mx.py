@@ -222,7 +222,8 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
     Parameters
     ----------
     block : 1-d sequence or numpy array of numbers
-        The block's values: floats (taken exactly; NaN, Inf and -0.0 allowed), ints or Fractions.
+        The block's values: floats (taken exactly; NaN, Inf and -0.0 allowed; ml_dtypes floats
+        too), ints (ml_dtypes' int4, ... too) or Fractions.
         An empty block is all zeros, vacuously: scale 0x00 and no codes.
     elem : FloatFormat, str or MXFormat
         The element format.
@@ -277,6 +278,7 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
 
 
 def _exact_number(value):
+    value = codec._from_ml_dtypes_scalar(value)  # bfloat16, float8_*, int4, ...: a Python float or int
     if isinstance(value, (float, np.floating)):
         return float(value)  # exact for float16/32/64
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
@@ -421,8 +423,9 @@ def quantize(x, elem, *, block_size=None, axis=-1, scale_mode="floor", rounding=
     ----------
     x : array_like
         float16, float32, float64 or integer values (|int| <= 2**53), at least 1-d. float64 is
-        handled exactly (no rounding through float32). NaN and Inf are allowed (see the module
-        docstring).
+        handled exactly (no rounding through float32). ml_dtypes floats (bfloat16, float8_*, ...)
+        are taken as their float32 values, exactly, and ml_dtypes' int4, uint4, ... as integers,
+        as in `minifp8.codec.encode`. NaN and Inf are allowed (see the module docstring).
     elem : MXFormat, str or FloatFormat
         A named MX format (``MXFP8_E4M3`` or ``"mxfp8_e4m3"``) or an element format
         (``formats.E4M3``, ``"E4M3"``, ``"float8_e4m3fn"``; E4M3, E5M2, E3M2, E2M3 or E2M1).
@@ -555,11 +558,11 @@ def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple
     """E8M0 scale codes and shared exponents for blocks with largest magnitudes ``amax``.
 
     The exponent is read from the bits of ``amax`` (float32 or float64, any shape and byte order;
-    float16 and integers are converted to float64, exactly), never computed with ``log2``: a
-    normal ``amax`` is ``2**e * 1.m``, so ``floor(log2(amax))`` is its unbiased exponent field
-    ``e``, and the modes that round up decide on the mantissa field ``m``. Zero and subnormal
-    ``amax`` lie below any E8M0 scale: -127. An ``amax`` is a magnitude: a negative one is a
-    ValueError (-0.0 is zero), as in `scaling.scale_from_amax`.
+    float16 and integers are converted to float64, ml_dtypes floats to float32, exactly), never
+    computed with ``log2``: a normal ``amax`` is ``2**e * 1.m``, so ``floor(log2(amax))`` is its
+    unbiased exponent field ``e``, and the modes that round up decide on the mantissa field ``m``.
+    Zero and subnormal ``amax`` lie below any E8M0 scale: -127. An ``amax`` is a magnitude: a
+    negative one is a ValueError (-0.0 is zero), as in `scaling.scale_from_amax`.
 
     Returns
     -------
@@ -743,15 +746,16 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
     Parameters
     ----------
     x : array_like
-        float16/32/64 or integer values, converted to float32 first (TransformerEngine reads its
-        inputs in float32). At least 1-d. NaN and Inf raise ``ValueError``: E2M1 has neither, and
+        float16/32/64 or integer values, or ml_dtypes floats and integers (exactly, as in
+        `minifp8.codec.encode`), converted to float32 first (TransformerEngine reads its inputs in
+        float32). At least 1-d. NaN and Inf raise ``ValueError``: E2M1 has neither, and
         TransformerEngine's kernel and reference disagree on them.
     axis : int
         The axis along which 16 consecutive elements form a block (zero-padded at the end).
     global_amax : float, optional
         A tensor amax to use instead of ``max |x|`` (e.g. one reduced across devices): a finite
-        number >= 0 that fits float32, rounded to float32. Values of x beyond it saturate; 0 gives
-        ``S_enc = 1`` and a dequantization of zeros.
+        number >= 0 that fits float32 (an ml_dtypes scalar too), rounded to float32. Values of x
+        beyond it saturate; 0 gives ``S_enc = 1`` and a dequantization of zeros.
 
     Returns
     -------
@@ -792,6 +796,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
 
 def _check_float32_number(value, name: str, positive: bool = False) -> np.float32:
     """``value`` (the argument ``name``: an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``)."""
+    value = codec._from_ml_dtypes_scalar(value)
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} "
                         f"{value!r}")

@@ -12,7 +12,9 @@ dequantized = decode(codes) * scale_inv,        scale_inv = float32(1 / scale)
 power-of-two scales.) Casts saturate: values beyond the format's range clip to +-max, as
 TransformerEngine's casts do (NaN stays NaN). Inputs are converted to float32 first (float64 is
 rounded once to float32), as TransformerEngine computes in float32; a finite float64 beyond
-float32's range, which would become Inf there, is a ValueError.
+float32's range, which would become Inf there, is a ValueError. Inputs are float16/32/64 or
+integer arrays, or ml_dtypes floats (bfloat16, float8_*, ...) and integers (int4, ...), which
+convert exactly: a bfloat16 ``x`` gives what ``x.astype(np.float32)`` gives.
 
 The recipes differ only in where ``scale`` comes from:
 

@@ -394,8 +394,9 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
         decoded values in float16/32/64, which must be values of ``fmt``. Wider integers are
         refused: convert codes with ``.astype(np.uint8)``.
     x : array_like
-        The inputs the backend was given: float16, float32 or float64 (convert bfloat16 and other
-        narrow floats with ``.astype(np.float32)``, which is exact).
+        The inputs the backend was given: float16, float32 or float64, or an ml_dtypes float
+        (bfloat16, float8_*, float6_*, float4_*), read as its float32 values (exact; the report is
+        that for ``x.astype(np.float32)``). Integers are refused.
     fmt : FloatFormat or str
     nan : {"exact", "class"}
         ``"class"`` counts any NaN code as equal to any other NaN code (libraries differ in payloads).
@@ -441,7 +442,9 @@ def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_
     classes = np.empty(where.size, np.uint8)  # a million mismatches (a layout bug) take a slice at a time
     for start in range(0, where.size, _SLICE_ELEMENTS):
         part = slice(start, start + _SLICE_ELEMENTS)
-        classes[part] = _classify(inputs[where[part]].astype(np.float64), expected[part], got[part], fmt)
+        with np.errstate(invalid="ignore"):  # a signalling NaN input (bfloat16's 0x7F81, ...) is quieted
+            wide = inputs[where[part]].astype(np.float64)
+        classes[part] = _classify(wide, expected[part], got[part], fmt)
     counts = np.bincount(classes, minlength=len(MISMATCH_CLASSES))
     by_class = {kind: int(count) for kind, count in zip(MISMATCH_CLASSES, counts)}
     rows = []
@@ -478,11 +481,14 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt) -> st
 
 def _float_inputs(x) -> np.ndarray:
     """``x`` as a native-order float16/32/64 array (its bits are shown in native order), or a
-    TypeError that says what is accepted."""
+    TypeError that says what is accepted. ml_dtypes floats become float32, exactly, as in
+    `minifp8.encode`: the report is the one for ``x.astype(np.float32)``."""
     x = np.asarray(x)
+    if codec._ml_dtypes_kind(x.dtype) == "float":
+        return codec._from_ml_dtypes(x, "float")
     if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
-        raise TypeError(f"x must be a float16, float32 or float64 array of the inputs the backend was given, "
-                        f"got dtype {x.dtype}{_widening_hint(x.dtype, 'x')}")
+        raise TypeError(f"x must be a float16, float32 or float64 array (or an ml_dtypes float array) of the "
+                        f"inputs the backend was given, got dtype {x.dtype}")
     return x.astype(x.dtype.newbyteorder("="), copy=False)
 
 
@@ -768,7 +774,8 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
         The backend's element codes, unpacked, x's shape (unpack FP4 nibbles first): uint8, or any
         form `compare` takes as ``actual`` (ml_dtypes ``float8_e4m3fn``, ``float4_e2m1fn``, ...).
     x : array_like
-        The inputs the backend was given: float16, float32 or float64.
+        The inputs the backend was given: float16, float32 or float64, or an ml_dtypes float, as
+        in `compare`.
     elem : str, FloatFormat or MXFormat
         An MX format or element format as `minifp8.mx.quantize` takes it, or ``"NVFP4"``.
     nan : {"exact", "class"}
