@@ -456,9 +456,9 @@ def _check_worker_grads(worker_grads, owner: str) -> list[np.ndarray]:
     grads = []
     for i, g in enumerate(worker_grads):
         array = np.asarray(g.data if isinstance(g, Tensor) else g)
-        if array.dtype.kind != "f":
-            raise TypeError(f"{owner}: worker {i}'s gradient must be a floating array (float16/32/64), "
-                            f"got dtype {array.dtype}")
+        if array.dtype.kind != "f" and codec._ml_dtypes_kind(array.dtype) != "float":
+            raise TypeError(f"{owner}: worker {i}'s gradient must be a floating array (float16/32/64, or an "
+                            f"ml_dtypes float such as bfloat16), got dtype {array.dtype}")
         grads.append(codec._to_float32(array, f"{owner}: worker {i}'s gradient"))  # (float64 beyond float32: an error)
     shapes = {g.shape for g in grads}
     if len(shapes) > 1:

@@ -601,8 +601,8 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
     Parameters
     ----------
     actual : array_like
-        The kernel's output, M x N: float16, float32 or float64 values of the ``output`` type
-        (convert bfloat16 arrays with ``.astype(np.float32)``, which is exact).
+        The kernel's output, M x N: float16, float32 or float64 values of the ``output`` type, or
+        an ml_dtypes float array (a bfloat16 output as it is), read as its float32 values (exact).
     a_codes, a_scales, b_codes, b_scales
         The operands, as `reference_matmul` takes them.
     a_format, b_format : FloatFormat or str
@@ -674,6 +674,8 @@ def assert_matmul_close(actual, a_codes, a_scales, b_codes, b_scales, *, a_forma
 def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     """The kernel's output as float64, checked: its shape, and that it holds values of ``output``."""
     array = np.asarray(actual)
+    if codec._ml_dtypes_kind(array.dtype) == "float":  # bfloat16, ...: float32 holds them exactly
+        array = codec._from_ml_dtypes(array, "float")
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"actual must be the kernel's output as float16, float32 or float64 values, got dtype "
                         f"{array.dtype}{_widening_hint(array.dtype, 'actual')}")

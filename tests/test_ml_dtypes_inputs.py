@@ -22,7 +22,7 @@ import struct
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, fp8, mx, scaling, testing
+from minifp8 import codec, formats, fp8, fp8lm, gemm, mx, scaling, testing
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -380,3 +380,26 @@ def test_codes_arrays_keep_their_meaning():
         testing.compare(x.astype(ml_dtypes.bfloat16), x, "E4M3")
     with pytest.raises(TypeError, match="codes must be an integer array"):
         codec.decode(x.astype(ml_dtypes.bfloat16), "E4M3")
+
+
+def test_fp8_all_reduce_takes_bfloat16_gradients_as_their_float32_values():
+    rng = np.random.default_rng(3)
+    grads = [(rng.standard_normal((4, 32)) * 1e-3).astype(ml_dtypes.bfloat16) for _ in range(3)]
+    narrow = fp8lm.fp8_all_reduce(grads, "E5M2")
+    wide = fp8lm.fp8_all_reduce([_float32_of(g) for g in grads], "E5M2")
+    for field in dataclasses.fields(narrow):
+        a, b = getattr(narrow, field.name), getattr(wide, field.name)
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, field.name
+
+
+def test_compare_matmul_takes_a_bfloat16_output_as_its_float32_values():
+    rng = np.random.default_rng(4)
+    a = codec.encode(rng.standard_normal((3, 32)), "E4M3")
+    b = codec.encode(rng.standard_normal((32, 5)), "E4M3")
+    exact = codec.decode(a, "E4M3").astype(np.float64) @ codec.decode(b, "E4M3").astype(np.float64)
+    output = exact.astype(ml_dtypes.bfloat16)
+    output[1, 2] = -output[1, 2]  # one wrong output, reported the same either way
+    narrow = gemm.compare_matmul(output, a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3", output="bfloat16")
+    wide = gemm.compare_matmul(_float32_of(output), a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3",
+                               output="bfloat16")
+    assert str(narrow) == str(wide) and narrow.count == 1 and np.array_equal(narrow.tolerance, wide.tolerance)
