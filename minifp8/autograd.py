@@ -258,9 +258,11 @@ class Tensor:
                             f"graph, whose backward closure refers to the original's inputs (a copy would compute "
                             f"its gradients from them, and pickle cannot store a closure); copy t.detach() for its "
                             f"values as a new leaf, or copy the leaves and run the forward pass again")
-        return {name: getattr(self, name) for name in _STATE_SLOTS}
+        return _instance_state(self)
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state) -> None:
+        if isinstance(state, tuple):  # (None or __dict__, slots): pickles written before __getstate__
+            state = {**(state[0] or {}), **state[1]}
         for name, value in state.items():
             setattr(self, name, value)
 
@@ -268,8 +270,7 @@ class Tensor:
         """Another handle on the same array, ``.grad`` and version counter (and, for an op's output, the
         same place in its graph): what ``copy.copy`` gives."""
         twin = type(self).__new__(type(self))
-        for name in _STATE_SLOTS:
-            setattr(twin, name, getattr(self, name))
+        twin.__setstate__(_instance_state(self))
         return twin
 
     def __len__(self) -> int:
@@ -634,7 +635,16 @@ class Tensor:
         return make_op(out_data, (self,), lambda g: (g * (1.0 - out_data * out_data),), "tanh")
 
 
-_STATE_SLOTS = tuple(name for name in Tensor.__slots__ if name != "__weakref__")
+def _instance_state(tensor: Tensor) -> dict:
+    """Every slot of ``tensor``'s class and its bases that is set, and its ``__dict__`` (a subclass's)."""
+    names = set()
+    for cls in type(tensor).__mro__:
+        slots = getattr(cls, "__slots__", ())
+        names.update((slots,) if isinstance(slots, str) else slots)  # (__slots__ = "name" is one slot)
+    names -= {"__weakref__", "__dict__"}
+    state = {name: getattr(tensor, name) for name in names if hasattr(tensor, name)}
+    state.update(getattr(tensor, "__dict__", {}))
+    return state
 
 
 # ---- making ops --------------------------------------------------------------------------------

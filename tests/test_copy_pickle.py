@@ -264,3 +264,40 @@ def test_a_run_sent_to_a_spawned_worker_continues_there_bit_identically():
         worker_losses, worker_weights = future.result(timeout=120)
     assert np.isfinite(losses).all() and np.array_equal(worker_losses, losses)
     assert same(worker_weights, run[0].state_dict())
+
+
+# ---- pickles of earlier versions, and subclasses ------------------------------------------------------
+
+# A leaf pickled by minifp8 at a55480d (before Tensor.__getstate__): data [1.5, -2], grad [0.25, 4].
+OLD_LEAF = (b'\x80\x02cminifp8.autograd\nTensor\nq\x00)\x81q\x01N}q\x02(X\x05\x00\x00\x00_dataq\x03cnumpy._core.multiarray\n_reconstruct\nq\x04cnumpy\nndarray\nq\x05K\x00\x85q\x06c_codecs\nencode\nq\x07X\x01\x00\x00\x00bq\x08X\x06\x00\x00\x00latin1q\t\x86q\nRq\x0b\x87q\x0cRq\r(K\x01K\x02\x85q\x0ecnumpy\ndtype\nq\x0fX\x02\x00\x00\x00f4q\x10\x89\x88\x87q\x11Rq\x12(K\x03X\x01\x00\x00\x00<q\x13NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tq\x14b\x89h\x07X\n\x00\x00\x00\x00\x00\xc3\x80?\x00\x00\x00\xc3\x80q\x15h\t\x86q\x16Rq\x17tq\x18bX\x04\x00\x00\x00gradq\x19h\x04h\x05K\x00\x85q\x1ah\x0b\x87q\x1bRq\x1c(K\x01K\x02\x85q\x1dh\x12\x89h\x07X\n\x00\x00\x00\x00\x00\xc2\x80>\x00\x00\xc2\x80@q\x1eh\t\x86q\x1fRq tq!bX\x0e\x00\x00\x00_requires_gradq"\x88X\x08\x00\x00\x00_parentsq#)X\t\x00\x00\x00_backwardq$NX\x03\x00\x00\x00_opq%X\x00\x00\x00\x00q&X\x0c\x00\x00\x00_retain_gradq\'\x89X\x08\x00\x00\x00_versionq(]q)K\x00aX\x0f\x00\x00\x00_saved_versionsq*)X\r\x00\x00\x00_made_versionq+K\x00u\x86q,b.')
+
+
+def test_a_leaf_pickled_by_an_earlier_version_loads():
+    t = pickle.loads(OLD_LEAF)
+    assert t.requires_grad and np.array_equal(t.data, [1.5, -2.0]) and np.array_equal(t.grad, [0.25, 4.0])
+    (t * 2.0).sum().backward()
+    assert np.array_equal(t.grad, [2.25, 6.0])
+
+
+class Tagged(Parameter):  # a user's subclass with a __dict__
+    pass
+
+
+class Scaled(Tensor):  # a user's subclass with slots of its own
+    __slots__ = ("scale",)
+
+
+class Labelled(Tensor):  # one slot, spelled as a string
+    __slots__ = "label"
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t)),
+                                     lambda t: pickle.loads(pickle.dumps(t, protocol=0))])
+def test_subclasses_keep_their_own_attributes(copier):
+    p = Tagged(np.ones(2)); p.tag = "embedding"
+    s = Scaled(np.ones(2)); s.scale = 0.5
+    assert copier(p).tag == "embedding" and type(copier(p)) is Tagged
+    assert copier(s).scale == 0.5
+    labelled = Labelled(np.ones(2))
+    labelled.label = "q"
+    assert copier(labelled).label == "q"
