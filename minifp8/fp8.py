@@ -317,7 +317,7 @@ class FP8State:
                 raise TypeError(f"FP8State.load_state_dict: {key} must be a floating array, got dtype {array.dtype}")
             if array.shape != current.shape:
                 raise ValueError(f"FP8State.load_state_dict: {key} has shape {array.shape}, expected {current.shape}")
-            with np.errstate(over="ignore"):
+            with np.errstate(over="ignore", under="ignore"):
                 array = array.astype(np.float32)
             if key.endswith(".amax_history") and (array < 0).any():  # amaxes are |x| (NaN and Inf are recorded)
                 raise ValueError(f"FP8State.load_state_dict: {key} holds a negative amax, {array[array < 0][0]}")

@@ -849,7 +849,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     scale_codes_there = element_scale_codes.reshape(-1)[positions]
     if is_nvfp4:
         decode_scale = np.float32(1) / expected.encode_scale
-        with np.errstate(divide="ignore", over="ignore"):
+        with np.errstate(divide="ignore", over="ignore", under="ignore"):
             element_scale = np.minimum(np.float32(1) / (scale_table[scale_codes_there].astype(np.float32)
                                                         * decode_scale), np.float32(np.finfo(np.float32).max))
             seen = np.clip(inputs[positions].astype(np.float32) * element_scale, -6, 6).astype(np.float32)

@@ -290,3 +290,31 @@ def test_fp8lm_storage_and_float64_fake_quantize():
         return results
 
     _default_then_strict(call)
+
+
+def test_compare_mx_nvfp4_under_a_strict_caller():
+    x = np.resize(np.array([1.0, 2.0**-20, 1e-38, -3.0, 2.0**-140, 0.0, -1e-30, 5.0], np.float32), 64).reshape(2, 32)
+    q = mx.quantize_nvfp4(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        default = str(testing.compare_mx(q.scales, q.codes ^ np.uint8(1), x, "NVFP4"))
+        with np.errstate(all="raise"):
+            strict = str(testing.compare_mx(q.scales, q.codes ^ np.uint8(1), x, "NVFP4"))
+    assert strict == default
+
+
+def test_fp8_state_loads_a_float64_amax_history_that_rounds_into_the_subnormals():
+    """A checkpoint's float64 amax history (1e-50, 1e-40) becomes float32 (0, a subnormal) on load."""
+    from minifp8.model import GPT, GPTConfig
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
+
+    def call():
+        state = fp8.apply_recipe(GPT(config, rng=np.random.default_rng(0)), "delayed")
+        saved = state.state_dict()
+        key = next(key for key in saved if key.endswith(".amax_history"))
+        history = np.zeros(np.shape(saved[key]), np.float64)
+        history[:3] = [1e-50, 1e-40, 2.0]
+        state.load_state_dict({**saved, key: history})
+        return state.state_dict()[key]
+
+    _default_then_strict(call)
