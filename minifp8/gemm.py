@@ -15,9 +15,10 @@ Sections:
   ``assert_matmul_close`` raises ``AssertionError`` with that report. The tolerance of each output
   is a bound on what a correct kernel may differ by: accumulation rounding, output rounding and the
   reference's own error. Every output beyond it is listed and classed (NaN/Inf, overflow, sign,
-  other), and the report adds hints that it has verified by recomputing: a scale applied twice or
-  omitted, scales read transposed or shifted by one block, a dropped K block, an accumulator
-  narrower than declared.
+  other), and the report adds hints that it has verified by recomputing: a scale applied twice,
+  omitted or inverted, scales read transposed or shifted by one block, a dropped K block, a
+  transposed output, one factor common to every mismatched output, an accumulator narrower than
+  declared.
 """
 from __future__ import annotations
 
@@ -80,8 +81,9 @@ def dequantize(codes, scales, fmt) -> np.ndarray:
         2-d element codes: uint8, an ml_dtypes array of ``fmt``, or decoded values of ``fmt``
         (anything `minifp8.testing.compare` takes as ``actual``; unpack FP4 nibbles first).
     scales : array_like or float
-        Real scale values: float16, float32 or float64, 0-d or 2-d as above (a Python float for one
-        scale). Decode scale codes first: ``minifp8.decode(e8m0_codes, "E8M0")`` for MX,
+        Real scale values: float16, float32 or float64, or an ml_dtypes float array (a
+        float8_e8m0fnu array of MX scales as it is), 0-d or 2-d as above (a Python float for one
+        scale). Decode scale codes (uint8) first: ``minifp8.decode(e8m0_codes, "E8M0")`` for MX,
         ``minifp8.decode(e4m3_codes, "E4M3")`` for NVFP4's block scales. NVFP4's tensor scale
         multiplies them, in float64 (exact; a float32 product would round):
         ``minifp8.decode(block_codes, "E4M3").astype(np.float64) * tensor_scale``.
@@ -123,6 +125,8 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
         array = np.array(float(scales))
     else:
         array = np.asarray(scales)
+        if codec._ml_dtypes_kind(array.dtype) == "float":  # float8_e8m0fnu scales, ...: exact in float32
+            array = codec._from_ml_dtypes(array, "float")
         if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
             hint = (": decode scale codes first, e.g. minifp8.decode(codes, 'E8M0') for MX or 'E4M3' for "
                     "NVFP4's block scales" if array.dtype.kind in "iu" else _widening_hint(array.dtype, name))

@@ -571,11 +571,14 @@ def test_bad_input_gets_a_clear_error(change, error, message):
         gemm.compare_matmul(actual, **p)
 
 
-def test_bfloat16_arrays_get_a_hint():
+def test_ml_dtypes_outputs_and_scales_are_their_float32_values():
+    """A bfloat16 output and float8_e8m0fnu scales (as torchao gives MX scales) read as float32 values."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     p = good()
-    with pytest.raises(TypeError, match=r"astype\(np.float32\)"):
-        gemm.compare_matmul(np.zeros((8, 16), ml_dtypes.bfloat16), **p)
-    with pytest.raises(TypeError, match=r"astype\(np.float32\)"):
-        gemm.reference_matmul(p["a_codes"], np.ones((8, 1), ml_dtypes.float8_e8m0fnu), p["b_codes"], 1.0,
-                              a_format="E4M3", b_format="E4M3")
+    zeros = np.zeros((8, 16))
+    assert str(gemm.compare_matmul(zeros.astype(ml_dtypes.bfloat16), **p)) == str(gemm.compare_matmul(zeros, **p))
+    scales = np.array([[2.0**-3], [1.0], [4.0], [2.0**-127], [2.0**127], [0.5], [8.0], [1.0]])
+    typed = gemm.reference_matmul(p["a_codes"], scales.astype(ml_dtypes.float8_e8m0fnu), p["b_codes"], 1.0,
+                                  a_format="E4M3", b_format="E4M3")
+    plain = gemm.reference_matmul(p["a_codes"], scales, p["b_codes"], 1.0, a_format="E4M3", b_format="E4M3")
+    assert np.array_equal(typed.value, plain.value) and np.array_equal(typed.error_bound, plain.error_bound)
