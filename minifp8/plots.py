@@ -30,14 +30,15 @@ SUBNORMAL_COLOR = "#ff7f0e"
 OVERFLOW_COLOR = "#7f7f7f"
 
 
-def _new_figure(width: float, height: float, rows: int = 1, **subplot_options):
-    """A Figure with ``rows`` stacked axes; the one place matplotlib is imported."""
+def _new_figure(width: float, height: float, rows: int = 1, columns: int = 1, **subplot_options):
+    """A Figure with ``rows`` x ``columns`` axes (a flat array, row by row); the one place matplotlib
+    is imported."""
     try:
         from matplotlib.figure import Figure
     except ImportError as error:  # pragma: no cover - exercised by a test that hides matplotlib
         raise ImportError('minifp8.plots needs matplotlib: pip install "minifp8[plot]"') from error
     figure = Figure(figsize=(width, height), layout="constrained")
-    axes = figure.subplots(rows, 1, squeeze=False, **subplot_options)[:, 0]
+    axes = figure.subplots(rows, columns, squeeze=False, **subplot_options).reshape(-1)
     return figure, axes
 
 
@@ -900,6 +901,166 @@ def fp8lm_options(results: dict):
     memory_axis.set_xlabel("bytes per parameter held (float32 weights are the simulation's working copy)")
     memory_axis.legend(fontsize=7, ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     return figure
+
+
+# ================================================================================================
+# Testing backends (tutorial 08)
+# ================================================================================================
+# The kernels of `scaled_gemm_errors`: legend label, colour, line style, and the options their
+# outputs are judged with (each as `minifp8.gemm.compare_matmul` would judge a kernel that declares
+# float32 accumulation and its output type).
+GEMM_KERNELS = (("float32 accumulator", "#1f77b4", "-", {}),
+                ("float32 accumulator, bfloat16 output", "#1f77b4", "--", {"output": "bfloat16"}),
+                ("14-bit accumulator, no promotion", "#ff7f0e", "--", {}),
+                ("14 bits, promoted to float32 every 128 (DeepSeek-V3)", "#ff7f0e", "-", {}),
+                ("bug: activation scales read one block late", "#d62728", "-", {}))
+GEMM_BLOCK = 128  # DeepSeek-V3's block along K: 1x128 activation tiles, 128x128 weight blocks
+
+
+def scaled_gemm_errors(seed: int = 2):
+    """Each output's error over its tolerance, for five kernels of one blockwise-scaled FP8 GEMM.
+
+    The GEMM is tutorial 8's: 16x512 activations (standard normal) times 512x256 weights (normal,
+    standard deviation 0.05, the last 128 columns times 10), cast to E4M3 in DeepSeek-V3's 1x128
+    and 128x128 blocks (`minifp8.scaling.quantize_blockwise`, float32 scales amax / 448). Left: those
+    operands; right: their absolute values, where no rounding error cancels another. The kernels
+    (tutorial 8 defines three of them):
+
+    * float32 accumulator: each block of 128 products summed in float32, times the two blocks'
+      scales, added into a float32 output;
+    * the same, its output rounded to bfloat16;
+    * a 14-bit accumulator (rounding to nearest) without promotion: every product, times its two
+      scales, added into one 14-bit sum over all of K;
+    * a 14-bit accumulator promoted every 128 (DeepSeek-V3, arXiv:2412.19437, section 3.3.2): each
+      block summed at 14 bits, then scaled and added into float32;
+    * a bug: the float32 kernel reading each block's activation scales one block late.
+
+    Each curve is ``|output - reference| / tolerance`` with the reference and tolerance of
+    `minifp8.gemm.compare_matmul` for a float32 accumulator (and ``output="bfloat16"`` for that
+    kernel), sorted from the worst output; the black line is the tolerance, and an output above it
+    is one the report counts as beyond tolerance.
+
+    Parameters
+    ----------
+    seed : int
+        The seed of the operands' normal values, >= 0 (2, as in tutorial 8).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    seed = _check_int(seed, "seed", 0)
+    figure, axes = _new_figure(8.0, 4.6, columns=2, sharey=True)  # (without matplotlib: its ImportError first)
+    panels = _scaled_gemm_ratios(seed)
+    for axis, (title, ratios) in zip(axes, panels.items()):
+        for label, color, linestyle, _ in GEMM_KERNELS:
+            axis.plot(np.arange(1, ratios[label].size + 1), ratios[label], color=color, linestyle=linestyle,
+                      linewidth=1.5, label=label)
+        axis.axhline(1.0, color="black", linewidth=1.0, label="tolerance: compare_matmul's for a float32 accumulator")
+        axis.axhspan(1.0, 1e4, color="#d62728", alpha=0.07, linewidth=0, label="beyond tolerance: a mismatch")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlim(1, ratios[label].size)
+        axis.set_ylim(1e-6, 1e4)
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("outputs, from the worst (rank)")
+        axis.grid(True, alpha=0.3)
+    axes[0].set_ylabel("|output - reference| / tolerance")
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=2, fontsize=8)
+    return figure
+
+
+def _scaled_gemm_ratios(seed: int) -> dict:
+    """`scaled_gemm_errors`' data: panel title -> kernel label -> ``|output - reference| / tolerance``,
+    sorted from the largest. The reference and tolerances are those of `minifp8.gemm.compare_matmul`
+    for a correct kernel's output (a report without mismatches: no hints to compute)."""
+    from .gemm import compare_matmul
+
+    panels = {}
+    for title, positive in (("random signs (tutorial 8's operands)", False),
+                            ("all positive: the rounding errors add up", True)):
+        a, b = _blockwise_operands(seed, positive)
+        outputs = _gemm_kernel_outputs(a, b)
+        reports = {}  # output type -> the report for the correct float32 kernel's output in it
+        ratios = {}
+        for (label, _, _, options), output in zip(GEMM_KERNELS, outputs):
+            key = options.get("output", "float32")
+            if key not in reports:
+                reports[key] = compare_matmul(output, a.codes, a.scale_inv, b.codes, b.scale_inv, a_format="E4M3",
+                                              b_format="E4M3", **options)
+            reference, tolerance = reports[key].reference.value, reports[key].tolerance
+            ratios[label] = np.sort(np.abs(output - reference) / tolerance, axis=None)[::-1]
+        panels[title] = ratios
+    return panels
+
+
+def _blockwise_operands(seed: int, positive: bool):
+    """Tutorial 8's GEMM operands (their absolute values where ``positive``), cast to E4M3 with
+    DeepSeek-V3's blocks: 1x128 tiles of A (16 x 512), 128x128 blocks of B (512 x 256)."""
+    from .scaling import quantize_blockwise
+
+    rng = np.random.default_rng(seed)
+    activations = rng.normal(0.0, 1.0, size=(16, 512)).astype(np.float32)
+    weights = rng.normal(0.0, 0.05, size=(512, 256)).astype(np.float32)
+    weights[:, 128:] *= 10  # the second 128 outputs: larger weights, other scales
+    if positive:
+        activations, weights = np.abs(activations), np.abs(weights)
+    a = quantize_blockwise(activations, "E4M3", block_shape=(1, GEMM_BLOCK), axis=1, power_of_2=False)
+    b = quantize_blockwise(weights, "E4M3", block_shape=(GEMM_BLOCK, GEMM_BLOCK), axis=0, power_of_2=False)
+    return a, b
+
+
+def _gemm_kernel_outputs(a, b) -> list:
+    """The outputs of `GEMM_KERNELS`, in order, for blockwise operands ``a`` and ``b``."""
+    from .codec import decode
+
+    a_values, b_values = decode(a.codes, "E4M3"), decode(b.codes, "E4M3")  # float32, exact
+    b_scales = np.repeat(b.scale_inv, GEMM_BLOCK, axis=1)  # (K / 128, N): one per output column
+    float32 = _blockwise_gemm(a_values, a.scale_inv, b_values, b_scales)
+    return [float32, _significand_rounded(float32.astype(np.float64), 8),  # bfloat16 (normal range)
+            _narrow_gemm(a_values, a.scale_inv, b_values, b_scales, bits=14),
+            _blockwise_gemm(a_values, a.scale_inv, b_values, b_scales, bits=14),
+            _blockwise_gemm(a_values, a.scale_inv, b_values, b_scales, shift=1)]
+
+
+def _significand_rounded(x: np.ndarray, bits: int) -> np.ndarray:
+    """float64 ``x`` rounded to ``bits`` significant bits, to nearest even, with float64's exponent
+    range (as a narrow type for values well inside its range: bfloat16 is 8 bits)."""
+    mantissa, exponent = np.frexp(x)  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    return np.ldexp(np.round(np.ldexp(mantissa, bits)), exponent - bits)
+
+
+def _blockwise_gemm(a_values, a_scales, b_values, b_scales, bits: int | None = None, shift: int = 0):
+    """A DeepSeek-V3 kernel: per block of K, the products summed in float32 (``bits=None``) or at
+    ``bits`` significant bits (in K order), times the two blocks' scales, added into float32;
+    ``shift=1`` reads A's scales one block late. ``b_scales`` holds one scale per block and column."""
+    blocks = a_scales.shape[1]
+    out = np.zeros((a_values.shape[0], b_values.shape[1]), np.float32)
+    for j in range(blocks):
+        k = slice(GEMM_BLOCK * j, GEMM_BLOCK * (j + 1))
+        if bits is None:
+            partial = a_values[:, k] @ b_values[k]  # float32
+        else:
+            partial = np.zeros(out.shape)  # each sum exact in float64 (E4M3 products: multiples of 2**-18)
+            for column in range(k.start, k.stop):
+                partial = _significand_rounded(partial + a_values[:, column, None].astype(np.float64)
+                                               * b_values[column], bits)
+            partial = partial.astype(np.float32)
+        out += partial * a_scales[:, (j + shift) % blocks, None] * b_scales[j]
+    return out
+
+
+def _narrow_gemm(a_values, a_scales, b_values, b_scales, bits: int):
+    """A kernel with one accumulator of ``bits`` significant bits over all of K, no promotion: each
+    product ``x y`` times A's scale, then B's, each rounded to ``bits``, added in K order."""
+    out = np.zeros((a_values.shape[0], b_values.shape[1]))
+    for column in range(a_values.shape[1]):
+        block = column // GEMM_BLOCK
+        product = a_values[:, column, None].astype(np.float64) * b_values[column]  # exact
+        term = _significand_rounded(_significand_rounded(product * a_scales[:, block, None], bits)
+                                    * b_scales[block], bits)  # each product exact before its rounding
+        out = _significand_rounded(out + term, bits)
+    return out
 
 
 # ================================================================================================

@@ -260,6 +260,8 @@ def _tiny_config():
     (lambda: plots.gpt_cast_scales(_tiny_config(), 2.5), TypeError, "batch_size must be an int, got float"),
     (lambda: plots.stochastic_rounding_bias(low="1"), TypeError, "low must be a number, got str '1'"),
     (lambda: plots.stochastic_rounding_bias(high=None), TypeError, "high must be a number, got NoneType"),
+    (lambda: plots.scaled_gemm_errors(seed=-1), ValueError, "seed must be >= 0, got -1"),
+    (lambda: plots.scaled_gemm_errors(seed=2.0), TypeError, "seed must be an int, got float"),
 ])
 def test_figure_parameters_are_checked(call, error, message):
     with pytest.raises(error, match=message):
@@ -301,7 +303,7 @@ from minifp8.bench import load_speed_results
 calls = [plots.value_grid, plots.rounding_error, plots.stochastic_rounding_bias, plots.delayed_scaling_outlier,
          plots.block_scaling_snr, lambda: plots.scale_plot([fp8.ScaleRecord("x", (1,), 1.0, 1.0, 1.0, 1.0)]),
          lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS)),
-         lambda: plots.train_speed(load_speed_results())]
+         lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors]
 figures = [name for name, value in vars(plots).items() if not name.startswith("_") and callable(value)
            and getattr(value, "__module__", None) == plots.__name__ and name != "gpt_cast_scales"]  # (returns data)
 assert len(calls) == len(figures), f"one call per figure function: {figures}"
@@ -312,7 +314,7 @@ for call in calls:
         print(error)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 9
+    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 10
 
 
 # ---- found in a review: each failed before its fix ----------------------------------------------------
@@ -455,3 +457,128 @@ def test_block_scaling_snr_docstring_states_the_flushed_fractions_of_its_default
               f"{100 * row[-18.0] / columns:.0f}% at 2**-18, all but {'one' if kept == 1 else kept} of the {columns} "
               "at 2**-19, and all of them from 2**-19.5 down")
     assert stated in " ".join(plots.block_scaling_snr.__doc__.split())
+
+
+# ---- testing backends: scaled GEMMs (tutorial 08) ---------------------------------------------------
+GEMM_OPTIONS = {"a_format": "E4M3", "b_format": "E4M3"}
+
+
+def _tutorial_gemm_operands(positive: bool):
+    """Tutorial 8's operands (their absolute values where ``positive``), as the tutorial makes them."""
+    from minifp8 import scaling
+
+    rng = np.random.default_rng(2)
+    activations = rng.normal(0.0, 1.0, size=(16, 512)).astype(np.float32)
+    weights = rng.normal(0.0, 0.05, size=(512, 256)).astype(np.float32)
+    weights[:, 128:] *= 10
+    if positive:
+        activations, weights = np.abs(activations), np.abs(weights)
+    a = scaling.quantize_blockwise(activations, "E4M3", block_shape=(1, 128), axis=1, power_of_2=False)
+    b = scaling.quantize_blockwise(weights, "E4M3", block_shape=(128, 128), axis=0, power_of_2=False)
+    return a, b
+
+
+def _tutorial_backend_gemm(a, b, shift=0):
+    """Tutorial 8's ``backend_gemm``: float32 block sums, scaled, added into float32."""
+    from minifp8 import decode
+
+    a_values, b_values = decode(a.codes, "E4M3"), decode(b.codes, "E4M3")
+    out = np.zeros((a.codes.shape[0], b.codes.shape[1]), np.float32)
+    blocks = a.codes.shape[1] // 128
+    for j in range(blocks):
+        k = slice(128 * j, 128 * (j + 1))
+        out += (a_values[:, k] @ b_values[k, :]) * a.scale_inv[:, (j + shift) % blocks, None] * np.repeat(
+            b.scale_inv[j], 128)
+    return out
+
+
+def _rounded(value, bits: int):
+    """A Fraction rounded to ``bits`` significant bits, to nearest, ties to even (exact arithmetic)."""
+    from fractions import Fraction
+
+    if value == 0:
+        return Fraction(0)
+    magnitude = abs(value)
+    exponent = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()  # 2**e <= |v| < 2**(e+2)
+    if Fraction(2) ** exponent > magnitude:
+        exponent -= 1
+    unit = Fraction(2) ** (exponent + 1 - bits)
+    quotient = magnitude / unit  # in [2**(bits-1), 2**bits)
+    whole, rest = divmod(quotient.numerator, quotient.denominator)
+    if 2 * rest > quotient.denominator or (2 * rest == quotient.denominator and whole % 2):
+        whole += 1
+    return (1 if value > 0 else -1) * whole * unit
+
+
+def _exact_14_bit_outputs(a, b, row: int, column: int) -> tuple:
+    """The two 14-bit kernels of `plots.scaled_gemm_errors` at one output, as their docstrings
+    describe them, in exact rational arithmetic: (no promotion, promoted every 128)."""
+    from fractions import Fraction
+
+    from minifp8 import decode
+
+    x = [Fraction(float(v)) for v in decode(a.codes[row], "E4M3")]
+    y = [Fraction(float(v)) for v in decode(b.codes[:, column], "E4M3")]
+    alpha = [Fraction(float(s)) for s in a.scale_inv[row]]
+    beta = [Fraction(float(s)) for s in b.scale_inv[:, column // 128]]
+    narrow = Fraction(0)
+    for k in range(512):
+        narrow = _rounded(narrow + _rounded(_rounded(x[k] * y[k] * alpha[k // 128], 14) * beta[k // 128], 14), 14)
+    promoted = Fraction(0)  # float32 (normal numbers here: 24 bits)
+    for j in range(4):
+        partial = Fraction(0)
+        for k in range(128 * j, 128 * (j + 1)):
+            partial = _rounded(partial + x[k] * y[k], 14)
+        promoted = _rounded(promoted + _rounded(_rounded(partial * alpha[j], 24) * beta[j], 24), 24)
+    return float(narrow), float(promoted)
+
+
+def test_scaled_gemm_errors_draws_compare_matmuls_ratio_for_each_kernel():
+    """Each curve is ``|output - reference| / tolerance`` of compare_matmul for that kernel, sorted
+    from the worst: checked against tutorial 8's kernels (bfloat16 rounding by ml_dtypes) and, for
+    the two 14-bit kernels, against exact rational arithmetic at a few outputs; the outputs above 1
+    are the ones compare_matmul counts. Then what the page's caption says of the figure."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from minifp8 import gemm
+
+    labels = ["float32 accumulator", "float32 accumulator, bfloat16 output", "14-bit accumulator, no promotion",
+              "14 bits, promoted to float32 every 128 (DeepSeek-V3)", "bug: activation scales read one block late"]
+    assert [kernel[0] for kernel in plots.GEMM_KERNELS] == labels  # (the outputs below come in this order)
+    figure = labelled(plots.scaled_gemm_errors(seed=2))
+    counts = {}
+    for axis, positive in zip(figure.axes, (False, True)):
+        lines = {line.get_label(): line for line in axis.get_lines() if not line.get_label().startswith("_")}
+        tolerance = "tolerance: compare_matmul's for a float32 accumulator"
+        assert list(lines) == labels + [tolerance]
+        np.testing.assert_array_equal(lines[tolerance].get_ydata(), [1, 1])
+        a, b = _tutorial_gemm_operands(positive)
+        operands = (a.codes, a.scale_inv, b.codes, b.scale_inv)
+        float32 = _tutorial_backend_gemm(a, b)
+        outputs = dict(zip(labels, plots._gemm_kernel_outputs(a, b)))
+        for row, column in ((0, 0), (7, 130), (15, 255)):
+            narrow, promoted = _exact_14_bit_outputs(a, b, row, column)
+            assert outputs[labels[2]][row, column] == narrow and outputs[labels[3]][row, column] == promoted
+        outputs.update({labels[0]: float32, labels[1]: float32.astype(ml_dtypes.bfloat16).astype(np.float64),
+                        labels[4]: _tutorial_backend_gemm(a, b, shift=1)})
+        for label, output in outputs.items():
+            options = {"output": "bfloat16"} if label == labels[1] else {}
+            report = gemm.compare_matmul(output, *operands, **GEMM_OPTIONS, **options)
+            expected = np.sort(np.abs(output - report.reference.value) / report.tolerance, axis=None)[::-1]
+            np.testing.assert_array_equal(lines[label].get_xdata(), np.arange(1, 4097))
+            np.testing.assert_array_equal(lines[label].get_ydata(), expected)
+            assert np.sum(lines[label].get_ydata() > 1) == report.count
+            counts[positive, label] = report.count
+        # the 14-bit kernels are correct for what they are: within the bounds of the accumulators they declare
+        assert gemm.compare_matmul(outputs[labels[2]], *operands, **GEMM_OPTIONS, accumulator=14).ok
+        assert gemm.compare_matmul(outputs[labels[3]], *operands, **GEMM_OPTIONS, accumulator=14,
+                                   promote_every=128).ok
+        ratios = {label: lines[label].get_ydata() for label in labels}
+        # the caption: the float32 kernel far under its bound, one rounding to bfloat16 close to its own
+        assert ratios[labels[0]].max() < (1e-3 if not positive else 1e-2)
+        assert 0.5 < ratios[labels[1]].max() <= 1
+        # the bug orders of magnitude above, at nearly every output
+        assert counts[positive, labels[4]] > 0.99 * 4096 and np.median(ratios[labels[4]]) > 100
+    # the 14-bit accumulators: a few outputs beyond the float32 bound when promoted and of random sign,
+    # many more without promotion or with all-positive operands
+    assert 0 < counts[False, labels[3]] < 0.01 * 4096 and counts[False, labels[2]] > 10 * counts[False, labels[3]]
+    assert counts[True, labels[2]] > counts[True, labels[3]] > 0.5 * 4096
