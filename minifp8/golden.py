@@ -18,17 +18,23 @@ Inf and NaN, stochastic rounding, E8M0's rules, MX's scale modes, short last blo
 a NaN scale, and NVFP4's order of float32 operations and its caps at FLT_MAX.
 Each entry describes one expected result:
 
-- ``kind``: ``"codec"``, ``"mx"`` or ``"nvfp4"``;
+- ``kind``: ``"codec"``, ``"mx"``, ``"nvfp4"`` or ``"gemm"``;
 - ``file``: the ``.npz`` (a zip of ``.npy`` arrays; ``numpy.load`` reads it, and so does any zip +
   npy reader) and its ``sha256``;
 - ``format``, ``rounding``, ``saturate``, ``input_dtype`` (``codec``);
   ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis``, ``scale_mode``,
   ``rounding``, ``ignore_codes_where_scale`` (``mx``: 255, see below); ``format`` (``NVFP4``),
-  ``scale_format``, ``block_size``, ``axis``, ``global_amax_given`` (``nvfp4``);
+  ``scale_format``, ``block_size``, ``axis``, ``global_amax_given`` (``nvfp4``); ``name``, ``layout``,
+  ``description``, ``format`` (e.g. ``E4M3xE5M2``), ``a_format``, ``b_format``, ``m``, ``k``, ``n``, ``a_scale_block``, ``b_scale_block``,
+  ``scale_format`` (``"E8M0"``, ``"E4M3"`` or null), ``accumulator``, ``promote_every`` and ``output``
+  (what the tolerance is for) (``gemm``);
 - ``arrays``: which array in the file plays which role, e.g. ``{"input": "x", "expected_codes":
   "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``expected_scales`` and
   ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax`` and
-  ``encode_scale``), and ``random_bit_count`` for stochastic rounding;
+  ``encode_scale``), and ``random_bit_count`` for stochastic rounding; gemm: ``a_codes``, ``b_codes``,
+  ``a_scales``, ``b_scales``, ``a_scale_codes``, ``b_scale_codes``, ``a_tensor_scale``,
+  ``b_tensor_scale`` (null where the layout has none), ``reference``, ``magnitude``,
+  ``reference_error_bound`` and ``tolerance``;
 - ``shapes`` and ``dtypes``: the shape and the dtype (numpy's ``dtype.str``: ``"<f4"``, ``"<f8"``,
   ``"|u1"``) of every array the entry names in ``arrays``, random bits included.
 
@@ -63,8 +69,22 @@ block whose scale code is 0 (its encode scale is 1 / 0, so FLT_MAX). Every input
 built from random integers with exact or correctly rounded IEEE operations (no libm), so the files
 are the same bytes on every machine.
 
+The GEMM file (``gemm.npz``, the "gemm" note; `GEMM_PROBLEMS`) holds one scaled GEMM per layout,
+16 x 256 times 256 x 32 (256 columns for DeepSeek-V3's 128 x 128 blocks of B, two by two): per
+tensor (E5M2 x E4M3), rowwise (with a row of zero codes), DeepSeek-V3's 1 x 128 and 128 x 128
+blocks, MX (E8M0 scales per 32) and NVFP4 (E2M1, E4M3 scales per 16, a float32 tensor scale); and
+two small ones, 16 x 64 times 64 x 16: MX with NaN codes and a NaN scale, and float32 subnormal
+scales whose dequantised values a float32 kernel rounds (the tolerance's underflow term). Each
+entry gives the operands' codes and scales (MX's E8M0 and NVFP4's E4M3 scale codes too), and from
+`minifp8.gemm` the float64 reference, S = sum |a b|, the reference's error bound and the tolerance
+of a float32 kernel. The scales have few significant bits (8 to 14), so every float64 sum of the
+reference is exact (`_check_exact_sums` proves it as it writes): the reference is the exact
+product, and no BLAS, summing in its own order, changes a bit of the file.
+
 Schema 2 added ``notes``, ``dtypes``, ``ignore_codes_where_scale``, ``global_amax_given`` and the
-NVFP4 entries with a given tensor amax, and made ``shapes`` list random bits too.
+NVFP4 entries with a given tensor amax, and made ``shapes`` list random bits too. Later files and
+entries came within schema 2, as they change nothing that a reader of the earlier ones reads: the
+stochastic ties and NVFP4's caps, and the ``gemm`` entries (a reader skips kinds it does not know).
 """
 from __future__ import annotations
 
@@ -136,6 +156,35 @@ NOTES = {
              "are the codec's E4M3 (saturate=true) and E2M1 codes, rounding to nearest even; a zero keeps its "
              "sign (-0.0 gives 0x08). Use the global_amax array as the tensor amax; the encode_scale array holds "
              "S_enc. minifp8.mx.quantize_nvfp4.",
+    "gemm": "A scaled GEMM D = A @ B, M x N, of dequantised operands. a_codes is M x K and b_codes K x N, both "
+            "row-major (C order), uint8 codes of a_format and b_format (E2M1: one code a byte, in the low bits), "
+            "whose values are the codec note's (E4M3 0x7F and 0xFF are NaN). a_scales is 2-d, R x C, and covers "
+            "A in blocks of a_scale_block = [M / R, K / C] elements: A's element (i, k) is multiplied by "
+            "a_scales[i // (M / R), k // (K / C)]; likewise B's element (k, j) by b_scales[k // b_scale_block[0], "
+            "j // b_scale_block[1]]. Layouts (A's block, B's block): per_tensor [M, K], [K, N] (1 x 1 scales); "
+            "rowwise [1, K], [K, 1] (M x 1 and 1 x N); 1x128_128x128 [1, 128], [128, 128] (DeepSeek-V3); mx "
+            "[1, 32], [32, 1]; nvfp4 [1, 16], [16, 1]. The scales are float32 values; mx entries also hold their "
+            "E8M0 codes (a_scale_codes, b_scale_codes: 2**(code - 127), 0xFF NaN; see the E8M0 note), nvfp4 "
+            "entries the E4M3 codes of their block scales and a 0-d float32 tensor scale per operand "
+            "(a_tensor_scale, b_tensor_scale; null elsewhere), which multiplies every element of its operand too. "
+            "Dequantised element = value of its code * its scale (* the tensor scale), computed exactly (float64 "
+            "holds it; float32 may not). reference: D in float64; these inputs make every product and every "
+            "partial sum exact in float64, so reference is the exact D, and a float64 GEMM summing in any order "
+            "gives it bit for bit. reference_error_bound: minifp8.gemm's bound on the reference's error for any "
+            "inputs, gamma_K * magnitude / (1 - gamma_K) with gamma_n = n u / (1 - n u) and u = 2**-53 (0 where "
+            "reference is NaN). magnitude: S = sum over k of |a_ik b_kj|, leaving out NaN and Inf operands "
+            "(exact too). tolerance: how far from reference the float32 output of a correct kernel that "
+            "accumulates in float32 (rounding to nearest, with subnormals) may lie, per output; "
+            "minifp8.gemm.compare_matmul's report.tolerance, with accumulator='float32' and output='float32': "
+            "acc * S / (1 - gamma_K) + (4K + 4) * 2**-149 + (1 + acc) * C, where acc = gamma_(K+3) with u = "
+            "2**-24 (K + 3 roundings of each product: the K - 1 additions, dequantising each operand or scaling "
+            "a block's sum, the product, one epilogue scale) and C bounds underflow that later multiplications "
+            "carry (0 unless a scale or a dequantised value is below about 2**-126); plus 2**-24 * (|reference| "
+            "+ reference_error_bound + that) + 2**-150 for rounding to float32 output, plus "
+            "reference_error_bound. Use the stored tolerance array rather than recomputing it. An output agrees "
+            "when |output - reference| <= tolerance where reference is finite, and is NaN where reference is "
+            "NaN: a NaN code in row i of A (or column j of B), or a NaN scale (0xFF) covering part of it, makes "
+            "D[i, :] (or D[:, j]) NaN. No reference here is Inf. minifp8.gemm's module docstring.",
 }
 
 
@@ -523,6 +572,174 @@ def block_entries(out: Path) -> list[dict]:
     return entries
 
 
+# ---- scaled GEMMs (the "gemm" note) ----------------------------------------------------------------
+# name, layout, a_format, b_format, (M, K, N), description
+GEMM_PROBLEMS = (
+    ("per_tensor", "per_tensor", "E5M2", "E4M3", (16, 256, 32),
+     "one float32 scale per operand (A in E5M2, as a gradient; B in E4M3)"),
+    ("rowwise", "rowwise", "E4M3", "E4M3", (16, 256, 32),
+     "a float32 scale per row of A and per column of B; row 3 of A is zero codes (0x00 and 0x80)"),
+    ("1x128_128x128", "1x128_128x128", "E4M3", "E4M3", (16, 256, 256),
+     "DeepSeek-V3: a float32 scale per 1 x 128 tile of A and per 128 x 128 block of B (2 x 2 blocks)"),
+    ("mx", "mx", "E4M3", "E5M2", (16, 256, 32), "MX: an E8M0 scale per 32 elements along K"),
+    ("nvfp4", "nvfp4", "E2M1", "E2M1", (16, 256, 32),
+     "NVFP4: E2M1 codes, an E4M3 scale per 16 elements along K, and a float32 tensor scale per operand"),
+    ("mx_nan", "mx", "E4M3", "E4M3", (16, 64, 16),
+     "MX with NaN: A[5, 10] is 0x7F and A[9, 40] is 0xFF (E4M3 NaN: rows 5 and 9 of D are NaN); B's E8M0 "
+     "scale [1, 7] is 0xFF (NaN: column 7 of D is NaN)"),
+    ("rowwise_tiny", "rowwise", "E4M3", "E4M3", (16, 64, 16),
+     "float32 subnormal scales for A (about 2**-138) and large ones for B (about 2**100): A's dequantised "
+     "values lie below 2**-126, where a float32 kernel rounds them to float32 subnormals; the tolerance's "
+     "underflow term C covers that"),
+)
+GEMM_LAYOUTS = ("per_tensor", "rowwise", "1x128_128x128", "mx", "nvfp4")
+_GEMM_SCALE_FORMATS = {"mx": "E8M0", "nvfp4": "E4M3"}
+
+
+def gemm_scale_blocks(layout: str, m: int, k: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The blocks that one scale covers in A (M x K) and in B (K x N) under ``layout``, one of `GEMM_LAYOUTS`."""
+    blocks = {"per_tensor": ((m, k), (k, n)), "rowwise": ((1, k), (k, 1)), "1x128_128x128": ((1, 128), (128, 128)),
+              "mx": ((1, 32), (32, 1)), "nvfp4": ((1, 16), (16, 1))}
+    if layout not in blocks:
+        raise ValueError(f"gemm_scale_blocks: layout must be one of {', '.join(GEMM_LAYOUTS)}, got {layout!r}")
+    return blocks[layout]
+
+
+def _gemm_element_codes(rng: np.random.Generator, fmt, shape: tuple, low: int, high: int) -> np.ndarray:
+    """Element codes: E2M1 any of its 16 codes; E4M3/E5M2 random values at binades [low, high) with
+    random signs, rounded to the format, and about one code in 16 set to 0x00."""
+    fmt = formats.get(fmt)
+    if fmt.name == "E2M1":
+        return rng.integers(0, 16, size=shape).astype(np.uint8)
+    values = rng.choice([-1.0, 1.0], size=shape) * _random_magnitudes(rng, low, high, shape)
+    codes = codec.encode(values, fmt, saturate=True)
+    codes[rng.integers(0, 16, size=shape) == 0] = 0
+    return codes
+
+
+def _float32_scales(rng: np.random.Generator, shape: tuple, bits: int, low: int, high: int) -> np.ndarray:
+    """Positive float32 scales of exactly ``bits`` significant bits at binades [low, high) (exact steps).
+    Few bits keep every sum of the GEMM exact in float64 (`_check_exact_sums`)."""
+    significands = rng.integers(1 << (bits - 1), 1 << bits, size=shape)
+    return np.ldexp(significands.astype(np.float64), rng.integers(low, high, size=shape) - (bits - 1)).astype(np.float32)
+
+
+def gemm_inputs(name: str) -> dict[str, np.ndarray]:
+    """The operands of GEMM problem ``name`` (one of `GEMM_PROBLEMS`), from golden's seed.
+
+    Returns ``a_codes`` (M x K) and ``b_codes`` (K x N), uint8; ``a_scales`` and ``b_scales``,
+    float32, laid out as `gemm_scale_blocks` says (2-d: per tensor 1 x 1); for MX the E8M0 codes
+    of the scales, ``a_scale_codes`` and ``b_scale_codes``; for NVFP4 the E4M3 codes of the block
+    scales and the 0-d float32 tensor scales ``a_tensor_scale`` and ``b_tensor_scale``.
+    """
+    problems = {problem[0]: problem for problem in GEMM_PROBLEMS}
+    if name not in problems:
+        raise ValueError(f"gemm_inputs: name must be one of {', '.join(problems)}, got {name!r}")
+    index = list(problems).index(name)
+    _, layout, a_format, b_format, (m, k, n), _ = problems[name]
+    rng = np.random.default_rng([SEED, 5, index])
+    (a_rows, a_columns), (b_rows, b_columns) = gemm_scale_blocks(layout, m, k, n)
+    a_shape, b_shape = (m // a_rows, k // a_columns), (k // b_rows, n // b_columns)
+    arrays = {"a_codes": _gemm_element_codes(rng, a_format, (m, k), -3, 3),
+              "b_codes": _gemm_element_codes(rng, b_format, (k, n), -3, 3)}
+    if layout == "mx":
+        for operand, shape in (("a", a_shape), ("b", b_shape)):
+            scale_codes = (127 + rng.integers(-6, 6, size=shape)).astype(np.uint8)
+            arrays[f"{operand}_scale_codes"] = scale_codes
+        if name == "mx_nan":
+            arrays["a_codes"][5, 10], arrays["a_codes"][9, 40] = 0x7F, 0xFF
+            arrays["b_scale_codes"][1, 7] = mx.E8M0_NAN
+        for operand in "ab":
+            arrays[f"{operand}_scales"] = codec.decode(arrays[f"{operand}_scale_codes"], "E8M0")
+    elif layout == "nvfp4":
+        for operand, shape in (("a", a_shape), ("b", b_shape)):
+            # E4M3 codes of 1.mmm * 2**e, e in [-2, 2): exponent field 7 + e
+            fields = 7 + rng.integers(-2, 2, size=shape)
+            arrays[f"{operand}_scale_codes"] = (fields * 8 + rng.integers(0, 8, size=shape)).astype(np.uint8)
+            arrays[f"{operand}_scales"] = codec.decode(arrays[f"{operand}_scale_codes"], "E4M3")
+            arrays[f"{operand}_tensor_scale"] = _float32_scales(rng, (), 12, -10, -6)
+    elif name == "rowwise_tiny":
+        # float32 subnormals j * 2**-149 with 12-bit j: about 2**-138
+        arrays["a_scales"] = (rng.integers(1 << 11, 1 << 12, size=a_shape) * np.float32(2.0**-149)).astype(np.float32)
+        arrays["b_scales"] = _float32_scales(rng, b_shape, 10, 98, 102)
+    else:
+        bits = {"per_tensor": 14, "rowwise": 12, "1x128_128x128": 10}[layout]
+        low, high = (-2, 2) if layout == "1x128_128x128" else (-4, 4)
+        arrays["a_scales"] = _float32_scales(rng, a_shape, bits, low, high)
+        arrays["b_scales"] = _float32_scales(rng, b_shape, bits, low, high)
+    if name == "rowwise":
+        arrays["a_codes"][3] = np.where(np.arange(k) % 3 == 0, 0x80, 0x00)
+    return arrays
+
+
+def _gemm_scale_values(arrays: dict, operand: str) -> np.ndarray:
+    """The full scale of each block of an operand, float64: the scales times the tensor scale (exact)."""
+    scales = arrays[f"{operand}_scales"].astype(np.float64)
+    tensor_scale = arrays.get(f"{operand}_tensor_scale")
+    return scales if tensor_scale is None else scales * np.float64(tensor_scale)
+
+
+def _grid_bits(values: np.ndarray, axis: int) -> int:
+    """The most bits any line along ``axis`` of ``values`` spans: ``h - g`` with every finite value of
+    the line a multiple of ``2**g`` below ``2**h`` in magnitude (0 for a line of zeros)."""
+    magnitudes = np.where(np.isfinite(values), np.abs(values), 0.0)
+    mantissas, exponents = np.frexp(magnitudes)  # magnitude = mantissa * 2**exponent, mantissa in [0.5, 1)
+    significands = np.ldexp(mantissas, 53).astype(np.int64)
+    lowest_bit = np.frexp((significands & -significands).astype(np.float64))[1].astype(np.int64) - 1
+    nonzero, exponents = magnitudes > 0, exponents.astype(np.int64)  # (int64: the fill values below fit)
+    top = np.where(nonzero, exponents, -(1 << 20)).max(axis=axis)
+    bottom = np.where(nonzero, exponents - 53 + lowest_bit, 1 << 20).min(axis=axis)
+    return int(np.where(nonzero.any(axis=axis), top - bottom, 0).max())
+
+
+def _check_exact_sums(a: np.ndarray, b: np.ndarray) -> None:
+    """Raise unless every product and every partial sum of ``a @ b`` (float64, dequantised; NaN and Inf
+    left out) is exact in float64, whatever the order: the terms of an output are multiples of
+    ``2**(g_a + g_b)`` below ``2**(h_a + h_b)``, and K of them stay below ``2**53`` such units. Then
+    BLAS, in any order, with or without FMA, gives the exact product, so the file's bytes are the same
+    on every machine."""
+    bits = _grid_bits(a, axis=1) + _grid_bits(b, axis=0) + (a.shape[1] - 1).bit_length()
+    if bits > 53:
+        raise RuntimeError(f"golden: the GEMM inputs need {bits} bits for exact float64 sums (53 at most)")
+
+
+def gemm_entries(out: Path) -> list[dict]:
+    """One file, ``gemm.npz``, with an entry per problem of `GEMM_PROBLEMS`: operands, scales, the
+    reference and the tolerance of `minifp8.gemm` for a float32 kernel with float32 output."""
+    from . import gemm  # (gemm imports testing, as golden does; no cycle, but only this needs it)
+
+    arrays, described = {}, []
+    for name, layout, a_format, b_format, (m, k, n), description in GEMM_PROBLEMS:
+        inputs = gemm_inputs(name)
+        a_scales, b_scales = _gemm_scale_values(inputs, "a"), _gemm_scale_values(inputs, "b")
+        operands = (inputs["a_codes"], a_scales, inputs["b_codes"], b_scales)
+        _check_exact_sums(gemm.dequantize(inputs["a_codes"], a_scales, a_format),
+                          gemm.dequantize(inputs["b_codes"], b_scales, b_format))
+        reference = gemm.reference_matmul(*operands, a_format=a_format, b_format=b_format)
+        with np.errstate(over="ignore"):
+            report = gemm.compare_matmul(reference.value.astype(np.float32), *operands, a_format=a_format,
+                                         b_format=b_format, accumulator="float32", output="float32", max_rows=0)
+        if not report.ok:
+            raise RuntimeError(f"golden: the float32 rounding of the GEMM reference {name} is beyond its tolerance")
+        results = {"reference": report.reference.value, "magnitude": report.reference.magnitude,
+                   "reference_error_bound": report.reference.error_bound, "tolerance": report.tolerance}
+        roles = {role: f"{name}_{role}" for role in (*inputs, *results)}
+        arrays.update({roles[role]: array for role, array in {**inputs, **results}.items()})
+        a_block, b_block = gemm_scale_blocks(layout, m, k, n)
+        optional = {role: roles.get(role) for role in ("a_scale_codes", "b_scale_codes", "a_tensor_scale",
+                                                       "b_tensor_scale")}
+        described.append(({
+            "kind": "gemm", "file": "gemm.npz", "name": name, "layout": layout, "description": description,
+            "format": f"{a_format}x{b_format}", "a_format": a_format, "b_format": b_format, "m": m, "k": k, "n": n,
+            "a_scale_block": list(a_block), "b_scale_block": list(b_block),
+            "scale_format": _GEMM_SCALE_FORMATS.get(layout), "accumulator": "float32", "promote_every": None,
+            "output": "float32",
+        }, {**roles, **optional}))
+    digest = write_npz(out / "gemm.npz", arrays)
+    return [{**fields, "sha256": digest, "arrays": roles, **_layout(arrays, roles.values())}
+            for fields, roles in described]
+
+
 def write(out, format_names=None, blocks: bool = True) -> dict:
     """Write every golden file under ``out`` and return the manifest (also written as manifest.json).
 
@@ -531,13 +748,13 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
     out : str or os.PathLike
         The folder (created if missing). An existing folder is written into: files of the names
         this writes (``manifest.json``, ``codec_<format>_<dtype>.npz``, ``mx_<format>.npz``,
-        ``nvfp4.npz``) are replaced; other files stay as they are, and only the manifest says
+        ``nvfp4.npz``, ``gemm.npz``) are replaced; other files stay as they are, and only the manifest says
         which files are this run's.
     format_names : str, FloatFormat or sequence of them, optional
         The formats of the codec files: one name, or a non-empty list (duplicates are written
         once); default every catalogued format.
     blocks : bool
-        Also write the MX and NVFP4 files.
+        Also write the MX, NVFP4 and GEMM files.
     """
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"golden.write: out must be a folder path (str or os.PathLike), got {type(out).__name__} "
@@ -561,7 +778,7 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
     for fmt in selected:
         entries += codec_entries(fmt, out)
     if blocks:
-        entries += block_entries(out)
+        entries += block_entries(out) + gemm_entries(out)
     manifest = {"schema": "minifp8-golden", "schema_version": SCHEMA_VERSION, "minifp8_version": __version__,
                 "notes": NOTES, "entries": entries}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -611,9 +828,9 @@ def main(argv=None) -> int:
                              "run's files only (required)")
     parser.add_argument("--formats", default=None,
                         help=f"comma-separated formats of the codec files, in any case, each written once "
-                             f"(default: all: {','.join(formats.CATALOGUE)}); the MX and NVFP4 files do not "
-                             f"depend on it (see --no-blocks)")
-    parser.add_argument("--no-blocks", action="store_true", help="skip the MX and NVFP4 files")
+                             f"(default: all: {','.join(formats.CATALOGUE)}); the MX, NVFP4 and GEMM files do "
+                             f"not depend on it (see --no-blocks)")
+    parser.add_argument("--no-blocks", action="store_true", help="skip the MX, NVFP4 and GEMM files")
     args = parser.parse_args(argv)
     if not args.out.strip():
         parser.error("--out must name a folder, got an empty string")

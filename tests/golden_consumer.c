@@ -14,7 +14,8 @@
  *     the E8M0 scale, section 5.4.1; the block scale rule, section 6.3) and the "mx" note's scale
  *     modes;
  *   - the manifest's "stochastic", "E8M0" and "nvfp4" notes (IEEE P3109 stochastic rounding;
- *     NVIDIA's NVFP4 two-level scaling in TransformerEngine's order of float32 operations).
+ *     NVIDIA's NVFP4 two-level scaling in TransformerEngine's order of float32 operations);
+ *   - the "gemm" note (scaled GEMMs: the scale layouts, the reference and the tolerance).
  * One encoder serves every format: it is driven by each format's exponent bits, mantissa bits,
  * bias and special values (section "the formats, as data"), not written once per format.
  * tests/test_golden_c.py compiles it and runs it on every entry of a manifest.
@@ -33,10 +34,21 @@
  *       INPUT: float32 rows, blocks of 16 along the last axis; SCALES: E4M3 codes; CODES: E2M1
  *       codes; GLOBAL_AMAX, ENCODE_SCALE: 0-d float32 arrays; GIVEN: 1 if the tensor amax is
  *       given (manifest: global_amax_given), 0 if it must be max |x|.
+ *   gemm FILE A_CODES A_FORMAT A_SCALES B_CODES B_FORMAT B_SCALES REFERENCE MAGNITUDE TOLERANCE
+ *         [scale_format=E8M0|E4M3 a_scale_codes=ARRAY b_scale_codes=ARRAY]
+ *         [a_tensor_scale=ARRAY b_tensor_scale=ARRAY]
+ *       The "gemm" note: A_CODES M x K and B_CODES K x N (uint8), their float32 scales 2-d, each
+ *       dimension dividing the codes'; the scale codes (MX: E8M0, NVFP4: E4M3) must decode to the
+ *       scales; the 0-d float32 tensor scales (NVFP4) multiply their operand. REFERENCE, MAGNITUDE
+ *       and TOLERANCE: M x N float64. A float64 GEMM must give REFERENCE and S = sum |a b| exactly
+ *       (the note: these sums are exact), and a float32 kernel (dequantise in float32, multiply and
+ *       add in float32, k in order, the tensor scales in the epilogue) must lie within TOLERANCE of
+ *       REFERENCE, and be NaN where it is NaN.
  * FILE is relative to DIR; the array names are those of manifest.json's "arrays" (without .npy).
  *
  * Output: one line per entry, "ok ..." or "FAIL ..." with the number of expected values it
- * compared (codes and scales; not the don't-care codes), then at most 5 mismatch lines an entry,
+ * compared (codes and scales, not the don't-care codes; a GEMM's scale codes, and three values an
+ * output: its float32 result, its float64 result and S), then at most 5 mismatch lines an entry,
  * then "summary: N entries, M values checked, K mismatches".
  * Exit status: 0 every value matches, 1 some value differs, 2 bad usage or a malformed file.
  */
@@ -286,6 +298,15 @@ static Array read_array(const char *file, const unsigned char *zip, long zip_siz
 static uint64_t float_bits_at(const Array *array, long i)
 {
     return array->item_size == 8 ? read_u64(array->data + 8 * i) : read_u32(array->data + 4 * i);
+}
+
+/* Element I of a float64 array, as a double. */
+static double read_f64(const Array *array, long i)
+{
+    const uint64_t bits = read_u64(array->data + 8 * i);
+    double value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
 }
 
 /* ------------------------------------------------ exact values of IEEE 754 binary inputs -- */
@@ -1031,6 +1052,276 @@ static Tally check_nvfp4(const char *directory, char **arguments)
     return tally;
 }
 
+/* ------------------------------------------------------ scaled GEMMs (the "gemm" note) -- */
+
+static float quiet_nan(void) { return float_of_bits(0x7FC00000u); }
+
+/* The value of element code CODE of F (a signed format with subnormals), NaN and Inf included:
+ * E4M3's S.1111.111 is NaN; E5M2's S.11111.00 is Inf and S.11111.{01,10,11} NaN. */
+static float element_value(unsigned code, const Format *f)
+{
+    const unsigned magnitude = code & (sign_bit(f) - 1);
+    if ((f->nan_style == NAN_ALL_ONES && magnitude == sign_bit(f) - 1)
+        || (f->nan_style == NAN_IEEE && magnitude > all_ones_exponent(f))) {
+        return quiet_nan();
+    }
+    if (f->has_infinity && magnitude == all_ones_exponent(f)) {
+        return float_of_bits((code & sign_bit(f)) ? 0xFF800000u : 0x7F800000u);
+    }
+    return decode_to_float(code, f);
+}
+
+/* An E8M0 scale (MX v1.0 section 5.4.1): 2**(code - 127); 0x00 is 2**-127, a float32 subnormal;
+ * 0xFF is NaN. */
+static float e8m0_value(unsigned code)
+{
+    if (code == E8M0_NAN) {
+        return quiet_nan();
+    }
+    return code == 0 ? float_of_bits(0x00400000u) : float_of_bits((uint32_t)code << 23);
+}
+
+static int is_nan_float(float x) { return x != x; }
+static int is_finite_double(double x) { return x - x == 0.0; }
+static double magnitude_of(double x) { return x < 0.0 ? -x : x; }
+
+/* A dequantised element, as a float32 kernel forms it: one float32 multiplication, rounded. */
+static float dequantized_float32(float decoded, float scale)
+{
+    const float value = decoded * scale;
+    return value;
+}
+
+/* One operand of a GEMM: its codes (rows x columns) and one scale per block, by the note's layout
+ * rule: a rows x columns array of codes with scales of R x C covers blocks of (rows / R) x
+ * (columns / C). */
+typedef struct {
+    Array codes, scales;
+    const Format *format;
+    long block_rows, block_columns;
+} Operand;
+
+/* An operand's element format: one with a sign, subnormals and -0 (not FNUZ, not E8M0). */
+static const Format *element_format_named(const char *name)
+{
+    const Format *format = format_named(name);
+    if (!format->is_signed || !format->has_subnormals || format->nan_style == NAN_NEGATIVE_ZERO) {
+        fail_usage("a gemm operand's FORMAT must be E4M3, E5M2, E3M2, E2M3 or E2M1", name);
+    }
+    return format;
+}
+
+static Operand read_operand(const char *file, const unsigned char *zip, long size, const char *codes_name,
+                            const Format *format, const char *scales_name)
+{
+    Operand operand;
+    long i;
+    operand.format = format;
+    operand.codes = read_array(file, zip, size, codes_name, "|u1", 1);
+    operand.scales = read_array(file, zip, size, scales_name, "<f4", 4);
+    if (operand.codes.ndim != 2 || operand.scales.ndim != 2 || operand.scales.shape[0] < 1
+        || operand.scales.shape[1] < 1 || operand.codes.shape[0] % operand.scales.shape[0] != 0
+        || operand.codes.shape[1] % operand.scales.shape[1] != 0) {
+        fail_malformed(file, "gemm codes and scales must be 2-d, each scale dimension dividing the codes'");
+    }
+    for (i = 0; i < operand.codes.count; i++) {
+        if (operand.codes.data[i] >> (operand.format->exponent_bits + operand.format->mantissa_bits + 1) != 0) {
+            fail_malformed(file, "a gemm code has bits above its format's width");
+        }
+    }
+    operand.block_rows = operand.codes.shape[0] / operand.scales.shape[0];
+    operand.block_columns = operand.codes.shape[1] / operand.scales.shape[1];
+    return operand;
+}
+
+/* The scale of element (row, column): the scale of its block. */
+static long scale_index(const Operand *operand, long row, long column)
+{
+    return row / operand->block_rows * operand->scales.shape[1] + column / operand->block_columns;
+}
+
+/* Decode the operand's scale codes (E8M0 or E4M3) into *decoded (one float a scale, as the stored
+ * scales) and compare each with the stored scale value, bit for bit (NaN with NaN). */
+static void decode_scale_codes(Tally *tally, const Operand *operand, const Array *scale_codes, const char *codes_name,
+                               const char *scales_name, const Format *scale_format, float *decoded)
+{
+    long i;
+    if (scale_codes->ndim != 2 || scale_codes->shape[0] != operand->scales.shape[0]
+        || scale_codes->shape[1] != operand->scales.shape[1]) {
+        fail_malformed(tally->file, "gemm scale codes and scale values differ in shape");
+    }
+    for (i = 0; i < scale_codes->count; i++) {
+        const unsigned code = scale_codes->data[i];
+        const float stored = float_of_bits((uint32_t)float_bits_at(&operand->scales, i));
+        decoded[i] = scale_format->is_signed ? element_value(code, scale_format) : e8m0_value(code);
+        tally->checked++;
+        if (is_nan_float(decoded[i]) ? !is_nan_float(stored) : bits_of_float(decoded[i]) != bits_of_float(stored)) {
+            if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
+                printf("  mismatch %s:%s[%ld, %ld]: code 0x%02X is %.9g, but %s holds %.9g\n", tally->file,
+                       codes_name, i / scale_codes->shape[1], i % scale_codes->shape[1], code,
+                       (double)decoded[i], scales_name, (double)stored);
+            }
+        }
+    }
+}
+
+static void report_output(Tally *tally, const char *array, long row, long column, const char *what)
+{
+    if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
+        printf("  mismatch %s:%s[%ld, %ld]: %s\n", tally->file, array, row, column, what);
+    }
+}
+
+/* One GEMM entry (the "gemm" note): the scale codes' values; a float64 GEMM, whose sums are exact
+ * for these inputs, against the reference and S, bit for bit; and a float32 kernel (dequantise in
+ * float32, multiply and add in float32, k in order; NVFP4's tensor scales in the epilogue) against
+ * the reference within the stored tolerance, NaN where it is NaN. */
+static Tally check_gemm(const char *directory, char **arguments, char **options, int option_count)
+{
+    static const char *const allowed[] = {"scale_format", "a_scale_codes", "b_scale_codes", "a_tensor_scale",
+                                          "b_tensor_scale", NULL};
+    const char *file = arguments[0];
+    const char *reference_name = arguments[7], *magnitude_name = arguments[8], *tolerance_name = arguments[9];
+    const char *scale_format_name = option(options, option_count, "scale_format", NULL);
+    const char *a_scale_codes_name = option(options, option_count, "a_scale_codes", NULL);
+    const char *b_scale_codes_name = option(options, option_count, "b_scale_codes", NULL);
+    const char *a_tensor_name = option(options, option_count, "a_tensor_scale", NULL);
+    const char *b_tensor_name = option(options, option_count, "b_tensor_scale", NULL);
+    const Format *a_format = element_format_named(arguments[2]), *b_format = element_format_named(arguments[5]);
+    const Format *scale_format = NULL;
+    Tally tally = {0, 0, 0};
+    char path[4096], what[256];
+    long size, rows, inner, columns, i, j, k;
+    unsigned char *zip;
+    Operand a, b;
+    Array reference, magnitude, tolerance;
+    float *a_scales, *b_scales, *a32, *b32, a_tensor = 1.0f, b_tensor = 1.0f, alpha;
+    double *a64, *b64;
+    check_option_names(options, option_count, allowed);
+    if ((a_scale_codes_name == NULL) != (b_scale_codes_name == NULL)
+        || (a_scale_codes_name == NULL) != (scale_format_name == NULL)
+        || (a_tensor_name == NULL) != (b_tensor_name == NULL)) {
+        fail_usage("a gemm entry takes a_scale_codes, b_scale_codes and scale_format together, and "
+                   "a_tensor_scale and b_tensor_scale together", file);
+    }
+    if (scale_format_name != NULL) {
+        scale_format = format_named(scale_format_name);
+        if (strcmp(scale_format->name, "E8M0") != 0 && strcmp(scale_format->name, "E4M3") != 0) {
+            fail_usage("scale_format must be E8M0 or E4M3", scale_format_name);
+        }
+    }
+    tally.file = file;
+    zip = read_whole_file(join_path(path, sizeof path, directory, file), &size);
+    a = read_operand(file, zip, size, arguments[1], a_format, arguments[3]);
+    b = read_operand(file, zip, size, arguments[4], b_format, arguments[6]);
+    rows = a.codes.shape[0];
+    inner = a.codes.shape[1];
+    columns = b.codes.shape[1];
+    reference = read_array(file, zip, size, reference_name, "<f8", 8);
+    magnitude = read_array(file, zip, size, magnitude_name, "<f8", 8);
+    tolerance = read_array(file, zip, size, tolerance_name, "<f8", 8);
+    if (b.codes.shape[0] != inner || reference.ndim != 2 || reference.shape[0] != rows
+        || reference.shape[1] != columns || magnitude.count != reference.count || tolerance.count != reference.count) {
+        fail_malformed(file, "gemm shapes: a_codes M x K, b_codes K x N, reference, magnitude, tolerance M x N");
+    }
+    a_scales = malloc(sizeof *a_scales * (size_t)a.scales.count);
+    b_scales = malloc(sizeof *b_scales * (size_t)b.scales.count);
+    a32 = malloc(sizeof *a32 * (size_t)a.codes.count);
+    b32 = malloc(sizeof *b32 * (size_t)b.codes.count);
+    a64 = malloc(sizeof *a64 * (size_t)a.codes.count);
+    b64 = malloc(sizeof *b64 * (size_t)b.codes.count);
+    if (a_scales == NULL || b_scales == NULL || a32 == NULL || b32 == NULL || a64 == NULL || b64 == NULL) {
+        fail_malformed(file, "out of memory");
+    }
+
+    /* the scales: decoded from their codes where the entry has them, else the stored float32 values */
+    if (scale_format != NULL) {
+        Array a_codes = read_array(file, zip, size, a_scale_codes_name, "|u1", 1);
+        Array b_codes = read_array(file, zip, size, b_scale_codes_name, "|u1", 1);
+        decode_scale_codes(&tally, &a, &a_codes, a_scale_codes_name, arguments[3], scale_format, a_scales);
+        decode_scale_codes(&tally, &b, &b_codes, b_scale_codes_name, arguments[6], scale_format, b_scales);
+    } else {
+        for (i = 0; i < a.scales.count; i++) {
+            a_scales[i] = float_of_bits((uint32_t)float_bits_at(&a.scales, i));
+        }
+        for (i = 0; i < b.scales.count; i++) {
+            b_scales[i] = float_of_bits((uint32_t)float_bits_at(&b.scales, i));
+        }
+    }
+    if (a_tensor_name != NULL) {
+        Array a_tensor_array = read_array(file, zip, size, a_tensor_name, "<f4", 4);
+        Array b_tensor_array = read_array(file, zip, size, b_tensor_name, "<f4", 4);
+        if (a_tensor_array.ndim != 0 || b_tensor_array.ndim != 0) {
+            fail_malformed(file, "gemm tensor scales must be 0-d");
+        }
+        a_tensor = float_of_bits((uint32_t)float_bits_at(&a_tensor_array, 0));
+        b_tensor = float_of_bits((uint32_t)float_bits_at(&b_tensor_array, 0));
+    }
+
+    /* dequantised operands: exactly in double (code value * scale * tensor scale: at most 4 + 24 + 24
+     * significant bits here, as the note's "exactly" needs), and as a float32 kernel does (the tensor
+     * scales left to the epilogue) */
+    for (i = 0; i < a.codes.count; i++) {
+        const float decoded = element_value(a.codes.data[i], a.format);
+        const float scale = a_scales[scale_index(&a, i / inner, i % inner)];
+        a32[i] = dequantized_float32(decoded, scale);
+        a64[i] = (double)decoded * (double)scale * (double)a_tensor;
+    }
+    for (i = 0; i < b.codes.count; i++) {
+        const float decoded = element_value(b.codes.data[i], b.format);
+        const float scale = b_scales[scale_index(&b, i / columns, i % columns)];
+        b32[i] = dequantized_float32(decoded, scale);
+        b64[i] = (double)decoded * (double)scale * (double)b_tensor;
+    }
+    alpha = a_tensor * b_tensor;
+
+    for (i = 0; i < rows; i++) {
+        for (j = 0; j < columns; j++) {
+            const long at = i * columns + j;
+            const double expected = read_f64(&reference, at), bound = read_f64(&tolerance, at);
+            double sum = 0.0, sum_of_magnitudes = 0.0, error;
+            float accumulator = 0.0f, output;
+            for (k = 0; k < inner; k++) {
+                const float product = a32[i * inner + k] * b32[k * columns + j];
+                const double exact_product = a64[i * inner + k] * b64[k * columns + j];
+                accumulator = accumulator + product;
+                sum += exact_product;
+                if (is_finite_double(a64[i * inner + k]) && is_finite_double(b64[k * columns + j])) {
+                    sum_of_magnitudes += magnitude_of(exact_product);
+                }
+            }
+            output = accumulator * alpha;
+            tally.checked += 3;
+            if (is_finite_double(expected) ? sum != expected : (expected != expected) != (sum != sum)) {
+                snprintf(what, sizeof what, "the float64 GEMM gives %.17g, expected %.17g", sum, expected);
+                report_output(&tally, reference_name, i, j, what);
+            }
+            if (sum_of_magnitudes != read_f64(&magnitude, at)) {
+                snprintf(what, sizeof what, "sum |a b| is %.17g, expected %.17g", sum_of_magnitudes,
+                         read_f64(&magnitude, at));
+                report_output(&tally, magnitude_name, i, j, what);
+            }
+            error = magnitude_of((double)output - expected);
+            if (expected != expected ? !is_nan_float(output) : !(error <= bound)) {
+                snprintf(what, sizeof what, "the float32 kernel gives %.9g, reference %.17g: error %.3g, "
+                         "tolerance %.3g", (double)output, expected, error, bound);
+                report_output(&tally, tolerance_name, i, j, what);
+            }
+        }
+    }
+    printf("%s gemm %sx%s %ldx%ldx%ld %s:%s: %ld outputs, %ld values checked, %ld mismatches\n",
+           tally.mismatches ? "FAIL" : "ok", a.format->name, b.format->name, rows, inner, columns, file,
+           reference_name, rows * columns, tally.checked, tally.mismatches);
+    free(a_scales);
+    free(b_scales);
+    free(a32);
+    free(b32);
+    free(a64);
+    free(b64);
+    free(zip);
+    return tally;
+}
+
 /* ---------------------------------------------------------------------------------- main -- */
 
 int main(int argc, char **argv)
@@ -1040,18 +1331,19 @@ int main(int argc, char **argv)
     if (argc < 3) {
         fprintf(stderr, "usage: golden_consumer DIR ENTRY...  (ENTRY: codec FILE INPUT CODES FORMAT SATURATE "
                 "[OPTION=VALUE...] | mx FILE INPUT SCALES CODES ELEMENT_FORMAT BLOCK_SIZE [OPTION=VALUE...] | "
-                "nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN; see golden_consumer.c)\n");
+                "nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN | gemm FILE A_CODES A_FORMAT A_SCALES "
+                "B_CODES B_FORMAT B_SCALES REFERENCE MAGNITUDE TOLERANCE [OPTION=VALUE...]; see golden_consumer.c)\n");
         return 2;
     }
     while (next < argc) {
         const char *kind = argv[next];
         const int fixed = strcmp(kind, "codec") == 0 ? 5 : strcmp(kind, "mx") == 0 ? 6
-                          : strcmp(kind, "nvfp4") == 0 ? 7 : -1;
+                          : strcmp(kind, "nvfp4") == 0 ? 7 : strcmp(kind, "gemm") == 0 ? 10 : -1;
         int options = 0;
         Tally tally;
         if (fixed < 0 || next + 1 + fixed > argc) {
             fprintf(stderr, "golden_consumer: error: expected an entry (codec with 5 arguments, mx with 6, nvfp4 "
-                    "with 7) at argument %d, got %s\n", next, kind);
+                    "with 7, gemm with 10) at argument %d, got %s\n", next, kind);
             return 2;
         }
         while (next + 1 + fixed + options < argc && strchr(argv[next + 1 + fixed + options], '=') != NULL) {
@@ -1061,6 +1353,8 @@ int main(int argc, char **argv)
             tally = check_codec(argv[1], argv + next + 1, argv + next + 1 + fixed, options);
         } else if (strcmp(kind, "mx") == 0) {
             tally = check_mx(argv[1], argv + next + 1, argv + next + 1 + fixed, options);
+        } else if (strcmp(kind, "gemm") == 0) {
+            tally = check_gemm(argv[1], argv + next + 1, argv + next + 1 + fixed, options);
         } else {
             if (options != 0) {
                 fail_usage("an nvfp4 entry takes no options", argv[next + 1 + fixed]);

@@ -4,9 +4,13 @@
 and ``.npy`` reader and checks every expected code and scale against its own encoders, written from
 the specifications (IEEE 754-2019, OCP OFP8 rev 1.0, OCP MX v1.0) and the manifest's notes: one
 generic encoder for every catalogued format, every rounding mode (stochastic with the files' random
-bits), float32 and float64 inputs, the four MX scale modes and NVFP4's float32 steps. These tests
-compile it, run it on every entry of the files that ``minifp8.golden`` writes by default, and show
-that it fails on a damaged expected code or scale in each kind of file, and on a malformed file.
+bits), float32 and float64 inputs, the four MX scale modes and NVFP4's float32 steps; and for the
+GEMM entries, its own decoding of the scale codes, a float64 GEMM that must give the (exact)
+reference and S bit for bit, and a float32 GEMM that must lie within the stored tolerance. These
+tests compile it, run it on every entry of the files that ``minifp8.golden`` writes by default, and
+show that it fails on a damaged expected code, scale or reference in each kind of file, on a
+malformed file, and, with one rule of the notes broken (a GEMM scale applied twice among them), on
+exactly the entries built for that rule.
 """
 from __future__ import annotations
 
@@ -54,6 +58,16 @@ def consumer_arguments(entry: dict) -> list[str]:
         if roles["random_bits"] is not None:
             arguments += [f"random_bits={roles['random_bits']}", f"random_bit_count={entry['random_bit_count']}"]
         return arguments
+    if entry["kind"] == "gemm":
+        assert (entry["accumulator"], entry["output"], entry["promote_every"]) == ("float32", "float32", None)
+        arguments = ["gemm", entry["file"], roles["a_codes"], entry["a_format"], roles["a_scales"], roles["b_codes"],
+                     entry["b_format"], roles["b_scales"], roles["reference"], roles["magnitude"], roles["tolerance"]]
+        if entry["scale_format"] is not None:
+            arguments += [f"scale_format={entry['scale_format']}", f"a_scale_codes={roles['a_scale_codes']}",
+                          f"b_scale_codes={roles['b_scale_codes']}"]
+        if roles["a_tensor_scale"] is not None:
+            arguments += [f"a_tensor_scale={roles['a_tensor_scale']}", f"b_tensor_scale={roles['b_tensor_scale']}"]
+        return arguments
     assert entry["axis"] == -1 and entry["input_dtype"] == "float32"  # what the consumer assumes
     if entry["kind"] == "mx":
         assert entry["ignore_codes_where_scale"] == 0xFF and entry["saturate"] is True
@@ -82,6 +96,13 @@ def expected_line(entry: dict, arrays: dict) -> tuple[str, int]:
     whose scale is not NaN (their others are don't-care); NVFP4 adds S_enc and, where it is not
     given, the tensor amax."""
     roles = entry["arrays"]
+    if entry["kind"] == "gemm":  # three values an output (float32 within tolerance, reference, S), and scale codes
+        outputs = arrays[roles["reference"]].size
+        checked = 3 * outputs + sum(arrays[roles[name]].size for name in ("a_scale_codes", "b_scale_codes")
+                                    if roles[name] is not None)
+        return (f"ok gemm {entry['a_format']}x{entry['b_format']} {entry['m']}x{entry['k']}x{entry['n']} "
+                f"{entry['file']}:{roles['reference']}: {outputs} outputs, {checked} values checked, 0 mismatches"
+                ), checked
     inputs = arrays[roles["input"]]
     if entry["kind"] == "codec":
         return (f"ok codec {entry['format']} {entry['input_dtype']} {entry['rounding']} saturate="
@@ -109,6 +130,8 @@ def test_consumer_in_c_checks_every_entry_of_every_file(consumer, golden_files):
     assert kinds.count("codec") == len(formats.CATALOGUE) * 2 * len(golden.ROUNDINGS) * 2 == 128
     assert kinds.count("mx") == len(mx.FORMATS) * len(mx.SCALE_MODES) == 20
     assert kinds.count("nvfp4") == 1 + len(golden.NVFP4_GLOBAL_AMAXES) + len(golden.nvfp4_cap_inputs()) == 5
+    # and a GEMM per scale layout, two of them with NaN and with subnormal dequantised values
+    assert kinds.count("gemm") == len(golden.GEMM_PROBLEMS) == 7
     result = run_consumer(consumer, folder, entries)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     files = {}
@@ -169,10 +192,20 @@ def _damage_the_encode_scale(arrays: dict, entry: dict) -> tuple[str, tuple[str,
                   f"), this consumer gives 0x{original:08X} (")
 
 
+def _damage_the_reference(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+    """Move one output of a GEMM's reference to the next float64 up: the consumer's float64 GEMM, exact
+    for these inputs, no longer equals it (the float32 kernel's output still lies within tolerance)."""
+    name = entry["arrays"]["reference"]
+    original = arrays[name][2, 3]
+    arrays[name][2, 3] = np.nextafter(original, np.inf)
+    return name, (f"  mismatch {entry['file']}:{name}[2, 3]: the float64 GEMM gives {original:.17g}, ",
+                  f"expected {arrays[name][2, 3]:.17g}")
+
+
 def _entry(kind: str, **fields):
     """A test of whether a manifest entry is of ``kind`` with these fields (``input``: its input array)."""
     def matches(entry):
-        roles = {"input": entry["arrays"]["input"]}
+        roles = {"input": entry["arrays"].get("input")}
         return entry["kind"] == kind and all({**entry, **roles}[key] == value for key, value in fields.items())
     return matches
 
@@ -186,8 +219,10 @@ def _entry(kind: str, **fields):
     (_entry("nvfp4", input="x_1"), _damage_a_scale),
     (_entry("nvfp4", input="x_2"), _damage_a_code),
     (_entry("nvfp4", input="x"), _damage_the_encode_scale),
+    (_entry("gemm", name="mx"), _damage_the_reference),
 ], ids=["codec-E4M3-code", "codec-E8M0-float64-stochastic-code", "codec-E2M3-code", "mx-MXFP4-rceil-scale",
-        "mx-MXFP6-even-code", "nvfp4-given-amax-scale", "nvfp4-given-amax-code", "nvfp4-encode-scale"])
+        "mx-MXFP6-even-code", "nvfp4-given-amax-scale", "nvfp4-given-amax-code", "nvfp4-encode-scale",
+        "gemm-mx-reference"])
 def test_consumer_in_c_names_a_damaged_expected_value(consumer, golden_files, tmp_path, selected, damage):
     """One expected code or scale changed in a file: the consumer exits 1 and names the index (row and
     block for a scale), the input (the block amax) and both values; the file's other entries pass."""
@@ -219,6 +254,10 @@ def _nvfp4(input_name):
     return lambda entry: entry["kind"] == "nvfp4" and entry["arrays"]["input"] == input_name
 
 
+def _gemm(*names):
+    return lambda entry: entry["kind"] == "gemm" and entry["name"] in names
+
+
 # Rules that the notes state, each broken in a copy of the consumer: (its code, the broken code, the
 # entries that must fail). Before the inputs built for them (-NaN; stochastic ties; NVFP4's caps), every
 # entry passed with each of these.
@@ -234,6 +273,16 @@ CONSUMER_MUTANTS = {
     "S_enc is not capped at FLT_MAX": ("return min_with_flt_max(quotient);", "return quotient;", _nvfp4("x_tiny")),
     "1 / 0 gives an encode scale of 0": ("if (denominator == 0.0f) {\n        return FLT_MAX;",
                                          "if (denominator == 0.0f) {\n        return 0.0f;", _nvfp4("x_zero_scale")),
+    # the GEMM entries: each tolerance is tight enough to fail a kernel with one of these bugs
+    "a GEMM scale applied twice": ("const float value = decoded * scale;", "const float value = decoded * scale * scale;",
+                                   _gemm(*(problem[0] for problem in golden.GEMM_PROBLEMS))),
+    "dequantised float32 subnormals flushed to zero": (
+        "const float value = decoded * scale;\n    return value;",
+        "const float value = decoded * scale;\n    return value < FLT_MIN && value > -FLT_MIN ? 0.0f * value : value;",
+        _gemm("rowwise_tiny")),
+    "an E8M0 NaN scale decoded as Inf (0xFF shifted into a float32's exponent)": (
+        "if (code == E8M0_NAN) {\n        return quiet_nan();",
+        "if (code == E8M0_NAN) {\n        return float_of_bits(0x7F800000u);", _gemm("mx_nan")),
 }
 
 
@@ -319,6 +368,9 @@ def test_consumer_in_c_rejects_a_malformed_file(consumer, golden_files, tmp_path
     (["codec", "f.npz", "x", "c", "E3M3", "1"], "FORMAT must be E4M3, E5M2, E4M3FNUZ"),
     (["mx", "f.npz", "x", "s", "c", "E4M3", "32", "scale_mode=round"], "scale_mode must be floor, ceil"),
     (["nvfp4", "f.npz", "x", "s", "c", "a", "e"], "expected an entry"),
+    (["gemm", "f.npz", "a", "E4M3", "sa", "b", "E4M3", "sb", "r", "m", "t", "a_scale_codes=ca"],
+     "a_scale_codes, b_scale_codes and scale_format together"),
+    (["gemm", "f.npz", "a", "E8M0", "sa", "b", "E4M3", "sb", "r", "m", "t"], "a gemm operand's FORMAT must be"),
 ])
 def test_consumer_in_c_rejects_bad_usage(consumer, tmp_path, arguments, message):
     result = subprocess.run([str(consumer), str(tmp_path), *arguments], capture_output=True, text=True, timeout=60)

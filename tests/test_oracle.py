@@ -956,7 +956,7 @@ def test_golden_manifest_says_how_to_read_its_entries(golden_dir):
     MX blocks: the file holds 0 there, and compare_mx ignores whatever a backend writes."""
     manifest = json.loads((golden_dir / "manifest.json").read_text())
     notes = manifest["notes"]
-    assert set(notes) == {"arrays", "codec", "stochastic", "E8M0", "mx", "nvfp4"}
+    assert set(notes) == {"arrays", "codec", "stochastic", "E8M0", "mx", "nvfp4", "gemm"}
     assert "little-endian" in notes["arrays"] and "ties" in notes["E8M0"] and "up" in notes["E8M0"]
     assert "random_bits" in notes["stochastic"] and "S_enc * float32(1/6)" in notes["nvfp4"]
     assert "don't-care" in notes["mx"] and "ignore_codes_where_scale" in notes["mx"]
@@ -1060,3 +1060,212 @@ def test_golden_boundary_input_builders_check_their_arguments():
         golden.nvfp4_boundary_inputs(6.0, length=15)
     x = golden.nvfp4_boundary_inputs(6.0, rows=2, length=40)  # 2 whole blocks a row; the rest zeros
     assert x.shape == (2, 40) and (x[:, 32:] == 0).all() and (np.abs(x) < 6).all()
+
+
+# ---- the GEMM golden file, checked without minifp8's codec or gemm: exact rationals and the spec's decoders ----
+# (exponent bits, mantissa bits, bias): OCP OFP8 rev 1.0 Table 1 (E4M3, E5M2), OCP MX v1.0 section 5.3 (E2M1)
+SPEC_ELEMENTS = {"E4M3": (4, 3, 7), "E5M2": (5, 2, 15), "E2M1": (2, 1, 1)}
+GEMM_LAYOUTS = {"per_tensor", "rowwise", "1x128_128x128", "mx", "nvfp4"}
+
+
+def spec_decode(codes, name):
+    """float64 values of uint8 codes, from the specifications: E8M0 2**(code - 127), 0xFF NaN; the
+    elements (-1)**s * 2**(1 - bias) * 0.m (field 0) or 2**(field - bias) * 1.m, E4M3 S.1111.111 NaN,
+    E5M2 field 31 Inf (m = 0) or NaN."""
+    codes = np.asarray(codes).astype(np.int64)
+    if name == "E8M0":
+        return np.where(codes == 0xFF, np.nan, np.ldexp(1.0, codes - 127))
+    exponent_bits, mantissa_bits, bias = SPEC_ELEMENTS[name]
+    magnitude_bits = exponent_bits + mantissa_bits
+    assert (codes >> (magnitude_bits + 1) == 0).all()
+    field, mantissa = (codes >> mantissa_bits) & ((1 << exponent_bits) - 1), codes & ((1 << mantissa_bits) - 1)
+    fraction = mantissa / 2.0**mantissa_bits
+    values = np.where(field == 0, np.ldexp(fraction, 1 - bias), np.ldexp(1 + fraction, field - bias))
+    values = np.where(codes >> magnitude_bits, -values, values)
+    if name == "E4M3":
+        values = np.where(codes & 0x7F == 0x7F, np.nan, values)
+    if name == "E5M2":
+        values = np.where(field == 31, np.where(mantissa == 0, np.copysign(np.inf, values), np.nan), values)
+    return values
+
+
+def gemm_operands(entry, arrays):
+    """A and B dequantised in float64 by the "gemm" note alone: each code's value times the scale of its
+    block (scales[i // block[0], j // block[1]]) times the tensor scale (exact: at most 4 + 24 + 24 bits)."""
+    operands = []
+    for operand in "ab":
+        values = spec_decode(arrays[f"{operand}_codes"], entry[f"{operand}_format"])
+        rows, columns = entry[f"{operand}_scale_block"]
+        scales = arrays[f"{operand}_scales"].astype(np.float64)
+        assert scales.shape == (values.shape[0] // rows, values.shape[1] // columns)
+        scales = np.repeat(np.repeat(scales, rows, axis=0), columns, axis=1)
+        if f"{operand}_tensor_scale" in arrays:
+            scales = scales * np.float64(arrays[f"{operand}_tensor_scale"])
+        with np.errstate(invalid="ignore"):
+            operands.append(values * scales)
+    return operands
+
+
+def float32_kernel(entry, arrays, scale_power=1):
+    """A kernel in float32: dequantise each element in float32 (one rounding), then multiply and add in
+    float32, k in order; NVFP4's tensor scales in the epilogue. ``scale_power=2``: A's scales applied twice."""
+    a_values = spec_decode(arrays["a_codes"], entry["a_format"]).astype(np.float32)
+    b_values = spec_decode(arrays["b_codes"], entry["b_format"]).astype(np.float32)
+    expanded = []
+    for operand in "ab":
+        rows, columns = entry[f"{operand}_scale_block"]
+        expanded.append(np.repeat(np.repeat(arrays[f"{operand}_scales"], rows, axis=0), columns, axis=1))
+    with np.errstate(all="ignore"):
+        a = a_values * expanded[0]
+        for _ in range(scale_power - 1):
+            a = a * expanded[0]
+        b = b_values * expanded[1]
+        accumulator = np.zeros((entry["m"], entry["n"]), np.float32)
+        for k in range(entry["k"]):
+            accumulator = accumulator + a[:, k, None] * b[None, k, :]
+        if "a_tensor_scale" in arrays:
+            accumulator = accumulator * (arrays["a_tensor_scale"] * arrays["b_tensor_scale"])
+    assert accumulator.dtype == np.float32
+    return accumulator
+
+
+def gemm_entries_of(golden_dir):
+    found = entries_of(golden_dir, "gemm")
+    assert [entry["name"] for entry, _ in found] == [problem[0] for problem in golden.GEMM_PROBLEMS]
+    return found
+
+
+def agrees(output, arrays):
+    """The note's rule: within tolerance where the reference is finite, NaN where it is NaN."""
+    reference, tolerance = arrays["reference"], arrays["tolerance"]
+    with np.errstate(invalid="ignore"):
+        within = np.abs(output.astype(np.float64) - reference) <= tolerance
+    return np.where(np.isnan(reference), np.isnan(output), within)
+
+
+def test_golden_gemm_file_covers_the_scale_layouts_and_stays_small(golden_dir):
+    found = gemm_entries_of(golden_dir)
+    assert len(found) == 7
+    assert {entry["layout"] for entry, _ in found} == GEMM_LAYOUTS
+    assert {entry["a_format"] for entry, _ in found} | {entry["b_format"] for entry, _ in found} == \
+        {"E4M3", "E5M2", "E2M1"}
+    assert (golden_dir / "gemm.npz").stat().st_size < 512 * 1024
+    for entry, arrays in found:
+        m, k, n = entry["m"], entry["k"], entry["n"]
+        assert arrays["a_codes"].shape == (m, k) and arrays["b_codes"].shape == (k, n)
+        for role in ("reference", "magnitude", "reference_error_bound", "tolerance"):
+            assert arrays[role].shape == (m, n) and arrays[role].dtype == np.float64, (entry["name"], role)
+        # the scale layouts of the table in minifp8.gemm.dequantize's docstring
+        expected = {"per_tensor": ((1, 1), (1, 1)), "rowwise": ((m, 1), (1, n)),
+                    "1x128_128x128": ((m, k // 128), (k // 128, n // 128)), "mx": ((m, k // 32), (k // 32, n)),
+                    "nvfp4": ((m, k // 16), (k // 16, n))}[entry["layout"]]
+        assert (arrays["a_scales"].shape, arrays["b_scales"].shape) == expected, entry["name"]
+        assert arrays["a_scales"].dtype == arrays["b_scales"].dtype == np.float32
+        assert entry["scale_format"] == {"mx": "E8M0", "nvfp4": "E4M3"}.get(entry["layout"])
+        assert ("a_tensor_scale" in arrays) == ("b_tensor_scale" in arrays) == (entry["layout"] == "nvfp4")
+    blocks = {entry["name"]: arrays["b_scales"].shape for entry, arrays in found}
+    assert blocks["1x128_128x128"] == (2, 2)  # B's 128 x 128 blocks, two along K and two along N
+
+
+def test_golden_gemm_scale_codes_decode_to_the_stored_scales(golden_dir):
+    decoded = 0
+    for entry, arrays in gemm_entries_of(golden_dir):
+        if entry["scale_format"] is None:
+            assert "a_scale_codes" not in arrays
+            continue
+        for operand in "ab":
+            values = spec_decode(arrays[f"{operand}_scale_codes"], entry["scale_format"])
+            np.testing.assert_array_equal(arrays[f"{operand}_scales"], values.astype(np.float32))
+            assert (values[np.isfinite(values)] > 0).all()
+            decoded += values.size
+    assert decoded == (16 * 8 + 8 * 32) + (16 * 16 + 16 * 32) + (16 * 2 + 2 * 16)  # mx, nvfp4, mx_nan
+
+
+def test_golden_gemm_reference_and_magnitude_are_the_exact_sums(golden_dir):
+    """Fractions for some outputs of each entry (the zero row and the NaN rows and columns among them);
+    the NaN pattern from the codes; and, as the note says, a float64 GEMM in another order gives the
+    reference bit for bit (so no BLAS changes the file)."""
+    rng = np.random.default_rng(0)
+    for entry, arrays in gemm_entries_of(golden_dir):
+        a, b = gemm_operands(entry, arrays)
+        reference, magnitude, bound = arrays["reference"], arrays["magnitude"], arrays["reference_error_bound"]
+        nan_rows, nan_columns = np.isnan(a).any(axis=1), np.isnan(b).any(axis=0)
+        np.testing.assert_array_equal(np.isnan(reference), nan_rows[:, None] | nan_columns[None, :])
+        outputs = {tuple(index) for index in rng.integers(0, [entry["m"], entry["n"]], size=(6, 2))}
+        if entry["name"] == "rowwise":
+            assert (arrays["a_codes"][3] & 0x7F == 0).all()
+            outputs |= {(3, 0), (3, 17)}
+            assert (reference[3] == 0).all() and (magnitude[3] == 0).all()
+        if entry["name"] == "mx_nan":
+            assert list(np.flatnonzero(nan_rows)) == [5, 9] and list(np.flatnonzero(nan_columns)) == [7]
+            outputs |= {(5, 0), (0, 7), (9, 7)}
+        for i, j in sorted(outputs):
+            if nan_rows[i] or nan_columns[j]:
+                assert np.isnan(reference[i, j]) and bound[i, j] == 0 and arrays["tolerance"][i, j] == 0
+                continue
+            terms = [Fraction(x) * Fraction(y) for x, y in zip(a[i], b[:, j])]
+            assert Fraction(reference[i, j]) == sum(terms), (entry["name"], i, j)
+            assert Fraction(magnitude[i, j]) == sum(abs(term) for term in terms), (entry["name"], i, j)
+            gamma = entry["k"] * 2.0**-53 / (1 - entry["k"] * 2.0**-53)
+            assert bound[i, j] >= gamma * magnitude[i, j]
+        finite_a, finite_b = np.where(np.isfinite(a), a, 0.0), np.where(np.isfinite(b), b, 0.0)
+        backwards = np.zeros_like(reference)
+        for k in reversed(range(entry["k"])):
+            backwards = backwards + finite_a[:, k, None] * finite_b[None, k, :]
+        finite = ~np.isnan(reference)
+        np.testing.assert_array_equal(backwards[finite], reference[finite])
+
+
+def test_golden_gemm_tolerance_accepts_a_float32_kernel_and_rejects_a_scale_applied_twice(golden_dir):
+    from minifp8 import gemm
+
+    for entry, arrays in gemm_entries_of(golden_dir):
+        output = float32_kernel(entry, arrays)
+        assert agrees(output, arrays).all(), entry["name"]
+        twice = float32_kernel(entry, arrays, scale_power=2)
+        assert (~agrees(twice, arrays)).mean() > 0.5, entry["name"]
+        operands = [arrays["a_codes"], arrays["a_scales"].astype(np.float64), arrays["b_codes"],
+                    arrays["b_scales"].astype(np.float64)]
+        if "a_tensor_scale" in arrays:
+            operands[1] = operands[1] * np.float64(arrays["a_tensor_scale"])
+            operands[3] = operands[3] * np.float64(arrays["b_tensor_scale"])
+        formats_given = {"a_format": entry["a_format"], "b_format": entry["b_format"]}
+        report = gemm.compare_matmul(output, *operands, **formats_given)
+        assert report.ok and np.array_equal(report.tolerance, arrays["tolerance"]), entry["name"]
+        with np.errstate(all="ignore"):
+            assert not gemm.compare_matmul(twice, *operands, **formats_given, max_rows=0).ok
+
+
+def test_golden_gemm_tiny_entry_needs_the_tolerances_underflow_term(golden_dir):
+    """rowwise_tiny: A's dequantised values are float32 subnormals that float32 rounds, and the float32
+    kernel's error there exceeds what the rounding of K + 3 operations and the output allows without
+    the underflow term C, yet lies within the stored tolerance."""
+    entry, arrays = next(found for found in gemm_entries_of(golden_dir) if found[0]["name"] == "rowwise_tiny")
+    a, _ = gemm_operands(entry, arrays)
+    assert (np.abs(a[a != 0]) < 2.0**-126).all() and (a.astype(np.float32) != a).any()
+    output = float32_kernel(entry, arrays)
+    error = np.abs(output - arrays["reference"])
+    k, u = entry["k"], 2.0**-24
+    without_underflow = (2 * (k + 3) * u / (1 - (k + 3) * u) * arrays["magnitude"] + u * np.abs(arrays["reference"])
+                         + (4 * k + 5) * 2.0**-149)
+    assert (error > without_underflow).any() and (error <= arrays["tolerance"]).all()
+
+
+def test_golden_gemm_note_says_what_a_consumer_needs(golden_dir):
+    note = " ".join(json.loads((golden_dir / "manifest.json").read_text())["notes"]["gemm"].split())
+    for stated in ("a_codes is M x K and b_codes K x N, both row-major", "a_scales[i // (M / R), k // (K / C)]",
+                   "rowwise [1, K], [K, 1]", "1x128_128x128 [1, 128], [128, 128]", "mx [1, 32], [32, 1]",
+                   "nvfp4 [1, 16], [16, 1]", "2**(code - 127), 0xFF NaN", "computed exactly",
+                   "reference is the exact D", "gamma_n = n u / (1 - n u)", "acc = gamma_(K+3) with u = 2**-24",
+                   "Use the stored tolerance array", "|output - reference| <= tolerance",
+                   "is NaN where reference is NaN"):
+        assert stated in note, stated
+
+
+
+def test_golden_gemm_builders_name_a_bad_problem_or_layout():
+    with pytest.raises(ValueError, match="gemm_inputs: name must be one of per_tensor, rowwise, .*got 'bogus'"):
+        golden.gemm_inputs("bogus")
+    with pytest.raises(ValueError, match="gemm_scale_blocks: layout must be one of per_tensor, .*got 'columnwise'"):
+        golden.gemm_scale_blocks("columnwise", 16, 256, 32)
+    assert golden.gemm_scale_blocks("1x128_128x128", 16, 256, 256) == ((1, 128), (128, 128))
