@@ -636,11 +636,18 @@ class Tensor:
 
 
 def _instance_state(tensor: Tensor) -> dict:
-    """Every slot of ``tensor``'s class and its bases that is set, and its ``__dict__`` (a subclass's)."""
+    """Every slot of ``tensor``'s class and its bases that is set, and its ``__dict__`` (a subclass's).
+
+    A slot named ``__x`` in class ``C`` is stored as ``_C__x`` (name mangling), as pickle's own
+    ``copyreg`` spells it.
+    """
     names = set()
     for cls in type(tensor).__mro__:
-        slots = getattr(cls, "__slots__", ())
-        names.update((slots,) if isinstance(slots, str) else slots)  # (__slots__ = "name" is one slot)
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:  # (__slots__ = "name" is one slot)
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{cls.__name__.lstrip('_')}{name}"
+            names.add(name)
     names -= {"__weakref__", "__dict__"}
     state = {name: getattr(tensor, name) for name in names if hasattr(tensor, name)}
     state.update(getattr(tensor, "__dict__", {}))

@@ -291,6 +291,16 @@ class Labelled(Tensor):  # one slot, spelled as a string
     __slots__ = "label"
 
 
+class Private(Tensor):  # a private slot: stored as _Private__key
+    __slots__ = ("__key",)
+
+    def set_key(self, value):
+        self.__key = value
+
+    def key(self):
+        return self.__key
+
+
 @pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t)),
                                      lambda t: pickle.loads(pickle.dumps(t, protocol=0))])
 def test_subclasses_keep_their_own_attributes(copier):
@@ -301,3 +311,6 @@ def test_subclasses_keep_their_own_attributes(copier):
     labelled = Labelled(np.ones(2))
     labelled.label = "q"
     assert copier(labelled).label == "q"
+    private = Private(np.ones(2))
+    private.set_key(7)
+    assert copier(private).key() == 7
