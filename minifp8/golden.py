@@ -77,14 +77,15 @@ two small ones, 16 x 64 times 64 x 16: MX with NaN codes and a NaN scale, and fl
 scales whose dequantised values a float32 kernel rounds (the tolerance's underflow term). Each
 entry gives the operands' codes and scales (MX's E8M0 and NVFP4's E4M3 scale codes too), and from
 `minifp8.gemm` the float64 reference, S = sum |a b|, the reference's error bound and the tolerance
-of a float32 kernel. The scales have few significant bits (8 to 14), so every float64 sum of the
+of a float32 kernel. The scales have few significant bits (at most 14), so every float64 sum of the
 reference is exact (`_check_exact_sums` proves it as it writes): the reference is the exact
 product, and no BLAS, summing in its own order, changes a bit of the file.
 
 Schema 2 added ``notes``, ``dtypes``, ``ignore_codes_where_scale``, ``global_amax_given`` and the
 NVFP4 entries with a given tensor amax, and made ``shapes`` list random bits too. Later files and
 entries came within schema 2, as they change nothing that a reader of the earlier ones reads: the
-stochastic ties and NVFP4's caps, and the ``gemm`` entries (a reader skips kinds it does not know).
+stochastic ties and NVFP4's caps, and the ``gemm`` entries (a reader must skip the kinds it does not
+know, as the "arrays" note says).
 """
 from __future__ import annotations
 
@@ -112,7 +113,8 @@ SEED = 20231022  # any fixed number: the files must not change between runs
 NOTES = {
     "arrays": "Every array is little-endian; 'dtypes' gives numpy's dtype.str of each. Codes are uint8, "
               "one per element in the low bits; the sign bit is the format's top bit (0x80 for 8 bits, 0x20 for "
-              "FP6, 0x08 for FP4; E8M0 has none).",
+              "FP6, 0x08 for FP4; E8M0 has none). Skip the entries whose kind you do not know: later files may "
+              "add kinds within a schema version.",
     "codec": "Formats: E4M3 and E5M2 as OCP OFP8 rev 1.0; E3M2, E2M3 (FP6) and E2M1 (FP4) as OCP MX v1.0; "
              "E8M0: see its note; E4M3FNUZ and E5M2FNUZ (bias 8 and 16, subnormals, no Inf, no -0) spell NaN "
              "0x80 only, and every other code is a number (max 240 and 57344). Round first, to the format's "
@@ -180,8 +182,9 @@ NOTES = {
             "2**-24 (K + 3 roundings of each product: the K - 1 additions, dequantising each operand or scaling "
             "a block's sum, the product, one epilogue scale) and C bounds underflow that later multiplications "
             "carry (0 unless a scale or a dequantised value is below about 2**-126); plus 2**-24 * (|reference| "
-            "+ reference_error_bound + that) + 2**-150 for rounding to float32 output, plus "
-            "reference_error_bound. Use the stored tolerance array rather than recomputing it. An output agrees "
+            "+ reference_error_bound + the accumulation term) + 2**-150 for rounding to float32 output, plus "
+            "reference_error_bound; 0 where reference is NaN. C is not stored. Use the stored tolerance array "
+            "rather than recomputing it. An output agrees "
             "when |output - reference| <= tolerance where reference is finite, and is NaN where reference is "
             "NaN: a NaN code in row i of A (or column j of B), or a NaN scale (0xFF) covering part of it, makes "
             "D[i, :] (or D[:, j]) NaN. No reference here is Inf. minifp8.gemm's module docstring.",
@@ -716,9 +719,8 @@ def gemm_entries(out: Path) -> list[dict]:
         _check_exact_sums(gemm.dequantize(inputs["a_codes"], a_scales, a_format),
                           gemm.dequantize(inputs["b_codes"], b_scales, b_format))
         reference = gemm.reference_matmul(*operands, a_format=a_format, b_format=b_format)
-        with np.errstate(over="ignore"):
-            report = gemm.compare_matmul(reference.value.astype(np.float32), *operands, a_format=a_format,
-                                         b_format=b_format, accumulator="float32", output="float32", max_rows=0)
+        report = gemm.compare_matmul(reference.value.astype(np.float32), *operands, a_format=a_format,
+                                     b_format=b_format, accumulator="float32", output="float32", max_rows=0)
         if not report.ok:
             raise RuntimeError(f"golden: the float32 rounding of the GEMM reference {name} is beyond its tolerance")
         results = {"reference": report.reference.value, "magnitude": report.reference.magnitude,

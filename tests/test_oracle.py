@@ -1262,7 +1262,6 @@ def test_golden_gemm_note_says_what_a_consumer_needs(golden_dir):
         assert stated in note, stated
 
 
-
 def test_golden_gemm_builders_name_a_bad_problem_or_layout():
     with pytest.raises(ValueError, match="gemm_inputs: name must be one of per_tensor, rowwise, .*got 'bogus'"):
         golden.gemm_inputs("bogus")
