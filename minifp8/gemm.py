@@ -16,9 +16,9 @@ Sections:
   is a bound on what a correct kernel may differ by: accumulation rounding, output rounding and the
   reference's own error. Every output beyond it is listed and classed (NaN/Inf, overflow, sign,
   other), and the report adds hints that it has verified by recomputing: a scale applied twice,
-  omitted or inverted, scales read transposed or shifted by one block, a dropped K block, a
-  transposed output, one factor common to every mismatched output, an accumulator narrower than
-  declared.
+  omitted or inverted, scales read transposed, applied along the wrong axis or shifted by one
+  block, one block's scale off by a power of two, a dropped K block, a transposed output, one
+  factor common to every mismatched output, an accumulator narrower than declared.
 """
 from __future__ import annotations
 
@@ -594,9 +594,12 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
 
     Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
     2**26 and something disagrees): the output matches the product with a scale array applied
-    twice, omitted (all ones) or inverted, read in transposed (column-major) order, or shifted by
-    one block along an axis (wrapping round, or keeping the last block's own); or the product
-    without one K block (block sizes from the scale layouts, and 16, 32, 64, 128, 256); or the
+    twice, omitted (all ones) or inverted, read in transposed (column-major) order, transposed as
+    the layout (``scales.T``, where its shape differs and tiles the operand: scales applied along
+    the wrong axis), or shifted by one block along an axis (wrapping round, or keeping the last
+    block's own); or the product without one K block (block sizes from the scale layouts, and 16,
+    32, 64, 128, 256); or the product with one scale alone times 2**e, e = -2, -1, 1 or 2 (tried
+    where one block row of A, or one block column of B, holds every mismatched output); or the
     reference transposed; or, when nothing above matched, every mismatched output is the reference
     times one factor (a power of two is named as one), or the errors fit a narrower accumulator
     (only one whose bound is at most S / 8, and errors not confined to one row or column). A cause
@@ -715,7 +718,7 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     hints = []
     with np.errstate(all="ignore"):  # variants may overflow, divide by zero or multiply Inf by 0
         for name, operand, axes in (("a_scales", a, ("M", "K")), ("b_scales", b, ("K", "N"))):
-            for scales, what in _scale_variants(operand.scales, name, axes):
+            for scales, what in _scale_variants(operand.scales, operand.values.shape, name, axes):
                 if np.array_equal(scales, operand.scales, equal_nan=True):
                     continue  # (uniform scales: the variant is the reference itself)
                 variant = _Operand(operand.decoded, scales, _scaled(operand.decoded, scales))
@@ -727,6 +730,7 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
             transposed = MatmulReference(reference.value.T, reference.magnitude.T, reference.error_bound.T)
             if matches(transposed):
                 hints.append("the output is the reference transposed: a transposed or column-major output?")
+        hints += _one_scale_hints(got, a, b, reference, mismatched, matches)
         if not hints:
             hints += _factor_hint(got, a, b, reference.value, mismatched,
                                   _tolerance(reference, inner, model, output, carried))
@@ -748,8 +752,9 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     return hints
 
 
-def _scale_variants(scales: np.ndarray, name: str, axes: tuple):
-    """The scale arrays a kernel may have used by mistake, each with what it is, for the hints."""
+def _scale_variants(scales: np.ndarray, shape: tuple, name: str, axes: tuple):
+    """The scale arrays a kernel may have used by mistake, each with what it is, for the hints
+    (``shape``: the operand's, which the scales tile)."""
     yield scales * scales, f"{name} applied twice (each scale squared): a scale applied twice?"
     yield np.ones_like(scales), f"{name} all ones: a scale omitted?"
     yield 1 / scales, f"1 / {name}: a scale and its inverse confused?"
@@ -758,6 +763,9 @@ def _scale_variants(scales: np.ndarray, name: str, axes: tuple):
         spelled = f"{name}.T" if rows == columns else f"{name}.reshape({columns}, {rows}).T"
         yield (scales.reshape(columns, rows).T,
                f"{name} read in transposed (column-major) order, {spelled}: a transposed scale layout?")
+    if rows != columns and shape[0] % columns == 0 and shape[1] % rows == 0:  # (square: the variant above)
+        yield (scales.T, f"{name}.T as the layout (shape ({columns}, {rows}) over {axes[0]} x {axes[1]}): "
+                         f"scales applied along the wrong axis?")
     for axis, axis_name in enumerate(axes):
         count = scales.shape[axis]
         if count < 2:
@@ -795,6 +803,58 @@ def _dropped_block_hints(a: _Operand, b: _Operand, reference: MatmulReference, m
         if hints:
             return hints
     return []
+
+
+def _one_scale_hints(got, a: _Operand, b: _Operand, reference: MatmulReference, mismatched, matches) -> list[str]:
+    """One scale of ``a_scales`` or ``b_scales`` times 2**e (e = -2, -1, 1 or 2): the output then
+    differs from the reference by ``(2**e - 1)`` times that block's partial product, in the rows
+    (A) or columns (B) the block covers. Tried only where one block row of A (block column of B)
+    holds every mismatched output, for each K block with the e that fits the mismatched outputs
+    best (least squares, rounded to a power of two); finite operands and outputs only."""
+    if not (np.isfinite(a.values).all() and np.isfinite(b.values).all() and np.isfinite(got[mismatched]).all()):
+        return []
+    hints = []
+    for name, operand in (("a_scales", a), ("b_scales", b)):
+        if operand is a:
+            along, left, right = (lambda x: x), a.values, b.values
+        else:  # B's blocks are A's in the transposed product D.T = B.T A.T (`along` views D as D.T)
+            along, left, right = np.transpose, b.values.T, a.values.T
+        groups, blocks = along(operand.scales).shape  # along the output's rows (of `left`), along K
+        size, width = left.shape[0] // groups, left.shape[1] // blocks
+        hit = np.nonzero(along(mismatched))[0] // size  # the block row of each mismatched output
+        if groups * blocks == 1 or (hit != hit[0]).any():  # (one scale: _factor_hint's case)
+            continue
+        group = int(hit[0])
+        rows = slice(group * size, (group + 1) * size)
+        left_blocks = left[rows].reshape(size, blocks, width).transpose(1, 0, 2)
+        right_blocks = right.reshape(blocks, width, right.shape[1])
+        partial, partial_magnitude = left_blocks @ right_blocks, np.abs(left_blocks) @ np.abs(right_blocks)
+        missed = along(mismatched)[rows]
+        difference, terms = (along(got) - along(reference.value))[rows][missed], partial[:, missed]
+        fitted = 1 + terms @ difference / (terms * terms).sum(axis=1)  # c per block (NaN where terms are 0)
+        exponents = np.round(np.log2(fitted))  # (NaN where c <= 0)
+        for block in np.flatnonzero(np.isin(exponents, (-2, -1, 1, 2))):
+            change = 2.0 ** exponents[block] - 1
+            value, magnitude, bound = (np.array(x) for x in (reference.value, reference.magnitude,
+                                                             reference.error_bound))
+            along(value)[rows] += change * partial[block]
+            along(magnitude)[rows] += change * partial_magnitude[block]
+            # the partial's own error is within error_bound (gamma_width <= gamma_K, partial_magnitude
+            # <= magnitude), times |change|; two roundings more (the product, the sum), each within 2**-53
+            along(bound)[rows] += (abs(change) * along(reference.error_bound)[rows] + 2.0**-52
+                                   * (along(reference.magnitude)[rows] + abs(change) * partial_magnitude[block]))
+            if matches(MatmulReference(value, magnitude, bound)):
+                index = (group, int(block)) if operand is a else (int(block), group)
+                covered = (f"{'m' if operand is a else 'n'} = {_span(group * size, size)}, "
+                           f"k = {_span(block * width, width)}")
+                hints.append(f"the output matches the product with {name}[{index[0]}, {index[1]}] alone times "
+                             f"2**{int(exponents[block])} ({covered}): one block's scale wrong (an exponent "
+                             f"off by {int(exponents[block])})?")
+    return hints
+
+
+def _span(start: int, count: int) -> str:
+    return f"{start}" if count == 1 else f"{start} to {start + count - 1}"
 
 
 def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance) -> list[str]:

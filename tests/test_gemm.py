@@ -315,7 +315,7 @@ def test_fourteen_bit_accumulator_fails_float32_and_passes_as_declared():
     out = blockwise_of(p, narrow_bits=14)
     report = gemm.compare_matmul(out, **p)
     assert not report.ok and report.by_class["other"] == report.count
-    assert any("within the bound of an accumulator of" in hint for hint in report.hints), report.hints
+    assert "within the bound of an accumulator of" in only_hint(report)
     gemm.assert_matmul_close(out, **p, accumulator=14, promote_every=128)
     gemm.assert_matmul_close(out, **p, accumulator=14)  # no promotion: a looser bound, still met
     with pytest.raises(AssertionError, match="hint: the errors are within the bound of an accumulator of"):
@@ -380,24 +380,101 @@ def hints_of(report):
     return "\n".join(report.hints)
 
 
+def only_hint(report):
+    """The report's one hint: a second (another cause firing for this bug) fails the test."""
+    assert not report.ok and len(report.hints) == 1, report.hints
+    return report.hints[0]
+
+
 def test_scale_block_off_by_one():
     p = problem("blockwise")
     shifted = dict(p, a_scales=np.roll(p["a_scales"], -1, axis=1))  # block j reads block j+1's scale
     report = gemm.compare_matmul(blockwise_of(shifted), **p)
-    hints = hints_of(report)
+    hints = only_hint(report)
     assert ("a_scales shifted by one block along K (block i used block i+1's scale, the last block the first's)"
             in hints), hints
     assert "transposed" not in hints and "twice" not in hints and "dropped" not in hints
     clamped = dict(p, a_scales=np.concatenate([p["a_scales"][:, 1:], p["a_scales"][:, -1:]], axis=1))
-    assert "the last block its own" in hints_of(gemm.compare_matmul(blockwise_of(clamped), **p))
+    assert "the last block its own" in only_hint(gemm.compare_matmul(blockwise_of(clamped), **p))
 
 
 def test_transposed_scale_layout():
     p = problem("blockwise", inner=256, columns=256)  # B's scales are 2 x 2
     transposed = dict(p, b_scales=np.ascontiguousarray(p["b_scales"].T))
-    hints = hints_of(gemm.compare_matmul(blockwise_of(transposed), **p))
+    hints = only_hint(gemm.compare_matmul(blockwise_of(transposed), **p))
     assert "b_scales read in transposed (column-major) order, b_scales.T" in hints, hints
     assert "shifted" not in hints and "a_scales" not in hints
+
+
+@pytest.mark.parametrize("operand", ["a", "b"])
+def test_scales_applied_along_the_wrong_axis(operand):
+    """Rowwise scales indexed by their operand's other axis, of the same length: B's (1, N) scales
+    applied per row k of B (K = N), A's (M, 1) per column k of A (M = K). The product with the
+    transposed array taken as the layout, (N, 1) over K x N or (1, M) over M x K, is the output."""
+    if operand == "b":
+        p = problem("rowwise", inner=128, columns=128)
+        a32 = dequantized32(p)[0]
+        b32 = values32(p["b_codes"], "E4M3") * p["b_scales"].reshape(128, 1)  # row k times b_scales[0, k]
+        expected = "b_scales.T as the layout (shape (128, 1) over K x N)"
+    else:
+        p = problem("rowwise", inner=8, columns=64)  # M = K = 8
+        b32 = dequantized32(p)[1]
+        a32 = values32(p["a_codes"], "E4M3") * p["a_scales"].reshape(1, 8)  # column k times a_scales[k, 0]
+        expected = "a_scales.T as the layout (shape (1, 8) over M x K)"
+    assert gemm.compare_matmul(sequential(*dequantized32(p)), **p).ok  # the correct kernel: no hint
+    hint = only_hint(gemm.compare_matmul(sequential(a32, b32), **p))
+    assert hint == f"the output matches the product with {expected}: scales applied along the wrong axis?"
+
+
+@pytest.mark.parametrize("bug", ["an A tile doubled", "a B block quartered", "an MX scale code one low"])
+def test_one_block_scale_wrong(bug):
+    """One scale wrong: the hint names it, the outputs and k its block spans (from the layout, by
+    hand) and the power of two it is off by."""
+    if bug == "an A tile doubled":  # 1x128 tiles, a_scales (8, 4): [2, 1] is row 2, k = 128 to 255
+        p = problem("blockwise")
+        scales = p["a_scales"].copy()
+        scales[2, 1] *= 2
+        out, correct = blockwise_of(dict(p, a_scales=scales)), blockwise_of(p)
+        expected = ("a_scales[2, 1] alone times 2**1 (m = 2, k = 128 to 255): one block's scale wrong "
+                    "(an exponent off by 1)?")
+    elif bug == "a B block quartered":  # 128x128 blocks, b_scales (4, 2): [3, 1] is k = 384 to 511, n = 128 to 255
+        p = problem("blockwise", columns=256)
+        scales = p["b_scales"].copy()
+        scales[3, 1] /= 4
+        out, correct = blockwise_of(dict(p, b_scales=scales)), blockwise_of(p)
+        expected = ("b_scales[3, 1] alone times 2**-2 (n = 128 to 255, k = 384 to 511): one block's scale wrong "
+                    "(an exponent off by -2)?")
+    else:  # MX 32-blocks along K, a_scales (8, 8) of E8M0 codes; the kernel reads [5, 3] one low: k = 96 to 127
+        rng = np.random.default_rng(rng_seed)
+        codes = rng.integers(120, 135, size=(8, 8))
+        p = dict(problem("per-tensor", inner=256, columns=64), a_scales=e8m0(codes),
+                 b_scales=e8m0(rng.integers(120, 135, size=(8, 64))))
+        low = codes.copy()
+        low[5, 3] -= 1
+        out, correct = sequential(*dequantized32(dict(p, a_scales=e8m0(low)))), sequential(*dequantized32(p))
+        expected = ("a_scales[5, 3] alone times 2**-1 (m = 5, k = 96 to 127): one block's scale wrong "
+                    "(an exponent off by -1)?")
+    assert gemm.compare_matmul(correct, **p).ok
+    assert only_hint(gemm.compare_matmul(out, **p)) == "the output matches the product with " + expected
+
+
+@pytest.mark.parametrize("exponent", [-135, -145])
+def test_no_block_hint_that_zeros_would_match(exponent):
+    """Row 0 of A scaled by 2**e: its outputs are 4 * 2**e (K = 4 products of 1.0), and the kernel
+    gives a quarter of them, as if a_scales[0, 0] were 2**(e - 2). For e = -145 that product, 2**-145,
+    is within its own tolerance (float32 accumulation's (4K + 4) subnormal spacings alone are
+    20 * 2**-149), so an output of zeros matches it as well: no block hint."""
+    ones_a, ones_b = np.full((2, 4), 0x38, np.uint8), np.full((4, 4), 0x38, np.uint8)  # E4M3 1.0
+    scales = np.array([[2.0**exponent], [1.0]], np.float32)
+    out = np.array([[2.0**exponent] * 4, [4.0] * 4], np.float32)
+    report = gemm.compare_matmul(out, ones_a, scales, ones_b, 1.0, a_format="E4M3", b_format="E4M3")
+    assert report.count == 4
+    named = [hint for hint in report.hints if "alone times" in hint]
+    if exponent == -145:
+        assert named == [], report.hints
+    else:
+        assert named == ["the output matches the product with a_scales[0, 0] alone times 2**-2 (m = 0, k = 0 to 3): "
+                         "one block's scale wrong (an exponent off by -2)?"], report.hints
 
 
 @pytest.mark.parametrize("layout", ["per-tensor", "rowwise"])
@@ -405,10 +482,10 @@ def test_scale_applied_twice_or_omitted(layout):
     p = problem(layout)
     a32, b32 = dequantized32(p)
     twice = a32 * expand(p["a_scales"], a32.shape)  # the scale applied again
-    hints = hints_of(gemm.compare_matmul(sequential(twice, b32), **p))
+    hints = only_hint(gemm.compare_matmul(sequential(twice, b32), **p))
     assert "a_scales applied twice (each scale squared)" in hints and "b_scales" not in hints, hints
     omitted = values32(p["b_codes"], "E4M3")
-    hints = hints_of(gemm.compare_matmul(sequential(a32, omitted), **p))
+    hints = only_hint(gemm.compare_matmul(sequential(a32, omitted), **p))
     assert "b_scales all ones: a scale omitted?" in hints and "a_scales" not in hints, hints
 
 
@@ -475,7 +552,7 @@ def test_narrow_accumulation(narrow):
         out = sequential(a32, b32, rounding=round_to_bfloat16)
     report = gemm.compare_matmul(out, **p)
     assert report.by_class["other"] == report.count > 0
-    hints = hints_of(report)
+    hints = only_hint(report)
     assert "within the bound of an accumulator of" in hints and "not of 24 bits" in hints, hints
     bits = int(hints.split("an accumulator of ")[1].split()[0])
     assert 8 <= bits < 24
