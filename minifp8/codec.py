@@ -294,6 +294,12 @@ def _from_ml_dtypes(array: np.ndarray, kind: str) -> np.ndarray:
         return array.astype(np.float32 if kind == "float" else np.int8)
 
 
+def _ml_floats_as_float32(array: np.ndarray) -> np.ndarray:
+    """``array`` as float32 if it holds ml_dtypes floats (exactly, `_from_ml_dtypes`), else as it is:
+    for the entry points that take floats only."""
+    return _from_ml_dtypes(array, "float") if _ml_dtypes_kind(array.dtype) == "float" else array
+
+
 def _from_ml_dtypes_scalar(value):
     """An ml_dtypes float or integer scalar as the Python float or int of the same value (exact);
     any other ``value`` as it is."""

@@ -414,8 +414,7 @@ def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = 
     if fmt not in (FORWARD_FORMAT, BACKWARD_FORMAT):
         raise ValueError(f"fake_quantize casts to E4M3 (forward) or E5M2 (gradients), got {fmt.name}")
     array = np.asarray(x)
-    if codec._ml_dtypes_kind(array.dtype) == "float":  # bfloat16, float8_*, ...: float32 holds them exactly
-        array = codec._from_ml_dtypes(array, "float")
+    array = codec._ml_floats_as_float32(array)  # bfloat16, float8_*, ...: float32 holds them exactly
     if array.dtype.kind == "f" and not array.dtype.isnative:  # a big-endian float32 is a float32
         array = array.astype(array.dtype.newbyteorder("="))
     if codec._ml_dtypes_kind(array.dtype):  # int4, complex32, ...

@@ -125,8 +125,7 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
         array = np.array(float(scales))
     else:
         array = np.asarray(scales)
-        if codec._ml_dtypes_kind(array.dtype) == "float":  # float8_e8m0fnu scales, ...: exact in float32
-            array = codec._from_ml_dtypes(array, "float")
+        array = codec._ml_floats_as_float32(array)  # float8_e8m0fnu scales, ...: exact in float32
         if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
             hint = (": decode scale codes first, e.g. minifp8.decode(codes, 'E8M0') for MX or 'E4M3' for "
                     "NVFP4's block scales" if array.dtype.kind in "iu" else _widening_hint(array.dtype, name))
@@ -681,8 +680,7 @@ def assert_matmul_close(actual, a_codes, a_scales, b_codes, b_scales, *, a_forma
 def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     """The kernel's output as float64, checked: its shape, and that it holds values of ``output``."""
     array = np.asarray(actual)
-    if codec._ml_dtypes_kind(array.dtype) == "float":  # bfloat16, ...: float32 holds them exactly
-        array = codec._from_ml_dtypes(array, "float")
+    array = codec._ml_floats_as_float32(array)  # bfloat16, ...: float32 holds them exactly
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"actual must be the kernel's output as float16, float32 or float64 values, got dtype "
                         f"{array.dtype}{_widening_hint(array.dtype, 'actual')}")
