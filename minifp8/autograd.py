@@ -62,9 +62,10 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from .formats import _check_bool, _described, _is_int, _is_real  # the package's argument checks and tests
 
@@ -80,9 +81,9 @@ class _Switches(threading.local):
     good). Set in ``__init__``, which each thread runs on first use: a read then finds them in the
     instance, which is faster than a class attribute."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.grad_enabled = True
-        self.default_dtype = np.dtype(np.float32)
+        self.default_dtype: np.dtype = np.dtype(np.float32)
 
 
 _switches = _Switches()
@@ -108,7 +109,7 @@ def is_grad_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def default_dtype(dtype) -> Iterator[None]:
+def default_dtype(dtype: DTypeLike) -> Iterator[None]:
     """Context manager: tensors created inside get floating dtype ``dtype`` (float32 or float64).
 
     float32 is the engine's dtype. float64 exists so that `minifp8.testing.gradcheck` can
@@ -167,7 +168,7 @@ class Tensor:
                  "_saved_versions", "_made_version", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
-    def __init__(self, data, requires_grad: bool = False):
+    def __init__(self, data: ArrayLike, requires_grad: bool = False) -> None:
         self._data = _to_array(data)
         self.grad: np.ndarray | None = None
         self._parents: tuple[Tensor, ...] = ()
@@ -331,7 +332,7 @@ class Tensor:
     # -- backward --
 
     @np.errstate(under="ignore")  # (gradients may underflow, whatever the caller's error state says)
-    def backward(self, grad=None) -> None:
+    def backward(self, grad: Tensor | ArrayLike | None = None) -> None:
         """Accumulate d(self)/d(leaf), times ``grad``, into the ``.grad`` of every leaf that requires grad.
 
         Every ``.grad`` is updated only after the whole graph has been walked: when the walk raises
@@ -574,7 +575,7 @@ class Tensor:
 
         return make_op(out_data, (x,), backward, "getitem")
 
-    def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
+    def sum(self, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False) -> "Tensor":
         """Sum over ``axis`` (None, int or tuple of ints)."""
         x, keepdims = self, _check_bool(keepdims, "sum: keepdims")
         axes = _normalize_axes(axis, x.ndim, "sum")
@@ -586,7 +587,7 @@ class Tensor:
 
         return make_op(np.asarray(x.data.sum(axis=axes, keepdims=keepdims)), (x,), backward, "sum")
 
-    def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
+    def mean(self, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False) -> "Tensor":
         """Mean over ``axis`` (None, int or tuple of ints)."""
         x, keepdims = self, _check_bool(keepdims, "mean: keepdims")
         axes = _normalize_axes(axis, x.ndim, "mean")
@@ -600,14 +601,14 @@ class Tensor:
 
         return make_op(np.asarray(x.data.mean(axis=axes, keepdims=keepdims)), (x,), backward, "mean")
 
-    def reshape(self, *shape) -> "Tensor":
+    def reshape(self, *shape: int | tuple[int, ...] | list[int]) -> "Tensor":
         """Reshape like ``ndarray.reshape`` (one -1 allowed); ``t.reshape(2, 3)`` or ``t.reshape((2, 3))``."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
+        # (entries typed Any: NumPy checks them, as ndarray.reshape does)
+        dims: Sequence[Any] = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         x = self
-        return make_op(x.data.reshape(shape), (x,), lambda g: (g.reshape(x.data.shape),), "reshape")
+        return make_op(x.data.reshape(dims), (x,), lambda g: (g.reshape(x.data.shape),), "reshape")
 
-    def transpose(self, *axes) -> "Tensor":
+    def transpose(self, *axes: int | tuple[int, ...] | list[int]) -> "Tensor":
         """Permute axes like ``ndarray.transpose`` (NumPy semantics: a full permutation; none reverses)."""
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
@@ -672,7 +673,7 @@ def _check_versions(order: list[Tensor]) -> None:
                     f"forward pass (version {version}, now {parent._version[0]}): run the forward pass again")
 
 
-def make_op(data, parents: Sequence[Tensor], backward: Callable, name: str = "op") -> Tensor:
+def make_op(data: ArrayLike, parents: Sequence[Tensor], backward: Callable, name: str = "op") -> Tensor:
     """The output Tensor of a differentiable op, recording ``parents`` and ``backward``.
 
     Parameters
@@ -732,12 +733,12 @@ def _shared_version(data: np.ndarray, parents: tuple) -> list | None:
     return None
 
 
-def as_tensor(value) -> Tensor:
+def as_tensor(value: Tensor | ArrayLike) -> Tensor:
     """``value`` itself if it is a Tensor, else a new constant Tensor (no grad) holding it."""
     return value if isinstance(value, Tensor) else Tensor(value)
 
 
-def matmul(a, b) -> Tensor:
+def matmul(a: Tensor | ArrayLike, b: Tensor | ArrayLike) -> Tensor:
     """``a @ b`` with NumPy's rules (1-D operands, broadcast batch dimensions), float32 GEMMs."""
     a, b = as_tensor(a), as_tensor(b)
     if a.data.dtype.kind != "f" or b.data.dtype.kind != "f":

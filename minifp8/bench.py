@@ -22,11 +22,13 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Callable
+from types import ModuleType
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {}
+_Section = Callable[[argparse.Namespace], None]  # a section: runs with the parsed command line
+SECTIONS: dict[str, _Section] = {}
 
 
 class BenchError(Exception):
@@ -36,10 +38,10 @@ class BenchError(Exception):
 SPEED_RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 
 
-def section(name: str):
+def section(name: str) -> Callable[[_Section], _Section]:
     """Register a benchmark section under ``name`` (a decorator)."""
 
-    def register(function):
+    def register(function: _Section) -> _Section:
         SECTIONS[name] = function
         return function
 
@@ -58,11 +60,12 @@ def median_seconds(function: Callable[[], object], repeats: int, warmup: int = 1
     return float(np.median(times))
 
 
-def alternating_rounds(steps: dict, rounds: int, repeats: int, warmup: int = 1) -> dict:
+def alternating_rounds(steps: Mapping[str, Callable[[], object]], rounds: int, repeats: int,
+                       warmup: int = 1) -> dict[str, list[float]]:
     """Each round times every entry of ``steps`` once, one after another (the median of ``repeats``
     calls); returns the per-round medians of each entry. After each round but the last, a progress
     line with the time left goes to stderr."""
-    seconds = {name: [] for name in steps}
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
     started = time.perf_counter()
     for done in range(1, rounds + 1):
         for name, step in steps.items():
@@ -102,10 +105,11 @@ def report(label: str, seconds: float, elements: int | None = None, baseline: fl
 # ---- sections (each adds itself below) ---------------------------------------------------------
 
 @section("codec")
-def bench_codec(args) -> None:
+def bench_codec(args: argparse.Namespace) -> None:
     """Encode and decode 2^24 float32 values (E4M3, E5M2); baseline: ml_dtypes ``astype``."""
     from . import codec
 
+    ml_dtypes: ModuleType | None
     try:
         import ml_dtypes
     except ImportError:
@@ -172,7 +176,7 @@ def _gpt_block(batch: int = 16, seq: int = 128, d: int = 256, heads: int = 4, se
 
 
 @section("block")
-def bench_block(args) -> None:
+def bench_block(args: argparse.Namespace) -> None:
     """Forward+backward of one GPT-style pre-norm block; baseline: the same GEMMs alone in plain NumPy.
 
     Batch 16, seq 128, d 256, 4 heads, causal attention, GELU MLP 4x; the block input requires grad
@@ -216,7 +220,7 @@ def bench_block(args) -> None:
 
 
 @section("mx")
-def bench_mx(args) -> None:
+def bench_mx(args: argparse.Namespace) -> None:
     """MXFP8 (E4M3) quantize and dequantize of a 4096x4096 float32 array, each against the plain
     codec call it adds block scales to: quantize against ``codec.encode(x, "E4M3")``, dequantize
     against ``codec.decode`` of E4M3 codes of the same shape.
@@ -245,7 +249,7 @@ def bench_mx(args) -> None:
 
 
 @section("fp8")
-def bench_fp8(args) -> None:
+def bench_fp8(args: argparse.Namespace) -> None:
     """A training step of the "block" section's GPT block under every FP8 recipe: forward, backward
     and the FP8 state's step, as ``bench train`` and ``train_tiny`` step it, without the optimizer
     (the weights stay as they are).
@@ -274,7 +278,7 @@ def bench_fp8(args) -> None:
 
 
 @section("train")
-def bench_train(args) -> None:
+def bench_train(args: argparse.Namespace) -> None:
     """Whole default runs of ``python -m minifp8.train_tiny``: each FP8 recipe against fp32, in pairs.
 
     A step is what train_tiny times: forward, backward, the check that the gradients are finite,
@@ -391,7 +395,7 @@ def bench_train(args) -> None:
         print(f"  wrote {args.json}", flush=True)
 
 
-def load_speed_results(path=None) -> dict:
+def load_speed_results(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """A ``bench train --json`` document: by default `SPEED_RESULTS`, the committed run that
     tutorial 9's figure draws."""
     with open(SPEED_RESULTS if path is None else path, encoding="utf-8") as file:

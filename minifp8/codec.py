@@ -30,8 +30,10 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .formats import FloatFormat, _check_bool, _check_str_choice, _is_int, get
 
@@ -42,7 +44,9 @@ _EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64
 # ================================================================================================
 # The scalar reference: the definition, one value at a time, in exact arithmetic.
 # ================================================================================================
-def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=None, random_bit_count=None) -> int:
+def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat, rounding: str = "nearest_even",
+                  saturate: bool = False, random_bits: int | None = None,
+                  random_bit_count: int | None = None) -> int:
     """Encode one number exactly; the readable definition that `encode` must equal.
 
     Parameters
@@ -79,21 +83,24 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
             raise ValueError(f"random_bits must lie in [0, 2**{random_bit_count}), got {random_bits}")
     else:
         _check_no_random_bits(rounding, random_bits, random_bit_count)
+    value: int | float | Fraction
     if isinstance(x, np.generic):
-        x = _as_numeric_array(x).item()  # exact for float16/32/64, ml_dtypes and integers; encode's TypeErrors
+        value = _as_numeric_array(x).item()  # exact for float16/32/64, ml_dtypes and integers; encode's TypeErrors
     elif isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
         raise TypeError(f"x must be a float, int or fractions.Fraction, got {type(x).__name__} {x!r}")
-    if isinstance(x, float) and x != x:  # NaN
+    else:
+        value = x
+    if isinstance(value, float) and value != value:  # NaN
         if not fmt.has_nan:
             raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
-        return fmt.nan_code(negative=np.signbit(x) and fmt.nan_style != "negative_zero")
-    negative = bool(np.signbit(x)) if isinstance(x, float) else x < 0
+        return fmt.nan_code(negative=np.signbit(value) and fmt.nan_style != "negative_zero")
+    negative = bool(np.signbit(value)) if isinstance(value, float) else value < 0
     sign = fmt.sign_mask if negative else 0
-    if not fmt.signed and (negative or x == 0):
+    if not fmt.signed and (negative or value == 0):
         return fmt.nan_code()  # E8M0 has neither zero nor negative numbers
-    if isinstance(x, float) and abs(x) == float("inf"):
+    if isinstance(value, float) and abs(value) == float("inf"):
         return _overflow_code(fmt, sign, saturate=saturate or not fmt.has_nan, infinite_input=True)
-    magnitude = abs(Fraction(x))
+    magnitude = abs(Fraction(value))
     if magnitude == 0:
         return sign if fmt.has_negative_zero else 0
 
@@ -114,6 +121,7 @@ def encode_scalar(x, fmt, rounding="nearest_even", saturate=False, random_bits=N
     elif rounding == "toward_zero":
         away = False
     else:  # stochastic, IEEE P3109: the fraction rounded to k bits, plus k random bits, carries out
+        assert random_bits is not None and random_bit_count is not None  # (checked above for "stochastic")
         scaled = fraction * 2**random_bit_count
         whole = int(scaled)
         rest = scaled - whole
@@ -154,7 +162,8 @@ def _code_of_value(fmt: FloatFormat) -> dict:
 # ================================================================================================
 # The vectorised twin.
 # ================================================================================================
-def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None, random_bit_count=None) -> np.ndarray:
+def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_even", saturate: bool = False,
+           random_bits: ArrayLike | None = None, random_bit_count: int | None = None) -> np.ndarray:
     """Encode numbers to the codes of a low-precision format.
 
     Parameters
@@ -213,7 +222,7 @@ def encode(x, fmt, *, rounding="nearest_even", saturate=False, random_bits=None,
     return _encode_exact_in_slices(_to_float64(array), fmt, rounding, saturate, None, None)
 
 
-def decode(codes, fmt) -> np.ndarray:
+def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
     """Decode codes to float32 values by table lookup (every format's values fit float32 exactly).
 
     Parameters
@@ -248,7 +257,7 @@ def decode(codes, fmt) -> np.ndarray:
     return _float32_table(fmt)[codes.reshape(-1)].reshape(codes.shape)  # indexing would give a scalar for 0-d
 
 
-def quantize(x, fmt, **encode_options) -> np.ndarray:
+def quantize(x: ArrayLike, fmt: str | FloatFormat, **encode_options: Any) -> np.ndarray:
     """Round values to the nearest representable ones: ``decode(encode(x, fmt, ...), fmt)``."""
     return decode(encode(x, fmt, **encode_options), fmt)
 

@@ -72,6 +72,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .formats import _check_int, _is_real
 
@@ -81,7 +82,7 @@ __all__ = [
 ]
 
 #: The operators an arithmetic corpus may use, with the integer operation each one denotes.
-OPERATORS = {"+": np.add, "-": np.subtract, "*": np.multiply}
+OPERATORS: dict[str, np.ufunc] = {"+": np.add, "-": np.subtract, "*": np.multiply}
 
 #: The names `Dataset.get_batch` accepts.
 SPLITS = ("train", "val")
@@ -245,14 +246,14 @@ class CharTokenizer:
                 if first_unknown is None:
                     first_unknown = start + int(np.argmax(unknown))
             ids[start:start + chunk.size] = chunk
-        if unknown_count:
+        if first_unknown is not None:  # (set with the first unknown character: unknown_count > 0)
             char = text[first_unknown]
             raise ValueError(
                 f"character {char!r} (U+{ord(char):04X}) at index {first_unknown} is not in the vocabulary "
                 f"of {self.vocab_size} characters {self.chars!r} ({unknown_count} unknown in all)")
         return ids
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: ArrayLike) -> str:
         """The text of a 1-D sequence of ids (list or integer array)."""
         ids = np.asarray(ids)
         if ids.size == 0 and ids.ndim == 1:
@@ -267,7 +268,7 @@ class CharTokenizer:
                              f"{self.vocab_size} characters (ids 0..{self.vocab_size - 1})")
         return self._decode_code_points(self._code_points[ids])
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, CharTokenizer) and self.chars == other.chars
 
     def __hash__(self) -> int:
@@ -279,7 +280,7 @@ class CharTokenizer:
 
 # ---- text files --------------------------------------------------------------------------------
 
-def load_text(path) -> str:
+def load_text(path: str | os.PathLike[str] | os.PathLike[bytes]) -> str:
     """Read a UTF-8 text file, with a clear error for anything that is not one.
 
     A leading UTF-8 byte-order mark is dropped and ``\\r\\n`` / ``\\r`` line ends become ``\\n`` (as
@@ -446,7 +447,8 @@ class Dataset:
                 f"val={self.val.size:,} tokens)")
 
 
-def load_dataset(path=None, *, seed: int = 0, val_fraction: float = 0.1) -> Dataset:
+def load_dataset(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None, *, seed: int = 0,
+                 val_fraction: float = 0.1) -> Dataset:
     """The data for ``train_tiny``: the arithmetic corpus when ``path`` is None, else a text file.
 
     ``seed`` shuffles the arithmetic corpus and is ignored for a file. A file is read with
@@ -564,7 +566,7 @@ def _answer_spans(sequence: np.ndarray, equals_id: int, newline_id: int):
     return after_equals & question_seen & answer_ends, rows * length + last_marker
 
 
-def answer_mask(inputs, targets, tokenizer: CharTokenizer) -> np.ndarray:
+def answer_mask(inputs: ArrayLike, targets: ArrayLike, tokenizer: CharTokenizer) -> np.ndarray:
     """Boolean (batch, block): True where ``targets[b, t]`` is a scored answer character.
 
     An answer is what follows ``=`` on a line, up to and including the newline that ends it (a
@@ -578,7 +580,8 @@ def answer_mask(inputs, targets, tokenizer: CharTokenizer) -> np.ndarray:
     return scored[:, 1:]
 
 
-def answer_accuracy(inputs, targets, predictions, tokenizer: CharTokenizer) -> AnswerAccuracy:
+def answer_accuracy(inputs: ArrayLike, targets: ArrayLike, predictions: ArrayLike,
+                    tokenizer: CharTokenizer) -> AnswerAccuracy:
     """Teacher-forced task accuracy on the answers of arithmetic windows.
 
     Parameters

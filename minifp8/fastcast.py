@@ -41,10 +41,14 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from . import codec, formats, mx, scaling
 
 __all__ = ["BACKWARD_FORMAT", "CAST_THREADS", "FORWARD_FORMAT", "PER_TENSOR_RECIPES", "cast", "cast_pair"]  # (CastStats: fp8.py's)
+
+_Allocator = Callable[[tuple[int, ...], DTypeLike], np.ndarray]
+"""``new(shape, dtype)``: where a cast puts its values (``np.empty``, or fp8.py's reused arrays)."""
 
 FORWARD_FORMAT = formats.E4M3   # x, w, q, k, v
 BACKWARD_FORMAT = formats.E5M2  # output gradients
@@ -346,7 +350,7 @@ class _Tiling(NamedTuple):
         return -(-self.inner // self.width)
 
     @property
-    def count(self) -> int:
+    def tile_count(self) -> int:
         return self.outer * self.tiles_along_n * self.tiles_along_inner
 
 
@@ -532,7 +536,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     else:
         offsets = [0]
         for tiling in tilings:
-            offsets.append(offsets[-1] + tiling.count)
+            offsets.append(offsets[-1] + tiling.tile_count)
         if rule.reaches_max:  # the tiles that reach max are searched: every tile's amax
             amax = _every_tile_amax(magnitude, tilings)
             largest = amax.max()
@@ -552,7 +556,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     # or declines it where it holds too many elements to fix).
     below_count = np.count_nonzero(below)
     dense_count = (_DENSE_FRACTION if rule is None else _DENSE_BLOCK_FRACTION) * size
-    dense = below_count > dense_count
+    dense: bool | np.bool_ = below_count > dense_count
     if dense:
         zeros = _count_zeros(magnitude)  # (of x * scale, which are x's own with a scale of 1 or more)
         dense = below_count - zeros > dense_count
@@ -568,6 +572,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             dense = not rule.reaches_max and \
                 raised.size * max(tiling.length * tiling.width for tiling in tilings) <= _FIXUP_FRACTION * size
     if dense:
+        assert exponent is not None  # (set above wherever dense holds)
         # x's zeros are x * scale's where no product underflows to zero: with a scale of 1 or more
         underflow = _cast_in_tiles(x, source, magnitude, out, tilings, exponent, offsets, fmt,
                                    zeros if scale is None or scale >= 1 else None)
@@ -625,6 +630,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
             exponents = exponent[np.concatenate([_tile_index(candidates, tiling) + offset
                                                  for tiling, offset in zip(tilings, offsets)])]
         if far is not None:  # the tiles whose bound lies above far, from far up to their own bound
+            assert lower is not None and exponent is not None  # (set with far)
             found = [(positions, exponents, source[candidates[:0]] if inputs is None else inputs)]
             for copy, mine in _by_copy((lower > far).nonzero()[0], offsets):
                 if mine.size:
@@ -714,7 +720,7 @@ def _cast_in_tiles(x: np.ndarray, source: np.ndarray, magnitude: np.ndarray, out
     underflow = []
     for copy, tiling in enumerate(tilings):
         grid = _work_array("grid", x.size, np.uint32) if copy < len(tilings) - 1 else own  # (own, last)
-        if tiling.count == 1:  # one tile: its magic
+        if tiling.tile_count == 1:  # one tile: its magic
             _maximum_with(own, tile_magic[offsets[copy]], grid)
         else:
             (own_view, grid_view), (tile_view,) = _tile_broadcast(tiling, (own, grid), (
@@ -1041,6 +1047,7 @@ def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
                 _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="minifp8-cast")
                 _pool_workers = threads - 1  # (after _pool: a thread that reads this finds that pool)
     pool = _pool
+    assert pool is not None  # (made above: threads >= 2)
     groups = [slices[i::threads] for i in range(threads)]
     futures = [pool.submit(_run_slices, kernel, group) for group in groups[1:]]
     results = _run_slices(kernel, groups[0])  # this thread works too
@@ -1244,7 +1251,7 @@ def _cast_blockwise(x: np.ndarray, fmt, saturate: bool, axis: int, weight: bool,
     if weight:  # 128x128 tiles: the same tiles along either axis
         padded, (rows, columns) = _padded_to_tiles(x32, (128, 128))
         tiles = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // columns, columns)
-        reduce = (1, 3)
+        reduce: tuple[int, ...] = (1, 3)
     else:  # 1x128 tiles along axis
         padded, tile = _padded_to_tiles(x32, tuple(128 if a == axis else 1 for a in range(x.ndim)))
         tiles, reduce = _blocks_view(padded, axis, tile[axis]), (1,)
@@ -1416,7 +1423,8 @@ def _mx_rule(fmt, scale_mode: str) -> _Rule:
     return _Rule(exponents, lambda amax: int(exponents(np.array([amax], np.uint32))[0]), reaches_max=True)
 
 
-def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt, new=np.empty):
+def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatFormat,
+              new: _Allocator = np.empty) -> list[tuple[np.ndarray, CastStats]] | None:
     """The rowwise and columnwise casts of a 2-D ``x`` under a block recipe (scales along axis 1, then
     along axis 0), as `cast` gives them, as one cast of two stacked copies (`_cast_in_range`):
     they share the magnitudes, the search for the elements outside the normal range and, the
@@ -1452,7 +1460,8 @@ def _saturates(fmt, options: dict) -> bool:
     return fmt.name == FORWARD_FORMAT.name or options.get("saturate_gradients", False)
 
 
-def cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
+def cast(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatFormat, axis: int, weight: bool,
+         scaler: scaling.DelayedScaling | None, new: _Allocator = np.empty) -> tuple[np.ndarray, CastStats]:
     """One cast of ``recipe`` (fp8.fake_quantize, whose checks it assumes): ``(values, CastStats)``.
 
     ``x`` is float32 or float64 (float64 is rounded once, exactly as the references convert it);
@@ -1483,6 +1492,7 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
             amax = _amax(x)
             return values, CastStats(float(amax), int(x.size), _underflow_count(x, values),
                                      _count_saturated(x, amax, fmt))
+        scale: np.ndarray | np.float32 | None  # (scale_from_amax's, or a DelayedScaling's float32)
         if recipe in ("fp8", "unit"):
             x32, amax, scale = _float32(x), None, None  # (float32 here: C-contiguous)
         else:
@@ -1517,7 +1527,7 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
     return _cast_mx(x, fmt, axis, options["scale_mode"], new)
 
 
-def _with_stats(x: np.ndarray, fast: tuple, amax=None) -> tuple:
+def _with_stats(x: np.ndarray, fast: tuple, amax=None) -> tuple[np.ndarray, CastStats]:
     """`_cast_fast`'s result for one tiling as ``(values, CastStats)``; ``amax``: x's own, where the
     cast saw ``x * scale`` (per-tensor scales), else the largest magnitude it found."""
     values, [(underflow, saturated, largest)] = fast

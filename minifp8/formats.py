@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
@@ -350,7 +351,7 @@ def get(name: str | FloatFormat) -> FloatFormat:
     return _BY_SPELLING[key]
 
 
-def get_list(names, what: str = "names") -> list[FloatFormat]:
+def get_list(names: str | FloatFormat | Iterable[str | FloatFormat], what: str = "names") -> list[FloatFormat]:
     """The formats ``names`` names, each once, in order: one name (or FloatFormat), or a non-empty
     sequence of them. ``what`` names the argument in the errors."""
     if isinstance(names, (str, FloatFormat)):

@@ -85,11 +85,12 @@ import math
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from . import codec, fastcast, formats, mx, scaling
+from . import codec, fastcast, formats, mx, nn, scaling
 from . import functional as F
 from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
 from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastStats
@@ -249,7 +250,8 @@ class FP8State:
             ``max_saturation_at`` naming that cast as ``"point:role"`` (None while the fraction
             is 0).
         """
-        result = {"max_underflow": 0.0, "max_underflow_at": None, "max_saturation": 0.0, "max_saturation_at": None}
+        result: dict[str, Any] = {"max_underflow": 0.0, "max_underflow_at": None,  # (floats, and str or None)
+                                  "max_saturation": 0.0, "max_saturation_at": None}
         for point in self.points.values():
             for role, stats in point.stats.items():
                 for key, value in (("max_underflow", stats.underflow_fraction),
@@ -272,7 +274,7 @@ class FP8State:
                 state[prefix + "scale_inv"] = np.array(scaler.scale_inv, np.float32)
         return state
 
-    def load_state_dict(self, state) -> None:
+    def load_state_dict(self, state: Mapping[str, ArrayLike]) -> None:
         """Restore `state_dict` output. Everything is checked before anything is loaded.
 
         Raises
@@ -346,8 +348,9 @@ class FP8State:
 # ================================================================================================
 # The casts (fastcast.py computes them): one array, and a cast point's in the graph
 # ================================================================================================
-def fake_quantize(x, recipe: str, fmt="E4M3", *, axis: int = -1, weight: bool = False, scaler=None,
-                  **options) -> tuple[np.ndarray, CastStats]:
+def fake_quantize(x: ArrayLike, recipe: str, fmt: str | formats.FloatFormat = "E4M3", *, axis: int = -1,
+                  weight: bool = False, scaler: scaling.DelayedScaling | None = None,
+                  **options: bool | int | str) -> tuple[np.ndarray, CastStats]:
     """Quantize and dequantize an array as a cast point of ``recipe`` does, with its statistics.
 
     Parameters
@@ -505,7 +508,8 @@ class FP8Linear:
     def __repr__(self) -> str:
         return f"FP8Linear({self.point.name!r}, recipe={self.state.recipe!r})"
 
-    def __call__(self, x, weight, bias=None) -> Tensor:
+    def __call__(self, x: Tensor | ArrayLike, weight: Tensor | ArrayLike,
+                 bias: Tensor | ArrayLike | None = None) -> Tensor:
         x, weight = as_tensor(x), as_tensor(weight)
         if weight.ndim != 2:
             raise ValueError(f"FP8 gemm {self.point.name!r}: weight must be 2-D (out_features, in_features), "
@@ -547,6 +551,7 @@ class FP8Linear:
         def backward(grad):
             g2 = grad.reshape(len(x2), out_features)
             grad_x = grad_w = grad_b = None
+            g_q: np.ndarray | None  # (per tensor: cast here; block recipes: cast below where needed)
             if per_tensor:  # one scale per tensor: the rowwise and columnwise copies coincide
                 g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
                 if x.requires_grad:
@@ -590,7 +595,8 @@ class FP8Attention:
     def __repr__(self) -> str:
         return f"FP8Attention({self.point.name!r}, recipe={self.state.recipe!r}, core={self.core!r})"
 
-    def __call__(self, q, k, v, causal: bool = False) -> Tensor:
+    def __call__(self, q: Tensor | ArrayLike, k: Tensor | ArrayLike, v: Tensor | ArrayLike,
+                 causal: bool = False) -> Tensor:
         q, k, v = as_tensor(q), as_tensor(k), as_tensor(v)
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.data.dtype.kind != "f":
@@ -607,7 +613,7 @@ class FP8Attention:
         return _quantize_backward(state, point, "grad", out, axis=-1)  # dP = dO v^T contracts head_dim
 
 
-def apply_recipe(model, recipe: str, **options) -> FP8State:
+def apply_recipe(model: nn.Module, recipe: str, **options: bool | int | str) -> FP8State:
     """Install FP8 casts into every linear GEMM and attention core of ``model``.
 
     Every module (from ``model.named_modules()``) with a ``gemm`` attribute gets an
@@ -770,26 +776,30 @@ def _scale_statistics(data: np.ndarray) -> tuple[float, float]:
     return float(np.std(data, dtype=np.float64)), float(np.mean(np.abs(data), dtype=np.float64))
 
 
-def track(name: str, x):
+_Tracked = TypeVar("_Tracked", bound="Tensor | ArrayLike")
+
+
+def track(name: str, x: _Tracked) -> _Tracked | Tensor:
     """Identity op that records the scale of ``x`` and of its gradient into the active tracker.
 
-    Outside a `ScaleTracker` context (of this thread) it returns ``x`` itself and builds nothing.
+    Outside a `ScaleTracker` context (of this thread) it returns ``x`` itself and builds nothing;
+    inside one, a Tensor (``x`` itself, or a new one holding it or tracking its gradient).
     """
     trackers = _active.trackers
     if not trackers:
         return x
     if not isinstance(name, str):
         raise TypeError(f"track: name must be a str, got {type(name).__name__}")
-    x = as_tensor(x)
-    if x.data.dtype.kind != "f":
-        raise TypeError(f"track: {name!r} must be a floating tensor, got dtype {x.dtype}")
-    record = trackers[-1]._new_record(name, x.data)
-    if not (x.requires_grad and is_grad_enabled()):
-        return x
+    tensor = as_tensor(x)
+    if tensor.data.dtype.kind != "f":
+        raise TypeError(f"track: {name!r} must be a floating tensor, got dtype {tensor.dtype}")
+    record = trackers[-1]._new_record(name, tensor.data)
+    if not (tensor.requires_grad and is_grad_enabled()):
+        return tensor
 
     def backward(grad):
         record.backward_std, record.backward_mean_abs = _scale_statistics(grad)
         return (grad,)
 
-    return make_op(x.data, (x,), backward, "track")
+    return make_op(tensor.data, (tensor,), backward, "track")
 

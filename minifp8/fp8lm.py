@@ -109,13 +109,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import codec, formats, scaling
 from .autograd import Tensor
 from .formats import _is_int, _is_real
+from .nn import Module
 from .optim import AdamW, adamw_update
 
 __all__ = [
@@ -137,7 +139,7 @@ _FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 # ================================================================================================
 # Low-precision storage with a per-tensor scale
 # ================================================================================================
-def store_scaled(x, kind: str) -> tuple[np.ndarray, np.float32]:
+def store_scaled(x: ArrayLike, kind: str) -> tuple[np.ndarray, np.float32]:
     """Store a float32 tensor as ``(array, scale)`` in ``kind`` with a power-of-two per-tensor scale.
 
     Parameters
@@ -168,7 +170,8 @@ def store_scaled(x, kind: str) -> tuple[np.ndarray, np.float32]:
     return scaling.quantize_with_scale(values, scale, kind), scale
 
 
-def load_scaled(array: np.ndarray, scale, kind: str) -> np.ndarray:
+def load_scaled(array: np.ndarray, scale: float | np.floating | np.integer | np.ndarray,
+                kind: str) -> np.ndarray:
     """Read back what `store_scaled` stored: ``value(array) * float32(1 / scale)`` in float32 (a new array).
 
     ``array`` must have the dtype `store_scaled` gives ``kind`` (uint8 codes, float16 or float32)
@@ -349,7 +352,8 @@ class AllReduceResult:
 
 
 @np.errstate(under="ignore")  # (tiny gradients: their sums, scales and means may round among the subnormals)
-def fp8_all_reduce(worker_grads: Sequence, fmt="E4M3", *, factor: float = 1.0) -> AllReduceResult:
+def fp8_all_reduce(worker_grads: Sequence[Tensor | ArrayLike], fmt: str | formats.FloatFormat = "E4M3", *,
+                   factor: float = 1.0) -> AllReduceResult:
     """Average one gradient tensor over N simulated workers through an FP8 all-reduce (FP8-LM Eqs. 4-6).
 
     Steps (module docstring for the sources): worker scales ``s_i = factor * 2**floor(log2(fp_max /
@@ -361,7 +365,7 @@ def fp8_all_reduce(worker_grads: Sequence, fmt="E4M3", *, factor: float = 1.0) -
 
     Parameters
     ----------
-    worker_grads : sequence of array_like
+    worker_grads : sequence of array_like or Tensor
         One floating gradient per worker, all the same shape (float64 is rounded to float32 first).
     fmt : {"E4M3", "E5M2"} or FloatFormat
     factor : float
@@ -538,8 +542,9 @@ class FP8Gradients:
         weights of its FP8 linear layers only.
     """
 
-    def __init__(self, named_parameters, fmt="E4M3", *, threshold: float = DEFAULT_THRESHOLD,
-                 window: int = DEFAULT_WINDOW, select: Callable | None = None):
+    def __init__(self, named_parameters: Iterable[tuple[str, Tensor]] | Module,
+                 fmt: str | formats.FloatFormat = "E4M3", *, threshold: float = DEFAULT_THRESHOLD,
+                 window: int = DEFAULT_WINDOW, select: Callable[[str, Tensor], bool] | None = None) -> None:
         self.fmt = _gradient_format(fmt)
         self.threshold = _check_threshold(threshold)
         self.window = _check_window(window)
@@ -660,7 +665,7 @@ class FP8Gradients:
             self.auto_scales[name].exponent = int(exponent)
 
 
-def split_batch(*arrays, workers: int) -> list[tuple]:
+def split_batch(*arrays: Tensor | ArrayLike, workers: int) -> list[tuple[np.ndarray, ...]]:
     """Split arrays (ids, targets, ...) along axis 0 into ``workers`` equal shards, one per simulated worker.
 
     The batch size must be a positive multiple of ``workers``: then the mean of the shards'
@@ -671,18 +676,18 @@ def split_batch(*arrays, workers: int) -> list[tuple]:
     workers = formats._check_int(workers, "split_batch: workers", 1)
     if not arrays:
         raise ValueError("split_batch: give at least one array to split")
-    arrays = [np.asarray(a.data if isinstance(a, Tensor) else a) for a in arrays]
-    for a in arrays:
+    batch = [np.asarray(a.data if isinstance(a, Tensor) else a) for a in arrays]
+    for a in batch:
         if a.dtype.kind == "O":
             raise TypeError("split_batch: arrays must be numeric arrays (ids, targets, ...), got an object array")
-        if a.ndim == 0 or a.shape[0] != arrays[0].shape[0]:
+        if a.ndim == 0 or a.shape[0] != batch[0].shape[0]:
             raise ValueError(f"split_batch: arrays must share their first dimension, got shapes "
-                             f"{[x.shape for x in arrays]}")
-    if arrays[0].shape[0] == 0:
+                             f"{[x.shape for x in batch]}")
+    if batch[0].shape[0] == 0:
         raise ValueError("split_batch: batch size 0; every worker needs at least one example")
-    if arrays[0].shape[0] % workers:
-        raise ValueError(f"split_batch: batch size {arrays[0].shape[0]} is not a multiple of workers={workers}")
-    shards = [np.split(a, int(workers)) for a in arrays]
+    if batch[0].shape[0] % workers:
+        raise ValueError(f"split_batch: batch size {batch[0].shape[0]} is not a multiple of workers={workers}")
+    shards = [np.split(a, int(workers)) for a in batch]
     return [tuple(shard[i] for shard in shards) for i in range(int(workers))]
 
 
@@ -739,9 +744,9 @@ class FP8AdamW(AdamW):
         ``"float16"``: FP16 master weights with a tensor scale (O3). ``"float32"``: off.
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, *, first_moment: str = "E4M3", second_moment: str = "float16",
-                 master_weights: str = "float32"):
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2, *,
+                 first_moment: str = "E4M3", second_moment: str = "float16", master_weights: str = "float32") -> None:
         self.first_moment = _check_kind(first_moment, STORAGE_KINDS, "first_moment")
         self.second_moment = _check_kind(second_moment, STORAGE_KINDS, "second_moment")
         self.master_weights = _check_kind(master_weights, ("float32", "float16"), "master_weights")
@@ -900,8 +905,8 @@ class MemoryRow:
         return self.total
 
 
-def measure_memory(named_parameters, optimizer, gradients: FP8Gradients | None = None, *,
-                   configuration: str = "current") -> MemoryRow:
+def measure_memory(named_parameters: Iterable[tuple[str, Tensor]] | Module, optimizer: AdamW,
+                   gradients: FP8Gradients | None = None, *, configuration: str = "current") -> MemoryRow:
     """Read the bytes held for weights, master weights, gradients and moments from live objects.
 
     Call it after an optimizer step and before ``zero_grad`` (so gradients and optimizer state
@@ -923,7 +928,7 @@ def measure_memory(named_parameters, optimizer, gradients: FP8Gradients | None =
     if gradients is not None and not isinstance(gradients, FP8Gradients):
         raise TypeError(f"measure_memory: gradients must be an FP8Gradients or None, got {type(gradients).__name__}")
     totals = dict.fromkeys(COMPONENTS, 0)
-    held = {component: set() for component in COMPONENTS}
+    held: dict[str, set[str]] = {component: set() for component in COMPONENTS}
     kinds = optimizer._expected_state() if isinstance(optimizer, FP8AdamW) else \
         {"exp_avg": "float32", "exp_avg_sq": "float32"}
     for name, p in params.items():
@@ -965,7 +970,8 @@ MEMORY_CONFIGURATIONS = (
 )
 
 
-def memory_rows(named_parameters, *, fmt="E4M3", select: Callable | None = None) -> list[MemoryRow]:
+def memory_rows(named_parameters: Iterable[tuple[str, Tensor]] | Module, *, fmt: str | formats.FloatFormat = "E4M3",
+                select: Callable[[str, Tensor], bool] | None = None) -> list[MemoryRow]:
     """The memory table for every combination of FP8 gradients, FP8 optimizer states and FP16 masters.
 
     Each configuration is built on float32 copies of the parameters (the model is untouched), given

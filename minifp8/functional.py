@@ -16,6 +16,7 @@ import math
 from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .autograd import Tensor, _axis, _check_floating, _sum_rows_by_id, as_tensor, make_op, matmul
 from .formats import _check_bool, _is_int, _is_real
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 
-def _floating(x, op: str, name: str = "input") -> Tensor:
+def _floating(x: Tensor | ArrayLike, op: str, name: str = "input") -> Tensor:
     """``x`` as a Tensor, which must be floating (`autograd._check_floating`)."""
     return _check_floating(as_tensor(x), op, name)
 
@@ -64,35 +65,35 @@ def _nonempty_axis(x: Tensor, axis: int, op: str) -> int:
 
 # ---- elementwise -------------------------------------------------------------------------------
 
-def exp(x) -> Tensor:
+def exp(x: Tensor | ArrayLike) -> Tensor:
     """Elementwise e^x."""
     return _floating(x, "exp").exp()
 
 
-def log(x) -> Tensor:
+def log(x: Tensor | ArrayLike) -> Tensor:
     """Elementwise natural logarithm."""
     return _floating(x, "log").log()
 
 
-def tanh(x) -> Tensor:
+def tanh(x: Tensor | ArrayLike) -> Tensor:
     """Elementwise tanh; d tanh = 1 - tanh^2."""
     return _floating(x, "tanh").tanh()
 
 
-def sqrt(x) -> Tensor:
+def sqrt(x: Tensor | ArrayLike) -> Tensor:
     """Elementwise square root; d sqrt(x) = 1 / (2 sqrt(x))."""
     x = _floating(x, "sqrt")
     out_data = np.sqrt(x.data)
     return make_op(out_data, (x,), lambda g: (g * 0.5 / out_data,), "sqrt")
 
 
-def relu(x) -> Tensor:
+def relu(x: Tensor | ArrayLike) -> Tensor:
     """max(x, 0); the gradient at exactly 0 is taken as 0."""
     x = _floating(x, "relu")
     return make_op(np.maximum(x.data, 0.0), (x,), lambda g: (g * (x.data > 0),), "relu")
 
 
-def sigmoid(x) -> Tensor:
+def sigmoid(x: Tensor | ArrayLike) -> Tensor:
     """1 / (1 + e^-x), computed without overflow; d sigmoid = s (1 - s)."""
     x = _floating(x, "sigmoid")
     out_data = 0.5 * (np.tanh(0.5 * x.data) + 1.0)  # identity sigmoid(x) = (1 + tanh(x/2)) / 2
@@ -107,7 +108,7 @@ _GELU_A = 0.044715
 _GELU_CLIP = 1e6
 
 
-def gelu(x) -> Tensor:
+def gelu(x: Tensor | ArrayLike) -> Tensor:
     """GELU, tanh approximation (Hendrycks & Gimpel 2016, §2; GPT-2's ``gelu``).
 
     ``y = x/2 (1 + t)`` with ``t = tanh(c (x + a x^3))``, ``c = sqrt(2/pi)``, ``a = 0.044715``.
@@ -169,7 +170,7 @@ def _gelu_grad(xd: np.ndarray, s: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 # ---- matrix products ---------------------------------------------------------------------------
 
-def linear(x, weight, bias=None) -> Tensor:
+def linear(x: Tensor | ArrayLike, weight: Tensor | ArrayLike, bias: Tensor | ArrayLike | None = None) -> Tensor:
     """``x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
 
     All leading axes of ``x`` are flattened into one GEMM (forward and both backward GEMMs).
@@ -207,7 +208,7 @@ def linear(x, weight, bias=None) -> Tensor:
 
 # ---- normalisation -----------------------------------------------------------------------------
 
-def softmax(x, axis: int = -1) -> Tensor:
+def softmax(x: Tensor | ArrayLike, axis: int = -1) -> Tensor:
     """Softmax along ``axis``, shifted by the max for stability.
 
     Backward (s = softmax(x)): ``dx = s * (g - sum(g * s, axis))``.
@@ -229,7 +230,7 @@ def softmax(x, axis: int = -1) -> Tensor:
     return make_op(s, (x,), backward, "softmax")
 
 
-def log_softmax(x, axis: int = -1) -> Tensor:
+def log_softmax(x: Tensor | ArrayLike, axis: int = -1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``. Backward: ``dx = g - softmax(x) * sum(g, axis)``."""
     x = _floating(x, "log_softmax")
     axis = _nonempty_axis(x, axis, "log_softmax")
@@ -244,7 +245,8 @@ def log_softmax(x, axis: int = -1) -> Tensor:
     return make_op(out_data, (x,), backward, "log_softmax")
 
 
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, bias: Tensor | ArrayLike | None = None,
+               eps: float = 1e-5) -> Tensor:
     """Layer normalisation over the last axis (Ba, Kiros & Hinton 2016), biased variance as torch.
 
     ``xhat = (x - mean) / sqrt(var + eps)``, ``y = xhat * weight + bias``. With ``h = g * weight``
@@ -301,14 +303,14 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
 
 # ---- lookups and losses ------------------------------------------------------------------------
 
-def _integer_ids(ids, op: str, name: str) -> np.ndarray:
+def _integer_ids(ids: Tensor | ArrayLike, op: str, name: str) -> np.ndarray:
     data = ids.data if isinstance(ids, Tensor) else np.asarray(ids)
     if data.dtype.kind not in "iu":
         raise TypeError(f"{op}: {name} must be an integer array or tensor, got dtype {data.dtype}")
     return data
 
 
-def embedding(ids, weight) -> Tensor:
+def embedding(ids: Tensor | ArrayLike, weight: Tensor | ArrayLike) -> Tensor:
     """Rows of ``weight`` (num_embeddings, dim) picked by integer ``ids`` of any shape: ``(*ids.shape, dim)``.
 
     Backward: the gradient rows are summed by id (a repeated id sums its gradients), in order,
@@ -330,7 +332,7 @@ def embedding(ids, weight) -> Tensor:
     return make_op(weight.data[ids], (weight,), backward, "embedding")
 
 
-def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:
+def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, ignore_index: int | None = None) -> Tensor:
     """Mean cross-entropy of ``logits`` (..., V) against integer class ``targets`` (...).
 
     ``loss = mean_n(logsumexp(z_n) - z_n[t_n])`` over the tokens whose target is not
@@ -379,7 +381,7 @@ def cross_entropy(logits, targets, ignore_index: int | None = None) -> Tensor:
 
 # ---- randomness ----------------------------------------------------------------------------------
 
-def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Tensor:
+def dropout(x: Tensor | ArrayLike, p: float, rng: np.random.Generator, training: bool = True) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` (inverted dropout).
 
     The keep mask is ``rng.random(x.shape, dtype=float32) >= p``, the same in float32 and float64.
@@ -400,7 +402,8 @@ def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Ten
 
 # ---- attention ---------------------------------------------------------------------------------
 
-def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | None = None,
+def scaled_dot_product_attention(q: Tensor | ArrayLike, k: Tensor | ArrayLike, v: Tensor | ArrayLike,
+                                 causal: bool = False, scale: float | None = None,
                                  dropout_p: float = 0.0, rng: np.random.Generator | None = None) -> Tensor:
     """``softmax(q k^T * scale [+ causal mask]) v`` on (..., seq, head_dim) tensors, one fused op.
 
@@ -425,8 +428,7 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | N
         raise ValueError(f"scaled_dot_product_attention: no keys: k has shape {k.shape}, so the softmax is over nothing")
     if not 0.0 <= _real(dropout_p, "scaled_dot_product_attention", "dropout_p") < 1.0:
         raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
-    if dropout_p > 0.0:
-        _generator(rng, "scaled_dot_product_attention")
+    generator = _generator(rng, "scaled_dot_product_attention") if dropout_p > 0.0 else None
     if scale is None and q.shape[-1] == 0:
         raise ValueError(f"scaled_dot_product_attention: head_dim 0 (q has shape {q.shape}) has no default scale "
                          "1/sqrt(head_dim); pass scale")
@@ -443,8 +445,8 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, scale: float | N
     with np.errstate(under="ignore"):  # (as in softmax; and the tiny probabilities times v)
         np.exp(probs, out=probs)
         probs /= probs.sum(axis=-1, keepdims=True)
-        if dropout_p > 0.0:
-            mask = np.multiply(rng.random(probs.shape, dtype=np.float32) >= dropout_p, 1.0 / (1.0 - dropout_p),
+        if generator is not None:  # (dropout_p > 0)
+            mask = np.multiply(generator.random(probs.shape, dtype=np.float32) >= dropout_p, 1.0 / (1.0 - dropout_p),
                                dtype=probs.dtype)
             dropped = probs * mask
         else:
@@ -483,33 +485,34 @@ def _sequence_of_tensors(tensors, op: str):
     return tensors
 
 
-def concat(tensors: Sequence, axis: int = 0) -> Tensor:
+def concat(tensors: Sequence[Tensor | ArrayLike], axis: int = 0) -> Tensor:
     """Join tensors along an existing ``axis`` (``np.concatenate``)."""
-    tensors = [_floating(t, "concat") for t in _sequence_of_tensors(tensors, "concat")]
-    if not tensors:
+    parts = [_floating(t, "concat") for t in _sequence_of_tensors(tensors, "concat")]
+    if not parts:
         raise ValueError("concat: needs at least one tensor")
-    axis = _axis(axis, tensors[0].ndim, "concat")
+    axis = _axis(axis, parts[0].ndim, "concat")
     try:
-        out_data = np.concatenate([t.data for t in tensors], axis=axis)
+        out_data = np.concatenate([t.data for t in parts], axis=axis)
     except ValueError as error:
-        raise ValueError(f"concat along axis {axis}: shapes {[t.shape for t in tensors]} do not fit: {error}") from None
-    bounds = np.cumsum([t.shape[axis] for t in tensors])[:-1]
-    return make_op(out_data, tensors, lambda g: tuple(np.split(g, bounds, axis=axis)), "concat")
+        raise ValueError(f"concat along axis {axis}: shapes {[t.shape for t in parts]} do not fit: {error}") from None
+    bounds = np.cumsum([t.shape[axis] for t in parts])[:-1]
+    return make_op(out_data, parts, lambda g: tuple(np.split(g, bounds, axis=axis)), "concat")
 
 
-def stack(tensors: Sequence, axis: int = 0) -> Tensor:
+def stack(tensors: Sequence[Tensor | ArrayLike], axis: int = 0) -> Tensor:
     """Join same-shape tensors along a new ``axis`` (``np.stack``)."""
-    tensors = [_floating(t, "stack") for t in _sequence_of_tensors(tensors, "stack")]
-    if not tensors:
+    parts = [_floating(t, "stack") for t in _sequence_of_tensors(tensors, "stack")]
+    if not parts:
         raise ValueError("stack: needs at least one tensor")
-    if len({t.shape for t in tensors}) != 1:
-        raise ValueError(f"stack: all tensors need the same shape, got {[t.shape for t in tensors]}")
-    axis = _axis(axis, tensors[0].ndim + 1, "stack")
-    out_data = np.stack([t.data for t in tensors], axis=axis)
-    return make_op(out_data, tensors, lambda g: tuple(np.moveaxis(g, axis, 0)), "stack")
+    if len({t.shape for t in parts}) != 1:
+        raise ValueError(f"stack: all tensors need the same shape, got {[t.shape for t in parts]}")
+    axis = _axis(axis, parts[0].ndim + 1, "stack")
+    out_data = np.stack([t.data for t in parts], axis=axis)
+    return make_op(out_data, parts, lambda g: tuple(np.moveaxis(g, axis, 0)), "stack")
 
 
-def split(x, split_size_or_sections: int | Sequence[int], axis: int = 0) -> tuple[Tensor, ...]:
+def split(x: Tensor | ArrayLike, split_size_or_sections: int | Sequence[int] | np.ndarray,
+          axis: int = 0) -> tuple[Tensor, ...]:
     """Split ``x`` along ``axis`` into chunks, as ``torch.split``.
 
     An int gives chunks of that size (the last may be smaller); a list gives the chunk sizes,
@@ -519,14 +522,14 @@ def split(x, split_size_or_sections: int | Sequence[int], axis: int = 0) -> tupl
     axis = _axis(axis, x.ndim, "split")
     length = x.shape[axis]
     sections = split_size_or_sections
-    if _is_int(sections):
+    if isinstance(sections, (int, np.integer)) and not isinstance(sections, bool):  # (_is_int, spelled out for mypy)
         if sections <= 0:
             raise ValueError(f"split: split_size_or_sections must be a positive chunk size, got {sections}")
         sizes = [min(sections, length - start) for start in range(0, length, sections)]
         sizes = sizes or [0]  # an empty axis is one empty chunk, as torch.split gives
     else:  # (int() would cut 1.5 down to 1 without a word)
-        sequence = isinstance(sections, (Sequence, np.ndarray)) and not isinstance(sections, str)
-        if not sequence or not all(map(_is_int, sections)):
+        if (not isinstance(sections, (Sequence, np.ndarray)) or isinstance(sections, str)
+                or not all(map(_is_int, sections))):
             raise TypeError(f"split: split_size_or_sections must be an int or a sequence of ints, "
                             f"got {type(sections).__name__} {sections!r}")
         sizes = [int(s) for s in sections]

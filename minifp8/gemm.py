@@ -23,11 +23,13 @@ Sections:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import codec, formats
-from .formats import _check_int, _is_int
+from .formats import FloatFormat, _check_int, _is_int
 from .testing import _check_max_rows, _codes_of, _tolerance_ratio, _widening_hint
 
 __all__ = ["MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference", "MatmulReport",
@@ -49,7 +51,7 @@ _HINT_WORK_LIMIT = 2**26  # hints recompute the product a few dozen times: only 
 # ================================================================================================
 # Operands: codes times scales, exactly
 # ================================================================================================
-def dequantize(codes, scales, fmt) -> np.ndarray:
+def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
     """Decode a 2-d operand and multiply each block by its scale, exactly, in float64.
 
     The scale layout rule: ``scales`` is 0-d (one scale for the tensor) or 2-d, and along each axis
@@ -194,7 +196,8 @@ class MatmulReference:
     error_bound: np.ndarray
 
 
-def reference_matmul(a_codes, a_scales, b_codes, b_scales, *, a_format, b_format) -> MatmulReference:
+def reference_matmul(a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike, b_scales: ArrayLike, *,
+                     a_format: str | FloatFormat, b_format: str | FloatFormat) -> MatmulReference:
     """The product of two scaled operands, in float64, with a bound on its own error.
 
     Each operand is dequantised exactly (`dequantize`: the codes' values times their block
@@ -493,28 +496,28 @@ class MatmulReport:
         How many outputs were compared, and how many lie beyond their tolerance.
     by_class : dict
         That count by class, each of `MATMUL_CLASSES`.
+    reference : MatmulReference
+        What the outputs were compared with.
+    tolerance : numpy.ndarray
+        M x N float64: each output's tolerance.
     mismatches : list of MatmulMismatch
         The first ``max_rows`` of them, in row-major order.
     worst : MatmulMismatch or None
         The one with the largest ``error / tolerance`` (None when all agree).
     hints : list of str
         Causes verified by recomputing the product (see `compare_matmul`).
-    reference : MatmulReference
-        What the outputs were compared with.
-    tolerance : numpy.ndarray
-        M x N float64: each output's tolerance.
     """
 
     title: str
-    options: dict
+    options: dict[str, Any]
     total: int
     count: int
-    by_class: dict
-    mismatches: list = field(default_factory=list)
+    by_class: dict[str, int]
+    reference: MatmulReference
+    tolerance: np.ndarray
+    mismatches: list[MatmulMismatch] = field(default_factory=list)
     worst: MatmulMismatch | None = None
-    hints: list = field(default_factory=list)
-    reference: MatmulReference | None = None
-    tolerance: np.ndarray | None = None
+    hints: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -530,9 +533,11 @@ class MatmulReport:
     def __str__(self) -> str:
         if self.ok:
             return self.head()
+        lines = [self.head()]
         worst = self.worst
-        lines = [self.head(), f"worst: ({worst.row}, {worst.column}), error {worst.error:.3g} = "
-                              f"{worst.ratio:.3g} x tolerance {worst.tolerance:.3g}"]
+        if worst is not None:  # (always, where an output disagrees)
+            lines.append(f"worst: ({worst.row}, {worst.column}), error {worst.error:.3g} = "
+                         f"{worst.ratio:.3g} x tolerance {worst.tolerance:.3g}")
         lines += [f"hint: {hint}" for hint in self.hints]
         columns = [("row", 5, [str(m.row) for m in self.mismatches]),
                    ("column", 6, [str(m.column) for m in self.mismatches]),
@@ -553,8 +558,10 @@ class MatmulReport:
         return "\n".join(lines)
 
 
-def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_format, accumulator="float32",
-                   promote_every=None, output="float32", max_rows: int = 20) -> MatmulReport:
+def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike,
+                   b_scales: ArrayLike, *, a_format: str | FloatFormat, b_format: str | FloatFormat,
+                   accumulator: str | int = "float32", promote_every: int | None = None, output: str = "float32",
+                   max_rows: int = 20) -> MatmulReport:
     """Compare a kernel's scaled GEMM output with `reference_matmul`, within a bound on rounding.
 
     A correct kernel differs from the exact product by rounding only, and each output's
@@ -663,12 +670,14 @@ def compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_
                "output": output}
     return MatmulReport(f"{a_name} x {b_name} GEMM, {rows}x{inner} @ {inner}x{columns}", options,
                         int(rows * columns), int(where.size),
-                        {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)},
-                        [row_of(flat) for flat in where[:max_rows]], worst, hints, reference, tolerance)
+                        {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)}, reference, tolerance,
+                        [row_of(flat) for flat in where[:max_rows]], worst, hints)
 
 
-def assert_matmul_close(actual, a_codes, a_scales, b_codes, b_scales, *, a_format, b_format, accumulator="float32",
-                        promote_every=None, output="float32", max_rows: int = 20) -> None:
+def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike,
+                        b_scales: ArrayLike, *, a_format: str | FloatFormat, b_format: str | FloatFormat,
+                        accumulator: str | int = "float32", promote_every: int | None = None,
+                        output: str = "float32", max_rows: int = 20) -> None:
     """Raise ``AssertionError`` with the `MatmulReport` when an output lies beyond its tolerance
     (the arguments are `compare_matmul`'s)."""
     report = compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, a_format=a_format, b_format=b_format,

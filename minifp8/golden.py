@@ -97,11 +97,14 @@ import os
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from . import __version__, codec, formats, mx
-from .formats import _check_int
+from .formats import FloatFormat, _check_int
+from .mx import MXFormat
 from .testing import _magnitudes, _midpoints, edge_cases
 
 SCHEMA_VERSION = 2
@@ -218,7 +221,7 @@ def _random_magnitudes(rng: np.random.Generator, low: int, high: int, size) -> n
     return np.ldexp(significands, rng.integers(low, high, size=size))
 
 
-def codec_inputs(fmt, dtype) -> np.ndarray:
+def codec_inputs(fmt: str | FloatFormat, dtype: DTypeLike) -> np.ndarray:
     """The inputs of a codec file: edge cases, random values over every binade, float64
     near-midpoints, and last the values of `stochastic_ties`.
 
@@ -248,7 +251,7 @@ def codec_inputs(fmt, dtype) -> np.ndarray:
 STOCHASTIC_TIE_STEPS = (0, 1, 254, 255)  # k, with f * 2**RANDOM_BIT_COUNT = k + 1/2
 
 
-def stochastic_ties(fmt) -> tuple[np.ndarray, np.ndarray]:
+def stochastic_ties(fmt: str | FloatFormat) -> tuple[np.ndarray, np.ndarray]:
     """Inputs on a tie of stochastic rounding, and the random bits that make the tie decide.
 
     Write ``|x| = (n + f) * quantum`` as the "stochastic" note does. These ``x`` have
@@ -292,7 +295,7 @@ def _check_float_dtype(dtype) -> np.dtype:
     return parsed.newbyteorder("=")
 
 
-def codec_entries(fmt, out: Path) -> list[dict]:
+def codec_entries(fmt: str | FloatFormat, out: Path) -> list[dict[str, Any]]:
     """Write one file per (format, input dtype) holding the inputs and the codes of every option."""
     fmt = formats.get(fmt)
     entries = []
@@ -307,7 +310,7 @@ def codec_entries(fmt, out: Path) -> list[dict]:
         for rounding in ROUNDINGS:
             for saturate in (False, True):
                 name = f"codes_{rounding}_{'sat' if saturate else 'nosat'}"
-                options = {"rounding": rounding, "saturate": saturate}
+                options: dict[str, Any] = {"rounding": rounding, "saturate": saturate}
                 if rounding == "stochastic":
                     options.update(random_bits=random_bits, random_bit_count=RANDOM_BIT_COUNT)
                 arrays[name] = codec.encode(x, fmt, **options)
@@ -357,7 +360,7 @@ MX_TIE_EXPONENT = 5  # ties at shared_exp 5: the block amax max_elem * 2**5
 MX_BOUNDARY_BINADES = (-100, -20, 20, 100)  # |j| >= 4: a float32 log2 rounds 2**j * (1 +- 2**-24) to j
 
 
-def mx_inputs(mx_format, length: int = 80) -> np.ndarray:
+def mx_inputs(mx_format: str | MXFormat, length: int = 80) -> np.ndarray:
     """The input of one MX file: the rows of `block_inputs`, then rows built for its element format.
 
     The built rows (OCP MX v1.0 section 6.3; `minifp8.mx`'s module docstring), each 32-element block led by
@@ -422,8 +425,8 @@ def _boundary_rows(rng: np.random.Generator, amaxes: np.ndarray, length: int) ->
     a random sign, then random values of both signs below it (``amax * m / 2**24``, ``m`` an integer)."""
     blocks_per_row = -(-length // 32)
     rows = -(-amaxes.size // blocks_per_row)
-    block_amax = np.zeros(rows * blocks_per_row, np.float32)
-    block_amax[:amaxes.size] = amaxes * rng.choice(np.float32([-1, 1]), amaxes.size)
+    block_amax: np.ndarray = np.zeros(rows * blocks_per_row, np.float32)  # (reshaped to 2-d below)
+    block_amax[:amaxes.size] = amaxes * rng.choice(np.array([-1, 1], np.float32), amaxes.size)
     block_amax = block_amax.reshape(rows, blocks_per_row)
     fractions = rng.integers(-(1 << 24) + 1, 1 << 24, size=(rows, length)) / 2.0**24
     x = (np.repeat(block_amax, 32, axis=1)[:, :length] * fractions).astype(np.float32)
@@ -481,7 +484,8 @@ def nvfp4_cap_inputs() -> dict[str, np.ndarray]:
 NVFP4_GLOBAL_AMAXES = (6.0, 54.23361)  # S_enc: 448 exactly, and one that is not a power of two times 448
 
 
-def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.ndarray:
+def nvfp4_boundary_inputs(global_amax: float | np.floating | np.integer, rows: int = 6,
+                          length: int = 80) -> np.ndarray:
     """Float32 rows for an NVFP4 entry with a given tensor amax, where the order of the float32
     operations decides codes (`minifp8.mx.quantize_nvfp4`).
 
@@ -517,7 +521,7 @@ def nvfp4_boundary_inputs(global_amax, rows: int = 6, length: int = 80) -> np.nd
     inverse_scale = block_scales.reshape(-1, 1).astype(np.float64) * global_amax / 2688
     near = (rng.choice(_midpoints(formats.E2M1), (scale_codes.size, 15)) * inverse_scale).astype(np.float32)
     near = np.minimum(_float32_steps(near, rng.integers(-2, 3, near.shape)), block_amax[:, None])
-    blocks[:, 1:] = near * rng.choice(np.float32([-1, 1]), near.shape)
+    blocks[:, 1:] = near * rng.choice(np.array([-1, 1], np.float32), near.shape)
     x[:, :used] = blocks.reshape(rows, used)
     return x
 
@@ -534,7 +538,7 @@ def _layout(arrays: dict[str, np.ndarray], names) -> dict:
             "dtypes": {name: np.asarray(arrays[name]).dtype.newbyteorder("<").str for name in names}}
 
 
-def block_entries(out: Path) -> list[dict]:
+def block_entries(out: Path) -> list[dict[str, Any]]:
     """MX files (every named MX format, every scale mode) and one NVFP4 file (several entries)."""
     entries = []
     for mx_format in mx.FORMATS.values():
@@ -556,17 +560,18 @@ def block_entries(out: Path) -> list[dict]:
     cases = [("", nvfp4_inputs(), None)] + [(f"_{i}", nvfp4_boundary_inputs(amax), amax)
                                             for i, amax in enumerate(NVFP4_GLOBAL_AMAXES, 1)]
     cases += [(f"_{name}", x, None) for name, x in nvfp4_cap_inputs().items()]
-    arrays, roles = {}, []
+    arrays = {}
+    nvfp4_roles: list[tuple[dict[str, str], bool]] = []  # (the names of each entry's arrays, global_amax given)
     for suffix, x, global_amax in cases:
-        result = mx.quantize_nvfp4(x, global_amax=global_amax)
-        arrays.update({f"x{suffix}": x, f"scales{suffix}": result.scales, f"codes{suffix}": result.codes,
-                       f"global_amax{suffix}": np.array(result.global_amax, np.float32),
-                       f"encode_scale{suffix}": np.array(result.encode_scale, np.float32)})
-        roles.append(({"input": f"x{suffix}", "expected_scales": f"scales{suffix}", "expected_codes": f"codes{suffix}",
-                       "global_amax": f"global_amax{suffix}", "encode_scale": f"encode_scale{suffix}"},
-                      global_amax is not None))
+        nvfp4 = mx.quantize_nvfp4(x, global_amax=global_amax)
+        arrays.update({f"x{suffix}": x, f"scales{suffix}": nvfp4.scales, f"codes{suffix}": nvfp4.codes,
+                       f"global_amax{suffix}": np.array(nvfp4.global_amax, np.float32),
+                       f"encode_scale{suffix}": np.array(nvfp4.encode_scale, np.float32)})
+        nvfp4_roles.append(({"input": f"x{suffix}", "expected_scales": f"scales{suffix}",
+                             "expected_codes": f"codes{suffix}", "global_amax": f"global_amax{suffix}",
+                             "encode_scale": f"encode_scale{suffix}"}, global_amax is not None))
     digest = write_npz(out / "nvfp4.npz", arrays)
-    for names, given in roles:
+    for names, given in nvfp4_roles:
         entries.append({
             "kind": "nvfp4", "file": "nvfp4.npz", "sha256": digest, "format": "NVFP4", "element_format": "E2M1",
             "scale_format": "E4M3", "block_size": mx.NVFP4_BLOCK_SIZE, "axis": -1, "input_dtype": "float32",
@@ -742,7 +747,8 @@ def gemm_entries(out: Path) -> list[dict]:
             for fields, roles in described]
 
 
-def write(out, format_names=None, blocks: bool = True) -> dict:
+def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterable[str | FloatFormat] | None = None,
+          blocks: bool = True) -> dict[str, Any]:
     """Write every golden file under ``out`` and return the manifest (also written as manifest.json).
 
     Parameters
@@ -787,7 +793,7 @@ def write(out, format_names=None, blocks: bool = True) -> dict:
     return manifest
 
 
-def load(directory) -> tuple[dict, dict]:
+def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """Read a golden directory with numpy alone: the manifest and ``{file name: {array: ndarray}}``.
 
     Raises ``ValueError`` when ``manifest.json`` is not a minifp8 golden manifest of a schema this
@@ -813,7 +819,7 @@ def load(directory) -> tuple[dict, dict]:
     return manifest, files
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (0 written, 1 the folder cannot be written, 2 bad flags)."""
     from .train_tiny import _Parser
 

@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import functional as F
 from . import nn
@@ -144,7 +146,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias, rng=rng,
                                 std=std / math.sqrt(2 * config.n_layer))
         self.resid_dropout = nn.Dropout(config.dropout, rng=rng)
-        self.attention_core = F.scaled_dot_product_attention
+        self.attention_core: Callable[..., Tensor] = F.scaled_dot_product_attention
 
     def forward(self, x: Tensor) -> Tensor:
         x = as_tensor(x)
@@ -214,6 +216,13 @@ class GPT(nn.Module):
         Not tied to ``wte`` (nanoGPT ties them): the two families then have the same parameters.
     """
 
+    # (declared for type checkers: __init__ builds one family's modules into these attributes)
+    wte: nn.Embedding | uu.Embedding
+    wpe: nn.Embedding | uu.Embedding
+    blocks: list[Block] | list[uu.TransformerLayer]
+    ln_f: nn.LayerNorm | uu.LayerNorm
+    lm_head: nn.Linear | uu.LinearReadout
+
     def __init__(self, config: GPTConfig, *, rng: np.random.Generator):
         if not isinstance(config, GPTConfig):
             raise TypeError(f"GPT needs a GPTConfig, got {type(config).__name__}")
@@ -237,7 +246,8 @@ class GPT(nn.Module):
             self.ln_f = uu.LayerNorm(width)
             self.lm_head = uu.LinearReadout(width, config.vocab_size, rng=rng)
 
-    def forward(self, ids, targets=None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, ids: Tensor | ArrayLike,
+                targets: Tensor | ArrayLike | None = None) -> tuple[Tensor, Tensor | None]:
         """Logits ``(batch, seq, vocab_size)`` for integer ``ids (batch, seq)``, and the mean
         cross-entropy against ``targets (batch, seq)`` (None without targets)."""
         ids = ids.data if isinstance(ids, Tensor) else np.asarray(ids)

@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import codec, formats
 from .formats import FloatFormat, _check_int, _described, _is_int, _is_real
@@ -215,8 +216,10 @@ def _normalize_axis(axis, ndim: int) -> int:
 # ================================================================================================
 # The scalar reference: the definition, one block at a time, in exact arithmetic.
 # ================================================================================================
-def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="nearest_even",
-                             random_bits=None, random_bit_count=None) -> tuple[int, list[int]]:
+def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic] | np.ndarray,
+                             elem: str | FloatFormat | MXFormat, *, scale_mode: str = "floor",
+                             rounding: str = "nearest_even", random_bits: Sequence[int] | np.ndarray | None = None,
+                             random_bit_count: int | None = None) -> tuple[int, list[int]]:
     """Quantize one block exactly: the readable definition that `quantize` must equal.
 
     Parameters
@@ -249,11 +252,14 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
     if not isinstance(block, (np.ndarray, Sequence)) or isinstance(block, (str, bytes)):
         raise TypeError(f"block must be a 1-d sequence or array of numbers, got {type(block).__name__} {block!r}")
     values = [_exact_number(v) for v in block]
+    element_bits: Sequence[int | None] | np.ndarray
     if random_bits is None:
-        random_bits = [None] * len(values)
+        element_bits = [None] * len(values)
     elif len(random_bits) != len(values):  # (zip would drop elements or bits without a word)
         raise ValueError(f"random_bits must hold one int per element: the block has {len(values)} elements, "
                          f"got {len(random_bits)} bits")
+    else:
+        element_bits = random_bits
 
     has_nan = any(isinstance(v, float) and v != v for v in values)
     has_inf = any(isinstance(v, float) and abs(v) == float("inf") for v in values)
@@ -267,7 +273,7 @@ def quantize_block_reference(block, elem, *, scale_mode="floor", rounding="neare
         shared_exp = min(max(shared_exp, SHARED_EXP_MIN), SHARED_EXP_MAX)
 
     codes = []
-    for value, bits in zip(values, random_bits):
+    for value, bits in zip(values, element_bits):
         if value == 0 or (isinstance(value, float) and abs(value) == float("inf")):
             scaled = value  # keeps the sign of zero; Inf saturates to the element maximum
         else:
@@ -415,8 +421,9 @@ def _check_block_fields(array) -> None:
     object.__setattr__(array, "shape", codes.shape)
 
 
-def quantize(x, elem, *, block_size=None, axis=-1, scale_mode="floor", rounding="nearest_even",
-             random_bits=None, random_bit_count=None) -> MXArray:
+def quantize(x: ArrayLike, elem: str | FloatFormat | MXFormat, *, block_size: int | None = None, axis: int = -1,
+             scale_mode: str = "floor", rounding: str = "nearest_even", random_bits: ArrayLike | None = None,
+             random_bit_count: int | None = None) -> MXArray:
     """Quantize an array to an MX format along one axis (OCP MX v1.0 section 6.3).
 
     Parameters
@@ -504,8 +511,9 @@ def _quantize_blocks(blocks: np.ndarray, element: FloatFormat, scale_mode: str, 
     return scale_codes, codes
 
 
-_MAGNITUDE_BITS = {np.float32: (np.uint32, np.uint32(0x7FFF_FFFF)),
-                   np.float64: (np.uint64, np.uint64(0x7FFF_FFFF_FFFF_FFFF))}
+_MAGNITUDE_BITS: dict[type[np.floating], tuple[type[np.unsignedinteger], np.unsignedinteger]] = {
+    np.float32: (np.uint32, np.uint32(0x7FFF_FFFF)),
+    np.float64: (np.uint64, np.uint64(0x7FFF_FFFF_FFFF_FFFF))}
 
 
 def block_amax(blocks: np.ndarray) -> np.ndarray:
@@ -554,7 +562,8 @@ def _row_max(values: np.ndarray, row_length: int) -> np.ndarray:
     return values
 
 
-def shared_exponents(amax: np.ndarray, elem, scale_mode: str = "floor") -> tuple[np.ndarray, np.ndarray]:
+def shared_exponents(amax: ArrayLike, elem: str | FloatFormat | MXFormat,
+                     scale_mode: str = "floor") -> tuple[np.ndarray, np.ndarray]:
     """E8M0 scale codes and shared exponents for blocks with largest magnitudes ``amax``.
 
     The exponent is read from the bits of ``amax`` (float32 or float64, any shape and byte order;
@@ -722,7 +731,7 @@ class NVFP4Array:
         return MXArray(self.scales, self.codes, formats.E2M1, self.block_size, self.axis, self.shape).packed()
 
 
-def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> NVFP4Array:
+def quantize_nvfp4(x: ArrayLike, *, axis: int = -1, global_amax: float | np.floating | None = None) -> NVFP4Array:
     """Quantize to NVFP4 in TransformerEngine's order of float32 operations.
 
     Every step is one IEEE float32 operation, rounded to nearest even, in this order

@@ -21,9 +21,10 @@ import math
 import os
 import zipfile
 from collections import OrderedDict
-from typing import Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import functional as F
 from .autograd import Tensor, default_dtype
@@ -37,7 +38,7 @@ class Parameter(Tensor):
 
     __slots__ = ()
 
-    def __init__(self, data):
+    def __init__(self, data: Tensor | ArrayLike) -> None:
         super().__init__(np.array(data.data if isinstance(data, Tensor) else data, copy=True), requires_grad=True)
 
     def __repr__(self) -> str:
@@ -57,7 +58,7 @@ def _check_size(value, name: str, owner: str) -> int:
     return int(value)
 
 
-def _check_feature_axis(x, features: int, owner: str) -> None:
+def _check_feature_axis(x: Tensor | ArrayLike, features: int, owner: str) -> None:
     """ValueError unless ``x``'s last axis has ``features`` elements (checked before the layer norm
     itself, which would blame its weight, or say nothing without one)."""
     shape = np.shape(x.data if isinstance(x, Tensor) else x)
@@ -87,10 +88,10 @@ class Module:
 
     training = True
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
     # -- discovery --
@@ -247,9 +248,9 @@ class Linear(Module):
             std = F._non_negative(std, "Linear", "std")  # (an infinite std would give infinite weights)
             self.weight = Parameter(rng.normal(0.0, std, (out_features, in_features)))
             self.bias = Parameter(np.zeros(out_features)) if bias else None
-        self.gemm = F.linear  # gemm(x, weight, bias): the hook fp8.apply_recipe replaces
+        self.gemm: Callable[..., Tensor] = F.linear  # gemm(x, weight, bias): the hook fp8.apply_recipe replaces
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         return self.gemm(x, self.weight, self.bias)
 
     def __repr__(self) -> str:
@@ -271,7 +272,7 @@ class Embedding(Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(rng.normal(0.0, std, (num_embeddings, embedding_dim)))
 
-    def forward(self, ids) -> Tensor:
+    def forward(self, ids: Tensor | ArrayLike) -> Tensor:
         return F.embedding(ids, self.weight)
 
     def __repr__(self) -> str:
@@ -289,7 +290,7 @@ class LayerNorm(Module):
         self.weight = Parameter(np.ones(features)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         _check_feature_axis(x, self.features, "LayerNorm")
         return F.layer_norm(x, self.weight, self.bias, self.eps)
 
@@ -306,7 +307,7 @@ class Dropout(Module):
         self.p = float(p)
         self.rng = _check_generator(rng, "Dropout")
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         return F.dropout(x, self.p, self.rng, training=self.training)
 
     def __repr__(self) -> str:
@@ -316,14 +317,14 @@ class Dropout(Module):
 class GELU(Module):
     """GELU, tanh approximation (see ``functional.gelu``)."""
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         return F.gelu(x)
 
 
 class ReLU(Module):
     """max(x, 0)."""
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         return F.relu(x)
 
 
@@ -336,7 +337,7 @@ class Sequential(Module):
                 raise TypeError(f"Sequential: argument {i} is a {type(module).__name__}, not a Module")
         self.layers = list(modules)
 
-    def named_children(self):
+    def named_children(self) -> Iterator[tuple[str, Module]]:
         for i, module in enumerate(self.layers):
             yield str(i), module
 
@@ -346,7 +347,7 @@ class Sequential(Module):
     def __len__(self) -> int:
         return len(self.layers)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         for module in self.layers:
             x = module(x)
         return x

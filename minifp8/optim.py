@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class Optimizer:
 
     defaults: dict = {}
 
-    def __init__(self, params, defaults: dict):
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], defaults: dict) -> None:
         if isinstance(params, Tensor):  # list(t) would give the slices t[0], t[1], ..., which never get a grad
             raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors or of parameter groups, "
                             "got a Tensor (pass [t])")
@@ -111,7 +111,7 @@ class Optimizer:
 
     def state_dict(self) -> dict:
         """``{"state": {index: {...}}, "param_groups": [...]}``; parameters are named by index; all copies."""
-        index = {}
+        index: dict[int, int] = {}
         groups = []
         for group in self.param_groups:
             settings = {k: copy.deepcopy(v) for k, v in group.items() if k != "params"}
@@ -184,7 +184,7 @@ class Optimizer:
             return copy.deepcopy(dict(saved))
         if set(saved) != set(template):
             raise KeyError(f"{owner}: parameter {i} has state keys {sorted(saved)}, expected {sorted(template)}")
-        state = {}
+        state: dict[str, np.ndarray | int | float] = {}
         for name, example in template.items():
             value = saved[name]
             if isinstance(example, np.ndarray):
@@ -215,8 +215,8 @@ class SGD(Optimizer):
     ``g = b``; finally ``p = p - lr * g``. The buffer ``b`` has the parameter's dtype.
     """
 
-    def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float, momentum: float = 0.0,
+                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> None:
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov))
 
@@ -271,10 +271,11 @@ class AdamW(Optimizer):
     folded in. Computed in the parameter's dtype (float32), in place.
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2):
-        betas = tuple(betas) if isinstance(betas, (tuple, list)) else betas
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] | list[float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2) -> None:
+        pair = tuple(betas) if isinstance(betas, (tuple, list)) else betas  # (checked by _check)
+        super().__init__(params, dict(lr=lr, betas=pair, eps=eps, weight_decay=weight_decay))
 
     def _check(self, group: dict) -> None:
         super()._check(group)
@@ -292,7 +293,7 @@ class AdamW(Optimizer):
         state["exp_avg_sq"] = np.zeros_like(p.data)
 
     def _state_template(self, p: Tensor) -> dict:
-        state = {}
+        state: dict[str, Any] = {}
         self._init_state(p, state)
         return state
 

@@ -14,13 +14,21 @@ and training figures as they are added.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import formats as _formats
 from .codec import quantize
-from .formats import _check_int, _described, _is_real, _is_real_type
+from .formats import FloatFormat, _check_int, _described, _is_real, _is_real_type
+from .fp8 import ScaleRecord, ScaleTracker
+from .model import GPTConfig
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+else:  # matplotlib is optional and imported inside the functions only: at run time (typing.get_type_hints)
+    Figure = Any  # the figures' return annotation resolves to Any
 
 # One colour per format, the same in every figure (matplotlib's default cycle, colour-blind safe
 # enough for two or three lines; subnormals and special regions get their own).
@@ -88,7 +96,7 @@ def _number(value, name: str, none: bool = False, positive: bool = False) -> flo
 # ================================================================================================
 # Formats (tutorial 01)
 # ================================================================================================
-def value_grid(names=("E4M3", "E5M2")):
+def value_grid(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4M3", "E5M2")) -> Figure:
     """Every positive finite value of each format on a log2 axis, and the gap to the next one.
 
     Top: one tick per value, subnormals in orange, with the smallest subnormal, the smallest
@@ -152,8 +160,8 @@ def _power_label(value: float) -> str:
     return f"$2^{{{int(np.log2(value))}}}$"
 
 
-def rounding_error(names=("E4M3", "E5M2"), low_exponent: int = -19, high_exponent: int = 18,
-                   points: int = 6000):
+def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4M3", "E5M2"),
+                   low_exponent: int = -19, high_exponent: int = 18, points: int = 6000) -> Figure:
     """Relative error of round-to-nearest-even over a wide range of inputs, one panel per format.
 
     In the normal range the error never exceeds half a gap, ``2**-(M+1)`` (the dashed line): 6.25%
@@ -214,7 +222,7 @@ def rounding_error(names=("E4M3", "E5M2"), low_exponent: int = -19, high_exponen
 # Rounding (tutorial 02)
 # ================================================================================================
 def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float = 1.5, points: int = 161,
-                             samples: int = 4096, seed: int = 0):
+                             samples: int = 4096, seed: int = 0) -> Figure:
     """Mean of many stochastic roundings against the input, next to round-to-nearest-even.
 
     Top: the average of ``samples`` stochastic roundings of each input lies on the diagonal
@@ -287,7 +295,7 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
 # Scaling (tutorials 03-04)
 # ================================================================================================
 def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor: float = 8.0,
-                            history_len: int = 16, size: int = 4096, name: str = "E4M3", seed: int = 0):
+                            history_len: int = 16, size: int = 4096, name: str = "E4M3", seed: int = 0) -> Figure:
     """Delayed scaling through one outlier step, next to current scaling.
 
     Every step casts a fresh tensor of ``size`` standard normal values (drawn from one
@@ -322,7 +330,10 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
                          f"format), got {fmt.name}, which saturates instead")
     rng = np.random.default_rng(seed)
     recipe = DelayedScaling(fmt, history_len=history_len)
-    amax, delayed_scale, current_scale, clipped = [], [], [], []
+    amax: list[float] = []
+    delayed_scales: list[float] = []
+    current_scales: list[float] = []
+    clipped_counts: list[int] = []
     for step in range(steps):
         x = rng.normal(0.0, 1.0, size).astype(np.float32)
         if step == spike_step:
@@ -333,13 +344,13 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
                                  f"got {spike_factor!r}, which makes its amax {float(np.max(np.abs(x)))!r}")
         result = recipe.quantize(x)
         amax.append(float(result.amax))
-        delayed_scale.append(float(result.scale))
-        current_scale.append(float(scale_from_amax(result.amax, fmt)))
+        delayed_scales.append(float(result.scale))
+        current_scales.append(float(scale_from_amax(result.amax, fmt)))
         with np.errstate(over="ignore"):  # saturated: the cast without saturation would overflow
             overflow = quantize(x * result.scale, fmt)
-        clipped.append(int(np.sum(~np.isfinite(overflow))))
+        clipped_counts.append(int(np.sum(~np.isfinite(overflow))))
     step_axis = np.arange(steps)
-    delayed_scale, current_scale, clipped = map(np.array, (delayed_scale, current_scale, clipped))
+    delayed_scale, current_scale, clipped = map(np.array, (delayed_scales, current_scales, clipped_counts))
     window = "#2ca02c"
 
     figure, (amax_axis, scale_axis, clip_axis) = _new_figure(8.0, 7.0, rows=3, sharex=True)
@@ -372,9 +383,9 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
 
     shown = np.where(clipped > 0, clipped, np.nan)
     clip_axis.bar(step_axis, shown, color=_color(fmt), width=0.7, label="delayed")
-    for step in np.flatnonzero(clipped):
-        clip_axis.annotate(f"{clipped[step]}", (step, clipped[step]), xytext=(0, 2), textcoords="offset points",
-                           ha="center", va="bottom", fontsize=7)
+    for clipped_step in np.flatnonzero(clipped):
+        clip_axis.annotate(f"{clipped[clipped_step]}", (clipped_step, clipped[clipped_step]), xytext=(0, 2),
+                           textcoords="offset points", ha="center", va="bottom", fontsize=7)
     clip_axis.set_yscale("log")
     clip_axis.set_ylim(0.5, size * 4)
     clip_axis.set_ylabel(f"values clipped\nat ±{fmt.max:g} (of {size})")
@@ -390,7 +401,7 @@ BLOCK_RECIPE_COLORS = {"E4M3 per tensor": FORMAT_COLORS["E4M3"], "MXFP8_E4M3": "
                        "NVFP4": "#2ca02c"}
 
 
-def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -28, seed: int = 0):
+def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -28, seed: int = 0) -> Figure:
     """Signal-to-noise ratio of each row of a tensor whose rows differ in scale, per recipe.
 
     Row i holds ``columns`` standard normal values times ``2**e_i``, with ``e_i`` evenly spaced
@@ -459,7 +470,8 @@ def _rows_at_scales(rows: int, columns: int, low_exponent: int, seed: int) -> tu
 SCALE_FORMATS = ("E4M3", "E5M2")  # the forward values are cast to E4M3, the gradients to E5M2
 
 
-def scale_plot(records, title: str | None = None, statistic: str = "std"):
+def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRecord], title: str | None = None,
+               statistic: str = "std") -> Figure:
     """The scale of every tracked tensor and of its gradient, one row per tensor on a log2 axis.
 
     After the unit-scaling library's visualiser (Blake et al. 2023, section 4): each row is one
@@ -485,20 +497,20 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     """
     if statistic not in ("std", "mean_abs"):
         raise ValueError(f"statistic must be 'std' or 'mean_abs', got {statistic!r}")
-    records = getattr(records, "records", records)
-    if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+    given: object = getattr(records, "records", records)  # (a ScaleTracker's dict, or records itself)
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
         raise TypeError("scale_plot needs a ScaleTracker, a dict of name -> ScaleRecord or a sequence of "
-                        f"ScaleRecords, got {_described(records)}")
-    records = list(records.values()) if isinstance(records, dict) else list(records)
-    if not records:
+                        f"ScaleRecords, got {_described(given)}")
+    tracked: list[ScaleRecord] = list(given.values()) if isinstance(given, dict) else list(given)
+    if not tracked:
         raise ValueError("scale_plot needs at least one record (track tensors inside a ScaleTracker)")
-    for record in records:
+    for record in tracked:
         if not hasattr(record, f"forward_{statistic}"):
             raise TypeError(f"scale_plot needs ScaleRecords (what a ScaleTracker records), got "
                             f"{type(record).__name__} {record!r}")
-    forward = np.array([getattr(r, f"forward_{statistic}") for r in records], dtype=np.float64)
+    forward = np.array([getattr(r, f"forward_{statistic}") for r in tracked], dtype=np.float64)
     backward = np.array([np.nan if getattr(r, f"backward_{statistic}") is None else getattr(r, f"backward_{statistic}")
-                         for r in records], dtype=np.float64)
+                         for r in tracked], dtype=np.float64)
     fmts = [_formats.get(name) for name in SCALE_FORMATS]
     shown = np.concatenate([forward, backward])
     positive = shown[np.isfinite(shown) & (shown > 0)]
@@ -507,7 +519,7 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     high = max([int(np.ceil(np.log2(f.max))) + 1 for f in fmts]
                + ([int(np.ceil(np.log2(positive.max()))) + 1] if positive.size else []))
 
-    rows = len(records)
+    rows = len(tracked)
     figure, (ax,) = _new_figure(8.0, 0.32 * rows + 1.9)
     for fmt, (top, bottom) in zip(fmts, ((0.0, 0.45), (-0.45, 0.0))):  # forward above, backward below
         color = _color(fmt)
@@ -533,7 +545,7 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     # Below the x label, wherever the tick labels put it: constrained layout makes room for an
     # "outside" figure legend (matplotlib 3.7).
     figure.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
-    ax.set_yticks(y, [r.name for r in records])
+    ax.set_yticks(y, [r.name for r in tracked])
     ax.set_ylim(rows - 0.5, -0.5)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_xlabel(f"{'standard deviation' if statistic == 'std' else 'mean |x|'} (log scale)")
@@ -542,7 +554,7 @@ def scale_plot(records, title: str | None = None, statistic: str = "std"):
     return figure
 
 
-def gpt_cast_scales(config, batch_size: int, seed: int = 0) -> list:
+def gpt_cast_scales(config: GPTConfig, batch_size: int, seed: int = 0) -> list[ScaleRecord]:
     """What the FP8 casts of a freshly initialised GPT would see, from one forward and backward pass.
 
     Builds ``minifp8.model.GPT(config)`` (weights from ``seed``), takes one training batch of
@@ -661,7 +673,7 @@ def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> tuple[dict
         raise TypeError(f"{figure}: results['runs'] must be a dict of run label -> metrics, got {type(runs).__name__}")
     if not runs:
         raise ValueError(f"{figure}: results holds no runs")
-    columns = {}
+    columns: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for label, metrics in runs.items():
         if not isinstance(label, str):
             raise TypeError(f"{figure}: a run's label must be a str, got {_described(label)}")
@@ -696,7 +708,7 @@ def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
     return (np.arange(count) + 0.5) * window * every + 0.5, means
 
 
-def training_curves(results: dict, smooth_steps: int = 20, title: str | None = None):
+def training_curves(results: dict, smooth_steps: int = 20, title: str | None = None) -> Figure:
     """Loss curves of every run of a ``train_tiny`` results document, and their worst FP8 underflow.
 
     Top: the training loss (averaged over windows of about ``smooth_steps`` steps, thin) and the
@@ -790,7 +802,7 @@ LINE_STYLE_NAMES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot
 FP8LM_MAX_RUNS = 10 * len(LINE_STYLES)  # each its own pair of the ten colours C0-C9 and a line style
 
 
-def fp8lm_options(results: dict):
+def fp8lm_options(results: dict) -> Figure:
     """What FP8-LM's options do to the headline config (``train_tiny --experiment fp8lm``).
 
     Top: the validation loss of every run relative to the run of the same recipe without options
@@ -909,15 +921,16 @@ def fp8lm_options(results: dict):
 # The kernels of `scaled_gemm_errors`: legend label, colour, line style, and the options their
 # outputs are judged with (each as `minifp8.gemm.compare_matmul` would judge a kernel that declares
 # float32 accumulation and its output type).
-GEMM_KERNELS = (("float32 accumulator", "#1f77b4", "-", {}),
-                ("float32 accumulator, bfloat16 output", "#1f77b4", "--", {"output": "bfloat16"}),
-                ("14-bit accumulator, no promotion", "#ff7f0e", "--", {}),
-                ("14 bits, promoted to float32 every 128 (DeepSeek-V3)", "#ff7f0e", "-", {}),
-                ("bug: activation scales read one block late", "#d62728", "-", {}))
+GEMM_KERNELS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (  # (options: compare_matmul's keywords)
+    ("float32 accumulator", "#1f77b4", "-", {}),
+    ("float32 accumulator, bfloat16 output", "#1f77b4", "--", {"output": "bfloat16"}),
+    ("14-bit accumulator, no promotion", "#ff7f0e", "--", {}),
+    ("14 bits, promoted to float32 every 128 (DeepSeek-V3)", "#ff7f0e", "-", {}),
+    ("bug: activation scales read one block late", "#d62728", "-", {}))
 GEMM_BLOCK = 128  # DeepSeek-V3's block along K: 1x128 activation tiles, 128x128 weight blocks
 
 
-def scaled_gemm_errors(seed: int = 2):
+def scaled_gemm_errors(seed: int = 2) -> Figure:
     """Each output's error over its tolerance, for five kernels of one blockwise-scaled FP8 GEMM.
 
     The GEMM is tutorial 8's: 16x512 activations (standard normal) times 512x256 weights (normal,
@@ -988,7 +1001,8 @@ def _scaled_gemm_ratios(seed: int) -> dict:
             if key not in reports:
                 reports[key] = compare_matmul(output, a.codes, a.scale_inv, b.codes, b.scale_inv, a_format="E4M3",
                                               b_format="E4M3", **options)
-            reference, tolerance = reports[key].reference.value, reports[key].tolerance
+            report = reports[key]
+            reference, tolerance = report.reference.value, report.tolerance
             ratios[label] = np.sort(np.abs(output - reference) / tolerance, axis=None)[::-1]
         panels[title] = ratios
     return panels
@@ -1066,7 +1080,7 @@ def _narrow_gemm(a_values, a_scales, b_values, b_scales, bits: int):
 # ================================================================================================
 # Speed (tutorial 09)
 # ================================================================================================
-def train_speed(results: dict, title: str | None = None):
+def train_speed(results: dict, title: str | None = None) -> Figure:
     """How much longer a simulated FP8 training step takes than an fp32 one, over a training run.
 
     One line per FP8 recipe: the median, over each window of steps, of the ratio of its step time
@@ -1124,7 +1138,7 @@ def train_speed(results: dict, title: str | None = None):
         lines.append((recipe, ratios, f"{label}: {ratio:.2f}x", target))
 
     figure, (axis,) = _new_figure(8.0, 4.6)
-    targets = {}
+    targets: dict[float, list[tuple[str, str]]] = {}
     for number, (recipe, ratios, label, target) in enumerate(lines):
         color = f"C{number}"
         steps = (np.arange(len(ratios)) + 0.5) * window

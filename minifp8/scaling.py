@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import codec, formats
 from .formats import FloatFormat, _check_int, _described, _is_int
@@ -55,11 +56,11 @@ class ScaledTensor:
     ----------
     codes : numpy.ndarray of uint8
         One code per element, the input's shape.
-    scale, scale_inv : numpy.ndarray of float32
+    scale, scale_inv : numpy.ndarray of float32, or numpy.float32
         The scales multiplied in before the cast, and ``float32(1 / scale)``: finite and > 0.
         Shape ``()`` per tensor; the input's shape with ``axis`` reduced to 1 per row; one per tile
         for blocks (the input's shape with every axis replaced by its number of tiles).
-    amax : numpy.ndarray of float32
+    amax : numpy.ndarray of float32, or numpy.float32
         ``max |x|`` over each group that shares a scale (statistics; for delayed scaling the scale
         came from the history instead).
     fmt : FloatFormat
@@ -71,9 +72,9 @@ class ScaledTensor:
     """
 
     codes: np.ndarray
-    scale: np.ndarray
-    scale_inv: np.ndarray
-    amax: np.ndarray
+    scale: np.ndarray | np.float32
+    scale_inv: np.ndarray | np.float32
+    amax: np.ndarray | np.float32
     fmt: FloatFormat
     granularity: str = "tensor"
     axis: int | None = None
@@ -111,18 +112,19 @@ class ScaledTensor:
                 raise ValueError(f"per-tensor scaling has no axis or block_shape, got axis={self.axis!r}, "
                                  f"block_shape={self.block_shape!r}")
             return ()
-        if not _is_int(self.axis) or not 0 <= self.axis < len(shape):
+        axis = self.axis
+        if axis is None or not _is_int(axis) or not 0 <= axis < len(shape):
             raise ValueError(f"{self.granularity} scaling needs axis, an int in [0, {len(shape)}) for codes of "
                              f"shape {shape}, got {self.axis!r}")
         if self.granularity == "row":
             if self.block_shape is not None:
                 raise ValueError(f"per-row scaling has no block_shape, got {self.block_shape!r}")
-            return shape[:self.axis] + (1,) + shape[self.axis + 1:]
+            return shape[:axis] + (1,) + shape[axis + 1:]
         rows, columns = _block_shape(self.block_shape)
         if rows > 1 and len(shape) != 2:
             raise ValueError(f"tiles of {rows}x{columns} need 2-d codes, got shape {shape}")
         tiles = [-(-length // rows) if rows > 1 else length for length in shape]  # (2-d: the other axis)
-        tiles[self.axis] = -(-shape[self.axis] // columns)
+        tiles[axis] = -(-shape[axis] // columns)
         return tuple(tiles)
 
     @property
@@ -138,13 +140,15 @@ class ScaledTensor:
         with np.errstate(over="ignore", under="ignore"):
             if self.granularity != "block":
                 return values * self.scale_inv  # per tensor: a scalar; per row: broadcasts along axis
+            # (block scaling, as __post_init__ checked: an axis, a block_shape and an array of scales per tile)
+            assert self.axis is not None and self.block_shape is not None and isinstance(self.scale_inv, np.ndarray)
             moved = np.moveaxis(values, self.axis, -1)
             factors = _expand_tiles(np.moveaxis(self.scale_inv, self.axis, -1), moved.shape, self.block_shape)
             return np.ascontiguousarray(np.moveaxis(moved * factors, -1, self.axis))
 
 
 # ---- the building blocks -----------------------------------------------------------------------
-def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
+def scale_from_amax(amax: ArrayLike, fmt: str | FloatFormat, *, power_of_2: bool = False) -> np.ndarray:
     """TransformerEngine's ``compute_scale_from_amax`` (epsilon 0), elementwise, in float32.
 
     ``scale = fp8_max / amax``; amax 0, Inf or NaN -> 1; a quotient that overflows -> ``FLT_MAX``;
@@ -153,20 +157,28 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     """
     fmt = _format(fmt)
     power_of_2 = formats._check_bool(power_of_2, "power_of_2")
-    if not isinstance(amax, np.float32):  # (a cast's own float32 amax, on every cast: checked already)
-        amax = codec._to_float32(amax, "amax")
-    if amax.ndim == 0:  # one tensor's amax, as the per-tensor recipes ask on every cast: in Python floats
+    if isinstance(amax, np.float32):  # (a cast's own float32 amax, on every cast: checked already)
         value = float(amax)
-        if value < 0:
-            raise ValueError(f"amax must be >= 0 (a largest magnitude), got {value}")
-        if value == 0 or not math.isfinite(value):
-            return np.array(1, np.float32)
-        # A float64 quotient rounded to float32 is the float32 quotient (53 >= 2 * 24 + 2 bits: the
-        # double rounding is innocuous, Figueroa 1995); past FLT_MAX it is FLT_MAX either way.
-        scale = np.float32(min(fmt.max / value, float(FLOAT32_MAX)))
-        if power_of_2:
-            scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
-        return np.array(scale, np.float32)
+    else:
+        array = codec._to_float32(amax, "amax")
+        if array.ndim:
+            return _scales_from_amaxes(array, fmt, power_of_2)
+        value = float(array)
+    # One tensor's amax, as the per-tensor recipes ask on every cast: in Python floats.
+    if value < 0:
+        raise ValueError(f"amax must be >= 0 (a largest magnitude), got {value}")
+    if value == 0 or not math.isfinite(value):
+        return np.array(1, np.float32)
+    # A float64 quotient rounded to float32 is the float32 quotient (53 >= 2 * 24 + 2 bits: the
+    # double rounding is innocuous, Figueroa 1995); past FLT_MAX it is FLT_MAX either way.
+    scale = np.float32(min(fmt.max / value, float(FLOAT32_MAX)))
+    if power_of_2:
+        scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
+    return np.array(scale, np.float32)
+
+
+def _scales_from_amaxes(amax: np.ndarray, fmt: FloatFormat, power_of_2: bool) -> np.ndarray:
+    """`scale_from_amax` of a float32 array of amaxes (at least 1-d), elementwise."""
     negative = amax < 0
     if negative.any():
         raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax[negative][0])}")
@@ -177,7 +189,7 @@ def scale_from_amax(amax, fmt, *, power_of_2=False) -> np.ndarray:
     return np.where(np.isfinite(amax) & (amax != 0), scale, np.float32(1))
 
 
-def quantize_with_scale(x, scale, fmt) -> np.ndarray:
+def quantize_with_scale(x: ArrayLike, scale: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
     """``encode(float32(x * scale), fmt, saturate=True)``: the cast every recipe ends with.
 
     ``scale`` holds finite numbers > 0 and broadcasts to x's shape without enlarging it (a scalar,
@@ -211,7 +223,7 @@ def _inverse(scale: np.ndarray) -> np.ndarray:
 
 
 # ---- current scaling ---------------------------------------------------------------------------
-def quantize_current(x, fmt="E4M3", *, power_of_2=False) -> ScaledTensor:
+def quantize_current(x: ArrayLike, fmt: str | FloatFormat = "E4M3", *, power_of_2: bool = False) -> ScaledTensor:
     """Per-tensor current scaling: ``scale = fp8_max / max|x|`` from this very tensor.
 
     Parameters
@@ -231,7 +243,8 @@ def quantize_current(x, fmt="E4M3", *, power_of_2=False) -> ScaledTensor:
 
 
 # ---- per-row scaling ---------------------------------------------------------------------------
-def quantize_rowwise(x, fmt="E4M3", *, axis=-1, power_of_2=False) -> ScaledTensor:
+def quantize_rowwise(x: ArrayLike, fmt: str | FloatFormat = "E4M3", *, axis: int = -1,
+                     power_of_2: bool = False) -> ScaledTensor:
     """One scale per row: per slice of ``x`` along ``axis`` (the contraction axis of a GEMM operand).
 
     ``scale`` has x's shape with ``axis`` reduced to 1 (keepdims), so it broadcasts against x.
@@ -247,7 +260,8 @@ def quantize_rowwise(x, fmt="E4M3", *, axis=-1, power_of_2=False) -> ScaledTenso
 
 
 # ---- blockwise scaling -------------------------------------------------------------------------
-def quantize_blockwise(x, fmt="E4M3", *, block_shape=(1, 128), axis=-1, power_of_2=True) -> ScaledTensor:
+def quantize_blockwise(x: ArrayLike, fmt: str | FloatFormat = "E4M3", *, block_shape: tuple[int, int] = (1, 128),
+                       axis: int = -1, power_of_2: bool = True) -> ScaledTensor:
     """One scale per tile: 1x128 for activations and gradients, 128x128 for weights.
 
     TransformerEngine's Float8BlockScaling (scales are float32 powers of two by default) after
@@ -382,7 +396,8 @@ class DelayedScaling:
         0 or one whose inverse overflows (dequantize gives NaN or Inf).
     """
 
-    def __init__(self, fmt="E4M3", *, history_len=1024, amax_compute_algo="max", margin=0):
+    def __init__(self, fmt: str | FloatFormat = "E4M3", *, history_len: int = 1024, amax_compute_algo: str = "max",
+                 margin: int = 0):
         self.fmt = _format(fmt)
         history_len = _check_int(history_len, "history_len", 1)
         if amax_compute_algo not in AMAX_COMPUTE_ALGOS:
@@ -401,7 +416,7 @@ class DelayedScaling:
         self.scale = np.float32(1)
         self.scale_inv = np.float32(1)
 
-    def quantize(self, x, *, update=True) -> ScaledTensor:
+    def quantize(self, x: ArrayLike, *, update: bool = True) -> ScaledTensor:
         """Cast x with the current scale and record its amax; then `update` unless told not to.
 
         Pass ``update=False`` to cast several tensors in one step (the recorded amax is their
@@ -417,7 +432,7 @@ class DelayedScaling:
             self.update()
         return result
 
-    def record_amax(self, amax) -> None:
+    def record_amax(self, amax: ArrayLike) -> None:
         """Record a tensor's ``max|x|`` (a float32, >= 0 or NaN) as `quantize` does: into this step's
         history entry, as a running max (NaN propagates). For a caller that casts with ``scale``
         itself. A negative amax is a ValueError, as in `scale_from_amax` (a forgotten ``abs``)."""

@@ -17,12 +17,14 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import codec, formats
-from .formats import _check_int, _is_int
+from .formats import FloatFormat, _check_int, _is_int
+from .mx import MXFormat
 
 # ================================================================================================
 # gradcheck: analytic gradients of the autograd engine against float64 central differences
@@ -41,13 +43,13 @@ class GradcheckInput:
     """
 
     name: str
-    shape: tuple
+    shape: tuple[int, ...]
     error: float          # float64 analytic vs central differences
-    index: tuple
+    index: tuple[int, ...]
     analytic: float
     numeric: float
     float32_error: float  # float32 analytic vs float64 analytic
-    float32_index: tuple
+    float32_index: tuple[int, ...]
     float32_analytic: float
     float64_analytic: float
 
@@ -72,7 +74,7 @@ class GradcheckInput:
 class GradcheckReport:
     """What `gradcheck` compared: one `GradcheckInput` per input that requires grad."""
 
-    inputs: list = field(default_factory=list)
+    inputs: list[GradcheckInput] = field(default_factory=list)
     eps: float = 0.0
     atol: float = 0.0
     rtol: float = 0.0
@@ -88,7 +90,7 @@ class GradcheckReport:
             entry.describe(self) for entry in self.inputs)
 
 
-def gradcheck(fn: Callable, *inputs, eps: float = 1e-6, atol: float = 1e-6, rtol: float = 1e-5,
+def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6, rtol: float = 1e-5,
               float32_atol: float = 1e-5, float32_rtol: float = 1e-4, seed: int = 271828,
               names: Sequence[str] | None = None, raise_on_failure: bool = True) -> GradcheckReport:
     """Check the backward of ``fn(*inputs)`` for every input Tensor that requires grad.
@@ -268,7 +270,7 @@ def _compare(name, shape, g32, g64, numeric, report: GradcheckReport) -> Gradche
         float64_analytic=float(g64[worst32]) if g64.size else 0.0)
 
 
-def _worst(ratio: np.ndarray) -> tuple:
+def _worst(ratio: np.ndarray) -> tuple[int, ...]:
     if ratio.size == 0:
         return ()
     # NaN counts as the worst possible
@@ -297,7 +299,7 @@ class Mismatch:
     describes.
     """
 
-    index: tuple
+    index: tuple[int, ...]
     input: float
     input_bits: str
     expected_code: int
@@ -323,11 +325,11 @@ class Report:
     """
 
     format_name: str
-    options: dict
+    options: dict[str, Any]
     total: int
     count: int
-    by_class: dict
-    mismatches: list = field(default_factory=list)
+    by_class: dict[str, int]
+    mismatches: list[Mismatch] = field(default_factory=list)
     nan: str = "exact"
     input_dtype: str = "float32"
     layout: str = ""
@@ -354,7 +356,7 @@ class Report:
                    ("input bits", 20, [m.input_bits for m in rows])]
         if any(m.scaled_input is not None for m in rows):  # block formats
             columns += [("after scaling", 16, [repr(m.scaled_input) for m in rows]),
-                        ("scaled bits", 20, [m.scaled_bits for m in rows])]
+                        ("scaled bits", 20, [str(m.scaled_bits) for m in rows])]  # (str: set with scaled_input)
         columns += [("expected", 16, [f"{m.expected_code:#04x} {m.expected_value:.6g}" for m in rows]),
                     ("actual", 16, [f"{m.actual_code:#04x} {m.actual_value:.6g}" for m in rows]),
                     ("codes", 5, ["-" if m.distance is None else str(m.distance) for m in rows])]
@@ -382,7 +384,8 @@ def _input_text(value: float, dtype_name: str) -> str:
     return repr(value) if dtype_name == "float64" else f"{value:.9g}"
 
 
-def compare(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> Report:
+def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str = "exact", max_rows: int = 20,
+            **encode_options: Any) -> Report:
     """Compare a backend's encoding of ``x`` with `minifp8.encode` and classify each mismatch.
 
     Parameters
@@ -504,7 +507,8 @@ def _bits_texts(values: np.ndarray) -> list[str]:
     return [f"{int(bits):#0{2 + 2 * values.itemsize}x}" for bits in np.ascontiguousarray(values).view(unsigned)]
 
 
-def assert_codes_equal(actual, x, fmt, *, nan: str = "exact", max_rows: int = 20, **encode_options) -> None:
+def assert_codes_equal(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str = "exact",
+                       max_rows: int = 20, **encode_options: Any) -> None:
     """Raise ``AssertionError`` with the `Report` table when a backend's codes differ from ours."""
     report = compare(actual, x, fmt, nan=nan, max_rows=max_rows, **encode_options)
     if not report.ok:
@@ -620,7 +624,8 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
     return classes
 
 
-def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
+def sweep(fmt: str | FloatFormat | None = None, kind: str = "structured",
+          batch_size: int = 1 << 24) -> Iterator[np.ndarray]:
     """Float32 input batches for a backend to run through its own cast: an iterator of arrays.
 
     The structured and exhaustive sweeps hold NaN, which the formats without a NaN (E2M1, E2M3 and
@@ -654,7 +659,7 @@ def sweep(fmt=None, kind: str = "structured", batch_size: int = 1 << 24):
     return _sweep(fmt, kind, batch_size)
 
 
-def _sweep(fmt, kind: str, batch_size: int):
+def _sweep(fmt: FloatFormat | None, kind: str, batch_size: int) -> Iterator[np.ndarray]:
     """`sweep`'s batches, made on demand (its arguments checked)."""
     if kind == "structured":
         upper = np.arange(1 << 16, dtype=np.uint32) << 16
@@ -666,13 +671,14 @@ def _sweep(fmt, kind: str, batch_size: int):
             bits += np.uint32(start)  # start + batch_size <= 2**32: no element wraps
             yield bits.view(np.float32)
     else:
+        assert fmt is not None  # sweep refuses kind="edge" without a format
         yield edge_cases(fmt)
 
 
 STRUCTURED_LOW_HALVES = (0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000)
 
 
-def edge_cases(fmt) -> np.ndarray:
+def edge_cases(fmt: str | FloatFormat) -> np.ndarray:
     """Float32 inputs on and around every boundary of ``fmt``: the finite ones sorted, each with both
     signs (-0.0 and +0.0 too) and no duplicates, then +Inf, -Inf and (where ``fmt`` has NaN) NaN
     and -NaN (the sign of a NaN is kept where the format can spell it)."""
@@ -710,7 +716,7 @@ def _midpoints(fmt) -> np.ndarray:
 class ScaleMismatch:
     """One block whose scale code differs: its index in ``scales``, its amax and both codes."""
 
-    index: tuple
+    index: tuple[int, ...]
     block_amax: float
     expected_code: int
     expected_value: float
@@ -732,10 +738,10 @@ class BlockReport:
     """
 
     format_name: str
-    options: dict
+    options: dict[str, Any]
     scale_total: int
     scale_count: int
-    scale_mismatches: list
+    scale_mismatches: list[ScaleMismatch]
     elements: Report
     layout: str = ""
 
@@ -760,7 +766,8 @@ class BlockReport:
         return "\n".join(lines)
 
 
-def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20, **quantize_options) -> BlockReport:
+def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | FloatFormat | MXFormat, *,
+               nan: str = "exact", max_rows: int = 20, **quantize_options: Any) -> BlockReport:
     """Compare a backend's block-scaled result with `minifp8.mx.quantize` (or NVFP4).
 
     Parameters
@@ -799,7 +806,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
                    "compare_mx" + (" (NVFP4)" if is_nvfp4 else ""))
     expected = mx.quantize_nvfp4(x, **quantize_options) if is_nvfp4 else mx.quantize(x, elem, **quantize_options)
     scale_format = formats.E4M3 if is_nvfp4 else formats.E8M0
-    element_format = formats.E2M1 if is_nvfp4 else expected.elem
+    element_format = expected.elem if isinstance(expected, mx.MXArray) else formats.E2M1
     axis, block_size = expected.axis, expected.block_size
     # x's blocks as mx lays them out (an axis shorter than a block is one block, unpadded)
     blocks, moved_shape = mx._to_blocks(x, axis, block_size)
@@ -845,7 +852,7 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
     positions = np.flatnonzero((same_scale & (codes != expected.codes)).reshape(-1))
     inputs = x.reshape(-1)
     scale_codes_there = element_scale_codes.reshape(-1)[positions]
-    if is_nvfp4:
+    if isinstance(expected, mx.NVFP4Array):  # (is_nvfp4)
         decode_scale = np.float32(1) / expected.encode_scale
         with np.errstate(divide="ignore", over="ignore", under="ignore"):
             element_scale = np.minimum(np.float32(1) / (scale_table[scale_codes_there].astype(np.float32)
@@ -878,7 +885,8 @@ def compare_mx(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20
                        "\n".join(note for note in notes if note))
 
 
-def assert_mx_equal(scales, codes, x, elem, *, nan: str = "exact", max_rows: int = 20, **quantize_options) -> None:
+def assert_mx_equal(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | FloatFormat | MXFormat, *,
+                    nan: str = "exact", max_rows: int = 20, **quantize_options: Any) -> None:
     """Raise ``AssertionError`` with the `BlockReport` when a backend's scales or codes differ."""
     report = compare_mx(scales, codes, x, elem, nan=nan, max_rows=max_rows, **quantize_options)
     if not report.ok:

@@ -131,6 +131,7 @@ import argparse
 import contextlib
 import ctypes
 import functools
+import io
 import json
 import math
 import os
@@ -141,7 +142,7 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -365,8 +366,9 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
             if flag in explicit:
                 parser.error(f"--experiment {config.experiment} fixes its runs; do not combine it with "
                              f"--{flag.replace('_', '-')}")
-        config = replace(config, **{key: value for key, value in HEADLINE_CONFIG.items() if key not in explicit})
         runs = list(EXPERIMENTS[config.experiment])
+        overrides: dict[str, Any] = {key: value for key, value in HEADLINE_CONFIG.items() if key not in explicit}
+        config = replace(config, **overrides)
     else:
         runs = _runs(parser, config)
     _check_config(parser.error, config, runs)
@@ -547,7 +549,11 @@ class LossScaler:
 # One run
 # ================================================================================================
 class Diverged(Exception):
-    """A run's loss or gradients became NaN/Inf; the message is the one-line report."""
+    """A run's loss or gradients became NaN/Inf; the message is the one-line report.
+
+    `train` sets ``metrics``: the run's metrics up to the divergence."""
+
+    metrics: dict
 
 
 class Interrupted(Exception):
@@ -660,7 +666,7 @@ def _evaluate(model, state, batches, dataset) -> dict:
     state.load_state_dict(saved_state)
     for name, point in state.points.items():
         point.stats = saved_stats[name]
-    result = {"loss": float(np.mean(losses))}
+    result: dict[str, float | None] = {"loss": float(np.mean(losses))}
     if accuracy is not None:  # (None where no answer was scored: windows too short to hold one)
         result.update({key: None if math.isnan(value) else value for key, value in
                        (("char_accuracy", accuracy.char_accuracy), ("exact_match", accuracy.exact_match))})
@@ -688,8 +694,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds}s" if seconds < 100 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def train(run: Run, config: TrainConfig, dataset, *, out: Path | None = None, resume: bool = False,
-          stop_after: int | None = None, print_fn=print, steps_counter: list | None = None) -> dict:
+def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: Path | None = None,
+          resume: bool = False, stop_after: int | None = None, print_fn: Callable[[str], object] = print,
+          steps_counter: list[int] | None = None) -> dict:
     """Train one run and return its metrics (what ``metrics.json`` holds for it).
 
     With ``out``, checkpoints go to ``out/checkpoints/<run>.npz``; ``resume`` continues from there
@@ -793,10 +800,10 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
                     clip_grad_norm(params, clip)
                 optimizer.step()
                 if metrics["memory"] is None:  # what this run's arrays hold, read after its first step
-                    metrics["memory"] = _memory(fp8lm.measure_memory(model, optimizer, gradients,
-                                                                     configuration=run.label))
+                    memory = _memory(fp8lm.measure_memory(model, optimizer, gradients, configuration=run.label))
+                    metrics["memory"] = memory
                     if config.report_memory:
-                        print_fn(_memory_line(metrics["memory"]))
+                        print_fn(_memory_line(memory))
             scaler.update(finite)
             state.step()
             elapsed = time.perf_counter() - began
@@ -1101,7 +1108,7 @@ def headline_results(document: dict, every: int = 10) -> dict:
             "environment": document.get("environment"), "train_loss_every": every, "runs": runs}
 
 
-def load_results(path=None) -> dict:
+def load_results(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None) -> dict:
     """A results document: the committed headline results by default, or a ``metrics.json`` or
     `FP8LM_RESULTS`."""
     with open(HEADLINE_RESULTS if path is None else path, encoding="utf-8") as file:
@@ -1469,6 +1476,6 @@ def _main(argv: list[str] | None) -> int:
 if __name__ == "__main__":
     # a path that is not UTF-8 comes back from os.fsdecode with lone surrogates, which a UTF-8 locale's
     # strict stdout cannot print (stderr already escapes them): escape them there too
-    with contextlib.suppress(AttributeError):  # (a replaced sys.stdout may have no reconfigure)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # (a replaced sys.stdout may have no reconfigure)
         sys.stdout.reconfigure(errors="backslashreplace")
     sys.exit(main())

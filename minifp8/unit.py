@@ -45,6 +45,7 @@ import math
 from typing import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import functional as F
 from .autograd import Tensor, as_tensor, make_op
@@ -69,14 +70,14 @@ def _scale_factor(scale, op: str) -> float:
     return scale
 
 
-def _floating(x, op: str, name: str = "x") -> Tensor:
+def _floating(x: Tensor | ArrayLike, op: str, name: str = "x") -> Tensor:
     x = as_tensor(x)
     if x.data.dtype.kind != "f":
         raise TypeError(f"{op}: {name} must be a floating tensor, got dtype {x.dtype}")
     return x
 
 
-def scale_fwd(x, a: float) -> Tensor:
+def scale_fwd(x: Tensor | ArrayLike, a: float) -> Tensor:
     """``a * x`` in the forward pass; the gradient passes through unchanged.
 
     Blake et al. 2023 (arXiv:2303.11257): a scaled op applies separate forward and backward scales.
@@ -89,7 +90,7 @@ def scale_fwd(x, a: float) -> Tensor:
     return make_op(x.data * a, (x,), lambda grad: (grad,), "scale_fwd")
 
 
-def scale_bwd(x, b: float) -> Tensor:
+def scale_bwd(x: Tensor | ArrayLike, b: float) -> Tensor:
     """``x`` unchanged in the forward pass; the gradient is multiplied by ``b`` in the backward pass.
 
     Blake et al. 2023 (arXiv:2303.11257). The output shares ``x``'s data (no copy). ``b == 1`` returns
@@ -157,8 +158,8 @@ def _mult(value, op: str, name: str = "mult") -> float:
 
 # ---- matrix products -----------------------------------------------------------------------------
 
-def linear(x, weight, bias=None, constraint: str | None = "to_output_scale",
-           gemm: Callable | None = None) -> Tensor:
+def linear(x: Tensor | ArrayLike, weight: Tensor | ArrayLike, bias: Tensor | ArrayLike | None = None,
+           constraint: str | None = "to_output_scale", gemm: Callable | None = None) -> Tensor:
     """Unit-scaled ``x @ weight.T + bias``, weight ``(fan_out, fan_in)``.
 
     With unit-variance x and W, ``y = x W^T`` has variance fan_in, and ``dx = dy W`` has variance
@@ -179,7 +180,8 @@ def linear(x, weight, bias=None, constraint: str | None = "to_output_scale",
     return _linear(x, weight, bias, constraint, gemm, output_power=0.5, op="linear")
 
 
-def linear_readout(x, weight, bias=None, constraint: str | None = None, gemm: Callable | None = None) -> Tensor:
+def linear_readout(x: Tensor | ArrayLike, weight: Tensor | ArrayLike, bias: Tensor | ArrayLike | None = None,
+                   constraint: str | None = None, gemm: Callable | None = None) -> Tensor:
     """Unit-scaled linear for the network's final output (the logits).
 
     As `linear` but output ``* fan_in^-1`` (u-muP, arXiv:2407.17465: the readout multiplier
@@ -227,7 +229,7 @@ def _linear(x, weight, bias, constraint, gemm, output_power: float, op: str) -> 
     return scale_fwd(out, output_scale)
 
 
-def matmul(left, right, constraint: str | None = "to_output_scale") -> Tensor:
+def matmul(left: Tensor | ArrayLike, right: Tensor | ArrayLike, constraint: str | None = "to_output_scale") -> Tensor:
     """Unit-scaled ``left @ right`` (both at least 2-D; leading axes broadcast as in NumPy).
 
     With ``left (..., m, k)`` and ``right (..., k, n)``: output ``* k^-1/2``, grad left ``* n^-1/2``,
@@ -251,7 +253,7 @@ def matmul(left, right, constraint: str | None = "to_output_scale") -> Tensor:
 
 # ---- nonlinearities ------------------------------------------------------------------------------
 
-def gelu(x, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Tensor:
+def gelu(x: Tensor | ArrayLike, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Tensor:
     """Unit-scaled GELU with u-muP's ``mult``: ``f(x) = gelu(mult x) / mult`` (tanh approximation).
 
     u-muP (arXiv:2407.17465) models the std of f for unit-normal x by interpolating between the
@@ -280,7 +282,8 @@ def gelu(x, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Te
     return scale_fwd(out, output_scale)
 
 
-def softmax(x, axis: int = -1, mult: float = 1.0, constraint: str | None = "to_output_scale") -> Tensor:
+def softmax(x: Tensor | ArrayLike, axis: int = -1, mult: float = 1.0,
+            constraint: str | None = "to_output_scale") -> Tensor:
     """Unit-scaled ``softmax(mult * x)`` along ``axis`` (length d).
 
     Softmax outputs average 1/d, so their root mean square is 1/d when the logits are flat (small
@@ -311,7 +314,8 @@ def softmax(x, axis: int = -1, mult: float = 1.0, constraint: str | None = "to_o
     return scale_fwd(out, output_scale)
 
 
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, bias: Tensor | ArrayLike | None = None,
+               eps: float = 1e-5) -> Tensor:
     """Unit-scaled layer norm over the last axis (D features).
 
     The output and grad x of a layer norm are already unit-scaled: no scale. The weight and bias
@@ -332,7 +336,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
 
 # ---- lookups, dropout and residuals --------------------------------------------------------------
 
-def embedding(ids, weight) -> Tensor:
+def embedding(ids: Tensor | ArrayLike, weight: Tensor | ArrayLike) -> Tensor:
     """Unit-scaled embedding lookup: grad weight ``* sqrt(num_embeddings / ids.size)``.
 
     Each row's gradient sums the ``ids.size / num_embeddings`` output gradients (on average) of
@@ -347,7 +351,7 @@ def embedding(ids, weight) -> Tensor:
     return F.embedding(ids, scale_bwd(weight, scale))
 
 
-def dropout(x, p: float, rng: np.random.Generator, training: bool = True) -> Tensor:
+def dropout(x: Tensor | ArrayLike, p: float, rng: np.random.Generator, training: bool = True) -> Tensor:
     """Unit-scaled inverted dropout: ``* sqrt(1 - p)`` forward and backward, unconstrained.
 
     Inverted dropout (``mask / (1 - p)``) leaves the mean alone but raises the variance to
@@ -368,7 +372,7 @@ def _tau(tau, op: str) -> float:
     return _positive(tau, "tau", op)
 
 
-def residual_split(x, tau: float = 1.0) -> tuple[Tensor, Tensor]:
+def residual_split(x: Tensor | ArrayLike, tau: float = 1.0) -> tuple[Tensor, Tensor]:
     """Split ``x`` into ``(residual, skip)`` before a residual branch with weight ``tau``.
 
     Both are ``x`` in the forward pass; their gradients are ``* tau / sqrt(1 + tau^2)`` (residual)
@@ -383,7 +387,7 @@ def residual_split(x, tau: float = 1.0) -> tuple[Tensor, Tensor]:
     return scale_bwd(x, tau / denominator), scale_bwd(x, 1.0 / denominator)
 
 
-def residual_add(residual, skip, tau: float = 1.0) -> Tensor:
+def residual_add(residual: Tensor | ArrayLike, skip: Tensor | ArrayLike, tau: float = 1.0) -> Tensor:
     """``tau / sqrt(1 + tau^2) * residual + 1 / sqrt(1 + tau^2) * skip``; gradients pass unchanged.
 
     Two unit-scaled, independent inputs give a unit-scaled sum (``tau^2 + 1`` over ``1 + tau^2``).
@@ -400,7 +404,8 @@ def residual_add(residual, skip, tau: float = 1.0) -> Tensor:
 
 # ---- attention and loss --------------------------------------------------------------------------
 
-def scaled_dot_product_attention(q, k, v, causal: bool = False, mult: float = 1.0, *,
+def scaled_dot_product_attention(q: Tensor | ArrayLike, k: Tensor | ArrayLike, v: Tensor | ArrayLike,
+                                 causal: bool = False, mult: float = 1.0, *,
                                  dropout_p: float = 0.0, rng: np.random.Generator | None = None) -> Tensor:
     """Unit-scaled attention on ``(..., seq, d_head)`` tensors (q, k and v the same d_head).
 
@@ -449,7 +454,8 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mult: float = 1.
     return scale_fwd(out, scale)
 
 
-def cross_entropy(logits, targets, mult: float = 1.0, *, ignore_index: int | None = None) -> Tensor:
+def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, mult: float = 1.0, *,
+                  ignore_index: int | None = None) -> Tensor:
     """Unit-scaled cross-entropy of ``mult * logits`` (..., V) against integer ``targets`` (...).
 
     The loss value is the usual mean over the N counted tokens of ``logsumexp(mult z) - mult z[t]``.

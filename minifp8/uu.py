@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import functional as F
 from . import unit as U
@@ -35,7 +37,7 @@ from .nn import Module, Parameter, _check_feature_axis, _check_generator, _check
 __all__ = ["Embedding", "LayerNorm", "Linear", "LinearReadout", "MHSA", "MLP", "TransformerLayer", "residual_taus"]
 
 
-def _check_constraint(constraint, owner: str):
+def _check_constraint(constraint: str | None, owner: str) -> str | None:
     if constraint not in U.CONSTRAINTS:
         raise ValueError(f"{owner}: unknown constraint {constraint!r}; valid constraints are "
                          f"{', '.join(repr(c) for c in U.CONSTRAINTS)}")
@@ -100,9 +102,9 @@ class Linear(Module):
         bias = _check_bool(bias, f"{type(self).__name__}: bias")
         self.weight = Parameter(rng.standard_normal((self.out_features, self.in_features)))
         self.bias = Parameter(np.zeros(self.out_features)) if bias else None
-        self.gemm = F.linear
+        self.gemm: Callable[..., Tensor] = F.linear
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         return U.linear(x, self.weight, self.bias, constraint=self.constraint, gemm=self.gemm)
 
     def __repr__(self) -> str:
@@ -117,7 +119,7 @@ class LinearReadout(Linear):
                  rng: np.random.Generator, constraint: str | None = None):
         super().__init__(in_features, out_features, bias, rng=rng, constraint=constraint)
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         return U.linear_readout(x, self.weight, self.bias, constraint=self.constraint, gemm=self.gemm)
 
 
@@ -130,7 +132,7 @@ class Embedding(Module):
         _check_generator(rng, "Embedding")
         self.weight = Parameter(rng.standard_normal((self.num_embeddings, self.embedding_dim)))
 
-    def forward(self, ids) -> Tensor:
+    def forward(self, ids: Tensor | ArrayLike) -> Tensor:
         return U.embedding(ids, self.weight)
 
     def __repr__(self) -> str:
@@ -152,7 +154,7 @@ class LayerNorm(Module):
         self.weight = Parameter(np.ones(features)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(features)) if elementwise_affine and bias else None
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         _check_feature_axis(x, self.features, "LayerNorm")
         return U.layer_norm(x, self.weight, self.bias, self.eps)
 
@@ -184,9 +186,9 @@ class MHSA(Module):
         self.rng = _check_generator(rng, "MHSA")
         self.linear_qkv = Linear(dim, 3 * dim, rng=rng)
         self.linear_o = Linear(dim, dim, rng=rng)
-        self.attention_core = functools.partial(U.scaled_dot_product_attention, mult=self.mult)
+        self.attention_core: Callable[..., Tensor] = functools.partial(U.scaled_dot_product_attention, mult=self.mult)
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         x = U._floating(x, "MHSA")
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"MHSA: x must have shape (batch, seq, {self.dim}), got {x.shape}")
@@ -227,7 +229,7 @@ class MLP(Module):
         self.linear_1 = Linear(dim, self.hidden, rng=rng, constraint=None)
         self.linear_2 = Linear(self.hidden, dim, rng=rng, constraint=None)
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         hidden = track("mlp_hidden", self.linear_1(x))
         return self.linear_2(U.gelu(hidden, mult=self.mult))
 
@@ -261,7 +263,7 @@ class TransformerLayer(Module):
         self.mlp_norm = LayerNorm(dim, eps)
         self.mlp = MLP(dim, hidden_multiplier, rng=rng, mult=mlp_mult)
 
-    def forward(self, x) -> Tensor:
+    def forward(self, x: Tensor | ArrayLike) -> Tensor:
         residual, skip = U.residual_split(x, self.tau_attn)
         attention = U.dropout(self.attn(self.attn_norm(residual)), self.dropout, self.rng, training=self.training)
         x = U.residual_add(attention, skip, self.tau_attn)

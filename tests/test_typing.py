@@ -1,0 +1,147 @@
+"""minifp8 as a typed dependency: backends import it into type-checked test suites (PEP 561).
+
+- The package ships ``py.typed``, and it is declared package data, so a wheel carries it.
+- Every public callable (each module's ``__all__``, or else its names without a leading underscore:
+  its functions, and the public methods,
+  properties, ``__init__`` and ``__call__`` of its classes) annotates every parameter and its
+  return, and every annotation resolves (``typing.get_type_hints``): no ``Unknown`` reaches a
+  caller, and a strict caller gets no "call to untyped function".
+- Where mypy is installed (the ``test`` extra installs it): ``mypy`` passes on the package with the
+  settings in ``pyproject.toml``, and a consumer written the way a backend's tests use the oracle
+  passes ``mypy --strict``, with ``assert_type`` pinning what the main entry points return.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import typing
+from pathlib import Path
+
+import pytest
+
+import minifp8
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(module.name for module in pkgutil.iter_modules(minifp8.__path__) if not module.name.startswith("_"))
+CLASS_DUNDERS = ("__init__", "__call__")
+
+
+def public_callables(module_name: str) -> list[tuple[str, typing.Callable]]:
+    """``(qualified name, function)`` for the functions and public class members in ``__all__``."""
+    module = importlib.import_module(f"minifp8.{module_name}")
+    found = []
+    names = getattr(module, "__all__", [name for name in vars(module) if not name.startswith("_")])
+    for name in names:
+        value = getattr(module, name)
+        if getattr(value, "__module__", None) != module.__name__:
+            continue  # re-exported from another module, checked there
+        if inspect.isfunction(value):
+            found.append((name, value))
+        elif inspect.isclass(value):
+            for member_name, member in vars(value).items():
+                if member_name.startswith("_") and member_name not in CLASS_DUNDERS:
+                    continue
+                function = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                if inspect.isfunction(function):
+                    found.append((f"{name}.{member_name}", function))
+    return found
+
+
+def test_the_package_ships_py_typed_as_package_data():
+    assert (ROOT / "minifp8" / "py.typed").is_file()
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        package_data = tomllib.load(file)["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in package_data["minifp8"]
+
+
+def test_the_public_api_is_found():
+    names = {f"{module}.{name}" for module in MODULES for name, _ in public_callables(module)}
+    for expected in ("codec.encode", "codec.decode", "testing.compare", "mx.quantize", "gemm.compare_matmul",
+                     "autograd.Tensor.backward", "formats.FloatFormat.values", "nn.Linear.forward"):
+        assert expected in names
+    assert len(names) > 250
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_every_public_callable_annotates_every_parameter_and_its_return(module_name):
+    incomplete = []
+    for name, function in public_callables(module_name):
+        signature = inspect.signature(function)
+        missing = [parameter for parameter, value in signature.parameters.items()
+                   if parameter not in ("self", "cls") and value.annotation is inspect.Parameter.empty]
+        if signature.return_annotation is inspect.Signature.empty and function.__name__ != "__init__":
+            missing.append("return")
+        if missing:
+            incomplete.append(f"{name} ({', '.join(missing)})")
+    assert not incomplete, f"minifp8.{module_name}: not annotated: " + "; ".join(incomplete)
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_every_public_annotation_resolves(module_name):
+    for name, function in public_callables(module_name):
+        try:
+            typing.get_type_hints(function)
+        except Exception as error:  # a NameError for a name the module does not import, a typo, ...
+            pytest.fail(f"minifp8.{module_name}.{name}: annotations do not resolve: {type(error).__name__}: {error}")
+
+
+@pytest.fixture(scope="module")
+def mypy_run(tmp_path_factory):
+    """``mypy.api.run`` with a cache shared by this module's checks (a cold run takes about 10 s)."""
+    api = pytest.importorskip("mypy.api", reason="mypy is not installed (pip install -e '.[test]' installs it)")
+    cache = tmp_path_factory.mktemp("mypy-cache")
+
+    def run(*arguments: str) -> tuple[str, int]:
+        stdout, stderr, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache),
+                                          "--no-error-summary", "--hide-error-context", *arguments])
+        return stdout + stderr, status
+    return run
+
+
+def test_the_package_passes_mypy(mypy_run):
+    report, status = mypy_run(str(ROOT / "minifp8"))
+    assert status == 0 and report.strip() == "", f"mypy on minifp8/:\n{report}"
+
+
+def test_a_backend_test_module_passes_mypy_strict_and_runs(mypy_run, tmp_path):
+    consumer = ROOT / "tests" / "typed_consumer.py"
+    report, status = mypy_run("--strict", "--follow-imports=silent", str(consumer))
+    assert status == 0 and report.strip() == "", f"mypy --strict on {consumer.name}:\n{report}"
+    spec = importlib.util.spec_from_file_location("typed_consumer", consumer)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(tmp_path)  # what type-checks also runs
+
+
+# Each line misuses the API; mypy must flag exactly these lines (it can only where the types are declared).
+MISUSES = """\
+import numpy as np
+import minifp8
+from minifp8 import gemm, mx, scaling, testing
+x = np.zeros(4, np.float32)
+minifp8.encode(x, 4)
+minifp8.encode(x, "E4M3", saturate="yes")
+minifp8.decode(x, fmt=None)
+testing.compare(x, x, "E4M3").mismatches[0].kind + 1
+testing.compare_mx(x, x, x, "MXFP8_E4M3").scale_mismatches[0].block + "0"
+scaling.quantize_current(x, power_of_2="no")
+scaling.quantize_blockwise(x, block_shape=128)
+mx.quantize(x, "MXFP8_E4M3", block_size="32")
+gemm.compare_matmul(x, x, x, x, x, a_format="E4M3", b_format="E4M3").hints[0] + 1
+gemm.compare_matmul(x, x, x, x, x, a_format="E4M3", b_format="E4M3").reference.value.nonexistent
+minifp8.formats.E4M3.max + "1"
+"""
+
+
+def test_mypy_flags_each_misuse_of_the_api(mypy_run, tmp_path):
+    misuses = tmp_path / "misuses.py"
+    misuses.write_text(MISUSES, encoding="utf-8")
+    report, status = mypy_run("--follow-imports=silent", str(misuses))
+    flagged = sorted({int(line.split(":")[1]) for line in report.splitlines() if ": error:" in line})
+    expected = list(range(5, len(MISUSES.splitlines()) + 1))
+    assert status == 1 and flagged == expected, f"expected errors on lines {expected}, mypy said:\n{report}"
