@@ -25,7 +25,6 @@ import time
 import weakref
 
 import numpy as np
-import pytest
 
 from minifp8 import codec, fastcast, formats, fp8, optim
 from minifp8.autograd import Tensor, default_dtype, get_default_dtype, is_grad_enabled, no_grad

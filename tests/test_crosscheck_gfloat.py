@@ -164,8 +164,9 @@ def check_signed_encode(name, x, rounding, saturate):
         np.testing.assert_array_equal(expected[inf], fmt.max_code | np.where(x[inf] < 0, 0x80, 0))
         np.testing.assert_array_equal(got[inf], 0x80)
         expected[inf] = 0x80
-    # 1. NaN codes: both NaN (equal for FNUZ, whose only NaN is 0x80).
+    # 1. NaN codes: both NaN (equal for FNUZ, whose only NaN is 0x80); a NaN input is NaN in gfloat too.
     nan_out = is_nan_code(name, expected)
+    assert nan_out[nan_input].all()
     np.testing.assert_array_equal(is_nan_code(name, got), nan_out)
     if fmt.nan_style == "negative_zero":
         np.testing.assert_array_equal(got[nan_out], expected[nan_out])

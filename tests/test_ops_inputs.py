@@ -1,7 +1,6 @@
 """The engine, the standard and unit-scaled ops, the modules and the optimizers at their edges:
 GELU at the top of the float range, gradchecks of negative-id indexing, hostile inputs, and the
 optimizer state round trip."""
-import copy
 import math
 import re
 import warnings
