@@ -85,12 +85,12 @@ import math
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import codec, fastcast, formats, mx, nn, scaling
+from . import codec, fastcast, formats, mx, scaling
 from . import functional as F
 from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
 from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastStats
@@ -613,7 +613,14 @@ class FP8Attention:
         return _quantize_backward(state, point, "grad", out, axis=-1)  # dP = dO v^T contracts head_dim
 
 
-def apply_recipe(model: nn.Module, recipe: str, **options: bool | int | str) -> FP8State:
+class _ModuleTree(Protocol):
+    """What `apply_recipe` needs of a model: ``named_modules()``, as `nn.Module` has it (typed by
+    its shape, since fp8.py sits above nn.py in the one-way imports)."""
+
+    def named_modules(self) -> Iterable[tuple[str, Any]]: ...
+
+
+def apply_recipe(model: _ModuleTree, recipe: str, **options: bool | int | str) -> FP8State:
     """Install FP8 casts into every linear GEMM and attention core of ``model``.
 
     Every module (from ``model.named_modules()``) with a ``gemm`` attribute gets an

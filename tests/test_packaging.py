@@ -5,12 +5,14 @@ dependency, and dependency floors that were checked by installing them.
   declared package data, so a wheel holds what a source checkout has (`results/*.json` is read
   by ``bench.load_speed_results`` and ``train_tiny.load_results``).
 - Importing every module loads nothing outside the standard library but NumPy.
+- Modules import one way, in DESIGN.md section 1's order (a module never imports one below it).
 - The floors in ``pyproject.toml`` are no lower than the lowest versions that work (see there).
 - ``-m slow``: a wheel built from the sources holds every module and data file, and runs from a
   folder outside the checkout (needs PyPI for the build backend, unless setuptools >= 77 is here).
 """
 from __future__ import annotations
 
+import ast
 import fnmatch
 import re
 import subprocess
@@ -141,3 +143,45 @@ def test_a_built_wheel_holds_the_package_and_runs_outside_the_checkout(tmp_path)
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "site")], capture_output=True, text=True,
                             cwd=elsewhere)
     assert (elsewhere / "golden" / "manifest.json").is_file(), result.stderr
+
+
+# DESIGN.md section 1: "Lower rows may import higher rows, never the reverse". Its table's order, with
+# the modules it does not list put where their imports place them (fastcast: the casts fp8.py places;
+# explain: a narrative of codec.encode_scalar; fp8lm: FP8-LM's gradients and optimizer; gemm: the
+# scaled-GEMM oracle, beside testing).
+LAYERS = ["formats", "codec", "explain", "mx", "scaling", "fastcast", "autograd", "functional", "unit", "fp8", "nn",
+          "uu", "model", "optim", "fp8lm", "data", "train_tiny", "testing", "gemm", "golden", "bench", "plots"]
+# The exceptions, each imported inside a function (so importing the module does not load it):
+UPWARD_IMPORTS = {("train_tiny", "plots")}  # DESIGN: plots is "used by the docs and the CLI" (--out's figure)
+
+
+def minifp8_imports(path: Path) -> dict[str, bool]:
+    """The minifp8 modules a source file imports, each with whether some import of it is at module level."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top_level = {id(node) for node in tree.body}
+    found: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minifp8."):
+            names = [node.module.split(".")[1]]
+        elif isinstance(node, ast.Import):
+            names = [alias.name.split(".")[1] for alias in node.names if alias.name.startswith("minifp8.")]
+        for name in names:
+            found[name] = found.get(name, False) or id(node) in top_level
+    return found
+
+
+def test_modules_import_one_way_in_the_order_of_design_section_1():
+    modules = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem not in ("__init__", "__main__"))
+    assert sorted(LAYERS) == modules, "a module was added or removed: place it in LAYERS"
+    for module in LAYERS:
+        for imported, at_top_level in minifp8_imports(PACKAGE / f"{module}.py").items():
+            if imported not in LAYERS:
+                continue  # (the package itself: __version__)
+            if (module, imported) in UPWARD_IMPORTS:
+                assert not at_top_level, f"{module} imports {imported} at module level"
+            else:
+                assert LAYERS.index(imported) < LAYERS.index(module), (
+                    f"minifp8.{module} imports minifp8.{imported}, a module below it in DESIGN.md's layout")
