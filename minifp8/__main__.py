@@ -5,6 +5,7 @@ COMMANDS = {
     "minifp8.train_tiny": "train the mini-GPT under the FP8 recipes (the main job; -h for its flags)",
     "minifp8.golden": "write golden-vector files for testing a backend in another language",
     "minifp8.bench": "time minifp8 against baselines measured in the same run",
+    "minifp8.explain": "explain how one number encodes in a format (or what one code means)",
 }
 
 

@@ -1,0 +1,752 @@
+"""Why a number became its code: the derivation of one encoding, step by step.
+
+``explain(0.3, "E4M3")`` says how the scalar encoder `codec.encode_scalar` encodes one number:
+the binade and spacing of representable values there, the two representable neighbours of |x|,
+where |x| lies between them, the rounding decision, any overflow or special-value rule, and the
+bit fields of the resulting code. ``describe_code(0x2A, "E4M3")`` takes one code apart.
+
+The explanation is a second derivation of the encoder, not a transcript of it. It works on the
+format's *value grid* (the sorted finite non-negative values of ``fmt.values()``) in exact
+`fractions.Fraction` arithmetic: it finds the neighbours of |x| by bisection, measures the
+position of |x| between them in units of their spacing and decides from the rounding rule alone.
+Above the largest value it also considers ``max + spacing``, the value that an unbounded
+exponent would give next: OFP8 rounds first, to the destination precision, and only then checks
+for overflow (so 464, the midpoint of 448 and 480, rounds to 448 in E4M3). The derived code is
+then checked against `codec.encode_scalar`'s; a difference is a bug and raises RuntimeError.
+
+The cases (`Explanation.case`), exactly one per explanation:
+
+- ``"nan"``: NaN input; NaN stays NaN (a format without NaN raises ValueError, as the codec does).
+- ``"not positive"``: zero or a negative number (-Inf too) into E8M0, which is unsigned and has
+  no zero: NaN 0xFF (OCP MX v1.0 section 5.4.1).
+- ``"infinity"``: +-Inf input: Inf (E5M2), NaN (E4M3), +-max when saturating or for a format
+  without NaN (FP6, FP4); for FNUZ, which cannot spell Inf, NaN 0x80 even when saturating
+  (ONNX Cast-19).
+- ``"zero"``: +-0 input; -0.0 keeps its sign where the format has -0 (not FNUZ: +0).
+- ``"exact"``: |x| is a value of the format.
+- ``"overflow"``: |x| rounds beyond the largest finite value: Inf or NaN, or +-max with
+  ``saturate=True``, for ``rounding="toward_zero"`` (IEEE 754-2019 section 7.4) and for formats
+  without NaN (OCP OFP8 rev 1.0 section 5; OCP MX v1.0 section 5.3).
+- ``"underflow"``: a non-zero number that rounds to zero (a negative one to -0, or +0 in FNUZ).
+- ``"below smallest"``: E8M0 below 2^-127, its smallest value: 2^-127 in every rounding mode
+  (E8M0 has no zero to round to).
+- ``"tie"``: |x| lies exactly halfway between its neighbours and the mode rounds to nearest:
+  ``nearest_even`` takes the neighbour that is an even multiple of the spacing (the one whose
+  last mantissa bit is 0; for E8M0, with no mantissa bits, always the one above, as ml_dtypes
+  does), ``nearest_away`` the one above.
+- ``"round"``: any other rounding to a neighbour.
+
+Whether |x| lies in the subnormal range, where the spacing is that of the lowest normal binade,
+is a separate field, `Explanation.subnormal`.
+
+Sources: OCP 8-bit Floating Point Specification (OFP8) rev 1.0, section 5 (E4M3, E5M2: values,
+NaN, Inf, saturation); OCP Microscaling Formats (MX) v1.0, sections 5.3 (FP6, FP4) and 5.4.1
+(E8M0); ONNX Cast-19 (the FNUZ formats); the IEEE P3109 interim report (stochastic rounding).
+
+Command line::
+
+    python -m minifp8.explain 0.3 E4M3
+    python -m minifp8.explain 3/10 E4M3 --rounding toward_zero
+    python -m minifp8.explain 1.1 E4M3 --rounding stochastic --random-bits 11 --random-bit-count 4
+    python -m minifp8.explain 0x2A E4M3 --code
+
+From Python: ``from minifp8.explain import explain, describe_code``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+from bisect import bisect_left
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import NoReturn
+
+import numpy as np
+
+from . import formats
+from .codec import ROUNDING_MODES, _as_numeric_array, encode_scalar
+from .formats import FloatFormat
+
+__all__ = ["Explanation", "describe_code", "explain", "main"]
+
+_NAMED_OPTIONS = "(nearest_even, nearest_away, toward_zero, stochastic)"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """How one number encodes: the facts of the derivation (`explain` builds it; ``str()`` narrates).
+
+    Magnitudes are exact (`fractions.Fraction`) and non-negative; the codes of the neighbours are
+    those of the magnitudes (sign bit clear); `code` carries the sign.
+
+    Attributes
+    ----------
+    fmt : FloatFormat
+        The format.
+    format_name : str
+        Its name, e.g. ``"E4M3"`` (a property).
+    x : int, float or fractions.Fraction
+        The input as a Python number (NumPy and ml_dtypes scalars converted exactly).
+    input_text : str
+        The input as it prints (``str(x)`` of what was passed: ``"0.3"`` for ``np.float32(0.3)``).
+    input_type : str
+        The input's type: ``"float"``, ``"int"``, ``"Fraction"`` or a NumPy dtype name.
+    rounding : str
+        The rounding mode.
+    saturate : bool
+        Whether overflow clamps to +-max.
+    random_bits, random_bit_count : int or None
+        The random bits of stochastic rounding and their width (None for the other modes).
+    negative : bool
+        Whether the input has its sign bit set (-0.0 and -NaN too).
+    exact : fractions.Fraction or None
+        The input exactly (None for NaN and +-Inf).
+    lower, upper : fractions.Fraction or None
+        The neighbouring magnitudes below and above |x| that the rounding chooses from (both |x|
+        itself when it is exact). `upper` may be ``max + spacing``, the value an unbounded
+        exponent would give next, which the format cannot spell (its code is then None). None
+        where there is no neighbour: NaN and Inf, zero; `lower` for E8M0 below 2^-127, `upper`
+        from ``max + spacing`` on (every mode overflows there).
+    lower_code, upper_code : int or None
+        The codes of `lower` and `upper` (None where they are None or beyond max).
+    spacing : fractions.Fraction or None
+        The gap between representable values around |x| (the lowest normal binade's in the
+        subnormal range; for an exact |x|, the gap to the next value above).
+    position : fractions.Fraction or None
+        ``(|x| - lower) / spacing``, in [0, 1) (0 when exact; None without both neighbours).
+    position_bits : int or None
+        For stochastic rounding: `position` rounded to ``random_bit_count`` bits (to nearest,
+        ties to even), out of ``2**random_bit_count``; it rounds up when it plus `random_bits`
+        reaches ``2**random_bit_count``.
+    subnormal : bool
+        Whether 0 < |x| < the smallest normal value, where the spacing is the lowest binade's.
+    rounded : fractions.Fraction or None
+        The magnitude the rounding chose, before the overflow check (None without a choice).
+    case : str
+        One of ``"nan"``, ``"not positive"``, ``"infinity"``, ``"zero"``, ``"exact"``,
+        ``"overflow"``, ``"underflow"``, ``"below smallest"``, ``"tie"``, ``"round"`` (see the
+        module docstring).
+    rule : str
+        The rule that decided a special case, with its source (empty for ordinary rounding).
+    code : int
+        The code, equal to `codec.encode_scalar`'s.
+    value : float
+        The code's value, ``fmt.values()[code]`` (NaN for a NaN code).
+    """
+
+    fmt: FloatFormat
+    x: int | float | Fraction
+    input_text: str
+    input_type: str
+    rounding: str
+    saturate: bool
+    random_bits: int | None
+    random_bit_count: int | None
+    negative: bool
+    exact: Fraction | None
+    lower: Fraction | None
+    lower_code: int | None
+    upper: Fraction | None
+    upper_code: int | None
+    spacing: Fraction | None
+    position: Fraction | None
+    position_bits: int | None
+    subnormal: bool
+    rounded: Fraction | None
+    case: str
+    rule: str
+    code: int
+    value: float
+
+    @property
+    def format_name(self) -> str:
+        """The format's name, e.g. ``"E4M3"``."""
+        return self.fmt.name
+
+    def __str__(self) -> str:
+        return _narrative(self)
+
+
+# ---- the value grid --------------------------------------------------------------------------------
+@lru_cache(maxsize=64)
+def _grid(fmt: FloatFormat) -> tuple[tuple[Fraction, ...], tuple[int, ...]]:
+    """The finite non-negative values of ``fmt`` (exact, ascending) and their codes (sign bit clear)."""
+    table = fmt.values()
+    pairs = sorted((Fraction(float(table[code])), code) for code in range(1 << fmt.bits)
+                   if not code & fmt.sign_mask and math.isfinite(table[code]))
+    return tuple(value for value, _ in pairs), tuple(code for _, code in pairs)
+
+
+def _floor_log2(magnitude: Fraction) -> int:
+    """``e`` with ``2**e <= magnitude < 2**(e + 1)`` (``magnitude > 0``)."""
+    e = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    return e - 1 if Fraction(2) ** e > magnitude else e
+
+
+@lru_cache(maxsize=64)
+def _spacing_above_max(fmt: FloatFormat) -> Fraction:
+    """The spacing in the binade of the format's max: ``max`` plus it is the value an unbounded
+    exponent would give next (a binade's spacing is ``2**(e - mantissa_bits)``; below the smallest
+    normal binade, that binade's)."""
+    return Fraction(2) ** (max(_floor_log2(_grid(fmt)[0][-1]), fmt.emin) - fmt.mantissa_bits)
+
+
+@lru_cache(maxsize=64)
+def _smallest_normal(fmt: FloatFormat) -> Fraction:
+    return Fraction(fmt.min_normal)
+
+
+# ---- explain ---------------------------------------------------------------------------------------
+def explain(x: int | float | Fraction | np.generic, fmt: str | FloatFormat, *, rounding: str = "nearest_even",
+            saturate: bool = False, random_bits: int | None = None,
+            random_bit_count: int | None = None) -> Explanation:
+    """Explain how one number encodes in ``fmt``: neighbours, position, rounding, code.
+
+    The derivation works on the format's value grid in exact arithmetic (see the module docstring
+    for the method and the cases) and is checked against `codec.encode_scalar`.
+
+    Parameters
+    ----------
+    x : int, float, fractions.Fraction or NumPy scalar
+        One number, as `codec.encode_scalar` takes it: a Python int, float or Fraction, or a NumPy
+        or ml_dtypes scalar (taken exactly). Arrays are refused, a 0-d one too: pass ``x.item()``.
+    fmt : FloatFormat or str
+        The format, e.g. ``"E4M3"``.
+    rounding : {"nearest_even", "nearest_away", "toward_zero", "stochastic"}
+        The rounding mode, as in `codec.encode`.
+    saturate : bool
+        Clamp overflow to +-max instead of Inf or NaN.
+    random_bits : int, optional
+        For ``rounding="stochastic"`` only (and required there): one int in
+        ``[0, 2**random_bit_count)``.
+    random_bit_count : int, optional
+        The width of ``random_bits``, in [1, 32] (stochastic only, and required there).
+
+    Returns
+    -------
+    Explanation
+        The facts as fields; ``str()`` gives a short narrative.
+
+    Raises
+    ------
+    TypeError
+        For an array, a str, a bool or another non-number ``x``, and the other TypeErrors of
+        `codec.encode_scalar`.
+    ValueError
+        For an unknown format or rounding mode, NaN into a format without NaN, and random bits
+        that are missing, unused or out of range (`codec.encode_scalar`'s checks).
+    RuntimeError
+        If the derived code differs from `codec.encode_scalar`'s (a bug in one of them).
+
+    Examples
+    --------
+    >>> from minifp8.explain import explain
+    >>> why = explain(1.0625, "E4M3")
+    >>> why.case, why.lower, why.upper, why.position, hex(why.code)
+    ('tie', Fraction(1, 1), Fraction(9, 8), Fraction(1, 2), '0x38')
+    >>> print(explain(0.3, "E4M3"))  # doctest: +NORMALIZE_WHITESPACE
+    E4M3 encoding of 0.3 (nearest_even): 0x2A, case round
+      input       0.3 (float, exactly 5404319552844595/18014398509481984)
+      binade      [2^-2, 2^-1): spacing 2^-5 = 0.03125
+      neighbours  0.28125 (0x29) and 0.3125 (0x2A); |x| lies 0.6 of a spacing above 0.28125
+      rounding    nearest_even: past the midpoint, up to 0.3125
+      code        0x2A = 0 0101 010: +2^(5-7) x (1 + 2/8) = 0.3125
+      error       +0.0125 (+4.17% of |x|)
+    """
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"explain takes one number, got an array of shape {x.shape} (dtype {x.dtype}): pass "
+                        f"x.item() for a 0-d or 1-element array, or explain each element on its own")
+    expected = encode_scalar(x, fmt, rounding, saturate, random_bits, random_bit_count)  # every input check
+    fmt = formats.get(fmt)
+    number: int | float | Fraction
+    if isinstance(x, np.generic):
+        number = _as_numeric_array(x).item()  # exact: float16/32/64, ml_dtypes (via float32), integers
+        input_type = x.dtype.name
+    else:
+        number = x
+        input_type = type(x).__name__
+    facts = _derive(number, fmt, rounding, saturate, random_bits, random_bit_count)
+    if facts["code"] != expected:
+        raise RuntimeError(f"explain derived code {_hex(facts['code'], fmt)} for {x!r} in {fmt.name} "
+                           f"(rounding={rounding!r}, saturate={saturate}), but codec.encode_scalar gives "
+                           f"{_hex(expected, fmt)}: a bug in one of them")
+    return Explanation(fmt=fmt, x=number, input_text=str(x), input_type=input_type, rounding=rounding,
+                       saturate=bool(saturate), random_bits=None if random_bits is None else int(random_bits),
+                       random_bit_count=None if random_bit_count is None else int(random_bit_count),
+                       value=float(fmt.values()[facts["code"]]), **facts)
+
+
+def _derive(number: int | float | Fraction, fmt: FloatFormat, rounding: str, saturate: bool,
+            random_bits: int | None, random_bit_count: int | None) -> dict:
+    """The derivation from the value grid: every field of `Explanation` from ``negative`` to ``code``."""
+    is_float = isinstance(number, float)
+    negative = bool(np.signbit(number)) if isinstance(number, float) else number < 0
+    facts: dict = dict(negative=negative, exact=None, lower=None, lower_code=None, upper=None, upper_code=None,
+                       spacing=None, position=None, position_bits=None, subnormal=False, rounded=None, rule="")
+    sign = fmt.sign_mask if negative else 0
+    if is_float and math.isnan(number):
+        keeps_sign = fmt.signed and fmt.nan_style != "negative_zero"
+        rule = (f"NaN stays NaN: {_nan_spelling(fmt)}" + ("" if keeps_sign or not negative else
+                                                          "; its sign is not kept"))
+        return {**facts, "case": "nan", "rule": rule, "code": fmt.nan_code(negative and keeps_sign)}
+    if not fmt.signed and (negative or number == 0):
+        rule = f"{fmt.name} is unsigned and has no zero: x <= 0 gives NaN (OCP MX v1.0 section 5.4.1)"
+        return {**facts, "case": "not positive", "rule": rule, "code": fmt.nan_code()}
+    values, codes = _grid(fmt)
+    largest, largest_code = values[-1], codes[-1]
+    if is_float and math.isinf(number):
+        code, rule = _beyond_range(fmt, negative, largest_code, infinite=True, rounding=rounding, saturate=saturate)
+        return {**facts, "case": "infinity", "rule": rule, "code": code}
+    facts["exact"] = exact = Fraction(number)
+    magnitude = abs(exact)
+    if magnitude == 0:
+        zero_code = codes[0] | (sign if fmt.has_negative_zero else 0)
+        rule = "" if not negative or fmt.has_negative_zero else f"{fmt.name} has no -0 (its pattern is NaN): +0"
+        return {**facts, "case": "zero", "rule": rule, "code": zero_code, "rounded": magnitude}
+    facts["subnormal"] = fmt.has_subnormals and magnitude < _smallest_normal(fmt)
+    index = bisect_left(values, magnitude)
+    top_spacing = _spacing_above_max(fmt)
+    if index < len(values) and values[index] == magnitude:  # on the grid
+        above = values[index + 1] if index + 1 < len(values) else largest + top_spacing
+        return {**facts, "case": "exact", "lower": magnitude, "upper": magnitude, "lower_code": codes[index],
+                "upper_code": codes[index], "spacing": above - magnitude, "position": Fraction(0),
+                "rounded": magnitude, "code": codes[index] | sign}
+    if index == 0:  # below the smallest value, with no zero below it (E8M0)
+        rule = (f"{fmt.name} has no zero: every mode gives its smallest value, {_power(values[0])} "
+                f"(OCP MX v1.0 section 5.4.1)")
+        return {**facts, "case": "below smallest", "rule": rule, "upper": values[0], "upper_code": codes[0],
+                "rounded": values[0], "code": codes[0] | sign}
+    if index == len(values) and magnitude >= largest + top_spacing:  # every rounding lands beyond max
+        code, rule = _beyond_range(fmt, negative, largest_code, infinite=False, rounding=rounding, saturate=saturate)
+        return {**facts, "case": "overflow", "rule": rule, "lower": largest, "lower_code": largest_code,
+                "spacing": top_spacing, "code": code}
+    lower, lower_code = values[index - 1], codes[index - 1]
+    if index < len(values):
+        upper, upper_code = values[index], codes[index]
+    else:  # between max and max + spacing: round first, then check for overflow (OFP8 section 5)
+        upper, upper_code = largest + top_spacing, None
+    spacing = upper - lower
+    position = (magnitude - lower) / spacing
+    facts.update(lower=lower, lower_code=lower_code, upper=upper, upper_code=upper_code, spacing=spacing,
+                 position=position)
+    half = Fraction(1, 2)
+    if rounding == "nearest_even":
+        up = position > half or (position == half and (upper / spacing).numerator % 2 == 0)
+    elif rounding == "nearest_away":
+        up = position >= half
+    elif rounding == "toward_zero":
+        up = False
+    else:  # stochastic (IEEE P3109): the position rounded to k bits, plus the k random bits, carries out or not
+        assert random_bits is not None and random_bit_count is not None  # (encode_scalar checked them)
+        facts["position_bits"] = round(position * 2**random_bit_count)  # Fraction rounds half to even
+        up = facts["position_bits"] + random_bits >= 2**random_bit_count
+    rounded = upper if up else lower
+    facts["rounded"] = rounded
+    if rounded > largest:
+        code, rule = _beyond_range(fmt, negative, largest_code, infinite=False, rounding=rounding, saturate=saturate)
+        return {**facts, "case": "overflow", "rule": rule, "code": code}
+    if rounded == 0:
+        rule = "" if not negative or fmt.has_negative_zero else f"{fmt.name} has no -0 (its pattern is NaN): +0"
+        return {**facts, "case": "underflow", "rule": rule, "code": codes[0] | (sign if fmt.has_negative_zero else 0)}
+    tie = position == half and rounding in ("nearest_even", "nearest_away")
+    chosen_code = upper_code if up else lower_code
+    assert chosen_code is not None  # (only an upper beyond max has none, and it overflowed above)
+    return {**facts, "case": "tie" if tie else "round", "code": chosen_code | sign}
+
+
+def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infinite: bool, rounding: str,
+                  saturate: bool) -> tuple[int, str]:
+    """The code of +-Inf or of a finite number that rounds beyond max, and the rule that gives it."""
+    sign = fmt.sign_mask if negative else 0
+    sign_text = "-" if negative else "+"
+    if infinite and fmt.nan_style == "negative_zero":
+        return fmt.nan_code(), (f"{fmt.name} has no Inf: Inf becomes NaN 0x80, even with saturate=True "
+                                f"(ONNX Cast-19)")
+    if not fmt.has_nan:
+        return largest_code | sign, (f"{fmt.name} has no Inf or NaN: it saturates to {sign_text}max "
+                                     f"(OCP MX v1.0 section 5.3)")
+    if saturate:
+        return largest_code | sign, f"saturate=True: {sign_text}max (OCP OFP8 rev 1.0 section 5)"
+    if not infinite and rounding == "toward_zero":
+        return largest_code | sign, (f"toward_zero never turns a finite number into Inf or NaN: {sign_text}max "
+                                     f"(IEEE 754-2019 section 7.4)")
+    if fmt.has_infinity:
+        return fmt.inf_code(negative), f"saturate=False: {sign_text}Inf (OCP OFP8 rev 1.0 section 5)"
+    keeps_sign = fmt.signed and fmt.nan_style != "negative_zero"
+    where = "OCP MX v1.0 section 5.4.1" if not fmt.signed else "OCP OFP8 rev 1.0 section 5"
+    return fmt.nan_code(negative and keeps_sign), f"saturate=False and {fmt.name} has no Inf: NaN ({where})"
+
+
+def _nan_spelling(fmt: FloatFormat) -> str:
+    """How ``fmt`` spells NaN, with the source."""
+    if fmt.nan_style == "negative_zero":
+        return f"{fmt.name} spells it 0x80, the pattern of -0 (ONNX Cast-19)"
+    if fmt.nan_style == "ieee":
+        return f"{fmt.name} spells it with an all-ones exponent and a non-zero mantissa (OCP OFP8 rev 1.0 section 5)"
+    if not fmt.signed:
+        return f"{fmt.name} spells it 0xFF (OCP MX v1.0 section 5.4.1)"
+    return f"{fmt.name} spells it S.{'1' * fmt.exponent_bits}.{'1' * fmt.mantissa_bits} (OCP OFP8 rev 1.0 section 5)"
+
+
+# ---- describing a code -----------------------------------------------------------------------------
+def _hex(code: int, fmt: FloatFormat) -> str:
+    return f"0x{code:0{(fmt.bits + 3) // 4}X}"
+
+
+def _fields(code: int, fmt: FloatFormat) -> tuple[int | None, int, int]:
+    """The sign bit (None for an unsigned format), exponent field and mantissa field of ``code``."""
+    mantissa = code & ((1 << fmt.mantissa_bits) - 1)
+    exponent = (code >> fmt.mantissa_bits) & ((1 << fmt.exponent_bits) - 1)
+    return (code >> (fmt.bits - 1) if fmt.signed else None), exponent, mantissa
+
+
+def _bit_string(code: int, fmt: FloatFormat) -> str:
+    """The code's bits, grouped as sign, exponent, mantissa: ``0 0101 010``."""
+    sign, exponent, mantissa = _fields(code, fmt)
+    groups = [] if sign is None else [str(sign)]
+    groups.append(f"{exponent:0{fmt.exponent_bits}b}")
+    if fmt.mantissa_bits:
+        groups.append(f"{mantissa:0{fmt.mantissa_bits}b}")
+    return " ".join(groups)
+
+
+def _special(code: int, fmt: FloatFormat) -> str:
+    """``"NaN"``, ``"+Inf"`` or ``"-Inf"`` for a special code of ``fmt``, else ``""`` (from the fields
+    and the format's NaN style, as OFP8 section 5, MX section 5.4.1 and ONNX Cast-19 spell them)."""
+    sign, exponent, mantissa = _fields(code, fmt)
+    all_ones_exponent = exponent == (1 << fmt.exponent_bits) - 1
+    if fmt.nan_style == "negative_zero" and code == fmt.sign_mask:
+        return "NaN"
+    if fmt.nan_style == "all_ones" and all_ones_exponent and mantissa == (1 << fmt.mantissa_bits) - 1:
+        return "NaN"
+    if fmt.nan_style == "ieee" and all_ones_exponent:
+        return "NaN" if mantissa else ("-Inf" if sign else "+Inf")
+    return ""
+
+
+def _formula(code: int, fmt: FloatFormat) -> tuple[str, Fraction | None]:
+    """The formula of a finite code's value and the value (exact), or the special's name and None."""
+    special = _special(code, fmt)
+    if special:
+        return special, None
+    sign, exponent, mantissa = _fields(code, fmt)
+    sign_text = "" if sign is None else "-" if sign else "+"
+    subnormal = fmt.has_subnormals and exponent == 0
+    exponent_text = f"2^({1 if subnormal else exponent}-{fmt.bias})"
+    power = Fraction(2) ** ((1 if subnormal else exponent) - fmt.bias)
+    if fmt.mantissa_bits == 0 and not subnormal:
+        text, value = f"{sign_text}{exponent_text}", power
+    else:
+        lead = 0 if subnormal else 1
+        text = f"{sign_text}{exponent_text} x ({lead} + {mantissa}/{1 << fmt.mantissa_bits})"
+        value = power * (lead + Fraction(mantissa, 1 << fmt.mantissa_bits))
+    return text, -value if sign else value
+
+
+def _code_line(code: int, fmt: FloatFormat) -> str:
+    """``0x2A = 0 0101 010: +2^(5-7) x (1 + 2/8) = 0.3125``."""
+    formula, value = _formula(code, fmt)
+    shown = formula if value is None else f"{formula} = {_show(value, negative_zero=formula.startswith('-'))}"
+    return f"{_hex(code, fmt)} = {_bit_string(code, fmt)}: {shown}"
+
+
+def describe_code(code: int, fmt: str | FloatFormat) -> str:
+    """The bit fields of one code and the formula that gives its value.
+
+    Sign, exponent field (with its unbiased exponent), mantissa field, whether the code is normal,
+    subnormal, zero or special (NaN, Inf), and its value: ``(-1)^s x 2^(E - bias) x (1 + m/2^M)``
+    for a normal code, ``(-1)^s x 2^(1 - bias) x (0 + m/2^M)`` for a subnormal one (OCP OFP8 rev
+    1.0 section 5; MX v1.0 section 5.3), ``2^(E - 127)`` for E8M0 (unsigned, no mantissa, no zero;
+    0xFF is NaN: MX v1.0 section 5.4.1).
+
+    Parameters
+    ----------
+    code : int
+        One code, in ``[0, 2**fmt.bits)``.
+    fmt : FloatFormat or str
+        The format.
+
+    Returns
+    -------
+    str
+        A few aligned lines; the last reads ``value  <bits>: <formula> = <value>`` (or the special).
+
+    Raises
+    ------
+    TypeError
+        For a code that is not an int (a bool is not one).
+    ValueError
+        For an unknown format or a code outside ``[0, 2**fmt.bits)``.
+
+    Examples
+    --------
+    >>> print(describe_code(0x2A, "E4M3"))
+    E4M3 code 0x2A: sign 0, exponent 0101, mantissa 010
+      sign      0: +
+      exponent  0101 = 5: normal: 2^(5-7) = 2^-2
+      mantissa  010 = 2: significand 1 + 2/8
+      value     0x2A = 0 0101 010: +2^(5-7) x (1 + 2/8) = 0.3125
+    """
+    fmt = formats.get(fmt)
+    code = formats._check_int(code, "code")
+    if not 0 <= code < 1 << fmt.bits:
+        raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}) (0x0 to {_hex((1 << fmt.bits) - 1, fmt)}), "
+                         f"got {code}")
+    sign, exponent, mantissa = _fields(code, fmt)
+    exponent_bits = f"{exponent:0{fmt.exponent_bits}b}"
+    mantissa_bits = f"{mantissa:0{fmt.mantissa_bits}b}" if fmt.mantissa_bits else ""
+    header = ([] if sign is None else [f"sign {sign}"]) + [f"exponent {exponent_bits}"]
+    header += [f"mantissa {mantissa_bits}"] if fmt.mantissa_bits else ["no mantissa"]
+    lines = [f"{fmt.name} code {_hex(code, fmt)}: {', '.join(header)}" + (" (unsigned)" if sign is None else "")]
+    if sign is not None:
+        lines.append(f"  sign      {sign}: {'-' if sign else '+'}")
+    special = _special(code, fmt)
+    if special:
+        kind = f"special ({special})"
+    elif fmt.has_subnormals and exponent == 0:
+        kind = (f"{'zero' if mantissa == 0 else 'subnormal'}: 2^(1-{fmt.bias}) = 2^{1 - fmt.bias}, as the lowest "
+                f"normal binade")
+    else:
+        kind = f"normal: 2^({exponent}-{fmt.bias}) = 2^{exponent - fmt.bias}"
+    lines.append(f"  exponent  {exponent_bits} = {exponent}: {kind}")
+    if fmt.mantissa_bits:
+        lead = 0 if fmt.has_subnormals and exponent == 0 else 1
+        significand = "" if special else f": significand {lead} + {mantissa}/{1 << fmt.mantissa_bits}"
+        lines.append(f"  mantissa  {mantissa_bits} = {mantissa}{significand}")
+    if special == "NaN":
+        lines.append(f"  value     {_code_line(code, fmt)}: {_nan_spelling(fmt)}")
+    elif special:
+        lines.append(f"  value     {_code_line(code, fmt)}: all-ones exponent, zero mantissa (OCP OFP8 rev 1.0 "
+                     f"section 5)")
+    else:
+        lines.append(f"  value     {_code_line(code, fmt)}")
+    return "\n".join(lines)
+
+
+# ---- the narrative ---------------------------------------------------------------------------------
+def _show(value: Fraction, negative_zero: bool = False) -> str:
+    """A value as a learner reads it: ``448``, ``0.3125``, ``5.877471754111438e-39``, ``3/10``, ``-0``."""
+    if value == 0:
+        return "-0" if negative_zero else "0"
+    if value.denominator == 1 and abs(value) < 10**16:
+        return str(value.numerator)
+    as_float = float(value)
+    return repr(as_float) if Fraction(as_float) == value else f"{value.numerator}/{value.denominator}"
+
+
+def _power(value: Fraction) -> str:
+    """``2^-5 = 0.03125`` for a power of two, else the value."""
+    e = _floor_log2(value)
+    return f"2^{e} = {_show(value)}" if Fraction(2) ** e == value else _show(value)
+
+
+def _narrative(why: Explanation) -> str:
+    fmt = why.fmt
+    options = why.rounding + (", saturate" if why.saturate else "")
+    if why.rounding == "stochastic":
+        options += f", random_bits={why.random_bits} of {why.random_bit_count}"
+    hex_code = _hex(why.code, fmt)
+    lines = [f"{why.format_name} encoding of {why.input_text} ({options}): {hex_code}, case {why.case}"]
+    described = f"{why.input_text} ({why.input_type}"
+    if why.exact is not None and _exactly_as_written(why) != why.exact:
+        described += f", exactly {_show(why.exact) if why.exact.denominator == 1 else why.exact}"
+    lines.append(f"  input       {described})")
+    code_text = _code_line(why.code, fmt)
+    if why.case in ("nan", "not positive", "infinity", "zero"):
+        if why.rule:
+            lines.append(f"  rule        {why.rule}")
+        lines.append(f"  code        {code_text}")
+        return "\n".join(lines)
+    assert why.exact is not None  # (every other case is a finite non-zero number)
+    magnitude = abs(why.exact)
+    if why.spacing is not None:  # (E8M0 below its smallest value has no binade of its own)
+        e = _floor_log2(magnitude)
+        where = f"subnormal range (0, 2^{fmt.emin})" if why.subnormal else f"[2^{e}, 2^{e + 1})"
+        lowest = ", the lowest normal binade's" if why.subnormal else ""
+        lines.append(f"  binade      {where}: spacing {_power(why.spacing)}{lowest}")
+    lines.append(f"  neighbours  {_neighbours(why)}")
+    decision = _decision(why)
+    if decision:
+        lines.append(f"  rounding    {decision}")
+    if why.rule:
+        label = {"overflow": "overflow", "underflow": "zero"}.get(why.case, "rule")
+        lines.append(f"  {label:<10}  {why.rule}")
+    lines.append(f"  code        {code_text}")
+    if math.isfinite(why.value):
+        error = Fraction(why.value) - why.exact
+        percent = f" ({float(error / magnitude) * 100:+.3g}% of |x|)" if error else ""
+        lines.append(f"  error       {'0 (exact)' if not error else f'{float(error):+.6g}'}{percent}")
+    return "\n".join(lines)
+
+
+def _exactly_as_written(why: Explanation) -> Fraction | None:
+    """The input's text read as an exact number, when it is one (``"0.3"`` -> 3/10)."""
+    try:
+        return Fraction(why.input_text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _neighbour(value: Fraction | None, code: int | None, why: Explanation) -> str:
+    if value is None:
+        return "none"
+    if code is None:
+        return f"{_show(value)} (beyond max: no code)"
+    return f"{_show(value)} ({_hex(code, why.fmt)})"
+
+
+def _neighbours(why: Explanation) -> str:
+    if why.case == "exact":
+        assert why.lower is not None and why.lower_code is not None
+        return f"none needed: {_show(why.lower)} is a value of {why.format_name} ({_hex(why.lower_code, why.fmt)})"
+    if why.case == "below smallest":
+        return f"none below; {_neighbour(why.upper, why.upper_code, why)} is the smallest value"
+    if why.upper is None:  # from max + spacing on
+        assert why.lower is not None and why.spacing is not None
+        return (f"{_neighbour(why.lower, why.lower_code, why)} is the largest value; |x| >= "
+                f"{_show(why.lower + why.spacing)} = max + spacing")
+    assert why.position is not None and why.lower is not None
+    return (f"{_neighbour(why.lower, why.lower_code, why)} and {_neighbour(why.upper, why.upper_code, why)}; "
+            f"|x| lies {float(why.position):.4g} of a spacing above {_show(why.lower)}")
+
+
+def _decision(why: Explanation) -> str:
+    """The rounding decision in words (empty where there is nothing to decide)."""
+    if why.case in ("exact", "below smallest"):
+        return ""
+    if why.rounded is None:
+        assert why.lower is not None and why.spacing is not None
+        return f"{why.rounding}: every mode rounds to {_show(why.lower + why.spacing)} or beyond, past max"
+    assert why.lower is not None and why.upper is not None and why.position is not None and why.spacing is not None
+    up = why.rounded == why.upper and why.rounded != why.lower
+    target = f"{'up' if up else 'down'} to {_show(why.rounded)}"
+    if up and why.upper_code is None:
+        target += " > max"
+    if why.rounding == "toward_zero":
+        return f"toward_zero: truncated, {target}"
+    if why.rounding == "stochastic":
+        k = why.random_bit_count
+        assert k is not None and why.random_bits is not None and why.position_bits is not None
+        total = why.position_bits + why.random_bits
+        carry = f">= {2**k}: carries" if total >= 2**k else f"< {2**k}: no carry"
+        return (f"stochastic: {float(why.position):.4g} of a spacing is {why.position_bits}/{2**k} in {k} bits; "
+                f"{why.position_bits} + {why.random_bits} = {total} {carry}, {target}")
+    if why.position == Fraction(1, 2):
+        if why.rounding == "nearest_away":
+            return f"nearest_away: exactly halfway, away from zero: {target}"
+        multiple = why.rounded / why.spacing
+        return (f"nearest_even: exactly halfway, to the even multiple of the spacing ({multiple} x "
+                f"{_show(why.spacing)}): {target}")
+    side = "past the midpoint" if why.position > Fraction(1, 2) else "short of the midpoint"
+    return f"{why.rounding}: {side}, {target}"
+
+
+# ---- the command line ------------------------------------------------------------------------------
+def _parse_number(text: str) -> int | float | Fraction:
+    """A VALUE of the command line: an integer (``448``, ``0x1C0``), a float (``0.3``, ``-0.0``, ``inf``,
+    ``nan``, ``1e-3``), a hex float (``0x1.8p-3``) or an exact fraction (``3/10``)."""
+    stripped = text.strip()
+    if "/" in stripped:
+        try:
+            return Fraction(stripped)
+        except (ValueError, ZeroDivisionError) as error:
+            raise ValueError(f"VALUE: cannot read {text.strip()!r} as a fraction p/q ({error})") from None
+    hexadecimal = stripped.lstrip("+-")[:2].lower() == "0x"  # (float.fromhex alone would read "abc" as 0xabc)
+    for read in (lambda s: int(s, 0), float.fromhex if hexadecimal else float):
+        try:
+            return read(stripped)
+        except ValueError:
+            continue
+    raise ValueError(f"VALUE: cannot read {stripped!r} as a number: give a float (0.3, -0.0, inf, nan, "
+                     f"0x1.8p-3), an integer (448) or a fraction (3/10)")
+
+
+def _looks_negative_number(token: str) -> bool:
+    """Whether a token that starts with "-" is a negative VALUE (``-inf``, ``-1e5``, ``-3/10``), which
+    argparse would take for a flag."""
+    if not token.startswith("-") or token.startswith("--") or len(token) < 2:
+        return False
+    try:
+        _parse_number(token)
+    except ValueError:
+        return False
+    return True
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (not the many-line usage) and exit with status 2,
+    as train_tiny's and golden's (which this module, below them, does not import)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see -h)\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (0 explained, 2 bad input; ``-h`` exits 0)."""
+    parser = _Parser(
+        prog="python -m minifp8.explain",
+        description="Explain how one number encodes in a format (or, with --code, what one code means): the "
+                    "binade, the two representable neighbours, the rounding decision and the code's bit fields.",
+        epilog="VALUE: a float (0.3, -0.0, inf, -inf, nan, 1e-3, 0x1.8p-3), an integer (448) or an exact fraction "
+               "(3/10). FORMAT: " + ", ".join(formats.CATALOGUE) + " or an ml_dtypes name (float8_e4m3fn, ...). "
+               "Exit status: 0 explained, 2 bad input.",
+    )
+    parser.add_argument("value", metavar="VALUE", help="the number (with --code: the code, decimal or 0x hex)")
+    parser.add_argument("format", metavar="FORMAT", help="the format, e.g. E4M3")
+    parser.add_argument("--rounding", default="nearest_even", choices=ROUNDING_MODES,
+                        help="the rounding mode (default: nearest_even)")
+    parser.add_argument("--saturate", action="store_true", help="clamp overflow to +-max instead of Inf or NaN")
+    parser.add_argument("--random-bits", type=int, default=None, metavar="N",
+                        help="stochastic rounding's random bits, in [0, 2**K) (needs --rounding stochastic)")
+    parser.add_argument("--random-bit-count", type=int, default=None, metavar="K",
+                        help="the width of --random-bits, in [1, 32] (needs --rounding stochastic)")
+    parser.add_argument("--code", action="store_true", help="VALUE is a code: print its bit fields and value")
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # A leading space keeps a negative VALUE (-inf, -1e5, -3/10) from being read as a flag; VALUE ignores it.
+    args = parser.parse_args([" " + token if _looks_negative_number(token) else token for token in arguments])
+    try:
+        fmt = formats.get(args.format)
+    except ValueError as error:
+        parser.error(f"FORMAT: {error}")
+    if args.code:
+        if args.rounding != "nearest_even" or args.saturate or args.random_bits is not None \
+                or args.random_bit_count is not None:
+            parser.error("--code describes a code: it takes no --rounding, --saturate or --random-bits")
+        try:
+            code = int(args.value.strip(), 0)
+        except ValueError:
+            parser.error(f"--code: VALUE must be an integer code (decimal or 0x hex), got {args.value.strip()!r}")
+        try:
+            print(describe_code(code, fmt))
+        except ValueError as error:
+            parser.error(f"--code: {error}")
+        return 0
+    try:
+        number = _parse_number(args.value)
+        why = explain(number, fmt, rounding=args.rounding, saturate=args.saturate, random_bits=args.random_bits,
+                      random_bit_count=args.random_bit_count)
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
+    print(why)
+    return 0
+
+
+def _main_quietly_piped(argv: list[str] | None = None) -> int:
+    """`main`, which stops quietly with status 141 when its reader goes away (``| head -1``), as a
+    process that SIGPIPE ends would (Python ignores SIGPIPE, so a write raises BrokenPipeError)."""
+    try:
+        return main(argv)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # (captured output has no file descriptor)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # (else flushing it at exit fails again)
+            os.close(devnull)
+        return 141
+
+
+if __name__ == "__main__":
+    sys.exit(_main_quietly_piped())

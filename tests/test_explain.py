@@ -1,0 +1,470 @@
+"""``minifp8.explain``: a second, grid-based derivation of the scalar encoder, and its narrative.
+
+- For every catalogued format, rounding mode and ``saturate``: ``explain(x).code`` equals
+  ``codec.encode_scalar(x)`` on `testing.edge_cases`, every value of the format, every midpoint
+  and the float64 numbers just either side of each midpoint, +-Inf, NaN and -0.0; stochastic
+  rounding with several bit counts and random bits (``-m slow``: the full cross product).
+- The facts hold: the neighbours bracket |x| with no value of the format strictly between them,
+  the position is ``(|x| - lower) / spacing`` in [0, 1], the value is the code's.
+- ``describe_code``'s bit fields reassemble every code of every format, and its formula gives the
+  code's value.
+- Cases derived by hand from the specs (OCP OFP8 rev 1.0 section 5, OCP MX v1.0 sections 5.3 and
+  5.4.1, ONNX Cast-19), written out here, not read from minifp8.
+- The narrative, the command line and the errors for bad input.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import minifp8
+from minifp8 import codec, formats, testing
+from minifp8.explain import Explanation, describe_code, explain, main
+
+explain_module = importlib.import_module("minifp8.explain")
+
+FORMATS = list(formats.CATALOGUE)
+NEAREST_AND_TRUNCATION = ("nearest_even", "nearest_away", "toward_zero")
+CASES = {"nan", "not positive", "infinity", "zero", "exact", "overflow", "underflow", "below smallest", "tie",
+         "round"}
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+def magnitudes(fmt: formats.FloatFormat) -> np.ndarray:
+    """The finite non-negative values of ``fmt`` from its decode table, ascending (float64, exact)."""
+    table = fmt.values()
+    return np.unique(np.abs(table[np.isfinite(table)]))
+
+
+def beyond_max(fmt: formats.FloatFormat) -> float:
+    """max + the spacing of max's binade: what an unbounded exponent would give next (hand rule:
+    the spacing of binade e is 2^(e - M), and max lies in binade floor(log2(max)))."""
+    return fmt.max + 2.0 ** (max(math.floor(math.log2(fmt.max)), fmt.emin) - fmt.mantissa_bits)
+
+
+def sweep_inputs(fmt: formats.FloatFormat) -> list:
+    """edge_cases (as Python floats, and every 16th as a NumPy float32 scalar), every value, every
+    midpoint (the one above max too) and the float64 numbers just either side of each, both signs
+    (for E8M0, which is unsigned, a few negative numbers only), +-Inf, NaN (where the format has
+    it) and +-0.0; each once."""
+    grid = np.append(magnitudes(fmt), beyond_max(fmt))
+    midpoints = (grid[:-1] + grid[1:]) / 2
+    points = np.concatenate([grid, midpoints, np.nextafter(midpoints, np.inf), np.nextafter(midpoints, 0),
+                             [grid[1] / 2, grid[1] / 4, fmt.max * 2, 1e300]])
+    edges = testing.edge_cases(fmt)
+    finite_edges = np.abs(edges[np.isfinite(edges) & (edges != 0)].astype(np.float64))
+    floats = set(points.tolist()) | set(finite_edges.tolist())
+    floats |= {-x for x in floats} if fmt.signed else {-x for x in list(floats)[::50]}
+    specials = [math.inf, -math.inf, 0.0, -0.0] + ([math.nan, -math.nan] if fmt.has_nan else [])
+    return sorted(floats) + list(edges[::16]) + specials
+
+
+def same_code_as_encode_scalar(x, fmt, **options) -> Explanation:
+    why = explain(x, fmt, **options)
+    expected = codec.encode_scalar(x, fmt, options.get("rounding", "nearest_even"), options.get("saturate", False),
+                                   options.get("random_bits"), options.get("random_bit_count"))
+    assert why.code == expected, (x, fmt, options, hex(why.code), hex(expected))
+    return why
+
+
+def vectorised_codes(inputs: list, fmt: formats.FloatFormat, **options) -> list[int]:
+    """`codec.encode`'s codes for ``inputs`` (Python floats and NumPy float32 scalars), one call per
+    dtype: the vectorised twin that the codec's tests hold equal to `codec.encode_scalar` (whose
+    code `explain` checks itself), so that these sweeps check explain against a third party."""
+    codes = [0] * len(inputs)
+    for dtype in (np.float64, np.float32):
+        where = [i for i, x in enumerate(inputs) if isinstance(x, np.float32) == (dtype is np.float32)]
+        bits = options.get("random_bits")
+        extra = {} if bits is None else {"random_bits": np.full(len(where), bits, np.uint32)}
+        encoded = codec.encode(np.array([inputs[i] for i in where], dtype), fmt, **{**options, **extra})
+        for i, code in zip(where, encoded.tolist()):
+            codes[i] = code
+    return codes
+
+
+def check_sweep(inputs: list, fmt: formats.FloatFormat, grid: np.ndarray, all_facts: bool, **options) -> None:
+    """explain's code for every input equals `vectorised_codes`, and its facts hold (those that
+    depend on the options only, unless ``all_facts``: the neighbours do not depend on them)."""
+    table = fmt.values()
+    explained = [explain(x, fmt, **options) for x in inputs]
+    wrong = [(x, hex(why.code), hex(expected)) for x, why, expected in
+             zip(inputs, explained, vectorised_codes(inputs, fmt, **options)) if why.code != expected]
+    assert not wrong, (fmt.name, options, "x, explain's code, codec.encode's:", wrong[:10])
+    wrong_value = [why for why in explained if not (why.value == table[why.code]
+                                                    or (math.isnan(why.value) and math.isnan(table[why.code])))]
+    not_a_neighbour = [why for why in explained if why.rounded is not None and why.lower is not None
+                       and why.rounded not in (why.lower, why.upper)]
+    assert not wrong_value and not not_a_neighbour, (wrong_value[:3], not_a_neighbour[:3])
+    for why in explained if all_facts else ():
+        check_facts(why, fmt, grid)
+
+
+def check_facts(why: Explanation, fmt: formats.FloatFormat, grid: np.ndarray) -> None:
+    """The structural facts of one explanation (``grid``: the format's magnitudes, ascending)."""
+    assert why.case in CASES
+    assert why.fmt is fmt and why.format_name == fmt.name
+    table = fmt.values()
+    decoded = table[why.code]
+    assert (math.isnan(why.value) and math.isnan(decoded)) or why.value == decoded
+    if np.isfinite(decoded) and decoded == 0:
+        assert math.copysign(1, why.value) == math.copysign(1, decoded)
+    for value, code in ((why.lower, why.lower_code), (why.upper, why.upper_code)):
+        if value is not None and code is not None:
+            assert Fraction(float(table[code])) == value and code & fmt.sign_mask == 0
+        elif value is not None:  # only max + spacing has no code
+            assert value == Fraction(beyond_max(fmt)) and why.upper is value
+    if why.exact is None:
+        assert why.case in ("nan", "infinity", "not positive") and why.lower is None and why.upper is None
+        return
+    magnitude = abs(why.exact)
+    if why.lower is not None and why.upper is not None:
+        assert why.lower <= magnitude <= why.upper
+        between = (grid > float(why.lower)) & (grid < float(why.upper))
+        assert not between.any(), (why, grid[between])
+        assert why.position is not None and why.spacing is not None and 0 <= why.position <= 1
+        if why.lower == why.upper:
+            assert why.case == "exact" and why.position == 0
+        else:
+            assert why.spacing == why.upper - why.lower
+            assert why.position == (magnitude - why.lower) / why.spacing
+            assert why.rounded in (why.lower, why.upper)
+    if why.case in ("round", "tie", "exact", "underflow", "below smallest"):
+        assert why.rounded is not None and Fraction(abs(why.value)) == why.rounded
+    if why.case == "tie":
+        assert why.position == Fraction(1, 2) and why.rounding in ("nearest_even", "nearest_away")
+    if why.case == "overflow":
+        assert why.rounded is None or why.rounded > Fraction(fmt.max)
+
+
+# ---- explain equals encode_scalar ----------------------------------------------------------------
+@pytest.mark.parametrize("name", FORMATS)
+def test_explain_derives_the_codecs_code_and_its_facts_hold(name):
+    fmt = formats.get(name)
+    grid = magnitudes(fmt)
+    inputs = sweep_inputs(fmt)
+    beyond = [x for x in inputs if not abs(x) <= fmt.max / 2]  # where saturate can act (NaN included)
+    for rounding in NEAREST_AND_TRUNCATION:
+        check_sweep(inputs, fmt, grid, rounding == "nearest_even", rounding=rounding)
+        check_sweep(beyond, fmt, grid, False, rounding=rounding, saturate=True)
+
+
+def stochastic_inputs(fmt: formats.FloatFormat, every: int) -> list[float]:
+    """Points at several positions in every ``every``-th interval of the grid (the lowest two, the
+    one below max and the one above it always), both signs."""
+    grid = np.append(magnitudes(fmt), beyond_max(fmt))
+    picked = sorted({0, 1, len(grid) - 3, len(grid) - 2} | set(range(0, len(grid) - 1, every)))
+    points = [float(grid[i] + (grid[i + 1] - grid[i]) * p) for i in picked for p in (1 / 16, 0.3, 0.5, 15 / 16)]
+    return points + [-p for p in points]
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_explain_derives_stochastic_rounding(name):
+    fmt = formats.get(name)
+    grid = magnitudes(fmt)
+    inputs = stochastic_inputs(fmt, every=11)
+    bit_choices = {1: range(2), 4: range(16), 8: (0, 127, 128, 255), 32: (0, 2**32 - 1)}
+    for count, bits in bit_choices.items():
+        for random_bits in bits:
+            check_sweep(inputs, fmt, grid, random_bits == 1, rounding="stochastic", random_bits=random_bits,
+                        random_bit_count=count, saturate=random_bits % 2 == 1)
+    for x in inputs[::7]:  # the position rounded to k bits, as the narrative shows it
+        why = explain(x, fmt, rounding="stochastic", random_bits=5, random_bit_count=4)
+        if why.position is not None and why.case != "exact":
+            assert why.position_bits == round(why.position * 16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FORMATS)
+def test_explain_equals_encode_scalar_in_the_full_cross_product(name):
+    fmt = formats.get(name)
+    grid = magnitudes(fmt)
+    for saturate in (False, True):
+        for x in sweep_inputs(fmt):
+            for rounding in NEAREST_AND_TRUNCATION:
+                check_facts(same_code_as_encode_scalar(x, fmt, rounding=rounding, saturate=saturate), fmt, grid)
+        for x in stochastic_inputs(fmt, every=1):
+            for count in (1, 2, 3, 4):
+                for random_bits in range(2**count):
+                    check_facts(same_code_as_encode_scalar(x, fmt, rounding="stochastic", saturate=saturate,
+                                                           random_bits=random_bits, random_bit_count=count), fmt, grid)
+
+
+def test_stochastic_rounding_adds_the_bits_to_the_position_rounded_to_k_bits():
+    """0.3 of the way from 1 to 1.125 in E4M3, 4 bits: 0.3 * 16 = 4.8 rounds to 5, so R = 11..15
+    carry (5 + 11 = 16) and R = 0..10 do not (tutorial 2's example, derived by hand)."""
+    x = 1 + 0.3 * 0.125
+    ups = [explain(x, "E4M3", rounding="stochastic", random_bits=r, random_bit_count=4).code == 0x39 for r in range(16)]
+    assert ups == [False] * 11 + [True] * 5
+    why = explain(x, "E4M3", rounding="stochastic", random_bits=11, random_bit_count=4)
+    assert why.position_bits == 5 and why.case == "round" and why.random_bits == 11 and why.random_bit_count == 4
+    assert "5 + 11 = 16 >= 16: carries" in str(why)
+
+
+# ---- cases derived by hand from the specs --------------------------------------------------------
+def test_hand_derived_e4m3_cases():
+    # 0.3 lies in [2^-2, 2^-1): exponent field -2 + 7 = 5 (0101), spacing 2^-2 / 8 = 1/32.
+    # 0.3 * 32 = 9.6: between 9/32 = 0.28125 (1.001b, 0x29) and 10/32 = 0.3125 (1.010b, 0x2A), past the midpoint.
+    why = explain(0.3, "E4M3")
+    assert (why.code, why.value, why.case) == (0b0_0101_010, 0.3125, "round")
+    assert (why.lower, why.lower_code, why.upper, why.upper_code) == (Fraction(9, 32), 0x29, Fraction(10, 32), 0x2A)
+    assert why.spacing == Fraction(1, 32) and abs(float(why.position) - 0.6) < 1e-12
+    # 448 = 1.75 * 2^8: exponent 8 + 7 = 15 (1111), mantissa 110 (S.1111.111 is NaN): 0x7E, the largest value.
+    assert explain(448, "E4M3").code == 0b0_1111_110 == 0x7E
+    # 464 is halfway between 448 (1.110b * 2^8) and 480 (1.111b * 2^8, beyond max): the even mantissa is 448's,
+    # so 464 rounds to 448 before any overflow check (OFP8 rounds first): 0x7E, saturated or not.
+    for saturate in (False, True):
+        why = explain(464, "E4M3", saturate=saturate)
+        assert (why.code, why.case, why.upper, why.upper_code) == (0x7E, "tie", 480, None)
+    # Just above 464 rounds up to 480 > 448: NaN 0x7F (E4M3 has no Inf), or 448 when saturating; so does 480.
+    for x in (math.nextafter(464.0, math.inf), 480.0):
+        assert (explain(x, "E4M3").code, explain(x, "E4M3").case) == (0x7F, "overflow")
+        assert explain(x, "E4M3", saturate=True).code == 0x7E
+        assert explain(-x, "E4M3").code == 0xFF  # the sign stays on the NaN
+    # Ties: 1.0625 is halfway between 1 (1.000b, 0x38) and 1.125 (1.001b): the even one is 1.
+    # 1.1875 is halfway between 1.125 (1.001b) and 1.25 (1.010b, 0x3A): the even one is 1.25.
+    assert (explain(1.0625, "E4M3").code, explain(1.0625, "E4M3").case) == (0x38, "tie")
+    assert explain(1.1875, "E4M3").code == 0x3A
+    assert explain(1.0625, "E4M3", rounding="nearest_away").code == 0x39  # away from zero: 1.125
+    assert explain(-1.0625, "E4M3", rounding="nearest_away").code == 0xB9
+    assert explain(1.1875 - 2**-20, "E4M3", rounding="toward_zero").code == 0x39
+    # Subnormals: 0.m * 2^(1 - 7), spacing 2^-9; 2^-9 is 0 0000 001.
+    why = explain(2.0**-9, "E4M3")
+    assert (why.code, why.case, why.subnormal) == (0x01, "exact", True)
+    assert explain(3 * 2.0**-10, "E4M3").code == 0x02  # halfway between 1 and 2 spacings: 2 is even
+    why = explain(2.0**-10, "E4M3")  # halfway between 0 and 2^-9: 0 is even
+    assert (why.code, why.case) == (0x00, "underflow")
+    assert explain(-(2.0**-10), "E4M3").code == 0x80  # -0
+    assert explain(-0.0, "E4M3").code == 0x80 and explain(0, "E4M3").code == 0x00
+    # toward_zero never overflows to NaN (IEEE 754-2019 section 7.4): 1e6 gives 448.
+    assert explain(1e6, "E4M3", rounding="toward_zero").code == 0x7E
+
+
+def test_hand_derived_e5m2_cases():
+    # E5M2 has Inf: S.11111.00; NaN: S.11111.{01,10,11} (minifp8 writes the quiet 10).
+    assert explain(math.inf, "E5M2").code == 0b0_11111_00 == 0x7C
+    assert explain(-math.inf, "E5M2").code == 0xFC
+    assert explain(math.inf, "E5M2", saturate=True).code == 0x7B  # 57344 = 1.11b * 2^15
+    assert explain(math.nan, "E5M2").code == 0x7E
+    # 61440 is halfway between 57344 (7 * 8192) and 65536 (8 * 8192, beyond max): the even one is 65536,
+    # which overflows: +Inf, or 57344 when saturating.
+    why = explain(61440, "E5M2")
+    assert (why.code, why.case, why.rounded) == (0x7C, "overflow", 65536)
+    assert explain(61440, "E5M2", saturate=True).code == 0x7B
+    assert explain(61440, "E5M2", rounding="toward_zero").code == 0x7B
+
+
+def test_hand_derived_fnuz_e8m0_and_fp4_cases():
+    # FNUZ: 0x80 is NaN, so there is no -0; Inf is NaN even when saturating (ONNX Cast-19).
+    # E4M3FNUZ's smallest subnormal is 2^(1-8) / 8 = 2^-10; -2^-12 is a quarter of it: rounds to +0.
+    assert (explain(-(2.0**-12), "E4M3FNUZ").code, explain(-(2.0**-12), "E4M3FNUZ").case) == (0x00, "underflow")
+    assert explain(-0.0, "E4M3FNUZ").code == 0x00
+    assert explain(-math.inf, "E4M3FNUZ", saturate=True).code == 0x80
+    assert explain(math.inf, "E5M2FNUZ", saturate=True).code == 0x80
+    assert explain(-math.nan, "E4M3FNUZ").code == 0x80
+    # E8M0 (MX section 5.4.1): 2^(E - 127), unsigned, no zero, 0xFF is NaN.
+    assert (explain(0, "E8M0").code, explain(0, "E8M0").case) == (0xFF, "not positive")
+    assert explain(-1.0, "E8M0").code == 0xFF and explain(-math.inf, "E8M0").code == 0xFF
+    assert explain(1, "E8M0").code == 127
+    why = explain(2.0**-130, "E8M0")  # below 2^-127, the smallest: 2^-127 in every mode
+    assert (why.code, why.case, why.lower) == (0x00, "below smallest", None)
+    assert explain(2.0**-130, "E8M0", rounding="toward_zero").code == 0x00
+    assert explain(3, "E8M0").code == 129  # halfway between 2 and 4: up (4 = 2 x the spacing 2 is even)
+    assert explain(math.inf, "E8M0").code == 0xFF and explain(math.inf, "E8M0", saturate=True).code == 0xFE
+    # E2M1 (MX section 5.3) has no Inf or NaN: beyond max it saturates. 7 is halfway between 6 (3 x 2) and
+    # 8 (4 x 2, beyond max): it rounds to 8, overflows and saturates to 6 = 0 11 1.
+    why = explain(7, "E2M1")
+    assert (why.code, why.case, why.value) == (0b0_11_1, "overflow", 6.0)
+    assert explain(-math.inf, "E2M1").code == 0b1_11_1
+    with pytest.raises(ValueError, match="NaN cannot be encoded in E2M1"):
+        explain(math.nan, "E2M1")
+
+
+def test_inputs_are_taken_exactly_whatever_their_type():
+    assert explain(Fraction(3, 10), "E4M3").exact == Fraction(3, 10)
+    assert explain(0.3, "E4M3").exact == Fraction(0.3) != Fraction(3, 10)
+    why = explain(np.float32(0.3), "E4M3")
+    assert (why.exact, why.input_type, why.input_text) == (Fraction(float(np.float32(0.3))), "float32", "0.3")
+    assert explain(np.float16(1.0625), "E4M3").code == 0x38 and explain(np.int64(448), "E4M3").code == 0x7E
+    assert explain(2**70, "E5M2").case == "overflow"  # a Python int beyond float64's exact integers
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    why = explain(ml_dtypes.bfloat16(0.3), "E4M3")
+    assert why.exact == Fraction(float(np.float32(ml_dtypes.bfloat16(0.3)))) and why.input_type == "bfloat16"
+
+
+# ---- describe_code -------------------------------------------------------------------------------
+VALUE_LINE = re.compile(r"^  value     0x[0-9A-F]+ = (?P<bits>[01 ]+): (?P<formula>\S.*?)(?: = (?P<shown>\S+))?(?::.*)?$")
+FORMULA = re.compile(r"^(?P<sign>[+-]?)2\^\((?P<exponent>\d+)-(?P<bias>\d+)\)"
+                     r"(?: x \((?P<lead>[01]) \+ (?P<mantissa>\d+)/(?P<scale>\d+)\))?$")
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_describe_code_reassembles_every_code_and_its_formula_gives_the_value(name):
+    fmt = formats.get(name)
+    table = fmt.values()
+    for code in range(1 << fmt.bits):
+        text = describe_code(code, fmt)
+        lines = text.splitlines()
+        assert lines[0].startswith(f"{fmt.name} code 0x{code:0{(fmt.bits + 3) // 4}X}:")
+        match = VALUE_LINE.match(lines[-1])
+        assert match, lines[-1]
+        groups = match["bits"].split(" ")
+        assert [len(group) for group in groups] == ([1] if fmt.signed else []) + [fmt.exponent_bits] + \
+            ([fmt.mantissa_bits] if fmt.mantissa_bits else [])
+        assert int("".join(groups), 2) == code
+        formula = match["formula"]
+        if np.isnan(table[code]):
+            assert formula == "NaN" and "NaN" in lines[1 + fmt.signed]
+        elif np.isinf(table[code]):
+            assert formula == ("-Inf" if table[code] < 0 else "+Inf")
+        else:
+            parts = FORMULA.match(formula)
+            assert parts, formula
+            value = Fraction(2) ** (int(parts["exponent"]) - int(parts["bias"]))
+            if parts["lead"] is not None:
+                assert int(parts["scale"]) == 2**fmt.mantissa_bits
+                value *= int(parts["lead"]) + Fraction(int(parts["mantissa"]), int(parts["scale"]))
+            value = -value if parts["sign"] == "-" else value
+            assert value == Fraction(float(table[code])), (formula, table[code])
+            assert (parts["sign"] == "") == (not fmt.signed)
+            assert float(match["shown"]) == table[code]
+            kind = "subnormal" if fmt.has_subnormals and int(parts["exponent"]) == 1 and parts["lead"] == "0" \
+                else "normal"
+            assert kind in text or table[code] == 0
+
+
+def test_describe_code_refuses_codes_outside_the_format():
+    assert describe_code(0x7F, "E8M0").endswith("2^(127-127) = 1")
+    with pytest.raises(ValueError, match=r"E2M1 codes lie in \[0, 16\)"):
+        describe_code(16, "E2M1")
+    with pytest.raises(ValueError, match="got -1"):
+        describe_code(-1, "E4M3")
+    with pytest.raises(TypeError, match="code must be an int"):
+        describe_code(1.0, "E4M3")  # type: ignore[arg-type]
+
+
+# ---- the narrative -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("x", "name", "options", "case"), [
+    (0.3, "E4M3", {}, "round"), (1.0625, "E4M3", {}, "tie"), (470, "E4M3", {}, "overflow"),
+    (1e6, "E4M3", {"rounding": "toward_zero"}, "overflow"), (2.0**-10, "E4M3", {}, "underflow"),
+    (-(2.0**-12), "E4M3FNUZ", {}, "underflow"), (2.0**-9, "E4M3", {}, "exact"), (math.inf, "E5M2", {}, "infinity"),
+    (math.nan, "E4M3", {}, "nan"), (-0.0, "E4M3", {}, "zero"), (0, "E8M0", {}, "not positive"),
+    (1e-40, "E8M0", {}, "below smallest"), (7, "E2M1", {}, "overflow"),
+    (1.1, "E4M3", {"rounding": "stochastic", "random_bits": 3, "random_bit_count": 4}, "round"),
+])
+def test_the_narrative_names_the_format_the_code_and_the_case(x, name, options, case):
+    why = explain(x, name, **options)
+    text = str(why)
+    assert why.case == case
+    assert name in text.splitlines()[0] and f"case {case}" in text.splitlines()[0]
+    assert f"0x{why.code:0{(why.fmt.bits + 3) // 4}X}" in text
+    assert 3 <= len(text.splitlines()) <= 8 and "None" not in text
+    if why.rule:
+        assert why.rule in text
+
+
+def test_the_narrative_of_a_tie_and_a_subnormal_says_what_decided():
+    assert "exactly halfway" in str(explain(1.0625, "E4M3")) and "even" in str(explain(1.0625, "E4M3"))
+    assert "subnormal" in str(explain(3 * 2.0**-11, "E4M3"))
+    assert "ONNX Cast-19" in str(explain(math.inf, "E4M3FNUZ", saturate=True))
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+def test_bad_python_input_gives_clear_errors():
+    with pytest.raises(TypeError, match="x must be a float, int or fractions.Fraction, got str"):
+        explain("0.3", "E4M3")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"explain takes one number, got an array of shape \(2,\)"):
+        explain(np.float32([1, 2]), "E4M3")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"got an array of shape \(\).*x.item\(\)"):
+        explain(np.array(1.0), "E4M3")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got bool"):
+        explain(True, "E4M3")
+    with pytest.raises(ValueError, match="unknown format 'NOPE'"):
+        explain(1.0, "NOPE")
+    with pytest.raises(ValueError, match="unknown rounding mode"):
+        explain(1.0, "E4M3", rounding="nearest")
+    with pytest.raises(ValueError, match="random_bits is only used with rounding='stochastic'"):
+        explain(1.0, "E4M3", random_bits=1, random_bit_count=4)
+    with pytest.raises(ValueError, match="needs random_bits"):
+        explain(1.0, "E4M3", rounding="stochastic")
+
+
+def test_a_derivation_that_differs_from_encode_scalar_is_a_runtime_error(monkeypatch):
+    monkeypatch.setattr(explain_module, "encode_scalar", lambda *args: 0x29)
+    with pytest.raises(RuntimeError, match=r"explain derived code 0x2A .* codec.encode_scalar gives 0x29"):
+        explain(0.3, "E4M3")
+
+
+def test_the_module_is_not_loaded_by_the_package():
+    """``python -m minifp8.explain`` runs the module as __main__; were it imported by ``import minifp8``
+    already, runpy would warn on every run (and ``minifp8.explain`` would be ambiguous)."""
+    assert "explain" not in minifp8.__all__
+    assert explain_module.explain is explain and explain_module.__name__ == "minifp8.explain"
+
+
+# ---- the command line ----------------------------------------------------------------------------
+def test_cli_prints_the_narrative_and_describes_codes(capsys):
+    assert main(["0.3", "E4M3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("E4M3 encoding of 0.3 (nearest_even): 0x2A") and "0.28125 (0x29)" in out
+    assert main(["-inf", "E5M2", "--saturate"]) == 0  # a negative VALUE is not a flag
+    assert "0xFB" in capsys.readouterr().out
+    assert main(["3/10", "e4m3", "--rounding", "toward_zero"]) == 0
+    assert "3/10 (Fraction)" in capsys.readouterr().out
+    assert main(["0x1.8p-3", "E4M3"]) == 0 and "case exact" in capsys.readouterr().out
+    assert main(["-1e5", "E4M3"]) == 0 and "0xFF" in capsys.readouterr().out
+    assert main(["1.1", "E4M3", "--rounding", "stochastic", "--random-bits", "3", "--random-bit-count", "4"]) == 0
+    assert "13 + 3 = 16 >= 16: carries" in capsys.readouterr().out
+    assert main(["0x2A", "E4M3", "--code"]) == 0
+    assert capsys.readouterr().out == describe_code(0x2A, "E4M3") + "\n"
+    assert main(["255", "E8M0", "--code"]) == 0 and "NaN" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["0.3", "NOPE"], "FORMAT: unknown format 'NOPE'"),
+    (["0.3.3", "E4M3"], "VALUE: cannot read '0.3.3' as a number"),
+    (["abc", "E4M3"], "VALUE: cannot read 'abc' as a number"),  # (float.fromhex would read 0xabc)
+    (["1p3", "E4M3"], "VALUE: cannot read '1p3' as a number"),
+    (["1/0", "E4M3"], "VALUE: cannot read '1/0' as a fraction"),
+    (["1", "E4M3", "--random-bits", "3"], "random_bits is only used with rounding='stochastic'"),
+    (["1", "E4M3", "--rounding", "stochastic", "--random-bits", "3"], "needs random_bits and random_bit_count"),
+    (["300", "E4M3", "--code"], r"--code: E4M3 codes lie in \[0, 256\)"),
+    (["0.5", "E4M3", "--code"], "--code: VALUE must be an integer code"),
+    (["7", "E4M3", "--code", "--saturate"], "--code describes a code"),
+    (["nan", "E2M1"], "NaN cannot be encoded in E2M1"),
+    (["1", "E4M3", "--rounding", "up"], "argument --rounding: invalid choice"),
+])
+def test_cli_bad_input_is_one_line_on_stderr_and_exit_status_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2 and captured.out == ""
+    assert len(captured.err.splitlines()) == 1 and "Traceback" not in captured.err, captured.err
+    assert captured.err.startswith("python -m minifp8.explain: error: ")
+    assert re.search(message, captured.err), captured.err
+
+
+def test_python_m_minifp8_explain_runs_without_warnings():
+    """(The package imports the module before runpy runs it; runpy's warning about that is not shown.)"""
+    done = subprocess.run([sys.executable, "-m", "minifp8.explain", "1.0625", "E4M3"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "case tie" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "minifp8.explain", "0.3", "NOPE"], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and bad.stdout == ""
+
+
+def test_a_closed_output_stops_the_command_quietly():
+    """``python -m minifp8.explain ... | head -1``: the reader goes away before the output is written.
+    The command stops with SIGPIPE's status, 141, and says nothing (it printed a BrokenPipeError traceback)."""
+    process = subprocess.Popen([sys.executable, "-m", "minifp8.explain", "0.3", "E4M3"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141 and err == b"", err.decode()
