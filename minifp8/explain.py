@@ -58,6 +58,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import sys
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -274,7 +275,7 @@ def explain(x: int | float | Fraction | np.generic, fmt: str | FloatFormat, *, r
         raise RuntimeError(f"explain derived code {_hex(facts['code'], fmt)} for {x!r} in {fmt.name} "
                            f"(rounding={rounding!r}, saturate={saturate}), but codec.encode_scalar gives "
                            f"{_hex(expected, fmt)}: a bug in one of them")
-    return Explanation(fmt=fmt, x=number, input_text=str(x), input_type=input_type, rounding=rounding,
+    return Explanation(fmt=fmt, x=number, input_text=_input_text(x), input_type=input_type, rounding=rounding,
                        saturate=bool(saturate), random_bits=None if random_bits is None else int(random_bits),
                        random_bit_count=None if random_bit_count is None else int(random_bit_count),
                        value=float(fmt.values()[facts["code"]]), **facts)
@@ -423,8 +424,10 @@ def _special(code: int, fmt: FloatFormat) -> str:
         return "NaN"
     if fmt.nan_style == "all_ones" and all_ones_exponent and mantissa == (1 << fmt.mantissa_bits) - 1:
         return "NaN"
-    if fmt.nan_style == "ieee" and all_ones_exponent:
-        return "NaN" if mantissa else ("-Inf" if sign else "+Inf")
+    if fmt.nan_style == "ieee" and all_ones_exponent and mantissa:
+        return "NaN"
+    if fmt.has_infinity and all_ones_exponent:  # (has_infinity needs nan_style "ieee"; without it, a number)
+        return "-Inf" if sign else "+Inf"
     return ""
 
 
@@ -528,14 +531,47 @@ def describe_code(code: int, fmt: str | FloatFormat) -> str:
 
 
 # ---- the narrative ---------------------------------------------------------------------------------
+_LONGEST_EXACT_BITS = 1024  # (a numerator or denominator longer than this prints as a power of two)
+
+
+def _about(value: Fraction) -> str:
+    """A non-zero value too long to print exactly, or beyond float64: ``~2^1993``."""
+    return f"{'-' if value < 0 else ''}~2^{_floor_log2(abs(value))}"
+
+
+def _too_long(value: Fraction) -> bool:
+    return max(value.numerator.bit_length(), value.denominator.bit_length()) > _LONGEST_EXACT_BITS
+
+
 def _show(value: Fraction, negative_zero: bool = False) -> str:
-    """A value as a learner reads it: ``448``, ``0.3125``, ``5.877471754111438e-39``, ``3/10``, ``-0``."""
+    """A value as a learner reads it: ``448``, ``0.3125``, ``5.877471754111438e-39``, ``3/10``, ``-0``
+    (``~2^-1329`` where it is too long to print exactly)."""
     if value == 0:
         return "-0" if negative_zero else "0"
+    if _too_long(value):
+        return _about(value)
     if value.denominator == 1 and abs(value) < 10**16:
         return str(value.numerator)
     as_float = float(value)
     return repr(as_float) if Fraction(as_float) == value else f"{value.numerator}/{value.denominator}"
+
+
+def _decimal(value: Fraction, digits: int, sign: bool = True) -> str:
+    """``value`` to ``digits`` significant digits (with its sign); ``~2^e`` beyond float64's range."""
+    try:
+        as_float = float(value)
+    except OverflowError:
+        as_float = math.inf
+    if value != 0 and (as_float == 0 or math.isinf(as_float)):
+        return ("+" if sign and value > 0 else "") + _about(value)
+    return f"{as_float:{'+' if sign else ''}.{digits}g}"
+
+
+def _input_text(x: object) -> str:
+    """The input as it prints; ``~2^e`` for an int or Fraction too long to print (`_LONGEST_EXACT_BITS`)."""
+    if isinstance(x, (int, Fraction)) and not isinstance(x, bool) and _too_long(Fraction(x)):
+        return _about(Fraction(x))
+    return str(x)
 
 
 def _power(value: Fraction) -> str:
@@ -552,8 +588,9 @@ def _narrative(why: Explanation) -> str:
     hex_code = _hex(why.code, fmt)
     lines = [f"{why.format_name} encoding of {why.input_text} ({options}): {hex_code}, case {why.case}"]
     described = f"{why.input_text} ({why.input_type}"
-    if why.exact is not None and _exactly_as_written(why) != why.exact:
-        described += f", exactly {_show(why.exact) if why.exact.denominator == 1 else why.exact}"
+    if why.exact is not None and not _too_long(why.exact) and _exactly_as_written(why) != why.exact:
+        exactly = _show(why.exact) if why.exact.denominator == 1 or _too_long(why.exact) else str(why.exact)
+        described += f", exactly {exactly}"
     lines.append(f"  input       {described})")
     code_text = _code_line(why.code, fmt)
     if why.case in ("nan", "not positive", "infinity", "zero"):
@@ -567,6 +604,9 @@ def _narrative(why: Explanation) -> str:
         e = _floor_log2(magnitude)
         where = f"subnormal range (0, 2^{fmt.emin})" if why.subnormal else f"[2^{e}, 2^{e + 1})"
         lowest = ", the lowest normal binade's" if why.subnormal else ""
+        if why.case == "overflow" and why.upper is None:  # (beyond max + spacing: max's binade's spacing)
+            top = _floor_log2(why.lower) if why.lower else e
+            lowest = f", that of max's binade [2^{top}, 2^{top + 1})"
         lines.append(f"  binade      {where}: spacing {_power(why.spacing)}{lowest}")
     lines.append(f"  neighbours  {_neighbours(why)}")
     decision = _decision(why)
@@ -578,8 +618,8 @@ def _narrative(why: Explanation) -> str:
     lines.append(f"  code        {code_text}")
     if math.isfinite(why.value):
         error = Fraction(why.value) - why.exact
-        percent = f" ({float(error / magnitude) * 100:+.3g}% of |x|)" if error else ""
-        lines.append(f"  error       {'0 (exact)' if not error else f'{float(error):+.6g}'}{percent}")
+        percent = f" ({_decimal(error / magnitude * 100, 3)}% of |x|)" if error else ""
+        lines.append(f"  error       {'0 (exact)' if not error else _decimal(error, 6)}{percent}")
     return "\n".join(lines)
 
 
@@ -611,7 +651,7 @@ def _neighbours(why: Explanation) -> str:
                 f"{_show(why.lower + why.spacing)} = max + spacing")
     assert why.position is not None and why.lower is not None
     return (f"{_neighbour(why.lower, why.lower_code, why)} and {_neighbour(why.upper, why.upper_code, why)}; "
-            f"|x| lies {float(why.position):.4g} of a spacing above {_show(why.lower)}")
+            f"|x| lies {_decimal(why.position, 4, sign=False)} of a spacing above {_show(why.lower)}")
 
 
 def _decision(why: Explanation) -> str:
@@ -633,7 +673,7 @@ def _decision(why: Explanation) -> str:
         assert k is not None and why.random_bits is not None and why.position_bits is not None
         total = why.position_bits + why.random_bits
         carry = f">= {2**k}: carries" if total >= 2**k else f"< {2**k}: no carry"
-        return (f"stochastic: {float(why.position):.4g} of a spacing is {why.position_bits}/{2**k} in {k} bits; "
+        return (f"stochastic: {_decimal(why.position, 4, sign=False)} of a spacing is {why.position_bits}/{2**k} in {k} bits; "
                 f"{why.position_bits} + {why.random_bits} = {total} {carry}, {target}")
     if why.position == Fraction(1, 2):
         if why.rounding == "nearest_away":
@@ -648,33 +688,44 @@ def _decision(why: Explanation) -> str:
 # ---- the command line ------------------------------------------------------------------------------
 def _parse_number(text: str) -> int | float | Fraction:
     """A VALUE of the command line: an integer (``448``, ``0x1C0``), a float (``0.3``, ``-0.0``, ``inf``,
-    ``nan``, ``1e-3``), a hex float (``0x1.8p-3``) or an exact fraction (``3/10``)."""
+    ``nan``, ``1e-3``), a hex float (``0x1.8p-3``) or an exact fraction (``3/10``). A decimal beyond
+    float64's range (``1e999``, ``1e-999``) is read exactly, as a Fraction, not as Inf or 0."""
     stripped = text.strip()
+    unreadable = (f"VALUE: cannot read {stripped!r} as a number: give a float (0.3, -0.0, inf, nan, 0x1.8p-3), "
+                  f"an integer (448) or a fraction (3/10)")
     if "/" in stripped:
         try:
             return Fraction(stripped)
         except (ValueError, ZeroDivisionError) as error:
-            raise ValueError(f"VALUE: cannot read {text.strip()!r} as a fraction p/q ({error})") from None
-    hexadecimal = stripped.lstrip("+-")[:2].lower() == "0x"  # (float.fromhex alone would read "abc" as 0xabc)
-    for read in (lambda s: int(s, 0), float.fromhex if hexadecimal else float):
+            raise ValueError(f"VALUE: cannot read {stripped!r} as a fraction p/q ({error})") from None
+    try:
+        return int(stripped, 0)
+    except ValueError as error:
+        if "limit" in str(error):  # (more digits than sys.get_int_max_str_digits() lets Python read)
+            raise ValueError(f"VALUE: {error}") from None
+    if stripped.lstrip("+-")[:2].lower() == "0x":  # (float.fromhex alone would read "abc" as 0xabc)
         try:
-            return read(stripped)
+            return float.fromhex(stripped)
+        except OverflowError:
+            raise ValueError(f"VALUE: {stripped!r} lies beyond float64's range: write it as an integer or "
+                             f"a fraction") from None
         except ValueError:
-            continue
-    raise ValueError(f"VALUE: cannot read {stripped!r} as a number: give a float (0.3, -0.0, inf, nan, "
-                     f"0x1.8p-3), an integer (448) or a fraction (3/10)")
+            raise ValueError(unreadable) from None
+    try:
+        value = float(stripped)
+    except ValueError:
+        raise ValueError(unreadable) from None
+    if (value == 0 or math.isinf(value)) and "inf" not in stripped.lower():
+        exact = Fraction(stripped)  # a decimal beyond float64's range (1e999, 1e-999): exactly
+        if exact != 0:
+            return exact
+    return value
 
 
 def _looks_negative_number(token: str) -> bool:
-    """Whether a token that starts with "-" is a negative VALUE (``-inf``, ``-1e5``, ``-3/10``), which
-    argparse would take for a flag."""
-    if not token.startswith("-") or token.startswith("--") or len(token) < 2:
-        return False
-    try:
-        _parse_number(token)
-    except ValueError:
-        return False
-    return True
+    """Whether a token that starts with "-" is meant as a negative VALUE (``-inf``, ``-1e5``, ``-3/10``,
+    ``-1/0``), which argparse would take for a flag: a digit, a point, "inf", "nan" or "0x" follows."""
+    return re.match(r"-(\d|\.|inf|nan)", token, re.IGNORECASE) is not None
 
 
 class _Parser(argparse.ArgumentParser):

@@ -131,10 +131,15 @@ def check_facts(why: Explanation, fmt: formats.FloatFormat, grid: np.ndarray) ->
         assert why.position is not None and why.spacing is not None and 0 <= why.position <= 1
         if why.lower == why.upper:
             assert why.case == "exact" and why.position == 0
+            above = grid[grid > float(magnitude)]  # (the spacing of an exact |x|: the gap to the next value up)
+            next_up = Fraction(float(above[0])) if above.size else Fraction(beyond_max(fmt))
+            assert why.spacing == next_up - magnitude
         else:
             assert why.spacing == why.upper - why.lower
             assert why.position == (magnitude - why.lower) / why.spacing
             assert why.rounded in (why.lower, why.upper)
+    smallest_normal = Fraction(fmt.min_normal)
+    assert why.subnormal == (fmt.has_subnormals and 0 < magnitude < smallest_normal)
     if why.case in ("round", "tie", "exact", "underflow", "below smallest"):
         assert why.rounded is not None and Fraction(abs(why.value)) == why.rounded
     if why.case == "tie":
@@ -336,7 +341,7 @@ def test_describe_code_reassembles_every_code_and_its_formula_gives_the_value(na
             assert float(match["shown"]) == table[code]
             kind = "subnormal" if fmt.has_subnormals and int(parts["exponent"]) == 1 and parts["lead"] == "0" \
                 else "normal"
-            assert kind in text or table[code] == 0
+            assert re.search(rf"= \d+: {kind}:", text) or table[code] == 0, (kind, text)
 
 
 def test_describe_code_refuses_codes_outside_the_format():
@@ -406,6 +411,9 @@ def test_the_module_is_not_loaded_by_the_package():
     already, runpy would warn on every run (and ``minifp8.explain`` would be ambiguous)."""
     assert "explain" not in minifp8.__all__
     assert explain_module.explain is explain and explain_module.__name__ == "minifp8.explain"
+    loaded = subprocess.run([sys.executable, "-c", "import sys, minifp8; print('minifp8.explain' in sys.modules)"],
+                            capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"
 
 
 # ---- the command line ----------------------------------------------------------------------------
@@ -451,7 +459,7 @@ def test_cli_bad_input_is_one_line_on_stderr_and_exit_status_2(argv, message, ca
 
 
 def test_python_m_minifp8_explain_runs_without_warnings():
-    """(The package imports the module before runpy runs it; runpy's warning about that is not shown.)"""
+    """(runpy would warn if ``import minifp8`` had loaded the module before running it as __main__.)"""
     done = subprocess.run([sys.executable, "-m", "minifp8.explain", "1.0625", "E4M3"], capture_output=True,
                           text=True)
     assert done.returncode == 0 and done.stderr == "", done.stderr
@@ -468,3 +476,66 @@ def test_a_closed_output_stops_the_command_quietly():
     process.stdout.close()
     _, err = process.communicate(timeout=60)
     assert process.returncode == 141 and err == b"", err.decode()
+
+
+def test_the_narrative_says_which_side_of_the_midpoint_and_the_relative_error():
+    # 0.26 in E4M3: neighbours 0.25 and 0.28125, position (0.26 - 0.25) / 2^-5 = 0.32; 0.3: 0.6
+    short, past = str(explain(Fraction(26, 100), "E4M3")), str(explain(0.3, "E4M3"))
+    assert "short of the midpoint, down to 0.25" in short and "0.32 of a spacing" in short
+    assert "past the midpoint, up to 0.3125" in past
+    # (0.3125 - 0.3) / 0.3 = 1/24 = 4.1666...%; (0.25 - 0.26) / 0.26 = -3.846...%
+    assert "+0.0125 (+4.17% of |x|)" in past and "-0.01 (-3.85% of |x|)" in short
+
+
+def test_the_smallest_normal_value_is_not_subnormal():
+    for name in ("E4M3", "E5M2", "E2M1", "E3M2"):
+        fmt = formats.get(name)
+        assert not explain(fmt.min_normal, fmt).subnormal
+        assert explain(Fraction(fmt.min_normal) * Fraction(15, 16), fmt).subnormal
+
+
+def test_numbers_beyond_float64_are_explained_and_narrated():
+    """An int or Fraction far beyond float64 (or too long to print) is explained and printed (the
+    error and the percentage went through float and raised OverflowError)."""
+    for x, fmt, options, code in ((2**2000, "E4M3", {"saturate": True}, 0x7E),
+                                  (-(10**5000), "E4M3", {"rounding": "toward_zero"}, 0xFE),
+                                  (Fraction(1, 10**400), "E8M0", {}, 0x00),
+                                  (Fraction(-1, 2**3000), "E5M2", {}, 0x80)):
+        why = explain(x, fmt, **options)
+        assert why.code == codec.encode_scalar(x, fmt, options.get("rounding", "nearest_even"),
+                                               options.get("saturate", False)) == code
+        text = str(why)
+        assert "~2^" in text and len(text) < 2000, text
+    beyond = str(explain(1e6, "E4M3"))  # (its binade's spacing is not max's: the line names whose it is)
+    assert "[2^19, 2^20): spacing 2^5 = 32, that of max's binade [2^8, 2^9)" in beyond
+
+
+def test_a_format_with_an_ieee_nan_and_no_inf_keeps_its_top_numbers_finite():
+    """nan_style="ieee" without has_infinity: the all-ones exponent with mantissa 0 is a number (16 here),
+    which describe_code called +Inf."""
+    fmt = formats.FloatFormat("E3M2_NO_INF", 3, 2, 3, nan_style="ieee")
+    assert fmt.values()[0x1C] == 16  # 2^(7-3) x (1 + 0/4)
+    assert "Inf" not in describe_code(0x1C, fmt) and describe_code(0x1C, fmt).endswith("= 16")
+    why = explain(16, fmt)
+    assert why.case == "exact" and why.code == 0x1C and "Inf" not in str(why)
+
+
+@pytest.mark.parametrize("value, options, expected", [
+    ("1e999", ["--rounding", "toward_zero"], "0x7E"),  # read exactly: finite, so it saturates (not Inf)
+    ("1e-999", [], "0x00, case underflow"),            # not 0.0: a number that rounds to zero
+    ("-1e-999", [], "0x80, case underflow"),
+])
+def test_cli_reads_decimals_beyond_float64_exactly(value, options, expected, capsys):
+    assert main([value, "E4M3", *options]) == 0
+    assert expected in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-1/0", "E4M3"], "VALUE: cannot read '-1/0' as a fraction"),  # (not "the following arguments are required")
+    (["0x1p2000", "E4M3"], "beyond float64's range"),
+])
+def test_cli_odd_values_are_one_line_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
