@@ -496,16 +496,16 @@ class MatmulReport:
         How many outputs were compared, and how many lie beyond their tolerance.
     by_class : dict
         That count by class, each of `MATMUL_CLASSES`.
-    reference : MatmulReference
-        What the outputs were compared with.
-    tolerance : numpy.ndarray
-        M x N float64: each output's tolerance.
     mismatches : list of MatmulMismatch
         The first ``max_rows`` of them, in row-major order.
     worst : MatmulMismatch or None
         The one with the largest ``error / tolerance`` (None when all agree).
     hints : list of str
         Causes verified by recomputing the product (see `compare_matmul`).
+    reference : MatmulReference
+        (Keyword-only, as is ``tolerance``.) What the outputs were compared with.
+    tolerance : numpy.ndarray
+        M x N float64: each output's tolerance.
     """
 
     title: str
@@ -513,11 +513,11 @@ class MatmulReport:
     total: int
     count: int
     by_class: dict[str, int]
-    reference: MatmulReference
-    tolerance: np.ndarray
     mismatches: list[MatmulMismatch] = field(default_factory=list)
     worst: MatmulMismatch | None = None
     hints: list[str] = field(default_factory=list)
+    reference: MatmulReference = field(kw_only=True)  # (always given: keyword-only, after the defaults)
+    tolerance: np.ndarray = field(kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -670,8 +670,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
                "output": output}
     return MatmulReport(f"{a_name} x {b_name} GEMM, {rows}x{inner} @ {inner}x{columns}", options,
                         int(rows * columns), int(where.size),
-                        {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)}, reference, tolerance,
-                        [row_of(flat) for flat in where[:max_rows]], worst, hints)
+                        {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)},
+                        [row_of(flat) for flat in where[:max_rows]], worst, hints, reference=reference,
+                        tolerance=tolerance)
 
 
 def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike,

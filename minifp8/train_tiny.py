@@ -131,7 +131,6 @@ import argparse
 import contextlib
 import ctypes
 import functools
-import io
 import json
 import math
 import os
@@ -1476,6 +1475,7 @@ def _main(argv: list[str] | None) -> int:
 if __name__ == "__main__":
     # a path that is not UTF-8 comes back from os.fsdecode with lone surrogates, which a UTF-8 locale's
     # strict stdout cannot print (stderr already escapes them): escape them there too
-    if isinstance(sys.stdout, io.TextIOWrapper):  # (a replaced sys.stdout may have no reconfigure)
-        sys.stdout.reconfigure(errors="backslashreplace")
+    reconfigure = getattr(sys.stdout, "reconfigure", None)  # (a replaced sys.stdout may have none)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
     sys.exit(main())

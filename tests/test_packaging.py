@@ -164,6 +164,8 @@ def minifp8_imports(path: Path) -> dict[str, bool]:
         names = []
         if isinstance(node, ast.ImportFrom) and node.level == 1:
             names = [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "minifp8":  # from minifp8 import fp8lm
+            names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minifp8."):
             names = [node.module.split(".")[1]]
         elif isinstance(node, ast.Import):

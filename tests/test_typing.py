@@ -118,23 +118,24 @@ def test_a_backend_test_module_passes_mypy_strict_and_runs(mypy_run, tmp_path):
     module.main(tmp_path)  # what type-checks also runs
 
 
-# Each line misuses the API; mypy must flag exactly these lines (it can only where the types are declared).
+# Each line from the 5th misuses the API and ends with the error mypy must give it (it can only
+# where the types are declared); no other line may be flagged.
 MISUSES = """\
 import numpy as np
 import minifp8
 from minifp8 import gemm, mx, scaling, testing
 x = np.zeros(4, np.float32)
-minifp8.encode(x, 4)
-minifp8.encode(x, "E4M3", saturate="yes")
-minifp8.decode(x, fmt=None)
-testing.compare(x, x, "E4M3").mismatches[0].kind + 1
-testing.compare_mx(x, x, x, "MXFP8_E4M3").scale_mismatches[0].block + "0"
-scaling.quantize_current(x, power_of_2="no")
-scaling.quantize_blockwise(x, block_shape=128)
-mx.quantize(x, "MXFP8_E4M3", block_size="32")
-gemm.compare_matmul(x, x, x, x, x, a_format="E4M3", b_format="E4M3").hints[0] + 1
-gemm.compare_matmul(x, x, x, x, x, a_format="E4M3", b_format="E4M3").reference.value.nonexistent
-minifp8.formats.E4M3.max + "1"
+minifp8.encode(x, 4)  # arg-type
+minifp8.encode(x, "E4M3", saturate="yes")  # arg-type
+minifp8.decode(x, fmt=None)  # arg-type
+testing.compare(x, x, "E4M3").mismatches[0].kind + 1  # operator
+testing.compare_mx(x, x, x, "MXFP8_E4M3").scale_mismatches[0].expected_code + "0"  # operator
+scaling.quantize_current(x, power_of_2="no")  # arg-type
+scaling.quantize_blockwise(x, block_shape=128)  # arg-type
+mx.quantize(x, "MXFP8_E4M3", block_size="32")  # arg-type
+gemm.compare_matmul(x, x, x, x, x, a_format="E4M3", b_format="E4M3").hints[0] + 1  # operator
+gemm.compare_matmul(x, x, x, x, x, a_format="E4M3", b_format="E4M3").reference.value.nonexistent  # attr-defined
+minifp8.formats.E4M3.max + "1"  # operator
 """
 
 
@@ -142,6 +143,8 @@ def test_mypy_flags_each_misuse_of_the_api(mypy_run, tmp_path):
     misuses = tmp_path / "misuses.py"
     misuses.write_text(MISUSES, encoding="utf-8")
     report, status = mypy_run("--follow-imports=silent", str(misuses))
-    flagged = sorted({int(line.split(":")[1]) for line in report.splitlines() if ": error:" in line})
-    expected = list(range(5, len(MISUSES.splitlines()) + 1))
-    assert status == 1 and flagged == expected, f"expected errors on lines {expected}, mypy said:\n{report}"
+    flagged = sorted({(int(line.split(":")[1]), line.rpartition("[")[2].rstrip("]"))
+                      for line in report.splitlines() if ": error:" in line})
+    expected = [(number, line.rpartition("# ")[2]) for number, line in enumerate(MISUSES.splitlines(), 1)
+                if number >= 5]
+    assert status == 1 and flagged == expected, f"expected errors {expected}, mypy said:\n{report}"
