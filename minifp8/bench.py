@@ -27,6 +27,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ._cli import exit_status_of
+
 _Section = Callable[[argparse.Namespace], None]  # a section: runs with the parsed command line
 SECTIONS: dict[str, _Section] = {}
 
@@ -608,4 +610,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status_of(main))  # (status 141, quietly, under `| head`)

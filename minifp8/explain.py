@@ -55,9 +55,7 @@ From Python: ``from minifp8.explain import explain, describe_code``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
 import re
 import sys
 from bisect import bisect_left
@@ -69,6 +67,7 @@ from typing import NoReturn
 import numpy as np
 
 from . import formats
+from ._cli import exit_status_of
 from .codec import ROUNDING_MODES, _as_numeric_array, encode_scalar
 from .formats import FloatFormat
 
@@ -786,18 +785,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _main_quietly_piped(argv: list[str] | None = None) -> int:
-    """`main`, which stops quietly with status 141 when its reader goes away (``| head -1``), as a
-    process that SIGPIPE ends would (Python ignores SIGPIPE, so a write raises BrokenPipeError)."""
-    try:
-        return main(argv)
-    except BrokenPipeError:
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # (captured output has no file descriptor)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # (else flushing it at exit fails again)
-            os.close(devnull)
-        return 141
-
-
 if __name__ == "__main__":
-    sys.exit(_main_quietly_piped())
+    sys.exit(exit_status_of(main))  # (status 141, quietly, under `| head`)

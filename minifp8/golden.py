@@ -103,6 +103,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import __version__, codec, formats, mx
+from ._cli import exit_status_of
 from .formats import FloatFormat, _check_int
 from .mx import MXFormat
 from .testing import _magnitudes, _midpoints, edge_cases
@@ -866,4 +867,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status_of(main))  # (status 141, quietly, under `| head`)

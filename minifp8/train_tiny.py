@@ -147,6 +147,7 @@ import numpy as np
 
 from . import data as data_module
 from . import fp8, fp8lm, mx, scaling
+from ._cli import SIGPIPE_STATUS, silence_stdout
 from .autograd import no_grad
 from .formats import _check_bool
 from .model import FAMILIES, GPT, GPTConfig
@@ -1328,11 +1329,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:  # the reader of the output went away: stop quietly, as SIGPIPE would
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # (captured output has no file descriptor)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # (else flushing it at exit fails)
-            os.close(devnull)
-        return 141
+        silence_stdout()
+        return SIGPIPE_STATUS
     except KeyboardInterrupt:  # Ctrl-C outside the steps of a run, which `train` handles: loading the data
         print("python -m minifp8.train_tiny: interrupted", file=sys.stderr)
         return 130

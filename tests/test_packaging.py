@@ -146,11 +146,11 @@ def test_a_built_wheel_holds_the_package_and_runs_outside_the_checkout(tmp_path)
 
 
 # DESIGN.md section 1: "Lower rows may import higher rows, never the reverse". Its table's order, with
-# the modules it does not list put where their imports place them (fastcast: the casts fp8.py places;
-# explain: a narrative of codec.encode_scalar; fp8lm: FP8-LM's gradients and optimizer; gemm: the
-# scaled-GEMM oracle, beside testing).
-LAYERS = ["formats", "codec", "explain", "mx", "scaling", "fastcast", "autograd", "functional", "unit", "fp8", "nn",
-          "uu", "model", "optim", "fp8lm", "data", "train_tiny", "testing", "gemm", "golden", "bench", "plots"]
+# the modules it does not list put where their imports place them (_cli: what every command does alike,
+# importing nothing; fastcast: the casts fp8.py places; explain: a narrative of codec.encode_scalar;
+# fp8lm: FP8-LM's gradients and optimizer; gemm: the scaled-GEMM oracle, beside testing).
+LAYERS = ["_cli", "formats", "codec", "explain", "mx", "scaling", "fastcast", "autograd", "functional", "unit", "fp8",
+          "nn", "uu", "model", "optim", "fp8lm", "data", "train_tiny", "testing", "gemm", "golden", "bench", "plots"]
 # The exceptions, each imported inside a function (so importing the module does not load it):
 UPWARD_IMPORTS = {("train_tiny", "plots")}  # DESIGN: plots is "used by the docs and the CLI" (--out's figure)
 

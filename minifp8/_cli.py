@@ -1,0 +1,33 @@
+"""What every ``python -m minifp8...`` command does alike: stop quietly when its reader goes away.
+
+``python -m minifp8.bench | head -3`` closes the pipe after three lines. A process that writes to
+it then gets SIGPIPE and ends with status 128 + 13 = 141, silently; Python ignores SIGPIPE, so the
+write raises BrokenPipeError instead, which would print a traceback. The commands catch it and end
+as SIGPIPE would have ended them.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Callable
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE (13): how a shell reports a process that SIGPIPE ended
+
+
+def silence_stdout() -> None:
+    """Point stdout's file descriptor at the null device, so that flushing it at exit cannot raise
+    BrokenPipeError again (a captured stdout with no file descriptor is left as it is)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def exit_status_of(main: Callable[[], int]) -> int:
+    """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed."""
+    try:
+        return main()
+    except BrokenPipeError:
+        silence_stdout()
+        return SIGPIPE_STATUS
