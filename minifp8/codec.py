@@ -44,6 +44,12 @@ _EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64
 # ================================================================================================
 # The scalar reference: the definition, one value at a time, in exact arithmetic.
 # ================================================================================================
+def _floor_log2(value: Fraction) -> int:
+    """The integer e with 2**e <= value < 2**(e + 1), for a positive rational: its binade."""
+    e = value.numerator.bit_length() - value.denominator.bit_length()
+    return e - 1 if Fraction(2) ** e > value else e
+
+
 def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat, rounding: str = "nearest_even",
                   saturate: bool = False, random_bits: int | None = None,
                   random_bit_count: int | None = None) -> int:
@@ -105,9 +111,7 @@ def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat
         return sign if fmt.has_negative_zero else 0
 
     # 1. Find the binade: 2**e <= magnitude < 2**(e+1).
-    e = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
-    if Fraction(2) ** e > magnitude:
-        e -= 1
+    e = _floor_log2(magnitude)
     # 2. The spacing of representable values there (subnormals share the spacing of the lowest binade).
     quantum = Fraction(2) ** (max(e, fmt.emin) - fmt.mantissa_bits)
     # 3. magnitude = (n + fraction) * quantum, with n an integer and 0 <= fraction < 1.

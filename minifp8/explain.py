@@ -68,7 +68,7 @@ import numpy as np
 
 from . import formats
 from ._cli import exit_status_of
-from .codec import ROUNDING_MODES, _as_numeric_array, encode_scalar
+from .codec import ROUNDING_MODES, _as_numeric_array, _floor_log2, encode_scalar
 from .formats import FloatFormat
 
 __all__ = ["Explanation", "describe_code", "explain", "main"]
@@ -181,23 +181,12 @@ def _grid(fmt: FloatFormat) -> tuple[tuple[Fraction, ...], tuple[int, ...]]:
     return tuple(value for value, _ in pairs), tuple(code for _, code in pairs)
 
 
-def _floor_log2(magnitude: Fraction) -> int:
-    """``e`` with ``2**e <= magnitude < 2**(e + 1)`` (``magnitude > 0``)."""
-    e = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
-    return e - 1 if Fraction(2) ** e > magnitude else e
-
-
 @lru_cache(maxsize=64)
 def _spacing_above_max(fmt: FloatFormat) -> Fraction:
     """The spacing in the binade of the format's max: ``max`` plus it is the value an unbounded
     exponent would give next (a binade's spacing is ``2**(e - mantissa_bits)``; below the smallest
     normal binade, that binade's)."""
     return Fraction(2) ** (max(_floor_log2(_grid(fmt)[0][-1]), fmt.emin) - fmt.mantissa_bits)
-
-
-@lru_cache(maxsize=64)
-def _smallest_normal(fmt: FloatFormat) -> Fraction:
-    return Fraction(fmt.min_normal)
 
 
 # ---- explain ---------------------------------------------------------------------------------------
@@ -307,7 +296,7 @@ def _derive(number: int | float | Fraction, fmt: FloatFormat, rounding: str, sat
         zero_code = codes[0] | (sign if fmt.has_negative_zero else 0)
         rule = "" if not negative or fmt.has_negative_zero else f"{fmt.name} has no -0 (its pattern is NaN): +0"
         return {**facts, "case": "zero", "rule": rule, "code": zero_code, "rounded": magnitude}
-    facts["subnormal"] = fmt.has_subnormals and magnitude < _smallest_normal(fmt)
+    facts["subnormal"] = fmt.has_subnormals and magnitude < Fraction(fmt.min_normal)
     index = bisect_left(values, magnitude)
     top_spacing = _spacing_above_max(fmt)
     if index < len(values) and values[index] == magnitude:  # on the grid

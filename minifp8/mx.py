@@ -85,6 +85,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import codec, formats
+from .codec import _floor_log2
 from .formats import FloatFormat, _check_int, _described, _is_int, _is_real
 
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
@@ -311,12 +312,6 @@ def _reference_shared_exponent(amax: Fraction, element: FloatFormat, scale_mode:
     ratio = amax / Fraction(element.max)  # rceil: ceil(log2(amax / max_elem))
     k = _floor_log2(ratio)
     return k if ratio == Fraction(2) ** k else k + 1
-
-
-def _floor_log2(value: Fraction) -> int:
-    """The integer e with 2**e <= value < 2**(e + 1), for a positive rational."""
-    e = value.numerator.bit_length() - value.denominator.bit_length()
-    return e - 1 if Fraction(2) ** e > value else e
 
 
 # ================================================================================================
