@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import minifp8
+from test_docstrings import public_names  # (__all__, or the public functions and classes defined there)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(module.name for module in pkgutil.iter_modules(minifp8.__path__) if not module.name.startswith("_"))
@@ -31,8 +32,7 @@ def public_callables(module_name: str) -> list[tuple[str, typing.Callable]]:
     """``(qualified name, function)`` for the functions and public class members in ``__all__``."""
     module = importlib.import_module(f"minifp8.{module_name}")
     found = []
-    names = getattr(module, "__all__", [name for name in vars(module) if not name.startswith("_")])
-    for name in names:
+    for name in public_names(module):
         value = getattr(module, name)
         if getattr(value, "__module__", None) != module.__name__:
             continue  # re-exported from another module, checked there
