@@ -11,6 +11,9 @@ an example, and asserted so that a change in the backend is noticed:
   ml_dtypes and minifp8 map 0 and negative numbers to NaN (0xFF).
 - PyTorch >= 2.13 saturates E4M3 casts (Inf and overflow -> +-448) and does not saturate E5M2
   and the FNUZ formats.
+- JAX (0.10) casts through XLA: on the CPU it agrees with minifp8 from float32 (but for the E8M0
+  quirk above) and rounds float64 once; from float16 and bfloat16 it casts every NaN to E5M2 0x7F,
+  dropping the sign it keeps from float32. It has no FP6 casts on the CPU.
 """
 import numpy as np
 import pytest
@@ -59,6 +62,38 @@ def test_ml_dtypes_e8m0_subnormal_quirk():
     x = np.array([np.nextafter(np.float32(2.0**-127), np.float32(1))], np.float32)  # 0x00400001
     report = testing.compare(x.astype(ml_dtypes.float8_e8m0fnu), x, "E8M0")
     assert report.count == 1 and report.mismatches[0].actual_code == 0x01 and report.mismatches[0].expected_code == 0x00
+
+
+# Three formats of ml_dtypes that minifp8 does not catalogue, as FloatFormat data: the generic codec
+# serves them unchanged. float8_e4m3 and float8_e3m4 are IEEE-style (Inf, and NaN in the
+# all-ones exponent); float8_e4m3b11fnuz is Graphcore's FNUZ layout with bias 11.
+UNCATALOGUED = {
+    "float8_e4m3": formats.FloatFormat("E4M3_IEEE", exponent_bits=4, mantissa_bits=3, bias=7, has_infinity=True,
+                                       nan_style="ieee"),
+    "float8_e3m4": formats.FloatFormat("E3M4", exponent_bits=3, mantissa_bits=4, bias=3, has_infinity=True,
+                                       nan_style="ieee"),
+    "float8_e4m3b11fnuz": formats.FloatFormat("E4M3B11FNUZ", exponent_bits=4, mantissa_bits=3, bias=11,
+                                              nan_style="negative_zero"),
+}
+
+
+def _same_values(a, b):
+    return np.array_equal(np.isnan(a), np.isnan(b)) and np.array_equal(a[~np.isnan(a)], b[~np.isnan(b)]) \
+        and np.array_equal(np.signbit(a[~np.isnan(a)]), np.signbit(b[~np.isnan(b)]))
+
+
+@pytest.mark.parametrize("dtype_name", list(UNCATALOGUED))
+def test_ml_dtypes_formats_outside_the_catalogue(dtype_name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not hasattr(ml_dtypes, dtype_name):
+        pytest.skip(f"this ml_dtypes has no {dtype_name}")
+    fmt, dtype = UNCATALOGUED[dtype_name], getattr(ml_dtypes, dtype_name)
+    codes = np.arange(256, dtype=np.uint8)
+    assert _same_values(codes.view(dtype).astype(np.float64), codec.decode(codes, fmt))  # -0 and NaN signs too
+    x = np.concatenate([next(testing.sweep(kind="structured")), next(testing.sweep(fmt, kind="edge"))])
+    with np.errstate(invalid="ignore", over="ignore"):
+        theirs = x.astype(dtype).view(np.uint8)
+    testing.assert_codes_equal(theirs, x, fmt)  # exact NaN codes too
 
 
 @pytest.mark.parametrize("name", ["E4M3", "E5M2"])
@@ -121,3 +156,111 @@ def test_torch_e8m0_takes_magnitudes_and_maps_zero_to_the_smallest_scale():
     positive = _inputs("E8M0")
     positive = positive[(positive > 0) & _outside_e8m0_quirk(positive)]
     testing.assert_codes_equal(_torch_codes(torch, positive, "E8M0"), positive, "E8M0", nan="class")
+
+
+# ---- JAX (XLA on the CPU) -----------------------------------------------------------------------
+def _jax():
+    jax = pytest.importorskip("jax")
+    pytest.importorskip("ml_dtypes")  # JAX's narrow dtypes are ml_dtypes', and so are its arrays' bytes
+    return jax
+
+
+JAX_NAMES = {name: ML_DTYPES_NAMES[name] for name in ("E4M3", "E5M2", "E4M3FNUZ", "E5M2FNUZ", "E2M1", "E8M0")}
+
+
+def _jax_cast(jax, x, name, jit=False):
+    """Codes of ``x.astype(<name's dtype>)`` as XLA computes it (eagerly or compiled), as uint8."""
+    dtype = getattr(jax.numpy, JAX_NAMES[name])
+    cast = (lambda array: array.astype(dtype))
+    return np.asarray((jax.jit(cast) if jit else cast)(jax.numpy.asarray(x))).view(np.uint8)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("name", list(JAX_NAMES))
+def test_jax_casts_match_the_oracle_on_float32(name, jit):
+    jax = _jax()
+    x = _inputs(name)
+    if not formats.get(name).has_nan:
+        x = x[np.isfinite(x)]
+    if name == "E8M0":  # XLA rounds float32 subnormals to E8M0 as ml_dtypes does
+        quirk = ~_outside_e8m0_quirk(x)
+        assert quirk.sum() > 100  # the sweep reaches into the interval
+        report = testing.compare(_jax_cast(jax, x[quirk], name, jit), x[quirk], name)
+        assert report.count == quirk.sum() and {row.actual_code for row in report.mismatches} == {0x01}
+        x = x[~quirk]
+    testing.assert_codes_equal(_jax_cast(jax, x, name, jit), x, name)  # exact NaN codes too
+
+
+@pytest.mark.parametrize("name", ["E4M3", "E5M2", "E4M3FNUZ", "E5M2FNUZ", "E2M1"])
+def test_jax_rounds_float64_once(name):
+    """Under ``jax.enable_x64``, XLA casts float64 to FP8 in one rounding, where ml_dtypes and
+    PyTorch round through float32: the inputs just off each midpoint that they get wrong half the
+    time (``test_ml_dtypes_double_rounds_float64``), XLA gets right."""
+    jax = _jax()
+    if not hasattr(jax, "enable_x64"):
+        pytest.skip("this JAX has no jax.enable_x64 context manager")
+    x = _float64_near_midpoints(name)
+    assert not (x.astype(np.float32).astype(np.float64) == x).any()  # none survives a float32 step
+    with jax.enable_x64(True):
+        assert jax.numpy.asarray(x).dtype == np.float64
+        testing.assert_codes_equal(_jax_cast(jax, x, name), x, name)
+
+
+@pytest.mark.parametrize("source", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(JAX_NAMES))
+def test_jax_casts_every_16_bit_float(name, source):
+    """Every float16 and bfloat16 value, cast by XLA, against the oracle (which reads both exactly).
+
+    All codes agree but for two things: the E8M0 quirk of float32 subnormals (bfloat16 has them
+    too), and E5M2 NaNs, which XLA casts from 16-bit floats to 0x7F whatever their sign (from
+    float32 it keeps the sign, 0x7E and 0xFE, as minifp8 and ml_dtypes do)."""
+    jax = _jax()
+    import ml_dtypes
+
+    dtype = np.dtype(np.float16) if source == "float16" else np.dtype(ml_dtypes.bfloat16)
+    x = np.arange(2**16, dtype=np.uint16).view(dtype)
+    if not formats.get(name).has_nan:
+        x = x[np.isfinite(x.astype(np.float32))]
+    theirs = _jax_cast(jax, x, name)
+    wide = x.astype(np.float32)
+    if name == "E5M2":
+        nan = np.isnan(wide)
+        assert set(theirs[nan].tolist()) == {0x7F} and set(codec.encode(wide[nan], name).tolist()) == {0x7E, 0xFE}
+        testing.assert_codes_equal(theirs, x, name, nan="class")
+        return
+    if name == "E8M0":
+        quirk = ~_outside_e8m0_quirk(wide)
+        assert (quirk.sum() > 0) == (source == "bfloat16")  # float16 has no value so small
+        assert (theirs[quirk] == 0x01).all() and (codec.encode(wide[quirk], name) == 0x00).all()
+        x, theirs = x[~quirk], theirs[~quirk]
+    testing.assert_codes_equal(theirs, x, name)
+
+
+@pytest.mark.parametrize("name", list(JAX_NAMES))
+def test_jax_compiled_round_trip_keeps_the_narrowing(name):
+    """A compiled fake quantisation, ``x.astype(fp8).astype(float32)``, is not simplified away on
+    the CPU: it gives the oracle's decoded values, bit for bit (XLA on GPUs has elided narrowing
+    casts between wider types: openxla/xla issue 41605)."""
+    jax = _jax()
+    x = next(testing.sweep(kind="structured"))
+    if not formats.get(name).has_nan:
+        x = x[np.isfinite(x)]
+    dtype = getattr(jax.numpy, JAX_NAMES[name])
+    theirs = np.asarray(jax.jit(lambda array: array.astype(dtype).astype(np.float32))(jax.numpy.asarray(x)))
+    ours = codec.decode(codec.encode(x, name), name).astype(np.float32)
+    if name == "E8M0":
+        keep = _outside_e8m0_quirk(x)
+        theirs, ours = theirs[keep], ours[keep]
+    same = (theirs.view(np.uint32) == ours.view(np.uint32)) | (np.isnan(theirs) & np.isnan(ours))
+    assert same.all(), f"{(~same).sum()} values differ, first input {x[~same][0]!r}"
+
+
+@pytest.mark.parametrize("dtype_name", list(UNCATALOGUED))
+def test_jax_casts_formats_outside_the_catalogue(dtype_name):
+    jax = _jax()
+    if not hasattr(jax.numpy, dtype_name):
+        pytest.skip(f"this JAX has no {dtype_name}")
+    fmt = UNCATALOGUED[dtype_name]
+    x = np.concatenate([next(testing.sweep(kind="structured")), next(testing.sweep(fmt, kind="edge"))])
+    theirs = np.asarray(jax.numpy.asarray(x).astype(getattr(jax.numpy, dtype_name))).view(np.uint8)
+    testing.assert_codes_equal(theirs, x, fmt)
