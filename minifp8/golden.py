@@ -790,7 +790,7 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
         entries += block_entries(out) + gemm_entries(out)
     manifest = {"schema": "minifp8-golden", "schema_version": SCHEMA_VERSION, "minifp8_version": __version__,
                 "notes": NOTES, "entries": entries}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return manifest
 
 
@@ -802,7 +802,7 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
     files from another run).
     """
     directory = Path(directory)
-    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
     schema = (manifest.get("schema"), manifest.get("schema_version")) if isinstance(manifest, dict) else None
     if schema != ("minifp8-golden", SCHEMA_VERSION):
         raise ValueError(f"golden.load: {directory / 'manifest.json'} must be a 'minifp8-golden' manifest of "

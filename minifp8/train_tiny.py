@@ -1048,7 +1048,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
                 "environment": environment(),
                 "runs": {run.label: results[run.label] for run in runs if run.label in results}}
-    (out / "metrics.json").write_text(_strict_json(document))
+    (out / "metrics.json").write_text(_strict_json(document), encoding="utf-8")
     try:
         from . import plots
 
@@ -1189,7 +1189,7 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
     recorded: directories older than them) saved in ``resume_dir`` (its ``config.json``, checked as
     the flags are), and a check that its checkpoints are those of these runs. Raises OSError,
     ValueError or TypeError."""
-    saved = json.loads((resume_dir / "config.json").read_text())
+    saved = json.loads((resume_dir / "config.json").read_text(encoding="utf-8"))
     values = {**saved["config"], "resume": str(resume_dir), "stop_after": stop_after, "out": str(resume_dir)}
     for f in fields(TrainConfig):
         value, kinds = values.get(f.name, f.default), str(f.type).split(" | ")
@@ -1270,7 +1270,7 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     saved_config = {**asdict(config), "resume": None, "stop_after": None}
     (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs],
                                                  "environment": environment(), "data_sha256": data_sha256},
-                                                indent=1) + "\n")
+                                                indent=1) + "\n", encoding="utf-8")
 
 
 def _memory_needed(config: TrainConfig, runs: list[Run], vocab_size: int) -> dict:
@@ -1456,7 +1456,8 @@ def _main(argv: list[str] | None) -> int:
             _write_outputs(out, config, runs, results, dataset, print)
             if config.experiment is not None:
                 results_file = out / f"{config.experiment}.json"
-                results_file.write_text(_strict_json(headline_results(json.loads((out / "metrics.json").read_text()))))
+                metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+                results_file.write_text(_strict_json(headline_results(metrics)), encoding="utf-8")
                 committed = HEADLINE_RESULTS.with_name(results_file.name)
                 print(f"wrote {results_file} (the committed copy is {committed})")
         except BrokenPipeError:  # (printing, not --out: `main`)
