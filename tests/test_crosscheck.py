@@ -11,6 +11,10 @@ an example, and asserted so that a change in the backend is noticed:
   ml_dtypes and minifp8 map 0 and negative numbers to NaN (0xFF).
 - PyTorch >= 2.13 saturates E4M3 casts (Inf and overflow -> +-448) and does not saturate E5M2
   and the FNUZ formats.
+- ONNX Runtime (1.32, CPU) matches with ``saturate=1`` but for FNUZ +-Inf, which it casts to +-max
+  where the ONNX Cast table says NaN; with ``saturate=0`` it casts E4M3 inputs in [480, 496) to 448
+  (NaN below and above) and E5M2 inputs in [61440, 65536) to NaN (Inf above); and it rounds
+  float64 through float32.
 - JAX (0.10) casts through XLA: on the CPU it agrees with minifp8 from float32 (but for the E8M0
   quirk above) and rounds float64 once; from float16 and bfloat16 it casts every NaN to E5M2 0x7F,
   dropping the sign it keeps from float32. It has no FP6 casts on the CPU.
@@ -264,3 +268,94 @@ def test_jax_casts_formats_outside_the_catalogue(dtype_name):
     x = np.concatenate([next(testing.sweep(kind="structured")), next(testing.sweep(fmt, kind="edge"))])
     theirs = np.asarray(jax.numpy.asarray(x).astype(getattr(jax.numpy, dtype_name))).view(np.uint8)
     testing.assert_codes_equal(theirs, x, fmt)
+
+
+def test_jax_arrays_go_into_the_oracle_as_they_are():
+    """A JAX test hands its arrays over unconverted: float8 results, bfloat16 inputs, 0-d scalars."""
+    jax = _jax()
+    jnp = jax.numpy
+    x = jnp.asarray(np.linspace(-500.0, 500.0, 64, dtype=np.float32))
+    testing.assert_codes_equal(x.astype(jnp.float8_e4m3fn), x, "E4M3")
+    narrow = x.astype(jnp.bfloat16)
+    testing.assert_codes_equal(narrow.astype(jnp.float8_e5m2), narrow, "E5M2")
+    assert codec.encode(jnp.float32(3.0), "E4M3") == 0x44
+    report = testing.compare(x.astype(jnp.float8_e4m3fn), x * 1.01, "E4M3")  # a wrong input is caught
+    assert not report.ok
+
+
+
+# ---- ONNX Runtime (its CPU Cast kernel) ---------------------------------------------------------
+ONNX_NAMES = {"E4M3": "FLOAT8E4M3FN", "E5M2": "FLOAT8E5M2", "E4M3FNUZ": "FLOAT8E4M3FNUZ",
+              "E5M2FNUZ": "FLOAT8E5M2FNUZ"}
+
+
+def _onnxruntime_cast(x, name, saturate):
+    """``Cast(x, to=<name>, saturate)`` run by ONNX Runtime on the CPU, then cast back to float32 (its
+    Python API returns no float8 arrays): the decoded values, which `testing.compare` reads."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    helper, tensor_types = onnx.helper, onnx.TensorProto
+    source = {np.dtype(np.float32): tensor_types.FLOAT, np.dtype(np.float16): tensor_types.FLOAT16,
+              np.dtype(np.float64): tensor_types.DOUBLE}[x.dtype]
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["narrow"], to=getattr(tensor_types, ONNX_NAMES[name]), saturate=int(saturate)),
+         helper.make_node("Cast", ["narrow"], ["y"], to=tensor_types.FLOAT)],
+        "cast", [helper.make_tensor_value_info("x", source, [None])],
+        [helper.make_tensor_value_info("y", tensor_types.FLOAT, [None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10  # opset 21's
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def _onnx_inputs(name, dtype):
+    if dtype == np.float16:
+        return np.arange(2**16, dtype=np.uint16).view(np.float16)  # every float16
+    return _inputs(name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+@pytest.mark.parametrize("name", list(ONNX_NAMES))
+def test_onnxruntime_saturating_casts_match_the_oracle_but_for_fnuz_infinities(name, dtype):
+    x = _onnx_inputs(name, dtype)
+    theirs = _onnxruntime_cast(x, name, saturate=True)
+    infinite = np.isinf(x)
+    if name.endswith("FNUZ"):  # the ONNX Cast table (onnx/onnx PR 7085): FNUZ +-Inf -> NaN, saturating or not
+        fmt = formats.get(name)
+        assert np.array_equal(theirs[infinite], np.sign(x[infinite]) * fmt.max)
+        assert (codec.encode(x[infinite], name, saturate=True) == 0x80).all()
+        x, theirs = x[~infinite], theirs[~infinite]
+    testing.assert_codes_equal(theirs, x, name, saturate=True)
+
+
+# Where ONNX Runtime's non-saturating casts leave the ONNX Cast table: |x| in [low, high) gives
+# `value` (E4M3: 448, not NaN; E5M2: NaN, not Inf). Inputs just below `low` and from `high` on agree.
+ONNXRUNTIME_OVERFLOW = {"E4M3": (480.0, 496.0, 448.0), "E5M2": (61440.0, 65536.0, np.nan)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+@pytest.mark.parametrize("name", list(ONNX_NAMES))
+def test_onnxruntime_non_saturating_casts_leave_the_onnx_table_on_one_interval(name, dtype):
+    x = _onnx_inputs(name, dtype)
+    theirs = _onnxruntime_cast(x, name, saturate=False)
+    report = testing.compare(theirs, x, name, saturate=False, max_rows=x.size)
+    if name not in ONNXRUNTIME_OVERFLOW:
+        assert report.ok, report
+        return
+    low, high, value = ONNXRUNTIME_OVERFLOW[name]
+    with np.errstate(invalid="ignore"):  # the sweep's signalling NaNs
+        magnitude = np.abs(x.astype(np.float32))  # (float16 cannot hold 65536)
+        inside = (magnitude >= low) & (magnitude < high)
+    assert inside.sum() >= 64 and report.count == inside.sum()
+    assert set(report.by_class) >= {"overflow"} and report.by_class["overflow"] == report.count
+    expected = np.where(np.isnan(value), np.nan, np.sign(x[inside]) * value)
+    np.testing.assert_array_equal(theirs[inside], expected)
+    ours = codec.decode(codec.encode(x[inside], name), name)
+    assert (np.isnan(ours) if name == "E4M3" else np.isinf(ours)).all()  # the table's NaN, and Inf
+
+
+@pytest.mark.parametrize("name", list(ONNX_NAMES))
+def test_onnxruntime_double_rounds_float64(name):
+    x = _float64_near_midpoints(name)
+    report = testing.compare(_onnxruntime_cast(x, name, saturate=True), x, name, saturate=True)
+    assert report.count == len(x) // 2  # one of each pair m(1 - 2**-40), m(1 + 2**-40)
