@@ -15,6 +15,9 @@ an example, and asserted so that a change in the backend is noticed:
   where the ONNX Cast table says NaN; with ``saturate=0`` it casts E4M3 inputs in [480, 496) to 448
   (NaN below and above) and E5M2 inputs in [61440, 65536) to NaN (Inf above); and it rounds
   float64 through float32.
+- tinygrad (0.14) casts float64 to FP8 in Python (``tinygrad.dtype.float_to_fp8``), saturating
+  finite values: it agrees on every finite input, float64 near-midpoints included (it rounds
+  once), but keeps Inf as Inf (E5M2) or NaN (E4M3) and spells E5M2 NaN 0x7F.
 - JAX (0.10) casts through XLA: on the CPU it agrees with minifp8 from float32 (but for the E8M0
   quirk above) and rounds float64 once; from float16 and bfloat16 it casts every NaN to E5M2 0x7F,
   dropping the sign it keeps from float32. It has no FP6 casts on the CPU.
@@ -359,3 +362,32 @@ def test_onnxruntime_double_rounds_float64(name):
     x = _float64_near_midpoints(name)
     report = testing.compare(_onnxruntime_cast(x, name, saturate=True), x, name, saturate=True)
     assert report.count == len(x) // 2  # one of each pair m(1 - 2**-40), m(1 + 2**-40)
+
+
+
+# ---- tinygrad (a Python implementation) ---------------------------------------------------------
+TINYGRAD_NAMES = {"E4M3": "fp8e4m3", "E5M2": "fp8e5m2", "E4M3FNUZ": "fp8e4m3fnuz", "E5M2FNUZ": "fp8e5m2fnuz"}
+
+
+@pytest.mark.parametrize("name", list(TINYGRAD_NAMES))
+def test_tinygrad_agrees_on_every_finite_input_and_rounds_float64_once(name):
+    pytest.importorskip("tinygrad")
+    from tinygrad import dtypes
+    from tinygrad.dtype import float_to_fp8, fp8_to_float
+
+    dtype = getattr(dtypes, TINYGRAD_NAMES[name])
+    codes = np.arange(256, dtype=np.uint8)
+    theirs = np.array([fp8_to_float(int(code), dtype) for code in codes])
+    ours = codec.decode(codes, name)
+    assert np.array_equal(np.isnan(theirs), np.isnan(ours))
+    finite = ~np.isnan(ours)
+    assert np.array_equal(theirs[finite], ours[finite]) and np.array_equal(np.signbit(theirs[finite]), np.signbit(ours[finite]))
+
+    with np.errstate(invalid="ignore"):  # (the sweep's signalling NaNs; tinygrad reads float64)
+        x = np.concatenate([_inputs(name).astype(np.float64), _float64_near_midpoints(name)])
+    theirs = np.array([float_to_fp8(value, dtype) for value in x.tolist()], np.uint8)
+    finite = np.isfinite(x)
+    testing.assert_codes_equal(theirs[finite], x[finite], name, saturate=True)
+    # Inf and NaN: the FNUZ formats agree (0x80); E4M3 casts Inf to NaN and E5M2 keeps it, as
+    # `saturate=False` does, and E5M2's NaN is 0x7F where minifp8 and ml_dtypes write 0x7E.
+    testing.assert_codes_equal(theirs[~finite], x[~finite], name, saturate=name.endswith("FNUZ"), nan="class")
