@@ -11,13 +11,13 @@ One generic codec serves every format. It comes in two forms that the tests hold
   boundaries have a zero lower half (`_float32_table_is_exact`: all catalogued formats); any
   other format takes the exact core.
 
-Semantics (OFP8 rev 1.0 section 5; ONNX Cast-19):
+Semantics (OFP8 rev 1.0 section 5; ONNX Cast-24):
 
 - Round first, to the destination precision with an unbounded exponent, then check for overflow
   (onnx/onnx#4805). E4M3: 464 rounds to 448 (tie to even); the next float32 above 464 overflows.
 - ``saturate=False``: overflow and +-Inf give Inf (E5M2) or NaN (E4M3, FNUZ), as ml_dtypes casts.
-- ``saturate=True``: overflow gives +-max and NaN stays NaN. Inf gives +-max for E4M3 and E5M2;
-  for the FNUZ formats, which cannot spell Inf, Inf gives NaN, as the ONNX Cast-19 table says.
+- ``saturate=True``: overflow and +-Inf give +-max, and NaN stays NaN. This holds for the FNUZ
+  formats too, as ONNX Cast-24 says (onnx/onnx PR 7130; Cast-19 to Cast-23 gave them NaN for Inf).
 - FP6/FP4 have no Inf or NaN: overflow and +-Inf always saturate; a NaN input raises ValueError.
 - E8M0 (unsigned, no zero): zero, negative numbers and NaN give 0xFF (NaN); values below 2^-127
   give 2^-127; overflow gives 0xFF, or 0xFE (2^127) with ``saturate=True``. Ties round up, which
@@ -105,7 +105,7 @@ def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat
     if not fmt.signed and (negative or value == 0):
         return fmt.nan_code()  # E8M0 has neither zero nor negative numbers
     if isinstance(value, float) and abs(value) == float("inf"):
-        return _overflow_code(fmt, sign, saturate=saturate or not fmt.has_nan, infinite_input=True)
+        return _overflow_code(fmt, sign, saturate=saturate or not fmt.has_nan)
     magnitude = abs(Fraction(value))
     if magnitude == 0:
         return sign if fmt.has_negative_zero else 0
@@ -143,10 +143,8 @@ def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat
     return _code_of_value(fmt)[rounded] | sign
 
 
-def _overflow_code(fmt: FloatFormat, sign: int, saturate: bool, infinite_input: bool = False) -> int:
+def _overflow_code(fmt: FloatFormat, sign: int, saturate: bool) -> int:
     """The code for a value beyond the format's range (a finite overflow, or +-Inf)."""
-    if fmt.nan_style == "negative_zero" and infinite_input:
-        return fmt.nan_code()  # ONNX Cast-19: FNUZ has no Inf, so Inf -> NaN even when saturating
     if not fmt.signed and saturate:
         return fmt.max_code
     if not fmt.signed:
@@ -478,11 +476,11 @@ def _encode_exact(x: np.ndarray, fmt: FloatFormat, rounding, saturate, random_bi
 
     sign = np.where(negative, fmt.sign_mask, 0)
     if not fmt.has_negative_zero:
-        sign = np.where(magnitude_code == 0, 0, sign)  # FNUZ: what rounds to zero is +0
+        sign = np.where(finite & (magnitude_code == 0), 0, sign)  # FNUZ: what rounds to zero is +0
     codes = np.where(overflow, 0, magnitude_code) | sign
     saturate_finite = saturate or rounding == "toward_zero" or not fmt.has_nan
-    codes = np.where(overflow, _overflow_codes(fmt, sign, saturate_finite, infinite_input=False), codes)
-    codes = np.where(~finite & ~np.isnan(x), _overflow_codes(fmt, sign, saturate or not fmt.has_nan, True), codes)
+    codes = np.where(overflow, _overflow_codes(fmt, sign, saturate_finite), codes)
+    codes = np.where(~finite & ~np.isnan(x), _overflow_codes(fmt, sign, saturate or not fmt.has_nan), codes)
     zero = magnitude == 0
     if fmt.signed:
         codes = np.where(zero, sign if fmt.has_negative_zero else 0, codes)
@@ -494,12 +492,11 @@ def _encode_exact(x: np.ndarray, fmt: FloatFormat, rounding, saturate, random_bi
     return codes.astype(np.uint8)
 
 
-def _overflow_codes(fmt: FloatFormat, sign: np.ndarray, saturate: bool, infinite_input: bool):
+def _overflow_codes(fmt: FloatFormat, sign: np.ndarray, saturate: bool):
     """Vectorised `_overflow_code`."""
     if fmt.signed:
-        return np.where(sign != 0, _overflow_code(fmt, fmt.sign_mask, saturate, infinite_input),
-                        _overflow_code(fmt, 0, saturate, infinite_input))
-    return _overflow_code(fmt, 0, saturate, infinite_input)
+        return np.where(sign != 0, _overflow_code(fmt, fmt.sign_mask, saturate), _overflow_code(fmt, 0, saturate))
+    return _overflow_code(fmt, 0, saturate)
 
 
 # ---- the float32 fast path ---------------------------------------------------------------------

@@ -19,9 +19,8 @@ The cases (`Explanation.case`), exactly one per explanation:
 - ``"nan"``: NaN input; NaN stays NaN (a format without NaN raises ValueError, as the codec does).
 - ``"not positive"``: zero or a negative number (-Inf too) into E8M0, which is unsigned and has
   no zero: NaN 0xFF (OCP MX v1.0 section 5.4.1).
-- ``"infinity"``: +-Inf input: Inf (E5M2), NaN (E4M3), +-max when saturating or for a format
-  without NaN (FP6, FP4); for FNUZ, which cannot spell Inf, NaN 0x80 even when saturating
-  (ONNX Cast-19).
+- ``"infinity"``: +-Inf input: Inf (E5M2), NaN (E4M3; FNUZ, which cannot spell Inf, 0x80), +-max
+  when saturating (FNUZ too: ONNX Cast-24) or for a format without NaN (FP6, FP4).
 - ``"zero"``: +-0 input; -0.0 keeps its sign where the format has -0 (not FNUZ: +0).
 - ``"exact"``: |x| is a value of the format.
 - ``"overflow"``: |x| rounds beyond the largest finite value: Inf or NaN, or +-max with
@@ -41,7 +40,7 @@ is a separate field, `Explanation.subnormal`.
 
 Sources: OCP 8-bit Floating Point Specification (OFP8) rev 1.0, section 5 (E4M3, E5M2: values,
 NaN, Inf, saturation); OCP Microscaling Formats (MX) v1.0, sections 5.3 (FP6, FP4) and 5.4.1
-(E8M0); ONNX Cast-19 (the FNUZ formats); the IEEE P3109 interim report (stochastic rounding).
+(E8M0); ONNX Cast-19 and Cast-24 (the FNUZ formats); the IEEE P3109 interim report (stochastic rounding).
 
 Command line::
 
@@ -352,12 +351,12 @@ def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infini
     """The code of +-Inf or of a finite number that rounds beyond max, and the rule that gives it."""
     sign = fmt.sign_mask if negative else 0
     sign_text = "-" if negative else "+"
-    if infinite and fmt.nan_style == "negative_zero":
-        return fmt.nan_code(), (f"{fmt.name} has no Inf: Inf becomes NaN 0x80, even with saturate=True "
-                                f"(ONNX Cast-19)")
     if not fmt.has_nan:
         return largest_code | sign, (f"{fmt.name} has no Inf or NaN: it saturates to {sign_text}max "
                                      f"(OCP MX v1.0 section 5.3)")
+    if saturate and infinite and fmt.nan_style == "negative_zero":
+        return largest_code | sign, (f"saturate=True: {sign_text}max; {fmt.name} has no Inf, and a saturating "
+                                     f"cast takes Inf to max too (ONNX Cast-24, onnx/onnx PR 7130)")
     if saturate:
         return largest_code | sign, f"saturate=True: {sign_text}max (OCP OFP8 rev 1.0 section 5)"
     if not infinite and rounding == "toward_zero":
@@ -366,7 +365,8 @@ def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infini
     if fmt.has_infinity:
         return fmt.inf_code(negative), f"saturate=False: {sign_text}Inf (OCP OFP8 rev 1.0 section 5)"
     keeps_sign = fmt.signed and fmt.nan_style != "negative_zero"
-    where = "OCP MX v1.0 section 5.4.1" if not fmt.signed else "OCP OFP8 rev 1.0 section 5"
+    where = ("OCP MX v1.0 section 5.4.1" if not fmt.signed else "ONNX Cast-19" if fmt.nan_style == "negative_zero"
+             else "OCP OFP8 rev 1.0 section 5")
     return fmt.nan_code(negative and keeps_sign), f"saturate=False and {fmt.name} has no Inf: NaN ({where})"
 
 

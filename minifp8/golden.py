@@ -127,8 +127,8 @@ NOTES = {
              "format, a zero or a value that rounds to zero keeps the input's sign (-0 is 0x80, FP6 0x20, FP4 "
              "0x08), except in FNUZ, where it is 0x00. NaN gives NaN with the input's sign: 0x7F, 0xFF (E4M3); "
              "0x7E, 0xFE (E5M2); 0x80 (FNUZ). saturate=false: overflow and +-Inf give +-Inf (E5M2: 0x7C, 0xFC) or "
-             "NaN (E4M3: 0x7F, 0xFF; FNUZ: 0x80). saturate=true: overflow gives +-max; +-Inf gives +-max (E4M3, "
-             "E5M2) or NaN 0x80 (FNUZ, which has no Inf: ONNX Cast-19). rounding=toward_zero: finite overflow gives "
+             "NaN (E4M3: 0x7F, 0xFF; FNUZ: 0x80). saturate=true: overflow and +-Inf give +-max (FNUZ too, as ONNX "
+             "Cast-24 says; Cast-19 to Cast-23 gave FNUZ NaN for Inf). rounding=toward_zero: finite overflow gives "
              "+-max whatever saturate (IEEE 754-2019 section 7.4). FP6/FP4 (no Inf or NaN; no NaN input in their "
              "files): overflow and +-Inf give +-max. E8M0: see its note. float64 inputs round once, exactly (not "
              "through float32). minifp8.codec's module docstring.",

@@ -539,22 +539,19 @@ static uint64_t round_magnitude(const Exact *x, const Format *f, Rounding roundi
 
 /* ------------------------------------------------------------------------------ encoding -- */
 
-/* The code of a finite overflow (SATURATE: the largest value) or of +-Inf (FROM_INFINITY). The
- * "codec" note: saturate=false gives Inf (E5M2) or NaN (E4M3, FNUZ; E8M0 0xFF); saturate=true
- * gives +-max (E8M0 0xFE), except that FNUZ, without Inf, gives NaN for +-Inf. */
-static unsigned overflow_code(const Format *f, int negative, int saturate, int from_infinity)
+/* The code of a finite overflow or of +-Inf (SATURATE: the largest value). The "codec" note:
+ * saturate=false gives Inf (E5M2) or NaN (E4M3, FNUZ; E8M0 0xFF); saturate=true gives +-max
+ * (E8M0 0xFE), FNUZ's +-Inf included. */
+static unsigned overflow_code(const Format *f, int negative, int saturate)
 {
     const unsigned sign = negative ? sign_bit(f) : 0u;
-    if (from_infinity && f->nan_style == NAN_NEGATIVE_ZERO) {
-        return nan_code(f, 0);
-    }
     if (saturate) {
         return sign | max_code(f);
     }
     return f->has_infinity ? sign | all_ones_exponent(f) : nan_code(f, negative);
 }
 
-/* The code of X in format F: the "codec" note (OFP8 rev 1.0's conversion; ONNX Cast-19 for FNUZ),
+/* The code of X in format F: the "codec" note (OFP8 rev 1.0's conversion; ONNX Cast-24 for FNUZ),
  * for every format of the table. */
 static unsigned encode(const Exact *x, const Format *f, Rounding rounding, int saturate, uint32_t random_bits,
                        int random_bit_count)
@@ -571,7 +568,7 @@ static unsigned encode(const Exact *x, const Format *f, Rounding rounding, int s
         return nan_code(f, 0); /* E8M0: no zero, no negative numbers (the "E8M0" note) */
     }
     if (x->kind == INFINITE) { /* FP6/FP4 (no NaN) always saturate */
-        return overflow_code(f, x->negative, saturate || !has_nan, 1);
+        return overflow_code(f, x->negative, saturate || !has_nan);
     }
     if (x->significand == 0) {
         return negative_zero_exists ? sign : 0u; /* FNUZ: -0 is +0 */
@@ -589,7 +586,7 @@ static unsigned encode(const Exact *x, const Format *f, Rounding rounding, int s
      * n = 2**(M + 1) (a carry from rounding up) lands on the next binade's first code. */
     code = ((uint64_t)(quantum_exponent + m + f->bias) << m) + n - (UINT64_C(1) << m);
     if (code > max_code(f)) { /* overflow, checked after rounding; toward_zero saturates finite values */
-        return overflow_code(f, x->negative, saturate || rounding == TOWARD_ZERO || !has_nan, 0);
+        return overflow_code(f, x->negative, saturate || rounding == TOWARD_ZERO || !has_nan);
     }
     return sign | (unsigned)code;
 }

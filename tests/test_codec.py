@@ -2,7 +2,7 @@
 
 References used here, none of them the code under test:
 - ml_dtypes casts (saturate=False semantics), where installed;
-- the ONNX Cast-19 saturate table, built from ml_dtypes' round-to-nearest-even plus the table's rules;
+- the ONNX Cast-24 saturate table, built from ml_dtypes' round-to-nearest-even plus the table's rules;
 - a value-grid oracle: nearest / directed rounding by searching the sorted decode table;
 - hand-derived examples from the spec (OFP8 rev 1.0, P3109 stochastic rounding).
 """
@@ -26,8 +26,9 @@ def ml_dtypes_codes(x, name):
 
 
 def onnx_saturate_codes(x, name):
-    """ONNX Cast-19 with saturate=True: +-Inf -> +-max (E4M3FN, E5M2) or NaN (FNUZ); |[x]| > max -> +-max;
-    NaN -> NaN; everything else round-to-nearest-even (taken from ml_dtypes)."""
+    """ONNX Cast-24 with saturate=True: +-Inf -> +-max and |[x]| > max -> +-max, in every format (FNUZ too:
+    onnx/onnx PR 7130; Cast-19 to Cast-23 gave FNUZ NaN for Inf); NaN -> NaN; everything else
+    round-to-nearest-even (taken from ml_dtypes)."""
     fmt = formats.get(name)
     codes = ml_dtypes_codes(x, name).copy()
     negative = np.signbit(x)
@@ -36,10 +37,7 @@ def onnx_saturate_codes(x, name):
     overflowed = finite_input & ~np.isfinite(decoded)
     codes[overflowed] = fmt.max_code | np.where(negative[overflowed], fmt.sign_mask, 0)
     infinite = np.isinf(x)
-    if fmt.nan_style == "negative_zero":
-        codes[infinite] = fmt.nan_code()
-    else:
-        codes[infinite] = fmt.max_code | np.where(negative[infinite], fmt.sign_mask, 0)
+    codes[infinite] = fmt.max_code | np.where(negative[infinite], fmt.sign_mask, 0)
     return codes
 
 

@@ -266,12 +266,13 @@ def test_hand_derived_e5m2_cases():
 
 
 def test_hand_derived_fnuz_e8m0_and_fp4_cases():
-    # FNUZ: 0x80 is NaN, so there is no -0; Inf is NaN even when saturating (ONNX Cast-19).
+    # FNUZ: 0x80 is NaN, so there is no -0; Inf is NaN, or +-max when saturating (ONNX Cast-19; Cast-24).
     # E4M3FNUZ's smallest subnormal is 2^(1-8) / 8 = 2^-10; -2^-12 is a quarter of it: rounds to +0.
     assert (explain(-(2.0**-12), "E4M3FNUZ").code, explain(-(2.0**-12), "E4M3FNUZ").case) == (0x00, "underflow")
     assert explain(-0.0, "E4M3FNUZ").code == 0x00
-    assert explain(-math.inf, "E4M3FNUZ", saturate=True).code == 0x80
-    assert explain(math.inf, "E5M2FNUZ", saturate=True).code == 0x80
+    assert explain(-math.inf, "E4M3FNUZ", saturate=True).code == 0xFF  # -240
+    assert explain(math.inf, "E5M2FNUZ", saturate=True).code == 0x7F  # 57344
+    assert explain(math.inf, "E5M2FNUZ").code == 0x80 and explain(-math.inf, "E4M3FNUZ").code == 0x80
     assert explain(-math.nan, "E4M3FNUZ").code == 0x80
     # E8M0 (MX section 5.4.1): 2^(E - 127), unsigned, no zero, 0xFF is NaN.
     assert (explain(0, "E8M0").code, explain(0, "E8M0").case) == (0xFF, "not positive")
@@ -377,7 +378,8 @@ def test_the_narrative_names_the_format_the_code_and_the_case(x, name, options, 
 def test_the_narrative_of_a_tie_and_a_subnormal_says_what_decided():
     assert "exactly halfway" in str(explain(1.0625, "E4M3")) and "even" in str(explain(1.0625, "E4M3"))
     assert "subnormal" in str(explain(3 * 2.0**-11, "E4M3"))
-    assert "ONNX Cast-19" in str(explain(math.inf, "E4M3FNUZ", saturate=True))
+    assert "ONNX Cast-24" in str(explain(math.inf, "E4M3FNUZ", saturate=True))
+    assert "ONNX Cast-19" in str(explain(math.inf, "E4M3FNUZ"))
 
 
 # ---- bad input -----------------------------------------------------------------------------------
