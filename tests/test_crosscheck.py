@@ -11,16 +11,17 @@ an example, and asserted so that a change in the backend is noticed:
   ml_dtypes and minifp8 map 0 and negative numbers to NaN (0xFF).
 - PyTorch >= 2.13 saturates E4M3 casts (Inf and overflow -> +-448) and does not saturate E5M2
   and the FNUZ formats.
-- ONNX Runtime (1.32, CPU) matches with ``saturate=1`` but for FNUZ +-Inf, which it casts to +-max
-  where the ONNX Cast table says NaN; with ``saturate=0`` it casts E4M3 inputs in [480, 496) to 448
-  (NaN below and above) and E5M2 inputs in [61440, 65536) to NaN (Inf above); and it rounds
+- ONNX Runtime (1.32, CPU) matches with ``saturate=1``; with ``saturate=0`` it casts E4M3 inputs
+  in [480, 496) to 448 (the table says NaN, as ORT gives for (464, 480) and from 496 on) and E5M2
+  inputs in [61440, 65536) to NaN (the table says Inf, as ORT gives from 65536 on); and it rounds
   float64 through float32.
 - tinygrad (0.14) casts float64 to FP8 in Python (``tinygrad.dtype.float_to_fp8``), saturating
   finite values: it agrees on every finite input, float64 near-midpoints included (it rounds
-  once), but keeps Inf as Inf (E5M2) or NaN (E4M3) and spells E5M2 NaN 0x7F.
+  once), but keeps Inf as Inf (E5M2) or NaN (E4M3, FNUZ) and spells E5M2 NaN 0x7F/0xFF.
 - JAX (0.10) casts through XLA: on the CPU it agrees with minifp8 from float32 (but for the E8M0
-  quirk above) and rounds float64 once; from float16 and bfloat16 it casts every NaN to E5M2 0x7F,
-  dropping the sign it keeps from float32. It has no FP6 casts on the CPU.
+  quirk above) and rounds float64 once to FP8 and E2M1; from float64 it casts E8M0 values below
+  2**-127 to NaN; from float16 and bfloat16 it casts every NaN to E5M2 0x7F, dropping the sign it
+  keeps from float32. It has no FP6 casts.
 """
 import numpy as np
 import pytest
@@ -96,7 +97,7 @@ def test_ml_dtypes_formats_outside_the_catalogue(dtype_name):
         pytest.skip(f"this ml_dtypes has no {dtype_name}")
     fmt, dtype = UNCATALOGUED[dtype_name], getattr(ml_dtypes, dtype_name)
     codes = np.arange(256, dtype=np.uint8)
-    assert _same_values(codes.view(dtype).astype(np.float64), codec.decode(codes, fmt))  # -0 and NaN signs too
+    assert _same_values(codes.view(dtype).astype(np.float64), codec.decode(codes, fmt))  # signs of zero too
     x = np.concatenate([next(testing.sweep(kind="structured")), next(testing.sweep(fmt, kind="edge"))])
     with np.errstate(invalid="ignore", over="ignore"):
         theirs = x.astype(dtype).view(np.uint8)
@@ -166,9 +167,14 @@ def test_torch_e8m0_takes_magnitudes_and_maps_zero_to_the_smallest_scale():
 
 
 # ---- JAX (XLA on the CPU) -----------------------------------------------------------------------
-def _jax():
+def _jax(*dtype_names):
     jax = pytest.importorskip("jax")
     pytest.importorskip("ml_dtypes")  # JAX's narrow dtypes are ml_dtypes', and so are its arrays' bytes
+    if jax.default_backend() != "cpu":
+        pytest.skip("these tests state what XLA's CPU casts do; JAX's default backend here is not the CPU")
+    missing = [name for name in dtype_names if not hasattr(jax.numpy, name)]
+    if missing:
+        pytest.skip(f"this JAX has no {', '.join(missing)}")
     return jax
 
 
@@ -185,15 +191,15 @@ def _jax_cast(jax, x, name, jit=False):
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("name", list(JAX_NAMES))
 def test_jax_casts_match_the_oracle_on_float32(name, jit):
-    jax = _jax()
+    jax = _jax(JAX_NAMES[name])
     x = _inputs(name)
     if not formats.get(name).has_nan:
         x = x[np.isfinite(x)]
     if name == "E8M0":  # XLA rounds float32 subnormals to E8M0 as ml_dtypes does
         quirk = ~_outside_e8m0_quirk(x)
         assert quirk.sum() > 100  # the sweep reaches into the interval
-        report = testing.compare(_jax_cast(jax, x[quirk], name, jit), x[quirk], name)
-        assert report.count == quirk.sum() and {row.actual_code for row in report.mismatches} == {0x01}
+        theirs = _jax_cast(jax, x[quirk], name, jit)
+        assert (theirs == 0x01).all() and (codec.encode(x[quirk], name) == 0x00).all()
         x = x[~quirk]
     testing.assert_codes_equal(_jax_cast(jax, x, name, jit), x, name)  # exact NaN codes too
 
@@ -203,7 +209,7 @@ def test_jax_rounds_float64_once(name):
     """Under ``jax.enable_x64``, XLA casts float64 to FP8 in one rounding, where ml_dtypes and
     PyTorch round through float32: the inputs just off each midpoint that they get wrong half the
     time (``test_ml_dtypes_double_rounds_float64``), XLA gets right."""
-    jax = _jax()
+    jax = _jax(JAX_NAMES[name])
     if not hasattr(jax, "enable_x64"):
         pytest.skip("this JAX has no jax.enable_x64 context manager")
     x = _float64_near_midpoints(name)
@@ -211,6 +217,40 @@ def test_jax_rounds_float64_once(name):
     with jax.enable_x64(True):
         assert jax.numpy.asarray(x).dtype == np.float64
         testing.assert_codes_equal(_jax_cast(jax, x, name), x, name)
+
+
+def test_jax_casts_float64_below_the_smallest_e8m0_to_nan():
+    """From float64, XLA casts positive values below 2**-127 to E8M0's NaN (0xFF); minifp8 gives the
+    nearest value, 2**-127 (0x00), as XLA does from float32 and ml_dtypes from both. Between 2**-127
+    and 1.5 * 2**-127 it rounds up, as from float32; elsewhere the codes agree."""
+    jax = _jax("float8_e8m0fnu")
+    if not hasattr(jax, "enable_x64"):
+        pytest.skip("this JAX has no jax.enable_x64 context manager")
+    inputs = _inputs("E8M0")
+    inputs = inputs[np.isfinite(inputs)]
+    x = np.concatenate([inputs.astype(np.float64), _float64_near_midpoints("E8M0"),
+                        [2.0**-1074, 2.0**-149, 2.0**-128, 0.75 * 2.0**-127]])
+    with jax.enable_x64(True):
+        theirs = _jax_cast(jax, x, "E8M0")
+    below, quirk = (x > 0) & (x < 2.0**-127), ~_outside_e8m0_quirk(x)
+    assert below.sum() > 100 and (theirs[below] == 0xFF).all() and (codec.encode(x[below], "E8M0") == 0x00).all()
+    assert quirk.sum() > 100 and (theirs[quirk] == 0x01).all()
+    testing.assert_codes_equal(theirs[~below & ~quirk], x[~below & ~quirk], "E8M0")
+
+
+@pytest.mark.parametrize("name", ["E3M2", "E2M3"])
+def test_jax_fp6_casts_raise_or_agree(name):
+    """JAX 0.10.2 has the FP6 dtypes, but XLA cannot cast to them ("Invalid XLA PrimitiveType"); a
+    JAX that can is checked against the oracle."""
+    jax = _jax(ML_DTYPES_NAMES[name])
+    x = _inputs(name)
+    x = x[np.isfinite(x)]
+    try:
+        theirs = np.asarray(jax.numpy.asarray(x).astype(getattr(jax.numpy, ML_DTYPES_NAMES[name]))).view(np.uint8)
+    except Exception as error:  # (XLA's runtime error type has moved between JAX versions)
+        assert "PrimitiveType" in str(error), error
+        return
+    testing.assert_codes_equal(theirs, x, name)
 
 
 @pytest.mark.parametrize("source", ["float16", "bfloat16"])
@@ -221,7 +261,7 @@ def test_jax_casts_every_16_bit_float(name, source):
     All codes agree but for two things: the E8M0 quirk of float32 subnormals (bfloat16 has them
     too), and E5M2 NaNs, which XLA casts from 16-bit floats to 0x7F whatever their sign (from
     float32 it keeps the sign, 0x7E and 0xFE, as minifp8 and ml_dtypes do)."""
-    jax = _jax()
+    jax = _jax(JAX_NAMES[name])
     import ml_dtypes
 
     dtype = np.dtype(np.float16) if source == "float16" else np.dtype(ml_dtypes.bfloat16)
@@ -248,7 +288,7 @@ def test_jax_compiled_round_trip_keeps_the_narrowing(name):
     """A compiled fake quantisation, ``x.astype(fp8).astype(float32)``, is not simplified away on
     the CPU: it gives the oracle's decoded values, bit for bit (XLA on GPUs has elided narrowing
     casts between wider types: openxla/xla issue 41605)."""
-    jax = _jax()
+    jax = _jax(JAX_NAMES[name])
     x = next(testing.sweep(kind="structured"))
     if not formats.get(name).has_nan:
         x = x[np.isfinite(x)]
@@ -264,9 +304,7 @@ def test_jax_compiled_round_trip_keeps_the_narrowing(name):
 
 @pytest.mark.parametrize("dtype_name", list(UNCATALOGUED))
 def test_jax_casts_formats_outside_the_catalogue(dtype_name):
-    jax = _jax()
-    if not hasattr(jax.numpy, dtype_name):
-        pytest.skip(f"this JAX has no {dtype_name}")
+    jax = _jax(dtype_name)
     fmt = UNCATALOGUED[dtype_name]
     x = np.concatenate([next(testing.sweep(kind="structured")), next(testing.sweep(fmt, kind="edge"))])
     theirs = np.asarray(jax.numpy.asarray(x).astype(getattr(jax.numpy, dtype_name))).view(np.uint8)
@@ -275,7 +313,7 @@ def test_jax_casts_formats_outside_the_catalogue(dtype_name):
 
 def test_jax_arrays_go_into_the_oracle_as_they_are():
     """A JAX test hands its arrays over unconverted: float8 results, bfloat16 inputs, 0-d scalars."""
-    jax = _jax()
+    jax = _jax("float8_e4m3fn", "float8_e5m2", "bfloat16")
     jnp = jax.numpy
     x = jnp.asarray(np.linspace(-500.0, 500.0, 64, dtype=np.float32))
     testing.assert_codes_equal(x.astype(jnp.float8_e4m3fn), x, "E4M3")
@@ -284,7 +322,6 @@ def test_jax_arrays_go_into_the_oracle_as_they_are():
     assert codec.encode(jnp.float32(3.0), "E4M3") == 0x44
     report = testing.compare(x.astype(jnp.float8_e4m3fn), x * 1.01, "E4M3")  # a wrong input is caught
     assert not report.ok
-
 
 
 # ---- ONNX Runtime (its CPU Cast kernel) ---------------------------------------------------------
@@ -298,6 +335,8 @@ def _onnxruntime_cast(x, name, saturate):
     onnxruntime = pytest.importorskip("onnxruntime")
     onnx = pytest.importorskip("onnx")
     helper, tensor_types = onnx.helper, onnx.TensorProto
+    if not hasattr(tensor_types, ONNX_NAMES[name]):
+        pytest.skip(f"this onnx has no {ONNX_NAMES[name]}")
     source = {np.dtype(np.float32): tensor_types.FLOAT, np.dtype(np.float16): tensor_types.FLOAT16,
               np.dtype(np.float64): tensor_types.DOUBLE}[x.dtype]
     graph = helper.make_graph(
@@ -307,7 +346,10 @@ def _onnxruntime_cast(x, name, saturate):
         [helper.make_tensor_value_info("y", tensor_types.FLOAT, [None])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10  # opset 21's
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as error:  # an ONNX Runtime older than IR version 10 / opset 21 (1.17)
+        pytest.skip(f"this ONNX Runtime cannot run Cast of opset 21: {error}")
     return session.run(None, {"x": x})[0]
 
 
@@ -319,16 +361,12 @@ def _onnx_inputs(name, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
 @pytest.mark.parametrize("name", list(ONNX_NAMES))
-def test_onnxruntime_saturating_casts_match_the_oracle_but_for_fnuz_infinities(name, dtype):
+def test_onnxruntime_saturating_casts_match_the_oracle(name, dtype):
+    """FNUZ's +-Inf included: +-max, as Cast-24's table says (onnx/onnx PR 7130) and ONNX Runtime
+    does at opset 21 too, although Cast-19 to Cast-23's table said NaN."""
     x = _onnx_inputs(name, dtype)
-    theirs = _onnxruntime_cast(x, name, saturate=True)
-    infinite = np.isinf(x)
-    if name.endswith("FNUZ"):  # the ONNX Cast table (onnx/onnx PR 7085): FNUZ +-Inf -> NaN, saturating or not
-        fmt = formats.get(name)
-        assert np.array_equal(theirs[infinite], np.sign(x[infinite]) * fmt.max)
-        assert (codec.encode(x[infinite], name, saturate=True) == 0x80).all()
-        x, theirs = x[~infinite], theirs[~infinite]
-    testing.assert_codes_equal(theirs, x, name, saturate=True)
+    assert np.isinf(x).any()
+    testing.assert_codes_equal(_onnxruntime_cast(x, name, saturate=True), x, name, saturate=True)
 
 
 # Where ONNX Runtime's non-saturating casts leave the ONNX Cast table: |x| in [low, high) gives
@@ -349,8 +387,10 @@ def test_onnxruntime_non_saturating_casts_leave_the_onnx_table_on_one_interval(n
     with np.errstate(invalid="ignore"):  # the sweep's signalling NaNs
         magnitude = np.abs(x.astype(np.float32))  # (float16 cannot hold 65536)
         inside = (magnitude >= low) & (magnitude < high)
-    assert inside.sum() >= 64 and report.count == inside.sum()
-    assert set(report.by_class) >= {"overflow"} and report.by_class["overflow"] == report.count
+    assert inside.sum() >= 64
+    assert report.count == inside.sum(), (f"ONNX Runtime now differs from the oracle on {report.count} inputs, "
+                                          f"not on the {inside.sum()} of [{low}, {high}):\n{report}")
+    assert report.by_class["overflow"] == report.count
     expected = np.where(np.isnan(value), np.nan, np.sign(x[inside]) * value)
     np.testing.assert_array_equal(theirs[inside], expected)
     ours = codec.decode(codec.encode(x[inside], name), name)
@@ -364,18 +404,19 @@ def test_onnxruntime_double_rounds_float64(name):
     assert report.count == len(x) // 2  # one of each pair m(1 - 2**-40), m(1 + 2**-40)
 
 
-
 # ---- tinygrad (a Python implementation) ---------------------------------------------------------
 TINYGRAD_NAMES = {"E4M3": "fp8e4m3", "E5M2": "fp8e5m2", "E4M3FNUZ": "fp8e4m3fnuz", "E5M2FNUZ": "fp8e5m2fnuz"}
 
 
 @pytest.mark.parametrize("name", list(TINYGRAD_NAMES))
 def test_tinygrad_agrees_on_every_finite_input_and_rounds_float64_once(name):
-    pytest.importorskip("tinygrad")
-    from tinygrad import dtypes
-    from tinygrad.dtype import float_to_fp8, fp8_to_float
-
-    dtype = getattr(dtypes, TINYGRAD_NAMES[name])
+    tinygrad_dtype = pytest.importorskip("tinygrad.dtype")
+    if not all(hasattr(tinygrad_dtype, function) for function in ("float_to_fp8", "fp8_to_float")):
+        pytest.skip("this tinygrad has no float_to_fp8 / fp8_to_float")
+    dtype = getattr(tinygrad_dtype.dtypes, TINYGRAD_NAMES[name], None)
+    if dtype is None:
+        pytest.skip(f"this tinygrad has no dtypes.{TINYGRAD_NAMES[name]}")
+    float_to_fp8, fp8_to_float = tinygrad_dtype.float_to_fp8, tinygrad_dtype.fp8_to_float
     codes = np.arange(256, dtype=np.uint8)
     theirs = np.array([fp8_to_float(int(code), dtype) for code in codes])
     ours = codec.decode(codes, name)
@@ -388,6 +429,13 @@ def test_tinygrad_agrees_on_every_finite_input_and_rounds_float64_once(name):
     theirs = np.array([float_to_fp8(value, dtype) for value in x.tolist()], np.uint8)
     finite = np.isfinite(x)
     testing.assert_codes_equal(theirs[finite], x[finite], name, saturate=True)
-    # Inf and NaN: the FNUZ formats agree (0x80); E4M3 casts Inf to NaN and E5M2 keeps it, as
-    # `saturate=False` does, and E5M2's NaN is 0x7F where minifp8 and ml_dtypes write 0x7E.
-    testing.assert_codes_equal(theirs[~finite], x[~finite], name, saturate=name.endswith("FNUZ"), nan="class")
+    # Inf and NaN as `saturate=False` has them (Inf: E5M2 Inf, E4M3 NaN with its sign, FNUZ 0x80), but
+    # E5M2's NaN, which tinygrad spells 0x7F / 0xFF, the all-ones mantissa, and minifp8 0x7E / 0xFE.
+    special, nan = x[~finite], np.isnan(x[~finite])
+    if name == "E5M2":
+        np.testing.assert_array_equal(theirs[~finite][nan], np.where(np.signbit(special[nan]), 0xFF, 0x7F))
+        special, theirs = special[~nan], theirs[~finite][~nan]
+    else:
+        theirs = theirs[~finite]
+    assert np.isinf(special).any()
+    testing.assert_codes_equal(theirs, special, name, saturate=False)

@@ -7,7 +7,8 @@ dependency, and dependency floors that were checked by installing them.
 - Importing every module loads nothing outside the standard library but NumPy.
 - Modules import one way, in DESIGN.md section 1's order (a module never imports one below it).
 - The floors in ``pyproject.toml`` are no lower than the lowest versions that work (see there).
-- pyproject's ``filterwarnings`` makes a warning in our own code an error, and only there.
+- pyproject's ``filterwarnings`` makes a warning raised in our own code an error, and not one raised in
+  another library's.
 - ``-m slow``: a wheel built from the sources holds every module and data file, and runs from a
   folder outside the checkout (needs PyPI for the build backend, unless setuptools >= 77 is here).
 """
@@ -191,10 +192,12 @@ def test_modules_import_one_way_in_the_order_of_design_section_1():
                     f"minifp8.{module} imports minifp8.{imported}, a module below it in DESIGN.md's layout")
 
 
-@pytest.mark.parametrize("module", ["minifp8.codec", "test_packaging", "conftest", "tutorial_01_formats"])
+@pytest.mark.parametrize("module", ["minifp8.codec", __name__, "conftest", "tutorial_01_formats"])
 def test_a_warning_in_our_own_code_fails_its_test(module):
     """pyproject's filterwarnings: NumPy's C-level warnings are attributed to the Python module that
-    called NumPy, so an overflow in the package, a test or a tutorial block raises."""
+    called NumPy, so an overflow in the package, a test or a tutorial block raises. (This module's
+    own name, as pytest imported it, stands for the tests: under another import mode it would be
+    ``tests.test_packaging``, which the filter does not match, and this would fail.)"""
     code = compile("np.array([1e300]).astype(np.float32)", f"{module}.py", "exec")
     with pytest.raises(RuntimeWarning, match="overflow"):
         exec(code, {"__name__": module, "np": np})
