@@ -585,7 +585,9 @@ class Tensor:
                 g = np.expand_dims(g, axes)
             return (np.broadcast_to(g, x.data.shape),)
 
-        return make_op(np.asarray(x.data.sum(axis=axes, keepdims=keepdims)), (x,), backward, "sum")
+        total = x.data.sum(axis=axes, keepdims=True)  # (keepdims=True, then squeezed: NumPy 2.5's type stubs
+        # take keepdims as a literal True or False only)
+        return make_op(total if keepdims else np.squeeze(total, axis=axes), (x,), backward, "sum")
 
     def mean(self, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False) -> "Tensor":
         """Mean over ``axis`` (None, int or tuple of ints)."""
@@ -599,7 +601,8 @@ class Tensor:
                 g = np.expand_dims(g, axes)
             return (np.broadcast_to(g / count, x.data.shape),)
 
-        return make_op(np.asarray(x.data.mean(axis=axes, keepdims=keepdims)), (x,), backward, "mean")
+        average = x.data.mean(axis=axes, keepdims=True)  # (as in `sum`)
+        return make_op(average if keepdims else np.squeeze(average, axis=axes), (x,), backward, "mean")
 
     def reshape(self, *shape: int | tuple[int, ...] | list[int]) -> "Tensor":
         """Reshape like ``ndarray.reshape`` (one -1 allowed); ``t.reshape(2, 3)`` or ``t.reshape((2, 3))``."""
