@@ -261,10 +261,11 @@ def test_a_hand_written_loops_backward_and_step(optimizer):
         opt = make([w])
         results = []
         for scale in (1e-30, 1e-38):
-            with np.errstate(**NUMPY_DEFAULT_STATE):  # (the forward pass is the user's: not under test)
-                y = Tensor(x) @ w
+            with np.errstate(**NUMPY_DEFAULT_STATE):  # (the forward pass and the seed are the user's: not
+                y = Tensor(x) @ w  # under test; NumPy 2.0 flags 1e-38 -> float32 as an underflow)
+                seed = np.full(y.shape, scale, np.float32)
             opt.zero_grad()
-            y.backward(np.full(y.shape, scale, np.float32))
+            y.backward(seed)
             results.append(w.grad.copy())
             opt.step()
             results.append(w.data.copy())
