@@ -270,6 +270,10 @@ CONSUMER_MUTANTS = {
     "stochastic ties of f * 2**K round down": (
         "return quotient + (side > 0 || (side == 0 && (quotient & 1)));", "return quotient + (side > 0);",
         _codec(*formats.CATALOGUE, rounding="stochastic")),
+    "FNUZ's +-Inf gives NaN when saturating (ONNX Cast-19's rule; Cast-24's is +-max)": (
+        "        return overflow_code(f, x->negative, saturate || !has_nan);",
+        "        return f->nan_style == NAN_NEGATIVE_ZERO ? nan_code(f, 0) : overflow_code(f, x->negative, saturate || !has_nan);",
+        lambda entry: entry["kind"] == "codec" and entry["format"].endswith("FNUZ") and entry["saturate"]),
     "S_enc is not capped at FLT_MAX": ("return min_with_flt_max(quotient);", "return quotient;", _nvfp4("x_tiny")),
     "1 / 0 gives an encode scale of 0": ("if (denominator == 0.0f) {\n        return FLT_MAX;",
                                          "if (denominator == 0.0f) {\n        return 0.0f;", _nvfp4("x_zero_scale")),
