@@ -118,6 +118,13 @@ def test_reductions_gradcheck(reduction, axis, keepdims):
     np.testing.assert_allclose(getattr(x, reduction)(axis=axis, keepdims=keepdims).data, expected, rtol=1e-6)
 
 
+def test_reductions_keep_the_unreduced_axes_of_length_one():
+    x = Tensor(np.arange(6.0).reshape(2, 1, 3, 1))
+    assert x.sum(axis=0).shape == (1, 3, 1) and x.mean(axis=(0, 2)).shape == (1, 1)
+    assert x.sum(axis=-1).shape == (2, 1, 3) and x.mean(axis=-1, keepdims=True).shape == (2, 1, 3, 1)
+    assert x.sum().shape == () and type(x.sum().data) is np.ndarray
+
+
 def test_shape_ops_gradcheck():
     x = param(2, 3, 4)
     gradcheck(lambda x: x.reshape(6, 4), x)

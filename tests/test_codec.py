@@ -6,6 +6,8 @@ References used here, none of them the code under test:
 - a value-grid oracle: nearest / directed rounding by searching the sorted decode table;
 - hand-derived examples from the spec (OFP8 rev 1.0, P3109 stochastic rounding).
 """
+import math
+
 import numpy as np
 import pytest
 
@@ -216,6 +218,23 @@ def test_signed_zero_and_fnuz():
     assert codec.encode(np.array([np.nan, -np.nan]), "E5M2FNUZ").tolist() == [0x80, 0x80]
     assert codec.encode(np.array([np.nan, -np.nan]), "E4M3").tolist() == [0x7F, 0xFF]
     assert codec.encode(np.array([np.nan, -np.nan]), "E5M2").tolist() == [0x7E, 0xFE]
+
+
+def test_fnuz_infinities_saturate_with_their_sign_and_otherwise_give_nan():
+    """ONNX Cast-24: +-Inf -> +-max when saturating, NaN 0x80 when not, from every input dtype and in
+    every rounding mode. Also for a FNUZ-style format whose values all lie above 1.0, where the exact
+    path's placeholder for an Inf (1.0) rounds to zero: that must not clear the Inf's sign."""
+    high = formats.FloatFormat("E2M1FNUZ_high", exponent_bits=2, mantissa_bits=1, bias=-3, nan_style="negative_zero")
+    assert high.min_subnormal == 8.0
+    for fmt in (formats.E4M3FNUZ, formats.E5M2FNUZ, high):
+        for dtype in (np.float16, np.float32, np.float64):
+            x = np.array([np.inf, -np.inf], dtype)
+            for rounding in ("nearest_even", "nearest_away", "toward_zero", "stochastic"):
+                bits = dict(random_bits=np.array([0, 1], np.uint8), random_bit_count=2) if rounding == "stochastic" else {}
+                saturated = codec.encode(x, fmt, saturate=True, rounding=rounding, **bits)
+                assert saturated.tolist() == [fmt.max_code, fmt.max_code | fmt.sign_mask], (fmt.name, dtype, rounding)
+                assert codec.encode(x, fmt, rounding=rounding, **bits).tolist() == [0x80 >> (8 - fmt.bits)] * 2
+        assert codec.encode_scalar(-math.inf, fmt, saturate=True) == fmt.max_code | fmt.sign_mask
 
 
 # ---- 3. float64 is rounded once --------------------------------------------------------------------

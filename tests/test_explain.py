@@ -9,7 +9,7 @@
 - ``describe_code``'s bit fields reassemble every code of every format, and its formula gives the
   code's value.
 - Cases derived by hand from the specs (OCP OFP8 rev 1.0 section 5, OCP MX v1.0 sections 5.3 and
-  5.4.1, ONNX Cast-19), written out here, not read from minifp8.
+  5.4.1, ONNX Cast-19 and Cast-24), written out here, not read from minifp8.
 - The narrative, the command line and the errors for bad input.
 """
 from __future__ import annotations

@@ -410,6 +410,7 @@ def test_golden_notes_state_the_codes_of_the_files_at_inf_overflow_and_nan(golde
     for fmt_name, codes in (*NAN_CODES.items(), *OVERFLOW_CODES.items()):  # the codes the tests use, in the notes
         assert all(f"0x{code:02X}" in notes["codec"] for code in codes), fmt_name
     assert all(f"0x{code:02X} ({value})" in notes["E8M0"] for value, code in E8M0_CODES.items())
+    assert "saturate=true: overflow and +-Inf give +-max (FNUZ too, as ONNX Cast-24 says" in notes["codec"]
     checked = set()
     for entry, arrays in entries_of(golden_dir, "codec"):
         fmt, rounding, saturate = formats.get(entry["format"]), entry["rounding"], entry["saturate"]

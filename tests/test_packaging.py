@@ -210,3 +210,12 @@ def test_a_warning_in_third_party_code_keeps_pythons_default():
     with warnings.catch_warnings(record=True) as caught:
         exec(code, {"__name__": "somelibrary", "np": np})
     assert [type(warning.message) for warning in caught] == [RuntimeWarning]
+
+
+def test_the_package_version_is_the_one_pyproject_declares():
+    """``minifp8.__version__`` goes into every golden manifest, whose files are byte-identical for one
+    version: it must be the version that pip records."""
+    import minifp8
+
+    declared = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert declared is not None and minifp8.__version__ == declared.group(1)
