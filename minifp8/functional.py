@@ -522,7 +522,7 @@ def split(x: Tensor | ArrayLike, split_size_or_sections: int | Sequence[int] | n
     axis = _axis(axis, x.ndim, "split")
     length = x.shape[axis]
     sections = split_size_or_sections
-    if isinstance(sections, (int, np.integer)) and not isinstance(sections, bool):  # (_is_int, spelled out for mypy)
+    if _is_int(sections):
         if sections <= 0:
             raise ValueError(f"split: split_size_or_sections must be a positive chunk size, got {sections}")
         sizes = [min(sections, length - start) for start in range(0, length, sections)]

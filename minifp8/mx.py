@@ -288,7 +288,7 @@ def _exact_number(value):
     value = codec._from_ml_dtypes_scalar(value)  # bfloat16, float8_*, int4, ...: a Python float or int
     if isinstance(value, (float, np.floating)):
         return float(value)  # exact for float16/32/64
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+    if _is_int(value):
         return int(value)
     if isinstance(value, Fraction):
         return value
