@@ -67,7 +67,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from .formats import _check_bool, _described, _is_int, _is_real  # the package's argument checks and tests
+from .formats import _check_bool, _described, _is_int, _is_real, _plain_array  # the package's argument checks and tests
 
 __all__ = [
     "Tensor", "as_tensor", "default_dtype", "get_default_dtype", "is_grad_enabled", "make_op", "no_grad",
@@ -136,7 +136,7 @@ def _to_array(data, what: str = "Tensor data") -> np.ndarray:
     """``data`` as an ndarray of the default float dtype or of an integer dtype; never copies needlessly."""
     if isinstance(data, Tensor):
         raise TypeError(f"{what} is already a Tensor: use t.detach() to share its data without a graph")
-    array = np.asarray(data)
+    array = _plain_array(data, what)
     kind = array.dtype.kind
     if kind == "f":
         dtype = _switches.default_dtype
@@ -452,7 +452,7 @@ class Tensor:
         _check_floating(self, "arithmetic")
         if isinstance(other, (bool, np.bool_)):
             raise TypeError("a bool operand is ambiguous: use 0.0/1.0")
-        array = np.asarray(other)
+        array = _plain_array(other, "the other operand")
         if array.dtype.kind not in "fiub":
             raise TypeError(f"unsupported operand of dtype {array.dtype} for a Tensor op")
         return Tensor._result(array.astype(self.data.dtype, copy=False), (), None, "")

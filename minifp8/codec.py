@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .formats import FloatFormat, _check_bool, _check_str_choice, _is_int, get
+from .formats import FloatFormat, _check_bool, _check_str_choice, _is_int, _plain_array, get
 
 ROUNDING_MODES = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 _EXACT_INTEGER_LIMIT = 2**53  # integers up to this magnitude convert to float64 exactly
@@ -178,7 +178,8 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
         are integers. Anything that is not an ndarray (a Python scalar, a list) is converted by
         ``np.asarray`` first, so NumPy picks one dtype for all of it: ``[True, 0.5]`` becomes
         float64 ``[1.0, 0.5]`` and its ``True`` encodes as 1.0, whereas a bool array (or a list of
-        bools only) is refused.
+        bools only) is refused. So is a NumPy masked array, whose mask ``np.asarray`` would drop
+        (pass ``x.filled(value)``), here and wherever minifp8 takes a caller's array.
     fmt : FloatFormat or str
         Destination format, e.g. ``"E4M3"`` or ``"float8_e5m2"``.
     rounding : {"nearest_even", "nearest_away", "toward_zero", "stochastic"}
@@ -202,8 +203,8 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
     Raises
     ------
     TypeError
-        For bool, complex (ml_dtypes' complex32 too), object or other non-numeric input, a
-        non-str ``rounding``, a non-bool ``saturate``, or non-unsigned random bits.
+        For bool, complex (ml_dtypes' complex32 too), object or other non-numeric input, a masked
+        array, a non-str ``rounding``, a non-bool ``saturate``, or non-unsigned random bits.
     ValueError
         For an unknown format or rounding mode, NaN into a format without NaN, integers too large
         to convert exactly, random bits of the wrong shape or range, or random bits (or their
@@ -231,7 +232,9 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
     ----------
     codes : array_like of unsigned int
         Codes in ``[0, 2**fmt.bits)``, any shape. An empty array of any real dtype is accepted
-        (``np.asarray([])`` is float64): it holds no code to check.
+        (``np.asarray([])`` is float64): it holds no code to check. A ``bytearray`` or
+        ``memoryview`` reads as uint8, one code a byte; ``bytes`` must go through
+        ``np.frombuffer(codes, np.uint8)``, since NumPy takes it as one string.
     fmt : FloatFormat or str
 
     Returns
@@ -242,12 +245,16 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
     Raises
     ------
     TypeError
-        For codes that are not integers (a non-empty float array, bool, complex, object).
+        For codes that are not integers (a non-empty float array, bool, complex, object,
+        ``bytes``) or a masked array.
     ValueError
         For an unknown format, or codes outside ``[0, 2**fmt.bits)``.
     """
     fmt = get(fmt)
-    codes = np.asarray(codes)
+    if isinstance(codes, bytes):  # (bytearray and memoryview already read as uint8)
+        raise TypeError("codes is a bytes object, which NumPy reads as one string: "
+                        "np.frombuffer(codes, np.uint8) reads it as one code a byte")
+    codes = _plain_array(codes, "codes")
     if codes.size == 0 and codes.dtype.kind in "fiu":
         return np.zeros(codes.shape, np.float32)
     if codes.dtype.kind not in "ui":
@@ -324,7 +331,7 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
 
     ml_dtypes floats come back as float32 and ml_dtypes integers as int8, exactly (`_from_ml_dtypes`).
     """
-    array = np.asarray(x)
+    array = _plain_array(x, name)
     ml_kind = _ml_dtypes_kind(array.dtype)
     if ml_kind in ("float", "int"):
         return _from_ml_dtypes(array, ml_kind)
@@ -385,7 +392,7 @@ def _check_fits_float32(array: np.ndarray, converted: np.ndarray, name: str = "x
 def _check_random_bits(random_bits, random_bit_count, shape):
     if random_bits is None:
         raise ValueError("rounding='stochastic' needs random_bits: an unsigned integer array of x's shape")
-    bits = np.asarray(random_bits)
+    bits = _plain_array(random_bits, "random_bits")
     if bits.dtype.kind != "u":
         raise TypeError(f"random_bits must be an unsigned integer array, got dtype {bits.dtype}")
     if bits.shape != shape:

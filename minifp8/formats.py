@@ -89,6 +89,20 @@ def _described(value) -> str:
     return f"{type(value).__name__} {reprlib.repr(value)}"
 
 
+def _plain_array(x, name: str = "x", dtype=None) -> np.ndarray:
+    """``np.asarray(x)`` (``dtype`` as given), or a TypeError for a NumPy masked array.
+
+    ``np.asarray`` drops a mask and keeps whatever values lie under it, so a cast would work on
+    values its caller had hidden and hand back a plain array; JAX refuses masked arrays for the
+    same reason. ``x.filled(value)`` says what the masked elements hold.
+    """
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a numpy.ma.MaskedArray, whose mask minifp8 would drop (np.asarray keeps the "
+                        f"values under it): pass a plain array, such as its .filled(value), to choose what the "
+                        f"masked elements hold")
+    return np.asarray(x, dtype)
+
+
 @dataclass(frozen=True)
 class FloatFormat:
     """A binary floating-point format given by its spec fields.

@@ -94,7 +94,7 @@ from . import codec, fastcast, formats, mx, scaling
 from . import functional as F
 from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
 from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastStats
-from .formats import _is_int
+from .formats import _is_int, _plain_array
 
 __all__ = [
     "RECIPES", "RECIPE_OPTIONS", "CastPoint", "CastStats", "FP8Attention", "FP8Linear", "FP8State",
@@ -416,7 +416,7 @@ def fake_quantize(x: ArrayLike, recipe: str, fmt: str | formats.FloatFormat = "E
     fmt = formats.get(fmt)
     if fmt not in (FORWARD_FORMAT, BACKWARD_FORMAT):
         raise ValueError(f"fake_quantize casts to E4M3 (forward) or E5M2 (gradients), got {fmt.name}")
-    array = np.asarray(x)
+    array = _plain_array(x)
     array = codec._ml_floats_as_float32(array)  # bfloat16, float8_*, ...: float32 holds them exactly
     if array.dtype.kind == "f" and not array.dtype.isnative:  # a big-endian float32 is a float32
         array = array.astype(array.dtype.newbyteorder("="))

@@ -116,7 +116,7 @@ from numpy.typing import ArrayLike
 
 from . import codec, formats, scaling
 from .autograd import Tensor
-from .formats import _is_int, _is_real
+from .formats import _is_int, _is_real, _plain_array
 from .nn import Module
 from .optim import AdamW, adamw_update
 
@@ -459,7 +459,7 @@ def _check_worker_grads(worker_grads, owner: str) -> list[np.ndarray]:
         raise ValueError(f"{owner}: needs at least one worker's gradient, got an empty list")
     grads = []
     for i, g in enumerate(worker_grads):
-        array = np.asarray(g.data if isinstance(g, Tensor) else g)
+        array = g.data if isinstance(g, Tensor) else _plain_array(g, f"{owner}: worker {i}'s gradient")
         if array.dtype.kind != "f" and codec._ml_dtypes_kind(array.dtype) != "float":
             raise TypeError(f"{owner}: worker {i}'s gradient must be a floating array (float16/32/64, or an "
                             f"ml_dtypes float such as bfloat16), got dtype {array.dtype}")
@@ -676,7 +676,7 @@ def split_batch(*arrays: Tensor | ArrayLike, workers: int) -> list[tuple[np.ndar
     workers = formats._check_int(workers, "split_batch: workers", 1)
     if not arrays:
         raise ValueError("split_batch: give at least one array to split")
-    batch = [np.asarray(a.data if isinstance(a, Tensor) else a) for a in arrays]
+    batch = [a.data if isinstance(a, Tensor) else _plain_array(a, "split_batch: an array") for a in arrays]
     for a in batch:
         if a.dtype.kind == "O":
             raise TypeError("split_batch: arrays must be numeric arrays (ids, targets, ...), got an object array")

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .autograd import Tensor, _axis, _check_floating, _sum_rows_by_id, as_tensor, make_op, matmul
-from .formats import _check_bool, _is_int, _is_real
+from .formats import _check_bool, _is_int, _is_real, _plain_array
 
 __all__ = [
     "concat", "cross_entropy", "dropout", "embedding", "exp", "gelu", "layer_norm", "linear", "log",
@@ -304,7 +304,7 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
 # ---- lookups and losses ------------------------------------------------------------------------
 
 def _integer_ids(ids: Tensor | ArrayLike, op: str, name: str) -> np.ndarray:
-    data = ids.data if isinstance(ids, Tensor) else np.asarray(ids)
+    data = ids.data if isinstance(ids, Tensor) else _plain_array(ids, f"{op}: {name}")
     if data.dtype.kind not in "iu":
         raise TypeError(f"{op}: {name} must be an integer array or tensor, got dtype {data.dtype}")
     return data

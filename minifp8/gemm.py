@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import codec, formats
-from .formats import FloatFormat, _check_int, _is_int
+from .formats import FloatFormat, _check_int, _is_int, _plain_array
 from .testing import _check_max_rows, _codes_of, _tolerance_ratio, _widening_hint
 
 __all__ = ["MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference", "MatmulReport",
@@ -113,7 +113,7 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
 
 def _decoded_operand(codes, fmt, name: str) -> np.ndarray:
     """A 2-d, non-empty operand's decoded values (float32), or a clear error."""
-    array = np.asarray(codes)
+    array = _plain_array(codes, name)
     if array.ndim != 2 or 0 in array.shape:
         raise ValueError(f"{name} must be a non-empty 2-d array of {fmt.name} codes, got shape {array.shape}")
     return codec.decode(_codes_of(array, fmt, array.shape, name), fmt)
@@ -126,7 +126,7 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
             raise ValueError(f"{name} must be a real scale value, exact in float64, got the int {scales}")
         array = np.array(float(scales))
     else:
-        array = np.asarray(scales)
+        array = _plain_array(scales, name)
         array = codec._ml_floats_as_float32(array)  # float8_e8m0fnu scales, ...: exact in float32
         if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
             hint = (": decode scale codes first, e.g. minifp8.decode(codes, 'E8M0') for MX or 'E4M3' for "
@@ -689,7 +689,7 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
 
 def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     """The kernel's output as float64, checked: its shape, and that it holds values of ``output``."""
-    array = np.asarray(actual)
+    array = _plain_array(actual, "actual")
     array = codec._ml_floats_as_float32(array)  # bfloat16, ...: float32 holds them exactly
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"actual must be the kernel's output as float16, float32 or float64 values, got dtype "

@@ -86,7 +86,7 @@ from numpy.typing import ArrayLike
 
 from . import codec, formats
 from .codec import _floor_log2
-from .formats import FloatFormat, _check_int, _described, _is_int, _is_real
+from .formats import FloatFormat, _check_int, _described, _is_int, _is_real, _plain_array
 
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
 ELEMENT_FORMATS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")  # OCP MX v1.0 section 5
@@ -518,7 +518,7 @@ def block_amax(blocks: np.ndarray) -> np.ndarray:
     IEEE magnitudes order like their bit patterns with the sign bit cleared (NaN above Inf), so the
     maximum is taken on those integers (`row_max`). A NaN anywhere in a row gives NaN.
     """
-    blocks = np.asarray(blocks)
+    blocks = _plain_array(blocks, "blocks")
     if blocks.dtype.type not in _MAGNITUDE_BITS:
         raise TypeError(f"blocks must be a float32 or float64 array, got dtype {blocks.dtype}")
     if blocks.ndim != 2 or blocks.shape[1] == 0:
@@ -539,6 +539,7 @@ def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
     """
     if not isinstance(values, np.ndarray):
         raise TypeError(f"values must be a 1-d numpy array, got {type(values).__name__}")
+    values = _plain_array(values, "values")
     if values.ndim != 1:
         raise ValueError(f"values must be a 1-d numpy array, got shape {values.shape}")
     row_length = _check_int(row_length, "row_length", 1)

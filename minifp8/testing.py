@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import codec, formats
-from .formats import FloatFormat, _check_int, _is_int
+from .formats import FloatFormat, _check_int, _is_int, _plain_array
 from .mx import MXFormat
 
 # ================================================================================================
@@ -486,7 +486,7 @@ def _float_inputs(x) -> np.ndarray:
     """``x`` as a native-order float16/32/64 array (its bits are shown in native order), or a
     TypeError that says what is accepted. ml_dtypes floats become float32, exactly, as in
     `minifp8.encode`: the report is the one for ``x.astype(np.float32)``."""
-    x = codec._ml_floats_as_float32(np.asarray(x))
+    x = codec._ml_floats_as_float32(_plain_array(x))
     if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"x must be a float16, float32 or float64 array (or an ml_dtypes float array) of the "
                         f"inputs the backend was given, got dtype {x.dtype}")
@@ -541,7 +541,7 @@ def _check_max_rows(max_rows) -> None:
 def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
     """A backend's result as uint8 codes: codes as given, 1-byte dtypes by view, floats by value.
     ``name`` is the argument's name for the errors."""
-    array = np.asarray(actual)
+    array = _plain_array(actual, name)
     if array.shape != shape:
         raise ValueError(f"{name} has shape {array.shape} but x has shape {shape}")
     if array.dtype == np.uint8:

@@ -49,7 +49,7 @@ from numpy.typing import ArrayLike
 
 from . import functional as F
 from .autograd import Tensor, as_tensor, make_op
-from .formats import _check_bool
+from .formats import _check_bool, _plain_array
 
 __all__ = [
     "CONSTRAINTS", "cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "linear", "linear_readout",
@@ -344,7 +344,7 @@ def embedding(ids: Tensor | ArrayLike, weight: Tensor | ArrayLike) -> Tensor:
     ``unit_scaling.functional.embedding``; Blake et al. 2023. Empty ``ids`` give a zero gradient.
     """
     weight = _floating(weight, "embedding", "weight")
-    ids_data = ids.data if isinstance(ids, Tensor) else np.asarray(ids)
+    ids_data = ids.data if isinstance(ids, Tensor) else _plain_array(ids, "embedding: ids")
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, dim), got shape {weight.shape}")
     scale = math.sqrt(weight.shape[0] / ids_data.size) if ids_data.size else 1.0
@@ -480,7 +480,7 @@ def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, mult:
     classes = logits.shape[-1]
     if classes < 2:
         raise ValueError(f"cross_entropy: needs at least 2 classes, got logits of shape {logits.shape}")
-    target_data = targets.data if isinstance(targets, Tensor) else np.asarray(targets)
+    target_data = targets.data if isinstance(targets, Tensor) else _plain_array(targets, "cross_entropy: targets")
     count = int(target_data.size if ignore_index is None else np.count_nonzero(target_data != ignore_index))
     z = scale_fwd(scale_bwd(logits, classes / math.sqrt(classes - 1)), mult)
     loss = F.cross_entropy(z, targets, ignore_index=ignore_index)
