@@ -219,3 +219,14 @@ def test_the_package_version_is_the_one_pyproject_declares():
 
     declared = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
     assert declared is not None and minifp8.__version__ == declared.group(1)
+
+
+def test_the_readme_says_what_changed_in_this_version():
+    """Backends pin the oracle's version (the golden files are byte-identical within one), so the
+    README's list of changes must start with the version that pip installs."""
+    import minifp8
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### What changed between versions", 1)[1].split("\n#", 1)[0]
+    listed = re.findall(r"^- \*\*(\d+\.\d+\.\d+):\*\*", section, re.M)
+    assert listed and listed[0] == minifp8.__version__, listed
