@@ -354,7 +354,7 @@ class Tensor:
                                    f"got shape {self.shape}: pass grad= with that shape")
             grad = np.ones_like(self.data)
         else:
-            grad = np.asarray(grad.data if isinstance(grad, Tensor) else grad)
+            grad = grad.data if isinstance(grad, Tensor) else _plain_array(grad, "backward(grad=...)")
             if grad.dtype.kind not in "fiu":
                 raise TypeError(f"backward(grad=...) must be a real array, got dtype {grad.dtype}")
             if grad.shape != self.shape:

@@ -258,11 +258,15 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
     if codes.size == 0 and codes.dtype.kind in "fiu":
         return np.zeros(codes.shape, np.float32)
     if codes.dtype.kind not in "ui":
-        raise TypeError(f"codes must be an integer array (uint8), got dtype {codes.dtype}")
+        hint = (": codes.view(np.uint8) gives an ml_dtypes array's codes" if codes.dtype.itemsize == 1
+                and _ml_dtypes_kind(codes.dtype) == "float" else "")
+        raise TypeError(f"codes must be an integer array (uint8), got dtype {codes.dtype}{hint}")
     every_code_valid = codes.dtype == np.uint8 and fmt.bits == 8
     if codes.size and not every_code_valid and (codes.min() < 0 or codes.max() >= (1 << fmt.bits)):
+        hint = (" (int8 bytes: codes.view(np.uint8) reads them as codes)" if codes.dtype == np.int8
+                and fmt.bits == 8 else "")
         raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got values in "
-                         f"[{codes.min()}, {codes.max()}]")
+                         f"[{codes.min()}, {codes.max()}]{hint}")
     return _float32_table(fmt)[codes.reshape(-1)].reshape(codes.shape)  # indexing would give a scalar for 0-d
 
 

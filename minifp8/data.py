@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .formats import _check_int, _is_real
+from .formats import _check_int, _is_real, _plain_array
 
 __all__ = [
     "AnswerAccuracy", "CharTokenizer", "Dataset", "OPERATORS", "SPLITS", "answer_accuracy",
@@ -255,7 +255,7 @@ class CharTokenizer:
 
     def decode(self, ids: ArrayLike) -> str:
         """The text of a 1-D sequence of ids (list or integer array)."""
-        ids = np.asarray(ids)
+        ids = _plain_array(ids, "decode: ids")
         if ids.size == 0 and ids.ndim == 1:
             return ""
         if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
@@ -519,7 +519,7 @@ def _check_windows(inputs, targets, tokenizer):
                          f"corpus); this tokenizer has {tokenizer.chars!r}")
     arrays = []
     for name, array in (("inputs", inputs), ("targets", targets)):
-        array = np.asarray(array)
+        array = _plain_array(array, name)
         if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"{name} must hold integer token ids, got dtype {array.dtype}")
         if array.ndim != 2:
@@ -617,7 +617,7 @@ def answer_accuracy(inputs: ArrayLike, targets: ArrayLike, predictions: ArrayLik
     666 answers of 551 distinct problems, of the 2,000 held out.
     """
     sequence, equals_id, newline_id = _check_windows(inputs, targets, tokenizer)
-    predictions = np.asarray(predictions)
+    predictions = _plain_array(predictions, "predictions")
     if predictions.dtype == np.bool_ or not np.issubdtype(predictions.dtype, np.integer):
         raise TypeError(f"predictions must hold integer token ids (logits.argmax(-1)), got dtype "
                         f"{predictions.dtype}")

@@ -148,7 +148,8 @@ def store_scaled(x: ArrayLike, kind: str) -> tuple[np.ndarray, np.float32]:
         Real numbers, converted to float32 first (float64 rounds once; a finite value beyond
         float32's range, a bool or a complex array is an error, as in `minifp8.scaling`).
     kind : {"E4M3", "E5M2", "float16", "float32"}
-        FP8 kinds give uint8 codes (saturating cast); ``float16`` gives an ``np.float16`` array;
+        FP8 kinds (by any name `minifp8.formats.get` takes, ``formats.E4M3`` too) give uint8
+        codes (saturating cast); ``float16`` gives an ``np.float16`` array;
         ``float32`` a float32 copy with scale 1.
 
     Returns
@@ -157,7 +158,7 @@ def store_scaled(x: ArrayLike, kind: str) -> tuple[np.ndarray, np.float32]:
         The stored array (x's shape, 0-d included) and the scale, ``2**floor(log2(fp_max /
         amax))`` (1 for amax 0). ``load_scaled`` reads it back as ``array * float32(1 / scale)``.
     """
-    _check_kind(kind, STORAGE_KINDS, "storage")
+    kind = _check_kind(kind, STORAGE_KINDS, "store_scaled: kind")
     values = codec._to_float32(x)
     if kind == "float32":
         return np.array(values, dtype=np.float32, copy=True), np.float32(1)
@@ -177,10 +178,11 @@ def load_scaled(array: np.ndarray, scale: float | np.floating | np.integer | np.
     ``array`` must have the dtype `store_scaled` gives ``kind`` (uint8 codes, float16 or float32)
     and ``scale`` be one number whose float32 is finite and > 0; anything else is an error.
     """
-    _check_kind(kind, STORAGE_KINDS, "storage")
+    kind = _check_kind(kind, STORAGE_KINDS, "load_scaled: kind")
     if not isinstance(array, np.ndarray) or array.dtype != _state_dtype(kind):
         raise TypeError(f"load_scaled: array must be a {_state_dtype(kind)} array ({_describe(kind)}, as "
                         f"store_scaled gives it), got {formats._described(array)}")
+    scale = _plain_array(scale, "load_scaled: scale") if isinstance(scale, np.ndarray) else scale
     if not (_is_real(scale) or (isinstance(scale, np.ndarray) and scale.shape == () and scale.dtype.kind in "iuf")):
         raise TypeError(f"load_scaled: scale must be one real number (as store_scaled gives it), "
                         f"got {formats._described(scale)}")
@@ -312,7 +314,7 @@ class AllReduceResult:
         ``||gradient - reference||_2`` and ``||reference||_2`` (float64).
     nonzero_count, underflow_count : int
         Nonzero worker inputs, and those the shared-scale cast (Eq. 5) turned into zero.
-    saturated_count, size : int
+    saturation_count, size : int
         Values of ``codes`` at the format's max magnitude, and the tensor's size.
     """
 
@@ -328,7 +330,7 @@ class AllReduceResult:
     reference_norm: float
     nonzero_count: int
     underflow_count: int
-    saturated_count: int
+    saturation_count: int
     size: int
 
     @property
@@ -348,7 +350,7 @@ class AllReduceResult:
     @property
     def saturation_fraction(self) -> float:
         """Fraction of the reduced FP8 values at the format's max magnitude (what drives ``mu``)."""
-        return self.saturated_count / self.size if self.size else 0.0
+        return self.saturation_count / self.size if self.size else 0.0
 
 
 @np.errstate(under="ignore")  # (tiny gradients: their sums, scales and means may round among the subnormals)
@@ -423,7 +425,7 @@ def fp8_all_reduce(worker_grads: Sequence[Tensor | ArrayLike], fmt: str | format
         gradient=gradient, codes=codes, scale=scale, shared_scale=shared_scale, worker_scales=worker_scales,
         factor=float(factor), fmt=fmt, reference=reference, error_norm=float(np.sqrt(np.dot(error, error))),
         reference_norm=_norm(reference), nonzero_count=nonzero, underflow_count=underflow,
-        saturated_count=saturated, size=int(reference.size))
+        saturation_count=saturated, size=int(reference.size))
 
 
 def _times_factor(power_of_two_scale, factor: float) -> np.float32:
@@ -505,7 +507,7 @@ class GradientReport:
     def saturation_fraction(self) -> float:
         """Pooled: saturated / all reduced values over all FP8 tensors."""
         size = sum(r.size for r in self.results.values())
-        return sum(r.saturated_count for r in self.results.values()) / size if size else 0.0
+        return sum(r.saturation_count for r in self.results.values()) / size if size else 0.0
 
     def summary(self) -> dict:
         """Plain numbers for a log line: errors, fractions, and the smallest and largest ``mu`` used."""
@@ -747,9 +749,9 @@ class FP8AdamW(AdamW):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2, *,
                  first_moment: str = "E4M3", second_moment: str = "float16", master_weights: str = "float32") -> None:
-        self.first_moment = _check_kind(first_moment, STORAGE_KINDS, "first_moment")
-        self.second_moment = _check_kind(second_moment, STORAGE_KINDS, "second_moment")
-        self.master_weights = _check_kind(master_weights, ("float32", "float16"), "master_weights")
+        self.first_moment = _check_kind(first_moment, STORAGE_KINDS, "FP8AdamW: first_moment")
+        self.second_moment = _check_kind(second_moment, STORAGE_KINDS, "FP8AdamW: second_moment")
+        self.master_weights = _check_kind(master_weights, ("float32", "float16"), "FP8AdamW: master_weights")
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         for group in self.param_groups:
             for p in group["params"]:
@@ -854,6 +856,16 @@ class FP8AdamW(AdamW):
 
 
 def _check_kind(kind, allowed: tuple, what: str) -> str:
+    """``kind`` as one of ``allowed``; an FP8 format under any name `formats.get` takes (``"e4m3"``,
+    ``"float8_e4m3fn"``, ``formats.E4M3``) becomes its catalogue name, as the gradient casts take it."""
+    if isinstance(kind, formats.FloatFormat):
+        kind = kind.name
+    formats._check_str_choice(kind, what, allowed)
+    if kind not in allowed:
+        try:
+            kind = formats.get(kind).name
+        except ValueError:  # (an unknown name: the error below lists what is allowed)
+            pass
     if kind not in allowed:
         raise ValueError(f"{what} must be one of {', '.join(allowed)}, got {kind!r}")
     return kind

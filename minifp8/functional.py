@@ -332,7 +332,7 @@ def embedding(ids: Tensor | ArrayLike, weight: Tensor | ArrayLike) -> Tensor:
     return make_op(weight.data[ids], (weight,), backward, "embedding")
 
 
-def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, ignore_index: int | None = None) -> Tensor:
+def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, *, ignore_index: int | None = None) -> Tensor:
     """Mean cross-entropy of ``logits`` (..., V) against integer class ``targets`` (...).
 
     ``loss = mean_n(logsumexp(z_n) - z_n[t_n])`` over the tokens whose target is not
@@ -403,7 +403,7 @@ def dropout(x: Tensor | ArrayLike, p: float, rng: np.random.Generator, training:
 # ---- attention ---------------------------------------------------------------------------------
 
 def scaled_dot_product_attention(q: Tensor | ArrayLike, k: Tensor | ArrayLike, v: Tensor | ArrayLike,
-                                 causal: bool = False, scale: float | None = None,
+                                 causal: bool = False, *, scale: float | None = None,
                                  dropout_p: float = 0.0, rng: np.random.Generator | None = None) -> Tensor:
     """``softmax(q k^T * scale [+ causal mask]) v`` on (..., seq, head_dim) tensors, one fused op.
 

@@ -83,6 +83,10 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
         2-d element codes: uint8, an ml_dtypes array of ``fmt``, or decoded values of ``fmt``
         (anything `minifp8.testing.compare` takes as ``actual``; unpack FP4 nibbles first).
     scales : array_like or float
+        The values that multiply the decoded codes back to the tensor's (``x ~ decode(codes) *
+        scales``): a `minifp8.scaling.ScaledTensor`'s ``scale_inv``, not its ``scale``, which
+        multiplied ``x`` before encoding (TransformerEngine's convention; passing ``scale``
+        raises nothing, since both are valid numbers, and gives a wrong product).
         Real scale values: float16, float32 or float64, or an ml_dtypes float array (a
         float8_e8m0fnu array of MX scales as it is), 0-d or 2-d as above (a Python float for one
         scale). Decode scale codes (uint8) first: ``minifp8.decode(e8m0_codes, "E8M0")`` for MX,
@@ -100,8 +104,9 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
     Raises
     ------
     TypeError
-        For codes or scales of the wrong kind: integer scales (scale codes, not decoded), bool,
-        complex, a Python list of codes (int64: convert with ``.astype(np.uint8)``).
+        For codes or scales of the wrong kind: NumPy integer scales (scale codes, not
+        decoded; a Python int is one scale value, as a float is), bool, complex, a Python list of
+        codes (int64: convert with ``.astype(np.uint8)``).
     ValueError
         For a layout that does not tile the operand, a scale with too many significant bits, or one
         that takes the operand's values outside [2**-500, 2**500].
@@ -131,8 +136,8 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
         if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
             hint = (": decode scale codes first, e.g. minifp8.decode(codes, 'E8M0') for MX or 'E4M3' for "
                     "NVFP4's block scales" if array.dtype.kind in "iu" else _widening_hint(array.dtype, name))
-            raise TypeError(f"{name} must hold scale values as float16, float32 or float64 (or be a Python "
-                            f"float), got dtype {array.dtype}{hint}")
+            raise TypeError(f"{name} must hold scale values as float16, float32 or float64 (or be one Python "
+                            f"float or int), got dtype {array.dtype}{hint}")
     if array.ndim == 0:
         array = array.reshape(1, 1)
     elif array.ndim != 2:
@@ -218,7 +223,7 @@ def reference_matmul(a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike
     a_codes, b_codes : array_like
         The operands' element codes, ``A`` M x K and ``B`` K x N, as `dequantize` takes them.
     a_scales, b_scales : array_like or float
-        Their scale values, laid out as `dequantize` says: ``()``, ``(M, 1)``, ``(M, K / block)``
+        Their scale values (a ``ScaledTensor``'s ``scale_inv``, as `dequantize` says), laid out as it says: ``()``, ``(M, 1)``, ``(M, K / block)``
         for A; ``()``, ``(1, N)``, ``(K / block, N)``, ``(K / 128, N / 128)`` for B.
     a_format, b_format : FloatFormat or str
         The element formats (a catalogue name such as ``"E4M3"`` or ``"float4_e2m1fn"``).

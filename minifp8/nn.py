@@ -282,7 +282,7 @@ class Embedding(Module):
 class LayerNorm(Module):
     """Layer norm over the last axis of size ``features``; weight ones, bias zeros (optional)."""
 
-    def __init__(self, features: int, eps: float = 1e-5, bias: bool = True, elementwise_affine: bool = True):
+    def __init__(self, features: int, eps: float = 1e-5, *, elementwise_affine: bool = True, bias: bool = True):
         self.features = _check_size(features, "features", "LayerNorm")
         self.eps = F._non_negative(eps, "LayerNorm", "eps")
         bias = _check_bool(bias, "LayerNorm: bias")

@@ -1474,7 +1474,8 @@ def _main(argv: list[str] | None) -> int:
 if __name__ == "__main__":
     # a path that is not UTF-8 comes back from os.fsdecode with lone surrogates, which a UTF-8 locale's
     # strict stdout cannot print (stderr already escapes them): escape them there too
-    reconfigure = getattr(sys.stdout, "reconfigure", None)  # (a replaced sys.stdout may have none)
-    if reconfigure is not None:
-        reconfigure(errors="backslashreplace")
+    # (underscored: the API reference would list a public module-level name, even under this if)
+    _reconfigure = getattr(sys.stdout, "reconfigure", None)  # (a replaced sys.stdout may have none)
+    if _reconfigure is not None:
+        _reconfigure(errors="backslashreplace")
     sys.exit(main())

@@ -405,7 +405,7 @@ def residual_add(residual: Tensor | ArrayLike, skip: Tensor | ArrayLike, tau: fl
 # ---- attention and loss --------------------------------------------------------------------------
 
 def scaled_dot_product_attention(q: Tensor | ArrayLike, k: Tensor | ArrayLike, v: Tensor | ArrayLike,
-                                 causal: bool = False, mult: float = 1.0, *,
+                                 causal: bool = False, *, mult: float = 1.0,
                                  dropout_p: float = 0.0, rng: np.random.Generator | None = None) -> Tensor:
     """Unit-scaled attention on ``(..., seq, d_head)`` tensors (q, k and v the same d_head).
 
@@ -454,7 +454,7 @@ def scaled_dot_product_attention(q: Tensor | ArrayLike, k: Tensor | ArrayLike, v
     return scale_fwd(out, scale)
 
 
-def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, mult: float = 1.0, *,
+def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, *, mult: float = 1.0,
                   ignore_index: int | None = None) -> Tensor:
     """Unit-scaled cross-entropy of ``mult * logits`` (..., V) against integer ``targets`` (...).
 

@@ -81,3 +81,15 @@ def test_non_native_byte_order_read_only_and_strided_inputs_encode_as_the_scalar
         np.testing.assert_array_equal(codec.quantize(typed, fmt), codec.decode(np.array(expected, ">u2"), fmt))
     integers = np.array([0, 3, -7, 500, 2**20], ">i8")
     assert codec.encode(integers, fmt).tolist() == [codec.encode_scalar(int(v), fmt) for v in integers]
+
+
+def test_decode_says_how_to_read_codes_held_as_ml_dtypes_floats_or_int8_bytes():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = np.array([1.0, -2.0, 448.0], dtype=ml_dtypes.float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"codes\.view\(np\.uint8\)"):
+        codec.decode(values, "E4M3")
+    assert codec.decode(values.view(np.uint8), "E4M3").tolist() == [1.0, -2.0, 448.0]
+    signed = values.view(np.int8)  # -2.0 is 0xC0, -64 as a signed byte
+    with pytest.raises(ValueError, match=r"codes\.view\(np\.uint8\)"):
+        codec.decode(signed, "E4M3")
+    assert codec.decode(signed.view(np.uint8), "E4M3").tolist() == [1.0, -2.0, 448.0]

@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
-from minifp8 import codec, fp8lm, nn, optim, scaling
+from minifp8 import codec, formats, fp8lm, nn, optim, scaling
 from minifp8.autograd import Tensor, default_dtype
 
 E4M3_MAX = 448.0
@@ -100,11 +100,11 @@ def test_auto_scale_default_threshold_is_one_in_a_hundred_thousand():
     grad = np.ones(size, np.float32)
     grad[:2] = 1.75  # 1.75 * 256 = 448: at the max; 1.0 * 256 = 256
     p.grad = grad.copy()
-    assert store.reduce().results["w"].saturated_count == 2
+    assert store.reduce().results["w"].saturation_count == 2
     assert store.factor("w") == 2.0 ** (1 / 1000)
     grad[2] = 1.75  # now 3; with mu = 2**(1/1000), 1.0 * 256.18 stays far below 432
     p.grad = grad.copy()
-    assert store.reduce().results["w"].saturated_count == 3
+    assert store.reduce().results["w"].saturation_count == 3
     assert store.auto_scales["w"].exponent == 1 - 1000
     assert store.factor("w") == 2.0 ** (-999 / 1000)
 
@@ -194,7 +194,7 @@ def test_all_reduce_of_three_workers_rounds_every_partial_sum_in_worker_order():
     assert list(codec.decode(result.codes, "E4M3")) == [448.0, 16.0]
     inverse = np.float32(1) / np.float32(768)
     assert bits_equal(result.gradient, np.array([448, 16], np.float32) * inverse)
-    assert result.saturated_count == 1 and result.workers == 3
+    assert result.saturation_count == 1 and result.workers == 3
 
 
 def test_all_reduce_of_identical_workers_is_their_local_cast():
@@ -205,7 +205,7 @@ def test_all_reduce_of_identical_workers_is_their_local_cast():
     two = fp8lm.fp8_all_reduce([g, g.copy()], factor=0.5)
     assert two.scale == 2 * one.scale
     assert bits_equal(two.gradient, one.gradient)
-    assert two.saturated_count == 0 and two.relative_error == one.relative_error
+    assert two.saturation_count == 0 and two.relative_error == one.relative_error
 
 
 def test_all_reduce_accepts_zero_dimensional_empty_and_zero_gradients():
@@ -297,9 +297,9 @@ def test_gradient_report_pools_its_tensors():
     # Underflow: (1 + 2) of (10 + 20) nonzero inputs; saturation: (0 + 3) of (4 + 8) values.
     from types import SimpleNamespace
     results = {"a": SimpleNamespace(error_norm=3.0, reference_norm=4.0, underflow_count=1, nonzero_count=10,
-                                    saturated_count=0, size=4, factor=0.5),
+                                    saturation_count=0, size=4, factor=0.5),
                "b": SimpleNamespace(error_norm=4.0, reference_norm=3.0, underflow_count=2, nonzero_count=20,
-                                    saturated_count=3, size=8, factor=2.0)}
+                                    saturation_count=3, size=8, factor=2.0)}
     report = fp8lm.GradientReport(results, workers=2)
     assert report.relative_error == 1.0
     assert report.underflow_fraction == 3 / 30 and report.saturation_fraction == 3 / 12
@@ -680,8 +680,25 @@ def test_store_scaled_round_trips_every_kind():
         back = fp8lm.load_scaled(array, scale, kind)
         assert back.dtype == np.float32
         np.testing.assert_allclose(back, x, rtol=tolerance, atol=np.abs(x).max() * 2.0 ** -16 if tolerance else 0)
-    with pytest.raises(ValueError, match="storage"):
+    with pytest.raises(ValueError, match="store_scaled: kind must be one of E4M3, E5M2, float16, float32"):
         fp8lm.store_scaled(x, "bfloat16")
+    with pytest.raises(TypeError, match="load_scaled: kind must be a str"):
+        fp8lm.load_scaled(np.zeros(3, np.uint8), 1.0, 8)
+
+
+@pytest.mark.parametrize("spelling", ["e4m3", "float8_e4m3fn", "fp8_e4m3", formats.E4M3])
+def test_fp8_storage_takes_every_spelling_the_gradient_casts_take(spelling):
+    """As `fp8_all_reduce` and `FP8Gradients` take their format (through `formats.get`)."""
+    x = (rng(8).standard_normal(50) * 1e-4).astype(np.float32)
+    array, scale = fp8lm.store_scaled(x, spelling)
+    expected_array, expected_scale = fp8lm.store_scaled(x, "E4M3")
+    np.testing.assert_array_equal(array, expected_array)
+    assert scale == expected_scale
+    np.testing.assert_array_equal(fp8lm.load_scaled(array, scale, spelling), fp8lm.load_scaled(array, scale, "E4M3"))
+    optimizer = fp8lm.FP8AdamW([Tensor(np.ones(4, np.float32), requires_grad=True)], first_moment=spelling)
+    assert optimizer.first_moment == "E4M3"
+    with pytest.raises(ValueError, match="master_weights must be one of float32, float16"):
+        fp8lm.FP8AdamW([Tensor(np.ones(4, np.float32), requires_grad=True)], master_weights=spelling)
 
 
 def test_store_scaled_of_an_all_zero_tensor_has_scale_one():

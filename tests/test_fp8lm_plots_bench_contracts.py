@@ -107,7 +107,7 @@ def test_saturated_fraction_counts_negative_values_at_the_format_max(fmt, fp_max
     g = np.array([-fp_max, 1.0], np.float32)
     result = fp8lm.fp8_all_reduce([g, g], fmt)
     assert result.shared_scale == 1
-    assert result.saturated_count == 1 and result.saturation_fraction == 0.5
+    assert result.saturation_count == 1 and result.saturation_fraction == 0.5
     # the same fraction decides mu's halving through FP8Gradients
     weight = Tensor(np.zeros((1, 2), np.float32), requires_grad=True)
     store = fp8lm.FP8Gradients([("w", weight)], fmt)

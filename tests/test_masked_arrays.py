@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import minifp8
-from minifp8 import fp8, fp8lm, gemm, mx, scaling, testing, unit
+from minifp8 import data, fp8, fp8lm, gemm, mx, scaling, testing, unit
 from minifp8 import functional as F
 from minifp8.autograd import Tensor
 
@@ -27,6 +27,9 @@ SCALES = np.ones((4, 1))
 IDS = np.array([1, 2, 3])
 HIDDEN_IDS = masked(IDS, 0)
 WEIGHT = np.ones((4, 3), np.float32)
+TOKENIZER = data.CharTokenizer("12+=\n")
+_LINE = TOKENIZER.encode("1+1=2\n" * 3)
+WINDOWS = (_LINE[None, :-1], _LINE[None, 1:])  # inputs and targets (targets: inputs shifted by one)
 
 ENTRY_POINTS = {
     "encode": ("x", lambda: minifp8.encode(HIDDEN_X, "E4M3")),
@@ -63,6 +66,13 @@ ENTRY_POINTS = {
     "unit.cross_entropy": ("targets", lambda: unit.cross_entropy(Tensor(WEIGHT[:3]), HIDDEN_IDS)),
     "fp8lm.fp8_all_reduce": ("gradient", lambda: fp8lm.fp8_all_reduce([X, HIDDEN_X])),
     "fp8lm.split_batch": ("split_batch", lambda: fp8lm.split_batch(HIDDEN_X, workers=2)),
+    "fp8lm.load_scaled": ("scale", lambda: fp8lm.load_scaled(CODES, masked(1.0, 0.0), "E4M3")),
+    "Tensor.backward": ("backward(grad=...)", lambda: (Tensor(X, requires_grad=True) * 2.0).backward(HIDDEN_X)),
+    "CharTokenizer.decode": ("ids", lambda: TOKENIZER.decode(HIDDEN_IDS)),
+    "answer_accuracy, inputs": ("inputs", lambda: data.answer_accuracy(masked(WINDOWS[0], 0), WINDOWS[1], WINDOWS[1],
+                                                                               TOKENIZER)),
+    "answer_accuracy, predictions": ("predictions", lambda: data.answer_accuracy(
+        *WINDOWS[:2], masked(WINDOWS[1], 0), TOKENIZER)),
 }
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import minifp8.functional as F
+import minifp8.unit as U
 import minifp8.nn as nn
 import minifp8.uu as uu
 from minifp8 import optim
@@ -200,3 +201,21 @@ def test_attention_with_head_dim_0_needs_an_explicit_scale():
     out = F.scaled_dot_product_attention(q, q, np.arange(24.0).reshape(2, 3, 4), scale=1.0)
     v_mean = np.arange(24.0).reshape(2, 3, 4).mean(axis=1, keepdims=True)  # q k^T is all zeros: uniform weights
     np.testing.assert_allclose(out.data, np.broadcast_to(v_mean, (2, 3, 4)), rtol=1e-6)
+
+
+# ---- options whose position would mean different things in F, U and torch -----------------------
+
+@pytest.mark.parametrize("call", [
+    # U's third argument was mult, F's ignore_index (and unit_scaling's order differs again)
+    lambda: U.cross_entropy(Tensor(np.zeros((3, 4))), np.zeros(3, dtype=int), 2.0),
+    lambda: F.cross_entropy(Tensor(np.zeros((3, 4))), np.zeros(3, dtype=int), -1),
+    # the fifth of attention was mult in U and scale in F
+    lambda: U.scaled_dot_product_attention(*[Tensor(np.ones((1, 2, 4)))] * 3, True, 0.5),
+    lambda: F.scaled_dot_product_attention(*[Tensor(np.ones((1, 2, 4)))] * 3, True, 0.5),
+    # torch's order is (eps, elementwise_affine, bias): a positional False would switch off another flag
+    lambda: nn.LayerNorm(4, 1e-5, False),
+    lambda: uu.LayerNorm(4, 1e-5, False),
+], ids=["U.cross_entropy", "F.cross_entropy", "U.attention", "F.attention", "nn.LayerNorm", "uu.LayerNorm"])
+def test_options_whose_position_differs_between_modules_are_keyword_only(call):
+    with pytest.raises(TypeError, match="positional argument"):
+        call()
