@@ -790,7 +790,9 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
         entries += block_entries(out) + gemm_entries(out)
     manifest = {"schema": "minifp8-golden", "schema_version": SCHEMA_VERSION, "minifp8_version": __version__,
                 "notes": NOTES, "entries": entries}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    # newline="\n": text mode on Windows would write "\r\n", and the bytes are promised the same everywhere
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8",
+                                       newline="\n")
     return manifest
 
 

@@ -20,6 +20,7 @@ stated by a docstring or a golden note; none is copied from minifp8's output.
   at shared exponent 5, NVFP4 boundary blocks from scale code 0x01 to 0x7D, either side of each
   boundary).
 """
+import hashlib
 import json
 import struct
 import zipfile
@@ -220,6 +221,26 @@ def test_golden_npz_arrays_are_written_in_c_order(tmp_path):
     assert data[:8] == b"\x93NUMPY\x01\x00"
     assert "'fortran_order': False" in data[10:10 + header_length].decode("latin1")
     assert np.frombuffer(data[10 + header_length:], "<f4").tolist() == [0, 1, 2, 3, 4, 5]
+
+
+# The sha256 of the manifest.json that each version writes (it records every golden file's sha256).
+# Not a proof that the answers are right (the codec's, MX's and GEMM's tests are): it holds
+# golden.py's promise that one version writes the same bytes on every machine, Python and NumPy.
+# 0.2.0's bytes were the same under Python 3.10 to 3.13 with NumPy 2.0.0, 2.4.6 and 2.5.5, and under
+# OpenBLAS's SkylakeX, Haswell, Sandybridge and Katmai kernels (the GEMM sums are exact: _check_exact_sums).
+GOLDEN_MANIFEST_SHA256 = {"0.2.0": "320f4885cd792526b56e3115dfc4953adb0f49854a8aeb0c20894ae664018dd7"}
+
+
+def test_this_version_writes_the_golden_bytes_it_promised(tmp_path):
+    golden.write(tmp_path)
+    digest = hashlib.sha256((tmp_path / "manifest.json").read_bytes()).hexdigest()
+    assert minifp8.__version__ in GOLDEN_MANIFEST_SHA256, (
+        f"version {minifp8.__version__} has no pinned golden digest: pin {digest} once its files are final")
+    assert digest == GOLDEN_MANIFEST_SHA256[minifp8.__version__], (
+        "the golden files changed within a version: if the change is meant, raise the version "
+        "(pyproject.toml and minifp8.__version__), say what changed in README's 'What changed between "
+        "versions', and pin the new digest here")
+    golden.load(tmp_path)  # every file's bytes are those its manifest entry's sha256 names
 
 
 def test_golden_manifest_records_the_version_and_full_range_random_bits(tmp_path):
