@@ -749,10 +749,13 @@ class BlockReport:
     def ok(self) -> bool:
         return self.scale_count == 0 and self.elements.ok
 
+    def head(self) -> str:
+        """The first line: the format, the options, the scales that differ and the elements' summary."""
+        return (f"{self.format_name} ({_options_text(self.options, self.elements.nan)}): {self.scale_count} of "
+                f"{self.scale_total} block scales differ; elements in the other blocks: {self.elements.summary()}")
+
     def __str__(self) -> str:
-        lines = [f"{self.format_name} ({_options_text(self.options, self.elements.nan)}): {self.scale_count} of "
-                 f"{self.scale_total} block scales differ; elements in the other blocks: {self.elements.summary()}"]
-        lines += self.layout.splitlines()
+        lines = [self.head(), *self.layout.splitlines()]
         if self.scale_mismatches:
             lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':>18} {'actual':>18}"]
             for m in self.scale_mismatches:

@@ -698,6 +698,9 @@ def test_compare_mx_reports_scales_separately_from_elements():
     assert report.scale_mismatches[0].actual_code == expected.scales[0, 1] + 1
     assert report.elements.count == 1 and report.elements.mismatches[0].index == (7, 3)
     assert "1 of 72 block scales differ" in str(report)
+    # head() is the first line alone, as Report.head() and MatmulReport.head() are
+    assert report.head() == str(report).splitlines()[0] and "1 of 72 block scales differ" in report.head()
+    assert "elements in the other blocks: 1 of" in report.head()
     with pytest.raises(AssertionError, match="block scales differ"):
         testing.assert_mx_equal(scales, codes, x, "MXFP8_E4M3")
 
