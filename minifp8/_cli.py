@@ -3,7 +3,8 @@
 ``python -m minifp8.bench | head -3`` closes the pipe after three lines. A process that writes to
 it then gets SIGPIPE and ends with status 128 + 13 = 141, silently; Python ignores SIGPIPE, so the
 write raises BrokenPipeError instead, which would print a traceback. The commands catch it and end
-as SIGPIPE would have ended them.
+as SIGPIPE would have ended them. Output to a pipe is buffered, so the write that finds it closed
+may be the flush at exit, after ``main`` has returned: the commands flush before they return.
 """
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def silence_stdout() -> None:
 def exit_status_of(main: Callable[[], int]) -> int:
     """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed."""
     try:
-        return main()
+        status = main()
+        sys.stdout.flush()  # (else the buffered write that meets the closed pipe comes at exit, uncaught)
+        return status
     except BrokenPipeError:
         silence_stdout()
         return SIGPIPE_STATUS

@@ -1327,7 +1327,9 @@ def main(argv: list[str] | None = None) -> int:
     stopped (``--stop-after``, Ctrl-C), 141 its output closed (``| head``: the status of a process
     that SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
     try:
-        return _main(argv)
+        status = _main(argv)
+        sys.stdout.flush()  # (else the buffered write that meets a closed pipe comes at exit, uncaught)
+        return status
     except BrokenPipeError:  # the reader of the output went away: stop quietly, as SIGPIPE would
         silence_stdout()
         return SIGPIPE_STATUS

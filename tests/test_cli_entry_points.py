@@ -155,13 +155,17 @@ def test_python_m_minifp8_lists_commands_that_exist():
     assert wrong.returncode == 2 and wrong.stdout == "" and "unknown arguments train" in wrong.stderr
 
 
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
 @pytest.mark.parametrize("argv", [["minifp8"], ["minifp8.golden", "--out", "{tmp}", "--formats", "E2M1"],
                                   ["minifp8.bench", "codec"], ["minifp8.explain", "0.3", "E4M3"]])
-def test_every_command_stops_quietly_when_its_output_is_closed(argv, tmp_path):
+def test_every_command_stops_quietly_when_its_output_is_closed(argv, tmp_path, unbuffered):
     """``python -m ... | head``: the reader goes away before the first line. Each command ends with
     SIGPIPE's status, 141, and prints nothing (golden, bench and ``python -m minifp8`` printed a
     BrokenPipeError traceback; train_tiny's own test is in test_train_tiny_cli.py). bench stops at its
-    first line, before any section runs."""
+    first line, before any section runs. A pipe's output is buffered unless PYTHONUNBUFFERED is set:
+    then the write that meets the closed pipe is the flush at exit (status 120 and "Exception
+    ignored ... BrokenPipeError" until the commands flushed before returning)."""
+    import os
     import subprocess
     import sys
 
@@ -169,7 +173,10 @@ def test_every_command_stops_quietly_when_its_output_is_closed(argv, tmp_path):
 
     assert set(COMMANDS) == {"minifp8.train_tiny", "minifp8.golden", "minifp8.bench", "minifp8.explain"}
     command = [part.replace("{tmp}", str(tmp_path / "golden")) for part in argv]
-    process = subprocess.Popen([sys.executable, "-m", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
+    process = subprocess.Popen([sys.executable, "-m", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=env)
     process.stdout.close()
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141 and err == b"", err.decode()

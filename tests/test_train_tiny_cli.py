@@ -28,13 +28,18 @@ def run_main(capsys, *argv):
 
 # ---- a closed output, Ctrl-C outside the steps -------------------------------------------------------
 
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
 @pytest.mark.parametrize("out", [False, True])
-def test_a_closed_output_stops_the_command_quietly(tmp_path, out):
+def test_a_closed_output_stops_the_command_quietly(tmp_path, out, unbuffered):
     """``train_tiny | head``: once the reader has gone, a write raises BrokenPipeError (Python ignores
     SIGPIPE). The command stops with SIGPIPE's status, 141, and says nothing: it printed a traceback,
-    or blamed ``--out`` ("--out None: [Errno 32] Broken pipe") and exited 2."""
+    or blamed ``--out`` ("--out None: [Errno 32] Broken pipe") and exited 2. Buffered (no
+    PYTHONUNBUFFERED), the write that meets the closed pipe was the flush at exit: status 120 and
+    "Exception ignored ... BrokenPipeError", until main flushed before returning."""
     argv = [sys.executable, "-m", "minifp8.train_tiny", *TINY] + (["--out", str(tmp_path / "run")] if out else [])
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     process.stdout.close()  # the reader goes away before the first line
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141 and err == b"", err.decode()
