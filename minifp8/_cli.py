@@ -25,8 +25,19 @@ def silence_stdout() -> None:
         os.close(devnull)
 
 
+def escape_unencodable_stdout() -> None:
+    """Print what stdout's encoding cannot hold as backslash escapes, as stderr already does: a path
+    the commands echo may hold characters that an ASCII or Windows code-page stdout cannot encode,
+    or lone surrogates (a file name that is not UTF-8, as ``os.fsdecode`` gives it back)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)  # (a replaced sys.stdout may have none)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+
+
 def exit_status_of(main: Callable[[], int]) -> int:
-    """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed."""
+    """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed.
+    Characters stdout cannot encode print as escapes (`escape_unencodable_stdout`)."""
+    escape_unencodable_stdout()
     try:
         status = main()
         sys.stdout.flush()  # (else the buffered write that meets the closed pipe comes at exit, uncaught)

@@ -389,7 +389,7 @@ def bench_train(args: argparse.Namespace) -> None:
     if args.json is not None:
         document = _speed_document(machine, config, args.family or "unit", steps_total, window, fp32_ms, measured)
         try:
-            with open(args.json, "w", encoding="utf-8") as file:
+            with open(args.json, "w", encoding="utf-8", newline="\n") as file:
                 file.write(_strict_json(document, digits=4))
         except OSError as error:  # (main checked that it could be opened; a full disk, say, still fails here)
             raise BenchError(f"--json {args.json}: cannot write it ({error.strerror or error}); the "

@@ -147,7 +147,7 @@ import numpy as np
 
 from . import data as data_module
 from . import fp8, fp8lm, mx, scaling
-from ._cli import SIGPIPE_STATUS, silence_stdout
+from ._cli import SIGPIPE_STATUS, escape_unencodable_stdout, silence_stdout
 from .autograd import no_grad
 from .formats import _check_bool
 from .model import FAMILIES, GPT, GPTConfig
@@ -1048,7 +1048,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
                 "environment": environment(),
                 "runs": {run.label: results[run.label] for run in runs if run.label in results}}
-    (out / "metrics.json").write_text(_strict_json(document), encoding="utf-8")
+    (out / "metrics.json").write_text(_strict_json(document), encoding="utf-8", newline="\n")  # (\n on Windows too)
     try:
         from . import plots
 
@@ -1270,7 +1270,7 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     saved_config = {**asdict(config), "resume": None, "stop_after": None}
     (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs],
                                                  "environment": environment(), "data_sha256": data_sha256},
-                                                indent=1) + "\n", encoding="utf-8")
+                                                indent=1) + "\n", encoding="utf-8", newline="\n")
 
 
 def _memory_needed(config: TrainConfig, runs: list[Run], vocab_size: int) -> dict:
@@ -1306,6 +1306,8 @@ _TEXT_BYTES_PER_FILE_BYTE = 4
 
 def _physical_memory() -> int | None:
     """The machine's physical memory in bytes, where the OS tells it (``os.sysconf``), else None."""
+    if sys.platform == "win32":  # (no os.sysconf; said so that type checkers for Windows know it too)
+        return None
     try:
         size = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # (no sysconf, or not these names: Windows, some BSDs)
@@ -1459,7 +1461,7 @@ def _main(argv: list[str] | None) -> int:
             if config.experiment is not None:
                 results_file = out / f"{config.experiment}.json"
                 metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-                results_file.write_text(_strict_json(headline_results(metrics)), encoding="utf-8")
+                results_file.write_text(_strict_json(headline_results(metrics)), encoding="utf-8", newline="\n")
                 committed = HEADLINE_RESULTS.with_name(results_file.name)
                 print(f"wrote {results_file} (the committed copy is {committed})")
         except BrokenPipeError:  # (printing, not --out: `main`)
@@ -1474,10 +1476,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    # a path that is not UTF-8 comes back from os.fsdecode with lone surrogates, which a UTF-8 locale's
-    # strict stdout cannot print (stderr already escapes them): escape them there too
-    # (underscored: the API reference would list a public module-level name, even under this if)
-    _reconfigure = getattr(sys.stdout, "reconfigure", None)  # (a replaced sys.stdout may have none)
-    if _reconfigure is not None:
-        _reconfigure(errors="backslashreplace")
+    escape_unencodable_stdout()  # (a path that is not UTF-8, or not in stdout's encoding, prints escaped)
     sys.exit(main())

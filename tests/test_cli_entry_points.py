@@ -180,3 +180,23 @@ def test_every_command_stops_quietly_when_its_output_is_closed(argv, tmp_path, u
     process.stdout.close()
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141 and err == b"", err.decode()
+
+
+@pytest.mark.parametrize("argv", [["minifp8.golden", "--out", "{tmp}", "--formats", "E2M1"],
+                                  ["minifp8.train_tiny", "--steps", "2", "--batch-size", "2", "--block-size", "8",
+                                   "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--eval-interval", "2",
+                                   "--eval-batches", "1", "--warmup-steps", "1", "--out", "{tmp}"]],
+                         ids=["golden", "train_tiny"])
+def test_a_path_that_stdout_cannot_encode_is_printed_escaped(argv, tmp_path):
+    """An ASCII stdout (or a Windows code page) cannot encode "é": golden died with a UnicodeEncodeError
+    traceback at its last line, after writing every file. Each command prints it escaped."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "caf\u00e9"
+    command = [part.replace("{tmp}", str(out)) for part in argv]
+    result = subprocess.run([sys.executable, "-m", *command], capture_output=True, timeout=120,
+                            env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode(errors="replace")
+    assert b"caf\\xe9" in result.stdout

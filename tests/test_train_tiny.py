@@ -549,14 +549,14 @@ def test_resume_refuses_another_training_text(tmp_path, capsys):
     before the hash was recorded still resume, bit for bit."""
     text = tmp_path / "text.txt"
     original = "the quick brown fox jumps over the lazy dog\n" * 40
-    text.write_text(original)
+    text.write_text(original, newline="\n")  # (Windows' text mode would write \r\n, and the hash is of the bytes)
     flags = [*TINY, "--recipe", "fp32", "--block-size", "8", "--data", str(text)]
     out = tmp_path / "run"
     assert run_main(capsys, *flags, "--out", str(out), "--stop-after", "5")[0] == 130
     # what sha256sum prints for a UTF-8 file without a byte-order mark or \r
     assert json.loads((out / "config.json").read_text())["data_sha256"] == hashlib.sha256(text.read_bytes()).hexdigest()
     for changed in (original[::-1], original.replace("dog", "DOG")):  # the same characters; another vocabulary
-        text.write_text(changed)
+        text.write_text(changed, newline="\n")
         status, printed, err = run_main(capsys, "--resume", str(out))
         assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
         assert f"--resume {out}: the training text {text} is not the text this run started on (SHA-256 " in err
@@ -565,7 +565,7 @@ def test_resume_refuses_another_training_text(tmp_path, capsys):
     (out / "config.json").write_text(json.dumps(saved))
     status, printed, err = run_main(capsys, "--resume", str(out))
     assert status == 2 and err.count("\n") == 1 and "fp32.npz was trained on another text (SHA-256 " in err
-    text.write_text(original)
+    text.write_text(original, newline="\n")
     checkpoint = out / "checkpoints" / "fp32.npz"
     with np.load(checkpoint) as archive:
         arrays = {key: archive[key] for key in archive.files}
