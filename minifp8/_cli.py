@@ -25,6 +25,12 @@ def silence_stdout() -> None:
         os.close(devnull)
 
 
+def flush_stdout() -> None:
+    """Flush stdout, where there is one (None when fd 1 was closed at start, or under pythonw)."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
 def escape_unencodable_stdout() -> None:
     """Print what stdout's encoding cannot hold as backslash escapes, as stderr already does: a path
     the commands echo may hold characters that an ASCII or Windows code-page stdout cannot encode,
@@ -39,9 +45,10 @@ def exit_status_of(main: Callable[[], int]) -> int:
     Characters stdout cannot encode print as escapes (`escape_unencodable_stdout`)."""
     escape_unencodable_stdout()
     try:
-        status = main()
-        sys.stdout.flush()  # (else the buffered write that meets the closed pipe comes at exit, uncaught)
-        return status
+        try:
+            return main()
+        finally:  # (else the buffered write that meets a closed pipe comes at exit, uncaught: --help too)
+            flush_stdout()
     except BrokenPipeError:
         silence_stdout()
         return SIGPIPE_STATUS

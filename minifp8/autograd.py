@@ -716,7 +716,7 @@ def make_op(data: ArrayLike, parents: Sequence[Tensor], backward: Callable, name
     if not callable(backward):
         raise TypeError(f"make_op {name!r}: backward must be a callable backward(grad_out) -> tuple of "
                         f"gradients, got {_described(backward)}")
-    data = np.asarray(data)
+    data = _plain_array(data, "make_op: data")  # (a constant name: every op passes here)
     version = _shared_version(data, parents)
     if _switches.grad_enabled and any(p._requires_grad for p in parents):
         if data.dtype.kind != "f":

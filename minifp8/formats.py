@@ -89,8 +89,8 @@ def _described(value) -> str:
     return f"{type(value).__name__} {reprlib.repr(value)}"
 
 
-def _plain_array(x, name: str = "x", dtype=None) -> np.ndarray:
-    """``np.asarray(x)`` (``dtype`` as given), or a TypeError for a NumPy masked array.
+def _plain_array(x, name: str = "x") -> np.ndarray:
+    """``np.asarray(x)``, or a TypeError for a NumPy masked array.
 
     ``np.asarray`` drops a mask and keeps whatever values lie under it, so a cast would work on
     values its caller had hidden and hand back a plain array; JAX refuses masked arrays for the
@@ -100,7 +100,7 @@ def _plain_array(x, name: str = "x", dtype=None) -> np.ndarray:
         raise TypeError(f"{name} is a numpy.ma.MaskedArray, whose mask minifp8 would drop (np.asarray keeps the "
                         f"values under it): pass a plain array, such as its .filled(value), to choose what the "
                         f"masked elements hold")
-    return np.asarray(x, dtype)
+    return np.asarray(x)
 
 
 @dataclass(frozen=True)

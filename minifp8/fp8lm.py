@@ -857,18 +857,21 @@ class FP8AdamW(AdamW):
 
 def _check_kind(kind, allowed: tuple, what: str) -> str:
     """``kind`` as one of ``allowed``; an FP8 format under any name `formats.get` takes (``"e4m3"``,
-    ``"float8_e4m3fn"``, ``formats.E4M3``) becomes its catalogue name, as the gradient casts take it."""
-    if isinstance(kind, formats.FloatFormat):
-        kind = kind.name
-    formats._check_str_choice(kind, what, allowed)
-    if kind not in allowed:
-        try:
-            kind = formats.get(kind).name
-        except ValueError:  # (an unknown name: the error below lists what is allowed)
-            pass
-    if kind not in allowed:
-        raise ValueError(f"{what} must be one of {', '.join(allowed)}, got {kind!r}")
-    return kind
+    ``"float8_e4m3fn"``, ``formats.E4M3``) becomes its catalogue name, as the gradient casts take it.
+    A `FloatFormat` must be the catalogue's own (a custom one named "E4M3" is not E4M3)."""
+    if isinstance(kind, formats.FloatFormat):  # the catalogue's own: a custom format named "E4M3" is not E4M3
+        name = kind.name if formats.CATALOGUE.get(kind.name) == kind else ""
+    else:
+        name = str(formats._check_str_choice(kind, what, allowed))
+        if name not in allowed:
+            try:
+                name = formats.get(name).name
+            except ValueError:  # (an unknown name: the error below lists what is allowed)
+                pass
+    if name not in allowed:
+        other_names = " (or another name of one)" if set(allowed) & set(FP8_GRADIENT_FORMATS) else ""
+        raise ValueError(f"{what} must be one of {', '.join(allowed)}{other_names}, got {kind!r}")
+    return name
 
 
 # ================================================================================================

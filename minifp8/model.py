@@ -52,7 +52,7 @@ from . import nn
 from . import unit as U
 from . import uu
 from .autograd import Tensor, as_tensor
-from .formats import _check_bool, _check_int, _check_str_choice
+from .formats import _check_bool, _check_int, _check_str_choice, _plain_array
 from .fp8 import track
 
 __all__ = ["FAMILIES", "GPT", "GPTConfig"]
@@ -250,7 +250,7 @@ class GPT(nn.Module):
                 targets: Tensor | ArrayLike | None = None) -> tuple[Tensor, Tensor | None]:
         """Logits ``(batch, seq, vocab_size)`` for integer ``ids (batch, seq)``, and the mean
         cross-entropy against ``targets (batch, seq)`` (None without targets)."""
-        ids = ids.data if isinstance(ids, Tensor) else np.asarray(ids)
+        ids = ids.data if isinstance(ids, Tensor) else _plain_array(ids, "GPT: ids")
         if ids.dtype.kind not in "iu" or ids.ndim != 2:
             raise TypeError(f"GPT: ids must be an integer array of shape (batch, seq), got dtype {ids.dtype} "
                             f"and shape {ids.shape}")

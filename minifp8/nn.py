@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 
 from . import functional as F
 from .autograd import Tensor, default_dtype
-from .formats import _check_bool, _is_int
+from .formats import _check_bool, _is_int, _plain_array
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential"]
 
@@ -39,7 +39,8 @@ class Parameter(Tensor):
     __slots__ = ()
 
     def __init__(self, data: Tensor | ArrayLike) -> None:
-        super().__init__(np.array(data.data if isinstance(data, Tensor) else data, copy=True), requires_grad=True)
+        array = data.data if isinstance(data, Tensor) else _plain_array(data, "Parameter data")
+        super().__init__(np.array(array, copy=True), requires_grad=True)
 
     def __repr__(self) -> str:
         return f"Parameter(shape={self.shape}, dtype={self.dtype})"
@@ -188,7 +189,7 @@ class Module:
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
         arrays = {}
         for name, p in params.items():
-            value = np.asarray(state[name])
+            value = _plain_array(state[name], f"load_state_dict: {name!r}")
             if value.dtype.kind != "f":
                 raise TypeError(f"load_state_dict: {name!r} must be a floating array, got dtype {value.dtype}")
             if value.shape != p.shape:

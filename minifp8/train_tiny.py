@@ -147,7 +147,7 @@ import numpy as np
 
 from . import data as data_module
 from . import fp8, fp8lm, mx, scaling
-from ._cli import SIGPIPE_STATUS, escape_unencodable_stdout, silence_stdout
+from ._cli import SIGPIPE_STATUS, escape_unencodable_stdout, flush_stdout, silence_stdout
 from .autograd import no_grad
 from .formats import _check_bool
 from .model import FAMILIES, GPT, GPTConfig
@@ -1330,7 +1330,7 @@ def main(argv: list[str] | None = None) -> int:
     that SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
     try:
         status = _main(argv)
-        sys.stdout.flush()  # (else the buffered write that meets a closed pipe comes at exit, uncaught)
+        flush_stdout()  # (else the buffered write that meets a closed pipe comes at exit, uncaught)
         return status
     except BrokenPipeError:  # the reader of the output went away: stop quietly, as SIGPIPE would
         silence_stdout()

@@ -697,8 +697,19 @@ def test_fp8_storage_takes_every_spelling_the_gradient_casts_take(spelling):
     np.testing.assert_array_equal(fp8lm.load_scaled(array, scale, spelling), fp8lm.load_scaled(array, scale, "E4M3"))
     optimizer = fp8lm.FP8AdamW([Tensor(np.ones(4, np.float32), requires_grad=True)], first_moment=spelling)
     assert optimizer.first_moment == "E4M3"
-    with pytest.raises(ValueError, match="master_weights must be one of float32, float16"):
+    with pytest.raises(ValueError, match="master_weights must be one of float32, float16, got"):
         fp8lm.FP8AdamW([Tensor(np.ones(4, np.float32), requires_grad=True)], master_weights=spelling)
+
+
+def test_fp8_storage_refuses_a_custom_format_that_only_shares_a_catalogue_name():
+    """A FloatFormat named "E4M3" with other fields is not E4M3: storing in E4M3 would ignore them."""
+    import dataclasses
+
+    custom = dataclasses.replace(formats.E4M3, bias=8)
+    with pytest.raises(ValueError, match=r"store_scaled: kind must be one of .*, got FloatFormat\(E4M3"):
+        fp8lm.store_scaled(np.ones(3, np.float32), custom)
+    with pytest.raises(ValueError, match="got 'E4M3FNUZ'"):  # a catalogue format, but not one FP8-LM stores in
+        fp8lm.store_scaled(np.ones(3, np.float32), "E4M3FNUZ")
 
 
 def test_store_scaled_of_an_all_zero_tensor_has_scale_one():

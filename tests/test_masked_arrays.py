@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import minifp8
-from minifp8 import data, fp8, fp8lm, gemm, mx, scaling, testing, unit
+from minifp8 import data, fp8, fp8lm, gemm, mx, nn, scaling, testing, unit
 from minifp8 import functional as F
-from minifp8.autograd import Tensor
+from minifp8.autograd import Tensor, make_op
+from minifp8.model import GPT, GPTConfig
 
 
 def masked(values, hidden):
@@ -68,6 +69,12 @@ ENTRY_POINTS = {
     "fp8lm.split_batch": ("split_batch", lambda: fp8lm.split_batch(HIDDEN_X, workers=2)),
     "fp8lm.load_scaled": ("scale", lambda: fp8lm.load_scaled(CODES, masked(1.0, 0.0), "E4M3")),
     "Tensor.backward": ("backward(grad=...)", lambda: (Tensor(X, requires_grad=True) * 2.0).backward(HIDDEN_X)),
+    "GPT": ("ids", lambda: GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4),
+                               rng=np.random.default_rng(0))(masked(np.zeros((1, 4), np.int64), 1))),
+    "nn.Parameter": ("Parameter data", lambda: nn.Parameter(HIDDEN_X)),
+    "Module.load_state_dict": ("'weight'", lambda: nn.Linear(32, 4, rng=np.random.default_rng(0)).load_state_dict(
+        {"weight": masked(np.ones((4, 32), np.float32), 0.0), "bias": np.zeros(4, np.float32)})),
+    "make_op": ("make_op: data", lambda: make_op(HIDDEN_X, (Tensor(X, requires_grad=True),), lambda g: (g,), "copy")),
     "CharTokenizer.decode": ("ids", lambda: TOKENIZER.decode(HIDDEN_IDS)),
     "answer_accuracy, inputs": ("inputs", lambda: data.answer_accuracy(masked(WINDOWS[0], 0), WINDOWS[1], WINDOWS[1],
                                                                                TOKENIZER)),
