@@ -1,6 +1,10 @@
 """Shared pytest fixtures. The `slow` marker (deselected by default) holds the exhaustive sweeps."""
+import sys
+
 import numpy as np
 import pytest
+
+CPYTHON_DEFAULT_RECURSION_LIMIT = 1000
 
 # Lower 16-bit patterns of the structured float32 sweep: exact ties land on 0x0000 (every rounding
 # boundary of our formats has its lower half zero), and the rest probe both sides of them.
@@ -13,3 +17,24 @@ def structured_sweep() -> np.ndarray:
     upper = np.arange(1 << 16, dtype=np.uint32) << 16
     low = np.array(SWEEP_LOW_HALVES, dtype=np.uint32)
     return (upper[:, None] | low[None, :]).reshape(-1).view(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def recursion_limit_left_as_found():
+    """No test may change the interpreter's recursion limit for the tests after it (mypy's API raises
+    it to 2**14 and leaves it there; the depth tests below assume the default)."""
+    limit = sys.getrecursionlimit()
+    yield
+    assert sys.getrecursionlimit() == limit, f"the recursion limit was {limit} and is now {sys.getrecursionlimit()}"
+
+
+@pytest.fixture
+def default_recursion_limit():
+    """CPython's default recursion limit, 1000, for the test's duration: a graph deeper than it proves
+    that backward and freeing do not recurse, whatever limit the process runs with."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(CPYTHON_DEFAULT_RECURSION_LIMIT)
+    try:
+        yield CPYTHON_DEFAULT_RECURSION_LIMIT
+    finally:
+        sys.setrecursionlimit(limit)

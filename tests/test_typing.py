@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import sys
 import typing
 from pathlib import Path
 
@@ -97,8 +98,12 @@ def mypy_run(tmp_path_factory):
     cache = tmp_path_factory.mktemp("mypy-cache")
 
     def run(*arguments: str) -> tuple[str, int]:
-        stdout, stderr, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache),
-                                          "--no-error-summary", "--hide-error-context", *arguments])
+        limit = sys.getrecursionlimit()
+        try:
+            stdout, stderr, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache),
+                                              "--no-error-summary", "--hide-error-context", *arguments])
+        finally:  # (mypy raises the limit to 2**14 for itself and leaves it there: later tests assume 1000)
+            sys.setrecursionlimit(limit)
         return stdout + stderr, status
     return run
 
