@@ -330,11 +330,35 @@ def _from_ml_dtypes_scalar(value):
     return value
 
 
+_SMALLEST_FLOAT32_SUBNORMAL = np.float32(2.0**-149)
+
+
+def _check_subnormals_kept() -> None:
+    """A FloatingPointError if this thread's CPU flushes subnormal floats to zero (x86's FTZ and DAZ
+    bits, Arm's FZ).
+
+    NumPy computes in the CPU's floating-point mode. Loading a library built with ``-ffast-math``
+    sets FTZ/DAZ for the whole process (B. Dolan-Gavitt, "Someone's been messing with my
+    subnormals!", 2022, found thousands of PyPI packages that pull one in), and so does
+    ``torch.set_flush_denormal(True)``. MX and scaled casts, the training casts and the oracle's
+    reports would then read float32 subnormals as zero and give wrong answers without a word.
+    """
+    if _SMALLEST_FLOAT32_SUBNORMAL * np.float32(1.0) == 0:  # (FTZ flushes the product, DAZ the operand)
+        raise FloatingPointError(
+            "this thread's CPU flushes subnormal floats to zero (FTZ/DAZ), so NumPy would compute float32 "
+            "subnormals as 0 and minifp8's answers would be wrong. Something in this process set it: "
+            "torch.set_flush_denormal(True), or a library built with -ffast-math (its import sets it "
+            "for the whole process). Turn it off (torch.set_flush_denormal(False)), or use that library "
+            "in another process.")
+
+
 def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     """``np.asarray(x)``, or a TypeError naming the argument unless it holds real numbers.
 
     ml_dtypes floats come back as float32 and ml_dtypes integers as int8, exactly (`_from_ml_dtypes`).
+    A FloatingPointError where the CPU flushes subnormals to zero (`_check_subnormals_kept`).
     """
+    _check_subnormals_kept()
     array = _plain_array(x, name)
     ml_kind = _ml_dtypes_kind(array.dtype)
     if ml_kind in ("float", "int"):

@@ -486,6 +486,7 @@ def _float_inputs(x) -> np.ndarray:
     """``x`` as a native-order float16/32/64 array (its bits are shown in native order), or a
     TypeError that says what is accepted. ml_dtypes floats become float32, exactly, as in
     `minifp8.encode`: the report is the one for ``x.astype(np.float32)``."""
+    codec._check_subnormals_kept()
     x = codec._ml_floats_as_float32(_plain_array(x))
     if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"x must be a float16, float32 or float64 array (or an ml_dtypes float array) of the "

@@ -146,7 +146,7 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 
 from . import data as data_module
-from . import fp8, fp8lm, mx, scaling
+from . import codec, fp8, fp8lm, mx, scaling
 from ._cli import SIGPIPE_STATUS, escape_unencodable_stdout, flush_stdout, silence_stdout
 from .autograd import no_grad
 from .formats import _check_bool
@@ -1325,7 +1325,8 @@ def _bytes(size: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status: 0 ok, 1 a run diverged, 2 bad flags or data, 130
+    """The command line; returns the exit status: 0 ok, 1 a run diverged, 2 bad flags or data (or a CPU
+    that flushes subnormals to zero, `minifp8.codec._check_subnormals_kept`), 130
     stopped (``--stop-after``, Ctrl-C), 141 its output closed (``| head``: the status of a process
     that SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
     try:
@@ -1346,6 +1347,11 @@ def _main(argv: list[str] | None) -> int:
     except SystemExit as exit_:  # -h, or parser.error
         return int(exit_.code or 0)
     prog = "python -m minifp8.train_tiny"
+    try:
+        codec._check_subnormals_kept()  # (in one line here, not as the first cast's traceback)
+    except FloatingPointError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
     recorded_sha256 = None
     if config.resume is not None:
         resume_dir = Path(config.resume)

@@ -1,0 +1,91 @@
+"""A CPU that flushes subnormals to zero (x86's FTZ and DAZ bits in MXCSR), as loading a library built
+with -ffast-math leaves it for the whole process: every path of minifp8 that computes refuses with a
+FloatingPointError instead of answering wrongly. Set through a tiny C library (x86-64 and a C
+compiler, else skipped), in a subprocess, so this process keeps its own mode."""
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COMPILER = next(filter(None, map(shutil.which, ("cc", "gcc", "clang"))), None)
+FTZ, DAZ = 0x8000, 0x0040  # MXCSR bits 15 and 6 (Intel SDM vol. 1, 10.2.3)
+
+MXCSR_SOURCE = """#include <xmmintrin.h>
+unsigned int get_mxcsr(void) { return _mm_getcsr(); }
+void set_mxcsr(unsigned int value) { _mm_setcsr(value); }
+"""
+
+# Each call must raise FloatingPointError under the flags, and work once they are cleared again.
+SCRIPT = """
+import ctypes, sys
+import numpy as np
+import minifp8
+from minifp8 import fp8, gemm, mx, scaling, testing
+from minifp8.explain import explain
+
+library = ctypes.CDLL(sys.argv[1])
+library.get_mxcsr.restype = ctypes.c_uint
+library.set_mxcsr.argtypes = [ctypes.c_uint]
+flags, clean = int(sys.argv[2]), library.get_mxcsr()
+x = np.linspace(-2.0, 2.0, 64, dtype=np.float32).reshape(2, 32)
+x[0, 0] = 1e-40  # a float32 subnormal
+calls = {
+    "encode": lambda: minifp8.encode(x, "E4M3"),
+    "quantize": lambda: minifp8.quantize(x, "E5M2"),
+    "explain": lambda: explain(np.float32(1e-40), "E4M3"),  # (a Python float is explained exactly, in Fractions)
+    "mx.quantize": lambda: mx.quantize(x, "MXFP8_E4M3"),
+    "mx.quantize_nvfp4": lambda: mx.quantize_nvfp4(x),
+    "scaling.quantize_current": lambda: scaling.quantize_current(x),
+    "fp8.fake_quantize": lambda: fp8.fake_quantize(x, "unit"),
+    "testing.compare": lambda: testing.compare(minifp8.encode(x, "E4M3"), x, "E4M3"),
+    "gemm.dequantize": lambda: gemm.dequantize(minifp8.encode(x, "E4M3"), 1.0, "E4M3"),
+}
+expected = {name: call() for name, call in calls.items()}  # in the clean mode
+library.set_mxcsr(clean | flags)
+assert np.float32(2.0**-149) * np.float32(1.0) == 0, "the flags did not take: the test would prove nothing"
+for name, call in calls.items():
+    try:
+        call()
+    except FloatingPointError as error:
+        assert "flushes subnormal floats to zero (FTZ/DAZ)" in str(error), (name, str(error))
+    else:
+        raise AssertionError(f"{name} answered with subnormals flushed")
+import contextlib, io
+from minifp8 import train_tiny
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    status = train_tiny.main(["--steps", "1"])  # refused in one line, before the data loads
+assert status == 2 and err.getvalue().count("\\n") == 1 and "(FTZ/DAZ)" in err.getvalue(), (status, err.getvalue())
+library.set_mxcsr(clean)
+for name, call in calls.items():
+    call()  # works again
+print("ok", len(calls))
+"""
+
+
+@pytest.fixture(scope="module")
+def mxcsr_library(tmp_path_factory) -> Path:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"sets x86's MXCSR; this machine is {platform.machine()}")
+    if COMPILER is None:
+        pytest.skip("no C compiler on PATH (looked for cc, gcc, clang)")
+    folder = tmp_path_factory.mktemp("mxcsr")
+    (folder / "mxcsr.c").write_text(MXCSR_SOURCE, encoding="utf-8")
+    library = folder / "libmxcsr.so"
+    build = subprocess.run([COMPILER, "-O2", "-shared", "-fPIC", str(folder / "mxcsr.c"), "-o", str(library)],
+                           capture_output=True, text=True, timeout=120)
+    if build.returncode != 0:
+        pytest.skip(f"{COMPILER} cannot build a shared library here: {build.stderr.strip()[:200]}")
+    return library
+
+
+@pytest.mark.parametrize("flags", [FTZ | DAZ, FTZ, DAZ], ids=["FTZ and DAZ", "FTZ", "DAZ"])
+def test_every_computing_path_refuses_a_cpu_that_flushes_subnormals(mxcsr_library, flags):
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(mxcsr_library), str(flags)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok 9", result.stdout + result.stderr
