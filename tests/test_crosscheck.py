@@ -152,6 +152,20 @@ def test_torch_double_rounds_float64(name):
     assert report.count == len(x) // 2
 
 
+def test_torch_flush_denormal_is_refused_until_turned_off():
+    """``torch.set_flush_denormal(True)`` sets FTZ/DAZ for the thread: the oracle refuses to answer
+    (tests/test_fp_environment.py sets the bits itself, where torch is absent)."""
+    torch = pytest.importorskip("torch")
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-denormal mode that torch can set")
+    try:
+        with pytest.raises(FloatingPointError, match="torch.set_flush_denormal"):
+            codec.encode(np.ones(3, np.float32), "E4M3")
+    finally:
+        torch.set_flush_denormal(False)
+    assert codec.encode(np.ones(3, np.float32), "E4M3").tolist() == [0x38] * 3
+
+
 def test_torch_e8m0_takes_magnitudes_and_maps_zero_to_the_smallest_scale():
     torch = _torch()
     if not hasattr(torch, "float8_e8m0fnu"):
