@@ -330,7 +330,7 @@ def _from_ml_dtypes_scalar(value):
     return value
 
 
-_SMALLEST_FLOAT32_SUBNORMAL = np.float32(2.0**-149)
+_SMALLEST_SUBNORMAL, _ONE = 5e-324, 1.0  # (variables: a constant product would be folded at compile time)
 
 
 def _check_subnormals_kept() -> None:
@@ -343,7 +343,10 @@ def _check_subnormals_kept() -> None:
     ``torch.set_flush_denormal(True)``. MX and scaled casts, the training casts and the oracle's
     reports would then read float32 subnormals as zero and give wrong answers without a word.
     """
-    if _SMALLEST_FLOAT32_SUBNORMAL * np.float32(1.0) == 0:  # (FTZ flushes the product, DAZ the operand)
+    # FTZ flushes the product, DAZ the operand. In Python floats, the same SSE arithmetic as NumPy's,
+    # but without NumPy's error state: np.errstate(under="raise") would turn FTZ's underflow into
+    # another error
+    if _SMALLEST_SUBNORMAL * _ONE == 0:
         raise FloatingPointError(
             "this thread's CPU flushes subnormal floats to zero (FTZ/DAZ), so NumPy would compute float32 "
             "subnormals as 0 and minifp8's answers would be wrong. Something in this process set it: "

@@ -823,14 +823,16 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit status (0 written, 1 the folder cannot be written, 2 bad flags)."""
+    """The command line; returns the exit status (0 written, 1 the folder cannot be written or the CPU
+    flushes subnormals to zero, 2 bad flags)."""
     from .train_tiny import _Parser
 
     parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
         epilog="File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]
-        + "\nExit status: 0 written, 1 the folder cannot be written, 2 bad flags.",
+        + "\nExit status: 0 written, 1 the folder cannot be written (or the CPU flushes subnormals to zero), "
+          "2 bad flags.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", required=True,
@@ -862,6 +864,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest = write(args.out, names, blocks=not args.no_blocks)
     except OSError as error:
         print(f"{parser.prog}: error: --out: {error}", file=sys.stderr)
+        return 1
+    except FloatingPointError as error:  # a CPU that flushes subnormals: no file is right (codec._check_subnormals_kept)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
     files = sorted({entry["file"] for entry in manifest["entries"]})
     print(f"wrote {len(files)} files and manifest.json ({len(manifest['entries'])} entries) to {args.out}")

@@ -684,6 +684,7 @@ def edge_cases(fmt: str | FloatFormat) -> np.ndarray:
     signs (-0.0 and +0.0 too) and no duplicates, then +Inf, -Inf and (where ``fmt`` has NaN) NaN
     and -NaN (the sign of a NaN is kept where the format can spell it)."""
     fmt = formats.get(fmt)
+    codec._check_subnormals_kept()  # (the subnormal neighbours would flush and drop out)
     grid = _magnitudes(fmt)
     spacing_at_top = 2.0 ** (fmt.emax - fmt.mantissa_bits)
     midpoints = np.append(_midpoints(fmt), [fmt.max + spacing_at_top / 2, grid[0] / 2])

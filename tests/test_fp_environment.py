@@ -25,7 +25,7 @@ SCRIPT = """
 import ctypes, sys
 import numpy as np
 import minifp8
-from minifp8 import fp8, gemm, mx, scaling, testing
+from minifp8 import fp8, fp8lm, gemm, golden, mx, scaling, testing
 from minifp8.explain import explain
 
 library = ctypes.CDLL(sys.argv[1])
@@ -44,23 +44,41 @@ calls = {
     "fp8.fake_quantize": lambda: fp8.fake_quantize(x, "unit"),
     "testing.compare": lambda: testing.compare(minifp8.encode(x, "E4M3"), x, "E4M3"),
     "gemm.dequantize": lambda: gemm.dequantize(minifp8.encode(x, "E4M3"), 1.0, "E4M3"),
+    # each of these read or made subnormals wrongly when only the calls above checked
+    "mx.quantize_block_reference": lambda: mx.quantize_block_reference(list(x[0]), "E4M3"),
+    "ScaledTensor.dequantize": lambda: SCALED.dequantize(),
+    "MXArray.dequantize": lambda: MX.dequantize(),
+    "NVFP4Array.dequantize": lambda: NVFP4.dequantize(),
+    "fp8lm.load_scaled": lambda: fp8lm.load_scaled(np.array([8, 1], np.uint8), 2.0**127, "E4M3"),
+    "scaling.scale_from_amax": lambda: scaling.scale_from_amax(np.float32(1e-39), "E4M3"),
+    "DelayedScaling.record_amax": lambda: scaling.DelayedScaling("E4M3").record_amax(np.float32(1e-39)),
+    "DelayedScaling.update": lambda: scaling.DelayedScaling("E4M3", margin=8).update(),
+    "testing.edge_cases": lambda: testing.edge_cases("E4M3"),
+    "golden.write": lambda: golden.write(sys.argv[3], ["E2M1"], blocks=False),
 }
+SCALED, MX, NVFP4 = scaling.quantize_current(x), mx.quantize(x, "MXFP8_E4M3"), mx.quantize_nvfp4(x)
 expected = {name: call() for name, call in calls.items()}  # in the clean mode
 library.set_mxcsr(clean | flags)
 assert np.float32(2.0**-149) * np.float32(1.0) == 0, "the flags did not take: the test would prove nothing"
 for name, call in calls.items():
-    try:
-        call()
-    except FloatingPointError as error:
-        assert "flushes subnormal floats to zero (FTZ/DAZ)" in str(error), (name, str(error))
-    else:
-        raise AssertionError(f"{name} answered with subnormals flushed")
+    for errstate in ("ignore", "raise"):  # (FTZ's underflow must not turn into NumPy's underflow error)
+        try:
+            with np.errstate(all=errstate):
+                call()
+        except FloatingPointError as error:
+            assert "flushes subnormal floats to zero (FTZ/DAZ)" in str(error), (name, errstate, str(error))
+        else:
+            raise AssertionError(f"{name} answered with subnormals flushed")
 import contextlib, io
 from minifp8 import train_tiny
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
     status = train_tiny.main(["--steps", "1"])  # refused in one line, before the data loads
 assert status == 2 and err.getvalue().count("\\n") == 1 and "(FTZ/DAZ)" in err.getvalue(), (status, err.getvalue())
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    status = golden.main(["--out", sys.argv[3], "--formats", "E2M1", "--no-blocks"])
+assert status == 1 and err.getvalue().count("\\n") == 1 and "(FTZ/DAZ)" in err.getvalue(), (status, err.getvalue())
 library.set_mxcsr(clean)
 for name, call in calls.items():
     call()  # works again
@@ -85,7 +103,7 @@ def mxcsr_library(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("flags", [FTZ | DAZ, FTZ, DAZ], ids=["FTZ and DAZ", "FTZ", "DAZ"])
-def test_every_computing_path_refuses_a_cpu_that_flushes_subnormals(mxcsr_library, flags):
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(mxcsr_library), str(flags)], capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "ok 9", result.stdout + result.stderr
+def test_every_computing_path_refuses_a_cpu_that_flushes_subnormals(mxcsr_library, flags, tmp_path):
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(mxcsr_library), str(flags), str(tmp_path / "golden")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok 19", result.stdout + result.stderr
