@@ -330,38 +330,56 @@ def _from_ml_dtypes_scalar(value):
     return value
 
 
-_SMALLEST_SUBNORMAL, _ONE = 5e-324, 1.0  # (variables: a constant product would be folded at compile time)
+# (variables, not literals: a constant expression would be folded when the module is compiled)
+_SMALLEST_SUBNORMAL, _ONE, _HALF_ULP_OF_ONE, _THREE_QUARTER_ULP_OF_ONE = 5e-324, 1.0, 2.0**-53, 3 * 2.0**-54
 
 
-def _check_subnormals_kept() -> None:
-    """A FloatingPointError if this thread's CPU flushes subnormal floats to zero (x86's FTZ and DAZ
-    bits, Arm's FZ).
+def _check_float_environment() -> None:
+    """A FloatingPointError unless this thread's CPU keeps subnormals and rounds to nearest even,
+    as IEEE 754 arithmetic does by default and minifp8's NumPy arithmetic assumes.
 
-    NumPy computes in the CPU's floating-point mode. Loading a library built with ``-ffast-math``
-    sets FTZ/DAZ for the whole process (B. Dolan-Gavitt, "Someone's been messing with my
-    subnormals!", 2022, found thousands of PyPI packages that pull one in), and so does
-    ``torch.set_flush_denormal(True)``. MX and scaled casts, the training casts and the oracle's
-    reports would then read float32 subnormals as zero and give wrong answers without a word.
+    NumPy computes in the CPU's floating-point mode (x86's MXCSR, Arm's FPCR). Loading a library
+    built with ``-ffast-math`` sets flush-to-zero for the whole process (FTZ and DAZ; B. Dolan-Gavitt,
+    "Someone's been messing with my subnormals!", 2022, found thousands of PyPI packages that pull
+    one in), and so does ``torch.set_flush_denormal(True)``; a C library's ``fesetround`` changes the
+    rounding direction. MX and scaled casts would then read float32 subnormals as zero, and the
+    training casts (`minifp8.fastcast`, which round by float32 arithmetic) would round about half
+    their elements wrongly, without a word. The exact references (``encode``, ``decode``) do not
+    compute in floats, but their inputs may already be flushed: they refuse too.
     """
-    # FTZ flushes the product, DAZ the operand. In Python floats, the same SSE arithmetic as NumPy's,
-    # but without NumPy's error state: np.errstate(under="raise") would turn FTZ's underflow into
-    # another error
-    if _SMALLEST_SUBNORMAL * _ONE == 0:
+    # In Python floats: the same SSE/Neon arithmetic as NumPy's, without NumPy's error state
+    # (np.errstate(under="raise") would turn FTZ's underflow into another error)
+    if _SMALLEST_SUBNORMAL * _ONE == 0:  # FTZ flushes the product, DAZ the operand
         raise FloatingPointError(
             "this thread's CPU flushes subnormal floats to zero (FTZ/DAZ), so NumPy would compute float32 "
             "subnormals as 0 and minifp8's answers would be wrong. Something in this process set it: "
             "torch.set_flush_denormal(True), or a library built with -ffast-math (its import sets it "
             "for the whole process). Turn it off (torch.set_flush_denormal(False)), or use that library "
             "in another process.")
+    # Round to nearest even: the ties 1 + 2**-53 and -1 - 2**-53 go to 1 and -1 (even), and
+    # 1 + 3 * 2**-54 rounds up. Rounding up breaks the first, down the second, toward zero the third
+    if _ONE + _HALF_ULP_OF_ONE != _ONE:
+        direction = "up"
+    elif -_ONE - _HALF_ULP_OF_ONE != -_ONE:
+        direction = "down"
+    elif _ONE + _THREE_QUARTER_ULP_OF_ONE == _ONE:
+        direction = "toward zero"
+    else:
+        return
+    raise FloatingPointError(
+        f"this thread's CPU rounds floats {direction} instead of to nearest even, so minifp8's float32 "
+        f"arithmetic would round its casts wrongly. Something in this process changed the rounding mode "
+        f"(fesetround in a C library): restore it (fesetround(FE_TONEAREST)), or use that library in "
+        f"another process.")
 
 
 def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     """``np.asarray(x)``, or a TypeError naming the argument unless it holds real numbers.
 
     ml_dtypes floats come back as float32 and ml_dtypes integers as int8, exactly (`_from_ml_dtypes`).
-    A FloatingPointError where the CPU flushes subnormals to zero (`_check_subnormals_kept`).
+    A FloatingPointError where the CPU flushes subnormals to zero (`_check_float_environment`).
     """
-    _check_subnormals_kept()
+    _check_float_environment()
     array = _plain_array(x, name)
     ml_kind = _ml_dtypes_kind(array.dtype)
     if ml_kind in ("float", "int"):

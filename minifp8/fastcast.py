@@ -1437,7 +1437,7 @@ def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatForma
     """
     if recipe not in ("mxfp8", "blockwise"):  # (a per-tensor recipe's options could pass for blockwise's)
         raise ValueError(f"fastcast.cast_pair: recipe must be a block recipe, mxfp8 or blockwise; got {recipe!r}")
-    codec._check_subnormals_kept()
+    codec._check_float_environment()
     if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous:
         return None
     saturate = _saturates(fmt, options)
@@ -1470,7 +1470,7 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatFormat, ax
     ``delayed`` (None otherwise). ``new(shape, float32)`` allocates the values (fp8.py's cast
     points hand back the previous step's array). A recipe not in fp8.RECIPES is a ValueError.
     """
-    codec._check_subnormals_kept()  # (a FloatingPointError where the CPU flushes subnormals to zero)
+    codec._check_float_environment()  # (a FloatingPointError where the CPU flushes subnormals to zero)
     with np.errstate(under="ignore"):  # the caller's may raise on it: scaled-down values round, as they must
         return _cast(x, recipe, options, fmt, axis, weight, scaler, new)
 

@@ -179,7 +179,7 @@ def load_scaled(array: np.ndarray, scale: float | np.floating | np.integer | np.
     and ``scale`` be one number whose float32 is finite and > 0; anything else is an error.
     """
     kind = _check_kind(kind, STORAGE_KINDS, "load_scaled: kind")
-    codec._check_subnormals_kept()
+    codec._check_float_environment()
     if not isinstance(array, np.ndarray) or array.dtype != _state_dtype(kind):
         raise TypeError(f"load_scaled: array must be a {_state_dtype(kind)} array ({_describe(kind)}, as "
                         f"store_scaled gives it), got {formats._described(array)}")

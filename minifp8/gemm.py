@@ -118,7 +118,7 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
 
 def _decoded_operand(codes, fmt, name: str) -> np.ndarray:
     """A 2-d, non-empty operand's decoded values (float32), or a clear error."""
-    codec._check_subnormals_kept()
+    codec._check_float_environment()
     array = _plain_array(codes, name)
     if array.ndim != 2 or 0 in array.shape:
         raise ValueError(f"{name} must be a non-empty 2-d array of {fmt.name} codes, got shape {array.shape}")
@@ -695,7 +695,7 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
 
 def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     """The kernel's output as float64, checked: its shape, and that it holds values of ``output``."""
-    codec._check_subnormals_kept()
+    codec._check_float_environment()
     array = _plain_array(actual, "actual")
     array = codec._ml_floats_as_float32(array)  # bfloat16, ...: float32 holds them exactly
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):

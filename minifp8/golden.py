@@ -824,14 +824,15 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (0 written, 1 the folder cannot be written or the CPU
-    flushes subnormals to zero, 2 bad flags)."""
+    flushes subnormals or rounds other than to nearest, 2 bad flags)."""
     from .train_tiny import _Parser
 
     parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
         epilog="File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]
-        + "\nExit status: 0 written, 1 the folder cannot be written (or the CPU flushes subnormals to zero), "
+        + "\nExit status: 0 written, 1 the folder cannot be written (or the CPU flushes subnormals or rounds "
+          "other than to nearest), "
           "2 bad flags.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -865,7 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         print(f"{parser.prog}: error: --out: {error}", file=sys.stderr)
         return 1
-    except FloatingPointError as error:  # a CPU that flushes subnormals: no file is right (codec._check_subnormals_kept)
+    except FloatingPointError as error:  # the CPU's float mode is not IEEE's default (codec._check_float_environment)
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
     files = sorted({entry["file"] for entry in manifest["entries"]})

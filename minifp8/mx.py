@@ -252,7 +252,7 @@ def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic
                          f"shape {block.shape}")
     if not isinstance(block, (np.ndarray, Sequence)) or isinstance(block, (str, bytes)):
         raise TypeError(f"block must be a 1-d sequence or array of numbers, got {type(block).__name__} {block!r}")
-    codec._check_subnormals_kept()  # (float(np.float32) of a subnormal is 0 where the CPU flushes)
+    codec._check_float_environment()  # (float(np.float32) of a subnormal is 0 where the CPU flushes)
     values = [_exact_number(v) for v in block]
     element_bits: Sequence[int | None] | np.ndarray
     if random_bits is None:
@@ -361,7 +361,7 @@ class MXArray:
         ``rceil`` can reach it for amax near FLT_MAX (scale ``2**120`` with E4M3 elements rounding
         up to 256), and float64 input beyond float32's range can under any rule.
         """
-        codec._check_subnormals_kept()
+        codec._check_float_environment()
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
         scale_values = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E8M0)
         values = np.empty(blocks.shape, np.float32)
@@ -711,7 +711,7 @@ class NVFP4Array:
         result is multiplied by ``2**9``: both scalings are exact, so this is the kernel's rounding
         with a wider exponent range, and the values are finite wherever the true ones fit float32.
         """
-        codec._check_subnormals_kept()
+        codec._check_float_environment()
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
         block_scales = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E4M3)
         one_over_2688 = np.float32(1 / (6 * 448))

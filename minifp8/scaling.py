@@ -134,7 +134,7 @@ class ScaledTensor:
 
     def dequantize(self) -> np.ndarray:
         """``decode(codes) * scale_inv`` in float32, each element with its own group's ``scale_inv``."""
-        codec._check_subnormals_kept()
+        codec._check_float_environment()
         values = codec.decode(self.codes, self.fmt)
         # Products below FLT_MIN round, as they must; beyond FLT_MAX they are Inf: a saturated code times
         # the scale_inv of a scale from an earlier, larger amax (delayed scaling, margin > 0)
@@ -159,7 +159,7 @@ def scale_from_amax(amax: ArrayLike, fmt: str | FloatFormat, *, power_of_2: bool
     fmt = _format(fmt)
     power_of_2 = formats._check_bool(power_of_2, "power_of_2")
     if isinstance(amax, np.float32):  # (a cast's own float32 amax, on every cast: checked already)
-        codec._check_subnormals_kept()  # (float(amax) of a subnormal is 0 where the CPU flushes)
+        codec._check_float_environment()  # (float(amax) of a subnormal is 0 where the CPU flushes)
         value = float(amax)
     else:
         array = codec._to_float32(amax, "amax")
@@ -438,7 +438,7 @@ class DelayedScaling:
         """Record a tensor's ``max|x|`` (a float32, >= 0 or NaN) as `quantize` does: into this step's
         history entry, as a running max (NaN propagates). For a caller that casts with ``scale``
         itself. A negative amax is a ValueError, as in `scale_from_amax` (a forgotten ``abs``)."""
-        codec._check_subnormals_kept()
+        codec._check_float_environment()
         if not isinstance(amax, np.float32):  # (the casts pass a np.float32 on every cast)
             amax = codec._to_float32(amax, "amax")
             if amax.ndim:
@@ -449,7 +449,7 @@ class DelayedScaling:
 
     def update(self) -> None:
         """End of step: reduce the history to an amax, roll the history, recompute the scale."""
-        codec._check_subnormals_kept()
+        codec._check_float_environment()
         history = self.amax_history
         if self.amax_compute_algo == "max":
             amax = np.fmax.reduce(history)

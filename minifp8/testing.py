@@ -486,7 +486,7 @@ def _float_inputs(x) -> np.ndarray:
     """``x`` as a native-order float16/32/64 array (its bits are shown in native order), or a
     TypeError that says what is accepted. ml_dtypes floats become float32, exactly, as in
     `minifp8.encode`: the report is the one for ``x.astype(np.float32)``."""
-    codec._check_subnormals_kept()
+    codec._check_float_environment()
     x = codec._ml_floats_as_float32(_plain_array(x))
     if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"x must be a float16, float32 or float64 array (or an ml_dtypes float array) of the "
@@ -684,7 +684,7 @@ def edge_cases(fmt: str | FloatFormat) -> np.ndarray:
     signs (-0.0 and +0.0 too) and no duplicates, then +Inf, -Inf and (where ``fmt`` has NaN) NaN
     and -NaN (the sign of a NaN is kept where the format can spell it)."""
     fmt = formats.get(fmt)
-    codec._check_subnormals_kept()  # (the subnormal neighbours would flush and drop out)
+    codec._check_float_environment()  # (the subnormal neighbours would flush and drop out)
     grid = _magnitudes(fmt)
     spacing_at_top = 2.0 ** (fmt.emax - fmt.mantissa_bits)
     midpoints = np.append(_midpoints(fmt), [fmt.max + spacing_at_top / 2, grid[0] / 2])

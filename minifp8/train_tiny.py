@@ -1326,7 +1326,7 @@ def _bytes(size: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status: 0 ok, 1 a run diverged, 2 bad flags or data (or a CPU
-    that flushes subnormals to zero, `minifp8.codec._check_subnormals_kept`), 130
+    that flushes subnormals or rounds other than to nearest, `minifp8.codec._check_float_environment`), 130
     stopped (``--stop-after``, Ctrl-C), 141 its output closed (``| head``: the status of a process
     that SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
     try:
@@ -1348,7 +1348,7 @@ def _main(argv: list[str] | None) -> int:
         return int(exit_.code or 0)
     prog = "python -m minifp8.train_tiny"
     try:
-        codec._check_subnormals_kept()  # (in one line here, not as the first cast's traceback)
+        codec._check_float_environment()  # (in one line here, not as the first cast's traceback)
     except FloatingPointError as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 2

@@ -51,7 +51,8 @@ def test_golden_cli_help_says_what_happens_in_an_existing_folder_and_the_exit_st
     text = " ".join(capsys.readouterr().out.split())
     assert exit_info.value.code == 0
     assert "an existing one is written into: files of the names this writes are replaced, other files stay" in text
-    assert "Exit status: 0 written, 1 the folder cannot be written (or the CPU flushes subnormals to zero), 2 bad flags." in text
+    assert ("Exit status: 0 written, 1 the folder cannot be written (or the CPU flushes subnormals or rounds other "
+            "than to nearest), 2 bad flags.") in text
     assert "File layout (schema version 2) ------------------------------ ``manifest.json``:" in text
 
 
