@@ -1060,6 +1060,18 @@ def _run_slices(kernel: Callable, slices: list) -> list:
     return [kernel(start, stop) for start, stop in slices]
 
 
+def _forget_pool_after_fork() -> None:
+    """In a forked child (``multiprocessing``'s "fork"), only the forking thread exists: the pool's
+    workers are gone, and a slab submitted to them would wait forever. The child makes its own pool
+    at its first split cast (and its own lock: another thread may have held this one at the fork)."""
+    global _pool, _pool_workers, _pool_lock
+    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX: Windows has no fork)
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 # ---- helpers -----------------------------------------------------------------------------------
 def _amax(x: np.ndarray):
     """max |x| (NaN if x holds a NaN, 0 for an empty x), without a temporary |x|."""

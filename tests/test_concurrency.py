@@ -11,7 +11,8 @@ the scheduler lets them, and can fail only where the switches leak between threa
 - A ``ScaleTracker`` records what its own thread tracks; another thread's ``track`` neither writes
   into it nor trips over it leaving (the stack was shared: an IndexError between check and look-up).
 - Threads that cast big tensors at once share one cast pool (each made its own, then dropped all
-  but the last).
+  but the last); a process forked after the pool started makes its own (it waited forever on the
+  parent's workers, which fork does not copy).
 - Decode tables of formats made in a sweep are not kept without bound: a format made early is
   freed once enough others were made; the catalogue's tables stay; a format's table, rebuilt, holds
   the values the OFP8 spec gives.
@@ -25,6 +26,7 @@ import time
 import weakref
 
 import numpy as np
+import pytest
 
 from minifp8 import codec, fastcast, formats, fp8, optim
 from minifp8.autograd import Tensor, default_dtype, get_default_dtype, is_grad_enabled, no_grad
@@ -217,6 +219,43 @@ def test_threads_casting_at_once_make_one_pool(monkeypatch):
 
 
 # ---- formats' decode tables --------------------------------------------------------------------
+FORKED_CAST = """
+import multiprocessing, sys
+import numpy as np
+import pytest
+from minifp8 import fastcast, fp8
+fastcast.CAST_THREADS = 2  # a pool even on one core
+
+def cast(queue):
+    x = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)  # 2**20 elements: split
+    queue.put(fp8.fake_quantize(x, "current")[0].tobytes())
+
+if __name__ == "__main__":
+    x = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
+    expected = fp8.fake_quantize(x, "current")[0].tobytes()  # the parent's pool has its worker now
+    assert fastcast._pool is not None
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=cast, args=(queue,), daemon=True)  # (daemon: a hung child dies with us)
+    child.start()
+    got = queue.get(timeout=30)  # (the child hung, waiting on a worker it did not have: queue.Empty here)
+    child.join(60)
+    print("same" if got == expected else "different", child.exitcode)
+"""
+
+
+def test_a_forked_process_casts_with_a_pool_of_its_own(tmp_path):
+    import multiprocessing
+    import subprocess
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("this platform cannot fork")
+    script = tmp_path / "forked_cast.py"
+    script.write_text(FORKED_CAST, encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0 and result.stdout.split() == ["same", "0"], result.stdout + result.stderr
+
+
 def test_a_format_sweep_keeps_a_bounded_number_of_tables():
     catalogued = {fmt: fmt.values() for fmt in formats.CATALOGUE.values()}
     first = FloatFormat("test_concurrency.sweep_first", 4, 3, 7)  # E4M3's fields
