@@ -103,13 +103,15 @@ Outputs (``--out DIR``)
   and ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null;
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
-* ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C and at
+* ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C or SIGTERM and at
   ``--stop-after``. ``--resume DIR`` continues every unfinished run from its checkpoint bit-exactly:
   weights, optimizer moments, the batch and dropout generators, the loss-scaling state and the FP8
   state (delayed-scaling histories) all come back, so the continuation computes exactly what an
   uninterrupted run computes. Ctrl-C lets the step under way finish first (a second Ctrl-C stops at
-  once, and saves nothing), so a checkpoint never holds half a step. Each checkpoint records its
-  config and run, and resuming refuses one that does not match ``config.json``. A new run into a
+  once, and saves nothing), so a checkpoint never holds half a step; so does SIGTERM, which a batch
+  scheduler sends before it kills a job (exit status 143, as of a process that SIGTERM ends). Each
+  checkpoint records its config and run, and resuming refuses one that does not match
+  ``config.json``. A new run into a
   ``DIR`` that holds an earlier one replaces its ``config.json`` and removes its checkpoints and
   results (``metrics.json``, ``loss.png``, an experiment's ``headline.json`` or ``fp8lm.json``).
   A ``DIR`` that holds any of those files but no ``config.json`` written by train_tiny is refused,
@@ -557,7 +559,12 @@ class Diverged(Exception):
 
 
 class Interrupted(Exception):
-    """``--stop-after`` or Ctrl-C: the run stopped (checkpointed where it could be) and can be resumed."""
+    """``--stop-after``, Ctrl-C or SIGTERM: the run stopped (checkpointed where it could be) and can be
+    resumed. ``status`` is the exit status: 143 (128 + SIGTERM) after a SIGTERM, else 130."""
+
+    def __init__(self, message: str, status: int = 130) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class CheckpointError(Exception):
@@ -565,25 +572,30 @@ class CheckpointError(Exception):
 
 
 class _DeferredInterrupt:
-    """Hold a Ctrl-C (SIGINT) until the training loop asks for it, so that a checkpoint never holds
-    half a step; a second Ctrl-C interrupts at once. Only in the main thread, and only where SIGINT
-    has Python's default handler (elsewhere Ctrl-C arrives as KeyboardInterrupt, as it would anyway)."""
+    """Hold a Ctrl-C (SIGINT) or a SIGTERM (what a batch scheduler sends before it kills a job) until
+    the training loop asks for it, so that a checkpoint never holds half a step; a second signal
+    interrupts at once. Only in the main thread, and only for a signal with its default handler
+    (Python's KeyboardInterrupt for SIGINT, termination for SIGTERM): another handler is left to act.
+    ``stopped`` says what stopped the run, for its message."""
 
     def __enter__(self) -> "_DeferredInterrupt":
-        self.requested, self._previous = False, None
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._previous = signal.signal(signal.SIGINT, self._hold)
+        self.requested, self.stopped, self.status, self._previous = False, "interrupted", 130, {}
+        if threading.current_thread() is threading.main_thread():
+            for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+                if signal.getsignal(signum) == default:
+                    self._previous[signum] = signal.signal(signum, self._hold)
         return self
 
     def _hold(self, signum, frame) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        if signum == signal.SIGTERM:
+            self.stopped, self.status = "terminated (SIGTERM)", 128 + signal.SIGTERM
 
     def __exit__(self, *exc_info) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 def _model_config(config: TrainConfig, family: str, vocab_size: int) -> GPTConfig:
@@ -761,7 +773,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
         for step in range(start, config.steps):
             if interrupt.requested:  # Ctrl-C came during the last step (or the first evaluation)
                 save()
-                raise Interrupted(f"{run.label}: interrupted at step {step_done}")
+                raise Interrupted(f"{run.label}: {interrupt.stopped} at step {step_done}", interrupt.status)
             _set_lr(optimizer, peak_lrs, config, step)
             x, y = dataset.get_batch("train", config.batch_size, config.block_size, data_rng)
             began = time.perf_counter()
@@ -830,7 +842,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     except KeyboardInterrupt:  # a second Ctrl-C, inside a step: a checkpoint now would hold half of it
         kept = ("" if checkpoint is None else " (the run's last checkpoint stands)" if checkpoint.exists()
                 else " (the run has no checkpoint yet: a resume starts it afresh)")
-        raise Interrupted(f"{run.label}: interrupted inside step {step_done + 1}, which is not saved{kept}") from None
+        raise Interrupted(f"{run.label}: {interrupt.stopped} inside step {step_done + 1}, which is not saved{kept}",
+                          interrupt.status) from None
     except Diverged as error:
         metrics["diverged"] = {"step": step_done + 1, "message": str(error)}
         metrics["time_s"] = time_before + time.perf_counter() - session_start
@@ -843,7 +856,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     metrics["cast_points"] = _cast_points(state)
     save()
     if interrupt.requested:  # Ctrl-C during the last step: the run is done, the next does not start
-        raise Interrupted(f"{run.label}: interrupted after its last step")
+        raise Interrupted(f"{run.label}: {interrupt.stopped} after its last step", interrupt.status)
     return metrics
 
 
@@ -1327,7 +1340,7 @@ def _bytes(size: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status: 0 ok, 1 a run diverged, 2 bad flags or data (or a CPU
     that flushes subnormals or rounds other than to nearest, `minifp8.codec._check_float_environment`), 130
-    stopped (``--stop-after``, Ctrl-C), 141 its output closed (``| head``: the status of a process
+    stopped (``--stop-after``, Ctrl-C), 143 stopped by SIGTERM (checkpointed), 141 its output closed (``| head``: the status of a process
     that SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
     try:
         status = _main(argv)
@@ -1446,7 +1459,7 @@ def _main(argv: list[str] | None) -> int:
             status = 1
         except Interrupted as stop:
             print(f"{stop}{hint}")
-            return 130
+            return stop.status
         except CheckpointError as error:
             print(f"{prog}: error: --resume: {error}", file=sys.stderr)
             return 2

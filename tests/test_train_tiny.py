@@ -1271,3 +1271,41 @@ def test_metrics_json_is_strict_json_and_a_skipped_step_reports_no_fp8_gradients
     first = run["fp8_grads"][0]
     assert "fp8 grads: none cast (" in printed and "non-finite)" in printed
     assert first["relative_error"] is None and first["nonfinite"]
+
+
+SIGTERM_RUN = """
+import signal, sys
+from minifp8 import train_tiny
+
+get_batch, calls = train_tiny.data_module.Dataset.get_batch, []
+
+def terminated_get_batch(self, split, *args):
+    if split == "train":
+        calls.append(split)
+        if len(calls) == 8:  # inside step 8, as a scheduler's SIGTERM would come
+            signal.raise_signal(signal.SIGTERM)
+    return get_batch(self, split, *args)
+
+train_tiny.data_module.Dataset.get_batch = terminated_get_batch
+sys.exit(train_tiny.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "raise_signal") or sys.platform == "win32",
+                    reason="a SIGTERM raised in the process itself (POSIX)")
+def test_sigterm_lets_the_step_finish_and_resumes_bit_exactly(tmp_path, capsys):
+    """A batch scheduler sends SIGTERM before it kills a job: it is held as Ctrl-C is, the run
+    checkpoints at the step's end and exits with 143 (128 + SIGTERM), and a resume computes what one
+    run computes. (In a subprocess: were it not held, SIGTERM would end pytest.)"""
+    flags = [*TINY, "--recipe", "delayed", "--dropout", "0.1"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert run_main(capsys, *flags, "--out", str(whole))[0] == 0
+    result = subprocess.run([sys.executable, "-c", SIGTERM_RUN, *flags, "--out", str(parts)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 143 and result.stderr == "", result.stdout + result.stderr
+    assert f"delayed: terminated (SIGTERM) at step 8; continue with --resume {parts}" in result.stdout
+    status, printed, _ = run_main(capsys, "--resume", str(parts))
+    assert status == 0 and "resumed at step 8/20" in printed
+    expected, actual = metrics(whole)["runs"]["delayed"], metrics(parts)["runs"]["delayed"]
+    for key in ("train_loss", "val", "cast_stats", "final"):
+        assert actual[key] == expected[key], key
