@@ -377,7 +377,8 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     """``np.asarray(x)``, or a TypeError naming the argument unless it holds real numbers.
 
     ml_dtypes floats come back as float32 and ml_dtypes integers as int8, exactly (`_from_ml_dtypes`).
-    A FloatingPointError where the CPU flushes subnormals to zero (`_check_float_environment`).
+    A FloatingPointError where the CPU flushes subnormals or rounds other than to nearest
+    (`_check_float_environment`).
     """
     _check_float_environment()
     array = _plain_array(x, name)

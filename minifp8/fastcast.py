@@ -1482,7 +1482,7 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatFormat, ax
     ``delayed`` (None otherwise). ``new(shape, float32)`` allocates the values (fp8.py's cast
     points hand back the previous step's array). A recipe not in fp8.RECIPES is a ValueError.
     """
-    codec._check_float_environment()  # (a FloatingPointError where the CPU flushes subnormals to zero)
+    codec._check_float_environment()  # (a FloatingPointError where the CPU's float mode is not IEEE's default)
     with np.errstate(under="ignore"):  # the caller's may raise on it: scaled-down values round, as they must
         return _cast(x, recipe, options, fmt, axis, weight, scaler, new)
 

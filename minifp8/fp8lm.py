@@ -860,7 +860,7 @@ def _check_kind(kind, allowed: tuple, what: str) -> str:
     """``kind`` as one of ``allowed``; an FP8 format under any name `formats.get` takes (``"e4m3"``,
     ``"float8_e4m3fn"``, ``formats.E4M3``) becomes its catalogue name, as the gradient casts take it.
     A `FloatFormat` must be the catalogue's own (a custom one named "E4M3" is not E4M3)."""
-    if isinstance(kind, formats.FloatFormat):  # the catalogue's own: a custom format named "E4M3" is not E4M3
+    if isinstance(kind, formats.FloatFormat):
         name = kind.name if formats.CATALOGUE.get(kind.name) == kind else ""
     else:
         name = str(formats._check_str_choice(kind, what, allowed))

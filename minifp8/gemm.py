@@ -224,8 +224,9 @@ def reference_matmul(a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike
     a_codes, b_codes : array_like
         The operands' element codes, ``A`` M x K and ``B`` K x N, as `dequantize` takes them.
     a_scales, b_scales : array_like or float
-        Their scale values (a ``ScaledTensor``'s ``scale_inv``: see `dequantize`), laid out as there: ``()``, ``(M, 1)``, ``(M, K / block)``
-        for A; ``()``, ``(1, N)``, ``(K / block, N)``, ``(K / 128, N / 128)`` for B.
+        Their scale values (a ``ScaledTensor``'s ``scale_inv``: see `dequantize`), laid out as there:
+        ``()``, ``(M, 1)``, ``(M, K / block)`` for A; ``()``, ``(1, N)``, ``(K / block, N)``,
+        ``(K / 128, N / 128)`` for B.
     a_format, b_format : FloatFormat or str
         The element formats (a catalogue name such as ``"E4M3"`` or ``"float4_e2m1fn"``).
 

@@ -832,8 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
         epilog="File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]
         + "\nExit status: 0 written, 1 the folder cannot be written (or the CPU flushes subnormals or rounds "
-          "other than to nearest), "
-          "2 bad flags.",
+          "other than to nearest), 2 bad flags.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", required=True,

@@ -438,8 +438,9 @@ class DelayedScaling:
         """Record a tensor's ``max|x|`` (a float32, >= 0 or NaN) as `quantize` does: into this step's
         history entry, as a running max (NaN propagates). For a caller that casts with ``scale``
         itself. A negative amax is a ValueError, as in `scale_from_amax` (a forgotten ``abs``)."""
-        codec._check_float_environment()
-        if not isinstance(amax, np.float32):  # (the casts pass a np.float32 on every cast)
+        if isinstance(amax, np.float32):  # (the casts pass a np.float32 on every cast)
+            codec._check_float_environment()  # (as _to_float32 does for the others)
+        else:
             amax = codec._to_float32(amax, "amax")
             if amax.ndim:
                 raise ValueError(f"amax must be one number (a tensor's max|x|), got an array of shape {amax.shape}")

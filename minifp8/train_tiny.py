@@ -111,9 +111,9 @@ Outputs (``--out DIR``)
   once, and saves nothing), so a checkpoint never holds half a step; so does SIGTERM, which a batch
   scheduler sends before it kills a job (exit status 143, as of a process that SIGTERM ends). Each
   checkpoint records its config and run, and resuming refuses one that does not match
-  ``config.json``. A new run into a
-  ``DIR`` that holds an earlier one replaces its ``config.json`` and removes its checkpoints and
-  results (``metrics.json``, ``loss.png``, an experiment's ``headline.json`` or ``fp8lm.json``).
+  ``config.json``. A new run into a ``DIR`` that holds an earlier one replaces its ``config.json``
+  and removes its checkpoints and results (``metrics.json``, ``loss.png``, an experiment's
+  ``headline.json`` or ``fp8lm.json``).
   A ``DIR`` that holds any of those files but no ``config.json`` written by train_tiny is refused,
   and left as it is; other files in ``DIR`` stay.
 

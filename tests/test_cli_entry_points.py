@@ -157,6 +157,17 @@ def test_python_m_minifp8_lists_commands_that_exist():
     assert wrong.returncode == 2 and wrong.stdout == "" and "unknown arguments train" in wrong.stderr
 
 
+TINY_TRAIN = ["minifp8.train_tiny", "--steps", "2", "--batch-size", "2", "--block-size", "8", "--n-layer", "1",
+              "--n-head", "2", "--n-embd", "8", "--eval-interval", "2", "--eval-batches", "1", "--warmup-steps", "1"]
+
+
+def environment(unbuffered: bool) -> dict:
+    """This process's environment for a command's subprocess, with PYTHONUNBUFFERED set or not: a
+    pipe's output is buffered unless it is set (this project's CI machine sets it)."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    return {**env, "PYTHONUNBUFFERED": "1"} if unbuffered else env
+
+
 @pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
 @pytest.mark.parametrize("argv", [["minifp8"], ["minifp8.golden", "--out", "{tmp}", "--formats", "E2M1"],
                                   ["minifp8.bench", "codec"], ["minifp8.explain", "0.3", "E4M3"],
@@ -169,7 +180,6 @@ def test_every_command_stops_quietly_when_its_output_is_closed(argv, tmp_path, u
     first line, before any section runs. A pipe's output is buffered unless PYTHONUNBUFFERED is set:
     then the write that meets the closed pipe is the flush at exit (status 120 and "Exception
     ignored ... BrokenPipeError" until the commands flushed before returning)."""
-    import os
     import subprocess
     import sys
 
@@ -177,10 +187,8 @@ def test_every_command_stops_quietly_when_its_output_is_closed(argv, tmp_path, u
 
     assert set(COMMANDS) == {"minifp8.train_tiny", "minifp8.golden", "minifp8.bench", "minifp8.explain"}
     command = [part.replace("{tmp}", str(tmp_path / "golden")) for part in argv]
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
-    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
     process = subprocess.Popen([sys.executable, "-m", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=env)
+                               env=environment(unbuffered))
     process.stdout.close()
     _, err = process.communicate(timeout=120)
     # (argparse's --help swallows a failed write itself and exits 0: that is quiet too)
@@ -189,14 +197,11 @@ def test_every_command_stops_quietly_when_its_output_is_closed(argv, tmp_path, u
 
 
 @pytest.mark.parametrize("argv", [["minifp8.golden", "--out", "{tmp}", "--formats", "E2M1"],
-                                  ["minifp8.train_tiny", "--steps", "2", "--batch-size", "2", "--block-size", "8",
-                                   "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--eval-interval", "2",
-                                   "--eval-batches", "1", "--warmup-steps", "1", "--out", "{tmp}"]],
+                                  [*TINY_TRAIN, "--out", "{tmp}"]],
                          ids=["golden", "train_tiny"])
 def test_a_path_that_stdout_cannot_encode_is_printed_escaped(argv, tmp_path):
     """An ASCII stdout (or a Windows code page) cannot encode "é": golden died with a UnicodeEncodeError
     traceback at its last line, after writing every file. Each command prints it escaped."""
-    import os
     import subprocess
     import sys
 
@@ -210,9 +215,7 @@ def test_a_path_that_stdout_cannot_encode_is_printed_escaped(argv, tmp_path):
 
 @pytest.mark.skipif(os.name == "nt", reason="closes file descriptor 1 with a POSIX shell's >&-")
 @pytest.mark.parametrize("argv", [["minifp8"], ["minifp8.explain", "0.3", "E4M3"],
-                                  ["minifp8.train_tiny", "--steps", "2", "--batch-size", "2", "--block-size", "8",
-                                   "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--eval-interval", "2",
-                                   "--eval-batches", "1", "--warmup-steps", "1"],
+                                  TINY_TRAIN,
                                   ["minifp8.golden", "--out", "{tmp}", "--formats", "E2M1", "--no-blocks"]])
 def test_every_command_runs_with_no_stdout(argv, tmp_path):
     """``cmd >&-`` (or pythonw, or a Windows service): Python starts with ``sys.stdout = None``, and

@@ -7,14 +7,13 @@ compiler, else skipped), in a subprocess, so this process keeps its own mode."""
 from __future__ import annotations
 
 import platform
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-COMPILER = next(filter(None, map(shutil.which, ("cc", "gcc", "clang"))), None)
+from test_golden_c import COMPILER
 FTZ, DAZ = 0x8000, 0x0040  # MXCSR bits 15 and 6 (Intel SDM vol. 1, 10.2.3)
 ROUND_DOWN, ROUND_UP, ROUND_TOWARD_ZERO = 0x2000, 0x4000, 0x6000  # MXCSR's RC field, bits 13-14
 FLUSHES = "flushes subnormal floats to zero (FTZ/DAZ)"

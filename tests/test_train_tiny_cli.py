@@ -12,6 +12,7 @@ import pytest
 
 from minifp8 import train_tiny
 from minifp8.train_tiny import Run, main
+from test_cli_entry_points import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,9 +38,8 @@ def test_a_closed_output_stops_the_command_quietly(tmp_path, out, unbuffered):
     PYTHONUNBUFFERED), the write that meets the closed pipe was the flush at exit: status 120 and
     "Exception ignored ... BrokenPipeError", until main flushed before returning."""
     argv = [sys.executable, "-m", "minifp8.train_tiny", *TINY] + (["--out", str(tmp_path / "run")] if out else [])
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
-    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=environment(unbuffered))
     process.stdout.close()  # the reader goes away before the first line
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141 and err == b"", err.decode()
