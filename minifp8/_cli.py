@@ -40,6 +40,16 @@ def escape_unencodable_stdout() -> None:
         reconfigure(errors="backslashreplace")
 
 
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(message: str) -> str:
+    """``message`` with its line breaks (those ``str.splitlines`` splits at) as backslash escapes: an
+    error that echoes an argument holding a newline (argparse's "unrecognized arguments: ...")
+    stays the one line the commands promise."""
+    return message.translate(_LINE_BREAKS)
+
+
 def exit_status_of(main: Callable[[], int]) -> int:
     """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed.
     Characters stdout cannot encode print as escapes (`escape_unencodable_stdout`)."""

@@ -6,7 +6,7 @@ so the ratios are the numbers to quote, not the absolute times. Like ``train_tin
 keeps freed memory in the process (``train_tiny._tune_malloc``), so that it times steps as the
 trainer runs them.
 
-Sections register themselves with :func:`section`; ``python -m minifp8.bench`` with no argument
+Sections register themselves with `section`; ``python -m minifp8.bench`` with no argument
 runs them all. A flag that only some sections read (`FLAG_SECTIONS`) is refused when none of them
 runs, rather than silently ignored.
 """
@@ -399,9 +399,13 @@ def bench_train(args: argparse.Namespace) -> None:
 
 def load_speed_results(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """A ``bench train --json`` document: by default `SPEED_RESULTS`, the committed run that
-    tutorial 9's figure draws."""
-    with open(SPEED_RESULTS if path is None else path, encoding="utf-8") as file:
-        return json.load(file)
+    tutorial 9's figure draws.
+
+    Raises OSError where the file cannot be read, and ValueError (naming the file) where it is not a
+    JSON object; `minifp8.plots.train_speed` checks its layout."""
+    from .train_tiny import _load_json_object
+
+    return _load_json_object(SPEED_RESULTS if path is None else path)
 
 
 # The --json document of the train section (-h prints it; _speed_document builds it).

@@ -66,7 +66,7 @@ from typing import NoReturn
 import numpy as np
 
 from . import formats
-from ._cli import exit_status_of
+from ._cli import exit_status_of, one_line
 from .codec import ROUNDING_MODES, _as_numeric_array, _floor_log2, encode_scalar
 from .formats import FloatFormat
 
@@ -721,7 +721,7 @@ class _Parser(argparse.ArgumentParser):
     as train_tiny's and golden's (which this module, below them, does not import)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see -h)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
 
 
 def main(argv: list[str] | None = None) -> int:

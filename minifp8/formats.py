@@ -63,7 +63,8 @@ def _check_int(value, name: str, minimum: int | None = None, maximum: int | None
     """``value`` as a Python int in [minimum, maximum] (either bound optional); TypeError for
     anything but a Python or NumPy integer (a bool is not one), ValueError out of the bounds."""
     if not _is_int(value):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        got = _described(value) if "\n" in repr(value) else f"{type(value).__name__} {value!r}"  # (`_shown`)
+        raise TypeError(f"{name} must be an int, got {got}")
     value = int(value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f"<= {maximum}" if minimum is None else f">= {minimum}" if maximum is None else \
@@ -87,6 +88,13 @@ def _described(value) -> str:
     if isinstance(value, np.ndarray):
         return f"{type(value).__name__} of dtype {value.dtype} and shape {value.shape}"
     return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _shown(value) -> str:
+    """``repr(value)`` for an error's "got ...", or `_described` where the repr spans lines (a 2-D or a
+    long NumPy array's has one line per row), which would break a one-line error."""
+    text = repr(value)
+    return text if "\n" not in text else _described(value)
 
 
 def _plain_array(x, name: str = "x") -> np.ndarray:
@@ -354,6 +362,8 @@ _BY_SPELLING = {spelling.lower(): f for f in CATALOGUE.values() for spelling in 
 def get(name: str | FloatFormat) -> FloatFormat:
     """Look a format up by our name or an ml_dtypes/PyTorch spelling (case-insensitive).
 
+    Examples
+    --------
     >>> get("float8_e4m3fn") is get("E4M3")
     True
     """

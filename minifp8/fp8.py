@@ -94,7 +94,7 @@ from . import codec, fastcast, formats, mx, scaling
 from . import functional as F
 from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
 from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastStats
-from .formats import _is_int, _plain_array
+from .formats import _is_int, _plain_array, _shown
 
 __all__ = [
     "RECIPES", "RECIPE_OPTIONS", "CastPoint", "CastStats", "FP8Attention", "FP8Linear", "FP8State",
@@ -304,12 +304,13 @@ class FP8State:
         for name, value in self.options.items():
             saved = np.asarray(state[f"options.{name}"])
             if saved.shape != () or saved.dtype.kind != np.asarray(value).dtype.kind or saved.item() != value:
-                shown = saved.item() if saved.shape == () else saved
-                raise ValueError(f"FP8State.load_state_dict: the state is for {self.recipe} with {name}={shown!r}, "
+                shown = _shown(saved.item() if saved.shape == () else saved)
+                raise ValueError(f"FP8State.load_state_dict: the state is for {self.recipe} with {name}={shown}, "
                                  f"this model uses {name}={value!r}")
         steps = np.asarray(state["steps"])
         if steps.shape != () or steps.dtype.kind not in "iu" or not 0 <= int(steps) < 2**63:  # (saved as int64)
-            raise ValueError(f"FP8State.load_state_dict: steps must be an integer in [0, 2**63), got {state['steps']!r}")
+            shown = _shown(steps.item() if steps.shape == () else steps)
+            raise ValueError(f"FP8State.load_state_dict: steps must be an integer in [0, 2**63), got {shown}")
         arrays = {}
         for key, current in expected.items():
             if key in ("recipe", "steps") or key in option_keys:  # (a module may be named "options")
@@ -357,7 +358,7 @@ def fake_quantize(x: ArrayLike, recipe: str, fmt: str | formats.FloatFormat = "E
     ----------
     x : array_like
         float16, float32 or float64 values in either byte order, or an ml_dtypes float array
-        (bfloat16, float8_*, float6_*, float4_*); float16 and ml_dtypes floats convert to float32
+        (bfloat16, ``float8_*``, ``float6_*``, ``float4_*``); float16 and ml_dtypes floats convert to float32
         exactly (the result is that for ``x.astype(np.float32)``). Any shape (0-d only for the
         per-tensor recipes), views too. It is never written to.
     recipe : str

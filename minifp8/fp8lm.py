@@ -116,7 +116,7 @@ from numpy.typing import ArrayLike
 
 from . import codec, formats, scaling
 from .autograd import Tensor
-from .formats import _is_int, _is_real, _plain_array
+from .formats import _is_int, _is_real, _plain_array, _shown
 from .nn import Module
 from .optim import AdamW, adamw_update
 
@@ -129,6 +129,7 @@ __all__ = [
 DEFAULT_THRESHOLD = 1e-5   # FP8-LM section 2.1: 0.001 % of the values at the FP8 max
 DEFAULT_WINDOW = 1000      # FP8-LM section 2.1: mu doubles over 1,000 steps
 MAX_FACTOR_LOG2 = 256      # mu stops growing at 2**256 (AutoScale)
+_MIN_FACTOR_LOG2 = -1074   # the least mu a saved state may hold: 2**-1074, the smallest positive float64
 FLOAT16_MAX = 65504.0
 FP32_ADAMW_BYTES = 16      # weight + gradient + two moments, 4 bytes each
 STORAGE_KINDS = ("E4M3", "E5M2", "float16", "float32")
@@ -660,10 +661,15 @@ class FP8Gradients:
                            f"match this store's {sorted(self.auto_scales)}")
         for name, exponent in exponents.items():
             if not _is_int(exponent):
-                raise TypeError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be an int, got {exponent!r}")
+                raise TypeError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be an int, "
+                                f"got {_shown(exponent)}")
             if exponent > MAX_FACTOR_LOG2 * self.window:
                 raise ValueError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be at most "
                                  f"{MAX_FACTOR_LOG2 * self.window} (mu <= 2**{MAX_FACTOR_LOG2}), got {exponent}")
+            if exponent < _MIN_FACTOR_LOG2 * self.window:  # (mu would be 0.0, and the next reduce refuse it)
+                raise ValueError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be at least "
+                                 f"{_MIN_FACTOR_LOG2 * self.window} (mu >= 2**{_MIN_FACTOR_LOG2}, the smallest "
+                                 f"positive float), got {exponent}")
         for name, exponent in exponents.items():
             self.auto_scales[name].exponent = int(exponent)
 
@@ -827,13 +833,20 @@ class FP8AdamW(AdamW):
         kinds = self._expected_state()
         expected_keys = {"step"} | set(kinds) | {f"{name}_scale" for name in kinds}
         normalised = {}
-        for index, saved_state in state_dict["state"].items():
+        saved_states = state_dict.get("state")
+        if not isinstance(saved_states, Mapping):
+            raise TypeError(f"FP8AdamW.load_state_dict: 'state' must be a dict of parameter index -> state dict "
+                            f"(from state_dict()), got {formats._described(saved_states)}")
+        for index, saved_state in saved_states.items():
+            if not isinstance(saved_state, Mapping):
+                raise TypeError(f"FP8AdamW.load_state_dict: the state of parameter {index!r} must be a dict, got "
+                                f"{formats._described(saved_state)}")
             if set(saved_state) != expected_keys:
                 raise KeyError(f"FP8AdamW.load_state_dict: parameter {index} has state keys {sorted(saved_state)}, "
                                f"expected {sorted(expected_keys)}")
             entry = dict(saved_state)
             step = saved_state["step"]
-            message = f"FP8AdamW.load_state_dict: step of parameter {index} must be an int >= 1, got {step!r}"
+            message = f"FP8AdamW.load_state_dict: step of parameter {index} must be an int >= 1, got {_shown(step)}"
             if not _is_int(step):
                 raise TypeError(message)
             if step < 1:
@@ -853,7 +866,7 @@ class FP8AdamW(AdamW):
                                      f"and > 0, got {scale}")
                 entry[f"{name}_scale"] = np.float32(scale)
             normalised[index] = entry
-        super().load_state_dict({"state": normalised, "param_groups": state_dict["param_groups"]})
+        super().load_state_dict({"state": normalised, "param_groups": state_dict.get("param_groups")})
 
 
 def _check_kind(kind, allowed: tuple, what: str) -> str:

@@ -104,7 +104,7 @@ from numpy.typing import DTypeLike
 
 from . import __version__, codec, formats, mx
 from ._cli import exit_status_of
-from .formats import FloatFormat, _check_int
+from .formats import FloatFormat, _check_int, _described
 from .mx import MXFormat
 from .testing import _magnitudes, _midpoints, edge_cases
 
@@ -436,9 +436,9 @@ def _boundary_rows(rng: np.random.Generator, amaxes: np.ndarray, length: int) ->
 
 
 def nvfp4_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
-    """Float32 rows for the NVFP4 file: random values at a random binade each within 2**-6 to
-    2**6, an all-zero row, 0.0/-0.0 mixes and a row with a 16x outlier. One tensor scale serves all
-    blocks, so a wider range (the MX rows span 2**40) would leave most block scales at E4M3's zero.
+    """Float32 rows for the NVFP4 file: random values at a random binade each within ``2**-6`` to
+    ``2**6``, an all-zero row, 0.0/-0.0 mixes and a row with a 16x outlier. One tensor scale serves all
+    blocks, so a wider range (the MX rows span ``2**40``) would leave most block scales at E4M3's zero.
 
     Parameters
     ----------
@@ -469,10 +469,10 @@ def _random_rows(rng: np.random.Generator, rows: int, length: int, low: int, hig
 def nvfp4_cap_inputs() -> dict[str, np.ndarray]:
     """Two small float32 tensors for the caps of the "nvfp4" note, which the other inputs never meet.
 
-    ``"tiny"`` (4 x 32): random values from 2**-127 to 2**-118 (float32 subnormals among them),
+    ``"tiny"`` (4 x 32): random values from ``2**-127`` to ``2**-118`` (float32 subnormals among them),
     so ``2688 / max |x|`` exceeds FLT_MAX and S_enc is FLT_MAX. ``"zero_scale"`` (1 x 32): 6.0,
-    so S_enc = 448, and a block of amax 2**-17, whose scale ``2**-17 * 74.67`` rounds to E4M3's 0:
-    its encode scale is ``1 / 0``, so FLT_MAX, which takes 2**-17 to 6, 2**-127 to 2 and keeps
+    so S_enc = 448, and a block of amax ``2**-17``, whose scale ``2**-17 * 74.67`` rounds to E4M3's 0:
+    its encode scale is ``1 / 0``, so FLT_MAX, which takes ``2**-17`` to 6, ``2**-127`` to 2 and keeps
     zeros (an encode scale of 0 or Inf would not).
     """
     tiny = _random_rows(np.random.default_rng(SEED + 4), 4, 32, -124, -121)
@@ -800,15 +800,33 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
     """Read a golden directory with numpy alone: the manifest and ``{file name: {array: ndarray}}``.
 
     Raises ``ValueError`` when ``manifest.json`` is not a minifp8 golden manifest of a schema this
-    version reads, or when a file's sha256 is not the one its entries record (a truncated copy, or
-    files from another run).
+    version reads (not JSON, nested too deeply, or ``entries`` not a list of objects that each name
+    a file in ``directory`` by its bare name and its sha256 in hex), or when a file's sha256 is not
+    the one its entries record (a truncated copy, or files from another run).
     """
     directory = Path(directory)
-    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    shown = directory / "manifest.json"
+    try:
+        manifest = json.loads(shown.read_text(encoding="utf-8"))
+    except RecursionError:  # (json's own error for arrays or objects nested thousands deep)
+        raise ValueError(f"golden.load: {shown}: its JSON is nested too deeply to read") from None
     schema = (manifest.get("schema"), manifest.get("schema_version")) if isinstance(manifest, dict) else None
     if schema != ("minifp8-golden", SCHEMA_VERSION):
-        raise ValueError(f"golden.load: {directory / 'manifest.json'} must be a 'minifp8-golden' manifest of "
+        raise ValueError(f"golden.load: {shown} must be a 'minifp8-golden' manifest of "
                          f"schema_version {SCHEMA_VERSION}, got schema and version {schema}")
+    entries = manifest.get("entries")
+    if not isinstance(entries, list):
+        raise ValueError(f"golden.load: {shown}: entries must be a list, got {type(entries).__name__}")
+    for index, entry in enumerate(entries):
+        name = entry.get("file") if isinstance(entry, dict) else None
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        # a bare file name: a manifest may not send the reader elsewhere ("../x.npz", "/etc/...")
+        if not (isinstance(name, str) and name and name == Path(name).name and name not in (".", "..")
+                and "\\" not in name and isinstance(digest, str) and len(digest) == 64
+                and set(digest) <= set("0123456789abcdef")):
+            raise ValueError(f"golden.load: {shown}: entry {index} must be an object with a file (a bare file name "
+                             f"in the directory) and its sha256 (64 hex digits), got file {_described(name)} and "
+                             f"sha256 {_described(digest)}")
     files = {}
     for entry in manifest["entries"]:
         if entry["file"] not in files:

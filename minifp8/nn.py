@@ -214,9 +214,13 @@ class Module:
                     np.lib.format.write_array(member, array, allow_pickle=False)
 
     def load(self, path: str | os.PathLike) -> None:
-        """Read a ``.npz`` written by `save` and ``load_state_dict`` it."""
-        with np.load(path, allow_pickle=False) as archive:
-            self.load_state_dict({name: archive[name] for name in archive.files})
+        """Read a ``.npz`` written by `save` and ``load_state_dict`` it.
+
+        Raises OSError where the file cannot be opened (FileNotFoundError, ...), ValueError (naming
+        the file) where it is not a readable ``.npz`` archive of arrays (`_read_npz`), and
+        `load_state_dict`'s errors for arrays of another model.
+        """
+        self.load_state_dict(_read_npz(path, "Module.load"))
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}("]
@@ -224,6 +228,35 @@ class Module:
             text = repr(value).replace("\n", "\n  ")
             lines.append(f"  ({name}): {text}")
         return "\n".join(lines) + ")"  # (no children: "Name()")
+
+
+def _read_npz(path: str | os.PathLike, owner: str | None) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` archive at ``path`` (read at once), for `Module.load` and
+    train_tiny's checkpoints.
+
+    OSError where the file cannot be opened; ValueError, naming ``owner`` and the file (neither for an
+    ``owner`` of None, whose caller names them), where its bytes are not a ``.npz`` archive of arrays:
+    not a zip, or a zip or ``.npy`` member that zipfile or numpy cannot read, which raise a dozen
+    exception types between them (BadZipFile, EOFError, NotImplementedError for an unknown
+    compression method, RuntimeError for a member marked encrypted, zlib.error, tokenize.TokenError
+    for an ``.npy`` header that is not a Python literal, and ValueError for object arrays, which are
+    refused: no pickles).
+    """
+    head, shown = (f"{owner}: ", os.fsdecode(os.fspath(path))) if owner is not None else ("", "the file")
+    # (the file is opened here: np.load leaves its own handle open when the zip inside is broken)
+    with open(path, "rb") as file:
+        if file.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):  # (a zip's first record; an empty zip's)
+            raise ValueError(f"{head}{shown} is not a .npz archive: it does not start "
+                             f"as a zip file does")
+        file.seek(0)
+        try:
+            with np.load(file, allow_pickle=False) as archive:
+                return {name: archive[name] for name in archive.files}
+        except Exception as error:  # (the bytes are the file's: any failure to parse them means "unreadable")
+            message = " ".join(str(error).split())  # (one line, of a bounded length)
+            message = message if len(message) <= 160 else message[:157] + "..."
+            raise ValueError(f"{head}cannot read {shown} as a .npz archive of arrays "
+                             f"({type(error).__name__}: {message})") from None
 
 
 class Linear(Module):

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .autograd import Tensor
-from .formats import _check_bool, _check_int, _described, _is_int
+from .formats import _check_bool, _check_int, _described, _is_int, _shown
 from .functional import _non_negative, _real
 
 __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "zero_grad"]
@@ -198,7 +198,7 @@ class Optimizer:
                 state[name] = np.array(value, dtype=example.dtype, copy=True)
             elif isinstance(example, (int, np.integer)):
                 if not _is_int(value):
-                    raise TypeError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {value!r}")
+                    raise TypeError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {_shown(value)}")
                 if value < 0:
                     raise ValueError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {value!r}")
                 state[name] = int(value)
@@ -281,7 +281,7 @@ class AdamW(Optimizer):
         super()._check(group)
         betas = group["betas"]
         if not isinstance(betas, (tuple, list)):
-            raise TypeError(f"AdamW: betas must be a pair of real numbers, got {betas!r}")
+            raise TypeError(f"AdamW: betas must be a pair of real numbers, got {_shown(betas)}")
         if len(betas) != 2 or not all(0.0 <= _real(b, "AdamW", "a beta") < 1.0 for b in betas):
             raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got {betas}")
         _non_negative(group["eps"], "AdamW", "eps")

@@ -136,11 +136,11 @@ import functools
 import json
 import math
 import os
+import reprlib
 import signal
 import sys
 import threading
 import time
-import zipfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn
@@ -149,10 +149,11 @@ import numpy as np
 
 from . import data as data_module
 from . import codec, fp8, fp8lm, mx, scaling
-from ._cli import SIGPIPE_STATUS, escape_unencodable_stdout, flush_stdout, silence_stdout
+from ._cli import SIGPIPE_STATUS, escape_unencodable_stdout, flush_stdout, one_line, silence_stdout
 from .autograd import no_grad
-from .formats import _check_bool
+from .formats import _check_bool, _check_int, _described, _is_real
 from .model import FAMILIES, GPT, GPTConfig
+from .nn import _read_npz
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
 __all__ = ["EXPERIMENTS", "FP8LM_RESULTS", "FP8LM_RUNS", "HEADLINE_CONFIG", "HEADLINE_RESULTS", "HEADLINE_RUNS",
@@ -329,7 +330,7 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (not the many-line usage) and exit with status 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see -h)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
 
 
 def build_parser(argument_default=None) -> argparse.ArgumentParser:
@@ -444,6 +445,10 @@ def _check_runs(fail: Callable[[str], NoReturn], runs: list[Run]) -> None:
     """What the flags guarantee of the runs, checked again for runs read from a config.json."""
     if not runs:  # (the flags always make one; a config.json may list none)
         fail("the list of runs is empty: there is nothing to train")
+    for run in runs:  # (a label looks the recipe's family up: check them first)
+        for name in ("recipe", "family"):
+            if not isinstance(getattr(run, name), str):
+                fail(f"run {asdict(run)}: {name} must be a str, got {type(getattr(run, name)).__name__}")
     labels = [run.label for run in runs]
     if len(set(labels)) != len(labels):
         fail(f"the runs {labels} list a run twice")
@@ -473,8 +478,11 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
         fail(f"--n-embd ({config.n_embd}) must be a multiple of --n-head ({config.n_head})")
     if config.fp8_allreduce < 0:
         fail(f"--fp8-allreduce must be >= 0 (0: off), got {config.fp8_allreduce}")
-    if config.mx_scale_mode not in mx.SCALE_MODES:  # (argparse's choices; a config.json is checked here)
-        fail(f"--mx-scale-mode must be one of {', '.join(mx.SCALE_MODES)}, got {config.mx_scale_mode!r}")
+    for f in fields(TrainConfig):  # (argparse's choices; a config.json is checked here)
+        value, choices = getattr(config, f.name), f.metadata.get("choices")
+        if choices is not None and value != f.default and value not in choices:
+            fail(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, got {value!r}")
+    _loss_scale(fail, config.loss_scale)  # (the runs hold it, checked by `_runs`; a config.json is checked here)
     if config.mx_scale_mode != TrainConfig.mx_scale_mode and all(run.recipe != "mxfp8" for run in runs):
         fail(f"--mx-scale-mode {config.mx_scale_mode} sets mxfp8's block scales, but no run is mxfp8: "
              f"{','.join(run.label for run in runs)}")
@@ -544,7 +552,18 @@ class LossScaler:
         return {"scale": self.scale, "clean_steps": self.clean_steps, "skipped": self.skipped}
 
     def load_state_dict(self, state: dict) -> None:
-        self.scale, self.clean_steps, self.skipped = float(state["scale"]), int(state["clean_steps"]), int(state["skipped"])
+        """Restore `state_dict`'s values: ``scale`` a finite number > 0 (an int or float, as JSON gives
+        it back), ``clean_steps`` and ``skipped`` ints >= 0; TypeError or ValueError for others."""
+        if not isinstance(state, dict):
+            raise TypeError(f"LossScaler.load_state_dict: state must be a dict, got {_described(state)}")
+        scale = state["scale"]
+        if not _is_real(scale):
+            raise TypeError(f"LossScaler.load_state_dict: scale must be a number, got {_described(scale)}")
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"LossScaler.load_state_dict: scale must be a finite number > 0, got {scale!r}")
+        clean_steps = _check_int(state["clean_steps"], "LossScaler.load_state_dict: clean_steps", minimum=0)
+        skipped = _check_int(state["skipped"], "LossScaler.load_state_dict: skipped", minimum=0)
+        self.scale, self.clean_steps, self.skipped = float(scale), clean_steps, skipped
 
 
 # ================================================================================================
@@ -972,41 +991,110 @@ def _load_checkpoint(path: Path, identity: dict, model, model_rng, state, optimi
         return _restore(path, identity, model, model_rng, state, optimizer, data_rng, scaler, gradients)
     except CheckpointError:
         raise
-    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError,
+            RecursionError) as error:
+        # (ValueError: also bytes that are not an .npz, `_read_npz`; RecursionError: JSON nested too deeply;
+        # OverflowError: an RNG state beyond 128 bits)
         message = " ".join(str(error).split())
         message = message if len(message) <= 160 else message[:157] + "..."
         raise CheckpointError(f"{path}: cannot resume from it ({type(error).__name__}: {message})") from None
 
 
+_METRICS_KINDS: dict[str, type | tuple[type, ...]] = {
+    "recipe": str, "family": str, "loss_scale_mode": str, "parameters": int, "train_loss": list, "val": list,
+    "cast_stats": list, "loss_scale": list, "fp8_grads": list, "memory": (dict, type(None)), "skipped_steps": int,
+    "time_s": (int, float), "diverged": (dict, type(None)), "finished": bool}
+"""What `_train` reads of a checkpoint's metrics, by key: the JSON types it must have (`_check_meta`)."""
+
+
+def _check_meta(meta, identity: dict) -> None:
+    """Check the JSON header of a checkpoint where `_train` reads it before anything checks it again:
+    a JSON object whose ``step`` is an int in [0, steps], whose ``metrics`` hold every key of
+    `_METRICS_KINDS` with its type, a ``train_loss`` of one number per step and ``val`` entries with
+    an int ``step`` and a number ``loss``, and whose ``optimizer`` holds a list of ``param_groups``
+    and a ``state`` object. TypeError or ValueError (`_load_checkpoint` reports them as
+    `CheckpointError`), naming what is wrong; the rest is checked where it is loaded."""
+    def kind(value) -> str:
+        return "null" if value is None else type(value).__name__
+
+    if not isinstance(meta, dict):
+        raise TypeError(f"the header (meta) must be a JSON object, got {kind(meta)}")
+    steps = identity["config"]["steps"]
+    step = meta.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise TypeError(f"the header's step must be an int, got {type(step).__name__} {step!r}")
+    if not 0 <= step <= steps:
+        raise ValueError(f"the header's step must be in [0, {steps}] (--steps), got {step}")
+    metrics = meta.get("metrics")
+    if not isinstance(metrics, dict):
+        raise TypeError(f"the header's metrics must be a JSON object, got {kind(metrics)}")
+    for key, kinds in _METRICS_KINDS.items():
+        if key not in metrics:
+            raise ValueError(f"the header's metrics lack {key!r}")
+        value = metrics[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool):
+            names = " or ".join("null" if kind_ is type(None) else kind_.__name__
+                                for kind_ in (kinds if isinstance(kinds, tuple) else (kinds,)))
+            raise TypeError(f"the header's metrics[{key!r}] must be {names}, got {kind(value)}")
+    losses = metrics["train_loss"]
+    if len(losses) != step or not all(isinstance(loss, (int, float)) and not isinstance(loss, bool)
+                                      for loss in losses):
+        raise ValueError(f"the header's metrics['train_loss'] must hold one number per step done ({step}), got "
+                         f"{reprlib.repr(losses)}")
+    for entry in metrics["val"]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("step"), int) and not isinstance(entry["step"], bool)
+                and isinstance(entry.get("loss"), (int, float)) and not isinstance(entry["loss"], bool)):
+            raise ValueError(f"the header's metrics['val'] entries must be objects with an int step and a number "
+                             f"loss, got {reprlib.repr(entry)}")
+    if metrics["diverged"] is not None and not (isinstance(metrics["diverged"].get("step"), int)
+                                                and isinstance(metrics["diverged"].get("message"), str)):
+        raise ValueError(f"the header's metrics['diverged'] must be null or an object with an int step and a "
+                         f"message, got {reprlib.repr(metrics['diverged'])}")
+    final = metrics.get("final")  # (the summary of a finished run; recomputed where absent)
+    if final is not None and not (isinstance(final, dict) and all(
+            value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+            for value in final.values())):
+        raise ValueError(f"the header's metrics['final'] must be an object of numbers, got {reprlib.repr(final)}")
+    if metrics["finished"] and step != steps:
+        raise ValueError(f"the header's metrics say the run finished, but its step is {step}, not {steps}")
+    optimizer = meta.get("optimizer")
+    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("param_groups"), list)
+            and isinstance(optimizer.get("state"), dict)):
+        raise TypeError(f"the header's optimizer must be an object with a list of param_groups and a state "
+                        f"object, got {reprlib.repr(optimizer)}")
+
+
 def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, data_rng, scaler, gradients):
-    # (the file is opened here: np.load leaves its own handle open when the zip inside is broken)
-    with open(path, "rb") as file, np.load(file, allow_pickle=False) as archive:
-        meta = json.loads(str(archive["meta"]))
-        saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)
-        # a flag added since a checkpoint was written had its default there
-        defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in _SESSION_FLAGS}
-        saved = {**saved, "config": {**defaults, **saved["config"]}}
-        recorded = saved.get("data_sha256")  # (None in checkpoints older than it)
-        if recorded is not None and recorded != identity["data_sha256"]:
-            raise CheckpointError(f"{path} was trained on another text (SHA-256 {str(recorded)[:16]}..., the "
-                                  f"text now {identity['data_sha256'][:16]}...); start afresh without --resume")
-        differing = sorted({key for part in ("config", "run") for key in {*saved[part], *identity[part]}
-                            if saved[part].get(key) != identity[part].get(key)})
-        if differing:
-            raise CheckpointError(f"{path} was written by another config or run (it differs in "
-                                  f"{', '.join(differing)}); start afresh without --resume")
-        model.load_state_dict({key[len("model."):]: archive[key] for key in archive.files if key.startswith("model.")})
-        fp8_state = {key[len("fp8."):]: archive[key] for key in archive.files if key.startswith("fp8.")}
-        for name, value in state.options.items():  # (checkpoints of earlier versions hold no options:
-            fp8_state.setdefault(f"options.{name}", np.array(value))  # the identity above compared them)
-        state.load_state_dict(fp8_state)
-        optimizer_state = {**meta["optimizer"], "state": {}}
-        for index, entries in meta["optimizer"]["state"].items():
-            optimizer_state["state"][int(index)] = dict(entries)
-        for key in archive.files:
-            if key.startswith("optimizer."):
-                _, index, name = key.split(".", 2)
-                optimizer_state["state"][int(index)][name] = archive[key]
+    archive = _read_npz(path, None)  # (every array at once; ValueError for bytes that are not an .npz)
+    if "meta" not in archive:
+        raise KeyError("the archive holds no meta (the JSON header)")
+    meta = json.loads(str(archive["meta"]))
+    _check_meta(meta, identity)
+    saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)
+    # a flag added since a checkpoint was written had its default there
+    defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in _SESSION_FLAGS}
+    saved = {**saved, "config": {**defaults, **saved["config"]}}
+    recorded = saved.get("data_sha256")  # (None in checkpoints older than it)
+    if recorded is not None and recorded != identity["data_sha256"]:
+        raise CheckpointError(f"{path} was trained on another text (SHA-256 {str(recorded)[:16]}..., the "
+                              f"text now {identity['data_sha256'][:16]}...); start afresh without --resume")
+    differing = sorted({key for part in ("config", "run") for key in {*saved[part], *identity[part]}
+                        if saved[part].get(key) != identity[part].get(key)})
+    if differing:
+        raise CheckpointError(f"{path} was written by another config or run (it differs in "
+                              f"{', '.join(differing)}); start afresh without --resume")
+    model.load_state_dict({key[len("model."):]: archive[key] for key in archive if key.startswith("model.")})
+    fp8_state = {key[len("fp8."):]: archive[key] for key in archive if key.startswith("fp8.")}
+    for name, value in state.options.items():  # (checkpoints of earlier versions hold no options:
+        fp8_state.setdefault(f"options.{name}", np.array(value))  # the identity above compared them)
+    state.load_state_dict(fp8_state)
+    optimizer_state = {**meta["optimizer"], "state": {}}
+    for index, entries in meta["optimizer"]["state"].items():
+        optimizer_state["state"][int(index)] = dict(entries)
+    for key in archive:
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            optimizer_state["state"][int(index)][name] = archive[key]
     for group in optimizer_state["param_groups"]:
         group["betas"] = tuple(group["betas"])
     optimizer.load_state_dict(optimizer_state)
@@ -1124,8 +1212,31 @@ def headline_results(document: dict, every: int = 10) -> dict:
 def load_results(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None) -> dict:
     """A results document: the committed headline results by default, or a ``metrics.json`` or
     `FP8LM_RESULTS`."""
-    with open(HEADLINE_RESULTS if path is None else path, encoding="utf-8") as file:
-        return json.load(file)
+    return _load_json_object(HEADLINE_RESULTS if path is None else path)
+
+
+def _load_json_object(path: str | os.PathLike[str] | os.PathLike[bytes]) -> dict:
+    """The JSON object in the file at ``path`` (`load_results`, `minifp8.bench.load_speed_results`).
+
+    Raises OSError where the file cannot be read (FileNotFoundError, IsADirectoryError, ...), and
+    ValueError, naming the file, where it is not UTF-8, not JSON, JSON nested too deeply for
+    Python's parser (which would raise RecursionError) or JSON whose top level is not an object.
+    """
+    shown = os.fsdecode(os.fspath(path))
+    with open(path, "rb") as file:
+        raw = file.read()
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{shown}: not a UTF-8 JSON file (invalid byte 0x{raw[error.start]:02X} at offset "
+                         f"{error.start})") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{shown}: not a JSON file ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{shown}: its JSON is nested too deeply to read") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{shown}: expected a JSON object at the top level, got {type(document).__name__}")
+    return document
 
 
 # ================================================================================================
@@ -1202,14 +1313,29 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
     recorded: directories older than them) saved in ``resume_dir`` (its ``config.json``, checked as
     the flags are), and a check that its checkpoints are those of these runs. Raises OSError,
     ValueError or TypeError."""
-    saved = json.loads((resume_dir / "config.json").read_text(encoding="utf-8"))
+    try:
+        saved = json.loads((resume_dir / "config.json").read_text(encoding="utf-8"))
+    except RecursionError:  # (json's own error for arrays or objects nested thousands deep)
+        raise ValueError("config.json: its JSON is nested too deeply to read") from None
+    if not (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("runs"), list)):
+        got = (f"config {type(saved.get('config')).__name__} and runs {type(saved.get('runs')).__name__}"
+               if isinstance(saved, dict) else type(saved).__name__)
+        raise TypeError(f"config.json must be a JSON object with a config object and a list of runs, got {got}")
     values = {**saved["config"], "resume": str(resume_dir), "stop_after": stop_after, "out": str(resume_dir)}
     for f in fields(TrainConfig):
         value, kinds = values.get(f.name, f.default), str(f.type).split(" | ")
         if (not isinstance(value, tuple(python_type for kind in kinds for python_type in _JSON_TYPES[kind]))
                 or isinstance(value, bool) and "bool" not in kinds):
             raise TypeError(f"config.json: {f.name} must be {' or '.join(kinds)}, got {value!r}")
+    unknown = sorted(set(values) - {f.name for f in fields(TrainConfig)})
+    if unknown:  # (repr: a key may hold a newline)
+        raise ValueError(f"config.json: unknown config keys {unknown}")
     config = TrainConfig(**values)
+    run_keys = {f.name for f in fields(Run)}
+    for run in saved["runs"]:
+        if not isinstance(run, dict) or not {"recipe", "family"} <= set(run) <= run_keys:
+            raise ValueError(f"config.json: each run must be an object with a recipe, a family and no keys but "
+                             f"{', '.join(sorted(run_keys))}, got {reprlib.repr(run)}")
     runs = [Run(**run) for run in saved["runs"]]
 
     def fail(message: str) -> NoReturn:
@@ -1240,7 +1366,7 @@ def _holds_earlier_run(out: Path) -> bool:
     """Whether ``out/config.json`` is one that train_tiny wrote: a JSON object with a config and a list of runs."""
     try:
         saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (RecursionError: JSON nested too deeply)
         return False
     return (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("runs"), list)
             and {"recipe", "steps"} <= set(saved["config"]))
