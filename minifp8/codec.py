@@ -171,9 +171,9 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
     Parameters
     ----------
     x : array_like
-        float16, float32, float64 or integer values (|int| <= 2**53), any shape, views included.
+        float16, float32, float64 or integer values (|int| <= ``2**53``), any shape, views included.
         float64 is rounded once, exactly (no double rounding through float32). ml_dtypes floats
-        (bfloat16, float8_*, float6_*, float4_*) are taken as their float32 values, which are
+        (bfloat16, ``float8_*``, ``float6_*``, ``float4_*``) are taken as their float32 values, which are
         exact: the codes are those of ``x.astype(np.float32)``; ml_dtypes' int4, uint4, int2, ...
         are integers. Anything that is not an ndarray (a Python scalar, a list) is converted by
         ``np.asarray`` first, so NumPy picks one dtype for all of it: ``[True, 0.5]`` becomes

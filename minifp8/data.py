@@ -53,8 +53,8 @@ API
 - `Dataset` and `load_dataset`: train/val token arrays and random ``(x, y)`` batches.
 - `answer_accuracy` and `answer_mask`: teacher-forced task accuracy on answers.
 
-Example
--------
+Examples
+--------
 >>> import numpy as np
 >>> from minifp8.data import load_dataset
 >>> data = load_dataset()                      # the arithmetic corpus, seed 0
@@ -360,7 +360,7 @@ class Dataset:
     text_sha256 : str
         The SHA-256 (hex) of the training text then the validation text, in UTF-8 (lone surrogates
         passed through): for `load_dataset` of a file, its text as `load_text` reads it (no
-        byte-order mark, ``\n`` line ends), so for a file already so what ``sha256sum FILE``
+        byte-order mark, ``\\n`` line ends), so for a file already so what ``sha256sum FILE``
         prints; for the arithmetic corpus, the text generated from its seed. ``train_tiny`` records
         it, so that ``--resume`` refuses to continue on another text.
     """

@@ -1013,11 +1013,11 @@ def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None
 
 # ---- slices on threads -------------------------------------------------------------------------
 CAST_THREADS = min(4, os.cpu_count() or 1)
-"""Threads that cast a tensor of more than ``_CHUNK_ELEMENTS`` (2**18) elements, cut into slabs of
+"""Threads that cast a tensor of more than ``_CHUNK_ELEMENTS`` (``2**18``) elements, cut into slabs of
 about that many: an int >= 1 (1 for a single thread), by default the machine's CPU count, at most
-4. A tensor of up to 2**18 elements is cast whole on the calling thread. In ``train_tiny``'s default
+4. A tensor of up to ``2**18`` elements is cast whole on the calling thread. In ``train_tiny``'s default
 model (n_embd 64) that is every tensor (the largest, its GELU outputs and MLP gradients, hold
-exactly 2**18); at n_embd 128 its GELU outputs and the output gradients of its MLP's first linear
+exactly ``2**18``); at n_embd 128 its GELU outputs and the output gradients of its MLP's first linear
 and its q, k, v projection are split, and in ``bench fp8``'s block 12 of a step's 16 casts. NumPy
 releases the GIL inside its loops, so the slabs can run in parallel. Each writes its own part of
 the output, so the results are the same for any number of threads. Tutorial 9's threading

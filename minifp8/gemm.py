@@ -109,7 +109,7 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
         codes (int64: convert with ``.astype(np.uint8)``).
     ValueError
         For a layout that does not tile the operand, a scale with too many significant bits, or one
-        that takes the operand's values outside [2**-500, 2**500].
+        that takes the operand's values outside [``2**-500``, ``2**500``].
     """
     fmt = formats.get(fmt)
     decoded = _decoded_operand(codes, fmt, "codes")
@@ -215,7 +215,7 @@ def reference_matmul(a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike
 
     and ``error_bound`` is that bound with the computed ``magnitude`` (divided by ``1 - gamma_K``,
     which makes it an upper bound on the exact sum). The bound assumes no underflow and no overflow:
-    dequantised magnitudes within [2**-500, 2**500] and K <= 2**22 guarantee it. A NaN in an operand
+    dequantised magnitudes within [``2**-500``, ``2**500``] and K <= ``2**22`` guarantee it. A NaN in an operand
     (a NaN code, or MX's NaN scale) gives NaN in every output it enters; Inf gives Inf, or NaN for
     ``Inf * 0`` and ``Inf - Inf``, as IEEE arithmetic does (decided here exactly, not by BLAS).
 
@@ -579,7 +579,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
                   + reference.error_bound                                the reference's own
 
     ``acc = gamma_(K+3)(u_acc)``, Higham's ``gamma_n = n u / (1 - n u)`` with ``u_acc = 2**-p`` for
-    an accumulator of p significand bits (2**-24 for float32), rounding to nearest: each product
+    an accumulator of p significand bits (``2**-24`` for float32), rounding to nearest: each product
     passes through at most K + 3 roundings, the K - 1 additions of its dot product, the
     dequantisation of its two operands (or the two scale multiplications of a block's partial sum)
     and the product itself, and one epilogue scale (NVFP4's tensor scales). With ``promote_every=n``
@@ -594,9 +594,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     times one scale) that rounds into the subnormals errs by up to ``s_acc / 2``, and the rest of its
     term multiplies that error (`_carried_underflow` derives it). The bound assumes the kernel's
     intermediates do not overflow its accumulator: a dequantised value or scale product beyond
-    float32's range (E8M0 scale 2**127 times 448) gives Inf or NaN in a float32 kernel that forms it,
+    float32's range (E8M0 scale ``2**127`` times 448) gives Inf or NaN in a float32 kernel that forms it,
     and such an output is reported. ``u_out`` is the output type's unit
-    roundoff (2**-24, 2**-8 for bfloat16, 2**-11 for float16), ``s_out`` its subnormal spacing.
+    roundoff (``2**-24``, ``2**-8`` for bfloat16, ``2**-11`` for float16), ``s_out`` its subnormal spacing.
 
     Outputs agree when within tolerance; NaN where the reference is NaN, the same Inf where it is
     Inf; and the Inf of its sign where the reference, within tolerance, reaches the output type's
@@ -606,12 +606,12 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     is NaN or Inf, otherwise), ``sign`` (the output is the negated reference), ``other``.
 
     Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
-    2**26 and something disagrees): the output matches the product with a scale array applied
+    ``2**26`` and something disagrees): the output matches the product with a scale array applied
     twice, omitted (all ones) or inverted, read in transposed (column-major) order, transposed as
     the layout (``scales.T``, where its shape differs and tiles the operand: scales applied along
     the wrong axis), or shifted by one block along an axis (wrapping round, or keeping the last
     block's own); or the product without one K block (block sizes from the scale layouts, and 16,
-    32, 64, 128, 256); or the product with one scale alone times 2**e, e = -2, -1, 1 or 2 (tried
+    32, 64, 128, 256); or the product with one scale alone times ``2**e``, e = -2, -1, 1 or 2 (tried
     where one block row of A, or one block column of B, holds every mismatched output); or the
     reference transposed; or, when nothing above matched, every mismatched output is the reference
     times one factor (a power of two is named as one), or the errors fit a narrower accumulator

@@ -27,8 +27,8 @@ logits, and the attention and MLP modules of both families (here, and `minifp8.u
 names: identity ops that record scales inside a `minifp8.fp8.ScaleTracker` and cost nothing
 outside one.
 
-Example
--------
+Examples
+--------
 >>> import numpy as np
 >>> from minifp8.model import GPT, GPTConfig
 >>> config = GPTConfig(vocab_size=14, block_size=16, n_layer=2, n_head=2, n_embd=32, family="unit")

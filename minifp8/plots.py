@@ -1,6 +1,6 @@
 """Figures for the tutorials and the command line, one function per figure.
 
-Every figure function returns a :class:`matplotlib.figure.Figure` built with the object-oriented
+Every figure function returns a ``matplotlib.figure.Figure`` built with the object-oriented
 API (no ``pyplot``; `gpt_cast_scales` returns the data one of them draws), so it uses no global
 figure state and needs no display: save it with ``fig.savefig("name.svg")`` or show it in a
 notebook. The tutorials site renders these functions at build time (``tutorials/_hooks/figures.py``).
@@ -107,7 +107,7 @@ def value_grid(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4M3",
     Parameters
     ----------
     names : str or sequence of str
-        One format name, or several (see :func:`minifp8.formats.get`).
+        One format name, or several (see `minifp8.formats.get`).
 
     Returns
     -------
@@ -410,10 +410,10 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     one current scale for the whole tensor, MXFP8 (E4M3), MXFP6 (E2M3), MXFP4 (E2M1) and NVFP4.
 
     A per-tensor scale serves the rows near the amax and flushes the rows below it ever more (with
-    the defaults: 37% of a row's values at 2**-16, 96% at 2**-18, all but one of the 2048 at
-    2**-19, and all of them from 2**-19.5 down).
+    the defaults: 37% of a row's values at ``2**-16``, 96% at ``2**-18``, all but one of the 2048 at
+    ``2**-19``, and all of them from ``2**-19.5`` down).
     MX block scales (E8M0, any power of two) keep every row at its format's SNR. NVFP4 shares one
-    float32 scale per tensor and E4M3 block scales, which cover about 2**17 below the amax.
+    float32 scale per tensor and E4M3 block scales, which cover about ``2**17`` below the amax.
 
     ``rows`` and ``columns`` are at least 1, ``low_exponent`` from -126 to -1.
 

@@ -398,7 +398,7 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
         refused: convert codes with ``.astype(np.uint8)``.
     x : array_like
         The inputs the backend was given: float16, float32 or float64, or an ml_dtypes float
-        (bfloat16, float8_*, float6_*, float4_*), read as its float32 values (exact; the report is
+        (bfloat16, ``float8_*``, ``float6_*``, ``float4_*``), read as its float32 values (exact; the report is
         that for ``x.astype(np.float32)``). Integers are refused.
     fmt : FloatFormat or str
     nan : {"exact", "class"}

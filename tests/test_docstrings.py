@@ -383,3 +383,104 @@ def test_no_fenced_python_in_docstrings():
               for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
               if re.match(r"^\s*(```|~~~)\s*(python|py|pycon)\s*$", line)]
     assert not fenced, fenced
+
+
+# ---- markup, as the API reference renders it -------------------------------------------------------
+# mkdocstrings renders each docstring as Markdown (its numpy sections become tables), so markup from
+# reStructuredText or plain text that Markdown reads otherwise shows up garbled on the API page.
+
+SPHINX_ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|obj|ref|exc):`")
+# Outside a code span, "2**-9" or "x**2" opens bold and "float8_*" opens italics, and Markdown then
+# eats the stars up to the next ones in the paragraph. (Bold meant as bold opens after a space and
+# closes before one: "**not**".)
+EATEN_BOLD = re.compile(r"(?<=[\w)\]])\*\*(?=[-+\w(])")
+EATEN_ITALIC = re.compile(r"(?<=_)\*")
+CODE_SPAN = re.compile(r"(`+).+?\1", re.S)
+# A one-backslash \n, \r or \t in a docstring that is not a raw string is a real line break or tab in
+# its text, which splits a code span such as ``"\n"`` and breaks the section around it.
+ESCAPED_CONTROL = re.compile(r"(?<!\\)(?:\\\\)*\\[nrt]")
+
+
+def rendered_docstrings():
+    """(where, docstring node's source text, docstring) for every docstring the API reference shows:
+    those of the public modules and of their public classes, functions, methods and attributes
+    (mkdocs.yml's mkdocstrings filters leave out names that start with an underscore)."""
+    def walk(node, path, public):
+        body = getattr(node, "body", None)
+        if public and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            yield f"{path.name}:{body[0].lineno} ({getattr(node, 'name', 'module')})", body[0].value
+        if isinstance(node, (ast.Module, ast.ClassDef)):  # (a function's nested definitions are not shown)
+            for child, after in zip(body, body[1:] + [None]):
+                if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield from walk(child, path, public and not child.name.startswith("_"))
+                # an attribute's docstring: a string right after its assignment (`name = ...`)
+                target = child.target if isinstance(child, ast.AnnAssign) else \
+                    child.targets[0] if isinstance(child, ast.Assign) and len(child.targets) == 1 else None
+                if public and isinstance(target, ast.Name) and not target.id.startswith("_") \
+                        and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+                        and isinstance(after.value.value, str):
+                    yield f"{path.name}:{after.lineno} ({target.id})", after.value
+
+    for path in sorted(PACKAGE_DIR.glob("*.py")):
+        if path.stem.startswith("_") and path.stem != "__init__":
+            continue
+        source = path.read_text(encoding="utf-8")
+        for where, constant in walk(ast.parse(source), path, True):
+            yield where, ast.get_source_segment(source, constant), constant.value
+
+
+def markup_problems(source_text: str, docstring: str) -> list[str]:
+    """What the API page would show garbled, in one docstring."""
+    problems = []
+    text = inspect.cleandoc(docstring)
+    if SPHINX_ROLE.search(text):
+        problems.append(f"a Sphinx role, shown literally: {SPHINX_ROLE.search(text).group(0)}")
+    prose = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith((">>>", "...")))
+    for paragraph in re.split(r"\n\s*\n", CODE_SPAN.sub("code", prose)):
+        for eaten, closing in ((EATEN_BOLD, "**"), (EATEN_ITALIC, "*")):
+            match = eaten.search(paragraph)
+            if match and closing in paragraph[match.end():]:
+                problems.append(f"stars that Markdown pairs up as emphasis (put the expression in backticks): "
+                                f"{paragraph[max(match.start() - 12, 0):match.end() + 12]!r}")
+    if source_text.lstrip()[:1] not in "rR" and ESCAPED_CONTROL.search(source_text):
+        problems.append(f"a one-backslash escape in a non-raw docstring (a real line break or tab in the text; "
+                        f"write it with two backslashes): {ESCAPED_CONTROL.search(source_text).group(0)}")
+    examples = re.search(r"^Examples\n-+$", text, re.M)
+    if re.search(r"^\s*>>>", text[:examples.start() if examples else len(text)], re.M):
+        problems.append("a '>>>' example outside an 'Examples' section (Markdown shows it as nested quotes)")
+    if re.search(r"^Example\n-+$", text, re.M):
+        problems.append("an 'Example' section: numpy style (and mkdocstrings) reads 'Examples'")
+    return problems
+
+
+def test_docstrings_render_as_written():
+    problems = [f"{where}: {problem}" for where, source_text, docstring in rendered_docstrings()
+                for problem in markup_problems(source_text, docstring)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source_text, caught", [
+    ('"""See :func:`encode`."""', "Sphinx role"),
+    ('"""Values 2**-9 to 2**8."""', "stars"),
+    ('"""From 2**-9, **not** rounded."""', "stars"),
+    ('"""Inputs (float8_*, float6_*) taken as float32."""', "stars"),
+    ('"""Lines end with ``\\n``."""', "one-backslash"),
+    ('"""Summary.\n\nExample\n-------\n>>> 1\n1\n"""', "'Example'"),
+    ('"""Summary.\n\n>>> 1\n1\n"""', "outside an 'Examples' section"),
+])
+def test_markup_check_catches_a_planted_problem(source_text, caught):
+    docstring = ast.literal_eval(source_text)
+    assert any(caught in problem for problem in markup_problems(source_text, docstring))
+
+
+@pytest.mark.parametrize("source_text", [
+    '"""Values ``2**-9`` to ``2**8``; **not** saturating; *exact*."""',
+    'r"""Lines end with ``\\n``."""',
+    '"""Lines end with ``\\\\n``."""',
+    '"""x ** 2, and f(**kwargs)."""',
+    '"""Summary.\n\nExamples\n--------\n>>> 1\n1\n"""',
+    '"""Below 2**53.\n\nA **bold** word."""',
+])
+def test_markup_check_passes_what_renders(source_text):
+    assert markup_problems(source_text, ast.literal_eval(source_text)) == []

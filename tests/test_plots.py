@@ -453,9 +453,9 @@ def test_block_scaling_snr_docstring_states_the_flushed_fractions_of_its_default
     row = {float(e): int(count) for e, count in zip(exponents, flushed)}
     assert all(row[e] == columns for e in exponents if e <= -19.5) and 0 < columns - row[-19.0] < columns
     kept = columns - row[-19.0]
-    stated = (f"the defaults: {100 * row[-16.0] / columns:.0f}% of a row's values at 2**-16, "
-              f"{100 * row[-18.0] / columns:.0f}% at 2**-18, all but {'one' if kept == 1 else kept} of the {columns} "
-              "at 2**-19, and all of them from 2**-19.5 down")
+    stated = (f"the defaults: {100 * row[-16.0] / columns:.0f}% of a row's values at ``2**-16``, "
+              f"{100 * row[-18.0] / columns:.0f}% at ``2**-18``, all but {'one' if kept == 1 else kept} of the "
+              f"{columns} at ``2**-19``, and all of them from ``2**-19.5`` down")
     assert stated in " ".join(plots.block_scaling_snr.__doc__.split())
 
 
