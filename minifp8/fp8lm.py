@@ -129,7 +129,8 @@ __all__ = [
 DEFAULT_THRESHOLD = 1e-5   # FP8-LM section 2.1: 0.001 % of the values at the FP8 max
 DEFAULT_WINDOW = 1000      # FP8-LM section 2.1: mu doubles over 1,000 steps
 MAX_FACTOR_LOG2 = 256      # mu stops growing at 2**256 (AutoScale)
-_MIN_FACTOR_LOG2 = -1074   # the least mu a saved state may hold: 2**-1074, the smallest positive float64
+_MIN_FACTOR_LOG2 = -29     # the least mu a saved state may hold: a worker scale mu * 2**k has k >= -120
+                           # (AutoScale), and 2**-29 * 2**-120 is float32's smallest subnormal
 FLOAT16_MAX = 65504.0
 FP32_ADAMW_BYTES = 16      # weight + gradient + two moments, 4 bytes each
 STORAGE_KINDS = ("E4M3", "E5M2", "float16", "float32")
@@ -666,10 +667,10 @@ class FP8Gradients:
             if exponent > MAX_FACTOR_LOG2 * self.window:
                 raise ValueError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be at most "
                                  f"{MAX_FACTOR_LOG2 * self.window} (mu <= 2**{MAX_FACTOR_LOG2}), got {exponent}")
-            if exponent < _MIN_FACTOR_LOG2 * self.window:  # (mu would be 0.0, and the next reduce refuse it)
+            if exponent < _MIN_FACTOR_LOG2 * self.window:  # (a smaller mu can make a worker scale 0 in reduce)
                 raise ValueError(f"FP8Gradients.load_state_dict: exponent of {name!r} must be at least "
-                                 f"{_MIN_FACTOR_LOG2 * self.window} (mu >= 2**{_MIN_FACTOR_LOG2}, the smallest "
-                                 f"positive float), got {exponent}")
+                                 f"{_MIN_FACTOR_LOG2 * self.window} (mu >= 2**{_MIN_FACTOR_LOG2}, so that every "
+                                 f"worker scale mu * 2**k is a float32 > 0), got {exponent}")
         for name, exponent in exponents.items():
             self.auto_scales[name].exponent = int(exponent)
 

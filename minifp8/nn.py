@@ -21,7 +21,7 @@ import math
 import os
 import zipfile
 from collections import OrderedDict
-from typing import Any, Callable, Iterator, Mapping
+from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -199,8 +199,8 @@ class Module:
             with default_dtype(p.data.dtype):  # (a module keeps its dtype: float64 under gradcheck)
                 p.data = np.array(arrays[name], dtype=p.data.dtype, copy=True)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to an uncompressed ``.npz`` file at ``path`` exactly.
+    def save(self, path: str | os.PathLike | BinaryIO) -> None:
+        """Write ``state_dict()`` to an uncompressed ``.npz`` file at ``path`` (or a binary file object) exactly.
 
         The archive is the one ``np.savez`` writes (a zip of one ``<name>.npy`` per parameter, each
         written by ``np.lib.format.write_array``), built here because ``np.savez`` would add ``.npz`` to
@@ -213,8 +213,8 @@ class Module:
                 with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
                     np.lib.format.write_array(member, array, allow_pickle=False)
 
-    def load(self, path: str | os.PathLike) -> None:
-        """Read a ``.npz`` written by `save` and ``load_state_dict`` it.
+    def load(self, path: str | os.PathLike | BinaryIO) -> None:
+        """Read a ``.npz`` written by `save` (a path or a binary file object) and ``load_state_dict`` it.
 
         Raises OSError where the file cannot be opened (FileNotFoundError, ...), ValueError (naming
         the file) where it is not a readable ``.npz`` archive of arrays (`_read_npz`), and
@@ -230,9 +230,10 @@ class Module:
         return "\n".join(lines) + ")"  # (no children: "Name()")
 
 
-def _read_npz(path: str | os.PathLike, owner: str | None) -> dict[str, np.ndarray]:
+def _read_npz(path: str | os.PathLike | BinaryIO, owner: str | None) -> dict[str, np.ndarray]:
     """Every array of the ``.npz`` archive at ``path`` (read at once), for `Module.load` and
-    train_tiny's checkpoints.
+    train_tiny's checkpoints. ``path`` may also be a binary file object open for reading (what
+    `Module.save` also writes to), read from its current position.
 
     OSError where the file cannot be opened; ValueError, naming ``owner`` and the file (neither for an
     ``owner`` of None, whose caller names them), where its bytes are not a ``.npz`` archive of arrays:
@@ -240,23 +241,30 @@ def _read_npz(path: str | os.PathLike, owner: str | None) -> dict[str, np.ndarra
     exception types between them (BadZipFile, EOFError, NotImplementedError for an unknown
     compression method, RuntimeError for a member marked encrypted, zlib.error, tokenize.TokenError
     for an ``.npy`` header that is not a Python literal, and ValueError for object arrays, which are
-    refused: no pickles).
+    refused: no pickles). A MemoryError stays one.
     """
-    head, shown = (f"{owner}: ", os.fsdecode(os.fspath(path))) if owner is not None else ("", "the file")
-    # (the file is opened here: np.load leaves its own handle open when the zip inside is broken)
-    with open(path, "rb") as file:
+    def read(file: IO[bytes], head: str, shown: str) -> dict[str, np.ndarray]:
+        start = file.tell()
         if file.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):  # (a zip's first record; an empty zip's)
-            raise ValueError(f"{head}{shown} is not a .npz archive: it does not start "
-                             f"as a zip file does")
-        file.seek(0)
+            raise ValueError(f"{head}{shown} is not a .npz archive: it does not start as a zip file does")
+        file.seek(start)
         try:
             with np.load(file, allow_pickle=False) as archive:
                 return {name: archive[name] for name in archive.files}
-        except Exception as error:  # (the bytes are the file's: any failure to parse them means "unreadable")
+        except MemoryError:
+            raise
+        except Exception as error:  # (the bytes are the file's: any other failure to parse them means "unreadable")
             message = " ".join(str(error).split())  # (one line, of a bounded length)
             message = message if len(message) <= 160 else message[:157] + "..."
             raise ValueError(f"{head}cannot read {shown} as a .npz archive of arrays "
                              f"({type(error).__name__}: {message})") from None
+
+    head = f"{owner}: " if owner is not None else ""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        # (opened here: np.load leaves its own handle open when the zip inside is broken)
+        with open(path, "rb") as file:
+            return read(file, head, os.fsdecode(os.fspath(path)) if owner is not None else "the file")
+    return read(path, head, "the file object" if owner is not None else "the file")
 
 
 class Linear(Module):

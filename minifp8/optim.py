@@ -283,7 +283,7 @@ class AdamW(Optimizer):
         if not isinstance(betas, (tuple, list)):
             raise TypeError(f"AdamW: betas must be a pair of real numbers, got {_shown(betas)}")
         if len(betas) != 2 or not all(0.0 <= _real(b, "AdamW", "a beta") < 1.0 for b in betas):
-            raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got {betas}")
+            raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got {_shown(betas)}")
         _non_negative(group["eps"], "AdamW", "eps")
 
     def _init_state(self, p: Tensor, state: dict) -> None:

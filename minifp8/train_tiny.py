@@ -553,7 +553,8 @@ class LossScaler:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`'s values: ``scale`` a finite number > 0 (an int or float, as JSON gives
-        it back), ``clean_steps`` and ``skipped`` ints >= 0; TypeError or ValueError for others."""
+        it back), ``clean_steps`` and ``skipped`` ints >= 0; KeyError for a missing one, TypeError or
+        ValueError for others."""
         if not isinstance(state, dict):
             raise TypeError(f"LossScaler.load_state_dict: state must be a dict, got {_described(state)}")
         scale = state["scale"]
@@ -1010,12 +1011,20 @@ _METRICS_KINDS: dict[str, type | tuple[type, ...]] = {
 def _check_meta(meta, identity: dict) -> None:
     """Check the JSON header of a checkpoint where `_train` reads it before anything checks it again:
     a JSON object whose ``step`` is an int in [0, steps], whose ``metrics`` hold every key of
-    `_METRICS_KINDS` with its type, a ``train_loss`` of one number per step and ``val`` entries with
-    an int ``step`` and a number ``loss``, and whose ``optimizer`` holds a list of ``param_groups``
-    and a ``state`` object. TypeError or ValueError (`_load_checkpoint` reports them as
-    `CheckpointError`), naming what is wrong; the rest is checked where it is loaded."""
+    `_METRICS_KINDS` with its type, a ``train_loss`` of one number per step, ``val``, ``cast_stats``,
+    ``loss_scale`` and ``fp8_grads`` entries that are objects with an int ``step`` (``val``'s with a
+    number ``loss``), a ``time_s`` >= 0, a ``final`` summary (where present) of numbers, and whose
+    ``optimizer`` holds a list of ``param_groups`` and a ``state`` object. TypeError or ValueError
+    (`_load_checkpoint` reports them as `CheckpointError`), naming what is wrong; the arrays and the
+    optimizer's and scalers' states are checked where they are loaded."""
     def kind(value) -> str:
         return "null" if value is None else type(value).__name__
+
+    def is_int(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def is_number(value) -> bool:  # (NaN and Infinity too: json.dumps writes a diverged run's losses)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     if not isinstance(meta, dict):
         raise TypeError(f"the header (meta) must be a JSON object, got {kind(meta)}")
@@ -1037,24 +1046,27 @@ def _check_meta(meta, identity: dict) -> None:
                                 for kind_ in (kinds if isinstance(kinds, tuple) else (kinds,)))
             raise TypeError(f"the header's metrics[{key!r}] must be {names}, got {kind(value)}")
     losses = metrics["train_loss"]
-    if len(losses) != step or not all(isinstance(loss, (int, float)) and not isinstance(loss, bool)
-                                      for loss in losses):
+    if len(losses) != step or not all(is_number(loss) for loss in losses):
         raise ValueError(f"the header's metrics['train_loss'] must hold one number per step done ({step}), got "
                          f"{reprlib.repr(losses)}")
-    for entry in metrics["val"]:
-        if not (isinstance(entry, dict) and isinstance(entry.get("step"), int) and not isinstance(entry["step"], bool)
-                and isinstance(entry.get("loss"), (int, float)) and not isinstance(entry["loss"], bool)):
-            raise ValueError(f"the header's metrics['val'] entries must be objects with an int step and a number "
-                             f"loss, got {reprlib.repr(entry)}")
-    if metrics["diverged"] is not None and not (isinstance(metrics["diverged"].get("step"), int)
-                                                and isinstance(metrics["diverged"].get("message"), str)):
+    for key in ("val", "cast_stats", "loss_scale", "fp8_grads"):
+        for entry in metrics[key]:
+            if not (isinstance(entry, dict) and is_int(entry.get("step"))
+                    and (key != "val" or is_number(entry.get("loss")))):
+                raise ValueError(f"the header's metrics[{key!r}] entries must be objects with an int step"
+                                 f"{' and a number loss' if key == 'val' else ''}, got {reprlib.repr(entry)}")
+    if not metrics["time_s"] >= 0:
+        raise ValueError(f"the header's metrics['time_s'] must be >= 0, got {metrics['time_s']!r}")
+    diverged = metrics["diverged"]
+    if diverged is not None and not (is_int(diverged.get("step")) and isinstance(diverged.get("message"), str)):
         raise ValueError(f"the header's metrics['diverged'] must be null or an object with an int step and a "
-                         f"message, got {reprlib.repr(metrics['diverged'])}")
-    final = metrics.get("final")  # (the summary of a finished run; recomputed where absent)
-    if final is not None and not (isinstance(final, dict) and all(
-            value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
-            for value in final.values())):
-        raise ValueError(f"the header's metrics['final'] must be an object of numbers, got {reprlib.repr(final)}")
+                         f"message, got {reprlib.repr(diverged)}")
+    final = metrics.get("final")  # (the summary of a finished run; recomputed where absent or empty)
+    if final and not (isinstance(final, dict) and is_number(final.get("train_loss"))
+                      and is_number(final.get("val_loss", 0.0)) and all(
+                          value is None or is_number(value) for value in final.values())):
+        raise ValueError(f"the header's metrics['final'] must be an object of numbers with a train_loss, got "
+                         f"{reprlib.repr(final)}")
     if metrics["finished"] and step != steps:
         raise ValueError(f"the header's metrics say the run finished, but its step is {step}, not {steps}")
     optimizer = meta.get("optimizer")
@@ -1069,7 +1081,8 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
     if "meta" not in archive:
         raise KeyError("the archive holds no meta (the JSON header)")
     meta = json.loads(str(archive["meta"]))
-    _check_meta(meta, identity)
+    if not isinstance(meta, dict):
+        raise TypeError(f"the header (meta) must be a JSON object, got {type(meta).__name__}")
     saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)
     # a flag added since a checkpoint was written had its default there
     defaults = {f.name: f.default for f in fields(TrainConfig) if f.name not in _SESSION_FLAGS}
@@ -1083,6 +1096,11 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
     if differing:
         raise CheckpointError(f"{path} was written by another config or run (it differs in "
                               f"{', '.join(differing)}); start afresh without --resume")
+    metrics = meta.get("metrics")
+    if isinstance(metrics, dict):  # (checkpoints written before --fp8-grads and --report-memory hold neither)
+        metrics.setdefault("fp8_grads", [])
+        metrics.setdefault("memory", None)
+    _check_meta(meta, identity)
     model.load_state_dict({key[len("model."):]: archive[key] for key in archive if key.startswith("model.")})
     fp8_state = {key[len("fp8."):]: archive[key] for key in archive if key.startswith("fp8.")}
     for name, value in state.options.items():  # (checkpoints of earlier versions hold no options:

@@ -413,7 +413,9 @@ def rendered_docstrings():
         if isinstance(node, (ast.Module, ast.ClassDef)):  # (a function's nested definitions are not shown)
             for child, after in zip(body, body[1:] + [None]):
                 if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield from walk(child, path, public and not child.name.startswith("_"))
+                    # (__init__'s docstring is shown in its class's: mkdocs.yml's merge_init_into_class)
+                    shown = not child.name.startswith("_") or child.name == "__init__"
+                    yield from walk(child, path, public and shown)
                 # an attribute's docstring: a string right after its assignment (`name = ...`)
                 target = child.target if isinstance(child, ast.AnnAssign) else \
                     child.targets[0] if isinstance(child, ast.Assign) and len(child.targets) == 1 else None
@@ -426,8 +428,27 @@ def rendered_docstrings():
         if path.stem.startswith("_") and path.stem != "__init__":
             continue
         source = path.read_text(encoding="utf-8")
+        lines = source.splitlines(keepends=True)
         for where, constant in walk(ast.parse(source), path, True):
-            yield where, ast.get_source_segment(source, constant), constant.value
+            # (the literal as written; ast.get_source_segment splits the whole file again at every call)
+            first, last = constant.lineno - 1, constant.end_lineno - 1
+            written = "".join(lines[first:last + 1]) if first < last else lines[first]
+            yield where, written[constant.col_offset:len(written) - len(lines[last]) + constant.end_col_offset], \
+                constant.value
+
+
+def paragraphs(text: str) -> list[str]:
+    """``text`` split at blank lines, and where an unindented line follows an indented one: the next
+    entry of a numpy section, which the API page renders on its own."""
+    found, current, indented = [], [], False
+    for line in text.splitlines():
+        if not line.strip() or (indented and not line[0].isspace()):
+            found.append("\n".join(current))
+            current = []
+        if line.strip():
+            current.append(line)
+            indented = line[0].isspace()
+    return found + ["\n".join(current)]
 
 
 def markup_problems(source_text: str, docstring: str) -> list[str]:
@@ -437,7 +458,7 @@ def markup_problems(source_text: str, docstring: str) -> list[str]:
     if SPHINX_ROLE.search(text):
         problems.append(f"a Sphinx role, shown literally: {SPHINX_ROLE.search(text).group(0)}")
     prose = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith((">>>", "...")))
-    for paragraph in re.split(r"\n\s*\n", CODE_SPAN.sub("code", prose)):
+    for paragraph in paragraphs(CODE_SPAN.sub("code", prose)):
         for eaten, closing in ((EATEN_BOLD, "**"), (EATEN_ITALIC, "*")):
             match = eaten.search(paragraph)
             if match and closing in paragraph[match.end():]:
@@ -480,6 +501,7 @@ def test_markup_check_catches_a_planted_problem(source_text, caught):
     '"""Lines end with ``\\\\n``."""',
     '"""x ** 2, and f(**kwargs)."""',
     '"""Summary.\n\nExamples\n--------\n>>> 1\n1\n"""',
+    '"""Summary.\n\nParameters\n----------\na : float\n    At most 2**8.\nb : float\n    At least 2**-9.\n"""',
     '"""Below 2**53.\n\nA **bold** word."""',
 ])
 def test_markup_check_passes_what_renders(source_text):

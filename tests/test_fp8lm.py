@@ -828,9 +828,8 @@ def test_reduce_with_a_mu_too_small_for_float32_raises_clearly_and_changes_nothi
     a = nn.Parameter(np.zeros((4, 4), np.float32))
     b = nn.Parameter(np.zeros((4, 4), np.float32))
     store = fp8lm.FP8Gradients([("a", a), ("b", b)], select=lambda *_: True)
-    state = store.state_dict()
-    state["exponents"] = {"a": 0, "b": -200 * store.window}
-    store.load_state_dict(state)
+    # (AutoScale can halve mu this far in a run; a saved state may not hold it: load_state_dict refuses mu < 2**-29)
+    store.auto_scales["b"].exponent = -200 * store.window
     ga, gb = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
     a.grad, b.grad = ga.copy(), gb.copy()
     with pytest.raises(ValueError, match=r"fp8_all_reduce: factor .* is too small: the scale of worker 0 "

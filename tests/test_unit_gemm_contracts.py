@@ -218,7 +218,6 @@ def test_tolerance_carries_intermediate_underflow_as_documented():
     assert report.tolerance[0, 0] == pytest.approx(expected, rel=1e-12, abs=0)
 
 
-
 def test_tolerance_counts_the_reference_error_bound_inside_the_output_rounding():
     """K = 2**16 ones, bfloat16 output: ``u_out (|reference| + error bound + ...)`` adds the bound, visibly (2**-36)."""
     inner = 2**16
@@ -247,6 +246,7 @@ def test_nan_elements_do_not_widen_the_underflow_conditions():
     expected = documented_tolerance(value, value, 2, accumulator_bits=24, carried=16 * 2.0**-150)
     assert report.ok
     assert report.tolerance[1, 0] == pytest.approx(expected, rel=1e-12, abs=0)
+
 
 def test_outputs_that_must_be_nan_have_zero_tolerance():
     """Where the reference is NaN (a NaN code) the tolerance is 0: only NaN agrees."""
