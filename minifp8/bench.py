@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._cli import exit_status_of
+from ._cli import exit_status_of, one_line
 
 _Section = Callable[[argparse.Namespace], None]  # a section: runs with the parsed command line
 SECTIONS: dict[str, _Section] = {}
@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             SECTIONS[name](args)
         except BenchError as error:
-            print(f"{parser.prog}: error: {error}", file=sys.stderr)
+            print(one_line(f"{parser.prog}: error: {error}"), file=sys.stderr)
             return 2
     return 0
 

@@ -103,7 +103,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import __version__, codec, formats, mx
-from ._cli import exit_status_of
+from ._cli import exit_status_of, one_line
 from .formats import FloatFormat, _check_int, _described
 from .mx import MXFormat
 from .testing import _magnitudes, _midpoints, edge_cases
@@ -877,11 +877,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"--formats: {error}")
     try:
         if Path(args.out).exists() and not Path(args.out).is_dir():
-            print(f"{parser.prog}: error: --out {args.out} is a file, not a folder", file=sys.stderr)
+            print(one_line(f"{parser.prog}: error: --out {args.out} is a file, not a folder"), file=sys.stderr)
             return 1
         manifest = write(args.out, names, blocks=not args.no_blocks)
     except OSError as error:
-        print(f"{parser.prog}: error: --out: {error}", file=sys.stderr)
+        print(one_line(f"{parser.prog}: error: --out: {error}"), file=sys.stderr)
         return 1
     except FloatingPointError as error:  # the CPU's float mode is not IEEE's default (codec._check_float_environment)
         print(f"{parser.prog}: error: {error}", file=sys.stderr)

@@ -1504,10 +1504,14 @@ def _main(argv: list[str] | None) -> int:
     except SystemExit as exit_:  # -h, or parser.error
         return int(exit_.code or 0)
     prog = "python -m minifp8.train_tiny"
+
+    def say(message: str) -> None:  # an error, in one line (a path or a flag's value may hold a newline)
+        print(one_line(message), file=sys.stderr)
+
     try:
         codec._check_float_environment()  # (in one line here, not as the first cast's traceback)
     except FloatingPointError as error:
-        print(f"{prog}: {error}", file=sys.stderr)
+        say(f"{prog}: {error}")
         return 2
     recorded_sha256 = None
     if config.resume is not None:
@@ -1515,8 +1519,8 @@ def _main(argv: list[str] | None) -> int:
         try:
             config, runs, started_in, recorded_sha256 = _resumed(resume_dir, config.stop_after)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"{prog}: error: --resume {resume_dir}: not a train_tiny output directory, or not one this "
-                  f"version can continue ({error})", file=sys.stderr)
+            say(f"{prog}: error: --resume {resume_dir}: not a train_tiny output directory, or not one this "
+                f"version can continue ({error})")
             return 2
         now = environment()
         if started_in is not None and started_in != now:
@@ -1530,42 +1534,42 @@ def _main(argv: list[str] | None) -> int:
     available = _physical_memory()
     if config.data is not None and available is not None and os.path.isfile(config.data) and \
             _TEXT_BYTES_PER_FILE_BYTE * os.path.getsize(config.data) > available:
-        print(f"{prog}: error: --data {config.data}: {_bytes(os.path.getsize(config.data))}, too big to read and "
-              f"tokenize in this machine's {_bytes(available)} of memory (it takes at least "
-              f"{_TEXT_BYTES_PER_FILE_BYTE} bytes per byte of the file, 10 for ASCII); use a smaller file", file=sys.stderr)
+        say(f"{prog}: error: --data {config.data}: {_bytes(os.path.getsize(config.data))}, too big to read and "
+            f"tokenize in this machine's {_bytes(available)} of memory (it takes at least "
+            f"{_TEXT_BYTES_PER_FILE_BYTE} bytes per byte of the file, 10 for ASCII); use a smaller file")
         return 2
     try:
         dataset = data_module.load_dataset(config.data, seed=config.seed)
     except (OSError, ValueError) as error:  # (under --resume, the --data of the run it continues)
         flag = "--data" if config.resume is None else f"--resume {resume_dir}: the run's --data"
-        print(f"{prog}: error: {flag}: {error}", file=sys.stderr)
+        say(f"{prog}: error: {flag}: {error}")
         return 2
     except MemoryError:  # (tokenizing holds several times the file's size at its peak: data.load_text)
-        print(f"{prog}: error: --data {config.data}: out of memory while reading and tokenizing it; use a "
-              f"smaller file", file=sys.stderr)
+        say(f"{prog}: error: --data {config.data}: out of memory while reading and tokenizing it; use a "
+            f"smaller file")
         return 2
     data_sha256 = dataset.text_sha256
     if recorded_sha256 is not None and recorded_sha256 != data_sha256:
-        print(f"{prog}: error: --resume {resume_dir}: the training text {dataset.name} is not the text this run "
-              f"started on (SHA-256 {recorded_sha256[:16]}... in config.json, {data_sha256[:16]}... now); "
-              f"restore it, or start afresh without --resume", file=sys.stderr)
+        say(f"{prog}: error: --resume {resume_dir}: the training text {dataset.name} is not the text this run "
+            f"started on (SHA-256 {recorded_sha256[:16]}... in config.json, {data_sha256[:16]}... now); "
+            f"restore it, or start afresh without --resume")
         return 2
     smallest = min(dataset.train.size, dataset.val.size)
     if config.block_size >= smallest:
-        print(f"{prog}: error: --block-size {config.block_size} needs more than {config.block_size} tokens in each "
-              f"split, but {dataset.name} has {smallest} in its smaller split", file=sys.stderr)
+        say(f"{prog}: error: --block-size {config.block_size} needs more than {config.block_size} tokens in each "
+            f"split, but {dataset.name} has {smallest} in its smaller split")
         return 2
     if dataset.vocab_size < 2:
-        print(f"{prog}: error: --data: {dataset.name} holds a single distinct character; a language model needs "
-              f"at least 2", file=sys.stderr)
+        say(f"{prog}: error: --data: {dataset.name} holds a single distinct character; a language model needs "
+            f"at least 2")
         return 2
     needed = _memory_needed(config, runs, dataset.vocab_size)
     if available is not None and sum(needed.values()) > available:
         parts = ", ".join(f"{name} {_bytes(size)}" for name, size in needed.items())
-        print(f"{prog}: error: --batch-size {config.batch_size} --block-size {config.block_size} --eval-batches "
-              f"{config.eval_batches} --n-layer {config.n_layer} --n-embd {config.n_embd}: a run needs at least "
-              f"{_bytes(sum(needed.values()))} of memory ({parts}), more than this machine's {_bytes(available)}; "
-              f"use smaller values", file=sys.stderr)
+        say(f"{prog}: error: --batch-size {config.batch_size} --block-size {config.block_size} --eval-batches "
+            f"{config.eval_batches} --n-layer {config.n_layer} --n-embd {config.n_embd}: a run needs at least "
+            f"{_bytes(sum(needed.values()))} of memory ({parts}), more than this machine's {_bytes(available)}; "
+            f"use smaller values")
         return 2
     _tune_malloc()
     out = Path(config.out) if config.out is not None else None
@@ -1575,7 +1579,7 @@ def _main(argv: list[str] | None) -> int:
         except BrokenPipeError:  # (printing, not --out: `main`)
             raise
         except (OSError, ValueError) as error:
-            print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
+            say(f"{prog}: error: --out {out}: {error}")
             return 2
     print(f"data: {dataset!r}" + (f", loss floor {dataset.loss_floor:.3f}" if dataset.loss_floor else ""))
     print(f"environment: {environment_line(environment())} (other kernels round GEMMs differently: README, "
@@ -1598,23 +1602,23 @@ def _main(argv: list[str] | None) -> int:
             if results[run.label]["diverged"]:  # diverged in an earlier session (reported there)
                 status = 1
         except Diverged as error:
-            print(f"{prog}: error: {error}", file=sys.stderr)
+            say(f"{prog}: error: {error}")
             results[run.label] = error.metrics
             status = 1
         except Interrupted as stop:
             print(f"{stop}{hint}")
             return stop.status
         except CheckpointError as error:
-            print(f"{prog}: error: --resume: {error}", file=sys.stderr)
+            say(f"{prog}: error: --resume: {error}")
             return 2
         except BrokenPipeError:  # (printing, not --out: `main`)
             raise
         except OSError as error:  # a checkpoint that cannot be written (disk full, a file in the way)
-            print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
+            say(f"{prog}: error: --out {out}: {error}")
             return 2
         except MemoryError as error:
-            print(f"{prog}: error: {run.label}: out of memory ({str(error) or 'MemoryError'}); use a smaller "
-                  f"--batch-size, --block-size, --n-embd or --n-layer", file=sys.stderr)
+            say(f"{prog}: error: {run.label}: out of memory ({str(error) or 'MemoryError'}); use a smaller "
+                f"--batch-size, --block-size, --n-embd or --n-layer")
             return 2
     print()
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
@@ -1630,7 +1634,7 @@ def _main(argv: list[str] | None) -> int:
         except BrokenPipeError:  # (printing, not --out: `main`)
             raise
         except OSError as error:
-            print(f"{prog}: error: --out {out}: {error}", file=sys.stderr)
+            say(f"{prog}: error: --out {out}: {error}")
             return 2
         except KeyboardInterrupt:
             print(f"interrupted while writing the results to {out} (the checkpoints stand)", file=sys.stderr)

@@ -360,6 +360,22 @@ def test_an_argument_holding_a_newline_leaves_the_error_on_one_line(capsys):
     assert err.count("\n") == 1 and "'1\\n2'" in err
 
 
+@pytest.mark.parametrize("flag", ["--resume", "--data"])
+def test_a_path_holding_a_newline_leaves_train_tinys_error_on_one_line(tmp_path, capsys, flag):
+    """From a review: a --resume or --data path holding a newline (here one that does not exist) was
+    echoed raw in the error, which then took two lines."""
+    assert train_tiny.main([flag, str(tmp_path / "no\nsuch")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no\\nsuch" in err, err
+
+
+def test_a_path_holding_a_newline_leaves_goldens_error_on_one_line(tmp_path, capsys):
+    (tmp_path / "a\nb").write_text("a file, not a folder")
+    assert golden.main(["--out", str(tmp_path / "a\nb")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a\\nb is a file" in err, err
+
+
 def test_one_line_escapes_line_breaks_only():
     assert one_line("a\nb\r\u2028 é\t") == "a\\nb\\r\\u2028 é\t"
     assert len(one_line("x\x85y").splitlines()) == 1
