@@ -50,6 +50,15 @@ def one_line(message: str) -> str:
     return message.translate(_LINE_BREAKS)
 
 
+def brief(error: BaseException, limit: int = 160) -> str:
+    """``"TypeName: message"`` of an error raised while parsing a file's bytes, for a one-line error
+    that wraps it: its message's whitespace (line breaks too) collapsed, and cut to ``limit``
+    characters (a parser may quote much of what it read)."""
+    message = " ".join(str(error).split())
+    message = message if len(message) <= limit else message[:limit - 3] + "..."
+    return f"{type(error).__name__}: {message}"
+
+
 def exit_status_of(main: Callable[[], int]) -> int:
     """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed.
     Characters stdout cannot encode print as escapes (`escape_unencodable_stdout`)."""

@@ -332,7 +332,8 @@ def embedding(ids: Tensor | ArrayLike, weight: Tensor | ArrayLike) -> Tensor:
     return make_op(weight.data[ids], (weight,), backward, "embedding")
 
 
-def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, *, ignore_index: int | None = None) -> Tensor:
+def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, *,
+                  ignore_index: int | None = None) -> Tensor:
     """Mean cross-entropy of ``logits`` (..., V) against integer class ``targets`` (...).
 
     ``loss = mean_n(logsumexp(z_n) - z_n[t_n])`` over the tokens whose target is not

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import functional as F
+from ._cli import brief
 from .autograd import Tensor, default_dtype
 from .formats import _check_bool, _is_int, _plain_array
 
@@ -254,10 +255,7 @@ def _read_npz(path: str | os.PathLike | BinaryIO, owner: str | None) -> dict[str
         except MemoryError:
             raise
         except Exception as error:  # (the bytes are the file's: any other failure to parse them means "unreadable")
-            message = " ".join(str(error).split())  # (one line, of a bounded length)
-            message = message if len(message) <= 160 else message[:157] + "..."
-            raise ValueError(f"{head}cannot read {shown} as a .npz archive of arrays "
-                             f"({type(error).__name__}: {message})") from None
+            raise ValueError(f"{head}cannot read {shown} as a .npz archive of arrays ({brief(error)})") from None
 
     head = f"{owner}: " if owner is not None else ""
     if isinstance(path, (str, bytes, os.PathLike)):

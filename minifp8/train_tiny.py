@@ -149,9 +149,9 @@ import numpy as np
 
 from . import data as data_module
 from . import codec, fp8, fp8lm, mx, scaling
-from ._cli import SIGPIPE_STATUS, escape_unencodable_stdout, flush_stdout, one_line, silence_stdout
+from ._cli import SIGPIPE_STATUS, brief, escape_unencodable_stdout, flush_stdout, one_line, silence_stdout
 from .autograd import no_grad
-from .formats import _check_bool, _check_int, _described, _is_real
+from .formats import _check_bool, _check_int, _described, _is_int, _is_real
 from .model import FAMILIES, GPT, GPTConfig
 from .nn import _read_npz
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
@@ -996,9 +996,7 @@ def _load_checkpoint(path: Path, identity: dict, model, model_rng, state, optimi
             RecursionError) as error:
         # (ValueError: also bytes that are not an .npz, `_read_npz`; RecursionError: JSON nested too deeply;
         # OverflowError: an RNG state beyond 128 bits)
-        message = " ".join(str(error).split())
-        message = message if len(message) <= 160 else message[:157] + "..."
-        raise CheckpointError(f"{path}: cannot resume from it ({type(error).__name__}: {message})") from None
+        raise CheckpointError(f"{path}: cannot resume from it ({brief(error)})") from None
 
 
 _METRICS_KINDS: dict[str, type | tuple[type, ...]] = {
@@ -1008,29 +1006,22 @@ _METRICS_KINDS: dict[str, type | tuple[type, ...]] = {
 """What `_train` reads of a checkpoint's metrics, by key: the JSON types it must have (`_check_meta`)."""
 
 
-def _check_meta(meta, identity: dict) -> None:
+def _check_meta(meta: dict, identity: dict) -> None:
     """Check the JSON header of a checkpoint where `_train` reads it before anything checks it again:
-    a JSON object whose ``step`` is an int in [0, steps], whose ``metrics`` hold every key of
+    one whose ``step`` is an int in [0, steps], whose ``metrics`` hold every key of
     `_METRICS_KINDS` with its type, a ``train_loss`` of one number per step, ``val``, ``cast_stats``,
     ``loss_scale`` and ``fp8_grads`` entries that are objects with an int ``step`` (``val``'s with a
     number ``loss``), a ``time_s`` >= 0, a ``final`` summary (where present) of numbers, and whose
-    ``optimizer`` holds a list of ``param_groups`` and a ``state`` object. TypeError or ValueError
-    (`_load_checkpoint` reports them as `CheckpointError`), naming what is wrong; the arrays and the
-    optimizer's and scalers' states are checked where they are loaded."""
+    ``optimizer`` holds a list of ``param_groups`` and a ``state`` object (``meta`` is a dict: `_restore`
+    checked it). TypeError or ValueError (`_load_checkpoint` reports them as `CheckpointError`), naming
+    what is wrong; the arrays and the optimizer's and scalers' states are checked where they are
+    loaded. Numbers may be NaN or Infinity: json.dumps writes a diverged run's losses so."""
     def kind(value) -> str:
         return "null" if value is None else type(value).__name__
 
-    def is_int(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    def is_number(value) -> bool:  # (NaN and Infinity too: json.dumps writes a diverged run's losses)
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-    if not isinstance(meta, dict):
-        raise TypeError(f"the header (meta) must be a JSON object, got {kind(meta)}")
     steps = identity["config"]["steps"]
     step = meta.get("step")
-    if not isinstance(step, int) or isinstance(step, bool):
+    if not _is_int(step):
         raise TypeError(f"the header's step must be an int, got {type(step).__name__} {step!r}")
     if not 0 <= step <= steps:
         raise ValueError(f"the header's step must be in [0, {steps}] (--steps), got {step}")
@@ -1046,25 +1037,25 @@ def _check_meta(meta, identity: dict) -> None:
                                 for kind_ in (kinds if isinstance(kinds, tuple) else (kinds,)))
             raise TypeError(f"the header's metrics[{key!r}] must be {names}, got {kind(value)}")
     losses = metrics["train_loss"]
-    if len(losses) != step or not all(is_number(loss) for loss in losses):
+    if len(losses) != step or not all(_is_real(loss) for loss in losses):
         raise ValueError(f"the header's metrics['train_loss'] must hold one number per step done ({step}), got "
                          f"{reprlib.repr(losses)}")
     for key in ("val", "cast_stats", "loss_scale", "fp8_grads"):
         for entry in metrics[key]:
-            if not (isinstance(entry, dict) and is_int(entry.get("step"))
-                    and (key != "val" or is_number(entry.get("loss")))):
+            if not (isinstance(entry, dict) and _is_int(entry.get("step"))
+                    and (key != "val" or _is_real(entry.get("loss")))):
                 raise ValueError(f"the header's metrics[{key!r}] entries must be objects with an int step"
                                  f"{' and a number loss' if key == 'val' else ''}, got {reprlib.repr(entry)}")
     if not metrics["time_s"] >= 0:
         raise ValueError(f"the header's metrics['time_s'] must be >= 0, got {metrics['time_s']!r}")
     diverged = metrics["diverged"]
-    if diverged is not None and not (is_int(diverged.get("step")) and isinstance(diverged.get("message"), str)):
+    if diverged is not None and not (_is_int(diverged.get("step")) and isinstance(diverged.get("message"), str)):
         raise ValueError(f"the header's metrics['diverged'] must be null or an object with an int step and a "
                          f"message, got {reprlib.repr(diverged)}")
     final = metrics.get("final")  # (the summary of a finished run; recomputed where absent or empty)
-    if final and not (isinstance(final, dict) and is_number(final.get("train_loss"))
-                      and is_number(final.get("val_loss", 0.0)) and all(
-                          value is None or is_number(value) for value in final.values())):
+    if final and not (isinstance(final, dict) and _is_real(final.get("train_loss"))
+                      and _is_real(final.get("val_loss", 0.0)) and all(
+                          value is None or _is_real(value) for value in final.values())):
         raise ValueError(f"the header's metrics['final'] must be an object of numbers with a train_loss, got "
                          f"{reprlib.repr(final)}")
     if metrics["finished"] and step != steps:
@@ -1383,10 +1374,10 @@ _OUT_FILES = ("config.json", "metrics.json", "loss.png", *(f"{name}.json" for na
 def _holds_earlier_run(out: Path) -> bool:
     """Whether ``out/config.json`` is one that train_tiny wrote: a JSON object with a config and a list of runs."""
     try:
-        saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # (RecursionError: JSON nested too deeply)
+        saved = _load_json_object(out / "config.json")
+    except (OSError, ValueError):
         return False
-    return (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("runs"), list)
+    return (isinstance(saved.get("config"), dict) and isinstance(saved.get("runs"), list)
             and {"recipe", "steps"} <= set(saved["config"]))
 
 
@@ -1482,10 +1473,11 @@ def _bytes(size: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status: 0 ok, 1 a run diverged, 2 bad flags or data (or a CPU
-    that flushes subnormals or rounds other than to nearest, `minifp8.codec._check_float_environment`), 130
-    stopped (``--stop-after``, Ctrl-C), 143 stopped by SIGTERM (checkpointed), 141 its output closed (``| head``: the status of a process
-    that SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
+    """The command line; returns the exit status: 0 ok, 1 a run diverged, 2 bad flags or data (or a
+    CPU that flushes subnormals or rounds other than to nearest,
+    `minifp8.codec._check_float_environment`), 130 stopped (``--stop-after``, Ctrl-C), 143 stopped
+    by SIGTERM (checkpointed), 141 its output closed (``| head``: the status of a process that
+    SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
     try:
         status = _main(argv)
         flush_stdout()  # (else the buffered write that meets a closed pipe comes at exit, uncaught)
