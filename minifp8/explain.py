@@ -18,14 +18,15 @@ The cases (`Explanation.case`), exactly one per explanation:
 
 - ``"nan"``: NaN input; NaN stays NaN (a format without NaN raises ValueError, as the codec does).
 - ``"not positive"``: zero or a negative number (-Inf too) into E8M0, which is unsigned and has
-  no zero: NaN 0xFF (OCP MX v1.0 section 5.4.1).
+  no zero (OCP MX v1.0 section 5.4.1): NaN 0xFF, as ml_dtypes casts them.
 - ``"infinity"``: +-Inf input: Inf (E5M2), NaN (E4M3; FNUZ, which cannot spell Inf, 0x80), +-max
   when saturating (FNUZ too: ONNX Cast-24) or for a format without NaN (FP6, FP4).
 - ``"zero"``: +-0 input; -0.0 keeps its sign where the format has -0 (not FNUZ: +0).
 - ``"exact"``: |x| is a value of the format.
 - ``"overflow"``: |x| rounds beyond the largest finite value: Inf or NaN, or +-max with
   ``saturate=True``, for ``rounding="toward_zero"`` (IEEE 754-2019 section 7.4) and for formats
-  without NaN (OCP OFP8 rev 1.0 section 5; OCP MX v1.0 section 5.3).
+  without NaN (no Inf or NaN: OCP MX v1.0 section 5.3; clamped to the largest normal: section
+  6.3).
 - ``"underflow"``: a non-zero number that rounds to zero (a negative one to -0, or +0 in FNUZ).
 - ``"below smallest"``: E8M0 below 2^-127, its smallest value: 2^-127 in every rounding mode
   (E8M0 has no zero to round to).
@@ -282,7 +283,8 @@ def _derive(number: int | float | Fraction, fmt: FloatFormat, rounding: str, sat
                                                           "; its sign is not kept"))
         return {**facts, "case": "nan", "rule": rule, "code": fmt.nan_code(negative and keeps_sign)}
     if not fmt.signed and (negative or number == 0):
-        rule = f"{fmt.name} is unsigned and has no zero: x <= 0 gives NaN (OCP MX v1.0 section 5.4.1)"
+        rule = (f"{fmt.name} is unsigned and has no zero (OCP MX v1.0 section 5.4.1): x <= 0 gives NaN, as "
+                f"ml_dtypes casts it")
         return {**facts, "case": "not positive", "rule": rule, "code": fmt.nan_code()}
     values, codes = _grid(fmt)
     largest, largest_code = values[-1], codes[-1]
@@ -352,8 +354,8 @@ def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infini
     sign = fmt.sign_mask if negative else 0
     sign_text = "-" if negative else "+"
     if not fmt.has_nan:
-        return largest_code | sign, (f"{fmt.name} has no Inf or NaN: it saturates to {sign_text}max "
-                                     f"(OCP MX v1.0 section 5.3)")
+        return largest_code | sign, (f"{fmt.name} has no Inf or NaN (OCP MX v1.0 section 5.3): it saturates "
+                                     f"to {sign_text}max (section 6.3)")
     if saturate and infinite and fmt.nan_style == "negative_zero":
         return largest_code | sign, (f"saturate=True: {sign_text}max; {fmt.name} has no Inf, and a saturating "
                                      f"cast takes Inf to max too (ONNX Cast-24, onnx/onnx PR 7130)")
@@ -373,7 +375,7 @@ def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infini
 def _nan_spelling(fmt: FloatFormat) -> str:
     """How ``fmt`` spells NaN, with the source."""
     if fmt.nan_style == "negative_zero":
-        return f"{fmt.name} spells it 0x80, the pattern of -0 (ONNX Cast-19)"
+        return f"{fmt.name} spells it 0x80, the pattern of -0 (the FNUZ formats, as ml_dtypes defines them)"
     if fmt.nan_style == "ieee":
         return f"{fmt.name} spells it with an all-ones exponent and a non-zero mantissa (OCP OFP8 rev 1.0 section 5)"
     if not fmt.signed:

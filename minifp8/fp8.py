@@ -2,8 +2,9 @@
 
 ``state = apply_recipe(model, "current")`` finds every linear layer and every attention core of a
 model and makes them compute through FP8, the way TransformerEngine's HYBRID format and the
-unit-scaling FP8 demo do (Micikevicius et al., "FP8 formats for deep learning", arXiv:2209.05433,
-section 4):
+unit-scaling FP8 demo do (Micikevicius et al., "FP8 formats for deep learning", arXiv:2209.05433:
+E4M3 for weights and activations, E5M2 for gradients, section 3; FP8 simulated by casting to FP8
+and back, section 4):
 
 - In the forward pass the inputs and weights of every linear, and q, k and v of every attention,
   are cast to E4M3.
@@ -44,7 +45,8 @@ Recipes (`RECIPES`) choose the scale at every cast point:
 - ``mxfp8``: ``mx.quantize``, MXFP8 with E4M3 elements forward and E5M2 backward: 32-element
   blocks along the contraction axis, each with an E8M0 (power-of-two) scale.
 - ``blockwise``: ``scaling.quantize_blockwise``, 1x128 tiles for activations and gradients,
-  128x128 tiles for weights, power-of-two float32 scales (DeepSeek-V3, arXiv:2412.19437 §3.3).
+  128x128 tiles for weights (DeepSeek-V3, arXiv:2412.19437 section 3.3.2), with float32 scales
+  rounded down to powers of two, as TransformerEngine's Float8BlockScaling does by default.
 
 `fake_quantize` applies one recipe's cast to an array, with its statistics.
 
@@ -54,7 +56,8 @@ overflowing gradient stays visible, which is what dynamic loss scaling needs to 
 ``current``, ``delayed`` and ``blockwise``, whose scaling.py functions always saturate, the
 gradient elements those clamp come out as +-Inf instead. ``mxfp8`` follows OCP MX v1.0 section
 6.3 unchanged: elements saturate inside a block (the floor scale rule makes that part of the
-format) and a block holding Inf or NaN decodes to NaN, so a non-finite gradient shows there too.
+format). A block holding Inf or NaN decodes to NaN (`minifp8.mx`'s rule, microxcaling's), so a
+non-finite gradient shows there too.
 The recipe option ``saturate_gradients=True`` gives TransformerEngine's saturating E5M2 casts
 instead. It matters most for ``delayed``: a gradient whose amax outgrows the history's by more
 than 61440/57344 (7%) overflows, where TransformerEngine clamps it; ``margin`` adds headroom.

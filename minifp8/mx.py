@@ -54,8 +54,10 @@ by ``exp2f_rcp(0x00) = 1`` instead (they then round to zero codes), and its dequ
 reads 0x00 as ``ptx::exp2f(0x00) = 0.0``; torchao's ``_to_mx_rceil`` also multiplies by 1 for
 0x00, and its ``to_mx`` (the other modes) divides by ``2**-126``, as it clamps the float32 scale
 to the smallest normal number (pytorch/pytorch#125557).
-A NaN or Inf in a block gives the NaN scale 0xFF and the whole block decodes to NaN (OCP MX 6.3);
-its element codes carry no information and are written as 0. For ``rceil`` the scale follows
+A NaN or Inf in a block gives the NaN scale 0xFF (E8M0's NaN, OCP MX v1.0 section 5.4.1), and the
+whole block decodes to NaN, as in Microsoft's microxcaling (``mx/mx_ops.py``: a shared exponent
+above 127, as log2 of Inf or NaN is, becomes NaN); section 6.3's scale rule has no case for such a
+block. Its element codes carry no information and are written as 0. For ``rceil`` the scale follows
 NVIDIA's conversion of ``amax / max_elem``: NaN -> 0xFF, Inf -> 0xFE (``2**127``, the elements are then
 encoded as usual: Inf saturates to the element maximum), zero -> 0x00.
 
@@ -266,7 +268,7 @@ def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic
     has_nan = any(isinstance(v, float) and v != v for v in values)
     has_inf = any(isinstance(v, float) and abs(v) == float("inf") for v in values)
     if has_nan or (has_inf and scale_mode != "rceil"):
-        return E8M0_NAN, [0] * len(values)  # the whole block is NaN (OCP MX 6.3)
+        return E8M0_NAN, [0] * len(values)  # the whole block is NaN (see the module docstring)
     if has_inf:
         shared_exp = SHARED_EXP_MAX  # rceil: amax / max_elem = Inf rounds to the largest scale, 2**127
     else:

@@ -474,7 +474,7 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
                statistic: str = "std") -> Figure:
     """The scale of every tracked tensor and of its gradient, one row per tensor on a log2 axis.
 
-    After the unit-scaling library's visualiser (Blake et al. 2023, section 4): each row is one
+    After the unit-scaling library's visualiser (``unit_scaling.analysis.plot``): each row is one
     tensor recorded by ``minifp8.fp8.track`` inside a ``ScaleTracker``, top to bottom in the order
     they were tracked. A circle marks the scale of the value (forward pass) and a triangle that of
     its gradient (backward pass). Behind them, the upper half of each row shades the E4M3 range

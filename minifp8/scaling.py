@@ -21,8 +21,9 @@ The recipes differ only in where ``scale`` comes from:
 - `quantize_current`: one scale per tensor from the tensor's own amax (Float8CurrentScaling).
 - `DelayedScaling`: one scale per tensor from a history of earlier amaxes (DelayedScaling).
 - `quantize_rowwise`: one scale per row, i.e. per slice along ``axis``.
-- `quantize_blockwise`: one power-of-two scale per 1x128 or 128x128 tile (Float8BlockScaling;
-  DeepSeek-V3, arXiv:2412.19437 section 3.3).
+- `quantize_blockwise`: one power-of-two scale per 1x128 or 128x128 tile (Float8BlockScaling,
+  whose scales are powers of two by default; the tiles are DeepSeek-V3's, arXiv:2412.19437
+  section 3.3.2).
 
 The scale from an amax follows TransformerEngine's ``compute_scale_from_amax``
 (``common/recipe/recipe_common.cuh``): ``scale = fp8_max / amax`` in float32; an amax that is 0,
