@@ -43,7 +43,9 @@ Recipes (`RECIPES`) choose the scale at every cast point:
   history advances exactly once per `FP8State.step`, so the casts of step t use the scale
   computed from the amaxes of the steps up to t-1.
 - ``mxfp8``: ``mx.quantize``, MXFP8 with E4M3 elements forward and E5M2 backward: 32-element
-  blocks along the contraction axis, each with an E8M0 (power-of-two) scale.
+  blocks along the contraction axis, each with an E8M0 (power-of-two) scale. (E5M2 gradients are
+  the HYBRID option of TransformerEngine's MXFP8BlockScaling and Float8BlockScaling; their
+  default casts the gradients to E4M3 too; tutorial 7.)
 - ``blockwise``: ``scaling.quantize_blockwise``, 1x128 tiles for activations and gradients,
   128x128 tiles for weights (DeepSeek-V3, arXiv:2412.19437 section 3.3.2), with float32 scales
   rounded down to powers of two, as TransformerEngine's Float8BlockScaling does by default.

@@ -42,10 +42,11 @@ Automatic scaling of FP8 gradients (FP8-LM section 2.1, Eq. 3)
 Pre-dividing the N worker gradients by N before summing underflows; summing first overflows. FP8-LM
 multiplies each gradient tensor by an auto-scaling factor ``mu`` that changes during training,
 shrinking when too many values reach the FP8 maximum and growing back slowly otherwise. The
-paper's threshold is 0.001 % of the values; the growth doubles ``mu`` over 1,000 steps. MS-AMP
-implements it (MS-AMP pull request #140; the defaults ``--wgrad-auto-scaling-ratio 1e-5`` and
-``--wgrad-auto-scaling-window 1000`` of MS-AMP-Examples pull request #21) as, once per step and
-per tensor, after the reduction:
+paper's threshold is 0.001 % of the values; the growth doubles ``mu`` over 1,000 steps. MS-AMP's
+pull requests implement it (MS-AMP #140; the defaults ``--wgrad-auto-scaling-ratio 1e-5`` and
+``--wgrad-auto-scaling-window 1000`` of MS-AMP-Examples #21; MS-AMP's released all-reduce divides
+by a fixed ``sqrt(N)`` instead, MS-AMP issue #117) as, once per step and per tensor, after the
+reduction:
 
 - ``fraction`` = (number of reduced FP8 values whose magnitude is the format's max) / size;
 - ``fraction > threshold``: ``mu = mu / 2``;
