@@ -102,8 +102,8 @@ from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastS
 from .formats import _is_int, _plain_array, _shown
 
 __all__ = [
-    "RECIPES", "RECIPE_OPTIONS", "CastPoint", "CastStats", "FP8Attention", "FP8Linear", "FP8State",
-    "ScaleRecord", "ScaleTracker", "apply_recipe", "fake_quantize", "track",
+    "GRADIENT_ROLES", "RECIPES", "RECIPE_OPTIONS", "ROLES", "CastPoint", "CastStats", "FP8Attention",
+    "FP8Linear", "FP8State", "ScaleRecord", "ScaleTracker", "apply_recipe", "fake_quantize", "track",
 ]
 
 RECIPES = ("fp32", "fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
@@ -126,6 +126,11 @@ _OPTION_TYPE_NAMES = {bool: "a bool", int: "an int", str: "a str"}
 
 _GEMM_ROLES = ("x", "w", "grad")
 _ATTENTION_ROLES = ("q", "k", "v", "grad")
+#: Every role a cast point records (`CastPoint.stats`); the ``_t`` casts are the block recipes'
+#: copies along the other axis.
+ROLES = ("x", "w", "grad", "x_t", "w_t", "grad_t", "q", "k", "v")
+#: The backward pass's casts (E5M2), the ones that see the gradients.
+GRADIENT_ROLES = ("grad", "grad_t")
 
 
 # ================================================================================================
@@ -245,8 +250,14 @@ class FP8State:
                 scaler.update()
         self.steps += 1
 
-    def summary(self) -> dict:
+    def summary(self, roles: Iterable[str] | None = None) -> dict:
         """The worst cast of the latest statistics.
+
+        Parameters
+        ----------
+        roles : iterable of str, optional
+            Only the casts of these roles, e.g. `GRADIENT_ROLES` (the backward pass's E5M2 casts:
+            which of them overflowed, when the gradients did). Default: every role.
 
         Returns
         -------
@@ -254,11 +265,29 @@ class FP8State:
             ``max_underflow`` and ``max_saturation`` (fractions), and ``max_underflow_at`` /
             ``max_saturation_at`` naming that cast as ``"point:role"`` (None while the fraction
             is 0).
+
+        Raises
+        ------
+        TypeError
+            ``roles`` is a string (not a collection of them) or holds a non-string.
+        ValueError
+            ``roles`` names a role no cast point has.
         """
+        if roles is not None:
+            names = list(roles) if isinstance(roles, Iterable) and not isinstance(roles, (str, bytes)) else None
+            if names is None or not all(isinstance(role, str) for role in names):
+                raise TypeError(f"FP8State.summary: roles must be a collection of role names such as "
+                                f"{GRADIENT_ROLES}, got {_shown(roles)}")
+            roles = names
+            unknown = sorted(set(roles) - set(ROLES))
+            if unknown:
+                raise ValueError(f"FP8State.summary: unknown role(s) {unknown}; the roles are {', '.join(ROLES)}")
         result: dict[str, Any] = {"max_underflow": 0.0, "max_underflow_at": None,  # (floats, and str or None)
                                   "max_saturation": 0.0, "max_saturation_at": None}
         for point in self.points.values():
             for role, stats in point.stats.items():
+                if roles is not None and role not in roles:
+                    continue
                 for key, value in (("max_underflow", stats.underflow_fraction),
                                    ("max_saturation", stats.saturation_fraction)):
                     if value > result[key]:

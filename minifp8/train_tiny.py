@@ -68,20 +68,20 @@ TransformerEngine's casts do (delayed scaling casts with last step's scale, so a
 since would otherwise overflow), and the naive casts (fp8, unit) give Inf, as torch's float8 casts
 do, so that loss scaling sees the overflow. A loss that becomes NaN or Inf stops that recipe's run,
 and so do gradients that overflow without dynamic loss scaling: a one-line message names the recipe,
-the step and the cast point with the worst overflow (saturation); the other recipes still run and
-the exit status is 1. mxfp8's elements always saturate inside their block; how many do depends on
-its block scales (``--mx-scale-mode``). Under the OCP MX rule, ``floor`` (the default), a scaled
-amax lies in [256, 512) for E4M3, and a block whose scaled amax lies above 464 (max's rounding
-interval) saturates its largest elements; under NVIDIA's ``rceil``, as TransformerEngine computes
-MXFP8 scales, none does.
+the step and the cast point with the worst overflow (saturation; among the gradient casts when the
+gradients overflowed); the other recipes still run and the exit status is 1. mxfp8's elements always
+saturate inside their block; how many do depends on its block scales (``--mx-scale-mode``). Under
+the OCP MX rule, ``floor`` (the default), a scaled amax lies in [256, 512) for E4M3, and a block
+whose scaled amax lies above 464 (max's rounding interval) saturates its largest elements; under
+NVIDIA's ``rceil``, as TransformerEngine computes MXFP8 scales, none does.
 
 Refusals. A flag set to another value than its default where no run reads it is refused, not
 ignored: ``--loss-scale-interval`` without a run under ``--loss-scale dynamic``,
 ``--saturate-gradients yes|no`` where every run is fp32 or mxfp8, ``--mx-scale-mode`` without an
-mxfp8 run, ``--grad-clip`` where every run is unit-scaled. So is a run that cannot fit in the
-machine's memory, before it starts: a lower bound of what it holds (`_memory_needed`: the
-validation batches, one step's activations, the weights and their gradients) against the physical
-memory.
+mxfp8 run, ``--grad-clip`` other than 0 (off) where every run is unit-scaled. So is a run that
+cannot fit in the machine's memory, before it starts: a lower bound of what it holds
+(`_memory_needed`: the validation batches, one step's activations, the weights and their gradients)
+against the physical memory.
 
 Outputs (``--out DIR``)
 -----------------------
@@ -182,8 +182,8 @@ class TrainConfig:
     loss_scale: str = field(default="none", metadata={
         "help": "loss scaling: none, a factor N > 0, or dynamic", "metavar": "{none,N,dynamic}"})
     loss_scale_interval: int = field(default=100, metadata={
-        "help": "dynamic loss scaling: clean steps before the factor doubles; refused unless a run has "
-                "--loss-scale dynamic"})
+        "help": "dynamic loss scaling: clean steps before the factor doubles; another value than the default "
+                "is refused unless a run has --loss-scale dynamic"})
     saturate_gradients: str = field(default="auto", metadata={
         "help": "E5M2 gradient casts that overflow: clamp to +-57344 (yes) or give Inf (no); auto: clamp in "
                 "the scaled recipes current, delayed and blockwise (as TransformerEngine does), Inf in fp8 and "
@@ -194,7 +194,7 @@ class TrainConfig:
         "help": "mxfp8's block scales: floor, the OCP MX rule (2**floor(log2 amax) / 2**emax, which lets some "
                 "blocks saturate); rceil, NVIDIA's MXFP8 pre-training recipe and TransformerEngine's "
                 "(2**ceil(log2(amax / max)), which never saturates); or torchao's ceil and even (tutorial 4); "
-                "refused unless a run is mxfp8",
+                "another mode than floor is refused unless a run is mxfp8",
         "choices": mx.SCALE_MODES})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
@@ -229,8 +229,8 @@ class TrainConfig:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay (2-D weights only)"})
     grad_clip: float = field(default=1.0, metadata={
         "help": "clip the gradient norm at this value (standard family; 0: off). Unit-scaled gradients are "
-                "not true gradients, so their norm is never clipped: another value is refused when every run "
-                "is unit-scaled"})
+                "not true gradients, so their norm is never clipped: a value other than 0 or the default is refused "
+                "when every run is unit-scaled"})
     eval_interval: int = field(default=250, metadata={"help": "steps between validation evaluations"})
     eval_batches: int = field(default=8, metadata={"help": "validation batches per evaluation (fixed windows)"})
     log_interval: int = field(default=50, metadata={"help": "steps between progress lines"})
@@ -394,7 +394,7 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
             "saturate_gradients" not in fp8.RECIPE_OPTIONS[run.recipe] for run in runs):
         fail(f"--saturate-gradients {config.saturate_gradients} sets what an overflowing E5M2 gradient cast gives, "
              f"but no run has one: fp32 casts nothing, mxfp8's MX casts always saturate ({which})")
-    if config.grad_clip != TrainConfig.grad_clip and all(run.family == "unit" for run in runs):
+    if config.grad_clip not in (TrainConfig.grad_clip, 0.0) and all(run.family == "unit" for run in runs):
         fail(f"--grad-clip {config.grad_clip:g} clips the standard model's gradient norm, but every run is "
              f"unit-scaled, whose gradients are never clipped ({which})")
 
@@ -705,11 +705,15 @@ def _evaluate(model, state, batches, dataset) -> dict:
     return result
 
 
-def _worst_overflow(state) -> str:
-    summary = state.summary()
+def _worst_overflow(state, gradients: bool = False) -> str:
+    """The cast with the largest fraction saturated or non-finite: among the gradient casts where
+    the gradients overflowed (a forward cast clamps, and cannot have made them Inf)."""
+    summary = state.summary(fp8.GRADIENT_ROLES if gradients else None)
     if summary["max_saturation_at"] is None:
-        return "no cast point overflowed" if state.points else "no FP8 casts (fp32)"
-    return (f"worst overflow at cast point {summary['max_saturation_at']} "
+        if not state.points:
+            return "no FP8 casts (fp32)"
+        return "no gradient cast overflowed" if gradients else "no cast point overflowed"
+    return (f"worst overflow at {'gradient ' if gradients else ''}cast point {summary['max_saturation_at']} "
             f"({_percent(summary['max_saturation'])} saturated or non-finite)")
 
 
@@ -821,12 +825,12 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             finite = all(np.isfinite(p.grad).all() for p in params if p.grad is not None)
             if not finite and not scaler.dynamic:
                 raise Diverged(f"{run.label}: gradients overflowed to Inf/NaN at step {step + 1}; "
-                               f"{_worst_overflow(state)}")
+                               f"{_worst_overflow(state, gradients=True)}")
             if not finite and scaler.scale * 0.5 < _SMALLEST_LOSS_SCALE:  # (halving it would leave float32's normals)
                 raise Diverged(f"{run.label}: gradients overflowed to Inf/NaN at step {step + 1} with the dynamic "
                                f"loss scale at {scaler.scale:.4g} after {scaler.skipped} skipped steps, and halving "
                                f"it would fall below float32's smallest normal number "
-                               f"({_SMALLEST_LOSS_SCALE:.4g}); {_worst_overflow(state)}")
+                               f"({_SMALLEST_LOSS_SCALE:.4g}); {_worst_overflow(state, gradients=True)}")
             if finite:
                 if clip > 0:
                     clip_grad_norm(params, clip)

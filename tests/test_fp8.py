@@ -736,6 +736,48 @@ def test_statistics_recorded_per_role_and_summary():
     assert stats["grad"].underflow_fraction == 1.0 and stats["grad"].amax == 2.0**-20
     assert state.summary() == {"max_underflow": 1.0, "max_underflow_at": "Linear:grad",
                                "max_saturation": 2 / x.size, "max_saturation_at": "Linear:x"}
+    # only the gradient casts: the saturated forward cast is left out (train_tiny names the gradient
+    # cast when the gradients overflow: a forward E4M3 cast clamps, it cannot have made them Inf)
+    assert state.summary(fp8.GRADIENT_ROLES) == {"max_underflow": 1.0, "max_underflow_at": "Linear:grad",
+                                                 "max_saturation": 0.0, "max_saturation_at": None}
+    assert state.summary(["x"]) == {"max_underflow": 1 / x.size, "max_underflow_at": "Linear:x",
+                                    "max_saturation": 2 / x.size, "max_saturation_at": "Linear:x"}
+    assert state.summary(()) == {"max_underflow": 0.0, "max_underflow_at": None,
+                                 "max_saturation": 0.0, "max_saturation_at": None}
+
+
+@pytest.mark.parametrize("roles, error, message", [
+    ("grad", TypeError, "roles must be a collection of role names such as ('grad', 'grad_t'), got 'grad'"),
+    (5, TypeError, "got 5"),
+    (["grad", 1], TypeError, "got ['grad', 1]"),
+    (["gradient"], ValueError, "unknown role(s) ['gradient']; the roles are x, w, grad, x_t, w_t, grad_t, q, k, v"),
+])
+def test_summary_refuses_roles_that_are_not_role_names(roles, error, message):
+    state = fp8.apply_recipe(nn.Linear(4, 4, rng=np.random.default_rng(0)), "fp8")
+    with pytest.raises(error) as caught:
+        state.summary(roles)
+    assert message in str(caught.value)
+
+
+def test_roles_are_every_role_cast_and_gradient_roles_the_backward_casts():
+    """Collected from a tiny GPT under every recipe (linears and attention, both block recipes): the
+    roles recorded by the forward pass are ROLES less GRADIENT_ROLES, and the backward pass adds
+    exactly GRADIENT_ROLES."""
+    from minifp8.model import GPT, GPTConfig
+    forward, backward = set(), set()
+    tokens = np.random.default_rng(1).integers(0, 14, size=(2, 8))
+    for recipe in RECIPES_WITH_CASTS:
+        model = GPT(GPTConfig(vocab_size=14, block_size=8, n_layer=1, n_head=2, n_embd=32),
+                    rng=np.random.default_rng(0))
+        state = fp8.apply_recipe(model, recipe)
+        _, loss = model(tokens, tokens)
+        before = {role for point in state.points.values() for role in point.stats}
+        loss.backward()
+        after = {role for point in state.points.values() for role in point.stats}
+        forward |= before
+        backward |= after - before
+    assert forward == set(fp8.ROLES) - set(fp8.GRADIENT_ROLES)
+    assert backward == set(fp8.GRADIENT_ROLES)
 
 
 # ================================================================================================

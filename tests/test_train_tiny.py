@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minifp8 import fp8, train_tiny
+from minifp8 import fp8, nn, train_tiny
+from minifp8.autograd import Tensor
 from minifp8.model import GPT, GPTConfig
 from minifp8.train_tiny import HEADLINE_RUNS, LossScaler, Run, TrainConfig, main, parse_args
 
@@ -795,6 +796,26 @@ def test_help_shows_every_flag_with_its_default(capsys):
         assert name in options["--out"], name
 
 
+def test_a_gradient_overflow_names_a_gradient_cast():
+    """When the gradients overflow, the message names the worst gradient cast, not a forward cast
+    that saturated more: a forward E4M3 cast clamps and cannot have made them Inf. (It named
+    ``c_attn:x`` for a delayed run whose Inf came from ``c_attn:grad``.)"""
+    layer = nn.Linear(8, 4, bias=False, rng=np.random.default_rng(0))
+    state = fp8.apply_recipe(layer, "fp8")
+    x = np.full((16, 8), 0.5, np.float32)
+    x[:4] = 1e4  # a quarter of the forward cast saturates
+    grad = np.full((16, 4), 0.5, np.float32)
+    grad[0, 0] = 1e6  # one gradient element overflows E5M2 to Inf (fp8's gradient casts do not saturate)
+    layer(Tensor(x)).backward(grad)
+    assert train_tiny._worst_overflow(state) == "worst overflow at cast point Linear:x (25.0% saturated or non-finite)"
+    assert train_tiny._worst_overflow(state, gradients=True) == (
+        "worst overflow at gradient cast point Linear:grad (1.6% saturated or non-finite)")
+    layer(Tensor(x)).backward(np.full((16, 4), 0.5, np.float32))
+    assert train_tiny._worst_overflow(state, gradients=True) == "no gradient cast overflowed"
+    assert train_tiny._worst_overflow(fp8.apply_recipe(nn.Linear(2, 2, rng=np.random.default_rng(0)), "fp32"),
+                                      gradients=True) == "no FP8 casts (fp32)"
+
+
 def test_flags_that_some_run_reads_are_taken(capsys):
     """The flags refused above where no run reads them are taken where one does, the presets' runs included."""
     config, runs = parse_args(["--experiment", "headline", "--loss-scale-interval", "50", "--saturate-gradients",
@@ -808,6 +829,9 @@ def test_flags_that_some_run_reads_are_taken(capsys):
     # the defaults, given explicitly, change nothing and are no error
     assert parse_args(["--recipe", "fp32", "--family", "unit", "--loss-scale-interval", "100", "--grad-clip", "1",
                        "--saturate-gradients", "auto"])[1] == [Run("fp32", "unit")]
+    # nor is --grad-clip 0 (off), what unit-scaled runs do anyway: a sweep may pass it to every recipe
+    assert parse_args(["--recipe", "unit", "--grad-clip", "0"])[0].grad_clip == 0
+    assert parse_args(["--recipe", "fp32,mxfp8", "--family", "unit", "--grad-clip", "0"])[0].grad_clip == 0
 
 
 # ---- divergence and loss scaling ---------------------------------------------------------------------
@@ -819,7 +843,8 @@ def test_gradient_overflow_stops_with_a_one_line_message(tmp_path, capsys):
     assert status == 1 and "Traceback" not in err
     assert err.count("\n") == 1
     assert "fp8 + loss scale 1e+30: gradients overflowed to Inf/NaN at step 1" in err
-    assert re.search(r"worst overflow at cast point [\w.]+:grad \(100(\.0)?% saturated or non-finite\)", err), err
+    assert re.search(r"worst overflow at gradient cast point [\w.]+:grad \(100(\.0)?% saturated or non-finite\)",
+                     err), err
     assert "diverged at step 1" in out
     runs = metrics(tmp_path)["runs"]
     assert runs["fp8 + loss scale 1e+30"]["diverged"]["step"] == 1
