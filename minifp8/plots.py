@@ -37,6 +37,23 @@ FORMAT_COLORS = {"E4M3": "#1f77b4", "E5M2": "#d62728", "E4M3FNUZ": "#17becf", "E
 SUBNORMAL_COLOR = "#ff7f0e"
 OVERFLOW_COLOR = "#7f7f7f"
 
+# One colour, marker and line style per training run, the same in every figure and in train_tiny's
+# loss.png. The colours are Okabe and Ito's ("Color Universal Design", 2008), chosen to stay apart
+# under the common colour-vision deficiencies; the markers tell every pair apart without colour.
+# The unit-scaled pair shares its colour (fp32 dashed), so that it reads as one comparison.
+RUN_STYLES = {  # run label (train_tiny's, e.g. the headline runs) or recipe -> (colour, marker, line style)
+    "fp32": ("#000000", "o", "-"),
+    "fp8": ("#D55E00", "X", "-"),             # vermillion
+    "fp8 + loss scale dynamic": ("#CC79A7", "P", "-"),  # reddish purple
+    "unit fp32": ("#009E73", "d", "--"),      # bluish green
+    "unit": ("#009E73", "D", "-"),
+    "current": ("#0072B2", "s", "-"),         # blue
+    "delayed": ("#56B4E9", "^", "-"),         # sky blue
+    "mxfp8": ("#E69F00", "v", "-"),           # orange
+    "blockwise": ("#666666", "<", "-"),       # grey (Okabe-Ito's yellow is too pale on white)
+}
+_EXTRA_LINE_STYLES = ("--", ":", "-.")
+
 
 def _new_figure(width: float, height: float, rows: int = 1, columns: int = 1, **subplot_options):
     """A Figure with ``rows`` x ``columns`` axes (a flat array, row by row); the one place matplotlib
@@ -52,6 +69,28 @@ def _new_figure(width: float, height: float, rows: int = 1, columns: int = 1, **
 
 def _color(fmt) -> str:
     return FORMAT_COLORS.get(fmt.name, "black")
+
+
+def _run_styles(recipes: dict[str, str | None]) -> dict[str, tuple[str, str, str]]:
+    """(colour, marker, line style) of each run, from its label (``label -> recipe or None``):
+    `RUN_STYLES` by label; else by recipe (the first word of the label where no recipe is given),
+    in a line style no other run of that colour has; a run of an unknown recipe, or one for which
+    the line styles ran out, takes matplotlib's next cycle colour and a marker of its own."""
+    styles = {label: RUN_STYLES[label] for label in recipes if label in RUN_STYLES}
+    used = {(color, linestyle) for color, _, linestyle in styles.values()}
+    others = iter(zip((f"C{i % 10}" for i in range(1000)), (m for _ in range(100) for m in "ov^s<>DPX*")))
+    for label, recipe in recipes.items():
+        if label in styles:
+            continue
+        key = recipe if isinstance(recipe, str) and recipe in RUN_STYLES else label.split(" ")[0]
+        color, marker, _ = RUN_STYLES.get(key, ("", "", ""))
+        free = [linestyle for linestyle in _EXTRA_LINE_STYLES if (color, linestyle) not in used]
+        if not color or not free:
+            color, marker = next(others)
+            free = ["-"]
+        styles[label] = (color, marker, free[0])
+        used.add((color, free[0]))
+    return {label: styles[label] for label in recipes}
 
 
 def _log2_axis(ax, low_exponent: int, high_exponent: int, step: int = 2) -> None:
@@ -355,7 +394,7 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
 
     figure, (amax_axis, scale_axis, clip_axis) = _new_figure(8.0, 7.0, rows=3, sharex=True)
     for ax in (amax_axis, scale_axis, clip_axis):
-        ax.axvspan(spike_step + 0.5, spike_step + history_len + 0.5, color=window, alpha=0.08, linewidth=0)
+        ax.axvspan(spike_step + 0.5, spike_step + history_len + 0.5, color=window, alpha=0.18, linewidth=0)
         ax.grid(True, alpha=0.3)
     amax_axis.plot(step_axis, amax, "o", color="black", markersize=3.5, label="amax of this step's tensor")
     # Step 0 has no history yet and casts with scale 1; the lines start at step 1.
@@ -385,7 +424,7 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
     clip_axis.bar(step_axis, shown, color=_color(fmt), width=0.7, label="delayed")
     for clipped_step in np.flatnonzero(clipped):
         clip_axis.annotate(f"{clipped[clipped_step]}", (clipped_step, clipped[clipped_step]), xytext=(0, 2),
-                           textcoords="offset points", ha="center", va="bottom", fontsize=7)
+                           textcoords="offset points", ha="center", va="bottom", fontsize=8)
     clip_axis.set_yscale("log")
     clip_axis.set_ylim(0.5, size * 4)
     clip_axis.set_ylabel(f"values clipped\nat ±{fmt.max:g} (of {size})")
@@ -399,6 +438,8 @@ def delayed_scaling_outlier(steps: int = 50, spike_step: int = 30, spike_factor:
 BLOCK_RECIPE_COLORS = {"E4M3 per tensor": FORMAT_COLORS["E4M3"], "MXFP8_E4M3": "#ff7f0e",
                        "MXFP6_E2M3": FORMAT_COLORS["E2M3"], "MXFP4_E2M1": FORMAT_COLORS["E2M1"],
                        "NVFP4": "#2ca02c"}
+BLOCK_RECIPE_MARKERS = {"E4M3 per tensor": "o", "MXFP8_E4M3": "s", "MXFP6_E2M3": "^", "MXFP4_E2M1": "v",
+                        "NVFP4": "D"}  # (some colour pairs meet under colour-vision deficiencies)
 
 
 def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -28, seed: int = 0) -> Figure:
@@ -440,13 +481,15 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     for name, values in results.items():
         noise = np.sum(np.square(values.astype(np.float64) - x), axis=1)
         snr = 10 * np.log10(signal / np.maximum(noise, np.finfo(np.float64).tiny))
-        ax.plot(exponents, snr, ".-", color=BLOCK_RECIPE_COLORS[name], linewidth=1.2, markersize=4,
-                label=f"{name} ({bits[name]} bits/value)")
-    ax.text(low_exponent + 0.5, 1.0, "0 dB: every value of the row rounded to zero", fontsize=8, va="bottom")
+        ax.plot(exponents, snr, "-", marker=BLOCK_RECIPE_MARKERS[name], color=BLOCK_RECIPE_COLORS[name],
+                linewidth=1.2, markersize=3.5, label=f"{name} ({bits[name]} bits/value)")
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.text(low_exponent + 0.5, -0.4, "0 dB: every value of the row rounded to zero", fontsize=8, va="top",
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
     ax.set_xlabel("scale of the row, relative to the top row ($\\log_2$)")
     ax.set_ylabel("SNR of the row (dB)")
     ax.set_xlim(low_exponent - 0.5, 0.5)
-    ax.set_ylim(-2, 40)
+    ax.set_ylim(-4, 40)
     ax.set_xticks(np.arange(0, low_exponent - 1, -4))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8, ncols=2)
@@ -467,6 +510,7 @@ def _rows_at_scales(rows: int, columns: int, low_exponent: int, seed: int) -> tu
 # ================================================================================================
 # Scale tracking (unit scaling)
 # ================================================================================================
+NORMAL_BAND_ALPHA, SUBNORMAL_BAND_ALPHA = 0.2, 0.1  # scale_plot's shading of each format's ranges
 SCALE_FORMATS = ("E4M3", "E5M2")  # the forward values are cast to E4M3, the gradients to E5M2
 
 
@@ -525,8 +569,9 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
         color = _color(fmt)
         for row in range(rows):
             band = (row - bottom, row - top)  # the y axis is inverted: row 0 at the top
-            ax.fill_betweenx(band, fmt.min_normal, fmt.max, color=color, alpha=0.2, linewidth=0)
-            ax.fill_betweenx(band, fmt.min_subnormal, fmt.min_normal, color=color, alpha=0.08, linewidth=0)
+            ax.fill_betweenx(band, fmt.min_normal, fmt.max, color=color, alpha=NORMAL_BAND_ALPHA, linewidth=0)
+            ax.fill_betweenx(band, fmt.min_subnormal, fmt.min_normal, color=color, alpha=SUBNORMAL_BAND_ALPHA,
+                             linewidth=0, hatch="....", edgecolor=color)  # (dots: apart from the normals without colour)
     y = np.arange(rows)
     for values, offset, marker, fmt, label in ((forward, -0.22, "o", fmts[0], "value (forward)"),
                                                (backward, 0.22, "^", fmts[1], "gradient (backward)")):
@@ -540,11 +585,12 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
 
     handles, _ = ax.get_legend_handles_labels()
     for fmt in fmts:
-        handles.append(Patch(color=_color(fmt), alpha=0.3,
-                             label=f"{fmt.name} normal (light: subnormal)"))
+        handles.append(Patch(facecolor=_color(fmt), alpha=NORMAL_BAND_ALPHA, linewidth=0, label=f"{fmt.name} normal"))
+        handles.append(Patch(facecolor=_color(fmt), alpha=SUBNORMAL_BAND_ALPHA, linewidth=0, hatch="....",
+                             edgecolor=_color(fmt), label=f"{fmt.name} subnormal"))
     # Below the x label, wherever the tick labels put it: constrained layout makes room for an
     # "outside" figure legend (matplotlib 3.7).
-    figure.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    figure.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
     ax.set_yticks(y, [r.name for r in tracked])
     ax.set_ylim(rows - 0.5, -0.5)
     ax.grid(True, axis="x", alpha=0.3)
@@ -715,8 +761,9 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     validation loss (dots) of each run; the dotted line is the corpus' entropy rate when it is known
     (`minifp8.data.arithmetic_loss_floor`: the floor with whole lines of context; a loss averaged over
     short windows sits higher).
-    A run that diverged ends in a cross. The runs ``unit`` and ``unit fp32`` (the unit-scaled model
-    with naive casts and in float32) share a colour, the fp32 one dashed; other runs have their own.
+    A run that diverged ends in a cross. Each run has its colour, marker and line style
+    (`RUN_STYLES`: the same in every figure); the runs ``unit`` and ``unit fp32`` (the
+    unit-scaled model with naive casts and in float32) share a colour, the fp32 one dashed.
     Bottom: the largest fraction of a tensor flushed to zero
     among the cast points of each FP8 run, at each progress line (fp32 runs have no casts). Naive
     FP8 loses most of its gradients here; unit scaling and per-tensor scales keep them.
@@ -747,32 +794,27 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
                                 every, smooth_steps) for label, metrics in runs.items()}
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
-    colors = iter(f"C{i}" for i in range(1000))
-    unit_color = None
+    looks = _run_styles({label: metrics.get("recipe") for label, metrics in runs.items()})
     for label, metrics in runs.items():
-        # the unit-scaled model in fp32 and under naive casts share a colour (fp32 dashed), so the
-        # pair reads as one comparison; every other run has a colour of its own
-        if label in ("unit", "unit fp32") and metrics.get("family") == "unit":
-            unit_color = unit_color or next(colors)
-            color = unit_color
-        else:
-            color = "black" if label == "fp32" else next(colors)
-        style = "--" if label == "unit fp32" and metrics.get("family") == "unit" else "-"
+        color, marker, style = looks[label]
         steps, losses = curves[label]
-        loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label)
         val, stats = columns[label]["val"], columns[label]["cast_stats"]
+        # the line is the training loss; the run's markers, its validation losses (the legend shows both)
+        loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label,
+                       marker=marker if val["step"].size else None, markersize=4.5, markevery=[])
         if val["step"].size:
-            loss_axis.plot(val["step"], val["loss"], "o", color=color, markersize=3.5)
+            loss_axis.plot(val["step"], val["loss"], marker, color=color, markersize=4.5)
         if metrics.get("diverged"):
             loss_axis.plot(steps[-1:], losses[-1:], "x", color=color, markersize=8, markeredgewidth=2)
         if stats["step"].size:
+            every = max(1, stats["step"].size // 12)  # a dozen markers a line, enough to tell each apart
             underflow_axis.plot(stats["step"], 100 * stats["max_underflow"], style, color=color,
-                                linewidth=1.2, marker=".", markersize=3, label=label)
+                                linewidth=1.2, marker=marker, markersize=4, markevery=every, label=label)
     if loss_floor is not None and math.isfinite(loss_floor):
         loss_axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
         loss_axis.text(0.99, loss_floor, "entropy rate of the corpus (whole lines)",
                        transform=loss_axis.get_yaxis_transform(), ha="right", va="bottom", fontsize=8, color="grey")
-    loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, dots: validation")
+    loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, markers: validation")
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(loc="best", fontsize=8, ncols=2)
     loss_axis.set_title(title or "Training the mini-GPT under each recipe", fontsize=10)
@@ -798,6 +840,8 @@ def _options_label(label: str, recipe: str) -> str:
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
+FP8LM_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")  # one per combination of options
+MEMORY_HATCHES = ("", "////", "....", "\\\\\\\\", "xxxx")  # the memory bars' components, apart without colour
 LINE_STYLE_NAMES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
 FP8LM_MAX_RUNS = 10 * len(LINE_STYLES)  # each its own pair of the ten colours C0-C9 and a line style
 
@@ -863,7 +907,9 @@ def fp8lm_options(results: dict) -> Figure:
                                                                gridspec_kw={"height_ratios": (2, 1.3, 1.5)})
     for label, metrics in runs.items():
         color, linestyle = looks[label]
-        style = dict(color=color, linestyle=linestyle, linewidth=1.2)
+        marker = FP8LM_MARKERS[names.index(options[label]) % len(FP8LM_MARKERS)] if by_recipe else \
+            FP8LM_MARKERS[list(runs).index(label) % len(FP8LM_MARKERS)]
+        style = dict(color=color, linestyle=linestyle, linewidth=1.2, marker=marker, markersize=4)
         # each evaluation after step 0 against the same step of the recipe's run without options
         reference = columns.get(metrics["recipe"] if _is_option_run(label, metrics["recipe"]) else label)
         alone = dict(zip(reference["val"]["step"], reference["val"]["loss"])) if reference else {}  # step -> loss
@@ -871,7 +917,7 @@ def fp8lm_options(results: dict) -> Figure:
         compared = (steps > 0) & np.isin(steps, list(alone))
         with np.errstate(divide="ignore", invalid="ignore"):
             changes = losses[compared] / np.array([alone[step] for step in steps[compared]]) - 1
-        loss_axis.plot(steps[compared], changes, marker=".", label=label, **style)
+        loss_axis.plot(steps[compared], changes, label=label, **style)
         grads = columns[label]["fp8_grads"]
         cast = ~np.isnan(grads["relative_error"])  # (None, read as NaN: nothing was cast)
         if cast.any():
@@ -882,7 +928,14 @@ def fp8lm_options(results: dict) -> Figure:
     loss_axis.set_ylabel("validation loss against\nthe recipe alone")
     loss_axis.set_xlabel("step")
     loss_axis.grid(True, alpha=0.3)
-    loss_axis.legend(fontsize=7, ncols=2, loc="upper right")
+    if by_recipe:  # the title keys the line styles: the legend, one entry per combination of options
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], color=f"C{i}", marker=FP8LM_MARKERS[i % len(FP8LM_MARKERS)], markersize=4,
+                          linewidth=1.2) for i in range(len(names))]
+        loss_axis.legend(handles, names, fontsize=8, ncols=2, loc="upper right")
+    else:
+        loss_axis.legend(fontsize=7, ncols=2, loc="upper right")
     if by_recipe:
         key = ", ".join(f"{LINE_STYLE_NAMES[LINE_STYLES[i]]}: {recipe}" for i, recipe in enumerate(recipes))
         separator = " " if len(recipes) <= 2 else "\n"  # a long key on a line of its own
@@ -899,7 +952,7 @@ def fp8lm_options(results: dict) -> Figure:
     left = np.zeros(len(first))
     for i, component in enumerate(components):
         memory_axis.barh(np.arange(len(first)), memory[:, i], left=left, color=f"C{i}", alpha=0.75,
-                         label=component.replace("_", " "))
+                         edgecolor="white", linewidth=0.8, hatch=MEMORY_HATCHES[i], label=component.replace("_", " "))
         left += memory[:, i]
     for y, total in enumerate(left):
         memory_axis.text(total + 0.2, y, f"{total:.1f} B", va="center", fontsize=8)
@@ -911,7 +964,7 @@ def fp8lm_options(results: dict) -> Figure:
     memory_axis.set_ylabel(f"options ({recipes[0]} runs)")
     memory_axis.set_xlim(0, 19)
     memory_axis.set_xlabel("bytes per parameter held (float32 weights are the simulation's working copy)")
-    memory_axis.legend(fontsize=7, ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    memory_axis.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     return figure
 
 
@@ -1139,10 +1192,11 @@ def train_speed(results: dict, title: str | None = None) -> Figure:
 
     figure, (axis,) = _new_figure(8.0, 4.6)
     targets: dict[float, list[tuple[str, str]]] = {}
-    for number, (recipe, ratios, label, target) in enumerate(lines):
-        color = f"C{number}"
+    looks = _run_styles({recipe: recipe for recipe, *_ in lines})
+    for recipe, ratios, label, target in lines:
+        color, marker, linestyle = looks[recipe]
         steps = (np.arange(len(ratios)) + 0.5) * window
-        axis.plot(steps, ratios, "-o", color=color, markersize=3, linewidth=1.3, label=label)
+        axis.plot(steps, ratios, linestyle, marker=marker, color=color, markersize=4, linewidth=1.3, label=label)
         if target is not None:
             targets.setdefault(target, []).append((recipe, color))
     for target, holders in targets.items():  # a target of one recipe in its colour, a shared one grey

@@ -582,3 +582,29 @@ def test_scaled_gemm_errors_draws_compare_matmuls_ratio_for_each_kernel():
     # many more without promotion or with all-positive operands
     assert 0 < counts[False, labels[3]] < 0.01 * 4096 and counts[False, labels[2]] > 10 * counts[False, labels[3]]
     assert counts[True, labels[2]] > counts[True, labels[3]] > 0.5 * 4096
+
+
+def _drawn_styles(axis) -> dict:
+    """label -> (colour, marker, line style) of an axis' labelled lines."""
+    return {line.get_label(): (line.get_color(), line.get_marker(), line.get_linestyle())
+            for line in axis.get_lines() if not line.get_label().startswith("_")}
+
+
+def test_no_two_series_differ_in_colour_alone():
+    """Readers who cannot tell two colours apart (about 1 in 12 men) still tell every series apart:
+    the runs of the headline figure and train_tiny's loss.png, the recipes of the speed figure and
+    the formats of the block-scaling figure each differ in marker or line style too. (Before, the
+    speed figure's six recipes and the SNR figure's five formats shared one marker; two of each
+    collapsed into one colour under simulated protanopia.)"""
+    from minifp8.bench import load_speed_results
+
+    headline = _drawn_styles(plots.training_curves(load_results()).axes[0])
+    speed = {label.split(":")[0]: style for label, style in
+             _drawn_styles(plots.train_speed(load_speed_results()).axes[0]).items() if "target" not in label}
+    snr = _drawn_styles(plots.block_scaling_snr(rows=5, columns=64).axes[0])
+    for name, drawn, count in (("headline", headline, 8), ("speed", speed, 6), ("snr", snr, 5)):
+        assert len(drawn) == count, (name, drawn)
+        assert len({(marker, linestyle) for _, marker, linestyle in drawn.values()}) == count, (name, drawn)
+    assert len({marker for _, marker, _ in plots.RUN_STYLES.values()}) == len(plots.RUN_STYLES)
+    # a recipe looks the same in every figure: its speed line as its headline run
+    assert all(speed[recipe] == (headline[recipe][0], headline[recipe][1], "-") for recipe in speed if recipe in headline)
