@@ -55,9 +55,9 @@ reads 0x00 as ``ptx::exp2f(0x00) = 0.0``; torchao's ``_to_mx_rceil`` also multip
 0x00, and its ``to_mx`` (the other modes) divides by ``2**-126``, as it clamps the float32 scale
 to the smallest normal number (pytorch/pytorch#125557).
 A NaN or Inf in a block gives the NaN scale 0xFF (E8M0's NaN, OCP MX v1.0 section 5.4.1), and the
-whole block decodes to NaN, as in Microsoft's microxcaling (``mx/mx_ops.py``: a shared exponent
-above 127, as log2 of Inf or NaN is, becomes NaN); section 6.3's scale rule has no case for such a
-block. Its element codes carry no information and are written as 0. For ``rceil`` the scale follows
+whole block decodes to NaN, as in Microsoft's microxcaling (``mx/mx_ops.py``: the shared exponent,
+log2 of the amax, is NaN there, or Inf, which lies above the largest scale exponent, 127, and is
+set to NaN); section 6.3's scale rule has no case for such a block. Its element codes carry no information and are written as 0. For ``rceil`` the scale follows
 NVIDIA's conversion of ``amax / max_elem``: NaN -> 0xFF, Inf -> 0xFE (``2**127``, the elements are then
 encoded as usual: Inf saturates to the element maximum), zero -> 0x00.
 

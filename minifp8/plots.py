@@ -13,6 +13,7 @@ and training figures as they are added.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ RUN_STYLES = {  # run label (train_tiny's, e.g. the headline runs) or recipe -> 
     "blockwise": ("#666666", "<", "-"),       # grey (Okabe-Ito's yellow is too pale on white)
 }
 _EXTRA_LINE_STYLES = ("--", ":", "-.")
+_EXTRA_MARKERS = ("h", "*", "p", "8", ">", "H", "1", "2")  # (none of RUN_STYLES')
 
 
 def _new_figure(width: float, height: float, rows: int = 1, columns: int = 1, **subplot_options):
@@ -74,22 +76,29 @@ def _color(fmt) -> str:
 def _run_styles(recipes: dict[str, str | None]) -> dict[str, tuple[str, str, str]]:
     """(colour, marker, line style) of each run, from its label (``label -> recipe or None``):
     `RUN_STYLES` by label; else by recipe (the first word of the label where no recipe is given),
-    in a line style no other run of that colour has; a run of an unknown recipe, or one for which
-    the line styles ran out, takes matplotlib's next cycle colour and a marker of its own."""
+    in the recipe's colour with a marker of its own and a line style no run of that colour has,
+    while one is left (the FP8-LM options of one recipe); a run of an unknown recipe, or past eight
+    extra runs of one, takes a combination of matplotlib's cycle colours and markers no other run
+    has (cycling after 100 of them)."""
     styles = {label: RUN_STYLES[label] for label in recipes if label in RUN_STYLES}
     used = {(color, linestyle) for color, _, linestyle in styles.values()}
-    others = iter(zip((f"C{i % 10}" for i in range(1000)), (m for _ in range(100) for m in "ov^s<>DPX*")))
+    extra: dict[str, int] = {}  # recipe -> runs styled after it so far
+    fallback = itertools.cycle([(f"C{c}", m) for m in "ov^s<>DPX*" for c in range(10)])
     for label, recipe in recipes.items():
         if label in styles:
             continue
         key = recipe if isinstance(recipe, str) and recipe in RUN_STYLES else label.split(" ")[0]
-        color, marker, _ = RUN_STYLES.get(key, ("", "", ""))
-        free = [linestyle for linestyle in _EXTRA_LINE_STYLES if (color, linestyle) not in used]
-        if not color or not free:
-            color, marker = next(others)
-            free = ["-"]
-        styles[label] = (color, marker, free[0])
-        used.add((color, free[0]))
+        count = extra[key] = extra.get(key, 0) + 1
+        if key in RUN_STYLES and count <= len(_EXTRA_MARKERS):
+            color = RUN_STYLES[key][0]
+            free = [style for style in _EXTRA_LINE_STYLES if (color, style) not in used]
+            linestyle = free[0] if free else _EXTRA_LINE_STYLES[(count - 1) % len(_EXTRA_LINE_STYLES)]
+            styles[label] = (color, _EXTRA_MARKERS[count - 1], linestyle)
+        else:
+            color, marker = next(fallback)
+            linestyle = "-"
+            styles[label] = (color, marker, linestyle)
+        used.add((color, linestyle))
     return {label: styles[label] for label in recipes}
 
 
@@ -521,11 +530,11 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
     After the unit-scaling library's visualiser (``unit_scaling.analysis.plot``): each row is one
     tensor recorded by ``minifp8.fp8.track`` inside a ``ScaleTracker``, top to bottom in the order
     they were tracked. A circle marks the scale of the value (forward pass) and a triangle that of
-    its gradient (backward pass). Behind them, the upper half of each row shades the E4M3 range
-    the values are cast to and the lower half the E5M2 range of the gradients: dark for the
-    normal numbers, light for the subnormals (fewer significant bits). A scale left of the shading
-    is flushed to zero by a naive cast; right of it, it overflows. A statistic of exactly 0 is
-    drawn at the left edge as a hollow marker.
+    its gradient (backward pass). Behind them, the upper half of each row shades the E4M3 range the
+    values are cast to and the lower half the E5M2 range of the gradients: shaded for the normal
+    numbers, lighter and dotted for the subnormals (fewer significant bits). A scale left of the
+    shading is flushed to zero by a naive cast; right of it, it overflows. A statistic of exactly 0
+    is drawn at the left edge as a hollow marker.
 
     Parameters
     ----------

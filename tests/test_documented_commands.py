@@ -54,13 +54,19 @@ def markdown_commands(markdown: str) -> list[tuple[int, str, str]]:
     for block in code_blocks(markdown):
         body = block["source"].splitlines()
         for offset, line in enumerate(body, 1):
+            if offset > 1 and body[offset - 2].endswith("\\"):
+                continue  # (the rest of the command above)
+            following = body[offset:]
+            while line.endswith("\\") and following:  # a shell command continued on the next line
+                line, following = line[:-1] + " " + following[0].strip(), following[1:]
             start = line.find("python -m minifp8")
             if block["language"] not in ("python", "py") and start >= 0 and (command := _command(line[start:])):
                 found.append((block["line"] + offset, *command))
         prose[block["line"] - 1:block["line"] + len(body) + 1] = [""] * (len(body) + 2)  # (the line numbers stay)
     text = "\n".join(prose)
     for span in re.finditer(r"(?<!`)`([^`]+)`(?!`)", text):
-        if span[1].startswith("python -m minifp8") and (command := _command(span[1])) and command[1]:
+        code = re.sub(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+", "", span[1])  # (an environment prefix, VAR=value)
+        if code.startswith("python -m minifp8") and (command := _command(code)) and command[1]:
             found.append((text.count("\n", 0, span.start()) + 1, *command))
     return found
 
@@ -129,10 +135,13 @@ def test_the_docs_show_commands_of_every_module():
 def test_finders_on_planted_text():
     page = ("Run `python -m minifp8.train_tiny --recipe fp8\n  --steps 5` here; not `python -m minifp8: x`.\n\n"
             "```bash\nOPENBLAS_NUM_THREADS=1 python -m minifp8.bench train  # a comment\n"
-            "python -m minifp8.golden --out g | head\n```\n"
-            "```python\nprint('python -m minifp8.explain 1 E4M3')\n```\n")
+            "python -m minifp8.golden --out g | head\n"
+            "python -m minifp8.train_tiny --recipe fp8 \\\n    --steps 3\n```\n"
+            "```python\nprint('python -m minifp8.explain 1 E4M3')\n```\n"
+            "Or `OPENBLAS_CORETYPE=Haswell python -m minifp8.bench train --steps 2`.\n")
     assert markdown_commands(page) == [(5, "bench", "train"), (6, "golden", "--out g"),
-                                       (1, "train_tiny", "--recipe fp8 --steps 5")]
+                                       (7, "train_tiny", "--recipe fp8 --steps 3"),
+                                       (1, "train_tiny", "--recipe fp8 --steps 5"), (13, "bench", "train --steps 2")]
     source = '"""Doc.\n\n    python -m minifp8.explain 0.3 E4M3\n\nAs ``python -m minifp8.bench\nmx``."""\n'
     assert docstring_commands(source) == [(3, "explain", "0.3 E4M3"), (5, "bench", "mx")]
     assert _instances("--recipe R --steps 2") == [["--recipe", r, "--steps", "2"] for r in sorted(fp8.RECIPES)]

@@ -606,5 +606,11 @@ def test_no_two_series_differ_in_colour_alone():
         assert len(drawn) == count, (name, drawn)
         assert len({(marker, linestyle) for _, marker, linestyle in drawn.values()}) == count, (name, drawn)
     assert len({marker for _, marker, _ in plots.RUN_STYLES.values()}) == len(plots.RUN_STYLES)
+    # the runs of --experiment fp8lm, four options on each of two recipes: a marker each within a colour
+    # (their validation losses are markers alone)
+    fp8lm_runs = _drawn_styles(plots.training_curves(load_results(FP8LM_RESULTS)).axes[0])
+    assert len(fp8lm_runs) == 10 and len({(color, marker) for color, marker, _ in fp8lm_runs.values()}) == 10
+    many = plots._run_styles({f"run {i}": None for i in range(100)})
+    assert len(set(many.values())) == 100
     # a recipe looks the same in every figure: its speed line as its headline run
     assert all(speed[recipe] == (headline[recipe][0], headline[recipe][1], "-") for recipe in speed if recipe in headline)
