@@ -1020,9 +1020,10 @@ model (n_embd 64) that is every tensor (the largest, its GELU outputs and MLP gr
 exactly ``2**18``); at n_embd 128 its GELU outputs and the output gradients of its MLP's first linear
 and its q, k, v projection are split, and in ``bench fp8``'s block 12 of a step's 16 casts. NumPy
 releases the GIL inside its loops, so the slabs can run in parallel. Each writes its own part of
-the output, so the results are the same for any number of threads. Tutorial 9's threading
-experiments cut the default model's tensors into smaller slabs (the steps were slower); whether
-the threads help the wider tensors in a step is not measured there."""
+the output, so the results are the same for any number of threads. The threading experiments of
+the speed measurement log (tutorials/speed-log.md) cut the default model's tensors into smaller
+slabs (the steps were slower); whether the threads help the wider tensors in a step is not
+measured there."""
 
 _CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 per slice: it and its temporaries stay in cache
 _pool: ThreadPoolExecutor | None = None
