@@ -92,7 +92,10 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
         scale). Decode scale codes (uint8) first: ``minifp8.decode(e8m0_codes, "E8M0")`` for MX,
         ``minifp8.decode(e4m3_codes, "E4M3")`` for NVFP4's block scales. NVFP4's tensor scale
         multiplies them, in float64 (exact; a float32 product would round):
-        ``minifp8.decode(block_codes, "E4M3").astype(np.float64) * tensor_scale``.
+        ``minifp8.decode(block_codes, "E4M3").astype(np.float64) * tensor_scale``, with the decode
+        scale ``tensor_scale = np.float64(q.global_amax) * np.float32(1 / 2688)`` of an
+        `minifp8.mx.NVFP4Array` ``q`` (as its ``dequantize`` takes it; about ``1 / q.encode_scale``),
+        not ``q.encode_scale``, which multiplied ``x`` before encoding.
     fmt : FloatFormat or str
         The element format.
 
@@ -614,9 +617,11 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     32, 64, 128, 256); or the product with one scale alone times ``2**e``, e = -2, -1, 1 or 2 (tried
     where one block row of A, or one block column of B, holds every mismatched output); or the
     reference transposed; or, when nothing above matched, every mismatched output is the reference
-    times one factor (a power of two is named as one), or the errors fit a narrower accumulator
-    (only one whose bound is at most S / 8, and errors not confined to one row or column). A cause
-    whose product an output of zeros matches as well is not named.
+    times one factor (a power of two is named as one), or, with ``output="float32"``, every output
+    is a bfloat16 (or float16) value and all are within tolerance judged as that output type (an
+    output type not declared), or the errors fit a narrower accumulator (only one whose bound is at
+    most S / 8, and errors not confined to one row or column). A cause whose product an output of
+    zeros matches as well is not named.
 
     Parameters
     ----------
@@ -725,10 +730,11 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     (rows, inner), columns = a.values.shape, b.values.shape[1]
     mismatched = kinds != _AGREE
 
-    def matches(candidate: MatmulReference, accumulator: _Accumulator = model, carried=carried) -> bool:
-        tolerance = _tolerance(candidate, inner, accumulator, output, carried)
-        zeros = _judge(np.zeros_like(got), candidate.value, tolerance, output)
-        return bool((_judge(got, candidate.value, tolerance, output) == _AGREE).all()
+    def matches(candidate: MatmulReference, accumulator: _Accumulator = model, carried=carried,
+                output_type: str = output) -> bool:
+        tolerance = _tolerance(candidate, inner, accumulator, output_type, carried)
+        zeros = _judge(np.zeros_like(got), candidate.value, tolerance, output_type)
+        return bool((_judge(got, candidate.value, tolerance, output_type) == _AGREE).all()
                     and (zeros[mismatched] != _AGREE).any())
 
     hints = []
@@ -750,6 +756,16 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
         if not hints:
             hints += _factor_hint(got, a, b, reference.value, mismatched,
                                   _tolerance(reference, inner, model, output, carried))
+    # An output rounded to a 16-bit type but declared float32: every value is one of that type, and
+    # the output is within the bound of the declared accumulator with that output (before the
+    # accumulators below, whose wider bounds an output rounding fits as well).
+    if not hints and output == "float32":
+        for narrow in ("bfloat16", "float16"):
+            if _all_values_of(got, narrow) and matches(reference, output_type=narrow):
+                hints.append(f"every output is a {narrow} value, and all are within tolerance judged as a "
+                             f"{narrow} output (accumulator of {model.describe()}): pass output={narrow!r}, the "
+                             f"type the kernel wrote?")
+                break
     # A narrower accumulator errs all over the output: not where the errors lie in one row or column,
     # nor where its bound is over an eighth of sum |a b| (a bound that loose fits many bugs too).
     hit_rows, hit_columns = (np.unique(where).size for where in np.nonzero(mismatched))
@@ -766,6 +782,16 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                              f"arXiv:2412.19437, section 3.3.2)")
                 break
     return hints
+
+
+def _all_values_of(values: np.ndarray, output: str) -> bool:
+    """Whether every finite value of ``values`` (float64) is a value of the 16-bit type ``output``."""
+    finite = values[np.isfinite(values)]
+    with np.errstate(over="ignore"):
+        if output == "float16":
+            return bool((finite.astype(np.float16) == finite).all())
+        single = finite.astype(np.float32)
+        return bool((single == finite).all() and (single.view(np.uint32) & 0xFFFF == 0).all())
 
 
 def _scale_variants(scales: np.ndarray, shape: tuple, name: str, axes: tuple):

@@ -19,11 +19,14 @@ a NaN scale, and NVFP4's order of float32 operations and its caps at FLT_MAX.
 Each entry describes one expected result:
 
 - ``kind``: ``"codec"``, ``"mx"``, ``"nvfp4"`` or ``"gemm"``;
-- ``file``: the ``.npz`` (a zip of ``.npy`` arrays; ``numpy.load`` reads it, and so does any zip +
-  npy reader) and its ``sha256``;
+- ``file``: the ``.npz`` and its ``sha256``. The ``.npz`` is a zip whose members are stored
+  uncompressed (method 0, so no inflate is needed), one per array, named ``<array>.npy`` (array
+  ``x`` is member ``x.npy``), each in NPY format version 1.0, little-endian and C order;
+  ``numpy.load`` reads it, and so does any zip + npy reader;
 - ``format``, ``rounding``, ``saturate``, ``input_dtype`` (``codec``);
-  ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis``, ``scale_mode``,
-  ``rounding``, ``ignore_codes_where_scale`` (``mx``: 255, see below); ``format`` (``NVFP4``),
+  ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis`` (``-1``: the
+  last axis, as in NumPy), ``scale_mode``, ``rounding``, ``saturate``, ``input_dtype``,
+  ``ignore_codes_where_scale`` (``mx``: 255, see below); ``format`` (``NVFP4``),
   ``scale_format``, ``block_size``, ``axis``, ``global_amax_given`` (``nvfp4``); ``name``, ``layout``,
   ``description``, ``format`` (e.g. ``E4M3xE5M2``), ``a_format``, ``b_format``, ``m``, ``k``, ``n``, ``a_scale_block``, ``b_scale_block``,
   ``scale_format`` (``"E8M0"``, ``"E4M3"`` or null), ``accumulator``, ``promote_every`` and ``output``

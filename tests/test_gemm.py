@@ -659,3 +659,51 @@ def test_ml_dtypes_outputs_and_scales_are_their_float32_values():
                                   a_format="E4M3", b_format="E4M3")
     plain = gemm.reference_matmul(p["a_codes"], scales, p["b_codes"], 1.0, a_format="E4M3", b_format="E4M3")
     assert np.array_equal(typed.value, plain.value) and np.array_equal(typed.error_bound, plain.error_bound)
+
+
+@pytest.mark.parametrize("output", ["bfloat16", "float16"])
+def test_an_undeclared_16_bit_output_is_named_not_blamed_on_the_accumulator(output):
+    """A correct kernel (float32 accumulation) that writes a bfloat16 or float16 output, tested with
+    the default output="float32": the hint says to declare the output, where it blamed a 13-15 bit
+    accumulator (and sent its reader to rework correct accumulation code)."""
+    p = problem("per-tensor")
+    out = sequential(*dequantized32(p))
+    out = round_to_bfloat16(out) if output == "bfloat16" else out.astype(np.float16)
+    report = gemm.compare_matmul(out, **p)
+    assert not report.ok
+    assert only_hint(report) == (f"every output is a {output} value, and all are within tolerance judged as a "
+                                 f"{output} output (accumulator of 24 bits): pass output={output!r}, the type the "
+                                 f"kernel wrote?")
+    gemm.assert_matmul_close(out, **p, output=output)  # as declared, it passes
+
+
+def test_a_narrow_accumulator_with_a_16_bit_output_is_still_the_accumulator():
+    """Every output of a float16 accumulation is a float16 value too, but not within the float32
+    accumulator's bound as a float16 output: the accumulator hint stands."""
+    p = problem("per-tensor", positive=True)
+    out = sequential(*dequantized32(p), add_dtype=np.float16)
+    hint = only_hint(gemm.compare_matmul(out, **p))
+    assert hint.startswith("the errors are within the bound of an accumulator of"), hint
+
+
+def test_nvfp4_operands_as_the_docs_pass_them():
+    """compare_matmul's docstring and tutorial 8: NVFP4's decoded E4M3 block scales times the decode
+    tensor scale, global_amax * float32(1 / 2688), in float64; an NVFP4 GEMM of the dequantized
+    operands then passes, and one taking encode_scale as the tensor scale does not."""
+    import minifp8
+    from minifp8 import mx
+
+    rng = np.random.default_rng(0)
+    qa = mx.quantize_nvfp4(rng.normal(0, 1, (8, 64)).astype(np.float32))
+    qb = mx.quantize_nvfp4(rng.normal(0, 3, (8, 64)).astype(np.float32))  # B stored N x K: pass its transpose
+
+    def scales(q, tensor_scale):
+        return minifp8.decode(q.scales, "E4M3").astype(np.float64) * tensor_scale
+
+    out = qa.dequantize() @ qb.dequantize().T
+    decode = {q: np.float64(q.global_amax) * np.float32(1 / 2688) for q in (qa, qb)}
+    gemm.assert_matmul_close(out, qa.codes, scales(qa, decode[qa]), qb.codes.T, scales(qb, decode[qb]).T,
+                             a_format="E2M1", b_format="E2M1")
+    wrong = gemm.compare_matmul(out, qa.codes, scales(qa, qa.encode_scale), qb.codes.T,
+                                scales(qb, qb.encode_scale).T, a_format="E2M1", b_format="E2M1")
+    assert not wrong.ok

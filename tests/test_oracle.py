@@ -200,6 +200,31 @@ def golden_dir(tmp_path_factory):
     return out
 
 
+def test_golden_files_have_the_zip_layout_the_docstring_promises(golden_dir):
+    """golden's docstring (and so --help) promises a reader in another language: members stored
+    uncompressed (zip method 0), one per array named <array>.npy, NPY version 1.0, little-endian,
+    C order; and the entry fields it lists (mx entries' saturate and input_dtype among them)."""
+    import zipfile
+
+    manifest = json.loads((golden_dir / "manifest.json").read_text(encoding="utf-8"))
+    for name in sorted({entry["file"] for entry in manifest["entries"]}):
+        with zipfile.ZipFile(golden_dir / name) as archive:
+            for member in archive.infolist():
+                data = archive.read(member.filename)
+                header = data[10:10 + int.from_bytes(data[8:10], "little")].decode("latin1")
+                assert member.compress_type == zipfile.ZIP_STORED, (name, member.filename)
+                assert member.filename.endswith(".npy") and data[:8] == b"\x93NUMPY\x01\x00", (name, member.filename)
+                assert "'fortran_order': False" in header and "'>" not in header, (name, member.filename, header)
+        arrays = {member[:-len(".npy")] for member in zipfile.ZipFile(golden_dir / name).namelist()}
+        named = {array for entry in manifest["entries"] if entry["file"] == name
+                 for array in entry["arrays"].values() if isinstance(array, str)}
+        assert named <= arrays, (name, named - arrays)
+    documented = golden.__doc__.split("\nEvery array is little-endian.")[0]  # (the list of entry fields)
+    for entry in manifest["entries"]:
+        for field in entry:
+            assert f"``{field}``" in documented, (entry["kind"], field)
+
+
 def test_golden_inputs_use_no_libm_function(monkeypatch):
     """np.exp2 (and a normal draw) go through libm, whose last bit may differ between machines, so
     the files would too; the inputs are built from random integers with exact steps (an audit's find)."""
