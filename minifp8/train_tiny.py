@@ -24,9 +24,13 @@ Every ``--log-interval`` steps a progress line shows the mean training loss of t
 mean step time, the throughput and the time left in this run (from its wall time per step so far,
 evaluations and checkpoints included); FP8 recipes add the worst underflow and
 saturation fractions among the cast points in the latest step (`minifp8.fp8.FP8State.summary`),
-loss scaling the current factor and the skipped steps:
+then the worst among the gradient casts alone (``:grad``, the backward pass's E5M2 casts, which a
+forward cast's ``:x`` or ``:w`` can outrank), loss scaling the current factor and the skipped steps:
 
-    step 120/500 | loss 2.3114 | 41 ms | 6,214 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x) | saturation 0%
+    step 120/500 | loss 2.3114 | 41 ms | 6,214 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x)
+      | saturation 0% | gradients: underflow 0.1% (blocks.0.attn:grad), saturation 0%
+
+(one line on the screen).
 
 Before the first step and every ``--eval-interval`` steps it prints the validation loss on a fixed
 set of validation windows (the same for every recipe and every evaluation) and, on the arithmetic
@@ -97,8 +101,8 @@ Outputs (``--out DIR``)
   ``recipe``, ``family``, ``loss_scale_mode``, ``parameters``, ``train_loss`` (every step's),
   ``val`` (every evaluation's ``step``, ``loss`` and, on the arithmetic corpus, ``char_accuracy``
   and ``exact_match``), at every progress line ``cast_stats`` (`minifp8.fp8.FP8State.summary`),
-  ``loss_scale`` and ``fp8_grads`` (empty where the run has none), ``memory`` (its arrays' bytes
-  per parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or
+  ``gradient_cast_stats`` (the same of the gradient casts alone), ``loss_scale`` and ``fp8_grads``
+  (empty where the run has none), ``memory`` (its arrays' bytes per parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or
   the ``step`` and the ``message``), ``finished`` and, once finished, ``final`` (the summary row)
   and ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null;
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
@@ -210,7 +214,8 @@ class TrainConfig:
         "help": "print the bytes per parameter of weights, master weights, gradients and optimizer moments for "
                 "every FP8-LM combination, and those each run holds", "action": "store_true"})
     data: str | None = field(default=None, metadata={
-        "help": "UTF-8 text file to train on (default: the bundled arithmetic corpus)", "metavar": "PATH"})
+        "help": "UTF-8 text file to train on, its last 10%% held out for validation (default: the bundled "
+                "arithmetic corpus)", "metavar": "PATH"})
     seed: int = field(default=0, metadata={"help": "seed of the weights, the batches and the corpus"})
     steps: int = field(default=1000, metadata={"help": "optimizer steps per run"})
     batch_size: int = field(default=32, metadata={"help": "sequences per batch"})
@@ -756,8 +761,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     scaler = LossScaler(run.loss_scale, config.loss_scale_interval)
     metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale,
                "parameters": model.num_parameters(), "train_loss": [], "val": [], "cast_stats": [],
-               "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0, "time_s": 0.0,
-               "diverged": None, "finished": False}
+               "gradient_cast_stats": [], "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0,
+               "time_s": 0.0, "diverged": None, "finished": False}
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
     identity = _identity(config, run, dataset.text_sha256)
     start = 0
@@ -913,6 +918,12 @@ def _log_progress(print_fn, run, config, step, losses, per_step, eta, tokens_per
                  + f" | saturation {_percent(summary['max_saturation'])}"
                  + (f" ({summary['max_saturation_at']})" if summary["max_saturation_at"] else ""))
         metrics["cast_stats"].append({"step": step, **summary})
+        # the backward pass's E5M2 casts on their own: a forward cast can hide them in the worst of all
+        gradient = state.summary(fp8.GRADIENT_ROLES)
+        line += (f" | gradients: underflow {_percent(gradient['max_underflow'])}"
+                 + (f" ({gradient['max_underflow_at']})" if gradient["max_underflow_at"] else "")
+                 + f", saturation {_percent(gradient['max_saturation'])}")
+        metrics["gradient_cast_stats"].append({"step": step, **gradient})
     if run.loss_scale != "none":
         line += f" | loss scale {scaler.scale:g}" + (f", {scaler.skipped} skipped" if scaler.dynamic else "")
         metrics["loss_scale"].append({"step": step, "scale": scaler.scale, "skipped": scaler.skipped})
@@ -1005,7 +1016,8 @@ def _load_checkpoint(path: Path, identity: dict, model, model_rng, state, optimi
 
 _METRICS_KINDS: dict[str, type | tuple[type, ...]] = {
     "recipe": str, "family": str, "loss_scale_mode": str, "parameters": int, "train_loss": list, "val": list,
-    "cast_stats": list, "loss_scale": list, "fp8_grads": list, "memory": (dict, type(None)), "skipped_steps": int,
+    "cast_stats": list, "gradient_cast_stats": list, "loss_scale": list, "fp8_grads": list,
+    "memory": (dict, type(None)), "skipped_steps": int,
     "time_s": (int, float), "diverged": (dict, type(None)), "finished": bool}
 """What `_train` reads of a checkpoint's metrics, by key: the JSON types it must have (`_check_meta`)."""
 
@@ -1044,7 +1056,7 @@ def _check_meta(meta: dict, identity: dict) -> None:
     if len(losses) != step or not all(_is_real(loss) for loss in losses):
         raise ValueError(f"the header's metrics['train_loss'] must hold one number per step done ({step}), got "
                          f"{reprlib.repr(losses)}")
-    for key in ("val", "cast_stats", "loss_scale", "fp8_grads"):
+    for key in ("val", "cast_stats", "gradient_cast_stats", "loss_scale", "fp8_grads"):
         for entry in metrics[key]:
             if not (isinstance(entry, dict) and _is_int(entry.get("step"))
                     and (key != "val" or _is_real(entry.get("loss")))):
@@ -1092,9 +1104,10 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
         raise CheckpointError(f"{path} was written by another config or run (it differs in "
                               f"{', '.join(differing)}); start afresh without --resume")
     metrics = meta.get("metrics")
-    if isinstance(metrics, dict):  # (checkpoints written before --fp8-grads and --report-memory hold neither)
-        metrics.setdefault("fp8_grads", [])
+    if isinstance(metrics, dict):  # (checkpoints written before --fp8-grads and --report-memory hold neither,
+        metrics.setdefault("fp8_grads", [])  # those before 2026-11-30 no gradient_cast_stats)
         metrics.setdefault("memory", None)
+        metrics.setdefault("gradient_cast_stats", [])
     _check_meta(meta, identity)
     model.load_state_dict({key[len("model."):]: archive[key] for key in archive if key.startswith("model.")})
     fp8_state = {key[len("fp8."):]: archive[key] for key in archive if key.startswith("fp8.")}

@@ -160,6 +160,16 @@ def test_resume_continues_a_checkpoint_of_before_fp8_grads_and_the_memory_report
     assert finish(run_dir) == finish(today)
 
 
+def test_resume_continues_a_checkpoint_of_before_gradient_cast_stats(run_dir, tmp_path, capsys):
+    """Checkpoints written before 2026-11-30 hold no metrics 'gradient_cast_stats': they continue,
+    with the gradient casts' statistics from the progress lines after the resume."""
+    today = tmp_path / "today"
+    shutil.copytree(run_dir, today)
+    rewrite_meta(run_dir, lambda meta: {**meta, "metrics": {key: value for key, value in meta["metrics"].items()
+                                                            if key != "gradient_cast_stats"}})
+    assert finish(run_dir) == finish(today)
+
+
 def test_resume_after_steps_changed_says_so_rather_than_damage(run_dir, capsys):
     """A config.json whose --steps was edited below the checkpoint's step is another config (as any
     other edit is), not a damaged header: the identity is compared before the header's step range."""

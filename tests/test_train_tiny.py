@@ -55,6 +55,11 @@ def test_smoke_every_recipe(tmp_path, capsys):
             assert [entry["step"] for entry in run["cast_stats"]] == [5, 10, 15, 20]
             assert set(run["cast_points"]) >= {"blocks.0.attn", "lm_head"}
             assert 0.0 <= run["cast_stats"][-1]["max_underflow"] <= 1.0
+            # the gradient casts alone, at the same lines: never a forward cast's role
+            assert [entry["step"] for entry in run["gradient_cast_stats"]] == [5, 10, 15, 20]
+            for entry, overall in zip(run["gradient_cast_stats"], run["cast_stats"]):
+                assert entry["max_underflow"] <= overall["max_underflow"]
+                assert entry["max_underflow_at"] is None or entry["max_underflow_at"].split(":")[1] in fp8.GRADIENT_ROLES
     # what decides the last bits besides code and seed, printed and recorded
     assert document["environment"] == train_tiny.environment()
     assert document["environment"]["numpy"] == np.__version__
@@ -65,6 +70,7 @@ def test_smoke_every_recipe(tmp_path, capsys):
     assert len(progress) == len(fp8.RECIPES)
     assert all(" ms | " in line and " tok/s | eta " in line for line in progress)
     assert sum("| underflow " in line and "| saturation " in line for line in progress) == len(fp8.RECIPES) - 1
+    assert sum("| gradients: underflow " in line for line in progress) == len(fp8.RECIPES) - 1
     assert sum(line.startswith("step 20/20 | val loss ") for line in lines) == len(fp8.RECIPES)
     table = lines[lines.index(next(line for line in lines if line.startswith("run "))):]
     assert [row.split()[0] for row in table[2:2 + len(fp8.RECIPES)]] == list(fp8.RECIPES)
