@@ -98,7 +98,9 @@ Outputs (``--out DIR``)
   but for the arithmetic corpus), the ``environment`` (NumPy's version and the BLAS kernels,
   `blas_kernels`: the same seed trains to the same bits only under the same kernels, and
   uninterrupted and resumed runs compare only there) and ``runs``, by label, each with its
-  ``recipe``, ``family``, ``loss_scale_mode``, ``parameters``, ``train_loss`` (every step's),
+  ``recipe``, ``family``, ``loss_scale_mode``, ``lr`` and ``warmup_steps`` (the peak learning
+  rate it used, ``--lr`` or its family's default, and its warmup, cut to ``--steps``),
+  ``parameters``, ``train_loss`` (every step's),
   ``val`` (every evaluation's ``step``, ``loss`` and, on the arithmetic corpus, ``char_accuracy``
   and ``exact_match``), at every progress line ``cast_stats`` (`minifp8.fp8.FP8State.summary`),
   ``gradient_cast_stats`` (the same of the gradient casts alone), ``loss_scale`` and ``fp8_grads``
@@ -230,7 +232,7 @@ class TrainConfig:
         "metavar": "LR"})
     min_lr_ratio: float = field(default=0.1, metadata={"help": "final learning rate as a fraction of the peak"})
     warmup_steps: int = field(default=50, metadata={
-        "help": "linear warmup steps before the cosine decay (at most --steps)"})
+        "help": "linear warmup steps before the cosine decay (cut to --steps where larger)"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay (2-D weights only)"})
     grad_clip: float = field(default=1.0, metadata={
         "help": "clip the gradient norm at this value (standard family; 0: off). Unit-scaled gradients are "
@@ -759,7 +761,10 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     model, model_rng, state, optimizer, peak_lrs, gradients = _build(run, config, dataset.vocab_size)
     data_rng = np.random.default_rng((config.seed, 1))
     scaler = LossScaler(run.loss_scale, config.loss_scale_interval)
-    metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale,
+    # the schedule the run used: --lr or its family's default peak, the warmup cut to --steps
+    schedule = {"lr": config.lr if config.lr is not None else DEFAULT_LR[run.family],
+                "warmup_steps": min(config.warmup_steps, config.steps)}
+    metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale, **schedule,
                "parameters": model.num_parameters(), "train_loss": [], "val": [], "cast_stats": [],
                "gradient_cast_stats": [], "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0,
                "time_s": 0.0, "diverged": None, "finished": False}
@@ -772,6 +777,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
         if metrics["finished"] or metrics["diverged"]:
             return metrics
         print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}")
+        for key, value in schedule.items():  # (checkpoints written before 2026-11-30 did not record them)
+            metrics.setdefault(key, value)
     else:
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
                  + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")

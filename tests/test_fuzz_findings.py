@@ -161,13 +161,17 @@ def test_resume_continues_a_checkpoint_of_before_fp8_grads_and_the_memory_report
 
 
 def test_resume_continues_a_checkpoint_of_before_gradient_cast_stats(run_dir, tmp_path, capsys):
-    """Checkpoints written before 2026-11-30 hold no metrics 'gradient_cast_stats': they continue,
-    with the gradient casts' statistics from the progress lines after the resume."""
+    """Checkpoints written before 2026-11-30 hold no metrics 'gradient_cast_stats', 'lr' or
+    'warmup_steps': they continue, with the gradient casts' statistics from the progress lines after
+    the resume and the schedule the config gives."""
     today = tmp_path / "today"
     shutil.copytree(run_dir, today)
     rewrite_meta(run_dir, lambda meta: {**meta, "metrics": {key: value for key, value in meta["metrics"].items()
-                                                            if key != "gradient_cast_stats"}})
+                                                            if key not in ("gradient_cast_stats", "lr", "warmup_steps")}})
     assert finish(run_dir) == finish(today)
+    resumed = json.loads((run_dir / "metrics.json").read_text())["runs"]["fp32"]
+    assert (resumed["lr"], resumed["warmup_steps"]) == (train_tiny.DEFAULT_LR["standard"], resumed["warmup_steps"])
+    assert resumed["warmup_steps"] == json.loads((today / "metrics.json").read_text())["runs"]["fp32"]["warmup_steps"]
 
 
 def test_resume_after_steps_changed_says_so_rather_than_damage(run_dir, capsys):

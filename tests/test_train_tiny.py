@@ -45,6 +45,8 @@ def test_smoke_every_recipe(tmp_path, capsys):
     assert list(document["runs"]) == list(fp8.RECIPES)
     for recipe, run in document["runs"].items():
         assert run["family"] == ("unit" if recipe == "unit" else "standard")
+        # the schedule it used: no --lr, so its family's default peak; TINY's 5 warmup steps
+        assert (run["lr"], run["warmup_steps"]) == (train_tiny.DEFAULT_LR[run["family"]], 5)
         assert len(run["train_loss"]) == 20 and all(np.isfinite(run["train_loss"]))
         assert [entry["step"] for entry in run["val"]] == [0, 10, 20]  # step 0: where the loss starts
         assert 0.0 <= run["final"]["char_accuracy"] <= 1.0
@@ -1340,3 +1342,13 @@ def test_sigterm_lets_the_step_finish_and_resumes_bit_exactly(tmp_path, capsys):
     expected, actual = metrics(whole)["runs"]["delayed"], metrics(parts)["runs"]["delayed"]
     for key in ("train_loss", "val", "cast_stats", "final"):
         assert actual[key] == expected[key], key
+
+
+def test_a_warmup_longer_than_the_run_is_recorded_as_used(tmp_path, capsys):
+    """--warmup-steps 50 with --steps 8 warms up over the 8 steps: metrics.json records 8 (config.json
+    keeps the flag as given), and --lr, where given, is the peak it records."""
+    argv = [*TINY, "--steps", "8", "--warmup-steps", "50", "--lr", "0.002", "--recipe", "fp32", "--out", str(tmp_path)]
+    status, _, err = run_main(capsys, *argv)
+    assert status == 0, err
+    run = metrics(tmp_path)["runs"]["fp32"]
+    assert (run["lr"], run["warmup_steps"]) == (0.002, 8)
