@@ -94,19 +94,19 @@ Outputs (``--out DIR``)
   SHA-256 of the training text (`minifp8.data.Dataset.text_sha256`: of the ``--data`` file's text,
   or of the built-in corpus generated from ``--seed``), which checkpoints record too: ``--resume``
   refuses to continue on another text (directories older than it resume unchecked);
-* ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (null
-  but for the arithmetic corpus), the ``environment`` (NumPy's version and the BLAS kernels,
+* ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (null but
+  for the arithmetic corpus), the ``environment`` (NumPy's version and the BLAS kernels,
   `blas_kernels`: the same seed trains to the same bits only under the same kernels, and
   uninterrupted and resumed runs compare only there) and ``runs``, by label, each with its
-  ``recipe``, ``family``, ``loss_scale_mode``, ``lr`` and ``warmup_steps`` (the peak learning
-  rate it used, ``--lr`` or its family's default, and its warmup, cut to ``--steps``),
-  ``parameters``, ``train_loss`` (every step's),
-  ``val`` (every evaluation's ``step``, ``loss`` and, on the arithmetic corpus, ``char_accuracy``
-  and ``exact_match``), at every progress line ``cast_stats`` (`minifp8.fp8.FP8State.summary`),
-  ``gradient_cast_stats`` (the same of the gradient casts alone), ``loss_scale`` and ``fp8_grads``
-  (empty where the run has none), ``memory`` (its arrays' bytes per parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or
-  the ``step`` and the ``message``), ``finished`` and, once finished, ``final`` (the summary row)
-  and ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null;
+  ``recipe``, ``family``, ``loss_scale_mode``, ``lr`` and ``warmup_steps`` (the peak learning rate
+  it used, ``--lr`` or its family's default, and its warmup, cut to ``--steps``), ``parameters``,
+  ``train_loss`` (every step's), ``val`` (every evaluation's ``step``, ``loss`` and, on the
+  arithmetic corpus, ``char_accuracy`` and ``exact_match``), at every progress line ``cast_stats``
+  (`minifp8.fp8.FP8State.summary`), ``gradient_cast_stats`` (the same of the gradient casts alone),
+  ``loss_scale`` and ``fp8_grads`` (empty where the run has none), ``memory`` (its arrays' bytes per
+  parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or the
+  ``step`` and the ``message``), ``finished`` and, once finished, ``final`` (the summary row) and
+  ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null;
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
 * ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C or SIGTERM and at
