@@ -1622,7 +1622,8 @@ def _main(argv: list[str] | None) -> int:
             results[run.label] = error.metrics
             status = 1
         except Interrupted as stop:
-            print(f"{stop}{hint}")
+            waiting = [later.label for later in runs[runs.index(run) + 1:]]  # (not started in this session)
+            print(f"{stop}{hint}" + (f" (not started yet: {', '.join(waiting)})" if waiting else ""))
             return stop.status
         except CheckpointError as error:
             say(f"{prog}: error: --resume: {error}")

@@ -219,7 +219,8 @@ def test_resume_is_bit_exact(tmp_path, capsys):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     assert run_main(capsys, *flags, "--out", str(whole))[0] == 0
     status, out, _ = run_main(capsys, *flags, "--out", str(parts), "--stop-after", "13")
-    assert status == 130 and f"continue with --resume {parts}" in out
+    assert status == 130 and f"delayed + loss scale dynamic: stopped after step 13; continue with --resume {parts} " \
+        f"(not started yet: unit + loss scale dynamic)" in out
     assert not (parts / "metrics.json").exists()
     status, out, _ = run_main(capsys, "--resume", str(parts))
     assert status == 0 and "resumed at step 13/20" in out
