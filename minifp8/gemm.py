@@ -710,16 +710,22 @@ def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     if array.shape != shape:
         raise ValueError(f"actual has shape {array.shape}, but the product is {shape[0]} x {shape[1]}")
     values = array.astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        narrowed = values.astype(np.float16 if output == "float16" else np.float32)
-        representable = (narrowed == values) | np.isnan(values)
-        if output == "bfloat16":
-            representable &= (narrowed.view(np.uint32) & 0xFFFF == 0) | np.isnan(values)
+    representable = _values_of(values, output)
     if not representable.all():
         index = tuple(int(i) for i in np.unravel_index(np.argmin(representable), shape))
         raise ValueError(f"actual[{index}] = {float(values[index])!r} is not a {output} value: pass output= the type "
                          f"the kernel wrote ({', '.join(map(repr, OUTPUT_TYPES))})")
     return values
+
+
+def _values_of(values: np.ndarray, output: str) -> np.ndarray:
+    """Where ``values`` (float64) holds a value of the output type ``output`` (NaN counts as one)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrowed = values.astype(np.float16 if output == "float16" else np.float32)
+        representable = (narrowed == values) | np.isnan(values)
+        if output == "bfloat16":
+            representable &= (narrowed.view(np.uint32) & 0xFFFF == 0) | np.isnan(values)
+    return representable
 
 
 # ---- hints: causes verified by recomputing ------------------------------------------------------
@@ -761,7 +767,7 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     # accumulators below, whose wider bounds an output rounding fits as well).
     if not hints and output == "float32":
         for narrow in ("bfloat16", "float16"):
-            if _all_values_of(got, narrow) and matches(reference, output_type=narrow):
+            if _values_of(got, narrow).all() and matches(reference, output_type=narrow):
                 hints.append(f"every output is a {narrow} value, and all are within tolerance judged as a "
                              f"{narrow} output (accumulator of {model.describe()}): pass output={narrow!r}, the "
                              f"type the kernel wrote?")
@@ -782,16 +788,6 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                              f"arXiv:2412.19437, section 3.3.2)")
                 break
     return hints
-
-
-def _all_values_of(values: np.ndarray, output: str) -> bool:
-    """Whether every finite value of ``values`` (float64) is a value of the 16-bit type ``output``."""
-    finite = values[np.isfinite(values)]
-    with np.errstate(over="ignore"):
-        if output == "float16":
-            return bool((finite.astype(np.float16) == finite).all())
-        single = finite.astype(np.float32)
-        return bool((single == finite).all() and (single.view(np.uint32) & 0xFFFF == 0).all())
 
 
 def _scale_variants(scales: np.ndarray, shape: tuple, name: str, axes: tuple):
