@@ -637,8 +637,7 @@ def _build(run: Run, config: TrainConfig, vocab_size: int):
     model = GPT(_model_config(config, run.family, vocab_size), rng=model_rng)
     state = fp8.apply_recipe(model, run.recipe, **_recipe_options(run.recipe, config.saturate_gradients,
                                                                  config.mx_scale_mode))
-    lr = config.lr if config.lr is not None else DEFAULT_LR[run.family]
-    groups = model.optimizer_groups(lr, config.weight_decay)
+    groups = model.optimizer_groups(_peak_lr(config, run.family), config.weight_decay)
     if run.fp8_optimizer == "none":
         optimizer = AdamW(groups, betas=(0.9, 0.99), eps=1e-8)
     else:  # FP8-LM section 2.2: first moment FP8, second moment FP16; O3 adds FP16 master weights
@@ -658,9 +657,19 @@ DEFAULT_LR = {"standard": 3e-3, "unit": 1.0}
 SATURATING_RECIPES = ("current", "delayed", "blockwise")
 
 
+def _peak_lr(config: TrainConfig, family: str) -> float:
+    """The peak learning rate a run of ``family`` takes: ``--lr``, or the family's `DEFAULT_LR`."""
+    return config.lr if config.lr is not None else DEFAULT_LR[family]
+
+
+def _warmup_steps(config: TrainConfig) -> int:
+    """The warmup a run takes: ``--warmup-steps``, cut to ``--steps``."""
+    return min(config.warmup_steps, config.steps)
+
+
 def _set_lr(optimizer, peak_lrs: list, config: TrainConfig, step: int) -> None:
     """The learning rates of step ``step`` (from 0): each group's peak times the warmup + cosine factor."""
-    factor = warmup_cosine_lr(step, max_lr=1.0, warmup_steps=min(config.warmup_steps, config.steps),
+    factor = warmup_cosine_lr(step, max_lr=1.0, warmup_steps=_warmup_steps(config),
                               total_steps=config.steps, min_lr=config.min_lr_ratio)
     for group, peak in zip(optimizer.param_groups, peak_lrs):
         group["lr"] = peak * factor
@@ -762,8 +771,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     data_rng = np.random.default_rng((config.seed, 1))
     scaler = LossScaler(run.loss_scale, config.loss_scale_interval)
     # the schedule the run used: --lr or its family's default peak, the warmup cut to --steps
-    schedule = {"lr": config.lr if config.lr is not None else DEFAULT_LR[run.family],
-                "warmup_steps": min(config.warmup_steps, config.steps)}
+    schedule = {"lr": _peak_lr(config, run.family), "warmup_steps": _warmup_steps(config)}
     metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale, **schedule,
                "parameters": model.num_parameters(), "train_loss": [], "val": [], "cast_stats": [],
                "gradient_cast_stats": [], "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0,
