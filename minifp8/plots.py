@@ -767,9 +767,9 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     """Loss curves of every run of a ``train_tiny`` results document, and their worst FP8 underflow.
 
     Top: the training loss (averaged over windows of about ``smooth_steps`` steps, thin) and the
-    validation loss (dots) of each run; the dotted line is the corpus' entropy rate when it is known
-    (`minifp8.data.arithmetic_loss_floor`: the floor with whole lines of context; a loss averaged over
-    short windows sits higher).
+    validation loss (the run's markers) of each run; the dotted line is the corpus' entropy rate
+    when it is known (`minifp8.data.arithmetic_loss_floor`: the floor with whole lines of context; a
+    loss averaged over short windows sits higher).
     A run that diverged ends in a cross. Each run has its colour, marker and line style
     (`RUN_STYLES`: the same in every figure); the runs ``unit`` and ``unit fp32`` (the
     unit-scaled model with naive casts and in float32) share a colour, the fp32 one dashed.
@@ -906,18 +906,19 @@ def fp8lm_options(results: dict) -> Figure:
     # run apart; else each run its own colour (C0-C9) and line style
     options = {label: _options_label(label, m["recipe"]) for label, m in runs.items()}
     names = list(dict.fromkeys(options.values()))
-    looks = {label: (f"C{names.index(options[label])}", dict(zip(recipes, LINE_STYLES)).get(m["recipe"]))
+    looks = {label: (f"C{names.index(options[label])}", dict(zip(recipes, LINE_STYLES)).get(m["recipe"]),
+                     FP8LM_MARKERS[names.index(options[label]) % len(FP8LM_MARKERS)])  # (colour, line style, marker)
              for label, m in runs.items()}
-    by_recipe = len(recipes) <= len(LINE_STYLES) and len(names) <= 10 and len(set(looks.values())) == len(looks)
+    by_recipe = (len(recipes) <= len(LINE_STYLES) and len(names) <= 10
+                 and len({look[:2] for look in looks.values()}) == len(looks))
     if not by_recipe:
-        looks = {label: (f"C{i % 10}", LINE_STYLES[i // 10]) for i, label in enumerate(runs)}
+        looks = {label: (f"C{i % 10}", LINE_STYLES[i // 10], FP8LM_MARKERS[i % len(FP8LM_MARKERS)])
+                 for i, label in enumerate(runs)}
 
     figure, (loss_axis, error_axis, memory_axis) = _new_figure(8.0, 9.0, rows=3,
                                                                gridspec_kw={"height_ratios": (2, 1.3, 1.5)})
     for label, metrics in runs.items():
-        color, linestyle = looks[label]
-        marker = FP8LM_MARKERS[names.index(options[label]) % len(FP8LM_MARKERS)] if by_recipe else \
-            FP8LM_MARKERS[list(runs).index(label) % len(FP8LM_MARKERS)]
+        color, linestyle, marker = looks[label]
         style = dict(color=color, linestyle=linestyle, linewidth=1.2, marker=marker, markersize=4)
         # each evaluation after step 0 against the same step of the recipe's run without options
         reference = columns.get(metrics["recipe"] if _is_option_run(label, metrics["recipe"]) else label)
