@@ -198,7 +198,9 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
     Returns
     -------
     numpy.ndarray of uint8
-        One code per element, x's shape, in the low ``fmt.bits`` bits.
+        One code per element, x's shape, in the low ``fmt.bits`` bits. The elements of a view are
+        encoded in the order they lie in memory, so the codes of a transposed (or Fortran-order)
+        ``x`` are laid out as ``x`` is: ``np.ascontiguousarray`` gives them in C order.
 
     Raises
     ------
@@ -214,15 +216,26 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
     _check_rounding(rounding)
     saturate = _check_bool(saturate, "saturate")
     array = _as_numeric_array(x)
+    bits = count = None
     if rounding == "stochastic":
         bits, count = _check_random_bits(random_bits, random_bit_count, array.shape)
-        return _encode_exact_in_slices(_to_float64(array), fmt, rounding, saturate, bits, count)
-    _check_no_random_bits(rounding, random_bits, random_bit_count)
-    if array.dtype in (np.float32, np.float16) and _float32_table_is_exact(fmt):
+    else:
+        _check_no_random_bits(rounding, random_bits, random_bit_count)
+    order = _memory_order(array)
+    if order is not None:  # (a transposed view: encoded in the order its elements lie, without a copy)
+        codes = _encode_checked(array.transpose(order), fmt, rounding, saturate,
+                                None if bits is None else bits.transpose(order), count)
+        return codes.transpose(_inverse_order(order))
+    return _encode_checked(array, fmt, rounding, saturate, bits, count)
+
+
+def _encode_checked(array: np.ndarray, fmt: FloatFormat, rounding: str, saturate: bool, bits, count) -> np.ndarray:
+    """`encode` of checked arguments: float32 and float16 by table where it is exact, the rest exactly."""
+    if rounding != "stochastic" and array.dtype in (np.float32, np.float16) and _float32_table_is_exact(fmt):
         if not fmt.has_nan and array.size and np.isnan(array).any():
             raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
         return _encode_float32_by_table(array.astype(np.float32, copy=False), fmt, rounding, saturate)
-    return _encode_exact_in_slices(_to_float64(array), fmt, rounding, saturate, None, None)
+    return _encode_exact_in_slices(_to_float64(array), fmt, rounding, saturate, bits, count)
 
 
 def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
@@ -240,7 +253,7 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
     Returns
     -------
     numpy.ndarray of float32
-        The codes' shape (a 0-d array for a single code).
+        The codes' shape (a 0-d array for a single code), laid out as they are (see `encode`).
 
     Raises
     ------
@@ -267,6 +280,9 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
                 and fmt.bits == 8 else "")
         raise ValueError(f"{fmt.name} codes lie in [0, {1 << fmt.bits}), got values in "
                          f"[{codes.min()}, {codes.max()}]{hint}")
+    order = _memory_order(codes)
+    if order is not None:  # (a transposed view: decoded in the order its codes lie, without a copy)
+        return _float32_table(fmt)[codes.transpose(order)].transpose(_inverse_order(order))
     return _float32_table(fmt)[codes.reshape(-1)].reshape(codes.shape)  # indexing would give a scalar for 0-d
 
 
@@ -398,7 +414,26 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     if kind not in "fiu" or array.dtype.itemsize > 8:
         raise TypeError(f"{name} must hold float16, float32, float64 or integer values, got dtype {array.dtype} "
                         f"(ml_dtypes' bfloat16, float8_*, ... and int4, ... are accepted too)")
+    if not array.dtype.isnative:  # (big-endian data, read from a file): the same values in this machine's order
+        array = array.astype(array.dtype.newbyteorder("="))
     return array
+
+
+def _memory_order(x: np.ndarray) -> tuple[int, ...] | None:
+    """The axis order in which the elements of a view ``x`` lie in memory (strides decreasing), where
+    it is not x's own: transposed to it, x is C-contiguous (a transposed tensor) or copies to
+    C order by whole rows (a transposed slice, such as the heads of q split from qkv). None for a
+    C-contiguous x, or one already in that order. An elementwise computation on ``x.transpose(order)``,
+    transposed back by `_inverse_order`, reads x's elements in memory order instead of copying them."""
+    if x.ndim < 2 or x.flags.c_contiguous:
+        return None
+    order = tuple(sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis])))  # (a stable sort)
+    return None if order == tuple(range(x.ndim)) else order
+
+
+def _inverse_order(order: tuple[int, ...]) -> list[int]:
+    """The axis order that undoes ``transpose(order)``."""
+    return sorted(range(len(order)), key=order.__getitem__)
 
 
 def _to_float64(array: np.ndarray) -> np.ndarray:

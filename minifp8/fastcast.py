@@ -1089,17 +1089,6 @@ def _float32(x: np.ndarray) -> np.ndarray:
         return np.require(x, np.float32, "C")
 
 
-def _memory_order(x: np.ndarray):
-    """The axis order in which the elements of a view ``x`` lie in memory (strides decreasing), where
-    it is not x's own: transposed to it, x is C-contiguous (a transposed tensor) or copies to
-    C order by whole rows (a transposed slice, such as the heads of q split from qkv). None for a
-    C-contiguous x, or one already in that order."""
-    if x.ndim < 2 or x.flags.c_contiguous:
-        return None
-    order = tuple(sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis])))  # (a stable sort)
-    return None if order == tuple(range(x.ndim)) else order
-
-
 def _blocks_view(x: np.ndarray, axis: int, block: int) -> np.ndarray:
     """C-contiguous ``x`` as ``(rows, block, inner)``: every ``[row, :, j]`` is one block along ``axis``."""
     outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
@@ -1496,11 +1485,11 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
     saturate = _saturates(fmt, options)
     # A cast is elementwise once the scales are known, and they are known per tensor or per block
     # along axis: the elements may be cast in the order they lie in memory (no copy of a view).
-    order = _memory_order(x)
+    order = codec._memory_order(x)
     if order is not None:
         values, stats = _cast(x.transpose(order), recipe, options, fmt, order.index(axis % x.ndim), weight,
                               scaler, new)
-        return values.transpose(sorted(range(x.ndim), key=order.__getitem__)), stats  # (order's inverse)
+        return values.transpose(codec._inverse_order(order)), stats
     if recipe in PER_TENSOR_RECIPES:
         if recipe in ("fp8", "unit") and x.dtype != np.float32:  # float64: the codec's exact path
             values = codec.quantize(x, fmt, saturate=saturate)

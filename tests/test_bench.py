@@ -334,11 +334,16 @@ def test_codec_section_reports_encode_and_decode_against_ml_dtypes(short_run):
         if have_baseline:
             expected += [f"ml_dtypes astype float32 -> {name}", f"ml_dtypes astype {name} -> float32"]
         expected += [f"minifp8 encode {name}", f"minifp8 decode {name}"]
-    assert list(parsed) == expected
+    square = "minifp8 encode E4M3, a C-contiguous square"
+    layouts = ["minifp8 encode E4M3, its transposed view", "minifp8 encode E4M3, its big-endian copy"]
+    assert list(parsed) == expected + [square] + layouts
     for name in ("E4M3", "E5M2"):
         for label, baseline in ((f"minifp8 encode {name}", f"ml_dtypes astype float32 -> {name}"),
                                 (f"minifp8 decode {name}", f"ml_dtypes astype {name} -> float32")):
             assert_consistent(parsed, label, 1 << 24, baseline if have_baseline else None)
+    assert_consistent(parsed, square, 1 << 24, None)
+    for label in layouts:
+        assert_consistent(parsed, label, 1 << 24, square)
 
 
 def test_block_section_reports_the_step_against_its_gemms(short_run):

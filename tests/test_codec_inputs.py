@@ -83,6 +83,43 @@ def test_non_native_byte_order_read_only_and_strided_inputs_encode_as_the_scalar
     assert codec.encode(integers, fmt).tolist() == [codec.encode_scalar(int(v), fmt) for v in integers]
 
 
+def layouts(array: np.ndarray) -> dict:
+    """Views of the same values as a 3-d ``array``, laid out otherwise in memory: each is encoded
+    in the order its elements lie (`codec._memory_order`), then transposed back."""
+    flipped = array[::-1, :, ::-1]
+    return {"C": array, "transposed": array.T, "Fortran": np.asfortranarray(array),
+            "axes permuted": array.transpose(1, 2, 0), "negative strides, transposed": flipped.transpose(2, 0, 1),
+            "a transposed slice": array[:, 1:, ::2].transpose(0, 2, 1), "2-d transposed": array[0].T}
+
+
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2", "E2M1", "E8M0"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_memory_layout_encodes_and_decodes_as_the_scalar_definition_element_by_element(fmt, dtype):
+    values = np.array([0.0, -0.0, 1.0, -3.3, 300.0, 464.0, 1e-3, 2.0**-10, 6e4, np.inf, -np.inf, 0.3])
+    if formats.get(fmt).has_nan:
+        values[-1] = np.nan
+    array = np.resize(values, (3, 4, 5)).astype(dtype) * np.arange(1, 61).reshape(3, 4, 5) ** 2
+    for name, view in layouts(array).items():
+        codes = codec.encode(view, fmt)
+        expected = np.array([codec.encode_scalar(float(value), fmt) for value in view.flat]).reshape(view.shape)
+        np.testing.assert_array_equal(codes, expected, err_msg=name)  # (and the shape)
+    table = formats.get(fmt).values().astype(np.float32)
+    for name, view in layouts(codec.encode(array, fmt)).items():
+        np.testing.assert_array_equal(codec.decode(view, fmt), table[view], err_msg=name)
+
+
+def test_stochastic_random_bits_follow_their_elements_whatever_the_layouts_of_both():
+    rng = np.random.default_rng(46)
+    for x_name, x_view in layouts(rng.standard_normal((4, 6, 8)) * 100).items():
+        bits = rng.integers(0, 256, x_view.shape, dtype=np.uint8)
+        for bits_name, bits_view in (("C", bits), ("Fortran", np.asfortranarray(bits)),
+                                     ("reversed", np.ascontiguousarray(bits[::-1])[::-1])):
+            codes = codec.encode(x_view, "E4M3", rounding="stochastic", random_bits=bits_view)
+            expected = [codec.encode_scalar(float(value), "E4M3", rounding="stochastic", random_bits=int(bit),
+                                            random_bit_count=8) for value, bit in zip(x_view.flat, bits_view.flat)]
+            assert codes.reshape(-1).tolist() == expected, (x_name, bits_name)
+
+
 def test_decode_says_how_to_read_codes_held_as_ml_dtypes_floats_or_int8_bytes():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     values = np.array([1.0, -2.0, 448.0], dtype=ml_dtypes.float8_e4m3fn)
@@ -93,3 +130,23 @@ def test_decode_says_how_to_read_codes_held_as_ml_dtypes_floats_or_int8_bytes():
     with pytest.raises(ValueError, match=r"codes\.view\(np\.uint8\)"):
         codec.decode(signed, "E4M3")
     assert codec.decode(signed.view(np.uint8), "E4M3").tolist() == [1.0, -2.0, 448.0]
+
+
+@pytest.mark.parametrize("make_view", [lambda x: x.T, lambda x: np.asfortranarray(x), lambda x: x.astype(">f4"),
+                                       lambda x: x.reshape(2, 3, 8).transpose(2, 0, 1)],
+                         ids=["transposed", "Fortran", "big-endian", "3-d, axes permuted"])
+def test_a_float32_view_or_big_endian_copy_takes_the_table_without_a_copy(monkeypatch, make_view):
+    # A big-endian float32 array is not np.float32 to NumPy's ==, so it took the exact float64 path,
+    # 15 times slower; a transposed view was copied to C order first, twice as slow (bench codec).
+    # Here the table must receive each element where it lies (or, big-endian, one swapped copy).
+    view = make_view(np.arange(-24, 24, dtype=np.float32).reshape(6, 8) / 8)
+    received = []
+    table_encode = codec._encode_float32_by_table
+    monkeypatch.setattr(codec, "_encode_float32_by_table",
+                        lambda x, *rest: received.append(x) or table_encode(x, *rest))
+    monkeypatch.setattr(codec, "_encode_exact_in_slices", None)  # (calling it fails)
+    codes = codec.encode(view, "E4M3")
+    assert len(received) == 1 and received[0].flags.c_contiguous and received[0].dtype == np.float32
+    if view.dtype.isnative:
+        assert np.shares_memory(received[0], view)
+    np.testing.assert_array_equal(codes, codec.encode(np.ascontiguousarray(view, np.float32), "E4M3"))
