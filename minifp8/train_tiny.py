@@ -2,7 +2,8 @@
 
 With no flags it trains a small unit-scaled GPT (`minifp8.model`) in simulated FP8 (the ``unit``
 recipe) on the bundled arithmetic corpus (`minifp8.data`), on 2 CPU cores in under two minutes,
-and prints progress, validation loss and answer accuracy, and a summary:
+and prints progress, validation loss and answer accuracy, and a summary table that gives each run's
+validation loss against the fp32 run of its model family, where the list has one ("vs its fp32"):
 
     python -m minifp8.train_tiny                         # unit-scaled model, FP8 casts
     python -m minifp8.train_tiny --recipe fp32,fp8,unit  # several recipes, same data and seed
@@ -1150,9 +1151,34 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
 # ================================================================================================
 # Summary, metrics.json, figure
 # ================================================================================================
+def _fp32_partner(run: Run, runs: list[Run]) -> Run | None:
+    """The plain fp32 run of ``run``'s model family in ``runs`` (the first), against which the
+    summary compares its validation loss; None for that run itself, or where the list has none."""
+    partner = next((other for other in runs if other.recipe == "fp32" and other.family == run.family
+                    and other.loss_scale == "none" and not other.fp8_grads and other.fp8_optimizer == "none"), None)
+    return None if partner is None or partner == run else partner
+
+
+def _versus_fp32_cell(run: Run, runs: list[Run], results: dict, val_loss: float) -> str:
+    """``+2.60%``: the run's final validation loss relative to its fp32 partner's (`_fp32_partner`),
+    as the README's headline table gives it, or the ratio (``5.4e+05x``) where that would not fit
+    the column; blank without a partner that finished."""
+    partner = _fp32_partner(run, runs)
+    if partner is None or results[partner.label]["diverged"]:
+        return ""
+    baseline = (results[partner.label].get("final") or _final(results[partner.label])).get("val_loss", math.nan)
+    if not (math.isfinite(val_loss) and math.isfinite(baseline) and baseline > 0):
+        return ""
+    text = f"{val_loss / baseline - 1:+.2%}"
+    return text if len(text) <= 11 else f"{val_loss / baseline:.3g}x"
+
+
 def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
     width = max([28] + [len(run.label) for run in runs])
+    versus = any(_fp32_partner(run, runs) is not None for run in runs)
     header = f"{'run':<{width}} {'train loss':>10} {'val loss':>9}"
+    if versus:  # (the README's headline column)
+        header += f" {'vs its fp32':>11}"
     if arithmetic:
         header += f" {'answer chars':>12} {'exact':>7}"
     header += f" {'time':>8}"
@@ -1170,6 +1196,8 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
         final = metrics.get("final") or _final(metrics)
         line = (f"{run.label:<{width}} {_loss_cell(final['train_loss'], 10):>10} "
                 f"{_loss_cell(final.get('val_loss', math.nan), 9):>9}")
+        if versus:
+            line += f" {_versus_fp32_cell(run, runs, results, final.get('val_loss', math.nan)):>11}"
         if arithmetic:
             line += f" {_percent(final.get('char_accuracy', math.nan)):>12} {_percent(final.get('exact_match', math.nan)):>7}"
         line += f" {_duration(metrics['time_s']):>8}"

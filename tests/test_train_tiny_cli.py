@@ -115,9 +115,34 @@ def test_summary_columns_stay_aligned_when_a_run_blows_up():
     assert len(normal) == len(huge) == len(header) == len(rule)
     assert normal.split()[1:3] == ["2.6589", "2.6498"]  # 4 decimals where they fit, as before
     assert huge.split()[1:3] == ["9.272e+12", "1.430e+06"]  # 4 significant digits where they do not
-    for column in ("train loss", "val loss", "time"):  # right-aligned under their headings
+    for column in ("train loss", "val loss", "vs its fp32", "time"):  # right-aligned under their headings
         end = header.index(column) + len(column)
         assert huge[end - 1] != " " and huge[end:end + 1] in ("", " "), column
+    assert huge.split()[3] == "5.4e+05x"  # 1430016 / 2.64976: a ratio where a percentage would not fit
+
+
+def test_summary_compares_each_runs_val_loss_with_the_fp32_run_of_its_family():
+    """The README's headline column, "vs its fp32": each run's final validation loss over that of the
+    plain fp32 run of its model family in the list, blank for that run itself, for a run whose family
+    has none, and against a partner that diverged."""
+    def finished(val_loss):
+        return {"diverged": None, "time_s": 5.0, "final": {"train_loss": 1.0, "val_loss": val_loss}}
+
+    runs = [Run("fp32", "standard"), Run("fp32", "standard", "dynamic"), Run("fp8", "standard"),
+            Run("fp32", "unit"), Run("unit", "unit"), Run("current", "standard", "dynamic")]
+    results = {"fp32": finished(2.0), "fp32 + loss scale dynamic": finished(1.0), "fp8": finished(3.0),
+               "unit fp32": finished(1.6), "unit": finished(1.62), "current + loss scale dynamic": finished(1.9)}
+    header, _, *rows = train_tiny._summary_table(runs, results, arithmetic=False).splitlines()
+    start, end = header.index("val loss") + len("val loss"), header.index("vs its fp32") + len("vs its fp32")
+    cells = {run.label: row[start:end].strip() for run, row in zip(runs, rows)}
+    assert cells == {"fp32": "", "fp32 + loss scale dynamic": "-50.00%", "fp8": "+50.00%", "unit fp32": "",
+                     "unit": "+1.25%", "current + loss scale dynamic": "-5.00%"}
+
+    alone = train_tiny._summary_table(runs[4:5], results, arithmetic=False)  # no fp32 run: no column
+    assert "vs its fp32" not in alone
+    results["unit fp32"] = {"diverged": {"step": 3}, "time_s": 1.0}
+    rows = train_tiny._summary_table(runs, results, arithmetic=False).splitlines()[2:]
+    assert rows[3] == "unit fp32".ljust(28) + " diverged at step 3" and rows[4][start:end].strip() == ""
 
 
 # ---- metrics.json as documented ---------------------------------------------------------------------
