@@ -736,7 +736,9 @@ class BlockReport:
     ``x * 2**-shared_exp`` for MX, ``clamp(x * (1 / (S_dec_b * S_dec)), -6, 6)`` for NVFP4 (the
     product rounded to float32 first, as `mx.quantize_nvfp4` does). Each element row
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
-    hints, as `Report.layout`, for scales and codes that are the expected ones rearranged.
+    hints, as `Report.layout`, for scales and codes that are the expected ones rearranged. For NVFP4,
+    ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
+    took another tensor amax gets other block scales throughout.
     """
 
     format_name: str
@@ -746,6 +748,7 @@ class BlockReport:
     scale_mismatches: list[ScaleMismatch]
     elements: Report
     layout: str = ""
+    tensor_scale: str = ""
 
     @property
     def ok(self) -> bool:
@@ -757,7 +760,7 @@ class BlockReport:
                 f"{self.scale_total} block scales differ; elements in the other blocks: {self.elements.summary()}")
 
     def __str__(self) -> str:
-        lines = [self.head(), *self.layout.splitlines()]
+        lines = [self.head(), *self.tensor_scale.splitlines(), *self.layout.splitlines()]
         if self.scale_mismatches:
             lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':>18} {'actual':>18}"]
             for m in self.scale_mismatches:
@@ -886,8 +889,15 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
              if np.count_nonzero(got != want) > 1]
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
+    tensor_scale = ""
+    if isinstance(expected, mx.NVFP4Array):
+        source = "given" if quantize_options.get("global_amax") is not None else "max |x|"
+        rule = ("1, for a tensor of zeros" if expected.global_amax == 0 else "448 * 6 / global amax, capped at "
+                "FLT_MAX" if expected.encode_scale == np.finfo(np.float32).max else "448 * 6 / global amax")
+        tensor_scale = (f"tensor scale: global amax {float(expected.global_amax):.9g} ({source}), "
+                        f"S_enc {float(expected.encode_scale):.9g} ({rule})")
     return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report,
-                       "\n".join(note for note in notes if note))
+                       "\n".join(note for note in notes if note), tensor_scale)
 
 
 def assert_mx_equal(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | FloatFormat | MXFormat, *,

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import minifp8
-from minifp8 import formats, golden, testing
+from minifp8 import formats, golden, mx, testing
 
 E4M3_ONE, E4M3_1_125, E4M3_1_25 = 0x38, 0x39, 0x3A  # (1 + m/8) * 2**(e - 7), e = 7
 E4M3_0_9375 = 0x37  # e = 6, m = 7: 1.875 / 2
@@ -182,6 +182,31 @@ def test_compare_mx_hints_at_two_swapped_element_codes():
     assert report.elements.count == 2
     assert "codes holds the expected codes in another order" in report.layout
     assert "another order" in str(report)
+
+
+def test_nvfp4_report_names_the_tensor_amax_and_scale_its_block_scales_come_from():
+    """NVFP4's block scales depend on the tensor amax (S_enc = 2688 / amax, NVIDIA's recipe): a backend
+    that took the amax of another tensor (here twice this one's) gets every block scale wrong, and
+    the report's second line gives the amax and S_enc to check its own against."""
+    x = np.random.default_rng(46).standard_normal((4, 32)).astype(np.float32)
+    amax = np.abs(x).max()
+    wrong = mx.quantize_nvfp4(x, global_amax=2 * amax)
+    report = testing.compare_mx(wrong.scales, wrong.codes, x, "NVFP4")
+    assert report.scale_count == report.scale_total == 8
+    assert str(report).splitlines()[1] == (f"tensor scale: global amax {float(amax):.9g} (max |x|), "
+                                           f"S_enc {float(np.float32(2688) / amax):.9g} (448 * 6 / global amax)")
+    given = testing.compare_mx(wrong.scales, wrong.codes, x, "NVFP4", global_amax=2 * amax)
+    assert given.ok and given.tensor_scale.startswith(f"tensor scale: global amax {float(2 * amax):.9g} (given)")
+    zeros = np.zeros((1, 16), np.float32)
+    report = testing.compare_mx(np.zeros((1, 1), np.uint8), np.zeros((1, 16), np.uint8), zeros, "NVFP4")
+    assert report.tensor_scale == "tensor scale: global amax 0 (max |x|), S_enc 1 (1, for a tensor of zeros)"
+    tiny = np.full((1, 16), 1e-38, np.float32)  # 2688 / 1e-38 overflows float32: S_enc is FLT_MAX
+    expected = mx.quantize_nvfp4(tiny)
+    report = testing.compare_mx(expected.scales, expected.codes, tiny, "NVFP4")
+    assert report.tensor_scale.endswith(f"S_enc {float(np.finfo(np.float32).max):.9g} (448 * 6 / global amax, "
+                                        f"capped at FLT_MAX)")
+    mx_report = testing.compare_mx(*(lambda q: (q.scales, q.codes))(mx.quantize(x, "MXFP8_E4M3")), x, "MXFP8_E4M3")
+    assert mx_report.tensor_scale == "" and "tensor scale" not in str(mx_report)
 
 
 def test_nvfp4_rows_show_the_element_after_the_clamp_to_plus_minus_6():
