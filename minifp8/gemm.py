@@ -175,10 +175,11 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
 def _scaled(decoded: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """``decoded * scales`` in float64, each scale over its block (``scales`` is 2-d and tiles)."""
     rows, columns = scales.shape
-    expanded = np.broadcast_to(scales[:, None, :, None], (rows, decoded.shape[0] // rows,
-                                                          columns, decoded.shape[1] // columns))
+    # Splitting each axis into (blocks, block length) is a view in any layout: no copy of the
+    # operand, and no M x K array of expanded scales
+    blocks = decoded.astype(np.float64).reshape(rows, decoded.shape[0] // rows, columns, decoded.shape[1] // columns)
     with np.errstate(invalid="ignore"):  # Inf * 0 is NaN, as IEEE says
-        return decoded.astype(np.float64) * expanded.reshape(decoded.shape)
+        return (blocks * scales[:, None, :, None]).reshape(decoded.shape)
 
 
 # ================================================================================================

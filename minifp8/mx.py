@@ -585,7 +585,9 @@ def shared_exponents(amax: ArrayLike, elem: str | FloatFormat | MXFormat,
     amax = amax.astype(amax.dtype.newbyteorder("="), copy=False)  # the bit view needs native order
     if amax.dtype.type not in _FLOAT_FIELDS:
         amax = codec._to_float64(amax)  # float16 and integers up to 2**53, exactly
-    shape, amax = amax.shape, amax.reshape(-1)  # 1-d, so that 0-d input works like any other
+    shape = amax.shape
+    if not amax.ndim:  # 1-d, so that 0-d input works like any other (an N-d view is kept as it is: no copy)
+        amax = amax.reshape(1)
     negative = amax < 0
     if negative.any():
         raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax[negative][0])}")

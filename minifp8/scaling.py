@@ -318,7 +318,8 @@ def _tiles(moved: np.ndarray, block_shape: tuple) -> np.ndarray:
     """
     rows, columns = block_shape
     if rows == 1:
-        padded = np.pad(moved, [(0, 0)] * (moved.ndim - 1) + [(0, -moved.shape[-1] % columns)])
+        padding = -moved.shape[-1] % columns  # (np.pad copies even when it adds nothing)
+        padded = np.pad(moved, [(0, 0)] * (moved.ndim - 1) + [(0, padding)]) if padding else moved
         return padded.reshape(moved.shape[:-1] + (1, padded.shape[-1] // columns, columns))
     height, width = moved.shape
     padded = np.pad(moved, [(0, -height % rows), (0, -width % columns)])

@@ -439,29 +439,37 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
     if nan == "class":
         is_nan_code = np.isnan(table)
         differ &= ~(is_nan_code[actual_codes] & is_nan_code[expected_codes])
-    where = np.flatnonzero(differ.reshape(-1))
-    inputs = x.reshape(-1)
-    expected, got = expected_codes.reshape(-1)[where], actual_codes.reshape(-1)[where]
+    where = np.flatnonzero(differ)
+    expected, got = _gather(expected_codes, where), _gather(actual_codes, where)
     classes = np.empty(where.size, np.uint8)  # a million mismatches (a layout bug) take a slice at a time
     for start in range(0, where.size, _SLICE_ELEMENTS):
         part = slice(start, start + _SLICE_ELEMENTS)
         with np.errstate(invalid="ignore"):  # a signalling NaN input (bfloat16's 0x7F81, ...) is quieted
-            wide = inputs[where[part]].astype(np.float64)
+            wide = _gather(x, where[part]).astype(np.float64)
         classes[part] = _classify(wide, expected[part], got[part], fmt)
     counts = np.bincount(classes, minlength=len(MISMATCH_CLASSES))
     by_class = {kind: int(count) for kind, count in zip(MISMATCH_CLASSES, counts)}
     rows = []
-    bits = _bits_texts(inputs[where[:max_rows]])
+    inputs = _gather(x, where[:max_rows])
+    bits = _bits_texts(inputs)
     for i in range(min(max_rows, len(where))):
         rows.append(Mismatch(
             index=tuple(int(v) for v in np.unravel_index(where[i], x.shape)) if x.ndim else (),
-            input=float(inputs[where[i]]), input_bits=bits[i],
+            input=float(inputs[i]), input_bits=bits[i],
             expected_code=int(expected[i]), expected_value=float(table[expected[i]]),
             actual_code=int(got[i]), actual_value=float(table[got[i]]),
             distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=MISMATCH_CLASSES[classes[i]]))
     options = {key: value for key, value in encode_options.items() if key != "random_bits"}
     layout = _layout_note(actual_codes, expected_codes, "actual", fmt) if len(where) > 1 else ""
     return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)
+
+
+def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``array.reshape(-1)[positions]`` (C-order positions) without copying a non-C-contiguous array
+    whole (a transposed x, or the codes `encode` lays out as x is): only the elements asked for."""
+    if array.flags.c_contiguous:
+        return array.reshape(-1)[positions]
+    return array[np.unravel_index(positions, array.shape)]
 
 
 def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt) -> str:

@@ -162,3 +162,38 @@ def test_compare_mx_counts_every_compared_element_and_finds_exactly_the_wrong_co
     assert report.elements.count == (wrong & compared).sum()
     rows = [row.index for row in report.elements.mismatches]
     assert rows == [tuple(map(int, i)) for i in np.argwhere(wrong & compared)]
+
+
+# ---- other layouts -----------------------------------------------------------------------------
+def test_compare_of_a_transposed_tensor_gathers_only_the_mismatches(activations):
+    """`codec.encode` lays out the codes of a transposed x as x is; `compare` once flattened x, the
+    expected codes and the actual codes in C order, copying each whole (5 bytes an element more than
+    for a C-order x). It now gathers only the differing elements, and reports what it reports for
+    C copies."""
+    x = activations.T  # (4096, 256), Fortran order
+    actual = np.ascontiguousarray(codec.encode(x, "E4M3"))
+    actual.reshape(-1)[::997] ^= np.uint8(1)
+    peak = peak_bytes_per_element(lambda: testing.compare(actual, x, "E4M3"), SIZE)
+    x_copy = np.ascontiguousarray(x)
+    c_order_peak = peak_bytes_per_element(lambda: testing.compare(actual, x_copy, "E4M3"), SIZE)
+    assert peak < c_order_peak + 2, (peak, c_order_peak)  # (+1: the mask's C-order copy, for flatnonzero)
+    for actual_view in (actual, np.asfortranarray(actual)):
+        report, copies = testing.compare(actual_view, x, "E4M3"), testing.compare(actual, x_copy, "E4M3")
+        assert report.count == copies.count == len(range(0, SIZE, 997)) and report.by_class == copies.by_class
+        assert report.mismatches == copies.mismatches  # the same rows: C-order indices, inputs, codes and classes
+
+
+def test_shared_exponents_and_gemm_dequantize_give_a_transposed_view_what_they_give_its_copy():
+    rng = np.random.default_rng(46)
+    amax = np.abs(rng.standard_normal((64, 48))).astype(np.float32) * np.float32(2.0) ** rng.integers(-20, 20, (64, 48))
+    amax[0, :3] = [0, np.inf, np.nan]
+    for mode in mx.SCALE_MODES:
+        for got, want in zip(mx.shared_exponents(amax.T, "E4M3", mode),
+                             mx.shared_exponents(np.ascontiguousarray(amax.T), "E4M3", mode)):
+            np.testing.assert_array_equal(got, want)
+    from minifp8 import gemm
+    codes = rng.integers(0, 256, (128, 64), dtype=np.uint8)
+    scales = rng.standard_normal((2, 4)).astype(np.float32)
+    for view, view_scales in ((codes.T, scales.T), (np.asfortranarray(codes), scales)):
+        np.testing.assert_array_equal(gemm.dequantize(view, view_scales, "E4M3"),
+                                      gemm.dequantize(np.ascontiguousarray(view), view_scales, "E4M3"))
