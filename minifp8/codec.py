@@ -6,10 +6,12 @@ One generic codec serves every format. It comes in two forms that the tests hold
   written to be read top to bottom.
 - `encode` is the vectorised NumPy twin people use. Its exact core works in float64 with
   power-of-two scaling only, so no step rounds; float32 and float16 inputs take a faster route,
-  a 2^16-entry lookup table indexed by the upper half of the float32 bits (the table itself is
-  built by the exact core and proved by the tests). It serves every format whose rounding
-  boundaries have a zero lower half (`_float32_table_is_exact`: all catalogued formats); any
-  other format takes the exact core.
+  two 2^16-entry lookup tables indexed by the upper half of the float32 bits: one for inputs whose
+  lower half is zero (they include every rounding boundary), one for the rest, which lie inside
+  an interval (the tables themselves are built by the exact core and proved by the tests). It
+  serves every format whose rounding boundaries have a zero lower half
+  (`_float32_table_is_exact`: all catalogued formats); any other format, and stochastic
+  rounding, take the exact core.
 
 Semantics (OFP8 rev 1.0 section 5; ONNX Cast-24):
 
@@ -74,21 +76,12 @@ def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat
     ------
     TypeError, ValueError
         As `encode` raises them: for bool, complex, str or other non-numeric x, a non-bool
-        ``saturate``, and random bits that are missing, unused or out of range.
+        ``saturate``, and random bits that are missing, unused or out of range. (Unlike `encode`,
+        it takes an int of any size, exactly: a Python int is no float64.)
     """
     fmt = get(fmt)
-    _check_rounding(rounding)
+    random_bit_count = _check_scalar_rounding(rounding, random_bits, random_bit_count)
     _check_bool(saturate, "saturate")
-    if rounding == "stochastic":
-        if random_bits is None or random_bit_count is None:
-            raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
-        random_bit_count = _check_random_bit_count(random_bit_count, 32)
-        if not _is_int(random_bits):
-            raise TypeError(f"random_bits must be an int, got {type(random_bits).__name__} {random_bits!r}")
-        if not 0 <= random_bits < 1 << random_bit_count:
-            raise ValueError(f"random_bits must lie in [0, 2**{random_bit_count}), got {random_bits}")
-    else:
-        _check_no_random_bits(rounding, random_bits, random_bit_count)
     value: int | float | Fraction
     if isinstance(x, np.generic):
         value = _as_numeric_array(x).item()  # exact for float16/32/64, ml_dtypes and integers; encode's TypeErrors
@@ -403,7 +396,8 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
         return _from_ml_dtypes(array, ml_kind)
     kind = array.dtype.kind
     if kind == "b":
-        raise TypeError(f"{name} must hold float16/32/64 or integer values, got a bool array")
+        raise TypeError(f"{name} must hold float16/32/64 or integer values, got "
+                        f"{'a NumPy bool scalar' if isinstance(x, np.generic) else 'a bool array'}")
     if kind == "c" or ml_kind == "complex":
         raise TypeError(f"{name} must hold real numbers, got complex values ({array.dtype})")
     if kind == "O" and array.size and all(type(value) in (int, float) for value in array.flat):
@@ -472,6 +466,23 @@ def _check_fits_float32(array: np.ndarray, converted: np.ndarray, name: str = "x
         raise ValueError(f"{name} holds finite values beyond float32's range (|x| <= 3.4028235e+38), e.g. "
                          f"{float(array[overflowed].flat[0])!r}: this computation works in float32, where it would "
                          f"become Inf")
+
+
+def _check_scalar_rounding(rounding, random_bits, random_bit_count) -> int | None:
+    """`encode_scalar`'s rounding arguments: ``random_bits`` (one int) and ``random_bit_count`` are
+    required for, and only allowed with, ``rounding="stochastic"``. Returns the checked count."""
+    _check_rounding(rounding)
+    if rounding != "stochastic":
+        _check_no_random_bits(rounding, random_bits, random_bit_count)
+        return None
+    if random_bits is None or random_bit_count is None:
+        raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
+    random_bit_count = _check_random_bit_count(random_bit_count, 32)
+    if not _is_int(random_bits):
+        raise TypeError(f"random_bits must be an int, got {type(random_bits).__name__} {random_bits!r}")
+    if not 0 <= random_bits < 1 << random_bit_count:
+        raise ValueError(f"random_bits must lie in [0, 2**{random_bit_count}), got {random_bits}")
+    return random_bit_count
 
 
 def _check_random_bits(random_bits, random_bit_count, shape):
@@ -617,7 +628,7 @@ def _float32_tables(fmt: FloatFormat, rounding: str, saturate: bool) -> tuple[np
         exact = upper.view(np.float32).astype(np.float64)
         inside = (upper | 1).view(np.float32).astype(np.float64)
     if not fmt.has_nan:  # NaN rows are never looked up (NaN input raises first)
-        exact, inside = np.nan_to_num(exact, nan=0.0), np.nan_to_num(inside, nan=0.0)
+        exact, inside = np.where(np.isnan(exact), 0.0, exact), np.where(np.isnan(inside), 0.0, inside)
     on_boundary = _encode_exact(exact, fmt, rounding, saturate, None, None)
     inside_interval = _encode_exact(inside, fmt, rounding, saturate, None, None)
     on_boundary.flags.writeable = inside_interval.flags.writeable = False  # shared by every caller

@@ -160,6 +160,10 @@ class FloatFormat:
             object.__setattr__(self, name, int(value))
         for name in ("signed", "has_subnormals", "has_infinity"):
             object.__setattr__(self, name, _check_bool(getattr(self, name), name))
+        if (isinstance(self.aliases, str) or not isinstance(self.aliases, (tuple, list))
+                or not all(isinstance(alias, str) and alias for alias in self.aliases)):  # ("abc" would be 3 aliases)
+            raise TypeError(f"aliases must be a tuple of non-empty str, got {_described(self.aliases)}")
+        object.__setattr__(self, "aliases", tuple(self.aliases))
         _check_str_choice(self.nan_style, "nan_style", NAN_STYLES)
         if self.nan_style not in NAN_STYLES:
             raise ValueError(f"nan_style must be one of {NAN_STYLES}, got {self.nan_style!r}")

@@ -11,7 +11,9 @@ A block of ``block_size`` (32) elements shares an E8M0 scale ``2**shared_exp``:
 2. ``shared_exp = floor(log2(amax)) - emax_elem`` (``scale_mode="floor"``, the OCP rule), read
    from the exponent bits of ``amax`` (never from a float ``log2``, which rounds: the float32 just
    below 2**20 has ``float32(log2) == 20``). ``emax_elem`` is the exponent of the element format's
-   largest value: E4M3 8, E5M2 15, E3M2 4, E2M3 2, E2M1 2. Clamped to [-127, 127].
+   largest value: E4M3 8, E5M2 15, E3M2 4, E2M3 2, E2M1 2. Clamped to [-127, 127]: a float64
+   amax of ``2**(128 + emax_elem)`` or more gets the largest scale, ``2**127``, and its elements
+   saturate (microxcaling gives such a block the NaN scale; no float32 amax gets there).
 3. Each element is scaled exactly, ``x * 2**-shared_exp``, and encoded with ``saturate=True``
    (values above the element maximum clamp to it).
 
@@ -57,9 +59,10 @@ to the smallest normal number (pytorch/pytorch#125557).
 A NaN or Inf in a block gives the NaN scale 0xFF (E8M0's NaN, OCP MX v1.0 section 5.4.1), and the
 whole block decodes to NaN, as in Microsoft's microxcaling (``mx/mx_ops.py``: the shared exponent,
 log2 of the amax, is NaN there, or Inf, which lies above the largest scale exponent, 127, and is
-set to NaN); section 6.3's scale rule has no case for such a block. Its element codes carry no information and are written as 0. For ``rceil`` the scale follows
-NVIDIA's conversion of ``amax / max_elem``: NaN -> 0xFF, Inf -> 0xFE (``2**127``, the elements are then
-encoded as usual: Inf saturates to the element maximum), zero -> 0x00.
+set to NaN); section 6.3's scale rule has no case for such a block. Its element codes carry no
+information and are written as 0. For ``rceil`` the scale follows NVIDIA's conversion of
+``amax / max_elem``: NaN -> 0xFF, Inf -> 0xFE (``2**127``, the elements are then encoded as
+usual: Inf saturates to the element maximum), zero -> 0x00.
 
 NVFP4 (TransformerEngine's NVFP4 recipe, arXiv:2509.25149)
 ----------------------------------------------------------
@@ -92,12 +95,12 @@ from .formats import FloatFormat, _check_int, _described, _is_int, _is_real, _pl
 
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
 ELEMENT_FORMATS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")  # OCP MX v1.0 section 5
-E8M0_BIAS = 127
-E8M0_NAN = 0xFF
-SHARED_EXP_MIN = -127
-"""The smallest shared exponent: E8M0 code 0x00 is 2**-127 (OCP MX v1.0 section 5.4.1)."""
-SHARED_EXP_MAX = 127
-"""The largest shared exponent: E8M0 code 0xFE is 2**127, and 0xFF is NaN (OCP MX v1.0 section 5.4.1)."""
+E8M0_BIAS = formats.E8M0.bias  # 127
+E8M0_NAN = formats.E8M0.nan_code()  # 0xFF
+SHARED_EXP_MIN = formats.E8M0.emin
+"""The smallest shared exponent, -127: E8M0 code 0x00 is 2**-127 (OCP MX v1.0 section 5.4.1)."""
+SHARED_EXP_MAX = formats.E8M0.emax
+"""The largest shared exponent, 127: E8M0 code 0xFE is 2**127, and 0xFF is NaN (OCP MX v1.0 section 5.4.1)."""
 NVFP4_BLOCK_SIZE = 16
 _CHUNK_ELEMENTS = 1 << 19  # work through big arrays in cache-sized slices of whole blocks
 
@@ -109,8 +112,10 @@ def _check_element(element) -> None:
     """TypeError unless ``element`` is a FloatFormat, ValueError unless MX uses it for elements."""
     if not isinstance(element, FloatFormat):
         raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {_described(element)}")
-    if element.name not in ELEMENT_FORMATS:
-        raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {element.name}")
+    if element not in [formats.get(name) for name in ELEMENT_FORMATS]:  # (by every field, not by name alone)
+        got = (f"{element!r}, whose fields are not MX's {element.name}" if element.name in ELEMENT_FORMATS
+               else element.name)
+        raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {got}")
 
 
 def _check_block_size(block_size) -> None:
@@ -121,7 +126,8 @@ def _check_block_size(block_size) -> None:
 
 @dataclass(frozen=True)
 class MXFormat:
-    """A named MX format: an element format, the block size and the E8M0 scale (OCP MX v1.0 Table 1).
+    """A named MX format: an element format, the block size and the E8M0 scale (OCP MX v1.0 Table 1,
+    less its MXINT8, whose integer elements minifp8 does not implement).
 
     Construction checks the fields: TypeError for a wrong type, ValueError for an element format
     MX does not use or a block size that is not a power of two.
@@ -264,6 +270,12 @@ def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic
                          f"got {len(random_bits)} bits")
     else:
         element_bits = random_bits
+    # The rounding arguments, checked as encode_scalar checks them, for every element (a NaN block,
+    # or an empty one, encodes none)
+    if rounding == "stochastic" and random_bits is None:
+        raise ValueError("rounding='stochastic' needs random_bits (one int per element) and random_bit_count")
+    for bits in (list(element_bits) or [0]) if rounding == "stochastic" else [random_bits]:
+        codec._check_scalar_rounding(rounding, bits, random_bit_count)
 
     has_nan = any(isinstance(v, float) and v != v for v in values)
     has_inf = any(isinstance(v, float) and abs(v) == float("inf") for v in values)
@@ -288,9 +300,10 @@ def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic
 
 
 def _exact_number(value):
-    value = codec._from_ml_dtypes_scalar(value)  # bfloat16, float8_*, int4, ...: a Python float or int
-    if isinstance(value, (float, np.floating)):
-        return float(value)  # exact for float16/32/64
+    if isinstance(value, np.generic) and not isinstance(value, np.bool_):  # NumPy and ml_dtypes scalars, exactly
+        value = codec._as_numeric_array(value, "block values").item()  # (np.longdouble: a TypeError)
+    if isinstance(value, float):
+        return value
     if _is_int(value):
         return int(value)
     if isinstance(value, Fraction):

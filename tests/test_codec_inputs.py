@@ -150,3 +150,63 @@ def test_a_float32_view_or_big_endian_copy_takes_the_table_without_a_copy(monkey
     if view.dtype.isnative:
         assert np.shares_memory(received[0], view)
     np.testing.assert_array_equal(codes, codec.encode(np.ascontiguousarray(view, np.float32), "E4M3"))
+
+
+def test_an_mx_element_format_is_recognised_by_its_fields_not_its_name():
+    # A format named "E2M1" with E3M0's fields was taken for E2M1 (found by a code review):
+    # 300 became 256 without a word.
+    impostor = formats.FloatFormat("E2M1", 3, 0, 1, nan_style="none")
+    for call in (lambda: mx.quantize(np.array([1.0, 300.0]), impostor),
+                 lambda: mx.MXFormat("MXFP4_E2M1", impostor, 32),
+                 lambda: mx.quantize_block_reference([1.0], impostor)):
+        with pytest.raises(ValueError, match=r"MX elements must be one of .* got FloatFormat\(E2M1: E3M0, bias 1\), "
+                                             r"whose fields are not MX's E2M1$"):
+            call()
+    twin = formats.FloatFormat("E2M1", 2, 1, 1, nan_style="none")  # the same fields: the same format
+    np.testing.assert_array_equal(mx.quantize(np.array([1.0, 300.0]), twin).codes,
+                                  mx.quantize(np.array([1.0, 300.0]), "E2M1").codes)
+
+
+@pytest.mark.parametrize("block", [[], [float("nan"), 1.0], [float("inf"), 1.0]], ids=["empty", "NaN", "Inf"])
+@pytest.mark.parametrize("options, error, message", [
+    ({"rounding": "bogus"}, ValueError, "unknown rounding mode 'bogus'"),
+    ({"rounding": "stochastic"}, ValueError, "rounding='stochastic' needs random_bits"),
+    ({"random_bits": "BITS"}, ValueError, "random_bits is only used with rounding='stochastic'"),
+    ({"rounding": "stochastic", "random_bits": "BITS"}, ValueError, "needs random_bits and random_bit_count"),
+    ({"rounding": "stochastic", "random_bits": "BITS", "random_bit_count": 0}, ValueError, "random_bit_count must"),
+])
+def test_the_block_reference_checks_its_rounding_arguments_whatever_the_block_holds(block, options, error, message):
+    # They were checked by encode_scalar, element by element, so a block that encodes no element (an
+    # empty one, or one whose NaN, or Inf under floor, makes the whole block NaN) took any of them.
+    options = {key: [1] * len(block) if value == "BITS" else value for key, value in options.items()}
+    with pytest.raises(error, match=message):
+        mx.quantize_block_reference(block, "E4M3", **options)
+    if block:  # (an empty block has no bits to be out of range)
+        with pytest.raises(ValueError, match=r"random_bits must lie in \[0, 2\*\*8\), got 256"):
+            mx.quantize_block_reference(block, "E4M3", rounding="stochastic", random_bits=[256] * len(block),
+                                        random_bit_count=8)
+
+
+def test_the_block_reference_takes_numpy_scalars_exactly_and_refuses_long_double_as_encode_scalar_does():
+    # np.longdouble was rounded to float64 without a word: 1.0625 + 2**-60 became the tie 1.0625
+    # and went down to even, where the exact value goes up (code 121, found by a code review).
+    if np.finfo(np.longdouble).nmant > 52:
+        value = np.longdouble(1.0625) + np.longdouble(2) ** -60
+        with pytest.raises(TypeError, match="block values must hold float16, float32, float64 or integer"):
+            mx.quantize_block_reference([value], "E4M3")
+        with pytest.raises(TypeError, match="x must hold float16, float32, float64 or integer"):
+            codec.encode_scalar(value, "E4M3")
+    block = [np.float16(1.5), np.float32(-3.0), np.float64(0.1), np.int8(-4), np.uint64(2**40), 7]
+    assert mx.quantize_block_reference(block, "E4M3") == mx.quantize_block_reference(
+        [1.5, -3.0, 0.1, -4, 2**40, 7], "E4M3")
+
+
+def test_a_numpy_bool_scalar_is_named_as_a_scalar_and_aliases_must_be_a_tuple_of_str():
+    with pytest.raises(TypeError, match="got a NumPy bool scalar$"):
+        codec.encode_scalar(np.bool_(True), "E4M3")
+    with pytest.raises(TypeError, match="got a bool array$"):
+        codec.encode(np.array([True]), "E4M3")
+    for aliases in ("abc", ["ok", ""], ("ok", 3), 5):  # "abc" was stored as is, the aliases 'a', 'b' and 'c'
+        with pytest.raises(TypeError, match="^aliases must be a tuple of non-empty str, got "):
+            formats.FloatFormat("X", 4, 3, 7, aliases=aliases)
+    assert formats.FloatFormat("X", 4, 3, 7, aliases=["x8"]).aliases == ("x8",)
