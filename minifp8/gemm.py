@@ -90,12 +90,13 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
         Real scale values: float16, float32 or float64, or an ml_dtypes float array (a
         float8_e8m0fnu array of MX scales as it is), 0-d or 2-d as above (a Python float for one
         scale). Decode scale codes (uint8) first: ``minifp8.decode(e8m0_codes, "E8M0")`` for MX,
-        ``minifp8.decode(e4m3_codes, "E4M3")`` for NVFP4's block scales. NVFP4's tensor scale
-        multiplies them, in float64 (exact; a float32 product would round):
-        ``minifp8.decode(block_codes, "E4M3").astype(np.float64) * tensor_scale``, with the decode
-        scale ``tensor_scale = np.float64(q.global_amax) * np.float32(1 / 2688)`` of an
-        `minifp8.mx.NVFP4Array` ``q`` (as its ``dequantize`` takes it; about ``1 / q.encode_scale``),
-        not ``q.encode_scale``, which multiplied ``x`` before encoding.
+        or ``q.scale_values()`` of an `minifp8.mx.MXArray` ``q``. For an `minifp8.mx.NVFP4Array`
+        ``q``, pass ``q.scale_values()``: each block's decoded E4M3 scale times the tensor's
+        decode scale, ``global_amax / 2688``, the float32 factor its ``dequantize`` takes (about
+        ``1 / q.encode_scale``; not ``q.encode_scale``, which multiplied ``x`` before encoding).
+        (The exact float64 product of the decoded E4M3 scale, ``global_amax`` and ``float32(1 /
+        2688)`` can have 52 significant bits, too many for its products with E2M1 values to be
+        exact: such a scale is refused.)
     fmt : FloatFormat or str
         The element format.
 
@@ -153,6 +154,14 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
             raise ValueError(f"{name} has shape {array.shape}, which does not tile {operand} of shape {shape}: "
                              f"along axis {axis}, {count} scales for {size} elements (a scale dimension must be "
                              f"1 or divide the operand's; pad {operand} with zero codes to a multiple of the block)")
+        block = size // count
+        if count > 1 and block & (block - 1):
+            # (2 scales over K = 48 would be read as blocks of 24, where mx.quantize meant 32 and 16)
+            raise ValueError(f"{name} has shape {array.shape}: along axis {axis}, {count} scales for {size} elements "
+                             f"would be blocks of {block}, but block scales cover power-of-two blocks (16, 32, 128, "
+                             f"...). A length that the block does not divide gets one scale more, for its short last "
+                             f"block (mx.quantize and scaling.quantize_blockwise give ceil(length / block) scales): "
+                             f"pad {operand} with zero codes to a multiple of the block")
     array = array.astype(np.float64)
     nonzero = np.flatnonzero((np.isfinite(array) & (array != 0)).reshape(-1))
     magnitudes = np.abs(array.reshape(-1)[nonzero])
@@ -704,6 +713,10 @@ def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     """The kernel's output as float64, checked: its shape, and that it holds values of ``output``."""
     codec._check_float_environment()
     array = _plain_array(actual, "actual")
+    if codec._ml_dtypes_kind(array.dtype) == "float" and array.dtype.itemsize == 1:
+        raise TypeError(f"actual is a {array.dtype} array, but compare_matmul checks the product itself (float16, "
+                        f"bfloat16, float32 or float64 values): compare a kernel's {array.dtype} output as a cast of "
+                        f"the product, with minifp8.testing.compare(actual, product, fmt)")
     array = codec._ml_floats_as_float32(array)  # bfloat16, ...: float32 holds them exactly
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"actual must be the kernel's output as float16, float32 or float64 values, got dtype "

@@ -378,7 +378,7 @@ class MXArray:
         """
         codec._check_float_environment()
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
-        scale_values = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E8M0)
+        scale_values = np.moveaxis(self.scale_values(), self.axis, -1).reshape(-1)
         values = np.empty(blocks.shape, np.float32)
         step = max(1, _CHUNK_ELEMENTS // blocks.shape[1])
         with np.errstate(over="ignore", invalid="ignore"):
@@ -387,6 +387,11 @@ class MXArray:
                 np.multiply(codec.decode(blocks[start:stop], self.elem), scale_values[start:stop, None],
                             out=values[start:stop])
         return _from_blocks(values, moved_shape, self.axis)
+
+    def scale_values(self) -> np.ndarray:
+        """The block scales as float32 values, laid out as ``scales``: ``2**shared_exp``, NaN for
+        0xFF. What `minifp8.gemm` takes as an operand's scales."""
+        return codec.decode(self.scales, formats.E8M0)
 
     def packed(self) -> np.ndarray:
         """The codes in the storage layout of torch's ``float4_e2m1fn_x2`` and TransformerEngine.
@@ -730,7 +735,19 @@ class NVFP4Array:
         """
         codec._check_float_environment()
         blocks, moved_shape = _to_blocks(self.codes, self.axis, self.block_size)
-        block_scales = codec.decode(np.moveaxis(self.scales, self.axis, -1).reshape(-1), formats.E4M3)
+        factor = np.moveaxis(self.scale_values(), self.axis, -1).reshape(-1)
+        with np.errstate(under="ignore"):
+            values = codec.decode(blocks, formats.E2M1) * factor[:, None]
+        return _from_blocks(values, moved_shape, self.axis)
+
+    def scale_values(self) -> np.ndarray:
+        """The factor that multiplies each block's E2M1 values in `dequantize`, float32, laid out as
+        ``scales``: ``(float(S_dec_b) * global_amax) * float32(1 / 2688)`` (see `dequantize`).
+
+        What `minifp8.gemm` takes as an operand's scales: one float32 factor per block (24
+        significant bits at most), whose products with E2M1 values float64 holds exactly.
+        """
+        block_scales = codec.decode(self.scales, formats.E4M3)
         one_over_2688 = np.float32(1 / (6 * 448))
         with np.errstate(over="ignore", under="ignore"):
             factor = (block_scales * self.global_amax) * one_over_2688
@@ -738,9 +755,7 @@ class NVFP4Array:
         if overflow.any():  # S_dec_b <= 448 < 2**9, so the product with global_amax * 2**-9 fits float32
             shrunk_amax = self.global_amax * np.float32(2.0**-9)
             factor[overflow] = ((block_scales[overflow] * shrunk_amax) * one_over_2688) * np.float32(2.0**9)
-        with np.errstate(under="ignore"):
-            values = codec.decode(blocks, formats.E2M1) * factor[:, None]
-        return _from_blocks(values, moved_shape, self.axis)
+        return factor
 
     def packed(self) -> np.ndarray:
         """Two E2M1 codes per byte along the last axis, the first in the low nibble."""
