@@ -11,7 +11,9 @@ and back, section 4):
 - In the backward pass the gradient flowing into each of those ops (its output gradient) is cast
   to E5M2.
 - Casts are *fake quantization*: encode then decode, so every GEMM still runs in float32 on
-  values that FP8 can represent, and accumulates in float32 as FP8 tensor cores do. Gradients
+  values that FP8 can represent, and accumulates in float32. (That idealises the hardware:
+  DeepSeek-V3, arXiv:2412.19437 section 3.3.2, found H800's FP8 GEMMs keep about 14 bits of
+  their sums, and a scaled GEMM applies the scales to its sums, not to each element.) Gradients
   pass straight through the casts.
 
 Each GEMM operand is quantized along that GEMM's contraction axis, as hardware scales it. For a
@@ -41,7 +43,9 @@ Recipes (`RECIPES`) choose the scale at every cast point:
   roundings are part of the recipe (``power_of_2=True`` makes them exact).
 - ``delayed``: ``scaling.DelayedScaling``, one amax history per tensor role per cast point. The
   history advances exactly once per `FP8State.step`, so the casts of step t use the scale
-  computed from the amaxes of the steps up to t-1.
+  computed from the amaxes of the steps up to t-1; several forward and backward passes in one
+  step (gradient accumulation) record one running max. ``margin`` must suit both E4M3 and
+  E5M2, whose scalers it builds: from -112 to 8.
 - ``mxfp8``: ``mx.quantize``, MXFP8 with E4M3 elements forward and E5M2 backward: 32-element
   blocks along the contraction axis, each with an E8M0 (power-of-two) scale. (E5M2 gradients are
   the HYBRID option of TransformerEngine's MXFP8BlockScaling and Float8BlockScaling; their
@@ -49,6 +53,8 @@ Recipes (`RECIPES`) choose the scale at every cast point:
 - ``blockwise``: ``scaling.quantize_blockwise``, 1x128 tiles for activations and gradients,
   128x128 tiles for weights (DeepSeek-V3, arXiv:2412.19437 section 3.3.2), with float32 scales
   rounded down to powers of two, as TransformerEngine's Float8BlockScaling does by default.
+  DeepSeek-V3 casts every tensor to E4M3, gradients included; here, as in every recipe of this
+  module, the gradients go to E5M2 (the HYBRID option, above).
 
 `fake_quantize` applies one recipe's cast to an array, with its statistics.
 

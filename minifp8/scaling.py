@@ -29,6 +29,9 @@ The scale from an amax follows TransformerEngine's ``compute_scale_from_amax``
 (``common/recipe/recipe_common.cuh``): ``scale = fp8_max / amax`` in float32; an amax that is 0,
 Inf or NaN gives ``scale = 1``; a scale that overflows float32 becomes ``FLT_MAX``; with
 ``power_of_2`` the float32 scale is rounded down to a power of two by clearing its mantissa bits.
+The amax of a tensor, row or tile holding a NaN is NaN here, so its scale is 1 and its other
+elements are cast unscaled. TransformerEngine's amax kernels skip NaN (``fmaxf``) and scale the
+other elements as usual, so a backend that follows them differs from these functions there.
 
 For FP8 training (`minifp8.fp8`) each GEMM operand is quantised along its own contraction
 axis: pass that axis as ``axis`` to `quantize_rowwise` and `quantize_blockwise`.
@@ -458,10 +461,10 @@ class DelayedScaling:
             amax = np.fmax.reduce(history)
         else:
             amax = history[0]
-        oldest_first = history[0]  # np.roll(history, -1), in place: every step, at every cast point
+        newest = history[0]  # np.roll(history, -1), in place: every step, at every cast point
         history[:-1] = history[1:]
-        history[-1] = oldest_first
-        history[0] = 0
+        history[-1] = newest
+        history[0] = 0  # this step's entry, emptied for the next step's amaxes
         if np.isfinite(amax) and amax > 0:
             scaled_max = np.float32(self.fmt.max * 2.0**-self.margin)
             with np.errstate(over="ignore", under="ignore"):
