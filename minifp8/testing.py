@@ -770,10 +770,10 @@ class BlockReport:
     def __str__(self) -> str:
         lines = [self.head(), *self.tensor_scale.splitlines(), *self.layout.splitlines()]
         if self.scale_mismatches:
-            lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':>18} {'actual':>18}"]
+            lines += ["", "scales:", f"{'block':>14} {'block amax':>16} {'expected':<18} {'actual':<18}".rstrip()]
             for m in self.scale_mismatches:
-                lines.append(f"{','.join(map(str, m.index)):>14} {m.block_amax:>16.9g} "
-                             f"{m.expected_code:#04x} {m.expected_value:<13.6g} {m.actual_code:#04x} {m.actual_value:<13.6g}")
+                lines.append(f"{','.join(map(str, m.index)):>14} {m.block_amax:>16.9g} {m.expected_code:#04x} "
+                             f"{m.expected_value:<13.6g} {m.actual_code:#04x} {m.actual_value:<13.6g}".rstrip())
             if self.scale_count > len(self.scale_mismatches):
                 lines.append(f"... and {self.scale_count - len(self.scale_mismatches)} more")
         if not self.elements.ok:

@@ -195,6 +195,11 @@ def test_nvfp4_report_names_the_tensor_amax_and_scale_its_block_scales_come_from
     assert report.scale_count == report.scale_total == 8
     assert str(report).splitlines()[1] == (f"tensor scale: global amax {float(amax):.9g} (max |x|), "
                                            f"S_enc {float(np.float32(2688) / amax):.9g} (448 * 6 / global amax)")
+    header, first = str(report).splitlines()[4:6]  # the scale table: each heading over its column
+    row = report.scale_mismatches[0]
+    assert header.index("expected") == first.index(f"{row.expected_code:#04x} ")
+    assert header.index("actual") == first.rindex(f"{row.actual_code:#04x} ")
+    assert first == first.rstrip() and header == header.rstrip()
     given = testing.compare_mx(wrong.scales, wrong.codes, x, "NVFP4", global_amax=2 * amax)
     assert given.ok and given.tensor_scale.startswith(f"tensor scale: global amax {float(2 * amax):.9g} (given)")
     zeros = np.zeros((1, 16), np.float32)
