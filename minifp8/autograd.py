@@ -29,7 +29,11 @@ arrays instead of scalars:
   it touches any ``.grad``; exp, tanh and softmax, for one, compute gradients from their output). The
   optimizers bump the parameters they update (an optimizer step between the forward pass and
   ``backward`` is the usual slip), and so does assigning ``t.data = ...``; NumPy cannot see other
-  writes, so code that writes into ``t.data[...]`` itself calls ``t.bump_version()``.
+  writes, so code that writes into ``t.data[...]`` itself calls ``t.bump_version()``. A NumPy array
+  passed as an operand (``t * mask``) is used as it is, with no counter of its own: leave it
+  unwritten until ``backward`` has run. (Indexing copies its index arrays: a batch buffer of ids
+  may be refilled.) Which tensors get gradients is read when ``backward`` runs: setting
+  ``requires_grad`` between the two changes it (torch records it with the op).
 
 Data types. A Tensor holds float32 data (floating input is converted: float16/float64 to float32)
 or integer data (token ids, targets: never differentiable). bool, complex and object data raise
@@ -559,6 +563,8 @@ class Tensor:
         x = self
         out_data = x.data[index]
         basic = _is_basic_index(index)
+        if not basic:  # backward reads the index later: a copy, so that refilling an ids array (a batch
+            index = _copied_index(index)  # buffer) before backward cannot send the gradient elsewhere
 
         def backward(g):
             if basic:  # a view: the engine adds g into that slice of x's gradient
@@ -742,7 +748,7 @@ def as_tensor(value: Tensor | ArrayLike) -> Tensor:
 
 
 def matmul(a: Tensor | ArrayLike, b: Tensor | ArrayLike) -> Tensor:
-    """``a @ b`` with NumPy's rules (1-D operands, broadcast batch dimensions), float32 GEMMs."""
+    """``a @ b`` with NumPy's rules (1-D operands, broadcast batch dimensions), GEMMs in the operands' dtype."""
     a, b = as_tensor(a), as_tensor(b)
     if a.data.dtype.kind != "f" or b.data.dtype.kind != "f":
         raise TypeError(f"matmul needs floating tensors, got {a.dtype} and {b.dtype}")
@@ -897,6 +903,13 @@ def _plain_index(index):
     if isinstance(index, tuple):
         return tuple(_plain_index(i) for i in index)
     return index
+
+
+def _copied_index(index):
+    """An advanced index with its arrays (and lists) copied; ints, slices, None and Ellipsis as they are."""
+    if isinstance(index, tuple):
+        return tuple(_copied_index(i) for i in index)
+    return np.array(index) if isinstance(index, (np.ndarray, list)) else index
 
 
 def _is_basic_index(index) -> bool:

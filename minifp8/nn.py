@@ -8,7 +8,7 @@ a TypeError for them.
 Every constructor that draws random numbers takes an explicit ``rng: np.random.Generator``.
 
 ``state_dict()`` maps those dotted names to copies of the parameter arrays;
-``load_state_dict()`` copies them back and raises on missing or unexpected keys and on shape
+``load_state_dict()`` gives the parameters copies of them and raises on missing or unexpected keys and on shape
 mismatches. ``save(path)``/``load(path)`` do the same through a ``.npz`` file, bit-exactly.
 
 ``copy.deepcopy`` and ``pickle`` copy a module whole, parameters and their ``.grad`` included. Copy a
@@ -180,7 +180,8 @@ class Module:
         return OrderedDict((name, p.data.copy()) for name, p in self.named_parameters())
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Copy arrays into the parameters; keys and shapes must match exactly (nothing is loaded otherwise)."""
+        """Give each parameter a copy of its array (a new array: a view of the old data keeps the old
+        values); keys and shapes must match exactly (nothing is loaded otherwise)."""
         if not isinstance(state, Mapping):
             raise TypeError(f"load_state_dict: state must be a mapping of names to arrays, got {type(state).__name__}")
         params = dict(self.named_parameters())

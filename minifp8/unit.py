@@ -263,8 +263,9 @@ def gelu(x: Tensor | ArrayLike, mult: float = 1.0, constraint: str | None = "to_
     * output ``* interp(alpha; 2, sqrt(2 / (1 - 1/pi)))``;
     * grad x ``* interp(alpha; 2, sqrt(2))``;
 
-    then ``constraint`` (default ``"to_output_scale"``) ties them. ``unit_scaling.functional.gelu``.
-    The model is of the std, and GELU's output has a mean (0.28 at mult 1, std 0.59): the scaled
+    then ``constraint`` (default ``"to_output_scale"``) ties them, so grad x takes the output's
+    scale: its std is about 1.2 for unit-normal x and a unit-normal gradient (1.19 at mult 1, 1.23
+    at mult 4, measured). ``unit_scaling.functional.gelu``. The model is of the std, and GELU's output has a mean (0.28 at mult 1, std 0.59): the scaled
     output's std is ~1.04 but its RMS, which sets the std of a following linear layer's output,
     is ~1.15. (Before u-muP, ``unit_scaling`` releases used the fixed scales 1/0.588 and 1/0.675, the
     std of GELU's output and the RMS of its derivative for unit-normal x, tied by ``"gmean"``.)
@@ -295,8 +296,9 @@ def softmax(x: Tensor | ArrayLike, axis: int = -1, mult: float = 1.0,
     * grad x ``* interp(alpha; d/mult, sqrt(d/mult))`` (the one-hot end is the model's, not a limit:
       an exactly one-hot softmax has zero gradient);
 
-    then ``constraint`` (default ``"to_output_scale"``) ties them. u-muP (arXiv:2407.17465);
-    ``unit_scaling.functional.softmax``.
+    then ``constraint`` (default ``"to_output_scale"``) ties them: grad x takes the output's scale,
+    the gradient model's times ``mult**(1 - alpha/2)`` (the same at mult 1; at mult 16 the gradient
+    RMS is 3-4, measured). u-muP (arXiv:2407.17465); ``unit_scaling.functional.softmax``.
     """
     x = _floating(x, "softmax")
     mult = _mult(mult, "softmax")
@@ -318,7 +320,8 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
                eps: float = 1e-5) -> Tensor:
     """Unit-scaled layer norm over the last axis (D features).
 
-    The output and grad x of a layer norm are already unit-scaled: no scale. The weight and bias
+    The output of a layer norm is unit-scaled whatever x's scale, and grad x is for unit-scaled x
+    (it scales as ``1 / std(x)``): no scale. The weight and bias
     gradients sum over the ``numel / D`` rows, so both are ``* sqrt(D / numel)``.
     ``unit_scaling.functional.layer_norm``; Blake et al. 2023 (arXiv:2303.11257).
     """
@@ -421,7 +424,8 @@ def scaled_dot_product_attention(q: Tensor | ArrayLike, k: Tensor | ArrayLike, v
     constraint). u-muP (arXiv:2407.17465); ``unit_scaling.functional.scaled_dot_product_attention``.
     The v gradient has the output's std, but near-flat attention (at ``mult = 1`` alpha is
     ``1 / (1 + 4 d_head)``) passes little gradient to q and k: their std at initialisation is well
-    below 1 (about 0.12 at s = 256, d_head = 64). Causal attention's output std is
+    below 1 (about 0.12 at s = 256, d_head = 64), and above 1 at large mult (2 to 4 at mult 64,
+    measured), where the rule models only the output and v. Causal attention's output std is
     ``sqrt(H_s / ln s)`` in the flat limit (1.05 at s = 256), not 1.
     At ``s = 1`` with ``causal`` the rule's lower limit is 0 (the library fails there); we use
     the exact value 1 (the output is v itself).

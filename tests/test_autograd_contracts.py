@@ -216,3 +216,24 @@ def test_unit_gelu_accepts_mult_at_both_ends_of_the_documented_range():
     np.testing.assert_allclose(huge.data, np.maximum(x, 0.0) * math.sqrt(2.0 / (1.0 - 1.0 / math.pi)), rtol=1e-6)
     with pytest.raises(ValueError, match=r"mult must be in \[2\*\*-30, 2\*\*30\]"):
         U.gelu(Tensor(x), mult=2.0 ** 30 * (1 + 2.0 ** -52))
+
+
+@pytest.mark.parametrize("kind", ["ndarray", "list", "Tensor", "tuple of arrays"])
+def test_indexing_keeps_its_own_copy_of_the_index_for_backward(kind):
+    """x[ids] kept the caller's ids by reference: refilling them before backward (a data loader
+    reusing its batch buffer) sent the gradient to other rows, with no refusal (found by a code
+    review: [2, 1, 0] came out [0, 0, 3]). The gradient is that of the index used forward."""
+    x = Tensor(np.arange(1, 7, dtype=np.float32).reshape(3, 2), requires_grad=True)
+    rows, columns = np.array([0, 0, 1]), np.array([1, 1, 0])
+    index = {"ndarray": rows, "list": [0, 0, 1], "Tensor": Tensor(rows), "tuple of arrays": (rows, columns)}[kind]
+    y = x[index].sum()
+    if kind == "list":
+        index[:] = [2, 2, 2]
+    elif kind == "Tensor":
+        index.data[:] = 2
+        index.bump_version()
+    else:
+        rows[:], columns[:] = 2, 0
+    y.backward()
+    expected = [[0, 2], [1, 0], [0, 0]] if kind == "tuple of arrays" else [[2, 2], [1, 1], [0, 0]]
+    np.testing.assert_array_equal(x.grad, np.array(expected, np.float32))
