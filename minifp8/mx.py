@@ -747,6 +747,7 @@ class NVFP4Array:
         What `minifp8.gemm` takes as an operand's scales: one float32 factor per block (24
         significant bits at most), whose products with E2M1 values float64 holds exactly.
         """
+        codec._check_float_environment()
         block_scales = codec.decode(self.scales, formats.E4M3)
         one_over_2688 = np.float32(1 / (6 * 448))
         with np.errstate(over="ignore", under="ignore"):
