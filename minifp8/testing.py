@@ -357,8 +357,8 @@ class Report:
         if any(m.scaled_input is not None for m in rows):  # block formats
             columns += [("after scaling", 16, [repr(m.scaled_input) for m in rows]),
                         ("scaled bits", 20, [str(m.scaled_bits) for m in rows])]  # (str: set with scaled_input)
-        columns += [("expected", 16, [f"{m.expected_code:#04x} {m.expected_value:.6g}" for m in rows]),
-                    ("actual", 16, [f"{m.actual_code:#04x} {m.actual_value:.6g}" for m in rows]),
+        columns += [("expected", 16, [_code_text(m.expected_code, m.expected_value) for m in rows]),
+                    ("actual", 16, [_code_text(m.actual_code, m.actual_value) for m in rows]),
                     ("codes", 5, ["-" if m.distance is None else str(m.distance) for m in rows])]
         widths = [max([minimum] + [len(text) for text in texts]) for _, minimum, texts in columns]
 
@@ -380,8 +380,16 @@ def _options_text(options: dict, nan: str) -> str:
 
 
 def _input_text(value: float, dtype_name: str) -> str:
-    """An input as text that gives its bits back: repr for float64, 9 significant digits for narrower floats."""
+    """An input as text that gives its bits back: repr for float64, 9 significant digits for narrower
+    floats; a NaN with its sign (``-nan``), which decides the sign of the NaN code a format keeps."""
+    if math.isnan(value):
+        return "-nan" if math.copysign(1.0, value) < 0 else "nan"
     return repr(value) if dtype_name == "float64" else f"{value:.9g}"
+
+
+def _code_text(code: int, value: float) -> str:
+    """A code and its value, a NaN with its sign: ``0x38 1``, ``0xff -nan``."""
+    return f"{code:#04x} " + (_input_text(value, "") if math.isnan(value) else f"{value:.6g}")
 
 
 def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str = "exact", max_rows: int = 20,

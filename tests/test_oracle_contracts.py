@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import minifp8
-from minifp8 import formats, golden, mx, testing
+from minifp8 import codec, formats, golden, mx, testing
 
 E4M3_ONE, E4M3_1_125, E4M3_1_25 = 0x38, 0x39, 0x3A  # (1 + m/8) * 2**(e - 7), e = 7
 E4M3_0_9375 = 0x37  # e = 6, m = 7: 1.875 / 2
@@ -354,3 +354,14 @@ def test_nvfp4_boundary_blocks_run_from_scale_code_1_to_125_either_side_of_each_
     steps = amax.view(np.int32).astype(np.int64) - targets.view(np.int32)
     assert lower_code.min() == 0x01 and lower_code.max() == 0x7D
     assert np.all(np.abs(steps) <= 2) and (steps < 0).any() and (steps > 0).any(), steps
+
+
+def test_a_report_shows_the_sign_of_a_nan_input_and_of_nan_codes():
+    # Both printed "nan": the sign, which decides the NaN code E4M3 keeps (0xff for -NaN), showed
+    # only in the bits column (a code review).
+    x = np.array([-np.nan, np.nan, 1.0], np.float32)
+    swapped = codec.encode(x, "E4M3")
+    swapped[:2] = [0x7F, 0xFF]
+    rows = str(testing.compare(swapped, x, "E4M3")).splitlines()[3:]
+    assert rows[0].split()[:6] == ["0", "-nan", "0xffc00000", "0xff", "-nan", "0x7f"]
+    assert rows[1].split()[:6] == ["1", "nan", "0x7fc00000", "0x7f", "nan", "0xff"]
