@@ -348,8 +348,8 @@ class Report:
         return f"{self.count} of {self.total} {noun}differ" + (f" [{classes}]" if classes else "")
 
     def __str__(self) -> str:
-        if self.ok:
-            return self.head()
+        if self.ok or not self.mismatches:  # (max_rows=0: the first line alone, with its counts)
+            return "\n".join([self.head(), *([self.layout] if self.layout else [])])
         rows = self.mismatches
         columns = [("index", 12, [",".join(map(str, m.index)) or "()" for m in rows]),  # () for a 0-d x
                    ("input", 16, [_input_text(m.input, self.input_dtype) for m in rows]),
@@ -784,7 +784,7 @@ class BlockReport:
                              f"{m.expected_value:<13.6g} {m.actual_code:#04x} {m.actual_value:<13.6g}".rstrip())
             if self.scale_count > len(self.scale_mismatches):
                 lines.append(f"... and {self.scale_count - len(self.scale_mismatches)} more")
-        if not self.elements.ok:
+        if self.elements.mismatches:
             lines += ["", "elements (each input as given, then after block scaling, as the element encoder saw it):",
                       *str(self.elements).splitlines()[2:]]
         return "\n".join(lines)

@@ -365,3 +365,14 @@ def test_a_report_shows_the_sign_of_a_nan_input_and_of_nan_codes():
     rows = str(testing.compare(swapped, x, "E4M3")).splitlines()[3:]
     assert rows[0].split()[:6] == ["0", "-nan", "0xffc00000", "0xff", "-nan", "0x7f"]
     assert rows[1].split()[:6] == ["1", "nan", "0x7fc00000", "0x7f", "nan", "0xff"]
+
+
+def test_max_rows_0_gives_the_first_line_alone():
+    # It printed the column headings over no rows (and, for compare_mx, an empty elements section).
+    x = np.random.default_rng(0).standard_normal((2, 32)).astype(np.float32)
+    wrong = codec.encode(x, "E4M3") ^ np.uint8(1)
+    report = testing.compare(wrong, x, "E4M3", max_rows=0)
+    assert str(report) == report.head() and report.count == 64 and report.head().startswith("E4M3 (defaults): 64 of 64")
+    q = mx.quantize(x, "MXFP8_E4M3")
+    block_report = testing.compare_mx(q.scales, q.codes ^ np.uint8(1), x, "MXFP8_E4M3", max_rows=0)
+    assert str(block_report) == block_report.head() and not block_report.ok
