@@ -468,7 +468,7 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
             actual_code=int(got[i]), actual_value=float(table[got[i]]),
             distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=MISMATCH_CLASSES[classes[i]]))
     options = {key: value for key, value in encode_options.items() if key != "random_bits"}
-    layout = _layout_note(actual_codes, expected_codes, "actual", fmt) if len(where) > 1 else ""
+    layout = _layout_note(actual_codes, expected_codes, "actual", fmt, where) if len(where) > 1 else ""
     return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)
 
 
@@ -480,15 +480,28 @@ def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return array[np.unravel_index(positions, array.shape)]
 
 
-def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt) -> str:
+def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where: np.ndarray | None = None) -> str:
     """A hint when the codes ``actual`` (which differ from ``expected``) are ``expected``'s rearranged, else "".
 
     Codes that differ only in sign (both zeros, NaN signs, a negated symmetric sweep) hold the same
-    codes too, but point at a sign bug: they get no hint.
+    codes too, but point at a sign bug: they get no hint. ``where``, the C-order positions of the
+    differing codes where the caller has them, rules a shift out without flattening whole arrays.
     """
     if actual.ndim >= 2 and np.array_equal(actual, np.swapaxes(expected, -1, -2).reshape(actual.shape)):
         return (f"{name} holds the expected codes with the last two axes swapped (a transposed or column-major "
                 f"result): a layout bug, not a rounding one")
+    for later in (True, False):
+        step = 1 if later else -1
+        if where is not None:  # a shift must hold at the differing codes first (only they are read)
+            sample = where[:64]
+            sample = sample[(sample - step >= 0) & (sample - step < actual.size)]
+            if not sample.size or not np.array_equal(_gather(actual, sample), _gather(expected, sample - step)):
+                continue
+        got, want = actual.reshape(-1), expected.reshape(-1)  # (C order)
+        shifted = np.array_equal(got[1:], want[:-1]) if later else np.array_equal(got[:-1], want[1:])
+        if got.size > 2 and shifted:
+            return (f"{name} holds the expected codes shifted by one element, each one place "
+                    f"{'later' if later else 'earlier'} in C order: an off-by-one offset, not a rounding bug")
     magnitude = np.uint8(~np.uint8(fmt.sign_mask))
     if (np.any((actual & magnitude) != (expected & magnitude))
             and np.array_equal(np.bincount(actual.reshape(-1), minlength=256),

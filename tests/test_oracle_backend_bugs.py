@@ -26,8 +26,10 @@ def test_a_transposed_result_is_reported_as_a_layout_bug(shape):
 def test_a_result_in_another_order_is_reported_as_a_layout_bug():
     x = _random_e4m3_inputs(64)
     expected = codec.encode(x, "E4M3")
-    report = testing.compare(np.roll(expected, 1), x, "E4M3")  # an off-by-one output index
+    report = testing.compare(expected[::-1].copy(), x, "E4M3")  # written back to front
     assert "in another order" in report.layout and "in another order" in str(report)
+    shifted = testing.compare(np.roll(expected, 1), x, "E4M3")  # an off-by-one output index
+    assert "shifted by one element" in shifted.layout
 
 
 def test_sign_bugs_and_rounding_bugs_get_no_layout_hint():

@@ -376,3 +376,16 @@ def test_max_rows_0_gives_the_first_line_alone():
     q = mx.quantize(x, "MXFP8_E4M3")
     block_report = testing.compare_mx(q.scales, q.codes ^ np.uint8(1), x, "MXFP8_E4M3", max_rows=0)
     assert str(block_report) == block_report.head() and not block_report.ok
+
+
+@pytest.mark.parametrize("later", [True, False])
+def test_codes_shifted_by_one_element_are_named_an_off_by_one(later):
+    # They got only "in another order" (when the end codes happened to match) and hundreds of rows
+    # classed near-tie, subnormal or other (a code review).
+    x = np.random.default_rng(46).standard_normal((16, 32)).astype(np.float32)
+    expected = codec.encode(x, "E4M3")
+    shifted = np.roll(expected, 1 if later else -1)  # (the wrapped end code is some other code)
+    report = testing.compare(shifted, x, "E4M3")
+    assert report.layout == (f"actual holds the expected codes shifted by one element, each one place "
+                             f"{'later' if later else 'earlier'} in C order: an off-by-one offset, not a rounding bug")
+    assert report.layout in str(report)
