@@ -270,12 +270,15 @@ def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic
                          f"got {len(random_bits)} bits")
     else:
         element_bits = random_bits
-    # The rounding arguments, checked as encode_scalar checks them, for every element (a NaN block,
-    # or an empty one, encodes none)
-    if rounding == "stochastic" and random_bits is None:
+    # The rounding arguments, checked here as encode_scalar checks them: a block that is empty, or
+    # made NaN by a NaN, encodes no element
+    if rounding != "stochastic":
+        codec._check_scalar_rounding(rounding, random_bits, random_bit_count)
+    elif random_bits is None:
         raise ValueError("rounding='stochastic' needs random_bits (one int per element) and random_bit_count")
-    for bits in (list(element_bits) or [0]) if rounding == "stochastic" else [random_bits]:
-        codec._check_scalar_rounding(rounding, bits, random_bit_count)
+    else:
+        for bits in [*random_bits] or [0]:  # (an empty block: its random_bit_count alone)
+            codec._check_scalar_rounding(rounding, bits, random_bit_count)
 
     has_nan = any(isinstance(v, float) and v != v for v in values)
     has_inf = any(isinstance(v, float) and abs(v) == float("inf") for v in values)

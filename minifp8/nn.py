@@ -8,8 +8,8 @@ a TypeError for them.
 Every constructor that draws random numbers takes an explicit ``rng: np.random.Generator``.
 
 ``state_dict()`` maps those dotted names to copies of the parameter arrays;
-``load_state_dict()`` gives the parameters copies of them and raises on missing or unexpected keys and on shape
-mismatches. ``save(path)``/``load(path)`` do the same through a ``.npz`` file, bit-exactly.
+``load_state_dict()`` gives the parameters copies of them and raises on missing or unexpected keys
+and on shape mismatches. ``save(path)``/``load(path)`` do the same through a ``.npz`` file, bit-exactly.
 
 ``copy.deepcopy`` and ``pickle`` copy a module whole, parameters and their ``.grad`` included. Copy a
 model together with what refers to its parameters, in one call (``copy.deepcopy((model, optimizer,

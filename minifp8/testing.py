@@ -383,13 +383,18 @@ def _input_text(value: float, dtype_name: str) -> str:
     """An input as text that gives its bits back: repr for float64, 9 significant digits for narrower
     floats; a NaN with its sign (``-nan``), which decides the sign of the NaN code a format keeps."""
     if math.isnan(value):
-        return "-nan" if math.copysign(1.0, value) < 0 else "nan"
+        return _nan_text(value)
     return repr(value) if dtype_name == "float64" else f"{value:.9g}"
 
 
 def _code_text(code: int, value: float) -> str:
     """A code and its value, a NaN with its sign: ``0x38 1``, ``0xff -nan``."""
-    return f"{code:#04x} " + (_input_text(value, "") if math.isnan(value) else f"{value:.6g}")
+    return f"{code:#04x} " + (_nan_text(value) if math.isnan(value) else f"{value:.6g}")
+
+
+def _nan_text(value: float) -> str:
+    """``nan`` or ``-nan``: Python's formatting drops a NaN's sign."""
+    return "-nan" if math.copysign(1.0, value) < 0 else "nan"
 
 
 def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str = "exact", max_rows: int = 20,
@@ -490,18 +495,17 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
     if actual.ndim >= 2 and np.array_equal(actual, np.swapaxes(expected, -1, -2).reshape(actual.shape)):
         return (f"{name} holds the expected codes with the last two axes swapped (a transposed or column-major "
                 f"result): a layout bug, not a rounding one")
-    for later in (True, False):
-        step = 1 if later else -1
+    for step, direction in ((1, "later"), (-1, "earlier")):  # actual[i] == expected[i - step], C order
         if where is not None:  # a shift must hold at the differing codes first (only they are read)
             sample = where[:64]
             sample = sample[(sample - step >= 0) & (sample - step < actual.size)]
             if not sample.size or not np.array_equal(_gather(actual, sample), _gather(expected, sample - step)):
                 continue
-        got, want = actual.reshape(-1), expected.reshape(-1)  # (C order)
-        shifted = np.array_equal(got[1:], want[:-1]) if later else np.array_equal(got[:-1], want[1:])
+        got, want = actual.reshape(-1), expected.reshape(-1)
+        shifted = np.array_equal(got[1:], want[:-1]) if step == 1 else np.array_equal(got[:-1], want[1:])
         if got.size > 2 and shifted:
-            return (f"{name} holds the expected codes shifted by one element, each one place "
-                    f"{'later' if later else 'earlier'} in C order: an off-by-one offset, not a rounding bug")
+            return (f"{name} holds the expected codes shifted by one element, each one place {direction} in "
+                    f"C order: an off-by-one offset, not a rounding bug")
     magnitude = np.uint8(~np.uint8(fmt.sign_mask))
     if (np.any((actual & magnitude) != (expected & magnitude))
             and np.array_equal(np.bincount(actual.reshape(-1), minlength=256),
@@ -921,8 +925,12 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     tensor_scale = ""
     if isinstance(expected, mx.NVFP4Array):
         source = "given" if quantize_options.get("global_amax") is not None else "max |x|"
-        rule = ("1, for a tensor of zeros" if expected.global_amax == 0 else "448 * 6 / global amax, capped at "
-                "FLT_MAX" if expected.encode_scale == np.finfo(np.float32).max else "448 * 6 / global amax")
+        if expected.global_amax == 0:
+            rule = "1, for a tensor of zeros"
+        elif expected.encode_scale == np.finfo(np.float32).max:
+            rule = "448 * 6 / global amax, capped at FLT_MAX"
+        else:
+            rule = "448 * 6 / global amax"
         tensor_scale = (f"tensor scale: global amax {float(expected.global_amax):.9g} ({source}), "
                         f"S_enc {float(expected.encode_scale):.9g} ({rule})")
     return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report,

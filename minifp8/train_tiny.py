@@ -1159,14 +1159,12 @@ def _fp32_partner(run: Run, runs: list[Run]) -> Run | None:
     return None if partner is None or partner == run else partner
 
 
-def _versus_fp32_cell(run: Run, runs: list[Run], results: dict, val_loss: float) -> str:
+def _versus_fp32_cell(run: Run, runs: list[Run], finals: dict, val_loss: float) -> str:
     """``+2.60%``: the run's final validation loss relative to its fp32 partner's (`_fp32_partner`),
     as the README's headline table gives it, or the ratio (``5.4e+05x``) where that would not fit
-    the column; blank without a partner that finished."""
+    the column; blank without a partner that finished (``finals``: the summary rows of those that did)."""
     partner = _fp32_partner(run, runs)
-    if partner is None or results[partner.label]["diverged"]:
-        return ""
-    baseline = (results[partner.label].get("final") or _final(results[partner.label])).get("val_loss", math.nan)
+    baseline = finals[partner.label].get("val_loss", math.nan) if partner and partner.label in finals else math.nan
     if not (math.isfinite(val_loss) and math.isfinite(baseline) and baseline > 0):
         return ""
     text = f"{val_loss / baseline - 1:+.2%}"
@@ -1186,18 +1184,21 @@ def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
     if dynamic:  # the steps that dynamic loss scaling skipped (their gradients overflowed)
         header += f" {'skipped':>8}"
     lines = [header, "-" * len(header)]
+    # (main returns before the table unless every run finished)
+    finals = {label: metrics.get("final") or _final(metrics) for label, metrics in results.items()
+              if not metrics["diverged"]}
     for run in runs:
-        metrics = results[run.label]  # (main returns before the table unless every run finished)
+        metrics = results[run.label]
         skipped = metrics.get("skipped_steps", 0) if run.loss_scale == "dynamic" else None
         if metrics["diverged"]:
             lines.append(f"{run.label:<{width}} diverged at step {metrics['diverged']['step']}"
                          + (f", after {skipped:,} skipped steps" if skipped is not None else ""))
             continue
-        final = metrics.get("final") or _final(metrics)
+        final = finals[run.label]
         line = (f"{run.label:<{width}} {_loss_cell(final['train_loss'], 10):>10} "
                 f"{_loss_cell(final.get('val_loss', math.nan), 9):>9}")
         if versus:
-            line += f" {_versus_fp32_cell(run, runs, results, final.get('val_loss', math.nan)):>11}"
+            line += f" {_versus_fp32_cell(run, runs, finals, final.get('val_loss', math.nan)):>11}"
         if arithmetic:
             line += f" {_percent(final.get('char_accuracy', math.nan)):>12} {_percent(final.get('exact_match', math.nan)):>7}"
         line += f" {_duration(metrics['time_s']):>8}"

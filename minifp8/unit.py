@@ -265,10 +265,11 @@ def gelu(x: Tensor | ArrayLike, mult: float = 1.0, constraint: str | None = "to_
 
     then ``constraint`` (default ``"to_output_scale"``) ties them, so grad x takes the output's
     scale: its std is about 1.2 for unit-normal x and a unit-normal gradient (1.19 at mult 1, 1.23
-    at mult 4, measured). ``unit_scaling.functional.gelu``. The model is of the std, and GELU's output has a mean (0.28 at mult 1, std 0.59): the scaled
-    output's std is ~1.04 but its RMS, which sets the std of a following linear layer's output,
-    is ~1.15. (Before u-muP, ``unit_scaling`` releases used the fixed scales 1/0.588 and 1/0.675, the
-    std of GELU's output and the RMS of its derivative for unit-normal x, tied by ``"gmean"``.)
+    at mult 4, measured). ``unit_scaling.functional.gelu``. The model is of the std, and GELU's
+    output has a mean (0.28 at mult 1, std 0.59): the scaled output's std is ~1.04 but its RMS,
+    which sets the std of a following linear layer's output, is ~1.15. (Before u-muP,
+    ``unit_scaling`` releases used the fixed scales 1/0.588 and 1/0.675, the std of GELU's output
+    and the RMS of its derivative for unit-normal x, tied by ``"gmean"``.)
     The library uses the exact erf GELU by default; ours is GPT-2's tanh approximation
     (`minifp8.functional.gelu`), so we agree with the library's ``approximate="tanh"``.
     """
@@ -321,8 +322,8 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
     """Unit-scaled layer norm over the last axis (D features).
 
     The output of a layer norm is unit-scaled whatever x's scale, and grad x is for unit-scaled x
-    (it scales as ``1 / std(x)``): no scale. The weight and bias
-    gradients sum over the ``numel / D`` rows, so both are ``* sqrt(D / numel)``.
+    (it scales as ``1 / std(x)``): no scale. The weight and bias gradients sum over the
+    ``numel / D`` rows, so both are ``* sqrt(D / numel)``.
     ``unit_scaling.functional.layer_norm``; Blake et al. 2023 (arXiv:2303.11257).
     """
     x = _floating(x, "layer_norm", "x")
