@@ -22,8 +22,10 @@ work runs on all tiles of both at once, and where neither has an element to fix 
 array. Blocks and tiles are described on a view of the tensor (an axis shorter than a block is
 one block; a partial last block counts only its elements, as the references' zero padding does),
 views are cast in the order their elements lie in memory, and big tensors are cast in
-cache-sized slabs on `CAST_THREADS` threads. Tensors with a NaN, an Inf or a magnitude of 2**100
-in a block, or mostly outside the range, take the codec's table (`_round_into`) instead.
+cache-sized slabs on `CAST_THREADS` threads. The codec's table (`_round_into`) casts instead a
+tensor with more than a quarter of its elements outside the range (`_FIXUP_FRACTION`), and, under
+a block recipe, one holding a NaN, an Inf or a magnitude of 2**100; a per-tensor recipe casts NaN
+and Inf with the elements beyond max, into the codec's NaN (its sign kept, its payload not).
 
 Proof. tests/test_fp8.py holds every recipe equal to its reference function, bit for bit,
 through each path (its fixtures set this module's knobs to force each one);
@@ -72,7 +74,9 @@ class CastStats:
         Nonzero inputs that came out as (+-)0.
     saturation_count : int
         Elements whose scaled input lay beyond the rounding interval of the largest finite value
-        (clamped to +-max, or became +-Inf), or that came out as NaN.
+        (clamped to +-max, or became +-Inf), or that came out as NaN. A value that fits the format
+        but overflows float32 when scaled back (near float32's largest, whose power-of-two scale
+        rounds it up) comes out as +-Inf uncounted, as the reference recipes give it.
     """
 
     amax: float
@@ -557,6 +561,7 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     below_count = np.count_nonzero(below)
     dense_count = (_DENSE_FRACTION if rule is None else _DENSE_BLOCK_FRACTION) * size
     dense: bool | np.bool_ = below_count > dense_count
+    zeros = None
     if dense:
         zeros = _count_zeros(magnitude)  # (of x * scale, which are x's own with a scale of 1 or more)
         dense = below_count - zeros > dense_count
@@ -592,6 +597,8 @@ def _cast_in_range(x: np.ndarray, tilings: list, out: np.ndarray, fmt, saturate:
     if below_count > _DENSE_FRACTION * size and scale is None:  # mostly zeros: left out of the search
         np.less(np.subtract(magnitude, np.uint32(1), out=_work_array("own", size, np.uint32)),
                 lowest - np.uint32(1), out=below)  # (a zero wraps around)
+        if zeros is None:  # (counted above unless dense_count exceeds this bound)
+            zeros = _count_zeros(magnitude)
         candidates = _true_positions(marks, size, below_count - zeros)
     else:
         candidates = _nonzero_of(x, marks, below_count)
@@ -950,11 +957,17 @@ def _round_in_tiles(x: np.ndarray, fmt, exponents: np.ndarray) -> tuple[np.ndarr
 
 def _round_beyond_max(scaled: np.ndarray, fmt, saturate: bool) -> np.ndarray:
     """The cast of magnitudes beyond max's rounding interval (Inf and NaN too): +-max where the cast
-    saturates, else +-Inf (an infinite product, no overflow); NaN stays NaN (both propagate it)."""
+    saturates, else +-Inf (an infinite product, no overflow); a NaN becomes the codec's, the quiet
+    NaN ``+-0x7FC00000`` of its sign (a NaN code decodes to it, whatever the payload it came from)."""
     if not saturate:
-        return scaled * np.float32(np.inf)
-    largest = _MAXIMA[fmt.name]
-    return np.minimum(np.maximum(scaled, -largest), largest)
+        result = scaled * np.float32(np.inf)
+    else:
+        largest = _MAXIMA[fmt.name]
+        result = np.minimum(np.maximum(scaled, -largest), largest)
+    nan = np.isnan(scaled)
+    if nan.any():
+        result[nan] = np.copysign(np.float32(np.nan), scaled[nan])
+    return result
 
 
 def _cast_fast(x: np.ndarray, tilings: list, new, fmt, saturate: bool, rule=None, scale=None):
@@ -1324,6 +1337,9 @@ def _cast_mx(x: np.ndarray, fmt, axis: int, scale_mode: str, new=np.empty):
             bound = amax * factor
         if nan_elements:  # their elements are counted whole: leave them out of the search
             bound[scale_codes == mx.E8M0_NAN] = np.nan
+            # A NaN block decodes to the NaN scale's +NaN everywhere (MXArray.dequantize: element
+            # codes 0 times it), not to a NaN input's own sign or payload.
+            np.copyto(out, np.float32(np.nan), where=np.isnan(scale))
         saturated = _count_saturated(scaled, bound, fmt, nan_blocks=bool(nan_elements)) + nan_elements
         return (_underflow_count(part, out, zeros_stay_zero=not nan_elements), saturated,
                 amax.max(initial=np.float32(0)), nan_elements)
@@ -1434,8 +1450,9 @@ def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatForma
 
     Returns ``[(values, stats), (values, stats)]``, or None where the fast path declines (not
     C-contiguous float32, not power-of-two scales, an empty tensor, NaN, Inf or huge values, many
-    elements outside the range); then the caller casts them one by one. A recipe other than
-    ``mxfp8`` and ``blockwise`` is a ValueError.
+    elements outside the range); then the caller casts them one by one. Where no element needed
+    fixing, the two values are one array (the same object): read them, do not write into them. A
+    recipe other than ``mxfp8`` and ``blockwise`` is a ValueError.
     """
     if recipe not in ("mxfp8", "blockwise"):  # (a per-tensor recipe's options could pass for blockwise's)
         raise ValueError(f"fastcast.cast_pair: recipe must be a block recipe, mxfp8 or blockwise; got {recipe!r}")
@@ -1449,7 +1466,7 @@ def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatForma
         block, rule = 128, _blockwise_rule(fmt)
     else:
         return None
-    with np.errstate(under="ignore"):  # (as in `cast`)
+    with np.errstate(under="ignore", over="ignore"):  # (as in `cast`)
         fast = _cast_fast(x, [_blocks_tiling(x.shape, 1, block), _blocks_tiling(x.shape, 0, block)], new, fmt,
                           saturate, rule)
     if fast is None:
@@ -1473,7 +1490,10 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatFormat, ax
     points hand back the previous step's array). A recipe not in fp8.RECIPES is a ValueError.
     """
     codec._check_float_environment()  # (a FloatingPointError where the CPU's float mode is not IEEE's default)
-    with np.errstate(under="ignore"):  # the caller's may raise on it: scaled-down values round, as they must
+    # The caller's error state may raise on what a cast must do: scaled-down values round (underflow),
+    # and a value near float32's largest that rounds up on a power-of-two scale's grid overflows to
+    # Inf when scaled back, as in the reference recipes (scaling.ScaledTensor.dequantize).
+    with np.errstate(under="ignore", over="ignore"):
         return _cast(x, recipe, options, fmt, axis, weight, scaler, new)
 
 

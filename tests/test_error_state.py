@@ -186,6 +186,31 @@ def test_fake_quantize(recipe):
     _default_then_strict(call)
 
 
+@pytest.mark.parametrize("recipe", ["current", "delayed", "blockwise"])
+def test_fake_quantize_whose_scaled_back_values_overflow(recipe):
+    """An amax near float32's largest value, under power-of-two scales, rounds up to a scaled value
+    whose product with the inverse scale overflows to Inf, as in the references; the fast cast's
+    sparse path (one such element) and dense one (most elements inside the range) must not raise."""
+    sparse = _as(np.float32, [3.2074507e38, 1.0])
+    dense = np.full((4, 128), 1e-3, np.float32)
+    dense[0, 0] = sparse[0]
+
+    def call():
+        results = []
+        for x in (sparse, dense):
+            options = {} if recipe == "blockwise" else {"power_of_2": True}
+            scaler = None
+            if recipe == "delayed":  # (a delayed scale is a current one once its history holds this amax)
+                scaler = scaling.DelayedScaling("E5M2")
+                scaler.scale = scaling.scale_from_amax(np.float32(3.2074507e38), "E5M2", power_of_2=True)
+                scaler.scale_inv = np.float32(1) / scaler.scale
+                options = {}
+            results.append(fp8.fake_quantize(x, recipe, "E5M2", scaler=scaler, **options))
+        return results
+
+    _default_then_strict(call)
+
+
 TINY = ["--steps", "3", "--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2",
         "--n-embd", "16", "--eval-interval", "3", "--eval-batches", "1", "--log-interval", "3", "--warmup-steps", "1"]
 
