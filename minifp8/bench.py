@@ -467,13 +467,31 @@ def _recipe_measurements(times: np.ndarray, fp32_times: np.ndarray, family: str,
 # (new sections go above this line)
 
 
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The processor's name as Linux's ``cpuinfo`` gives it (``AMD EPYC``), else what
+    ``platform.processor()`` gives (perhaps only the architecture), else None. Ratios differ between processors (the speed log's runs 24-47 and 48 met an Intel Xeon
+    with AVX-512 and an AMD EPYC without), so the machine line names it."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as file:
+            for line in file:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
 def machine_line() -> str:
     """The cores and the load before the run: the ratios move with what else the machine runs (on a
     shared 2-core machine, a busy second core slows the multithreaded fp32 GEMMs more than the
     single-threaded FP8 casts), so a quoted ratio should come with this line."""
     from .train_tiny import environment, environment_line
 
-    line = f"machine: {os.cpu_count()} cores, {environment_line(environment())}"
+    cpu = cpu_name()
+    line = f"machine: {os.cpu_count()} cores{f' ({cpu})' if cpu else ''}, {environment_line(environment())}"
     if hasattr(os, "getloadavg"):
         line += f", load average {os.getloadavg()[0]:.2f} over the last minute before the run"
     return line

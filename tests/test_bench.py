@@ -21,6 +21,24 @@ def test_train_section_reports_every_recipe(capsys):
     assert out.count("fp32 step") == len(fp8.RECIPES) and "3 steps per recipe, each beside an fp32 run" in out
 
 
+def test_machine_line_names_the_processor(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD   EPYC 7B13\n\nprocessor\t: 1\n"
+                       "model name\t: AMD EPYC 7B13\n")
+    cpu_name = bench.cpu_name
+    assert cpu_name(str(cpuinfo)) == "AMD EPYC 7B13"  # the first, its spaces collapsed
+    monkeypatch.setattr(bench, "cpu_name", lambda: "Some CPU")
+    assert bench.machine_line().startswith("machine: ") and " cores (Some CPU), numpy " in bench.machine_line()
+    monkeypatch.setattr(bench, "cpu_name", lambda: None)
+    assert "(" not in bench.machine_line().split(", numpy")[0]
+    import platform
+
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert cpu_name(str(tmp_path / "absent")) is None
+    cpuinfo.write_text("processor\t: 0\nmodel name\t:   \n")
+    assert cpu_name(str(cpuinfo)) is None  # an empty name is no name
+
+
 def test_train_section_times_the_recipes_and_width_asked_for(capsys):
     assert bench.main(["--steps", "2", "--recipes", "blockwise, mxfp8", "--n-embd", "32", "train"]) == 0
     out = capsys.readouterr().out
