@@ -1,7 +1,9 @@
 """Speed measurements: ``python -m minifp8.bench [SECTION ...]``.
 
 Every section times minifp8 against a baseline measured in the same run, on the same data, and
-reports the median of several repetitions. The machine this runs on is usually shared and noisy,
+reports medians of several repetitions, timed in turn with the baseline's (`best_of_rounds`,
+`alternating_rounds`; the train section steps each recipe beside an fp32 run of its own), so that
+a burst of load from another process lands on both sides. The machine this runs on is usually shared and noisy,
 so the ratios are the numbers to quote, not the absolute times. Like ``train_tiny``, the command
 keeps freed memory in the process (``train_tiny._tune_malloc``), so that it times steps as the
 trainer runs them.
@@ -78,6 +80,12 @@ def alternating_rounds(steps: Mapping[str, Callable[[], object]], rounds: int, r
     return seconds
 
 
+def best_of_rounds(steps: Mapping[str, Callable[[], object]], repeats: int, rounds: int = 3) -> dict[str, float]:
+    """`alternating_rounds`, then each entry's best (lowest) round median: minifp8 and its baseline
+    are timed in turn, so that a burst of load from another process does not land on one side only."""
+    return {name: min(medians) for name, medians in alternating_rounds(steps, rounds, repeats).items()}
+
+
 def report_ratios(seconds: dict, label: str, targets: dict | None = None) -> None:
     """One line per entry of `alternating_rounds` output against its ``"fp32"`` entry: the median
     step time, and the median over the rounds of the ratio to the fp32 time of the same round (a
@@ -108,7 +116,9 @@ def report(label: str, seconds: float, elements: int | None = None, baseline: fl
 
 @section("codec")
 def bench_codec(args: argparse.Namespace) -> None:
-    """Encode and decode 2^24 float32 values (E4M3, E5M2); baseline: ml_dtypes ``astype``."""
+    """Encode and decode 2^24 float32 values (E4M3, E5M2); baseline: ml_dtypes ``astype``. Then
+    the encode of a transposed view and of a big-endian copy, against the same values in C order.
+    Each keeps its best of three round medians (`best_of_rounds`)."""
     from . import codec
 
     ml_dtypes: ModuleType | None
@@ -120,25 +130,29 @@ def bench_codec(args: argparse.Namespace) -> None:
     x = np.random.default_rng(0).standard_normal(1 << 24).astype(np.float32) * 64
     for name, dtype_name in (("E4M3", "float8_e4m3fn"), ("E5M2", "float8_e5m2")):
         codes = codec.encode(x, name)
-        encode_baseline = decode_baseline = None
+        steps: dict[str, Callable[[], object]] = {
+            "encode": lambda: codec.encode(x, name), "decode": lambda: codec.decode(codes, name)}
         if ml_dtypes is not None:
             dtype = getattr(ml_dtypes, dtype_name)
-            encode_baseline = median_seconds(lambda: x.astype(dtype), args.repeats)
-            decode_baseline = median_seconds(lambda: codes.view(dtype).astype(np.float32), args.repeats)
-            report(f"ml_dtypes astype float32 -> {name}", encode_baseline, x.size)
-            report(f"ml_dtypes astype {name} -> float32", decode_baseline, x.size)
-        report(f"minifp8 encode {name}", median_seconds(lambda: codec.encode(x, name), args.repeats), x.size,
-               encode_baseline)
-        report(f"minifp8 decode {name}", median_seconds(lambda: codec.decode(codes, name), args.repeats), x.size,
-               decode_baseline)
+            steps["astype encode"] = lambda: x.astype(dtype)
+            steps["astype decode"] = lambda: codes.view(dtype).astype(np.float32)
+        best = best_of_rounds(steps, args.repeats)
+        if ml_dtypes is not None:
+            report(f"ml_dtypes astype float32 -> {name}", best["astype encode"], x.size)
+            report(f"ml_dtypes astype {name} -> float32", best["astype decode"], x.size)
+        report(f"minifp8 encode {name}", best["encode"], x.size, best.get("astype encode"))
+        report(f"minifp8 decode {name}", best["decode"], x.size, best.get("astype decode"))
     # The same values laid out otherwise: a transposed view is encoded in the order its elements
-    # lie, and big-endian data is swapped once, so both should run at the contiguous speed (x1.00).
+    # lie, and big-endian data is swapped once, so both come close to the contiguous speed (x1.00).
     square = x.reshape(1 << 12, 1 << 12)
-    contiguous = median_seconds(lambda: codec.encode(square, "E4M3"), args.repeats)
+    layouts = {"a C-contiguous square": square, "its transposed view": square.T,
+               "its big-endian copy": square.astype(">f4")}
+    best = best_of_rounds({label: lambda view=view: codec.encode(view, "E4M3") for label, view in layouts.items()},
+                          args.repeats)
+    contiguous = best.pop("a C-contiguous square")
     report("minifp8 encode E4M3, a C-contiguous square", contiguous, x.size)
-    for label, view in (("its transposed view", square.T), ("its big-endian copy", square.astype(">f4"))):
-        report(f"minifp8 encode E4M3, {label}", median_seconds(lambda: codec.encode(view, "E4M3"), args.repeats),
-               x.size, contiguous)
+    for label, seconds in best.items():
+        report(f"minifp8 encode E4M3, {label}", seconds, x.size, contiguous)
 
 
 def _gpt_block(batch: int = 16, seq: int = 128, d: int = 256, heads: int = 4, seed: int = 0):
@@ -220,10 +234,8 @@ def bench_block(args: argparse.Namespace) -> None:
         probs @ k                                # grad q
         probs.swapaxes(-1, -2) @ q               # grad k
 
-    step_seconds = matmul_seconds = float("inf")
-    for _ in range(3):
-        matmul_seconds = min(matmul_seconds, median_seconds(matmuls, args.repeats))
-        step_seconds = min(step_seconds, median_seconds(step, args.repeats))
+    best = best_of_rounds({"matmuls": matmuls, "step": step}, args.repeats)
+    step_seconds, matmul_seconds = best["step"], best["matmuls"]
     report("block forward+backward (autograd)", step_seconds)
     report("the same GEMMs alone (NumPy)", matmul_seconds)
     print(f"  ratio step / matmul: {step_seconds / matmul_seconds:.2f} (target <= 2)", flush=True)
@@ -244,12 +256,11 @@ def bench_mx(args: argparse.Namespace) -> None:
     x = np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32)
     quantized = mx.quantize(x, mx.MXFP8_E4M3)
     codes = codec.encode(x, "E4M3")
-    encode_seconds = quantize_seconds = decode_seconds = dequantize_seconds = float("inf")
-    for _ in range(3):
-        encode_seconds = min(encode_seconds, median_seconds(lambda: codec.encode(x, "E4M3"), args.repeats))
-        quantize_seconds = min(quantize_seconds, median_seconds(lambda: mx.quantize(x, mx.MXFP8_E4M3), args.repeats))
-        decode_seconds = min(decode_seconds, median_seconds(lambda: codec.decode(codes, "E4M3"), args.repeats))
-        dequantize_seconds = min(dequantize_seconds, median_seconds(quantized.dequantize, args.repeats))
+    best = best_of_rounds({"encode": lambda: codec.encode(x, "E4M3"), "quantize": lambda: mx.quantize(x, mx.MXFP8_E4M3),
+                           "decode": lambda: codec.decode(codes, "E4M3"), "dequantize": quantized.dequantize},
+                          args.repeats)
+    encode_seconds, quantize_seconds = best["encode"], best["quantize"]
+    decode_seconds, dequantize_seconds = best["decode"], best["dequantize"]
     report("codec.encode E4M3 (baseline of quantize)", encode_seconds, x.size)
     report("mx.quantize MXFP8_E4M3", quantize_seconds, x.size, encode_seconds)
     report("codec.decode E4M3 (baseline of dequantize)", decode_seconds, x.size)
@@ -317,6 +328,7 @@ def bench_train(args: argparse.Namespace) -> None:
     shown only under it).
     """
     from . import data, fp8
+    from .optim import clip_grad_norm
     from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr, _strict_json
 
     default_width = args.n_embd is None or args.n_embd == TrainConfig().n_embd
@@ -331,6 +343,7 @@ def bench_train(args: argparse.Namespace) -> None:
         model, _, state, optimizer, peak_lrs, _ = _build(Run(recipe, family), config, dataset.vocab_size)
         params = model.parameters()
         data_rng = np.random.default_rng((config.seed, 1))  # train_tiny's batches
+        clip = config.grad_clip if family == "standard" else 0.0  # (train_tiny clips the standard model's)
 
         def step(index: int):  # (the learning rate and the batch are set outside the timed step)
             _set_lr(optimizer, peak_lrs, config, index)
@@ -341,6 +354,8 @@ def bench_train(args: argparse.Namespace) -> None:
             loss.backward()
             if not all(np.isfinite(p.grad).all() for p in params if p.grad is not None):
                 raise RuntimeError(f"bench train: the gradients of {recipe} overflowed at step {index + 1}")
+            if clip > 0:
+                clip_grad_norm(params, clip)
             optimizer.step()
             state.step()
             return time.perf_counter() - start

@@ -135,10 +135,12 @@ def test_alternating_rounds_report_progress_on_stderr(capsys):
     assert "eta" in captured.err
 
 
-def test_train_section_follows_the_path_of_train_tiny(capsys, monkeypatch):
-    """The bench's steps are train_tiny's: the same batches and learning-rate schedule, so the
-    same losses, bit for bit, as ``python -m minifp8.train_tiny --recipe R`` (its first steps).
-    Before, the bench drew other batches and trained at the peak learning rate from step 0."""
+@pytest.mark.parametrize("family", ["unit", "standard"])
+def test_train_section_follows_the_path_of_train_tiny(capsys, monkeypatch, family):
+    """The bench's steps are train_tiny's: the same batches, learning-rate schedule and (in the
+    standard family, ``--family auto``) gradient clipping, so the same losses, bit for bit, as
+    ``python -m minifp8.train_tiny --recipe R`` (its first steps). Before, the bench drew other
+    batches and trained at the peak learning rate from step 0, and did not clip."""
     from minifp8 import train_tiny
     from minifp8.autograd import is_grad_enabled
 
@@ -161,10 +163,11 @@ def test_train_section_follows_the_path_of_train_tiny(capsys, monkeypatch):
 
     monkeypatch.setattr(train_tiny, "_build", recording_build)
     losses["bench"] = True
-    assert bench.main(["--steps", "4", "--recipes", "current", "train"]) == 0
+    assert bench.main(["--steps", "4", "--recipes", "current", "train"] + (["--family", "auto"] if family == "standard"
+                                                                          else [])) == 0
     del losses["bench"]
     for recipe in ("fp32", "current"):
-        config, runs = train_tiny.parse_args(["--recipe", recipe, "--family", "unit", "--stop-after", "4"])
+        config, runs = train_tiny.parse_args(["--recipe", recipe, "--family", family, "--stop-after", "4"])
         with pytest.raises(train_tiny.Interrupted):
             train_tiny.train(runs[0], config, train_tiny.data_module.load_dataset(), stop_after=4,
                              print_fn=lambda *args: None)
