@@ -114,6 +114,19 @@ def test_training_curves_draws_diverged_nan_single_and_sparse_runs():
     labelled(plots.training_curves({"runs": {"fp8": run(val=None, cast_stats=None)}}))
 
 
+def test_a_diverged_run_is_drawn_to_its_last_step_and_crossed_where_it_diverged():
+    """237 steps, then the loss of step 238 was not finite. Found in a review: only whole smoothing
+    windows were drawn (the line stopped at step 210.5, the last 27 steps, where a run blows up,
+    left out) and the cross sat on the line's end, not at the step that diverged."""
+    losses = list(np.linspace(2.6, 1.8, 220)) + [3.0] * 17
+    results = {"runs": {"fp8": run(train_loss=losses, diverged={"step": 238, "message": "loss became nan"})}}
+    lines = plots.training_curves(results, smooth_steps=20).axes[0].get_lines()
+    curve = [line for line in lines if line.get_label() == "fp8"][0]
+    assert curve.get_xdata()[-1] == 229.0 and curve.get_ydata()[-1] == 3.0  # steps 221-237, all at 3.0
+    crosses = [line for line in lines if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [238] and list(crosses[0].get_ydata()) == [3.0]
+
+
 @pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options])
 @pytest.mark.parametrize("results, error, message", [
     (None, TypeError, "results must be a dict, got NoneType"),
@@ -149,6 +162,19 @@ def test_training_curves_names_the_missing_key(results, message):
 
 
 # found in a review: each was drawn silently or failed with Python's own message
+def test_a_diverged_run_is_drawn_to_its_last_step_and_crossed_where_it_diverged():
+    """237 steps, then the loss of step 238 was not finite. Found in a review: only whole smoothing
+    windows were drawn (the line stopped at step 210.5, the last 27 steps, where a run blows up,
+    left out) and the cross sat on the line's end, not at the step that diverged."""
+    losses = list(np.linspace(2.6, 1.8, 220)) + [3.0] * 17
+    results = {"runs": {"fp8": run(train_loss=losses, diverged={"step": 238, "message": "loss became nan"})}}
+    lines = plots.training_curves(results, smooth_steps=20).axes[0].get_lines()
+    curve = [line for line in lines if line.get_label() == "fp8"][0]
+    assert curve.get_xdata()[-1] == 229.0 and curve.get_ydata()[-1] == 3.0  # steps 221-237, all at 3.0
+    crosses = [line for line in lines if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [238] and list(crosses[0].get_ydata()) == [3.0]
+
+
 @pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options])
 @pytest.mark.parametrize("results, error, message", [
     ({"runs": {"fp8": run(val={"step": 4, "loss": 1.9})}}, TypeError,
@@ -436,6 +462,15 @@ def test_train_speed_draws_a_small_document_and_says_what_a_family_auto_run_drew
     assert "(each recipe on its train_tiny model, n_embd 64, fp32 step 9.0 ms)" in axis.get_title()
     assert [text.get_text() for text in axis.get_legend().get_texts()] == [
         "fp8 (standard): 1.40x", "unit (unit): 1.20x", "target 1.5x"]
+
+
+def test_train_speed_keeps_ratios_below_one_in_view():
+    """Found in a review: the axis started at 0.95 whatever the data, so windows of 0.90-0.92 (a
+    recipe faster than fp32 there, as under a noisy machine) were drawn off the figure."""
+    axis = plots.train_speed(speed_results(window_ratios=[0.90, 0.92, 0.91])).axes[0]
+    assert axis.get_ylim()[0] <= 0.90
+    axis = plots.train_speed(speed_results(window_ratios=[1.3, 1.5])).axes[0]
+    assert axis.get_ylim()[0] == 0.95  # (as before, where every ratio lies above it)
 
 
 # ---- found in a review: block_scaling_snr's docstring said every value of the 2**-19 row is flushed ---
