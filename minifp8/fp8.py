@@ -7,7 +7,8 @@ E4M3 for weights and activations, E5M2 for gradients, section 3; FP8 simulated b
 and back, section 4):
 
 - In the forward pass the inputs and weights of every linear, and q, k and v of every attention,
-  are cast to E4M3.
+  are cast to E4M3. Every linear: the LM head too, which DeepSeek-V3 (section 3.3.1) keeps in
+  higher precision, with the embedding, the norms and the attention operators.
 - In the backward pass the gradient flowing into each of those ops (its output gradient) is cast
   to E5M2.
 - Casts are *fake quantization*: encode then decode, so every GEMM still runs in float32 on
@@ -74,7 +75,12 @@ Attention. The attention core is one fused op that sees a single copy of each in
 q, k and v is quantized once, along the contraction axis of its forward GEMM: q and k along
 head_dim (``S = q k^T``), v along the key (sequence) axis (``O = P v``). The output gradient is
 quantized along head_dim, the contraction axis of ``dP = dO v^T``, the GEMM that feeds dq and dk.
-For per-tensor recipes the axis makes no difference.
+For per-tensor recipes the axis makes no difference. A scale taken from the current tensor lets
+later tokens change earlier ones' values: under ``current`` (one amax over every token) and
+``mxfp8`` (v's 32-token blocks along the sequence), changing the tokens from position 30 on moved
+the logits before it (by up to 0.03, at init), where the other recipes leave them exactly as they
+were. Real per-tensor and block scaling do the same; a causality test, or decoding with cached
+keys and values, sees it.
 
 Statistics. Every cast records (`CastStats`, in ``state.points[name].stats[role]``) the amax of
 its unscaled input, the number of nonzero inputs that became zero (underflow) and the number of

@@ -681,7 +681,12 @@ def split_batch(*arrays: Tensor | ArrayLike, workers: int) -> list[tuple[np.ndar
 
     The batch size must be a positive multiple of ``workers``: then the mean of the shards'
     mean-loss gradients is the full batch's mean-loss gradient, which is what the all-reduce's
-    division by N relies on. (A loss summed over tokens instead gives N times the shard mean.)
+    division by N relies on. (A loss summed over tokens instead gives N times the shard mean.) The
+    unit-scaled model's loss is neither (`minifp8.unit.cross_entropy` does not divide its logit
+    gradient by the token count, and its ops scale gradients by the square root of the batch), so
+    there the mean of the shards' gradients is ``1/sqrt(N)`` times the full batch's: the same
+    direction, a smaller size, which AdamW's update sees only through its eps (and the unit family
+    trains without gradient clipping).
     Arrays or Tensors (their data) of numbers; the shards are views of them.
     """
     workers = formats._check_int(workers, "split_batch: workers", 1)

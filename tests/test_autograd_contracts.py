@@ -172,6 +172,18 @@ def test_gpt_refuses_an_empty_sequence(family):
         model(np.zeros((2, 0), dtype=np.int64))
 
 
+@pytest.mark.parametrize("ids, error, message", [
+    (np.zeros((2, 3)), TypeError, "GPT: ids must be an integer array, got dtype float64"),
+    (np.zeros(3, dtype=np.int64), ValueError, r"GPT: ids must have shape \(batch, seq\), got shape \(3,\)"),
+    (np.zeros((1, 2, 3), dtype=np.int32), ValueError, r"GPT: ids must have shape \(batch, seq\), got shape \(1, 2, 3\)"),
+])
+def test_gpt_names_a_wrong_dtype_and_a_wrong_shape_apart(ids, error, message):
+    """Found in a review: both were one TypeError naming dtype and shape together."""
+    model = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4), rng=np.random.default_rng(0))
+    with pytest.raises(error, match=message):
+        model(ids)
+
+
 def test_attention_with_huge_logits_matches_a_max_shifted_softmax():
     """Logits far beyond exp's range (here above 5000) still give the softmax's value: the reference
     is the max-shifted softmax in float64, ``exp(s - max s) / sum``."""

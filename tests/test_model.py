@@ -151,11 +151,12 @@ def test_every_random_weight_comes_from_the_given_generator(family):
     ((7, 6), {"n_head": 2.0}, TypeError, "GPTConfig: n_head must be an int, got float 2.0"),
     ((7, 6), {"family": ["unit"]}, TypeError, r"GPTConfig: family must be a str, one of standard, unit; got list \['unit'\]"),
     ((7, 6), {"family": None}, TypeError, "GPTConfig: family must be a str"),
-    ((1, 6), {}, ValueError, r"GPTConfig: vocab_size must be >= 2 \(the model predicts one of vocab_size tokens\), got 1"),
+    ((1, 6), {}, ValueError, r"GPTConfig: vocab_size must be >= 2, got 1"),
+    ((0, 6), {}, ValueError, r"GPTConfig: vocab_size must be >= 2, got 0"),  # (it said >= 1 here)
     ((1, 6), {"family": "unit"}, ValueError, "GPTConfig: vocab_size must be >= 2"),
     ((7, 0), {}, ValueError, "GPTConfig: block_size must be >= 1, got 0"),
 ], ids=["vocab-str", "vocab-float", "block-bool", "heads-float", "family-list", "family-none", "one-token",
-        "one-token-unit", "block-0"])
+        "no-token", "one-token-unit", "block-0"])
 def test_config_type_and_range_errors(arguments, overrides, error, message):
     """A wrong type is a TypeError (as for bias, dropout and the mults), a value out of range a ValueError;
     one token is refused up front (the unit cross-entropy would fail only at the first loss)."""
@@ -181,7 +182,7 @@ def test_bad_config_and_inputs():
         model(np.zeros((1, 7), dtype=np.int64))
     with pytest.raises(TypeError, match="integer array"):
         model(np.zeros((1, 4), dtype=np.float32))
-    with pytest.raises(TypeError, match="shape"):
+    with pytest.raises(ValueError, match="shape"):  # (a shape is a value: it was a TypeError)
         model(np.zeros(4, dtype=np.int64))
     with pytest.raises(ValueError, match="lr"):
         model.optimizer_groups(0.0)
