@@ -28,7 +28,7 @@ saturation fractions among the cast points in the latest step (`minifp8.fp8.FP8S
 then the worst among the gradient casts alone (``:grad``, the backward pass's E5M2 casts, which a
 forward cast's ``:x`` or ``:w`` can outrank), loss scaling the current factor and the skipped steps:
 
-    step 120/500 | loss 2.3114 | 41 ms | 6,214 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x)
+    step 120/500 | loss 2.3114 | 41 ms | 24,976 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x)
       | saturation 0% | gradients: underflow 0.1% (blocks.0.attn:grad), saturation 0%
 
 (one line on the screen).
@@ -107,7 +107,9 @@ Outputs (``--out DIR``)
   ``loss_scale`` and ``fp8_grads`` (empty where the run has none), ``memory`` (its arrays' bytes per
   parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or the
   ``step`` and the ``message``), ``finished`` and, once finished, ``final`` (the summary row) and
-  ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null;
+  ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null. A
+  list of runs stopped before its end (``--stop-after``, Ctrl-C, SIGTERM) writes the runs it
+  finished, and a ``--resume`` that ends the rest writes them all;
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
 * ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C or SIGTERM and at
@@ -187,7 +189,7 @@ class TrainConfig:
         "help": "model family: standard (nanoGPT), unit (unit-scaled), or auto: unit for the unit recipe, "
                 "standard otherwise", "choices": ("auto",) + FAMILIES})
     loss_scale: str = field(default="none", metadata={
-        "help": "loss scaling: none, a factor N > 0, or dynamic", "metavar": "{none,N,dynamic}"})
+        "help": "loss scaling: none, a factor N (a float32 normal number, 1.2e-38 to 3.4e38), or dynamic", "metavar": "{none,N,dynamic}"})
     loss_scale_interval: int = field(default=100, metadata={
         "help": "dynamic loss scaling: clean steps before the factor doubles; another value than the default "
                 "is refused unless a run has --loss-scale dynamic"})
@@ -327,7 +329,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows every flag's default; a help text that names its own default is left as it is."""
 
     def _get_help_string(self, action):
-        if "default" in (action.help or "") or action.default is argparse.SUPPRESS:
+        if "(default" in (action.help or "") or action.default is argparse.SUPPRESS:
             return action.help
         if action.default is None:
             return action.help + " (default: none)"
@@ -739,6 +741,8 @@ def _percent(fraction: float | None) -> str:
         return "n/a"
     if fraction == 0:
         return "0%"
+    if fraction < 1e-4:  # (:.2g wrote 1e-7 as 1e-05%)
+        return "<0.01%"
     return f"{100 * fraction:.2g}%" if fraction < 0.1 else f"{100 * fraction:.1f}%"
 
 
@@ -815,6 +819,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
         if start == 0 and not metrics["val"]:  # where the loss starts, to read the drop against
             metrics["val"].append({"step": 0, **_evaluate(model, state, eval_batches, dataset)})
             print_fn(_val_line(metrics["val"][-1], config))
+        steps_start = time.perf_counter()  # (the eta's clock: the evaluation before the first step is no step's)
         for step in range(start, config.steps):
             if interrupt.requested:  # Ctrl-C came during the last step (or the first evaluation)
                 save()
@@ -872,7 +877,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             window_steps, window_time = window_steps + 1, window_time + elapsed
             if step_done % config.log_interval == 0 or step_done == config.steps:
                 # eta: this session's wall time per step so far, evaluations and checkpoints included
-                eta = (time.perf_counter() - session_start) / (step_done - start) * (config.steps - step_done)
+                eta = (time.perf_counter() - steps_start) / (step_done - start) * (config.steps - step_done)
                 _log_progress(print_fn, run, config, step_done, window_losses, window_time / window_steps, eta,
                               tokens_per_step, state, scaler, report, metrics)
                 window_losses, window_steps, window_time = [], 0, 0.0
@@ -941,7 +946,9 @@ def _log_progress(print_fn, run, config, step, losses, per_step, eta, tokens_per
                  + f", saturation {_percent(gradient['max_saturation'])}")
         metrics["gradient_cast_stats"].append({"step": step, **gradient})
     if run.loss_scale != "none":
-        line += f" | loss scale {scaler.scale:g}" + (f", {scaler.skipped} skipped" if scaler.dynamic else "")
+        scale = float(scaler.scale)  # (a whole factor whole: :g wrote 2**20 as 1.04858e+06)
+        line += (f" | loss scale {int(scale) if scale.is_integer() and scale < 1e15 else format(scale, 'g')}"
+                 + (f", {scaler.skipped} skipped" if scaler.dynamic else ""))
         metrics["loss_scale"].append({"step": step, "scale": scaler.scale, "skipped": scaler.skipped})
     if report is not None and not report.results:  # a step whose every FP8 gradient held Inf or NaN (skipped)
         line += f" | fp8 grads: none cast ({len(report.nonfinite)} non-finite)"
@@ -1661,6 +1668,15 @@ def _main(argv: list[str] | None) -> int:
         except Interrupted as stop:
             waiting = [later.label for later in runs[runs.index(run) + 1:]]  # (not started in this session)
             print(f"{stop}{hint}" + (f" (not started yet: {', '.join(waiting)})" if waiting else ""))
+            if out is not None and results:  # the runs finished so far, readable before a resume ends the rest
+                try:
+                    _write_outputs(out, config, runs, results, dataset, print)
+                except BrokenPipeError:  # (printing, not --out: `main`)
+                    raise
+                except OSError as error:
+                    say(f"{prog}: error: --out {out}: {error}")
+                except KeyboardInterrupt:  # (a second Ctrl-C: the checkpoints stand)
+                    pass
             return stop.status
         except CheckpointError as error:
             say(f"{prog}: error: --resume: {error}")

@@ -208,6 +208,18 @@ def test_validation_windows_are_fixed_windows_of_the_val_split(tmp_path, capsys,
             assert (windows == np.append(row_x, row_y[-1])).all(axis=1).any()
 
 
+def test_a_sweep_stopped_in_a_later_run_writes_the_runs_it_finished(tmp_path, capsys):
+    """Found in a review: a sweep stopped (--stop-after, Ctrl-C, SIGTERM) wrote no metrics.json,
+    so the runs it had finished could be read only from their checkpoints until a resume ended all."""
+    out = tmp_path / "out"
+    status, printed, _ = run_main(capsys, *TINY, "--recipe", "fp32,fp8", "--out", str(out), "--stop-after", "25")
+    assert status == 130 and f"wrote {out / 'metrics.json'}" in printed
+    runs = metrics(out)["runs"]
+    assert list(runs) == ["fp32"] and runs["fp32"]["finished"] and len(runs["fp32"]["train_loss"]) == 20
+    assert run_main(capsys, "--resume", str(out))[0] == 0
+    assert list(metrics(out)["runs"]) == ["fp32", "fp8"] and metrics(out)["runs"]["fp32"] == runs["fp32"]
+
+
 def test_resume_is_bit_exact(tmp_path, capsys):
     """Stop after 13 steps, resume: the same losses, evaluations and final weights as one run.
 
@@ -799,7 +811,7 @@ def test_help_shows_every_flag_with_its_default(capsys):
         options[entry.split()[0]] = " ".join(entry.split())
     for name in vars(TrainConfig()):
         flag = "--" + name.replace("_", "-")
-        assert "default" in options[flag], options[flag]
+        assert "(default" in options[flag], options[flag]  # (a help text merely saying "default" hid it)
     assert "(default: unit)" in options["--recipe"] and "(default: 1000)" in options["--steps"]
     for name in ("config.json", "metrics.json", "loss.png", "checkpoints/", "headline.json", "fp8lm.json"):
         assert name in options["--out"], name
