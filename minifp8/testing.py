@@ -318,7 +318,10 @@ class Report:
 
     ``mismatches`` holds the first ``max_rows`` rows; ``count`` and ``by_class`` cover all of them.
     ``layout`` is a hint, or "": when the backend's codes are the expected ones rearranged (the
-    last two axes swapped, or any other order), every mismatch is a layout bug, not a rounding one.
+    last two axes swapped, or any other order), every mismatch is a layout bug, not a rounding one;
+    and, from `compare`, when every code is what `minifp8.encode` gives under another rule (another
+    rounding, the other saturation, another format of the same width, or the inputs times 2 or
+    1/2: an exponent bias off by one), which it names.
     ``str(report)`` is a table for a failing test's message, with the hint under its first line.
     Its inputs print with the digits that give their bits back: ``repr`` (up to 17 significant
     digits) for float64, 9 significant digits for float32 and float16.
@@ -474,6 +477,8 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
             distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=MISMATCH_CLASSES[classes[i]]))
     options = {key: value for key, value in encode_options.items() if key != "random_bits"}
     layout = _layout_note(actual_codes, expected_codes, "actual", fmt, where) if len(where) > 1 else ""
+    if where.size and not layout:
+        layout = _rule_note(actual_codes, x, fmt, where, nan, encode_options)
     return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)
 
 
@@ -512,6 +517,49 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
                                np.bincount(expected.reshape(-1), minlength=256))):
         return (f"{name} holds the expected codes in another order: look for a layout bug (order, strides, "
                 f"indexing) before a rounding one")
+    return ""
+
+
+def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: str, options: dict) -> str:
+    """A hint when ``actual`` (which differs from `encode` at C-order positions ``where``) is, at
+    every element, what `encode` gives under another rule, else "". Each rule is tried on the first
+    differing elements, and only one that holds there on the whole array."""
+    rounding, saturate = options.get("rounding", "nearest_even"), options.get("saturate", False)
+    if rounding == "stochastic":  # (another rule would need other random bits)
+        return ""
+    nan_codes = np.isnan(fmt.values())
+
+    def same(got: np.ndarray, want: np.ndarray) -> bool:
+        equal = got == want
+        if nan == "class":
+            equal |= nan_codes[got] & nan_codes[want]
+        return bool(equal.all())
+
+    with np.errstate(invalid="ignore"):  # (exact; a signalling NaN input is quieted; times 2 or 1/2 stays exact)
+        wide = x.astype(np.float64)
+    candidates = [(f"rounding='{other}'", {"rounding": other}, fmt, 1.0,
+                   f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
+                  for other in ("nearest_even", "nearest_away", "toward_zero") if other != rounding]
+    candidates.append((f"saturate={not saturate}", {"saturate": not saturate}, fmt, 1.0,
+                       "the backend clamps overflow to +-max" if not saturate
+                       else "the backend overflows to Inf or NaN instead of clamping to +-max"))
+    candidates += [(f"x * {factor:g}", {}, fmt, factor, f"every exponent is one {direction} (an exponent bias off "
+                    f"by one, or inputs scaled by {factor:g})") for factor, direction in ((2.0, "too large"),
+                                                                                           (0.5, "too small"))]
+    candidates += [(f"'{other.name}'", {}, other, 1.0, f"the backend wrote {other.name} codes, not {fmt.name}")
+                   for other in formats.CATALOGUE.values() if other.bits == fmt.bits and other.name != fmt.name]
+    sample = where[:4096]
+    inputs = _gather(wide, sample)
+    for text, change, other, factor, meaning in candidates:
+        rule = {**options, **change}
+        with np.errstate(over="ignore", invalid="ignore"):
+            if not same(_gather(actual, sample), codec.encode(inputs * factor, other, **rule)):
+                continue
+            if not same(actual, codec.encode(wide * factor if factor != 1 else x, other, **rule)):
+                continue
+        arguments = "x" if factor == 1 else f"x * {factor:g}"
+        shown = ", ".join([f"'{other.name}'"] + [f"{k}={v!r}" for k, v in rule.items() if k in change])
+        return f"actual equals encode({arguments}, {shown}) at every element: {meaning}"
     return ""
 
 
