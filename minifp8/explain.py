@@ -579,7 +579,9 @@ def _narrative(why: Explanation) -> str:
     lines = [f"{why.format_name} encoding of {why.input_text} ({options}): {hex_code}, case {why.case}"]
     described = f"{why.input_text} ({why.input_type}"
     if why.exact is not None and not _too_long(why.exact) and _exactly_as_written(why) != why.exact:
-        exactly = _show(why.exact) if why.exact.denominator == 1 or _too_long(why.exact) else str(why.exact)
+        # (an integer in full: _show writes a large one as its float, "1e+30", the text it differs from)
+        exactly = (_show(why.exact) if _too_long(why.exact)
+                   else str(why.exact.numerator) if why.exact.denominator == 1 else str(why.exact))
         described += f", exactly {exactly}"
     lines.append(f"  input       {described})")
     code_text = _code_line(why.code, fmt)
@@ -641,7 +643,23 @@ def _neighbours(why: Explanation) -> str:
                 f"{_show(why.lower + why.spacing)} = max + spacing")
     assert why.position is not None and why.lower is not None
     return (f"{_neighbour(why.lower, why.lower_code, why)} and {_neighbour(why.upper, why.upper_code, why)}; "
-            f"|x| lies {_decimal(why.position, 4, sign=False)} of a spacing above {_show(why.lower)}")
+            f"|x| lies {_position_text(why.position)} of a spacing above {_show(why.lower)}")
+
+
+def _position_text(position: Fraction) -> str:
+    """Where |x| lies between its neighbours, in spacings, to 4 digits; a position that would print
+    as ``0.5`` or ``1`` without being it is written against it (``1/2 + 2^-41``, ``1 - 2^-40``), so
+    that "past the midpoint" and "short of it" can be read off it (float64 golden inputs lie there)."""
+    text = _decimal(position, 4, sign=False)
+    if text.startswith("~"):  # (~2^-2984: beyond float64, nowhere near 1/2 or 1)
+        return text
+    anchor = Fraction(float(text))
+    if position == anchor or anchor not in (Fraction(1, 2), 1):
+        return text
+    offset = abs(position - anchor)
+    e = _floor_log2(offset)
+    amount = f"2^{e}" if Fraction(2) ** e == offset else _decimal(offset, 4, sign=False)
+    return f"{'1/2' if anchor < 1 else '1'} {'+' if position > anchor else '-'} {amount}"
 
 
 def _decision(why: Explanation) -> str:

@@ -531,3 +531,23 @@ def test_cli_odd_values_are_one_line_errors(argv, message, capsys):
         main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+# ---- found in a review: inputs a hair from the midpoint read "0.5 of a spacing", then "past the
+# ---- midpoint"; 1e30 read "exactly 1e+30" although the float is not 10**30 --------------------------
+@pytest.mark.parametrize("x, position, decision", [
+    (2.0**-10 * (1 + 2.0**-40), "1/2 + 2^-41", "past the midpoint, up to 0.001953125"),
+    (2.0**-10 * (1 - 2.0**-40), "1/2 - 2^-41", "short of the midpoint, down to 0"),
+    (1 - 2.0**-40, "1 - 2^-36", "past the midpoint, up to 1"),
+    (1.0625 + 3e-13, "1/2 + 2.4e-12", "past the midpoint, up to 1.125"),
+    (1.0625, "0.5", "exactly halfway"),
+    (1.1, "0.8", "past the midpoint, up to 1.125"),
+])
+def test_a_position_next_to_the_midpoint_is_written_against_it(x, position, decision):
+    text = str(explain(x, "E4M3"))
+    assert f"|x| lies {position} of a spacing above" in text and decision in text
+
+
+def test_a_large_integer_is_shown_exactly_where_it_differs_from_what_was_written():
+    assert "(float, exactly 1000000000000000019884624838656)" in str(explain(1e30, "E4M3"))
+    assert "exactly" not in str(explain(1e16, "E4M3")).splitlines()[1]  # (1e16 is 10**16 exactly)
