@@ -23,18 +23,20 @@ Each entry describes one expected result:
   uncompressed (method 0, so no inflate is needed), one per array, named ``<array>.npy`` (array
   ``x`` is member ``x.npy``), each in NPY format version 1.0, little-endian and C order;
   ``numpy.load`` reads it, and so does any zip + npy reader;
-- ``format``, ``rounding``, ``saturate``, ``input_dtype`` (``codec``);
+- ``format``, ``rounding``, ``saturate``, ``input_dtype``, ``random_bit_count`` (the k of
+  stochastic rounding's random bits; null for the other roundings) (``codec``);
   ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis`` (``-1``: the
   last axis, as in NumPy), ``scale_mode``, ``rounding``, ``saturate``, ``input_dtype``,
   ``ignore_codes_where_scale`` (``mx``: 255, see below); ``format`` (``NVFP4``),
-  ``scale_format``, ``block_size``, ``axis``, ``global_amax_given`` (``nvfp4``); ``name``, ``layout``,
+  ``element_format``, ``scale_format``, ``block_size``, ``axis``, ``input_dtype``,
+  ``global_amax_given`` (``nvfp4``); ``name``, ``layout``,
   ``description``, ``format`` (e.g. ``E4M3xE5M2``), ``a_format``, ``b_format``, ``m``, ``k``, ``n``, ``a_scale_block``, ``b_scale_block``,
   ``scale_format`` (``"E8M0"``, ``"E4M3"`` or null), ``accumulator``, ``promote_every`` and ``output``
   (what the tolerance is for) (``gemm``);
 - ``arrays``: which array in the file plays which role, e.g. ``{"input": "x", "expected_codes":
   "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``expected_scales`` and
   ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax`` and
-  ``encode_scale``), and ``random_bit_count`` for stochastic rounding; gemm: ``a_codes``, ``b_codes``,
+  ``encode_scale``); gemm: ``a_codes``, ``b_codes``,
   ``a_scales``, ``b_scales``, ``a_scale_codes``, ``b_scale_codes``, ``a_tensor_scale``,
   ``b_tensor_scale`` (null where the layout has none), ``reference``, ``magnitude``,
   ``reference_error_bound`` and ``tolerance``;
@@ -517,6 +519,16 @@ def nvfp4_boundary_inputs(global_amax: float | np.floating | np.integer, rows: i
     midpoints = (e4m3[scale_codes] + e4m3[scale_codes + 1]) / 2
     block_amax = _float32_steps((midpoints * 6 * global_amax / 2688).astype(np.float32),
                                 rng.integers(-2, 3, scale_codes.size))
+    tiny = np.finfo(np.float32).tiny
+
+    def check_normal(values: np.ndarray) -> None:
+        if not np.all(np.isfinite(values) & ((values == 0) | (np.abs(values) >= tiny))):
+            raise ValueError(f"nvfp4_boundary_inputs: global_amax {float(global_amax):.6g} is too small: inputs "
+                             f"near its smallest block scales would fall below float32's normal numbers, where "
+                             f"float32 steps are not the boundaries this file is for; give "
+                             f"{_NVFP4_SMALLEST_AMAX:g} or more")
+
+    check_normal(block_amax)
     blocks = np.zeros((scale_codes.size, 16), np.float32)
     blocks[:, 0] = block_amax
     x = np.zeros((rows, length), np.float32)
@@ -527,7 +539,12 @@ def nvfp4_boundary_inputs(global_amax: float | np.floating | np.integer, rows: i
     near = np.minimum(_float32_steps(near, rng.integers(-2, 3, near.shape)), block_amax[:, None])
     blocks[:, 1:] = near * rng.choice(np.array([-1, 1], np.float32), near.shape)
     x[:, :used] = blocks.reshape(rows, used)
+    check_normal(x)
     return x
+
+
+_NVFP4_SMALLEST_AMAX = 1e-30
+"""A ``global_amax`` from which `nvfp4_boundary_inputs` keeps every input a float32 normal number."""
 
 
 def _float32_steps(values: np.ndarray, steps: np.ndarray) -> np.ndarray:
@@ -614,6 +631,12 @@ def gemm_scale_blocks(layout: str, m: int, k: int, n: int) -> tuple[tuple[int, i
               "mx": ((1, 32), (32, 1)), "nvfp4": ((1, 16), (16, 1))}
     if layout not in blocks:
         raise ValueError(f"gemm_scale_blocks: layout must be one of {', '.join(GEMM_LAYOUTS)}, got {layout!r}")
+    for name, size in (("m", m), ("k", k), ("n", n)):
+        _check_int(size, f"gemm_scale_blocks: {name}", 1)
+    along_k = blocks[layout][0][1]
+    if k % along_k:  # (a partial block would make minifp8.gemm read other blocks from the scales' count)
+        raise ValueError(f"gemm_scale_blocks: k must be a multiple of {along_k}, the {layout} blocks along K, "
+                         f"got {k}")
     return blocks[layout]
 
 
@@ -804,8 +827,9 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
 
     Raises ``ValueError`` when ``manifest.json`` is not a minifp8 golden manifest of a schema this
     version reads (not JSON, nested too deeply, or ``entries`` not a list of objects that each name
-    a file in ``directory`` by its bare name and its sha256 in hex), or when a file's sha256 is not
-    the one its entries record (a truncated copy, or files from another run).
+    a file in ``directory`` by its bare name and its sha256 in hex), when a file's sha256 is not
+    the one its entries record (a truncated copy, or files from another run), or when an entry
+    names an array its file does not hold; ``FileNotFoundError`` when a listed file is missing.
     """
     directory = Path(directory)
     shown = directory / "manifest.json"
@@ -813,6 +837,8 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
         manifest = json.loads(shown.read_text(encoding="utf-8"))
     except RecursionError:  # (json's own error for arrays or objects nested thousands deep)
         raise ValueError(f"golden.load: {shown}: its JSON is nested too deeply to read") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:  # (their messages name no file)
+        raise ValueError(f"golden.load: {shown} is not a JSON text: {error}") from None
     schema = (manifest.get("schema"), manifest.get("schema_version")) if isinstance(manifest, dict) else None
     if schema != ("minifp8-golden", SCHEMA_VERSION):
         raise ValueError(f"golden.load: {shown} must be a 'minifp8-golden' manifest of "
@@ -831,15 +857,24 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
                              f"in the directory) and its sha256 (64 hex digits), got file {_described(name)} and "
                              f"sha256 {_described(digest)}")
     files = {}
-    for entry in manifest["entries"]:
+    for index, entry in enumerate(manifest["entries"]):
         if entry["file"] not in files:
-            data = (directory / entry["file"]).read_bytes()
+            path = directory / entry["file"]
+            if not path.is_file():
+                raise FileNotFoundError(f"golden.load: {path}: the manifest lists it, but there is no such file")
+            data = path.read_bytes()
             digest = hashlib.sha256(data).hexdigest()
             if digest != entry["sha256"]:
-                raise ValueError(f"golden.load: {directory / entry['file']} has sha256 {digest}, but the manifest "
+                raise ValueError(f"golden.load: {path} has sha256 {digest}, but the manifest "
                                  f"records {entry['sha256']}: the file is damaged or from another run")
             with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                 files[entry["file"]] = {name: archive[name] for name in archive.files}
+        roles = entry.get("arrays", {})
+        named = roles.values() if isinstance(roles, dict) else ()
+        missing = sorted(name for name in named if isinstance(name, str) and name not in files[entry["file"]])
+        if missing:
+            raise ValueError(f"golden.load: {shown}: entry {index} names arrays {missing} that "
+                             f"{entry['file']} does not hold")
     return manifest, files
 
 

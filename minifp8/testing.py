@@ -437,7 +437,9 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
         smallest normal), ``tie`` (x exactly halfway between neighbours and the backend picked the
         other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
         ``other``. The first class that applies is given, in the order NaN/Inf, sign-of-zero,
-        overflow, flushed subnormal (actual zero), tie, near-tie, subnormal: so a subnormal tie
+        flushed subnormal in a format without a zero (E8M0: NaN back for a float32 subnormal
+        input, the NaN of the zero a flushing kernel made of it), overflow, flushed subnormal
+        (actual zero), tie, near-tie, subnormal: so a subnormal tie
         rounded the wrong way is a tie, and a subnormal input that came back as zero is a subnormal:
         the tie between zero and the smallest subnormal, returned as zero, too, and so is a
         near-tie there (a float64 input just above it that a cast through float32 rounds to zero).
@@ -694,6 +696,10 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
         # Zero expected, and a code with zero magnitude bits back: -0 for +0 (or the reverse), or
         # a backend that kept a sign FNUZ cannot spell and wrote 0x80, its NaN.
         ("sign-of-zero", (table[expected] == 0) & ((actual & ~np.uint8(fmt.sign_mask)) == 0)),
+        # A format without a zero (E8M0) maps 0 to NaN: NaN back for a float32 subnormal input is a
+        # backend that flushed the input to zero first (DAZ), not an overflow.
+        ("subnormal", (not np.any(table == 0)) & (magnitude > 0) & (magnitude < np.finfo(np.float32).tiny)
+         & np.isnan(table[actual])),
         ("overflow", (magnitude >= fmt.max) | ~np.isfinite(table[expected]) | ~np.isfinite(table[actual])),
         ("subnormal", (magnitude < fmt.min_normal) & (table[actual] == 0)),  # flushed to zero
         ("tie", (distance_from_half == 0) & picked_other_neighbour),

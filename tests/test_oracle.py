@@ -1301,3 +1301,19 @@ def test_golden_gemm_builders_name_a_bad_problem_or_layout():
     with pytest.raises(ValueError, match="gemm_scale_blocks: layout must be one of per_tensor, .*got 'columnwise'"):
         golden.gemm_scale_blocks("columnwise", 16, 256, 32)
     assert golden.gemm_scale_blocks("1x128_128x128", 16, 256, 256) == ((1, 128), (128, 128))
+    # found in a review: a K that no block divides, or a size below 1, was returned blocks silently
+    with pytest.raises(ValueError, match="gemm_scale_blocks: k must be a multiple of 32, the mx blocks along K, got 100"):
+        golden.gemm_scale_blocks("mx", 16, 100, 32)
+    with pytest.raises(ValueError, match="gemm_scale_blocks: m must be >= 1, got 0"):
+        golden.gemm_scale_blocks("rowwise", 0, 4, 4)
+    with pytest.raises(TypeError, match="gemm_scale_blocks: n must be an int"):
+        golden.gemm_scale_blocks("per_tensor", 4, 4, 4.0)
+
+
+@pytest.mark.parametrize("global_amax", [1e-33, 1e-40, 1e-45])
+def test_nvfp4_boundary_inputs_refuses_an_amax_whose_inputs_would_be_float32_subnormals(global_amax):
+    """Found in a review: 1e-40 passed the check and failed later with "quantize_nvfp4 needs finite
+    inputs" (float32 steps below 0.0 made NaN bits)."""
+    with pytest.raises(ValueError, match=r"nvfp4_boundary_inputs: global_amax .* is too small: .* give 1e-30 or more"):
+        golden.nvfp4_boundary_inputs(global_amax)
+    assert np.all(np.isfinite(golden.nvfp4_boundary_inputs(1e-30)))

@@ -281,3 +281,39 @@ def test_golden_load_checks_the_checksums_and_schema_it_reads(golden_mx_dir, tmp
     with pytest.raises(ValueError, match=r"must be a 'minifp8-golden' manifest of schema_version 2, got schema and "
                                          r"version \('minifp8-golden', 99\)"):
         golden.load(copy)
+
+
+def test_golden_load_names_the_file_behind_each_failure(golden_mx_dir, tmp_path):
+    """Found in a review: a manifest that is not JSON raised json's "Expecting value: line 1 column 1"
+    (no file named), a listed file that is missing a bare FileNotFoundError, and an entry naming an
+    array its file lacks was accepted."""
+    manifest, _ = golden.load(golden_mx_dir)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in golden_mx_dir.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    (copy / "manifest.json").write_text("not json")
+    with pytest.raises(ValueError, match=r"golden.load: .*manifest.json is not a JSON text: Expecting value"):
+        golden.load(copy)
+    entries = [dict(entry, arrays=dict(entry["arrays"])) for entry in manifest["entries"]]
+    entries[0]["arrays"]["input"] = "no_such_array"
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "entries": entries}))
+    with pytest.raises(ValueError, match=rf"entry 0 names arrays \['no_such_array'\] that {entries[0]['file']} "
+                                         r"does not hold"):
+        golden.load(copy)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / manifest["entries"][0]["file"]).unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{manifest['entries'][0]['file']}: the manifest lists it, but "
+                                                r"there is no such file"):
+        golden.load(copy)
+
+
+def test_an_e8m0_kernel_that_flushes_subnormal_inputs_is_named_a_flush_not_an_overflow():
+    """Found in a review: E8M0 has no zero, so a kernel that flushed float32 subnormal inputs (DAZ)
+    returns the NaN of zero, 0xFF, which was classed 'overflow' beside inputs of 1e-40."""
+    x = np.array([1e-40, 3e-39, 1e-45, 2.0**-126, 1.0], np.float32)
+    flushed = np.where(x < 2.0**-126, 0xFF, codec.encode(x, "E8M0")).astype(np.uint8)
+    report = testing.compare(flushed, x, "E8M0")
+    assert report.by_class["subnormal"] == 3 and report.count == 3
+    assert testing.compare(np.full(2, 0xFF, np.uint8), np.float32([2.0**-126, 1.0]), "E8M0").by_class[
+        "overflow"] == 2  # (NaN back for a normal input is still no flush)
