@@ -229,7 +229,8 @@ def _random_magnitudes(rng: np.random.Generator, low: int, high: int, size) -> n
 
 def codec_inputs(fmt: str | FloatFormat, dtype: DTypeLike) -> np.ndarray:
     """The inputs of a codec file: edge cases, random values over every binade, float64
-    near-midpoints, and last the values of `stochastic_ties`.
+    near-midpoints and magnitudes beyond float32's range both ways, and last the values of
+    `stochastic_ties`.
 
     Parameters
     ----------
@@ -250,7 +251,11 @@ def codec_inputs(fmt: str | FloatFormat, dtype: DTypeLike) -> np.ndarray:
     if dtype == np.float64:
         midpoints = _midpoints(fmt)
         near = np.concatenate([midpoints * (1 - 2.0**-40), midpoints * (1 + 2.0**-40)])
-        x = np.concatenate([x, near, -near if fmt.signed else near])
+        # and magnitudes float32 cannot hold, where a cast through float32 first goes wrong: beyond its
+        # largest (Inf there; toward_zero must saturate) and below half its smallest subnormal (0
+        # there; E8M0 must give its smallest code, not the NaN of zero)
+        wide = np.array([1e300, 2.0 * float(np.finfo(np.float32).max), 2.0**128, 1e-300, 2.0**-151, 5e-324])
+        x = np.concatenate([x, near, -near if fmt.signed else near, wide, -wide if fmt.signed else wide])
     return np.concatenate([x, stochastic_ties(fmt)[0].astype(dtype)])
 
 
