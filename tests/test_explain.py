@@ -551,3 +551,14 @@ def test_a_position_next_to_the_midpoint_is_written_against_it(x, position, deci
 def test_a_large_integer_is_shown_exactly_where_it_differs_from_what_was_written():
     assert "(float, exactly 1000000000000000019884624838656)" in str(explain(1e30, "E4M3"))
     assert "exactly" not in str(explain(1e16, "E4M3")).splitlines()[1]  # (1e16 is 10**16 exactly)
+
+
+def test_cli_notes_that_a_hex_value_without_code_was_read_as_a_number(capsys):
+    """Found in a review: a code pasted from a report table (0x7F) was explained as the number 127,
+    silently."""
+    assert main(["0x7F", "E4M3"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("E4M3 encoding of 127 (nearest_even)")
+    assert captured.err == "note: 0x7F was read as the number 127; for what the code 0x7F means, add --code\n"
+    for argv in (["0x1C0", "E4M3"], ["0x1.8p-3", "E4M3"], ["127", "E4M3"], ["0x7F", "E4M3", "--code"]):
+        assert main(argv) == 0 and capsys.readouterr().err == ""  # (beyond a code, a hex float, decimal, --code)
