@@ -22,8 +22,9 @@ unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe
 --family unit`` is the unit-scaled model in FP32).
 
 Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
-mean step time, the throughput and the time left in this run (from its wall time per step so far,
-evaluations and checkpoints included); FP8 recipes add the worst underflow and
+mean step time, the throughput and the time left in this run (its steps left at their wall time
+so far, and its evaluations left, with their checkpoints, at theirs); FP8 recipes add the worst
+underflow and
 saturation fractions among the cast points in the latest step (`minifp8.fp8.FP8State.summary`),
 then the worst among the gradient casts alone (``:grad``, the backward pass's E5M2 casts, which a
 forward cast's ``:x`` or ``:w`` can outrank), loss scaling the current factor and the skipped steps:
@@ -96,9 +97,10 @@ Outputs (``--out DIR``)
   or of the built-in corpus generated from ``--seed``), which checkpoints record too: ``--resume``
   refuses to continue on another text (directories older than it resume unchecked);
 * ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (null but
-  for the arithmetic corpus), the ``environment`` (NumPy's version and the BLAS kernels,
-  `blas_kernels`: the same seed trains to the same bits only under the same kernels, and
-  uninterrupted and resumed runs compare only there) and ``runs``, by label, each with its
+  for the arithmetic corpus), the ``environment`` the runs started in (NumPy's version and the
+  BLAS kernels, `blas_kernels`: the same seed trains to the same bits only under the same kernels,
+  and uninterrupted and resumed runs compare only there; ``continued_in``, the last session's,
+  where a ``--resume`` ran under another) and ``runs``, by label, each with its
   ``recipe``, ``family``, ``loss_scale_mode``, ``lr`` and ``warmup_steps`` (the peak learning rate
   it used, ``--lr`` or its family's default, and its warmup, cut to ``--steps``), ``parameters``,
   ``train_loss`` (every step's), ``val`` (every evaluation's ``step``, ``loss`` and, on the
@@ -816,10 +818,15 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     step_done = start
     report = None
     try:
+        # The eta: this session's steps at their mean wall time so far, and the evaluations left (with
+        # their checkpoints) at theirs, the one before the first step included.
+        evaluations, evaluation_seconds, in_loop_seconds = 0, 0.0, 0.0
         if start == 0 and not metrics["val"]:  # where the loss starts, to read the drop against
+            evaluation_began = time.perf_counter()
             metrics["val"].append({"step": 0, **_evaluate(model, state, eval_batches, dataset)})
             print_fn(_val_line(metrics["val"][-1], config))
-        steps_start = time.perf_counter()  # (the eta's clock: the evaluation before the first step is no step's)
+            evaluations, evaluation_seconds = 1, time.perf_counter() - evaluation_began
+        steps_start = time.perf_counter()
         for step in range(start, config.steps):
             if interrupt.requested:  # Ctrl-C came during the last step (or the first evaluation)
                 save()
@@ -876,16 +883,23 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             window_losses.append(loss_value)
             window_steps, window_time = window_steps + 1, window_time + elapsed
             if step_done % config.log_interval == 0 or step_done == config.steps:
-                # eta: this session's wall time per step so far, evaluations and checkpoints included
-                eta = (time.perf_counter() - steps_start) / (step_done - start) * (config.steps - step_done)
+                per_step = (time.perf_counter() - steps_start - in_loop_seconds) / (step_done - start)
+                evaluations_left = (config.steps // config.eval_interval - (step_done - 1) // config.eval_interval
+                                    + (config.steps % config.eval_interval != 0))  # (at step_done too: after this line)
+                eta = per_step * (config.steps - step_done) + (
+                    evaluation_seconds / evaluations * evaluations_left if evaluations else 0.0)
                 _log_progress(print_fn, run, config, step_done, window_losses, window_time / window_steps, eta,
                               tokens_per_step, state, scaler, report, metrics)
                 window_losses, window_steps, window_time = [], 0, 0.0
             if step_done % config.eval_interval == 0 or step_done == config.steps:
+                evaluation_began = time.perf_counter()
                 metrics["val"].append({"step": step_done, **_evaluate(model, state, eval_batches, dataset)})
                 print_fn(_val_line(metrics["val"][-1], config))
                 if step_done < config.steps:
                     save()
+                seconds = time.perf_counter() - evaluation_began
+                evaluations, evaluation_seconds, in_loop_seconds = (evaluations + 1, evaluation_seconds + seconds,
+                                                                    in_loop_seconds + seconds)
             if stop_after is not None and step_done - start >= stop_after and step_done < config.steps:
                 save()
                 raise Interrupted(f"{run.label}: stopped after step {step_done}")
@@ -1222,10 +1236,16 @@ def _loss_cell(loss: float, width: int) -> str:
     return text if len(text) <= width else f"{loss:.3e}"
 
 
-def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dict, dataset, print_fn) -> None:
+def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dict, dataset, print_fn,
+                   started_in: dict | None = None) -> None:
+    """``metrics.json`` and ``loss.png``; ``started_in``: the environment config.json recorded, where
+    this session resumed runs (None: they started in this one)."""
+    now = environment()
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
-                "environment": environment(),
-                "runs": {run.label: results[run.label] for run in runs if run.label in results}}
+                "environment": started_in or now}
+    if started_in is not None and started_in != now:
+        document["continued_in"] = now
+    document["runs"] = {run.label: results[run.label] for run in runs if run.label in results}
     (out / "metrics.json").write_text(_strict_json(document), encoding="utf-8", newline="\n")  # (\n on Windows too)
     try:
         from . import plots
@@ -1258,7 +1278,8 @@ def headline_results(document: dict, every: int = 10) -> dict:
     """The small results file of the headline experiment from its ``metrics.json`` document.
 
     Keeps the config (less the flags an experiment fixes, `RUN_FLAGS`: each run's label, recipe and
-    family say what it ran), the environment (None in documents older than it), each run's
+    family say what it ran), the environment (None in documents older than it; and
+    ``continued_in`` where a resume ran under another), each run's
     summary, validation curve, loss-scale and cast-statistics log, and its training loss averaged
     over windows of ``every`` steps (``train_loss_every``).
     """
@@ -1283,7 +1304,9 @@ def headline_results(document: dict, every: int = 10) -> dict:
     left_out = (*_SESSION_FLAGS, *(RUN_FLAGS if document["config"].get("experiment") else ()))
     config = {key: value for key, value in document["config"].items() if key not in left_out}
     return {"config": config, "data": document["data"], "loss_floor": document["loss_floor"],
-            "environment": document.get("environment"), "train_loss_every": every, "runs": runs}
+            "environment": document.get("environment"),
+            **({"continued_in": document["continued_in"]} if "continued_in" in document else {}),
+            "train_loss_every": every, "runs": runs}
 
 
 def load_results(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None) -> dict:
@@ -1573,7 +1596,7 @@ def _main(argv: list[str] | None) -> int:
     except FloatingPointError as error:
         say(f"{prog}: {error}")
         return 2
-    recorded_sha256 = None
+    recorded_sha256 = started_in = None
     if config.resume is not None:
         resume_dir = Path(config.resume)
         try:
@@ -1670,7 +1693,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"{stop}{hint}" + (f" (not started yet: {', '.join(waiting)})" if waiting else ""))
             if out is not None and results:  # the runs finished so far, readable before a resume ends the rest
                 try:
-                    _write_outputs(out, config, runs, results, dataset, print)
+                    _write_outputs(out, config, runs, results, dataset, print, started_in)
                 except BrokenPipeError:  # (printing, not --out: `main`)
                     raise
                 except OSError as error:
@@ -1694,7 +1717,7 @@ def _main(argv: list[str] | None) -> int:
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
     if out is not None:
         try:
-            _write_outputs(out, config, runs, results, dataset, print)
+            _write_outputs(out, config, runs, results, dataset, print, started_in)
             if config.experiment is not None:
                 results_file = out / f"{config.experiment}.json"
                 metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))

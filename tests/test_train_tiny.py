@@ -120,14 +120,23 @@ def test_same_seed_same_losses(tmp_path):
 def test_the_number_of_blas_threads_does_not_change_the_losses(tmp_path):
     """At the default width the GEMMs are big enough for OpenBLAS to split them over threads. Its
     level-3 driver splits the result's rows and columns, not a dot product's sum, so each sum keeps
-    its order. The thread count is read when NumPy loads OpenBLAS: each run is its own process."""
+    its order; and minifp8's own threads (the casts') add no dependence. The thread count is read
+    when NumPy loads OpenBLAS: each run is its own process.
+
+    Not under OpenBLAS's Haswell kernels, whose GEMMs came out otherwise with one thread than with
+    two (measured 2026-11-30 on an AMD EPYC; README, "Results and BLAS kernels"): where a machine's
+    OpenBLAS picks those, the runs take its Sandybridge kernels, which hold (any AVX2 CPU has AVX)."""
+    env = {**os.environ}
+    if train_tiny.blas_kernels() == "Haswell" or os.environ.get("OPENBLAS_CORETYPE", "").lower() in ("haswell", "zen"):
+        env["OPENBLAS_CORETYPE"] = "Sandybridge"
     losses = []
     for threads in ("1", "2"):
         out = tmp_path / threads
         subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--steps", "6", "--warmup-steps", "2",
                         "--recipe", "unit,current", "--eval-interval", "3", "--eval-batches", "2",
                         "--log-interval", "3", "--out", str(out)],
-                       cwd=ROOT, env={**os.environ, "OPENBLAS_NUM_THREADS": threads}, check=True, capture_output=True)
+                       cwd=ROOT, env={**env, "OPENBLAS_NUM_THREADS": threads}, check=True, capture_output=True)
+        assert metrics(out)["environment"]["blas_kernels"] != "Haswell"
         runs = metrics(out)["runs"]
         losses.append({label: (run["train_loss"], run["val"]) for label, run in runs.items()})
     assert set(losses[0]) == {"unit", "current"} and all(len(train) == 6 for train, _ in losses[0].values())
@@ -321,6 +330,9 @@ def test_resume_says_when_the_environment_changed(tmp_path, capsys):
             f"{train_tiny.environment_line(train_tiny.environment())}; the continuation may differ in its last "
             f"bits from an uninterrupted run (OPENBLAS_CORETYPE={other} picks those kernels)") in printed
     assert json.loads((out / "config.json").read_text())["environment"] == saved["environment"]  # kept
+    # and metrics.json names both (found in a review: it named only the last session's)
+    assert metrics(out)["environment"] == saved["environment"]
+    assert metrics(out)["continued_in"] == train_tiny.environment()
     saved["environment"] = "SkylakeX"
     (out / "config.json").write_text(json.dumps(saved))
     status, _, err = run_main(capsys, "--resume", str(out))
@@ -641,7 +653,9 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_it_starts(tmp_path, c
 
 def test_the_eta_counts_the_evaluations(capsys, monkeypatch):
     """The eta counted only the steps' own time; with a slow evaluation after every step it said
-    0s until the end. It now divides the session's wall time by the steps done."""
+    0s until the end. Then it divided the session's wall time by the steps done, which spread the
+    evaluation before the first step over the first steps (10-20% high at the defaults: found in a
+    review). It now counts the steps left at their time and the evaluations left at theirs."""
     evaluate = train_tiny._evaluate
     clock = [0.0]
     def perf_counter():
@@ -659,9 +673,10 @@ def test_the_eta_counts_the_evaluations(capsys, monkeypatch):
                               "--n-head", "1", "--n-embd", "8", "--eval-interval", "1", "--eval-batches", "1",
                               "--log-interval", "2", "--recipe", "fp32")
     etas = [line.split("| eta ")[1].split()[0] for line in out.splitlines() if "| eta " in line]
-    # logged after step 2, before its evaluation: 20 s of evaluations (at steps 0 and 1) for 2
-    # steps, 2 steps left: 20 s (the steps' own time, a few fake milliseconds, gave 0 s)
-    assert status == 0 and etas[0] == "20s", etas
+    # logged after step 2, before its evaluation: two evaluations of 10 s so far (at steps 0 and 1),
+    # three left (at steps 2, 3 and 4) and 2 steps of a few fake milliseconds: 30 s (the steps' own
+    # time gave 0 s; the session's wall time per step, 20 s); after step 4, its final evaluation: 10 s
+    assert status == 0 and etas == ["30s", "10s"], etas
 
 
 def test_bad_out_and_one_character_data_give_one_line_errors(tmp_path, capsys):
