@@ -280,7 +280,9 @@ def bench_fp8(args: argparse.Namespace) -> None:
     history, not the 1 of a fresh state. Baseline: the same step in fp32, measured in the same
     rounds (`alternating_rounds`: each round times every recipe once; the ratio is the median over
     rounds of the recipe's time over the fp32 time of that round, printed with its range). Targets
-    (issue 5): fp8 and unit <= 1.5x the fp32 step, mxfp8 <= 2x.
+    (issue 5): fp8 and unit <= 1.5x the fp32 step, mxfp8 <= 2x. All seven blocks live in one
+    process, which `bench train` found flatters FP8 ratios on a 2-core machine (its docstring):
+    read these ratios against each other, and the train section's for the verdict.
     """
     from . import fp8
 

@@ -3,7 +3,9 @@
 With no flags it trains a small unit-scaled GPT (`minifp8.model`) in simulated FP8 (the ``unit``
 recipe) on the bundled arithmetic corpus (`minifp8.data`), on 2 CPU cores in under two minutes,
 and prints progress, validation loss and answer accuracy, and a summary table that gives each run's
-validation loss against the fp32 run of its model family, where the list has one ("vs its fp32"):
+validation loss against the plain fp32 run of its model family (no loss scale, no FP8-LM option),
+where the list has one ("vs its fp32"; a flag that applies to every run, such as ``--loss-scale``,
+leaves none):
 
     python -m minifp8.train_tiny                         # unit-scaled model, FP8 casts
     python -m minifp8.train_tiny --recipe fp32,fp8,unit  # several recipes, same data and seed
