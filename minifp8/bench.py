@@ -3,10 +3,10 @@
 Every section times minifp8 against a baseline measured in the same run, on the same data, and
 reports medians of several repetitions, timed in turn with the baseline's (`best_of_rounds`,
 `alternating_rounds`; the train section steps each recipe beside an fp32 run of its own), so that
-a burst of load from another process lands on both sides. The machine this runs on is usually shared and noisy,
-so the ratios are the numbers to quote, not the absolute times. Like ``train_tiny``, the command
-keeps freed memory in the process (``train_tiny._tune_malloc``), so that it times steps as the
-trainer runs them.
+a burst of load from another process lands on both sides. The machine this runs on is usually
+shared and noisy, so the ratios are the numbers to quote, not the absolute times. Like
+``train_tiny``, the command keeps freed memory in the process (``train_tiny._tune_malloc``), so
+that it times steps as the trainer runs them.
 
 Sections register themselves with `section`; ``python -m minifp8.bench`` with no argument
 runs them all. A flag that only some sections read (`FLAG_SECTIONS`) is refused when none of them
@@ -486,8 +486,9 @@ def _recipe_measurements(times: np.ndarray, fp32_times: np.ndarray, family: str,
 
 def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     """The processor's name as Linux's ``cpuinfo`` gives it (``AMD EPYC``), else what
-    ``platform.processor()`` gives (perhaps only the architecture), else None. Ratios differ between processors (the speed log's runs 24-47 and 48 met an Intel Xeon
-    with AVX-512 and an AMD EPYC without), so the machine line names it."""
+    ``platform.processor()`` gives (perhaps only the architecture), else None. Ratios differ
+    between processors (the speed log's runs 24-47 met an Intel Xeon with AVX-512, run 48 an AMD
+    EPYC without), so the machine line names it."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as file:
             for line in file:

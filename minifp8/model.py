@@ -17,10 +17,10 @@ norm and a linear LM head, trained with a mean cross-entropy. ``config.family`` 
   seeds, 8 x 64 tokens) the attention outputs' std grows from 1.1 in the first layer to 3.1-3.5 in
   the last and the residual stream's to 1.7-1.8, since u-muP's attention rule assumes the values
   independent across positions and causal averaging makes them less so. That is the rule's own
-  drift (`minifp8.unit.scaled_dot_product_attention`), and far inside E4M3's and E5M2's ranges. The residual stream uses u-muP's tau rule
-  (`minifp8.uu.residual_taus`), the LM head is a `minifp8.uu.LinearReadout` (output
-  ``* 1/fan_in``) and the loss `minifp8.unit.cross_entropy` (its logit gradient is not divided by
-  the token count).
+  drift (`minifp8.unit.scaled_dot_product_attention`), and far inside E4M3's and E5M2's ranges.
+  The residual stream uses u-muP's tau rule (`minifp8.uu.residual_taus`), the LM head is a
+  `minifp8.uu.LinearReadout` (output ``* 1/fan_in``) and the loss `minifp8.unit.cross_entropy`
+  (its logit gradient is not divided by the token count).
 
 FP8 enters through the integration hooks, not through this file: every linear layer computes its
 GEMM through ``module.gemm`` and every attention module its core through

@@ -539,20 +539,19 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
 
     with np.errstate(invalid="ignore"):  # (exact; a signalling NaN input is quieted; times 2 or 1/2 stays exact)
         wide = x.astype(np.float64)
-    candidates = [(f"rounding='{other}'", {"rounding": other}, fmt, 1.0,
+    # (the options changed, the format, the factor on x, what it would mean)
+    candidates = [({"rounding": other}, fmt, 1.0,
                    f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
-                  for other in ("nearest_even", "nearest_away", "toward_zero") if other != rounding]
-    candidates.append((f"saturate={not saturate}", {"saturate": not saturate}, fmt, 1.0,
-                       "the backend clamps overflow to +-max" if not saturate
+                  for other in codec.ROUNDING_MODES if other not in (rounding, "stochastic")]
+    candidates.append(({"saturate": not saturate}, fmt, 1.0, "the backend clamps overflow to +-max" if not saturate
                        else "the backend overflows to Inf or NaN instead of clamping to +-max"))
-    candidates += [(f"x * {factor:g}", {}, fmt, factor, f"every exponent is one {direction} (an exponent bias off "
-                    f"by one, or inputs scaled by {factor:g})") for factor, direction in ((2.0, "too large"),
-                                                                                           (0.5, "too small"))]
-    candidates += [(f"'{other.name}'", {}, other, 1.0, f"the backend wrote {other.name} codes, not {fmt.name}")
+    candidates += [({}, fmt, factor, f"every exponent is one {direction} (an exponent bias off by one, or inputs "
+                    f"scaled by {factor:g})") for factor, direction in ((2.0, "too large"), (0.5, "too small"))]
+    candidates += [({}, other, 1.0, f"the backend wrote {other.name} codes, not {fmt.name}")
                    for other in formats.CATALOGUE.values() if other.bits == fmt.bits and other.name != fmt.name]
     sample = where[:4096]
     inputs = _gather(wide, sample)
-    for text, change, other, factor, meaning in candidates:
+    for change, other, factor, meaning in candidates:
         rule = {**options, **change}
         with np.errstate(over="ignore", invalid="ignore"):
             if not same(_gather(actual, sample), codec.encode(inputs * factor, other, **rule)):

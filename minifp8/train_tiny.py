@@ -193,7 +193,8 @@ class TrainConfig:
         "help": "model family: standard (nanoGPT), unit (unit-scaled), or auto: unit for the unit recipe, "
                 "standard otherwise", "choices": ("auto",) + FAMILIES})
     loss_scale: str = field(default="none", metadata={
-        "help": "loss scaling: none, a factor N (a float32 normal number, 1.2e-38 to 3.4e38), or dynamic", "metavar": "{none,N,dynamic}"})
+        "help": "loss scaling: none, a factor N (a float32 normal number, 1.2e-38 to 3.4e38), or dynamic",
+        "metavar": "{none,N,dynamic}"})
     loss_scale_interval: int = field(default=100, metadata={
         "help": "dynamic loss scaling: clean steps before the factor doubles; another value than the default "
                 "is refused unless a run has --loss-scale dynamic"})
