@@ -791,8 +791,8 @@ def main(argv: list[str] | None = None) -> int:
     except (TypeError, ValueError) as error:
         parser.error(str(error))
     print(why)
-    hex_integer = args.value.strip().lstrip("+-")[:2].lower() == "0x" and isinstance(number, int)
-    if hex_integer and 0 <= abs(number) < 1 << fmt.bits:  # (a code pasted from a report, read as a number)
+    hex_text = args.value.strip().lstrip("+-")[:2].lower() == "0x"
+    if hex_text and isinstance(number, int) and abs(number) < 1 << fmt.bits:  # (a code pasted from a report)
         print(f"note: {args.value.strip()} was read as the number {number}; for what the code "
               f"{args.value.strip()} means, add --code", file=sys.stderr)
     return 0

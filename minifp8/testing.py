@@ -540,7 +540,7 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     with np.errstate(invalid="ignore"):  # (exact; a signalling NaN input is quieted; times 2 or 1/2 stays exact)
         wide = x.astype(np.float64)
     # (the options changed, the format, the factor on x, what it would mean)
-    candidates = [({"rounding": other}, fmt, 1.0,
+    candidates: list[tuple[dict[str, Any], FloatFormat, float, str]] = [({"rounding": other}, fmt, 1.0,
                    f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
                   for other in codec.ROUNDING_MODES if other not in (rounding, "stochastic")]
     candidates.append(({"saturate": not saturate}, fmt, 1.0, "the backend clamps overflow to +-max" if not saturate
