@@ -1,6 +1,7 @@
 """Encode, decode and quantize for every `FloatFormat`.
 
-One generic codec serves every format. It comes in two forms that the tests hold equal:
+One generic codec serves every format a `FloatFormat` describes. It comes in two forms that the
+tests hold equal:
 
 - `encode_scalar` is the *definition*: plain Python on exact rationals, one value at a time,
   written to be read top to bottom.

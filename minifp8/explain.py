@@ -375,11 +375,12 @@ def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infini
 def _nan_spelling(fmt: FloatFormat) -> str:
     """How ``fmt`` spells NaN, with the source."""
     if fmt.nan_style == "negative_zero":
-        return f"{fmt.name} spells it 0x80, the pattern of -0 (the FNUZ formats, as ml_dtypes defines them)"
+        return (f"{fmt.name} spells it {_hex(fmt.nan_code(), fmt)}, the pattern of -0 (the FNUZ formats, as "
+                f"ml_dtypes defines them)")
     if fmt.nan_style == "ieee":
         return f"{fmt.name} spells it with an all-ones exponent and a non-zero mantissa (OCP OFP8 rev 1.0 section 5)"
     if not fmt.signed:
-        return f"{fmt.name} spells it 0xFF (OCP MX v1.0 section 5.4.1)"
+        return f"{fmt.name} spells it {_hex(fmt.nan_code(), fmt)}, its all-ones code (OCP MX v1.0 section 5.4.1, for E8M0)"
     return f"{fmt.name} spells it S.{'1' * fmt.exponent_bits}.{'1' * fmt.mantissa_bits} (OCP OFP8 rev 1.0 section 5)"
 
 

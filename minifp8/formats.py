@@ -3,7 +3,8 @@
 A `FloatFormat` is a frozen record of the fields a spec gives for a binary format: exponent
 and mantissa widths, the exponent bias, whether the format has a sign bit, subnormals and
 infinities, and how it spells NaN. Everything else (largest value, smallest normal, the table of
-every code's value) is derived from those fields, so one generic codec serves every format.
+every code's value) is derived from those fields, so one generic codec serves every format that
+those fields describe (`FloatFormat` refuses the shapes it cannot, with the reason).
 
 Sources
 -------

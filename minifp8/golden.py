@@ -23,8 +23,10 @@ Each entry describes one expected result:
   uncompressed (method 0, so no inflate is needed), one per array, named ``<array>.npy`` (array
   ``x`` is member ``x.npy``), each in NPY format version 1.0, little-endian and C order;
   ``numpy.load`` reads it, and so does any zip + npy reader;
-- ``format``, ``rounding``, ``saturate``, ``input_dtype``, ``random_bit_count`` (the k of
-  stochastic rounding's random bits; null for the other roundings) (``codec``);
+- ``format``, ``format_fields`` (``exponent_bits``, ``mantissa_bits``, ``bias``, ``signed``,
+  ``has_subnormals``, ``has_infinity`` and ``nan_style``, as `minifp8.formats.FloatFormat` has
+  them), ``rounding``, ``saturate``, ``input_dtype``, ``random_bit_count`` (the k of stochastic
+  rounding's random bits; null for the other roundings) (``codec``);
   ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis`` (``-1``: the
   last axis, as in NumPy), ``scale_mode``, ``rounding``, ``saturate``, ``input_dtype``,
   ``ignore_codes_where_scale`` (``mx``: 255, see below); ``format`` (``NVFP4``),
@@ -333,11 +335,19 @@ def codec_entries(fmt: str | FloatFormat, out: Path) -> list[dict[str, Any]]:
             roles = {"input": "x", "expected_codes": name, "random_bits": "random_bits" if stochastic else None}
             entries.append({
                 "kind": "codec", "file": file_name, "sha256": digest, "format": fmt.name,
-                "rounding": rounding, "saturate": saturate, "input_dtype": np.dtype(dtype).name,
+                "format_fields": _format_fields(fmt), "rounding": rounding, "saturate": saturate, "input_dtype": np.dtype(dtype).name,
                 "arrays": roles, "random_bit_count": RANDOM_BIT_COUNT if stochastic else None,
                 **_layout(arrays, roles.values()),
             })
     return entries
+
+
+def _format_fields(fmt: FloatFormat) -> dict[str, Any]:
+    """The fields that define ``fmt`` (`minifp8.formats.FloatFormat`), so that a reader can rebuild a
+    format the manifest names without knowing the name."""
+    return {"exponent_bits": fmt.exponent_bits, "mantissa_bits": fmt.mantissa_bits, "bias": fmt.bias,
+            "signed": fmt.signed, "has_subnormals": fmt.has_subnormals, "has_infinity": fmt.has_infinity,
+            "nan_style": fmt.nan_style}
 
 
 def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
@@ -805,6 +815,17 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
         selected = list(formats.CATALOGUE.values())
     else:
         selected = formats.get_list(format_names, "format_names")
+    for fmt in selected:  # (a file is named by its format's name, which the manifest gives as the format)
+        if not fmt.name or not all(c.isascii() and (c.isalnum() or c in "_.-") for c in fmt.name):
+            raise ValueError(f"golden.write: a format's name names its files: letters, digits, '_', '.' and '-' "
+                             f"only, got {fmt.name!r}")
+        same_name = [other for other in selected if other.name == fmt.name] + (
+            [formats.CATALOGUE[fmt.name]] if fmt.name in formats.CATALOGUE else [])
+        clash = next((other for other in same_name if _format_fields(other) != _format_fields(fmt)), None)
+        if clash is not None:
+            where = "the catalogue's" if clash is formats.CATALOGUE.get(fmt.name) else "another listed"
+            raise ValueError(f"golden.write: {fmt!r} has the name of {where} {clash!r}, whose fields differ: "
+                             f"files and entries are named by the format's name; rename it")
     blocks = formats._check_bool(blocks, "golden.write: blocks")
     out = Path(out)
     try:

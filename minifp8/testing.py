@@ -715,9 +715,9 @@ def sweep(fmt: str | FloatFormat | None = None, kind: str = "structured",
           batch_size: int = 1 << 24) -> Iterator[np.ndarray]:
     """Float32 input batches for a backend to run through its own cast: an iterator of arrays.
 
-    The structured and exhaustive sweeps hold NaN, which the formats without a NaN (E2M1, E2M3 and
-    E3M2) cannot encode, so drop it first for those (``x[~np.isnan(x)]``); the edge sweep leaves it
-    out. The arguments are checked when ``sweep`` is called, not at the first batch.
+    The structured and exhaustive sweeps hold NaN, which a format without one (``not fmt.has_nan``:
+    E2M1, E2M3 and E3M2 of the catalogue) cannot encode, so drop it first for those
+    (``x[~np.isnan(x)]``); the edge sweep leaves it out. The arguments are checked when ``sweep`` is called, not at the first batch.
 
     Parameters
     ----------

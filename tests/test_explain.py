@@ -562,3 +562,12 @@ def test_cli_notes_that_a_hex_value_without_code_was_read_as_a_number(capsys):
     assert captured.err == "note: 0x7F was read as the number 127; for what the code 0x7F means, add --code\n"
     for argv in (["0x1C0", "E4M3"], ["0x1.8p-3", "E4M3"], ["127", "E4M3"], ["0x7F", "E4M3", "--code"]):
         assert main(argv) == 0 and capsys.readouterr().err == ""  # (beyond a code, a hex float, decimal, --code)
+
+
+def test_the_nan_rule_names_the_nan_code_of_a_narrower_format():
+    """Found in a review: the text said 0x80 and 0xFF, the 8-bit codes, for every width."""
+    fnuz7 = formats.FloatFormat("E3M3FNUZ", 3, 3, 4, nan_style="negative_zero")
+    unsigned6 = formats.FloatFormat("UE6M0", 6, 0, 31, signed=False, has_subnormals=False)
+    assert "E3M3FNUZ spells it 0x40, the pattern of -0" in str(explain(math.nan, fnuz7))
+    assert "UE6M0 spells it 0x3F, its all-ones code" in str(explain(math.nan, unsigned6))
+    assert "E4M3FNUZ spells it 0x80" in str(explain(math.nan, "E4M3FNUZ"))

@@ -317,3 +317,25 @@ def test_an_e8m0_kernel_that_flushes_subnormal_inputs_is_named_a_flush_not_an_ov
     assert report.by_class["subnormal"] == 3 and report.count == 3
     assert testing.compare(np.full(2, 0xFF, np.uint8), np.float32([2.0**-126, 1.0]), "E8M0").by_class[
         "overflow"] == 2  # (NaN back for a normal input is still no flush)
+
+
+def test_golden_codec_entries_carry_their_formats_fields_and_names_are_unambiguous(tmp_path):
+    """Found in a review: an entry named its format only, so a reader could not rebuild one it did not
+    know; a format of other fields under a catalogued name wrote files labelled with that name, two
+    formats of one name overwrote each other's file, and a name with '/' failed on the path."""
+    from minifp8 import formats
+
+    e3m4 = formats.FloatFormat("E3M4", 3, 4, 3, has_infinity=True, nan_style="ieee")
+    manifest = golden.write(tmp_path / "ok", ["E4M3", e3m4], blocks=False)
+    fields = {entry["format"]: entry["format_fields"] for entry in manifest["entries"]}
+    assert fields["E3M4"] == {"exponent_bits": 3, "mantissa_bits": 4, "bias": 3, "signed": True,
+                              "has_subnormals": True, "has_infinity": True, "nan_style": "ieee"}
+    assert formats.FloatFormat("E4M3", **fields["E4M3"]) == formats.E4M3  # (rebuilt from the manifest)
+    for listed, message in [
+        ([formats.FloatFormat("E4M3", 4, 3, 11)], r"has the name of the catalogue's FloatFormat\(E4M3: E4M3, bias 7\)"),
+        ([formats.FloatFormat("X1", 4, 3, 7), formats.FloatFormat("X1", 4, 3, 8)], "has the name of another listed"),
+        ([formats.FloatFormat("my/fmt", 4, 3, 7)], "letters, digits, '_', '.' and '-' only, got 'my/fmt'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            golden.write(tmp_path / "refused", listed, blocks=False)
+    assert not list((tmp_path / "refused").glob("*.npz"))  # (refused before any file is written)

@@ -258,10 +258,10 @@ def test_golden_npz_arrays_are_written_in_c_order(tmp_path):
 # golden.py's promise that one version writes the same bytes on every machine, Python and NumPy.
 # 0.2.0's bytes were the same under Python 3.10 to 3.13 with NumPy 2.0.0, 2.4.6 and 2.5.5, and under
 # OpenBLAS's SkylakeX, Haswell, Sandybridge and Katmai kernels (the GEMM sums are exact: _check_exact_sums).
-# 0.3.0's (its float64 codec files add inputs beyond float32's range) were the same under Python 3.10 with
-# NumPy 2.0.0, 3.11 with 2.4.6 and 3.13 with 2.5.5 (2026-11-30).
+# 0.3.0's (float64 inputs beyond float32's range; each codec entry's format_fields) were the same
+# under Python 3.10 with NumPy 2.0.0, 3.11 with 2.4.6 and 3.13 with 2.5.5 (2026-11-30).
 GOLDEN_MANIFEST_SHA256 = {"0.2.0": "320f4885cd792526b56e3115dfc4953adb0f49854a8aeb0c20894ae664018dd7",
-                          "0.3.0": "ba0b41aa2cbe647ce41fa7cbb0d30dfd76c73f6cf3821737b52e915a262f0a81"}
+                          "0.3.0": "eb7019e908816ce8dca9403e8721d782b5a2e7c58cdef07fe2598437e9d1d70f"}
 
 
 def test_this_version_writes_the_golden_bytes_it_promised(tmp_path):
