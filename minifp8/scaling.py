@@ -301,10 +301,13 @@ def quantize_blockwise(x: ArrayLike, fmt: str | FloatFormat = "E4M3", *, block_s
         raise ValueError(f"tiles of {rows}x{columns} need a 2-d array, got {array.ndim}-d shape {array.shape}; "
                          f"use (1, {columns}) tiles")
     moved = np.moveaxis(array, axis, -1)
-    tiles = _tiles(moved, (rows, columns))
+    # A tile longer than its axis is one tile of the axis' length: the same amax as the zero-padded
+    # one, without the padding (a (2**20, 1) array in 1x128 tiles was padded to 128 times its size).
+    tile = (max(1, min(rows, moved.shape[0])) if rows > 1 else 1, max(1, min(columns, moved.shape[-1])))
+    tiles = _tiles(moved, tile)
     amax = np.max(np.abs(tiles), axis=(-3, -1), initial=np.float32(0)).astype(np.float32)
     scale = scale_from_amax(amax, fmt, power_of_2=power_of_2)
-    codes = quantize_with_scale(moved, _expand_tiles(scale, moved.shape, (rows, columns)), fmt)
+    codes = quantize_with_scale(moved, _expand_tiles(scale, moved.shape, tile), fmt)
 
     def back(grid):
         return np.ascontiguousarray(np.moveaxis(grid, -1, axis))
