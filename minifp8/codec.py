@@ -502,7 +502,7 @@ def _check_random_bits(random_bits, random_bit_count, shape):
                                     f" for {bits.dtype} bits")
     if bits.size and int(bits.max()) >= 1 << count:
         raise ValueError(f"random_bits must lie in [0, 2**{count}), got a value {int(bits.max())}")
-    return bits.astype(np.int64), count
+    return bits, count  # (their own dtype: the exact path adds them to a float64, a slice at a time)
 
 
 def _check_random_bit_count(random_bit_count, largest: int, bits_description: str = "") -> int:

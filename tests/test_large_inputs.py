@@ -72,10 +72,11 @@ def test_compare_on_the_exact_float64_path_stays_within_40_bytes_an_element(acti
     assert peak < 40, peak
 
 
-@pytest.mark.parametrize("case, bound", [("float64", 6), ("stochastic", 24)])
+@pytest.mark.parametrize("case, bound", [("float64", 6), ("stochastic", 14)])
 def test_codec_encode_on_the_exact_float64_path_takes_a_slice_at_a_time(activations, small_slices, case, bound):
-    # the codes (1 byte an element) and, for stochastic rounding, the float64 copy of x and the
-    # random bits as int64 (8 each); the exact path's ~100 bytes an element only for a slice at a time
+    # the codes (1 byte an element) and, for stochastic rounding, the float64 copy of x (8); the
+    # exact path's ~100 bytes an element only for a slice at a time. (The random bits were copied
+    # whole as int64, 8 bytes an element more: found in a review.)
     if case == "float64":
         x = activations.astype(np.float64) * (1 + 2.0**-30)  # (made outside the measured call)
         call = lambda: codec.encode(x, "E4M3")  # noqa: E731
