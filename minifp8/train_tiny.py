@@ -1034,7 +1034,8 @@ def _save_checkpoint(path: Path, identity: dict, step, model, model_rng, state, 
             "model_rng": model_rng.bit_generator.state, "data_rng": data_rng.bit_generator.state,
             "scaler": scaler.state_dict(), "optimizer": optimizer_meta, "metrics": metrics,
             "fp8_gradients": gradients.state_dict() if gradients is not None else None}
-    arrays["meta"] = np.array(json.dumps(meta))
+    # UTF-8 bytes: a NumPy string array takes 4 bytes a character (UTF-32), and the metrics grow with the run
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp.npz")
     np.savez(temporary, **arrays)
@@ -1123,11 +1124,25 @@ def _check_meta(meta: dict, identity: dict) -> None:
                         f"object, got {reprlib.repr(optimizer)}")
 
 
+def checkpoint_header(meta: np.ndarray) -> str:
+    """The JSON text of a checkpoint's ``meta`` array: UTF-8 bytes (uint8), or the NumPy string of
+    checkpoints written before 2026-11-30. Raises TypeError or ValueError for anything else."""
+    if meta.dtype == np.uint8 and meta.ndim == 1:
+        try:
+            return meta.tobytes().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"the header (meta) is not UTF-8: {error}") from None
+    if meta.dtype.kind == "U" and meta.ndim == 0:
+        return str(meta)
+    raise TypeError(f"the header (meta) must be UTF-8 bytes (uint8) or a string, got a {meta.ndim}-d {meta.dtype} "
+                    f"array")
+
+
 def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, data_rng, scaler, gradients):
     archive = _read_npz(path, None)  # (every array at once; ValueError for bytes that are not an .npz)
     if "meta" not in archive:
         raise KeyError("the archive holds no meta (the JSON header)")
-    meta = json.loads(str(archive["meta"]))
+    meta = json.loads(checkpoint_header(archive["meta"]))
     if not isinstance(meta, dict):
         raise TypeError(f"the header (meta) must be a JSON object, got {type(meta).__name__}")
     saved = meta.get("identity", identity)  # (checkpoints of earlier versions hold none)

@@ -75,7 +75,7 @@ def rewrite_meta(out: Path, change) -> None:
     path = out / "checkpoints" / "fp32.npz"
     with np.load(path) as archive:
         arrays = {name: archive[name] for name in archive.files}
-    arrays["meta"] = np.array(json.dumps(change(json.loads(str(arrays["meta"])))))
+    arrays["meta"] = np.array(json.dumps(change(json.loads(train_tiny.checkpoint_header(arrays["meta"])))))
     np.savez(path, **arrays)
 
 

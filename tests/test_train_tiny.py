@@ -270,7 +270,7 @@ def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, caps
     with np.load(checkpoint) as archive:
         arrays = {key: archive[key] for key in archive.files if not key.startswith("fp8.options.")}
     assert len(arrays) < len(np.load(checkpoint).files)  # (this version writes options)
-    meta = json.loads(str(arrays["meta"]))
+    meta = json.loads(train_tiny.checkpoint_header(arrays["meta"]))
     identity = meta.pop("identity")
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(checkpoint, **arrays)
@@ -283,7 +283,7 @@ def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, caps
     assert run_main(capsys, *flags, "--out", str(parts), "--stop-after", "7")[0] == 130
     with np.load(checkpoint) as archive:
         arrays = {key: archive[key] for key in archive.files}
-    meta = json.loads(str(arrays["meta"]))
+    meta = json.loads(train_tiny.checkpoint_header(arrays["meta"]))
     assert meta["identity"]["config"].pop("mx_scale_mode") == "floor"
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(checkpoint, **arrays)
@@ -603,7 +603,7 @@ def test_resume_refuses_another_training_text(tmp_path, capsys):
     checkpoint = out / "checkpoints" / "fp32.npz"
     with np.load(checkpoint) as archive:
         arrays = {key: archive[key] for key in archive.files}
-    meta = json.loads(str(arrays["meta"]))
+    meta = json.loads(train_tiny.checkpoint_header(arrays["meta"]))
     del meta["identity"]["data_sha256"]
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(checkpoint, **arrays)
@@ -1248,7 +1248,7 @@ def test_resume_is_bit_exact_with_fp8_gradients_and_optimizer_states(tmp_path, c
         for key in a.files:
             if key != "meta":
                 np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-        assert json.loads(str(a["meta"]))["fp8_gradients"] == json.loads(str(b["meta"]))["fp8_gradients"]
+        assert json.loads(train_tiny.checkpoint_header(a["meta"]))["fp8_gradients"] == json.loads(train_tiny.checkpoint_header(b["meta"]))["fp8_gradients"]
 
 
 def test_report_memory_matches_the_arrays_held(capsys):
@@ -1380,3 +1380,21 @@ def test_a_warmup_longer_than_the_run_is_recorded_as_used(tmp_path, capsys):
     assert status == 0, err
     run = metrics(tmp_path)["runs"]["fp32"]
     assert (run["lr"], run["warmup_steps"]) == (0.002, 8)
+
+
+def test_a_checkpoint_keeps_its_header_as_utf8_bytes_and_reads_the_older_string(tmp_path, capsys):
+    """Found in a review: the header (the metrics of every step so far) was a NumPy string, 4 bytes
+    a character, in a checkpoint rewritten at every evaluation. It is UTF-8 bytes now; checkpoints
+    with the string still resume (the tests above rewrite headers that way)."""
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out), "--stop-after", "6")[0] == 130
+    with np.load(out / "checkpoints" / "fp32.npz") as archive:
+        meta = archive["meta"]
+    assert meta.dtype == np.uint8 and meta.ndim == 1
+    header = train_tiny.checkpoint_header(meta)
+    assert json.loads(header)["step"] == 6 and meta.size == len(header.encode("utf-8"))
+    assert train_tiny.checkpoint_header(np.array(header)) == header  # (the older layout)
+    with pytest.raises(ValueError, match="the header \\(meta\\) is not UTF-8"):
+        train_tiny.checkpoint_header(np.frombuffer(b"\xff\xfe", np.uint8))
+    with pytest.raises(TypeError, match="must be UTF-8 bytes \\(uint8\\) or a string, got a 1-d float64 array"):
+        train_tiny.checkpoint_header(np.zeros(3))
