@@ -286,7 +286,20 @@ class FloatFormat:
         return _decode_table(self)
 
     def __repr__(self) -> str:
-        return f"FloatFormat({self.name}: E{self.exponent_bits}M{self.mantissa_bits}, bias {self.bias})"
+        """``FloatFormat(E5M2: E5M2, bias 15, Inf, IEEE NaN)``: the fields, each special trait named
+        where it differs from the defaults (signed, subnormals, no Inf, NaN at all ones), so that
+        two formats that differ print differently."""
+        traits = [f"{self.name}: E{self.exponent_bits}M{self.mantissa_bits}", f"bias {self.bias}"]
+        if not self.signed:
+            traits.append("unsigned")
+        if not self.has_subnormals:
+            traits.append("no subnormals")
+        if self.has_infinity:
+            traits.append("Inf")
+        nan = {"ieee": "IEEE NaN", "negative_zero": "NaN at -0", "none": "no NaN"}.get(self.nan_style)
+        if nan is not None:
+            traits.append(nan)
+        return f"FloatFormat({', '.join(traits)})"
 
     # ---- copying and pickling: a format is an immutable value --------------------------------------
     def __reduce_ex__(self, protocol):

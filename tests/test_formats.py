@@ -150,3 +150,16 @@ def test_a_new_format_is_just_data():
     assert fmt.max == 2.0**4 * (1 + 15 / 16)
     codes = np.arange(256, dtype=np.uint8)
     np.testing.assert_array_equal(codec.encode(codec.decode(codes, fmt), fmt), codes)
+
+
+def test_formats_that_differ_print_differently():
+    """Found in a review: E5M2 without Inf printed as the catalogue's E5M2, and E8M0 did not say it
+    is unsigned. The repr names every trait that differs from the defaults."""
+    assert repr(formats.E5M2) == "FloatFormat(E5M2: E5M2, bias 15, Inf, IEEE NaN)"
+    assert repr(formats.FloatFormat("E5M2", 5, 2, 15)) == "FloatFormat(E5M2: E5M2, bias 15)"
+    assert repr(formats.E4M3) == "FloatFormat(E4M3: E4M3, bias 7)"
+    assert repr(formats.E4M3FNUZ) == "FloatFormat(E4M3FNUZ: E4M3, bias 8, NaN at -0)"
+    assert repr(formats.E2M1) == "FloatFormat(E2M1: E2M1, bias 1, no NaN)"
+    assert repr(formats.E8M0) == "FloatFormat(E8M0: E8M0, bias 127, unsigned, no subnormals)"
+    reprs = [repr(f) for f in formats.CATALOGUE.values()]
+    assert len(set(reprs)) == len(reprs)
