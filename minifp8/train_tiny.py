@@ -116,8 +116,8 @@ Outputs (``--out DIR``)
   finished, and a ``--resume`` that ends the rest writes them all;
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
-* ``checkpoints/<run>.npz``: written at every evaluation, at the end, on Ctrl-C or SIGTERM and at
-  ``--stop-after``. ``--resume DIR`` continues every unfinished run from its checkpoint bit-exactly:
+* ``checkpoints/<run>.npz``: written at every evaluation after the first step, at the end, on
+  Ctrl-C or SIGTERM and at ``--stop-after``. ``--resume DIR`` continues every unfinished run from its checkpoint bit-exactly:
   weights, optimizer moments, the batch and dropout generators, the loss-scaling state and the FP8
   state (delayed-scaling histories) all come back, so the continuation computes exactly what an
   uninterrupted run computes. Ctrl-C lets the step under way finish first (a second Ctrl-C stops at
