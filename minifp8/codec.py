@@ -225,11 +225,29 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
 
 def _encode_checked(array: np.ndarray, fmt: FloatFormat, rounding: str, saturate: bool, bits, count) -> np.ndarray:
     """`encode` of checked arguments: float32 and float16 by table where it is exact, the rest exactly."""
-    if rounding != "stochastic" and array.dtype in (np.float32, np.float16) and _float32_table_is_exact(fmt):
-        if not fmt.has_nan and array.size and np.isnan(array).any():
-            raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
-        return _encode_float32_by_table(array.astype(np.float32, copy=False), fmt, rounding, saturate)
+    if rounding != "stochastic" and _float32_table_is_exact(fmt):
+        as_float32 = _as_float32_exactly(array)
+        if as_float32 is not None:
+            if not fmt.has_nan and array.size and np.isnan(as_float32).any():
+                raise ValueError(f"NaN cannot be encoded in {fmt.name}, which has no NaN")
+            return _encode_float32_by_table(as_float32, fmt, rounding, saturate)
     return _encode_exact_in_slices(_to_float64(array), fmt, rounding, saturate, bits, count)
+
+
+def _as_float32_exactly(array: np.ndarray) -> np.ndarray | None:
+    """``array`` as float32 where every value converts exactly (float16 and float32 always; float64
+    holding float32 values, as a float32 tensor widened does, NaNs keeping their sign), else None:
+    then the table serves it, 30-40 times faster than the exact path."""
+    if array.dtype in (np.float32, np.float16):
+        return array.astype(np.float32, copy=False)
+    if array.dtype != np.float64 or not array.size:
+        return None
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # (Inf or 0 then, not equal)
+        head = array.flat[:4096]  # (a float64 tensor of other values fails here, at no cost in memory)
+        if not ((head.astype(np.float32) == head) | np.isnan(head)).all():
+            return None
+        narrowed = array.astype(np.float32)
+    return narrowed if ((narrowed == array) | np.isnan(array)).all() else None
 
 
 def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
