@@ -6,8 +6,8 @@ tests hold equal:
 - `encode_scalar` is the *definition*: plain Python on exact rationals, one value at a time,
   written to be read top to bottom.
 - `encode` is the vectorised NumPy twin people use. Its exact core works in float64 with
-  power-of-two scaling only, so no step rounds; float32 and float16 inputs take a faster route,
-  two 2^16-entry lookup tables indexed by the upper half of the float32 bits: one for inputs whose
+  power-of-two scaling only, so no step rounds; float32 and float16 inputs (and float64 inputs
+  whose every value is a float32) take a faster route, two 2^16-entry lookup tables indexed by the upper half of the float32 bits: one for inputs whose
   lower half is zero (they include every rounding boundary), one for the rest, which lie inside
   an interval (the tables themselves are built by the exact core and proved by the tests). It
   serves every format whose rounding boundaries have a zero lower half
