@@ -257,7 +257,8 @@ def bench_mx(args: argparse.Namespace) -> None:
     x = np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32)
     quantized = mx.quantize(x, mx.MXFP8_E4M3)
     codes = codec.encode(x, "E4M3")
-    best = best_of_rounds({"encode": lambda: codec.encode(x, "E4M3"), "quantize": lambda: mx.quantize(x, mx.MXFP8_E4M3),
+    best = best_of_rounds({"encode": lambda: codec.encode(x, "E4M3"),
+                           "quantize": lambda: mx.quantize(x, mx.MXFP8_E4M3),
                            "decode": lambda: codec.decode(codes, "E4M3"), "dequantize": quantized.dequantize},
                           args.repeats)
     encode_seconds, quantize_seconds = best["encode"], best["quantize"]

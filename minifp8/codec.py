@@ -7,12 +7,12 @@ tests hold equal:
   written to be read top to bottom.
 - `encode` is the vectorised NumPy twin people use. Its exact core works in float64 with
   power-of-two scaling only, so no step rounds; float32 and float16 inputs (and float64 inputs
-  whose every value is a float32) take a faster route, two 2^16-entry lookup tables indexed by the upper half of the float32 bits: one for inputs whose
-  lower half is zero (they include every rounding boundary), one for the rest, which lie inside
-  an interval (the tables themselves are built by the exact core and proved by the tests). It
-  serves every format whose rounding boundaries have a zero lower half
-  (`_float32_table_is_exact`: all catalogued formats); any other format, and stochastic
-  rounding, take the exact core.
+  whose every value is a float32) take a faster route, two 2^16-entry lookup tables indexed by
+  the upper half of the float32 bits: one for inputs whose lower half is zero (they include every
+  rounding boundary), one for the rest, which lie inside an interval (the tables themselves are
+  built by the exact core and proved by the tests). It serves every format whose rounding
+  boundaries have a zero lower half (`_float32_table_is_exact`: all catalogued formats); any
+  other format, and stochastic rounding, take the exact core.
 
 Semantics (OFP8 rev 1.0 section 5; ONNX Cast-24):
 

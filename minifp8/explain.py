@@ -380,7 +380,8 @@ def _nan_spelling(fmt: FloatFormat) -> str:
     if fmt.nan_style == "ieee":
         return f"{fmt.name} spells it with an all-ones exponent and a non-zero mantissa (OCP OFP8 rev 1.0 section 5)"
     if not fmt.signed:
-        return f"{fmt.name} spells it {_hex(fmt.nan_code(), fmt)}, its all-ones code (OCP MX v1.0 section 5.4.1, for E8M0)"
+        return (f"{fmt.name} spells it {_hex(fmt.nan_code(), fmt)}, its all-ones code (OCP MX v1.0 section "
+                f"5.4.1, for E8M0)")
     return f"{fmt.name} spells it S.{'1' * fmt.exponent_bits}.{'1' * fmt.mantissa_bits} (OCP OFP8 rev 1.0 section 5)"
 
 

@@ -335,7 +335,8 @@ def codec_entries(fmt: str | FloatFormat, out: Path) -> list[dict[str, Any]]:
             roles = {"input": "x", "expected_codes": name, "random_bits": "random_bits" if stochastic else None}
             entries.append({
                 "kind": "codec", "file": file_name, "sha256": digest, "format": fmt.name,
-                "format_fields": _format_fields(fmt), "rounding": rounding, "saturate": saturate, "input_dtype": np.dtype(dtype).name,
+                "format_fields": _format_fields(fmt), "rounding": rounding, "saturate": saturate,
+                "input_dtype": np.dtype(dtype).name,
                 "arrays": roles, "random_bit_count": RANDOM_BIT_COUNT if stochastic else None,
                 **_layout(arrays, roles.values()),
             })

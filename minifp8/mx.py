@@ -112,7 +112,7 @@ def _check_element(element) -> None:
     """TypeError unless ``element`` is a FloatFormat, ValueError unless MX uses it for elements."""
     if not isinstance(element, FloatFormat):
         raise TypeError(f"elem must be a FloatFormat (e.g. formats.E4M3), got {_described(element)}")
-    if element not in [formats.get(name) for name in ELEMENT_FORMATS]:  # (by every field, its name too: not by name alone)
+    if element not in [formats.get(name) for name in ELEMENT_FORMATS]:  # (its name and every field)
         got = (f"{element!r}, whose fields are not MX's {element.name}" if element.name in ELEMENT_FORMATS
                else element.name)
         raise ValueError(f"MX elements must be one of {', '.join(ELEMENT_FORMATS)} (OCP MX v1.0), got {got}")

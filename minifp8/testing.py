@@ -717,7 +717,8 @@ def sweep(fmt: str | FloatFormat | None = None, kind: str = "structured",
 
     The structured and exhaustive sweeps hold NaN, which a format without one (``not fmt.has_nan``:
     E2M1, E2M3 and E3M2 of the catalogue) cannot encode, so drop it first for those
-    (``x[~np.isnan(x)]``); the edge sweep leaves it out. The arguments are checked when ``sweep`` is called, not at the first batch.
+    (``x[~np.isnan(x)]``); the edge sweep leaves it out. The arguments are checked when ``sweep``
+    is called, not at the first batch.
 
     Parameters
     ----------

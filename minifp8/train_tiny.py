@@ -26,10 +26,10 @@ unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe
 Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
 mean step time, the throughput and the time left in this run (its steps left at their wall time
 so far, and its evaluations left, with their checkpoints, at theirs); FP8 recipes add the worst
-underflow and
-saturation fractions among the cast points in the latest step (`minifp8.fp8.FP8State.summary`),
-then the worst among the gradient casts alone (``:grad``, the backward pass's E5M2 casts, which a
-forward cast's ``:x`` or ``:w`` can outrank), loss scaling the current factor and the skipped steps:
+underflow and saturation fractions among the cast points in the latest step
+(`minifp8.fp8.FP8State.summary`), then the worst among the gradient casts alone (``:grad``, the
+backward pass's E5M2 casts, which a forward cast's ``:x`` or ``:w`` can outrank), loss scaling the
+current factor and the skipped steps:
 
     step 120/500 | loss 2.3114 | 41 ms | 24,976 tok/s | eta 16s | underflow 0.2% (blocks.1.mlp.linear_2:x)
       | saturation 0% | gradients: underflow 0.1% (blocks.0.attn:grad), saturation 0%
@@ -117,18 +117,18 @@ Outputs (``--out DIR``)
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
 * ``checkpoints/<run>.npz``: written at every evaluation after the first step, at the end, on
-  Ctrl-C or SIGTERM and at ``--stop-after``. ``--resume DIR`` continues every unfinished run from its checkpoint bit-exactly:
-  weights, optimizer moments, the batch and dropout generators, the loss-scaling state and the FP8
-  state (delayed-scaling histories) all come back, so the continuation computes exactly what an
-  uninterrupted run computes. Ctrl-C lets the step under way finish first (a second Ctrl-C stops at
-  once, and saves nothing), so a checkpoint never holds half a step; so does SIGTERM, which a batch
-  scheduler sends before it kills a job (exit status 143, as of a process that SIGTERM ends). Each
-  checkpoint records its config and run, and resuming refuses one that does not match
-  ``config.json``. A new run into a ``DIR`` that holds an earlier one replaces its ``config.json``
-  and removes its checkpoints and results (``metrics.json``, ``loss.png``, an experiment's
-  ``headline.json`` or ``fp8lm.json``).
-  A ``DIR`` that holds any of those files but no ``config.json`` written by train_tiny is refused,
-  and left as it is; other files in ``DIR`` stay.
+  Ctrl-C or SIGTERM and at ``--stop-after``. ``--resume DIR`` continues every unfinished run from
+  its checkpoint bit-exactly: weights, optimizer moments, the batch and dropout generators, the
+  loss-scaling state and the FP8 state (delayed-scaling histories) all come back, so the
+  continuation computes exactly what an uninterrupted run computes. Ctrl-C lets the step under
+  way finish first (a second Ctrl-C stops at once, and saves nothing), so a checkpoint never holds
+  half a step; so does SIGTERM, which a batch scheduler sends before it kills a job (exit status
+  143, as of a process that SIGTERM ends). Each checkpoint records its config and run, and
+  resuming refuses one that does not match ``config.json``. A new run into a ``DIR`` that holds
+  an earlier one replaces its ``config.json`` and removes its checkpoints and results
+  (``metrics.json``, ``loss.png``, an experiment's ``headline.json`` or ``fp8lm.json``). A ``DIR``
+  that holds any of those files but no ``config.json`` written by train_tiny is refused, and left
+  as it is; other files in ``DIR`` stay.
 
 The headline experiment
 -----------------------
@@ -887,8 +887,9 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             window_steps, window_time = window_steps + 1, window_time + elapsed
             if step_done % config.log_interval == 0 or step_done == config.steps:
                 per_step = (time.perf_counter() - steps_start - in_loop_seconds) / (step_done - start)
+                # (the evaluation at step_done too: it comes after this line)
                 evaluations_left = (config.steps // config.eval_interval - (step_done - 1) // config.eval_interval
-                                    + (config.steps % config.eval_interval != 0))  # (at step_done too: after this line)
+                                    + (config.steps % config.eval_interval != 0))
                 eta = per_step * (config.steps - step_done) + (
                     evaluation_seconds / evaluations * evaluations_left if evaluations else 0.0)
                 _log_progress(print_fn, run, config, step_done, window_losses, window_time / window_steps, eta,
