@@ -1265,7 +1265,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     if started_in is not None and started_in != now:
         document["continued_in"] = now
     document["runs"] = {run.label: results[run.label] for run in runs if run.label in results}
-    (out / "metrics.json").write_text(_strict_json(document), encoding="utf-8", newline="\n")  # (\n on Windows too)
+    _write_text(out / "metrics.json", _strict_json(document))
     try:
         from . import plots
 
@@ -1275,6 +1275,18 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
         return
     figure.savefig(out / "loss.png", dpi=120)
     print_fn(f"wrote {out / 'metrics.json'} and {out / 'loss.png'}")
+
+
+def _write_text(path: Path, text: str) -> None:
+    """``text`` into ``path``, UTF-8 with ``\n`` line ends on every OS, through a temporary file and
+    a rename: a crash or a full disk while writing leaves the previous file whole, not truncated."""
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8", newline="\n")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def _strict_json(document, digits: int | None = None) -> str:
@@ -1526,9 +1538,9 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     if results:
         print_fn(f"--out {out}: removed the results of an earlier run there ({', '.join(p.name for p in results)})")
     saved_config = {**asdict(config), "resume": None, "stop_after": None}
-    (out / "config.json").write_text(json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs],
+    _write_text(out / "config.json", json.dumps({"config": saved_config, "runs": [asdict(run) for run in runs],
                                                  "environment": environment(), "data_sha256": data_sha256},
-                                                indent=1) + "\n", encoding="utf-8", newline="\n")
+                                                indent=1) + "\n")
 
 
 def _memory_needed(config: TrainConfig, runs: list[Run], vocab_size: int) -> dict:
@@ -1740,7 +1752,7 @@ def _main(argv: list[str] | None) -> int:
             if config.experiment is not None:
                 results_file = out / f"{config.experiment}.json"
                 metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-                results_file.write_text(_strict_json(headline_results(metrics)), encoding="utf-8", newline="\n")
+                _write_text(results_file, _strict_json(headline_results(metrics)))
                 committed = HEADLINE_RESULTS.with_name(results_file.name)
                 print(f"wrote {results_file} (the committed copy is {committed})")
         except BrokenPipeError:  # (printing, not --out: `main`)

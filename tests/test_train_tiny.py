@@ -1398,3 +1398,20 @@ def test_a_checkpoint_keeps_its_header_as_utf8_bytes_and_reads_the_older_string(
         train_tiny.checkpoint_header(np.frombuffer(b"\xff\xfe", np.uint8))
     with pytest.raises(TypeError, match="must be UTF-8 bytes \\(uint8\\) or a string, got a 1-d float64 array"):
         train_tiny.checkpoint_header(np.zeros(3))
+
+
+def test_results_files_are_replaced_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
+    """Found in a review: config.json and metrics.json were written in place, so a crash or a full
+    disk while writing left a truncated file. They now go through a temporary file and a rename."""
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out))[0] == 0
+    before = (out / "metrics.json").read_text()
+    assert not list(out.glob("*.tmp"))
+
+    def full_disk(source, target):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(train_tiny.os, "replace", full_disk)
+    status, _, err = run_main(capsys, "--resume", str(out))  # (a finished run: its results are written again)
+    assert status == 2 and "No space left on device" in err
+    assert (out / "metrics.json").read_text() == before and not list(out.glob("*.tmp"))
