@@ -162,19 +162,6 @@ def test_training_curves_names_the_missing_key(results, message):
 
 
 # found in a review: each was drawn silently or failed with Python's own message
-def test_a_diverged_run_is_drawn_to_its_last_step_and_crossed_where_it_diverged():
-    """237 steps, then the loss of step 238 was not finite. Found in a review: only whole smoothing
-    windows were drawn (the line stopped at step 210.5, the last 27 steps, where a run blows up,
-    left out) and the cross sat on the line's end, not at the step that diverged."""
-    losses = list(np.linspace(2.6, 1.8, 220)) + [3.0] * 17
-    results = {"runs": {"fp8": run(train_loss=losses, diverged={"step": 238, "message": "loss became nan"})}}
-    lines = plots.training_curves(results, smooth_steps=20).axes[0].get_lines()
-    curve = [line for line in lines if line.get_label() == "fp8"][0]
-    assert curve.get_xdata()[-1] == 229.0 and curve.get_ydata()[-1] == 3.0  # steps 221-237, all at 3.0
-    crosses = [line for line in lines if line.get_marker() == "x"]
-    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [238] and list(crosses[0].get_ydata()) == [3.0]
-
-
 @pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options])
 @pytest.mark.parametrize("results, error, message", [
     ({"runs": {"fp8": run(val={"step": 4, "loss": 1.9})}}, TypeError,
