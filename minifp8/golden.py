@@ -97,6 +97,7 @@ know, as the "arrays" note says).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import io
 import json
@@ -346,9 +347,8 @@ def codec_entries(fmt: str | FloatFormat, out: Path) -> list[dict[str, Any]]:
 def _format_fields(fmt: FloatFormat) -> dict[str, Any]:
     """The fields that define ``fmt`` (`minifp8.formats.FloatFormat`), so that a reader can rebuild a
     format the manifest names without knowing the name."""
-    return {"exponent_bits": fmt.exponent_bits, "mantissa_bits": fmt.mantissa_bits, "bias": fmt.bias,
-            "signed": fmt.signed, "has_subnormals": fmt.has_subnormals, "has_infinity": fmt.has_infinity,
-            "nan_style": fmt.nan_style}
+    return {field.name: getattr(fmt, field.name) for field in dataclasses.fields(fmt)
+            if field.name not in ("name", "aliases")}
 
 
 def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
@@ -817,12 +817,12 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
     else:
         selected = formats.get_list(format_names, "format_names")
     for fmt in selected:  # (a file is named by its format's name, which the manifest gives as the format)
-        if not fmt.name or not all(c.isascii() and (c.isalnum() or c in "_.-") for c in fmt.name):
+        if not all(c.isascii() and (c.isalnum() or c in "_.-") for c in fmt.name):  # (never empty: FloatFormat)
             raise ValueError(f"golden.write: a format's name names its files: letters, digits, '_', '.' and '-' "
                              f"only, got {fmt.name!r}")
         same_name = [other for other in selected if other.name == fmt.name] + (
             [formats.CATALOGUE[fmt.name]] if fmt.name in formats.CATALOGUE else [])
-        clash = next((other for other in same_name if _format_fields(other) != _format_fields(fmt)), None)
+        clash = next((other for other in same_name if other != fmt), None)  # (a format's equality: its fields)
         if clash is not None:
             where = "the catalogue's" if clash is formats.CATALOGUE.get(fmt.name) else "another listed"
             raise ValueError(f"golden.write: {fmt!r} has the name of {where} {clash!r}, whose fields differ: "
