@@ -1038,9 +1038,7 @@ def _save_checkpoint(path: Path, identity: dict, step, model, model_rng, state, 
     # UTF-8 bytes: a NumPy string array takes 4 bytes a character (UTF-32), and the metrics grow with the run
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp.npz")
-    np.savez(temporary, **arrays)
-    os.replace(temporary, path)  # a crash while writing leaves the previous checkpoint intact
+    _replace_whole(path, lambda temporary: np.savez(temporary, **arrays), ".tmp.npz")  # (np.savez adds .npz)
 
 
 def _load_checkpoint(path: Path, identity: dict, model, model_rng, state, optimizer, data_rng, scaler, gradients):
@@ -1278,11 +1276,16 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
 
 
 def _write_text(path: Path, text: str) -> None:
-    """``text`` into ``path``, UTF-8 with ``\n`` line ends on every OS, through a temporary file and
-    a rename: a crash or a full disk while writing leaves the previous file whole, not truncated."""
-    temporary = path.with_name(path.name + ".tmp")
+    """``text`` into ``path``, UTF-8 with ``\n`` line ends on every OS, whole (`_replace_whole`)."""
+    _replace_whole(path, lambda temporary: temporary.write_text(text, encoding="utf-8", newline="\n"))
+
+
+def _replace_whole(path: Path, write: Callable[[Path], object], suffix: str = ".tmp") -> None:
+    """``write(temporary)`` beside ``path``, then a rename onto it: a crash or a full disk while
+    writing leaves the previous file whole, not truncated (and no temporary file behind)."""
+    temporary = path.with_name(path.name + suffix)
     try:
-        temporary.write_text(text, encoding="utf-8", newline="\n")
+        write(temporary)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
