@@ -22,7 +22,7 @@ import numpy as np
 
 from . import formats as _formats
 from .codec import quantize
-from .formats import FloatFormat, _check_int, _described, _is_real, _is_real_type
+from .formats import FloatFormat, _check_int, _described, _is_int, _is_real, _is_real_type
 from .fp8 import ScaleRecord, ScaleTracker
 from .model import GPTConfig
 
@@ -819,7 +819,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
         diverged = metrics.get("diverged")
         if diverged and losses.size:  # at the step whose loss or gradients were not finite, at the last loss
             step = diverged.get("step") if isinstance(diverged, dict) else None
-            at = step if isinstance(step, int) and not isinstance(step, bool) else steps[-1]
+            at = step if _is_int(step) else steps[-1]
             loss_axis.plot([at], losses[-1:], "x", color=color, markersize=8, markeredgewidth=2)
         if stats["step"].size:
             marker_every = max(1, stats["step"].size // 12)  # a dozen markers a line, enough to tell each apart
