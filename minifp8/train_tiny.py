@@ -453,7 +453,9 @@ def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
     if not (math.isfinite(value) and smallest <= value <= largest):
         fail(f"--loss-scale must be none, dynamic or a number that float32 holds as a normal number "
              f"({smallest:.4g} to {largest:.4g}), got {text!r}")
-    return str(int(value)) if value == int(value) and value < 1e15 else repr(value)
+    if value < 1e15:  # (repr writes 1.5e15 as 1500000000000000.0; the shortest exponent form then)
+        return str(int(value)) if value.is_integer() else repr(value)
+    return np.format_float_scientific(value, trim="-")
 
 
 def _check_runs(fail: Callable[[str], NoReturn], runs: list[Run]) -> None:

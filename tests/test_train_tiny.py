@@ -1006,6 +1006,15 @@ def test_dynamic_loss_scaling_stops_where_its_factor_would_leave_float32s_normal
     assert header.split()[-1] == "skipped" and row.split()[-1] == "3"
 
 
+def test_loss_scale_labels_are_short_and_exact():
+    """A --loss-scale N names its runs by the shortest text that reads back as N: whole numbers
+    whole, and 1e15 or more in exponent form (repr writes 1.5e15 as 1500000000000000.0)."""
+    for text, label in [("65536", "65536"), ("0.5", "0.5"), ("1.5e15", "1.5e+15"), ("2.5e16", "2.5e+16"),
+                        ("123456789012345", "123456789012345"), ("1e-30", "1e-30")]:
+        run = parse_args(["--recipe", "fp8", "--loss-scale", text])[1][0]
+        assert (run.loss_scale, float(run.loss_scale)) == (label, float(text))
+
+
 def test_loss_scaler():
     static = LossScaler("1024")
     static.update(False)
