@@ -242,12 +242,13 @@ def _as_float32_exactly(array: np.ndarray) -> np.ndarray | None:
         return array.astype(np.float32, copy=False)
     if array.dtype != np.float64 or not array.size:
         return None
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # (Inf or 0 then, not equal)
-        head = array.flat[:4096]  # (a float64 tensor of other values fails here, at no cost in memory)
-        if not ((head.astype(np.float32) == head) | np.isnan(head)).all():
-            return None
-        narrowed = array.astype(np.float32)
-    return narrowed if ((narrowed == array) | np.isnan(array)).all() else None
+    def narrowed_if_exact(values: np.ndarray) -> np.ndarray | None:
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # (Inf or 0 then, not equal)
+            narrowed = values.astype(np.float32)
+        return narrowed if ((narrowed == values) | np.isnan(values)).all() else None
+
+    # the first 4,096 values first: a float64 tensor of other values fails there, at no cost in memory
+    return None if narrowed_if_exact(array.flat[:4096]) is None else narrowed_if_exact(array)
 
 
 def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
