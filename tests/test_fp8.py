@@ -480,6 +480,34 @@ def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe, needs_grad):
     assert set(state.points["Linear"].stats) == roles
 
 
+@pytest.mark.parametrize("turned_on", ["x", "weight"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
+def test_block_gemm_casts_in_backward_the_columnwise_copies_forward_skipped(recipe, turned_on):
+    """An operand that starts requiring grad between forward and backward (``turned_on``, unfrozen
+    after the forward pass): forward cast no columnwise copy for its gradient's GEMM, so backward
+    must cast it then, along that GEMM's contraction axis (module docstring): x_t along the tokens
+    for wgrad, w_t along out_features for dgrad (mxfp8; blockwise's 128x128 tiles serve both axes),
+    never the forward's rowwise copy."""
+    rng = np.random.default_rng(23)
+    layer = nn.Linear(256, 128, bias=False, rng=rng)
+    layer.weight.data = wide_tensor(rng, (128, 256), low=-12, high=2)
+    x_data = wide_tensor(rng, (64, 256), low=-12, high=9)
+    grad_data = wide_tensor(rng, (64, 128), low=-30, high=-2)
+    fp8.apply_recipe(layer, recipe)
+    x = Tensor(x_data, requires_grad=turned_on != "x")
+    layer.weight.requires_grad = turned_on != "weight"
+    y = layer(x)
+    (x if turned_on == "x" else layer.weight).requires_grad = True
+    y.backward(grad_data)
+
+    w = layer.weight.data
+    x_t, w_t = reference(x_data, recipe, "E4M3", axis=0), reference(w, recipe, "E4M3", axis=0, weight=True)
+    assert not np.array_equal(x_t, reference(x_data, recipe, "E4M3"))  # the axis matters for these operands
+    assert np.array_equal(w_t, reference(w, recipe, "E4M3", weight=True)) == (recipe == "blockwise")
+    assert_same(x.grad, reference(grad_data, recipe, "E5M2") @ w_t)
+    assert_same(layer.weight.grad, reference(grad_data, recipe, "E5M2", axis=0).T @ x_t)
+
+
 @pytest.mark.parametrize("recipe", ["fp8", "current", "mxfp8", "blockwise"])
 def test_a_weight_updated_in_place_is_cast_again(recipe):
     """Optimizers update ``weight.data`` in place, the same array: the next step's GEMMs must use the

@@ -607,6 +607,21 @@ def test_non_finite_outputs_and_overflow():
     assert report.by_class["NaN/Inf"] == 4
 
 
+def test_an_inf_output_is_accepted_only_where_the_product_can_round_to_inf():
+    """The output's overflow threshold is max plus half a spacing (float16: 65504 + 16 = 65520,
+    IEEE 754 round to nearest), not max: a one-term product of 65476, exact in any accumulator,
+    rounds to float16's 65472, never to Inf, so an Inf output is wrong there; from 65520 on it
+    rounds to Inf. NumPy's own float16 rounding is the oracle."""
+    one = np.array([[0x38]], np.uint8)  # E4M3 1.0
+    options = dict(a_codes=one, b_codes=one, b_scales=1.0, a_format="E4M3", b_format="E4M3", output="float16")
+    for value in (65476.0, 65520.0, 65536.0):
+        with np.errstate(over="ignore"):
+            rounded = np.float16(value)
+        assert gemm.compare_matmul(np.array([[rounded]]), a_scales=value, **options).ok
+        report = gemm.compare_matmul(np.array([[np.inf]], np.float16), a_scales=value, **options)
+        assert report.ok == bool(np.isinf(rounded)), value
+
+
 # ---- bad input ------------------------------------------------------------------------------------
 def good():
     return problem("rowwise", inner=128, columns=16)
