@@ -197,6 +197,19 @@ def test_shared_exponents_and_block_amax_read_any_byte_order_and_shape():
         assert result.tolist() == [3.0, 0.5] and result.dtype.isnative
 
 
+def test_shared_exponents_of_integer_amaxes_are_exact_up_to_2_pow_53():
+    # Integer amaxes are converted exactly (to float64): through float32's 24 bits, 2**25 - 1 would
+    # round up to 2**25 (floor one binade too high) and 2**24 + 1 down to 2**24 (ceil one too low).
+    # The rules on Python ints: floor(log2 a) = a.bit_length() - 1, ceil(log2 a) = (a - 1).bit_length().
+    amax = [2**k + d for k in range(1, 54) for d in (-1, 0, 1) if 2**k + d <= 2**53]
+    for dtype in (np.int64, np.uint64):
+        codes, shared = mx.shared_exponents(np.array(amax, dtype), "E4M3", "floor")
+        assert shared.tolist() == [a.bit_length() - 1 - EMAX["E4M3"] for a in amax]
+        assert codes.tolist() == [a.bit_length() - 1 - EMAX["E4M3"] + 127 for a in amax]
+        _, shared = mx.shared_exponents(np.array(amax, dtype), "E4M3", "ceil")
+        assert shared.tolist() == [(a - 1).bit_length() - EMAX["E4M3"] for a in amax]
+
+
 def test_exponent_clamps_at_127_for_float64():
     x = block_of(1e300, dtype=np.float64)
     for mode in MODES:
@@ -458,6 +471,17 @@ def test_large_array_goes_through_several_chunks():
     np.testing.assert_array_equal(q.codes[rows, :320], codes)
     expected = codec.decode(q.codes, "E4M3") * np.repeat(codec.decode(q.scales, "E8M0"), 32, axis=1)[:, :4000]
     np.testing.assert_array_equal(q.dequantize(), expected)
+
+
+def test_stochastic_rounding_cuts_the_random_bits_into_the_same_chunks_as_the_blocks(monkeypatch):
+    # A big array is quantized a chunk of blocks at a time (_CHUNK_ELEMENTS, 2**19 elements): each
+    # chunk must round with its own elements' random bits. Chunks of 2 blocks here, so the 7 blocks
+    # take 4 chunks, the last one short; each block is held to the exact reference with its own bits.
+    monkeypatch.setattr(mx, "_CHUNK_ELEMENTS", 64)
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((7, 32)) * 2.0 ** rng.integers(-8, 8, (7, 1))).astype(np.float32)
+    bits = rng.integers(0, 256, x.shape).astype(np.uint8)
+    assert_matches_reference(x, "E4M3", "floor", "stochastic", bits, 8)
 
 
 def test_packed_fp4_low_nibble_first():
