@@ -801,6 +801,20 @@ def test_tensor_power_at_a_zero_base_or_exponent_has_torchs_gradients():
     assert np.isnan(exponent.grad).all()
 
 
+def test_power_zero_and_zero_base_conventions_gradcheck():
+    """The special cases of pow's backward against central differences, at the points where the
+    function is differentiable: x**0 (its own backward, zeros) at x = 0 and elsewhere; a Tensor
+    exponent 0 (the base's gradient, bases 0 included) and a zero base under an exponent > 0 (the
+    exponent's gradient, 0**y = 0 on both sides). Integer exponents at a zero base keep (-eps)**y real."""
+    x = Tensor([[0.0, -0.0, 1.5], [-2.0, 0.0, 0.5]], requires_grad=True)
+    gradcheck(lambda t: t ** 0 * t, x)  # d/dt = 0 * t + 1: a NaN (0 * 0**-1) or nonzero x**0 gradient shows
+    base = Tensor([0.0, 0.0, 0.0, 0.0, 0.7, 1.3], requires_grad=True)
+    gradcheck(lambda b: b ** Tensor([0.0, 1.0, 2.0, 3.0, 0.0, 1.5]), base)
+    exponent = Tensor([1.0, 2.0, 0.5, 3.0, 0.0, -1.0], requires_grad=True)
+    gradcheck(lambda e: Tensor([0.0, 0.0, 0.0, 0.0, 2.0, 0.5]) ** e, exponent)
+    gradcheck(lambda e: 0.0 ** e, Tensor([1.0, 2.0, 0.5], requires_grad=True))  # rpow of a zero base
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_integer_array_index_backward_is_add_at_bit_for_bit(dtype):
     # x[ids] with an integer array sums each row's gradients through the embedding's grid

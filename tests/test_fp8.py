@@ -17,6 +17,7 @@ import pytest
 from minifp8 import codec, fastcast, formats, fp8, mx, nn, scaling
 from minifp8 import functional as F
 from minifp8.autograd import Tensor, make_op
+from minifp8.testing import gradcheck
 
 RECIPES_WITH_CASTS = ("fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
 MAX = {"E4M3": 448.0, "E5M2": 57344.0}
@@ -478,6 +479,19 @@ def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe, needs_grad):
     if "weight" in needs_grad:  # wgrad: grad_t and x_t (per-tensor recipes: grad and x themselves)
         roles |= {"grad_t", "x_t"} if recipe in ("mxfp8", "blockwise") else {"grad"}
     assert set(state.points["Linear"].stats) == roles
+
+
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
+def test_fp8_gemm_bias_gradcheck(recipe):
+    """The bias is added after the GEMM and never cast, so its gradient is a true gradient: float64
+    central differences (x and W fixed, so their casts do not move; their straight-through gradients
+    are checked against the GEMMs of the quantised operands above)."""
+    rng = np.random.default_rng(13)
+    layer = nn.Linear(32, 6, rng=rng)
+    layer.weight.requires_grad = False
+    fp8.apply_recipe(layer, recipe)
+    x = Tensor(wide_tensor(rng, (4, 8, 32), low=-4, high=4))
+    gradcheck(lambda t, *params: layer(t), x, *layer.parameters(), names=["x", "weight", "bias"])
 
 
 @pytest.mark.parametrize("turned_on", ["x", "weight"])
@@ -1134,6 +1148,15 @@ def test_track_records_std_and_mean_abs_of_value_and_gradient():
     assert tracker.records["constant"].backward_std is None and constant.requires_grad is False
     np.testing.assert_array_equal(x.grad, 2 * np.array([[0.5, 0.5], [-0.5, 4.5]]))  # identity op
     assert fp8.track("x", x) is x  # the context has exited
+
+
+def test_track_gradcheck():
+    """track is the identity both ways: float64 central differences, alone and inside a graph."""
+    x = Tensor(np.random.default_rng(3).standard_normal((3, 4)), requires_grad=True)
+    with fp8.ScaleTracker() as tracker:
+        gradcheck(lambda t: fp8.track("x", t), x)
+        gradcheck(lambda t: fp8.track("y", t * t).tanh() * fp8.track("z", t), x)
+    assert tracker.records["y"].backward_std is not None  # the gradient went through track's backward
 
 
 def test_scale_plot_rows():

@@ -526,6 +526,17 @@ def test_dropout_in_evaluation_mode_keeps_the_training_mean():
     np.testing.assert_allclose(x.grad, 0.8, rtol=1e-6)
 
 
+def test_dropout_definition_in_evaluation_mode():
+    """training=False: value sqrt(1 - p) x and gradient sqrt(1 - p) times that of F.dropout, the identity."""
+    x, p = rand(0, 5, 6), 0.36
+
+    def u_fn(t):
+        return U.dropout(t, p, np.random.default_rng(11), training=False)
+
+    check_definition(u_fn, lambda t: F.dropout(t, p, np.random.default_rng(11), training=False), [x], 0.8, {0: 0.8})
+    gradcheck(u_fn, Tensor(x, requires_grad=True))  # sqrt(1 - p) both ways: a true gradient
+
+
 @pytest.mark.parametrize("tau", [0.2, 1.0, 3.0])
 def test_residual_split_definition(tau):
     x = rand(0, 3, 4)
@@ -601,6 +612,24 @@ def test_attention_scale_numbers():
     q, k, v = leaf(0, 2, 1, 1, 4), leaf(1, 2, 1, 1, 4), leaf(2, 2, 1, 1, 4)
     y = U.scaled_dot_product_attention(q, k, v, causal=True)
     np.testing.assert_allclose(y.data, v.data, rtol=1e-6)
+
+
+@pytest.mark.parametrize("queries, p", [(1, 0.0), (3, 0.0), (3, 0.25)])
+def test_attention_definition_at_one_causal_key(queries, p):
+    """Causal with one key: the rule's lower limit sqrt(ln 1 / 1) = 0 is replaced by the exact 1, so
+    the output and the q, k and v gradients are all * sqrt(1 - p) (the q and k gradients are 0: a
+    softmax over one key is constant)."""
+    q, k, v = rand(0, 1, 2, queries, 4), rand(1, 1, 2, 1, 4), rand(2, 1, 2, 1, 4)
+    scale = math.sqrt(1.0 - p)
+
+    def u_fn(a, b, c):
+        return U.scaled_dot_product_attention(a, b, c, causal=True, dropout_p=p, rng=np.random.default_rng(5))
+
+    def f_fn(a, b, c):
+        return F.scaled_dot_product_attention(a, b, c, causal=True, scale=1 / 4, dropout_p=p,
+                                              rng=np.random.default_rng(5))
+
+    check_definition(u_fn, f_fn, [q, k, v], scale, {0: scale, 1: scale, 2: scale})
 
 
 @pytest.mark.parametrize("mult", [1.0, 0.5])
