@@ -571,3 +571,57 @@ def test_the_nan_rule_names_the_nan_code_of_a_narrower_format():
     assert "E3M3FNUZ spells it 0x40, the pattern of -0" in str(explain(math.nan, fnuz7))
     assert "UE6M0 spells it 0x3F, its all-ones code" in str(explain(math.nan, unsigned6))
     assert "E4M3FNUZ spells it 0x80" in str(explain(math.nan, "E4M3FNUZ"))
+
+
+# ---- found by mutation testing of minifp8/explain.py: each test fails on the mutant it names ------
+def test_the_narrative_of_a_tie_names_the_even_multiple_it_rounds_to():
+    # 1.1875 = 19/16 is halfway between 9/8 and 10/8 (E4M3's spacing at 1 is 1/8): the even multiple is 10,
+    # up to 1.25 (the text named the lower neighbour's 9); 1.0625 = 17/16 lies between 8/8 and 9/8: 8, down to 1.
+    assert "to the even multiple of the spacing (10 x 0.125): up to 1.25" in str(explain(1.1875, "E4M3"))
+    assert "to the even multiple of the spacing (8 x 0.125): down to 1" in str(explain(1.0625, "E4M3"))
+
+
+def test_describe_code_gives_the_exponent_of_a_subnormal_or_zero_code_as_1_minus_the_bias():
+    # OCP OFP8 rev 1.0 section 5: exponent field 0 means 2^(1 - bias), the lowest normal binade's
+    # (E4M3: 2^-6, E5M2: 2^-14), not 2^(0 - bias).
+    assert "exponent  0000 = 0: subnormal: 2^(1-7) = 2^-6, as the lowest normal binade" in describe_code(0x01, "E4M3")
+    assert "exponent  00000 = 0: zero: 2^(1-15) = 2^-14, as the lowest normal binade" in describe_code(0x80, "E5M2")
+
+
+def test_stochastic_rounding_rounds_a_position_halfway_between_k_bit_steps_to_even():
+    """IEEE P3109, as the golden "stochastic" note states it: the position is rounded to k bits to
+    nearest, ties to even. 1 + 1/32 lies 1/4 of a spacing (1/8) above 1 in E4M3: with k = 1, 1/4 * 2
+    = 1/2 rounds to 0, so random bits 1 give 0 + 1 < 2, no carry: 1.0 (0x38); rounding 1/2 up would
+    carry to 1.125 (0x39). 1 + 3/32: 3/4 * 2 = 3/2 rounds to 2, which carries with any bits."""
+    why = explain(1 + 1 / 32, "E4M3", rounding="stochastic", random_bits=1, random_bit_count=1)
+    assert (why.position, why.position_bits, why.code) == (Fraction(1, 4), 0, 0x38)
+    why = explain(1 + 3 / 32, "E4M3", rounding="stochastic", random_bits=0, random_bit_count=1)
+    assert (why.position, why.position_bits, why.code) == (Fraction(3, 4), 2, 0x39)
+
+
+def test_cli_notes_a_hex_value_only_where_it_could_be_a_code_of_the_format(capsys):
+    # E4M3's codes are 0x00 to 0xFF, so 0x100 (256) is none of them; E2M1's are 0x0 to 0xF
+    for argv, noted in ((["0xFF", "E4M3"], True), (["0x100", "E4M3"], False), (["0xF", "E2M1"], True),
+                        (["0x10", "E2M1"], False)):
+        assert main(argv) == 0
+        assert ("add --code" in capsys.readouterr().err) == noted, argv
+
+
+def test_cli_takes_a_negative_value_that_starts_with_a_point(capsys):
+    # -0.05 in E4M3: 0.05 = 1.6 * 2^-5, exponent field -5 + 7 = 0010, mantissa 0.6 * 8 = 4.8 -> 5 (101): 0x95.
+    # (argparse's own negative-number pattern has no exponent: it took "-.5e-1" for a flag.)
+    assert main(["-.5e-1", "E4M3"]) == 0
+    assert capsys.readouterr().out.startswith("E4M3 encoding of -0.05 (nearest_even): 0x95")
+
+
+def test_the_fnuz_rules_name_the_lost_signs_and_a_finite_overflow_clamps_by_ofp8():
+    # ONNX Cast-19's FNUZ formats have no -0 (its pattern is the NaN 0x80) and one NaN, unsigned
+    why = explain(-(2.0**-12), "E4M3FNUZ")
+    assert (why.code, why.case, why.rule) == (0x00, "underflow", "E4M3FNUZ has no -0 (its pattern is NaN): +0")
+    assert why.rule in str(why)
+    assert explain(-math.nan, "E4M3FNUZ").rule.endswith("; its sign is not kept")
+    assert "sign" not in explain(math.nan, "E4M3FNUZ").rule
+    # saturate=True takes a finite overflow to max (OFP8); the ONNX Cast-24 rule is the one for Inf
+    why = explain(1000.0, "E4M3FNUZ", saturate=True)
+    assert (why.code, why.case, why.rule) == (0x7F, "overflow", "saturate=True: +max (OCP OFP8 rev 1.0 section 5)")
+    assert "Cast-24" in explain(math.inf, "E4M3FNUZ", saturate=True).rule

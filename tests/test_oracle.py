@@ -956,6 +956,22 @@ def test_gradcheck_names_a_bad_fn_seed_or_names():
     assert testing.gradcheck(lambda t: t * 2.0, x, seed=np.int64(0), names=("x",)).passed
 
 
+def test_gradcheck_passes_an_error_of_exactly_one_tolerance():
+    """The docstring: the check passes when each error (|difference| / tolerance) is <= 1, so an error
+    of exactly 1 passes (found by mutation testing: < 1 went unnoticed). L = sum(x**3 * r) at x = 0 has
+    analytic gradient 0, and central differences give (eps**3 r + eps**3 r) / (2 eps) = eps**2 r,
+    exactly (eps a power of two); with atol 0 and rtol 1 the tolerance is |numeric| itself."""
+    from minifp8.autograd import Tensor
+
+    x = Tensor(np.zeros(3, np.float32), requires_grad=True)
+    report = testing.gradcheck(lambda t: t * t * t, x, eps=2.0**-10, atol=0.0, rtol=1.0, raise_on_failure=False)
+    entry = report.inputs[0]
+    assert entry.analytic == 0.0 and entry.numeric != 0.0 and entry.error == 1.0
+    assert entry.passed and report.passed, str(report)
+    assert not testing.gradcheck(lambda t: t * t * t, x, eps=2.0**-10, atol=0.0, rtol=0.5,
+                                 raise_on_failure=False).passed  # (an error of 2 fails)
+
+
 # ---- a second review of the oracle helpers: each test failed before its fix ---------------------------
 def test_golden_manifest_gives_every_arrays_dtype_and_the_files_are_little_endian(golden_dir):
     """A C++ or Rust reader needs the dtype and byte order of every array, random bits included."""
@@ -1308,6 +1324,19 @@ def test_golden_gemm_builders_name_a_bad_problem_or_layout():
         golden.gemm_scale_blocks("rowwise", 0, 4, 4)
     with pytest.raises(TypeError, match="gemm_scale_blocks: n must be an int"):
         golden.gemm_scale_blocks("per_tensor", 4, 4, 4.0)
+
+
+def test_golden_exact_sum_check_counts_the_growth_of_a_sum_of_k_terms():
+    """`_check_exact_sums`: K products that are multiples of 2**g below 2**h sum below K * 2**h, so an
+    exact sum needs h - g bits plus ceil(log2 K) (found by mutation testing: without the K term the
+    check passed sums float64 rounds). 2 - 2**-51 is a multiple of 2**-51 below 2 (52 bits), times
+    ones (below 2: 1 bit): three such products sum to 6 - 3 * 2**-51, which float64 cannot hold (in
+    [4, 8) its spacing is 2**-50), so the check must refuse them; one product alone is exact."""
+    term = 2 - 2.0**-51
+    assert Fraction(sum([term] * 3)) != 3 * Fraction(term)  # (float64 rounds this sum)
+    with pytest.raises(RuntimeError, match="the GEMM inputs need 55 bits for exact float64 sums"):
+        golden._check_exact_sums(np.full((1, 3), term), np.ones((3, 1)))
+    golden._check_exact_sums(np.full((1, 1), term), np.ones((1, 1)))  # 53 bits: passes
 
 
 @pytest.mark.parametrize("global_amax", [1e-33, 1e-40, 1e-45])

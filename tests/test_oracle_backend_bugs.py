@@ -339,3 +339,64 @@ def test_golden_codec_entries_carry_their_formats_fields_and_names_are_unambiguo
         with pytest.raises(ValueError, match=message):
             golden.write(tmp_path / "refused", listed, blocks=False)
     assert not list((tmp_path / "refused").glob("*.npz"))  # (refused before any file is written)
+
+
+# ---- found by mutation testing of minifp8/testing.py: each test fails on the mutant it names ----------
+def test_a_rule_that_holds_at_the_first_4096_mismatches_only_is_not_named():
+    """`_rule_note` tries a rule on the first differing elements, then on the whole array: without the
+    second check, a code no rule gives after the 4096th mismatch was missed and toward_zero named.
+    E4M3 by hand: (1 + 3/32) * 2**k lies 3/4 of a spacing above 2**k (code (k + 7) << 3), so
+    nearest_even gives code | 1 and toward_zero the code; code | 2 is 1.25 * 2**k, which no rule gives."""
+    k = np.arange(5000) % 15 - 6  # every normal binade of E4M3, 2**-6 to 2**8
+    x = ((1 + 3 / 32) * np.exp2(k)).astype(np.float32)
+    truncated = ((k + 7) << 3).astype(np.uint8)
+    np.testing.assert_array_equal(codec.encode(x, "E4M3", rounding="toward_zero"), truncated)  # (the hand codes)
+    assert testing.compare(truncated, x, "E4M3").layout.startswith(
+        "actual equals encode(x, 'E4M3', rounding='toward_zero') at every element")
+    wrong = truncated.copy()
+    wrong[-1] |= 2  # the 5000th mismatch: no rule gives it
+    report = testing.compare(wrong, x, "E4M3")
+    assert report.count == 5000 and report.layout == "", report.layout
+
+
+def test_a_rule_is_named_under_nan_class_when_the_nan_codes_differ_too():
+    """With nan="class" a NaN code for another NaN code is no mismatch, so the rule must hold up to
+    it: a kernel that truncates and writes E4M3's NaN with the sign bit set (0xFF for +NaN, 0x7F) is
+    named as one that rounds toward zero (the rule check compared the NaN codes exactly)."""
+    x = _wide_inputs()
+    wrong = codec.encode(x, "E4M3", rounding="toward_zero")
+    assert wrong[np.isnan(x)].tolist() == [0x7F]
+    wrong[np.isnan(x)] = 0xFF
+    report = testing.compare(wrong, x, "E4M3", nan="class")
+    assert report.count > 10 and report.layout.startswith(
+        "actual equals encode(x, 'E4M3', rounding='toward_zero') at every element"), report.layout
+    assert testing.compare(wrong, x, "E4M3").layout == ""  # (with nan="exact" the NaN code breaks the rule)
+
+
+def test_an_e8m0_flush_of_a_float32_subnormal_above_e8m0s_smallest_value_is_a_subnormal_mismatch():
+    """E8M0's smallest value is 2**-127, below float32's smallest normal 2**-126: 1.5 * 2**-127 is a
+    float32 subnormal that E8M0 encodes (as 2**-127 or 2**-126), and a kernel that flushed it to zero
+    first (DAZ) returns the NaN of zero, 0xFF. That is the flush of `compare`'s docstring, for every
+    float32 subnormal input, not an overflow (the class tested |x| < 2**-127 only)."""
+    x = np.array([1.5 * 2.0**-127, 2.0**-126 - 2.0**-149, 1.0], np.float32)
+    assert (np.abs(x[:2]) < np.finfo(np.float32).tiny).all() and (x[:2] > 2.0**-127).all()
+    report = testing.compare(np.array([0xFF, 0xFF, 0x7F], np.uint8), x, "E8M0")  # 1.0 is 2**(127 - 127)
+    assert report.count == 2 and report.by_class["subnormal"] == 2, report.by_class
+
+
+def test_two_swapped_codes_get_the_layout_hint():
+    """Two elements written to each other's place hold the expected codes in another order: a layout
+    hint, as for more. E4M3 by hand: 1.0 is 0x38, 2.0 is 0x40."""
+    report = testing.compare(np.array([0x40, 0x38], np.uint8), np.array([1.0, 2.0], np.float32), "E4M3")
+    assert report.count == 2 and "in another order" in report.layout, report.layout
+    assert str(report).splitlines()[1] == report.layout
+
+
+def test_golden_write_refuses_a_format_name_with_letters_beyond_ascii(tmp_path):
+    """A format's name names its files: ASCII letters, digits, '_', '.' and '-' only, so that a reader
+    on any file system spells them alike (found by mutation testing: str.isalnum alone takes 'É')."""
+    from minifp8 import formats
+
+    with pytest.raises(ValueError, match="letters, digits, '_', '.' and '-' only, got 'É4M3'"):
+        golden.write(tmp_path / "refused", [formats.FloatFormat("É4M3", 4, 3, 7)], blocks=False)
+    assert not list((tmp_path / "refused").glob("*.npz"))

@@ -4,7 +4,8 @@ Found by mutation testing of ``minifp8/train_tiny.py`` and ``minifp8/data.py``; 
 rule the docstrings state, against a hand computation or an independent reference:
 
 - data: ``val_fraction`` is refused outside (0, 1) with that message; a held-out split never
-  leaves the training split empty; ``Dataset.text_sha256`` of a file is what ``sha256sum`` prints.
+  leaves the training split empty; ``Dataset.text_sha256`` of a file is what ``sha256sum`` prints,
+  and of a text longer than one hashed slice too; ``load_dataset`` checks ``val_fraction`` first.
 - loss scaling: the gradients are multiplied by ``float32(1 / N)``, not divided by ``N``.
 - data-parallel workers: a step's loss is the whole batch's mean, not one shard's.
 - schedule: ``--lr`` and ``--min-lr-ratio`` set the warmup + cosine rates; the unit-scaled model's
@@ -13,6 +14,9 @@ rule the docstrings state, against a hand computation or an independent referenc
 - progress and evaluation: a progress line's loss is the mean of the steps since the previous line,
   steps before a resume included; the last step is always logged and evaluated, so the summary
   row describes the final weights; the answer accuracy pools every validation batch.
+- timing, on a fake clock: a progress line's ms, tok/s and eta by hand (the evaluations left
+  counted, the last one too); after a resume, the eta times this session's steps and ``time_s``
+  keeps the sessions before.
 - outputs: ``_strict_json`` writes every non-finite float (Inf too, not only NaN) as null;
   ``headline_results`` averages the training loss over consecutive windows of ``every`` steps.
 """
@@ -87,6 +91,23 @@ def test_text_sha256_of_a_file_is_its_sha256sum(tmp_path):
     path = tmp_path / "text.txt"
     path.write_bytes("".join(f"line {i}: {i * i}\n" for i in range(300)).encode())
     assert data.load_dataset(path).text_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_text_sha256_hashes_every_character_of_a_text_longer_than_one_hashed_slice():
+    """The text is hashed a slice of 2**20 characters at a time; the digest is still the SHA-256 of
+    the training text then the validation text in UTF-8 (found by mutation testing: a slice one
+    character short went unnoticed, as every text hashed was shorter than a slice)."""
+    train_text = "".join(f"{i}+{i}={2 * i}\n" for i in range(120_000))  # 2,242,225 characters
+    assert len(train_text) > 2**20 + 1
+    dataset = data.Dataset(train_text, "1+1=2\n")
+    assert dataset.text_sha256 == hashlib.sha256((train_text + "1+1=2\n").encode("utf-8")).hexdigest()
+
+
+def test_load_dataset_checks_val_fraction_before_it_reads_the_file(tmp_path):
+    """`load_dataset` checks ``val_fraction`` before a file is read: a bad share is named as such, for a
+    path that does not exist too (found by mutation testing: without the check, FileNotFoundError)."""
+    with pytest.raises(ValueError, match="val_fraction must be strictly between 0 and 1"):
+        data.load_dataset(tmp_path / "missing.txt", val_fraction=1.5)
 
 
 # ---- loss scaling --------------------------------------------------------------------------------
@@ -251,6 +272,64 @@ def test_answer_accuracy_of_an_evaluation_pools_every_validation_batch(corpus):
     assert result["loss"] == pytest.approx(np.mean([1, 2, 3, 4]))
     assert result["char_accuracy"] == pytest.approx((chars[0] + chars[2]) / sum(chars))
     assert result["exact_match"] == pytest.approx((answers[0] + answers[2]) / sum(answers))
+
+
+def fake_clock(monkeypatch, evaluation_seconds):
+    """time.perf_counter stands still, but for 1 s inside each training step (in LossScaler.update,
+    which every step calls between the readings that time it) and ``evaluation_seconds`` in each
+    evaluation."""
+    clock = [0.0]
+    monkeypatch.setattr(train_tiny.time, "perf_counter", lambda: clock[0])
+    update, evaluate = train_tiny.LossScaler.update, train_tiny._evaluate
+
+    def timed_update(self, finite):
+        clock[0] += 1.0
+        update(self, finite)
+
+    def timed_evaluate(*args):
+        clock[0] += evaluation_seconds
+        return evaluate(*args)
+
+    monkeypatch.setattr(train_tiny.LossScaler, "update", timed_update)
+    monkeypatch.setattr(train_tiny, "_evaluate", timed_evaluate)
+
+
+ETA = re.compile(r"\| (\d+) ms \| ([\d,]+) tok/s \| eta (\S+)")
+
+
+def test_progress_lines_give_the_step_time_tokens_per_second_and_an_eta_by_hand(monkeypatch, corpus):
+    """Steps of 1 s, evaluations of 10 s; --steps 5 --eval-interval 2 --log-interval 2: evaluations at
+    steps 0, 2, 4 and 5 (the last step always), progress lines at 2, 4 and 5, each before its step's
+    evaluation. A step of 4 x 16 tokens in 1 s: 1000 ms and 64 tok/s (found by mutation testing: tok/s
+    counted 4 tokens a step). The eta is the steps left at 1 s plus the evaluations left at 10 s:
+    3 + 30 s at step 2 (evaluations 2, 4 and 5 left: found by mutation testing, the last one, off the
+    --eval-interval grid, went uncounted), 1 + 20 s at step 4, 0 + 10 s at step 5."""
+    fake_clock(monkeypatch, evaluation_seconds=10.0)
+    config = parse_args([*SMALL, "--steps", "5", "--eval-interval", "2", "--log-interval", "2", "--recipe", "fp32"])[0]
+    lines = []
+    train_tiny.train(Run("fp32", "standard"), config, corpus, print_fn=lines.append)
+    assert [match.groups() for match in map(ETA.search, lines) if match] == [
+        ("1000", "64", "33s"), ("1000", "64", "21s"), ("1000", "64", "10s")]
+
+
+def test_a_resumed_run_times_its_own_steps_and_keeps_the_time_of_the_sessions_before(tmp_path, monkeypatch, corpus):
+    """Steps of 1 s, evaluations of 10 s; --steps 6 --eval-interval 6 --log-interval 2, stopped after
+    step 3 and resumed. The resumed session's eta at step 4 is its own steps' time per step (1 s)
+    times the 2 steps left: 2 s (it has timed no evaluation yet, so counts none; found by mutation
+    testing: dividing by every step done, those before the resume too, gave 1 / 4 s a step). The run's
+    time_s is both sessions' time: 6 steps and 2 evaluations, 26 s, as without the stop (found by
+    mutation testing: the checkpoint written at the end kept the last session's time alone)."""
+    fake_clock(monkeypatch, evaluation_seconds=10.0)
+    config = parse_args([*SMALL, "--steps", "6", "--eval-interval", "6", "--log-interval", "2", "--recipe", "fp32"])[0]
+    whole = train_tiny.train(Run("fp32", "standard"), config, corpus, print_fn=quiet)
+    assert whole["time_s"] == 26.0
+    with pytest.raises(train_tiny.Interrupted):
+        train_tiny.train(Run("fp32", "standard"), config, corpus, out=tmp_path, stop_after=3, print_fn=quiet)
+    lines = []
+    resumed = train_tiny.train(Run("fp32", "standard"), config, corpus, out=tmp_path, resume=True,
+                               print_fn=lines.append)
+    assert [match.group(3) for match in map(ETA.search, lines) if match] == ["2s", "0s"]
+    assert resumed["time_s"] == 26.0
 
 
 # ---- metrics.json and the headline results -------------------------------------------------------
