@@ -279,6 +279,13 @@ def test_committed_speed_results_are_a_default_config_run_of_every_recipe():
     assert list(document["recipes"]) == [recipe for recipe in fp8.RECIPES if recipe != "fp32"]
 
 
+
+def test_only_no_path_reads_the_committed_speed_results():
+    """None is the default; an empty path is no file, not the committed run (found by mutation
+    testing: ``path or SPEED_RESULTS`` passed)."""
+    with pytest.raises(OSError):
+        bench.load_speed_results("")
+
 # ---- the codec, block, mx and fp8 sections -----------------------------------------------------
 
 #: A `bench.report` line: label, ms, optionally Melem/s and the speed ratio against a baseline.

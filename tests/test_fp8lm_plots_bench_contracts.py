@@ -42,15 +42,18 @@ plots (values read back from the figures' artists, against the rules the docstri
 
 bench
 - ``median_seconds`` reports the median of exactly ``repeats`` timed calls, after ``warmup`` untimed
-  ones; ``report_ratios`` gives the median of the per-round ratios (not a ratio of medians) and
+  ones; ``best_of_rounds`` keeps each entry's lowest round median; ``report_ratios`` gives the median of the per-round ratios (not a ratio of medians) and
   the range of the FP8 entries only; ``report`` prints Melem/s and ``baseline / seconds``.
 - ``main`` runs with ``--repeats`` and ``--rounds`` 5 by default (as ``-h`` says); ``-h`` lists each
   section by the first paragraph of its docstring without reST's double backquotes.
 - The train section's JSON: medians of the given step times (a fake clock) over the run, its first and
-  last tenth (``steps // 10``) and windows of ``steps // 20``, and fp32's median over all the pairs.
+  last tenth (``steps // 10``) and windows of ``steps // 20`` from the first step, and fp32's median
+  over all the pairs; its lines: tokens per second of each median step, and fp32's medians over the
+  first and last tenths of every pair.
 """
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -360,6 +363,19 @@ def test_median_seconds_is_the_median_of_repeats_calls_after_the_warmup(monkeypa
     assert clock.calls == 4
 
 
+def test_best_of_rounds_keeps_each_entrys_lowest_round_median(monkeypatch, capsys):
+    """Three rounds, each timing fp32 then fp8 once after a warmup call (``--repeats 1``): fp32's
+    timed calls take 5, 1 and 2 s, fp8's 4, 9 and 6 s, so the best rounds are 1 and 4 s (the
+    medians over the rounds would be 2 and 6, the means 2.67 and 6.33; found by mutation testing:
+    the median over the rounds passed)."""
+    # in calling order: fp32 warmup, fp32, fp8 warmup, fp8, round after round
+    clock = FakeClock([7.0, 5.0, 7.0, 4.0, 7.0, 1.0, 7.0, 9.0, 7.0, 2.0, 7.0, 6.0])
+    monkeypatch.setattr(bench.time, "perf_counter", clock.perf_counter)
+    assert bench.best_of_rounds({"fp32": clock.tick, "fp8": clock.tick}, repeats=1, rounds=3) == {"fp32": 1.0,
+                                                                                                   "fp8": 4.0}
+    assert clock.calls == 12 and capsys.readouterr().out == ""
+
+
 def test_report_ratios_is_the_median_of_the_per_round_ratios(capsys):
     """fp32 rounds of 1, 2, 3 ms and fp8 rounds of 3, 2.2, 3.3 ms: per-round ratios 3, 1.1, 1.1,
     median 1.1 (the ratio of the medians would be 3 / 2 = 1.5, their mean 1.73)."""
@@ -425,14 +441,22 @@ class _Idle:
         pass
 
 
-def test_train_section_reports_medians_over_the_run_its_tenths_and_windows(monkeypatch, tmp_path):
-    """Two pairs of 40 steps with given step times: the JSON holds, for each recipe, the medians of
-    its steps, of its partner's, and of the per-step ratios over the run, its first and last tenth
-    (4 steps) and each window of 2 steps (steps // 20), and for fp32 the median over both pairs'
-    steps (not a mean), with tokens per second from it; every float rounded to 4 decimals."""
+@pytest.mark.parametrize("steps, tenth, window", [(40, 4, 2), (45, 4, 2), (30, 3, 1)])
+def test_train_section_reports_medians_over_the_run_its_tenths_and_windows(monkeypatch, tmp_path, capsys, steps,
+                                                                           tenth, window):
+    """Two pairs of ``steps`` steps with given step times: the JSON holds, for each recipe, the medians
+    of its steps, of its partner's, and of the per-step ratios over the run, its first and last tenth
+    (``steps // 10``: 4, 4 and 3 steps) and each window of ``steps // 20`` steps (2, 2 and 1; floor,
+    not rounded: 30 // 20 is 1) from the first step on, a last partial window left out (45 steps:
+    22 windows of steps 1-44), and for fp32 the median over both pairs' steps (not a mean), with
+    tokens per second from it; every float rounded to 4 decimals. The lines print the same, with
+    each step's tokens per second (tokens per step / its median step time) and fp32's medians over
+    the first and the last tenth of every pair (found by mutation testing: 45 and 30 steps, the
+    windows counted from the end or ``round(steps / 20)`` steps wide, the tenth ``ceil(steps / 10)``,
+    or fp32's last tenths taken from the start, passed)."""
     from minifp8 import train_tiny
 
-    steps, tokens = 40, train_tiny.TrainConfig().batch_size * train_tiny.TrainConfig().block_size
+    tokens = train_tiny.TrainConfig().batch_size * train_tiny.TrainConfig().block_size
     rng = np.random.default_rng(0)
     seconds = [rng.integers(1, 60, steps) * 1e-3 for _ in range(4)]  # fp32, fp8, fp32, unit, in build order
     clock, built = [0.0], iter(seconds)
@@ -444,18 +468,31 @@ def test_train_section_reports_medians_over_the_run_its_tenths_and_windows(monke
     with monkeypatch.context() as quiet:
         quiet.setattr(bench, "machine_line", lambda: "machine: test")
         assert bench.main(["--steps", str(steps), "--recipes", "fp8,unit", "--json", str(path), "train"]) == 0
+    out = capsys.readouterr().out
     document = bench.load_speed_results(path)
-    assert document["steps"] == steps and document["window_steps"] == 2
+    assert document["steps"] == steps and document["window_steps"] == window
     for recipe, fp32_times, times in (("fp8", seconds[0], seconds[1]), ("unit", seconds[2], seconds[3])):
         ratios = times / fp32_times
-        expected = {"ratio": np.median(ratios), "first_tenth": np.median(ratios[:4]),
-                    "last_tenth": np.median(ratios[-4:]), "step_ms": np.median(times) * 1e3,
+        expected = {"ratio": np.median(ratios), "first_tenth": np.median(ratios[:tenth]),
+                    "last_tenth": np.median(ratios[steps - tenth:]), "step_ms": np.median(times) * 1e3,
                     "fp32_step_ms": np.median(fp32_times) * 1e3}
         measured = document["recipes"][recipe]
         for key, value in expected.items():
             assert measured[key] == pytest.approx(value, abs=1e-4), (recipe, key)
-        windows = [np.median(ratios[i:i + 2]) for i in range(0, steps, 2)]
+        windows = [np.median(ratios[i:i + window]) for i in range(0, steps - window + 1, window)]
+        assert len(windows) == steps // window
         np.testing.assert_allclose(measured["window_ratios"], windows, atol=1e-4)
+        line = next(line for line in out.splitlines() if f"train step under {recipe} " in line)
+        assert int(re.search(r" ([\d,]+) tok/s", line)[1].replace(",", "")) == pytest.approx(
+            tokens / np.median(times), abs=0.5 + 1e-6), line
     fp32_ms = np.median(np.concatenate([seconds[0], seconds[2]])) * 1e3
     assert document["fp32"]["step_ms"] == pytest.approx(fp32_ms, abs=1e-4)
     assert document["fp32"]["tokens_per_second"] == round(tokens / fp32_ms * 1e3)
+    fp32_line = next(line for line in out.splitlines() if "train step under fp32 " in line)
+    first_ms, last_ms = (float(text) for text in re.search(r"first tenths ([\d.]+) ms, last ([\d.]+)\)",
+                                                             fp32_line).groups())
+    assert first_ms == pytest.approx(np.median(np.concatenate([seconds[0][:tenth], seconds[2][:tenth]])) * 1e3,
+                                     abs=0.05 + 1e-6), fp32_line
+    assert last_ms == pytest.approx(np.median(np.concatenate([seconds[0][steps - tenth:],
+                                                              seconds[2][steps - tenth:]])) * 1e3,
+                                    abs=0.05 + 1e-6), fp32_line
