@@ -242,6 +242,7 @@ def _as_float32_exactly(array: np.ndarray) -> np.ndarray | None:
         return array.astype(np.float32, copy=False)
     if array.dtype != np.float64 or not array.size:
         return None
+
     def narrowed_if_exact(values: np.ndarray) -> np.ndarray | None:
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # (Inf or 0 then, not equal)
             narrowed = values.astype(np.float32)
