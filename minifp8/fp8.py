@@ -667,20 +667,26 @@ class _ModuleTree(Protocol):
     def named_modules(self) -> Iterable[tuple[str, Any]]: ...
 
 
-def apply_recipe(model: _ModuleTree, recipe: str, **options: bool | int | str) -> FP8State:
+def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = (),
+                 **options: bool | int | str) -> FP8State:
     """Install FP8 casts into every linear GEMM and attention core of ``model``.
 
     Every module (from ``model.named_modules()``) with a ``gemm`` attribute gets an
     `FP8Linear` bound to a cast point named after the module; every module with an
     ``attention_core`` gets it wrapped in `FP8Attention`, at a point named after the module too
     (``"<module>.attention_core"`` where the module also has a gemm). Hooks from an earlier call are
-    replaced, and ``"fp32"`` restores the plain ones (``functional.linear`` and the unwrapped core).
+    replaced, and ``"fp32"`` restores the plain ones (``functional.linear`` and the unwrapped core),
+    as does ``exclude`` for the modules it names.
 
     Parameters
     ----------
     model : nn.Module
     recipe : str
         One of `RECIPES`.
+    exclude : iterable of str, optional
+        Names of modules (as ``named_modules`` gives them) to leave in float32, with no cast point:
+        ``("lm_head",)`` keeps a GPT's output head in higher precision, as DeepSeek-V3 does (its
+        section 3.3.1). Each must name a module with a gemm or an attention core.
     **options
         Recipe options (`RECIPE_OPTIONS`): ``current``: ``power_of_2=False``; ``delayed``:
         ``history_len=1024, amax_compute_algo="max", margin=0`` (scaling.DelayedScaling);
@@ -702,31 +708,61 @@ def apply_recipe(model: _ModuleTree, recipe: str, **options: bool | int | str) -
     TypeError
         For an option the recipe does not take, an option value of the wrong type (each option
         has its default's type: ``margin=0.5``, ``history_len=2.0``, ``power_of_2=1``), a
-        ``recipe`` that is not a str, or a model without ``named_modules``.
+        ``recipe`` that is not a str, a model without ``named_modules``, or an ``exclude`` that is
+        a str or holds anything but strs.
+    ValueError
+        Also for an ``exclude`` name that is no module with a gemm or an attention core.
     """
     _check_recipe(recipe, "apply_recipe")
     options = _recipe_options(recipe, options)
     if not hasattr(model, "named_modules"):
         raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
+    castable = {name for name, module in model.named_modules()
+                if hasattr(module, "gemm") or hasattr(module, "attention_core")}
+    excluded = _excluded_modules(exclude, castable)
+    if recipe != "fp32" and not castable - excluded:  # (checked before any module changes)
+        left_out = f" outside exclude ({', '.join(sorted(excluded))})" if excluded else ""
+        raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
+                         f"in {type(model).__name__}{left_out}; recipe {recipe!r} would cast nothing")
     state = FP8State(recipe, options)
     for name, module in model.named_modules():
+        cast = recipe != "fp32" and name not in excluded
         name = name or type(module).__name__
         if hasattr(module, "gemm"):
-            if recipe != "fp32":
+            if cast:
                 module.gemm = FP8Linear(state, state._add_point(name, "gemm"))
             elif isinstance(module.gemm, FP8Linear):
                 module.gemm = F.linear
         if hasattr(module, "attention_core"):
             core = module.attention_core
             core = core.core if isinstance(core, FP8Attention) else core
-            if recipe != "fp32":  # (a module that has a gemm too: its core is a point of its own)
+            if cast:  # (a module that has a gemm too: its core is a point of its own)
                 point_name = f"{name}.attention_core" if hasattr(module, "gemm") else name
                 core = FP8Attention(core, state, state._add_point(point_name, "attention"))
             module.attention_core = core
-    if recipe != "fp32" and not state.points:
-        raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
-                         f"in {type(model).__name__}; recipe {recipe!r} would cast nothing")
     return state
+
+
+def _excluded_modules(exclude, castable: set[str]) -> set[str]:
+    """The module names of `apply_recipe`'s ``exclude``, checked: each a str among ``castable``, the
+    names of the modules with a gemm or an attention core (TypeError, ValueError)."""
+    if isinstance(exclude, (str, bytes)):  # (a str is an iterable of one-letter names)
+        raise TypeError(f"apply_recipe: exclude must be an iterable of module names, such as ('lm_head',), "
+                        f"got the {type(exclude).__name__} {exclude!r}")
+    try:
+        names = list(exclude)
+    except TypeError:
+        raise TypeError(f"apply_recipe: exclude must be an iterable of module names, got "
+                        f"{type(exclude).__name__}") from None
+    not_names = [name for name in names if not isinstance(name, str)]
+    if not_names:
+        raise TypeError(f"apply_recipe: exclude must hold module names (str), got {not_names[0]!r} "
+                        f"({type(not_names[0]).__name__})")
+    unknown = [name for name in names if name not in castable]
+    if unknown:
+        raise ValueError(f"apply_recipe: exclude names no module with a gemm or an attention core: "
+                         f"{', '.join(map(repr, unknown))}; such modules are {', '.join(sorted(castable))}")
+    return set(names)
 
 
 def _check_recipe(recipe, caller: str) -> None:

@@ -21,7 +21,8 @@ What it does
 from the same initial weights and on the same batches. ``fp32``, ``fp8``, ``current``,
 ``delayed``, ``mxfp8`` and ``blockwise`` train the standard (nanoGPT) model, ``unit`` the
 unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe (``--recipe fp32
---family unit`` is the unit-scaled model in FP32).
+--family unit`` is the unit-scaled model in FP32). ``--fp32-lm-head`` leaves the LM head's GEMM in
+float32 under every recipe, as DeepSeek-V3 (section 3.3.1) keeps its output head in higher precision.
 
 Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
 mean step time, the throughput and the time left in this run (its steps left at their wall time
@@ -86,7 +87,8 @@ NVIDIA's ``rceil``, as TransformerEngine computes MXFP8 scales, none does.
 Refusals. A flag set to another value than its default where no run reads it is refused, not
 ignored: ``--loss-scale-interval`` without a run under ``--loss-scale dynamic``,
 ``--saturate-gradients yes|no`` where every run is fp32 or mxfp8, ``--mx-scale-mode`` without an
-mxfp8 run, ``--grad-clip`` other than 0 (off) where every run is unit-scaled. So is a run that
+mxfp8 run, ``--fp32-lm-head`` where every run is fp32, ``--grad-clip`` other than 0 (off) where
+every run is unit-scaled. So is a run that
 cannot fit in the machine's memory, before it starts: a lower bound of what it holds
 (`_memory_needed`: the validation batches, one step's activations, the weights and their gradients)
 against the physical memory.
@@ -210,6 +212,10 @@ class TrainConfig:
                 "(2**ceil(log2(amax / max)), which never saturates); or torchao's ceil and even (tutorial 4); "
                 "another mode than floor is refused unless a run is mxfp8",
         "choices": mx.SCALE_MODES})
+    fp32_lm_head: bool = field(default=False, metadata={
+        "help": "leave the LM head's GEMM in float32, uncast (minifp8.fp8.apply_recipe's exclude), as DeepSeek-V3 "
+                "keeps its output head in higher precision; refused where every run is fp32",
+        "action": "store_true"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
@@ -409,6 +415,8 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
             "saturate_gradients" not in fp8.RECIPE_OPTIONS[run.recipe] for run in runs):
         fail(f"--saturate-gradients {config.saturate_gradients} sets what an overflowing E5M2 gradient cast gives, "
              f"but no run has one: fp32 casts nothing, mxfp8's MX casts always saturate ({which})")
+    if config.fp32_lm_head and all(run.recipe == "fp32" for run in runs):
+        fail(f"--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 ({which})")
     if config.grad_clip not in (TrainConfig.grad_clip, 0.0) and all(run.family == "unit" for run in runs):
         fail(f"--grad-clip {config.grad_clip:g} clips the standard model's gradient norm, but every run is "
              f"unit-scaled, whose gradients are never clipped ({which})")
@@ -645,8 +653,8 @@ def _build(run: Run, config: TrainConfig, vocab_size: int):
     and the FP8 gradient store (None without ``fp8_grads``)."""
     model_rng = np.random.default_rng(config.seed)  # draws the weights, then the dropout masks
     model = GPT(_model_config(config, run.family, vocab_size), rng=model_rng)
-    state = fp8.apply_recipe(model, run.recipe, **_recipe_options(run.recipe, config.saturate_gradients,
-                                                                 config.mx_scale_mode))
+    state = fp8.apply_recipe(model, run.recipe, exclude=("lm_head",) if config.fp32_lm_head else (),
+                             **_recipe_options(run.recipe, config.saturate_gradients, config.mx_scale_mode))
     groups = model.optimizer_groups(_peak_lr(config, run.family), config.weight_decay)
     if run.fp8_optimizer == "none":
         optimizer = AdamW(groups, betas=(0.9, 0.99), eps=1e-8)

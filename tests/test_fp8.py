@@ -983,6 +983,49 @@ def test_apply_recipe_finds_every_linear_and_attention():
     assert model.layers[0].gemm.state is state
 
 
+def test_apply_recipe_exclude_leaves_the_named_modules_in_float32():
+    """exclude: the named modules keep the plain hooks (an earlier recipe's are taken off) and get no
+    cast point, so their outputs and gradients are those of an untouched copy, while every other
+    module still casts."""
+    rng = np.random.default_rng(0)
+    model = small_model(rng)
+    plain = copy.deepcopy(model)
+    fp8.apply_recipe(model, "current")  # (hooks everywhere first: exclude must take them off)
+    state = fp8.apply_recipe(model, "current", exclude=["mlp.2", "attention"])
+    assert set(state.points) == {"layers.0", "layers.1", "mlp.0"}
+    assert model.mlp[2].gemm is F.linear and model.attention.attention_core is F.scaled_dot_product_attention
+    inputs = rng.standard_normal((2, 8, 32)).astype(np.float32)
+    run(model, inputs, rng.standard_normal((2, 8, 32)))
+    assert all(set(state.points[name].stats) == {"x", "w", "grad"} for name in state.points)
+    hidden = rng.standard_normal((2, 8, 64)).astype(np.float32)
+    copies = [Tensor(hidden, requires_grad=True) for _ in range(2)]
+    outputs = [module(x) for module, x in zip((model.mlp[2], plain.mlp[2]), copies)]
+    assert_same(outputs[0].data, outputs[1].data)
+    for output in outputs:
+        output.sum().backward()
+    assert_same(copies[0].grad, copies[1].grad)
+    # under fp32 the names are still checked; the exclusion changes nothing there
+    assert fp8.apply_recipe(model, "fp32", exclude=("mlp.2",)).points == {}
+
+
+def test_apply_recipe_exclude_errors_leave_the_model_as_it_was():
+    model = small_model(np.random.default_rng(0))
+    state = fp8.apply_recipe(model, "current")
+    hooks = [model.layers[0].gemm, model.attention.attention_core]
+    for exclude, error, message in [
+            ("mlp.2", TypeError, "exclude must be an iterable of module names, such as \\('lm_head',\\), got the str"),
+            (3, TypeError, "exclude must be an iterable of module names, got int"),
+            ([b"mlp.2"], TypeError, "exclude must hold module names \\(str\\), got b'mlp.2' \\(bytes\\)"),
+            (["mlp.1"], ValueError, "exclude names no module with a gemm or an attention core: 'mlp.1'; such "
+                                    "modules are attention, layers.0, layers.1, mlp.0, mlp.2"),
+            (["attention", "layers.0", "layers.1", "mlp.0", "mlp.2"], ValueError,
+             "found no linear .* in SmallModel outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)")]:
+        with pytest.raises(error, match=message):
+            fp8.apply_recipe(model, "delayed", exclude=exclude)
+        assert [model.layers[0].gemm, model.attention.attention_core] == hooks  # (untouched)
+        assert model.layers[0].gemm.state is state
+
+
 def test_unknown_recipe_and_bad_options():
     model = small_model(np.random.default_rng(0))
     with pytest.raises(ValueError, match="unknown FP8 recipe 'fp16'; choose one of fp32, fp8, unit, current, "

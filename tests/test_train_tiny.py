@@ -259,6 +259,32 @@ def test_resume_is_bit_exact(tmp_path, capsys):
     assert expected["unit + loss scale dynamic"]["skipped_steps"] > 0
 
 
+def test_fp32_lm_head_leaves_only_the_lm_head_uncast_and_resumes_bit_exactly(tmp_path, capsys):
+    """--fp32-lm-head: no run has an lm_head cast point, every other point still casts, the fp32 run
+    is the one without the flag, and the current run (whose head's casts it removes) is not; a
+    stopped run resumes to the same bits."""
+    flags = [*TINY, "--recipe", "fp32,current,unit"]
+    plain, whole, parts = tmp_path / "plain", tmp_path / "whole", tmp_path / "parts"
+    assert run_main(capsys, *flags, "--out", str(plain))[0] == 0
+    assert run_main(capsys, *flags, "--fp32-lm-head", "--out", str(whole))[0] == 0
+    document = metrics(whole)
+    assert document["config"]["fp32_lm_head"] is True and metrics(plain)["config"]["fp32_lm_head"] is False
+    with_flag, without = document["runs"], metrics(plain)["runs"]
+    for label in ("current", "unit"):
+        assert "lm_head" in without[label]["cast_points"]
+        assert set(with_flag[label]["cast_points"]) == set(without[label]["cast_points"]) - {"lm_head"}
+        assert all("lm_head" not in json.dumps(entry) for entry in with_flag[label]["cast_stats"])
+        assert with_flag[label]["train_loss"] != without[label]["train_loss"]
+    assert with_flag["fp32"]["train_loss"] == without["fp32"]["train_loss"]
+    status, out, _ = run_main(capsys, *flags, "--fp32-lm-head", "--out", str(parts), "--stop-after", "27")
+    assert status == 130
+    assert run_main(capsys, "--resume", str(parts))[0] == 0
+    for label, expected in with_flag.items():
+        actual = metrics(parts)["runs"][label]
+        for key in ("train_loss", "val", "cast_stats", "cast_points", "final"):
+            assert actual[key] == expected[key], (label, key)
+
+
 def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, capsys):
     """Checkpoints written before the run's identity (meta) and the FP8 options (fp8.options.*)
     were saved: both are taken from the config, and the run continues as one run would."""
@@ -285,10 +311,11 @@ def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, caps
         arrays = {key: archive[key] for key in archive.files}
     meta = json.loads(train_tiny.checkpoint_header(arrays["meta"]))
     assert meta["identity"]["config"].pop("mx_scale_mode") == "floor"
+    assert meta["identity"]["config"].pop("fp32_lm_head") is False
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(checkpoint, **arrays)
     config = json.loads((parts / "config.json").read_text())
-    del config["config"]["mx_scale_mode"]
+    del config["config"]["mx_scale_mode"], config["config"]["fp32_lm_head"]
     (parts / "config.json").write_text(json.dumps(config))
     status, out, _ = run_main(capsys, "--resume", str(parts))
     assert status == 0 and "resumed at step 7/20" in out
@@ -763,6 +790,8 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--recipe", "mxfp8", "--saturate-gradients", "no"], "but no run has one"),
     (["--recipe", "unit,fp32", "--family", "unit", "--grad-clip", "0.5"],
      "--grad-clip 0.5 clips the standard model's gradient norm, but every run is unit-scaled"),
+    (["--recipe", "fp32", "--family", "unit", "--fp32-lm-head"],
+     "--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 (runs: unit fp32)"),
 ])
 def test_bad_flags_give_one_line_errors(capsys, argv, message):
     status, out, err = run_main(capsys, *argv)
