@@ -810,6 +810,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     else:
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
                  + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
+                 + (", LM head in float32" if config.fp32_lm_head and run.recipe != "fp32" else "")
                  + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()

@@ -266,7 +266,9 @@ def test_fp32_lm_head_leaves_only_the_lm_head_uncast_and_resumes_bit_exactly(tmp
     flags = [*TINY, "--recipe", "fp32,current,unit"]
     plain, whole, parts = tmp_path / "plain", tmp_path / "whole", tmp_path / "parts"
     assert run_main(capsys, *flags, "--out", str(plain))[0] == 0
-    assert run_main(capsys, *flags, "--fp32-lm-head", "--out", str(whole))[0] == 0
+    status, printed, _ = run_main(capsys, *flags, "--fp32-lm-head", "--out", str(whole))
+    assert status == 0 and "recipe current, LM head in float32\n" in printed
+    assert "recipe fp32\n" in printed and "recipe unit, LM head in float32\n" in printed
     document = metrics(whole)
     assert document["config"]["fp32_lm_head"] is True and metrics(plain)["config"]["fp32_lm_head"] is False
     with_flag, without = document["runs"], metrics(plain)["runs"]
