@@ -88,10 +88,9 @@ Refusals. A flag set to another value than its default where no run reads it is 
 ignored: ``--loss-scale-interval`` without a run under ``--loss-scale dynamic``,
 ``--saturate-gradients yes|no`` where every run is fp32 or mxfp8, ``--mx-scale-mode`` without an
 mxfp8 run, ``--fp32-lm-head`` where every run is fp32, ``--grad-clip`` other than 0 (off) where
-every run is unit-scaled. So is a run that
-cannot fit in the machine's memory, before it starts: a lower bound of what it holds
-(`_memory_needed`: the validation batches, one step's activations, the weights and their gradients)
-against the physical memory.
+every run is unit-scaled. So is a run that cannot fit in the machine's memory, before it starts: a
+lower bound of what it holds (`_memory_needed`: the validation batches, one step's activations, the
+weights and their gradients) against the physical memory.
 
 Outputs (``--out DIR``)
 -----------------------
