@@ -809,7 +809,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     else:
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
                  + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
-                 + (", LM head in float32" if config.fp32_lm_head and run.recipe != "fp32" else "")
+                 + (f", {_LM_HEAD_NOTE}" if config.fp32_lm_head and run.recipe != "fp32" else "")
                  + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()
@@ -1219,6 +1219,10 @@ def _versus_fp32_cell(run: Run, runs: list[Run], finals: dict, val_loss: float) 
     return text if len(text) <= 11 else f"{val_loss / baseline:.3g}x"
 
 
+#: What ``--fp32-lm-head`` changes, as the summary and loss.png's title say it.
+_LM_HEAD_NOTE = "LM head in float32"
+
+
 def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
     width = max([28] + [len(run.label) for run in runs])
     versus = any(_fp32_partner(run, runs) is not None for run in runs)
@@ -1277,7 +1281,8 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     try:
         from . import plots
 
-        figure = plots.training_curves(document)
+        title = None if not config.fp32_lm_head else f"Training the mini-GPT under each recipe, {_LM_HEAD_NOTE}"
+        figure = plots.training_curves(document, title=title)
     except ImportError:
         print_fn(f"wrote {out / 'metrics.json'} (no loss.png: pip install matplotlib to get the figure)")
         return
@@ -1759,6 +1764,8 @@ def _main(argv: list[str] | None) -> int:
             return 2
     print()
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
+    if config.fp32_lm_head:  # (refused where every run is fp32)
+        print(f"(--fp32-lm-head: {_LM_HEAD_NOTE} in every run)")
     if out is not None:
         try:
             _write_outputs(out, config, runs, results, dataset, print, started_in)

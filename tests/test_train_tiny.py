@@ -259,16 +259,24 @@ def test_resume_is_bit_exact(tmp_path, capsys):
     assert expected["unit + loss scale dynamic"]["skipped_steps"] > 0
 
 
-def test_fp32_lm_head_leaves_only_the_lm_head_uncast_and_resumes_bit_exactly(tmp_path, capsys):
+def test_fp32_lm_head_leaves_only_the_lm_head_uncast_and_resumes_bit_exactly(tmp_path, capsys, monkeypatch):
     """--fp32-lm-head: no run has an lm_head cast point, every other point still casts, the fp32 run
     is the one without the flag, and the current run (whose head's casts it removes) is not; a
-    stopped run resumes to the same bits."""
+    stopped run resumes to the same bits. The summary and loss.png's title say so."""
+    from minifp8 import plots
+
+    titles = []
+    monkeypatch.setattr(plots, "training_curves", lambda document, title=None: titles.append(title) or
+                        type("Figure", (), {"savefig": lambda self, *args, **options: None})())
     flags = [*TINY, "--recipe", "fp32,current,unit"]
     plain, whole, parts = tmp_path / "plain", tmp_path / "whole", tmp_path / "parts"
-    assert run_main(capsys, *flags, "--out", str(plain))[0] == 0
+    status, printed, _ = run_main(capsys, *flags, "--out", str(plain))
+    assert status == 0 and "fp32-lm-head" not in printed and titles == [None]
     status, printed, _ = run_main(capsys, *flags, "--fp32-lm-head", "--out", str(whole))
     assert status == 0 and "recipe current, LM head in float32\n" in printed
     assert "recipe fp32\n" in printed and "recipe unit, LM head in float32\n" in printed
+    assert "\n(--fp32-lm-head: LM head in float32 in every run)\n" in printed
+    assert titles[1] == "Training the mini-GPT under each recipe, LM head in float32"
     document = metrics(whole)
     assert document["config"]["fp32_lm_head"] is True and metrics(plain)["config"]["fp32_lm_head"] is False
     with_flag, without = document["runs"], metrics(plain)["runs"]
@@ -281,6 +289,7 @@ def test_fp32_lm_head_leaves_only_the_lm_head_uncast_and_resumes_bit_exactly(tmp
     status, out, _ = run_main(capsys, *flags, "--fp32-lm-head", "--out", str(parts), "--stop-after", "27")
     assert status == 130
     assert run_main(capsys, "--resume", str(parts))[0] == 0
+    assert titles[-1] == titles[1]  # (the resumed session reads the flag from config.json)
     for label, expected in with_flag.items():
         actual = metrics(parts)["runs"][label]
         for key in ("train_loss", "val", "cast_stats", "cast_points", "final"):
