@@ -751,6 +751,20 @@ def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> tuple[dict
     return runs, columns
 
 
+def _loss_floor(results: dict, figure: str) -> float | None:
+    """``results['loss_floor']`` (the corpus' entropy rate; None where it is not known), checked."""
+    loss_floor = results.get("loss_floor")
+    return None if loss_floor is None else _number(loss_floor, f"{figure}: results['loss_floor']")
+
+
+def _draw_loss_floor(axis, loss_floor: float | None) -> None:
+    """A dotted line at the corpus' entropy rate, where it is known and finite."""
+    if loss_floor is not None and math.isfinite(loss_floor):
+        axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
+        axis.text(0.99, loss_floor, "entropy rate of the corpus (whole lines)", transform=axis.get_yaxis_transform(),
+                  ha="right", va="bottom", fontsize=8, color="grey")
+
+
 def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
     """(steps, losses) of one run's training loss, averaged over windows of about ``smooth_steps``
     (shorter ones where a run would have fewer than ten, so that a short run still draws a line).
@@ -800,8 +814,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
                           {"val": ("step", "loss"), "cast_stats": ("step", "max_underflow")})
     every = _check_int(results.get("train_loss_every", 1), "training_curves: results['train_loss_every']", 1)
     smooth_steps = _check_int(smooth_steps, "smooth_steps", 1)
-    loss_floor = results.get("loss_floor")
-    loss_floor = None if loss_floor is None else _number(loss_floor, "training_curves: results['loss_floor']")
+    loss_floor = _loss_floor(results, "training_curves")
     curves = {label: _run_curve(_series(metrics["train_loss"], f"training_curves: run {label!r}: 'train_loss'"),
                                 every, smooth_steps) for label, metrics in runs.items()}
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
@@ -825,10 +838,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
             marker_every = max(1, stats["step"].size // 12)  # a dozen markers a line, enough to tell each apart
             underflow_axis.plot(stats["step"], 100 * stats["max_underflow"], style, color=color,
                                 linewidth=1.2, marker=marker, markersize=4, markevery=marker_every, label=label)
-    if loss_floor is not None and math.isfinite(loss_floor):
-        loss_axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
-        loss_axis.text(0.99, loss_floor, "entropy rate of the corpus (whole lines)",
-                       transform=loss_axis.get_yaxis_transform(), ha="right", va="bottom", fontsize=8, color="grey")
+    _draw_loss_floor(loss_axis, loss_floor)
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, markers: validation")
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(loc="best", fontsize=8, ncols=2)
@@ -837,6 +847,61 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     underflow_axis.set_xlabel("step")
     underflow_axis.set_ylim(-3, 103)
     underflow_axis.grid(True, alpha=0.3)
+    return figure
+
+
+def validation_curves(results: dict, title: str | None = None) -> Figure:
+    """Validation loss and whole answers right at every evaluation of each run of a ``train_tiny``
+    results document on the arithmetic corpus (``--experiment long``: which runs learn to add).
+
+    Top: the validation loss, with the corpus' entropy rate dotted where the document knows it.
+    Bottom: the share of validation problems whose whole answer the model predicts exactly
+    (`minifp8.data.answer_accuracy`). Each run has its colour, marker and line style
+    (`RUN_STYLES`, as in `training_curves`).
+
+    Parameters
+    ----------
+    results : dict
+        ``metrics.json`` of ``python -m minifp8.train_tiny --out DIR`` or a committed results file
+        (``minifp8.train_tiny.load_results(minifp8.train_tiny.LONG_RESULTS)``). Each run needs
+        ``val``, a list of evaluations with ``step``, ``loss`` and ``exact_match`` (a number, or None
+        for NaN); a run with an empty list is left out. ``exact_match`` is only measured on the
+        bundled arithmetic corpus: a run on ``--data`` text raises a ValueError that says so, as
+        does any missing key (naming the run and the key); a value of the wrong type raises a
+        TypeError.
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    try:
+        runs, columns = _runs(results, "validation_curves", ("val",), {"val": ("step", "loss", "exact_match")})
+    except ValueError as error:
+        if "'exact_match'" not in str(error):
+            raise
+        raise ValueError(f"{error}: answer accuracy is measured on the bundled arithmetic corpus only, not on "
+                         f"--data text") from None
+    loss_floor = _loss_floor(results, "validation_curves")
+    figure, (loss_axis, exact_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True)
+    looks = _run_styles({label: metrics.get("recipe") for label, metrics in runs.items()})
+    for label in runs:
+        color, marker, style = looks[label]
+        val = columns[label]["val"]
+        if not val["step"].size:
+            continue
+        for axis, values in ((loss_axis, val["loss"]), (exact_axis, val["exact_match"])):
+            axis.plot(val["step"], values, style, color=color, linewidth=1.2, marker=marker, markersize=4,
+                      label=label)
+    _draw_loss_floor(loss_axis, loss_floor)
+    loss_axis.set_ylabel("validation loss (nats/char)")
+    loss_axis.grid(True, alpha=0.3)
+    exact_axis.legend(loc="upper left", fontsize=8, ncols=2)  # (where no run has learned to add yet)
+    loss_axis.set_title(title or "Validation loss and exact answers of each run", fontsize=10)
+    exact_axis.set_ylabel("whole answers right")
+    _percent_axis(exact_axis)
+    exact_axis.set_xlabel("step")
+    exact_axis.grid(True, alpha=0.3)
     return figure
 
 

@@ -127,9 +127,9 @@ Outputs (``--out DIR``)
   143, as of a process that SIGTERM ends). Each checkpoint records its config and run, and
   resuming refuses one that does not match ``config.json``. A new run into a ``DIR`` that holds
   an earlier one replaces its ``config.json`` and removes its checkpoints and results
-  (``metrics.json``, ``loss.png``, an experiment's ``headline.json`` or ``fp8lm.json``). A ``DIR``
-  that holds any of those files but no ``config.json`` written by train_tiny is refused, and left
-  as it is; other files in ``DIR`` stay.
+  (``metrics.json``, ``loss.png``, an experiment's ``headline.json``, ``fp8lm.json`` or
+  ``long.json``). A ``DIR`` that holds any of those files but no ``config.json`` written by
+  train_tiny is refused, and left as it is; other files in ``DIR`` stay.
 
 The headline experiment
 -----------------------
@@ -140,6 +140,10 @@ standard model's loss is a mean over ``batch_size * block_size`` tokens, so its 
 factor ``1/(B T)`` and fall below E5M2's range (smallest subnormal 2^-16) unless they are scaled.
 The results file (`HEADLINE_RESULTS`, read by `load_results` and drawn by
 `minifp8.plots.training_curves`) is what the tutorials plot.
+
+``--experiment long`` trains the same eight runs and ``blockwise`` at the default config for 4000
+steps (`LONG_CONFIG`), long enough for the fp32 runs to learn to add, and writes ``long.json``
+(`LONG_RESULTS`, drawn by `minifp8.plots.validation_curves`). It takes about 30 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -170,12 +174,14 @@ from .model import FAMILIES, GPT, GPTConfig
 from .nn import _read_npz
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
-__all__ = ["EXPERIMENTS", "FP8LM_RESULTS", "FP8LM_RUNS", "HEADLINE_CONFIG", "HEADLINE_RESULTS", "HEADLINE_RUNS",
-           "LossScaler", "Run", "TrainConfig", "load_results", "main", "train"]
+__all__ = ["EXPERIMENTS", "EXPERIMENT_CONFIGS", "FP8LM_RESULTS", "FP8LM_RUNS", "HEADLINE_CONFIG", "HEADLINE_RESULTS",
+           "HEADLINE_RUNS", "LONG_CONFIG", "LONG_RESULTS", "LONG_RUNS", "LossScaler", "Run", "TrainConfig",
+           "load_results", "main", "train"]
 
-#: Where the committed results of ``--experiment headline`` and ``--experiment fp8lm`` live (package data).
+#: Where the committed results of ``--experiment headline``, ``fp8lm`` and ``long`` live (package data).
 HEADLINE_RESULTS = Path(__file__).resolve().parent / "results" / "headline.json"
 FP8LM_RESULTS = HEADLINE_RESULTS.with_name("fp8lm.json")
+LONG_RESULTS = HEADLINE_RESULTS.with_name("long.json")
 
 
 # ================================================================================================
@@ -256,9 +262,9 @@ class TrainConfig:
     log_interval: int = field(default=50, metadata={"help": "steps between progress lines"})
     out: str | None = field(default=None, metadata={
         "help": "directory for config.json (the config, the runs and the training text's SHA-256), "
-                "metrics.json, loss.png, checkpoints/ and an --experiment's headline.json or fp8lm.json. A new "
-                "run replaces those of an earlier run there, and refuses a directory that holds such files "
-                "without an earlier run's config.json", "metavar": "DIR"})
+                "metrics.json, loss.png, checkpoints/ and an --experiment's headline.json, fp8lm.json or "
+                "long.json. A new run replaces those of an earlier run there, and refuses a directory that holds "
+                "such files without an earlier run's config.json", "metavar": "DIR"})
     resume: str | None = field(default=None, metadata={
         "help": "continue the runs saved in DIR (takes its config; only --stop-after may be added)",
         "metavar": "DIR"})
@@ -267,9 +273,10 @@ class TrainConfig:
                 "--resume)",
         "metavar": "STEPS"})
     experiment: str | None = field(default=None, metadata={
-        "help": "run a fixed experiment at the headline config (flags given explicitly override it): headline "
-                "(the unit-scaling claim) or fp8lm (FP8-LM's options on the unit and current recipes)",
-        "choices": ("headline", "fp8lm")})
+        "help": "run a fixed experiment (flags given explicitly override its config): headline (the unit-scaling "
+                "claim) or fp8lm (FP8-LM's options on the unit and current recipes), both at the headline config, "
+                "or long (the headline's runs and blockwise at the default config for 4000 steps)",
+        "choices": ("headline", "fp8lm", "long")})
 
 
 #: The config of ``--experiment headline``: where naive FP8 breaks and the remedies show.
@@ -325,7 +332,17 @@ FP8LM_RUNS = tuple(Run(recipe, _family, **options) for recipe, _family in (("uni
                                    {"fp8_grads": True, "workers": 4},
                                    {"fp8_grads": True, "workers": 4, "fp8_optimizer": "O3"}))
 
-EXPERIMENTS = {"headline": HEADLINE_RUNS, "fp8lm": FP8LM_RUNS}
+#: The runs of ``--experiment long``: the headline's and blockwise.
+LONG_RUNS = (*HEADLINE_RUNS, Run("blockwise", "standard"))
+
+#: The config of ``--experiment long``: the default config, trained four times as long (the
+#: learning rate's cosine spans all 4000 steps), long enough for the fp32 runs to learn to add.
+LONG_CONFIG = dict(steps=4000)
+
+EXPERIMENTS = {"headline": HEADLINE_RUNS, "fp8lm": FP8LM_RUNS, "long": LONG_RUNS}
+
+#: Each experiment's config: the flags it sets, over `TrainConfig`'s defaults.
+EXPERIMENT_CONFIGS = {"headline": HEADLINE_CONFIG, "fp8lm": HEADLINE_CONFIG, "long": LONG_CONFIG}
 
 #: The flags that make the runs, which an experiment fixes (each run records its own).
 RUN_FLAGS = ("recipe", "family", "loss_scale", "fp8_grads", "fp8_optimizer", "fp8_allreduce")
@@ -390,7 +407,8 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, list[Run]]:
                 parser.error(f"--experiment {config.experiment} fixes its runs; do not combine it with "
                              f"--{flag.replace('_', '-')}")
         runs = list(EXPERIMENTS[config.experiment])
-        overrides: dict[str, Any] = {key: value for key, value in HEADLINE_CONFIG.items() if key not in explicit}
+        overrides: dict[str, Any] = {key: value for key, value in EXPERIMENT_CONFIGS[config.experiment].items()
+                                     if key not in explicit}
         config = replace(config, **overrides)
     else:
         runs = _runs(parser, config)
@@ -1323,15 +1341,19 @@ def _strict_json(document, digits: int | None = None) -> str:
     return json.dumps(strict(document), indent=1, allow_nan=False) + "\n"
 
 
-def headline_results(document: dict, every: int = 10) -> dict:
-    """The small results file of the headline experiment from its ``metrics.json`` document.
+def headline_results(document: dict, every: int | None = None) -> dict:
+    """The small results file of an experiment (``headline.json``, ``fp8lm.json``, ``long.json``)
+    from its ``metrics.json`` document.
 
     Keeps the config (less the flags an experiment fixes, `RUN_FLAGS`: each run's label, recipe and
     family say what it ran), the environment (None in documents older than it; and
     ``continued_in`` where a resume ran under another), each run's
     summary, validation curve, loss-scale and cast-statistics log, and its training loss averaged
-    over windows of ``every`` steps (``train_loss_every``).
+    over windows of ``every`` steps (``train_loss_every``; by default a fiftieth of the config's
+    steps: 10 at the headline's 500, 80 at the long experiment's 4000).
     """
+    if every is None:
+        every = max(1, document["config"]["steps"] // 50)
     runs = {}
     for label, metrics in document["runs"].items():
         losses = np.asarray(metrics["train_loss"], dtype=np.float64)
@@ -1359,8 +1381,8 @@ def headline_results(document: dict, every: int = 10) -> dict:
 
 
 def load_results(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None) -> dict:
-    """A results document: the committed headline results by default, or a ``metrics.json`` or
-    `FP8LM_RESULTS`."""
+    """A results document: the committed headline results by default, or a ``metrics.json``,
+    `FP8LM_RESULTS` or `LONG_RESULTS`."""
     return _load_json_object(HEADLINE_RESULTS if path is None else path)
 
 

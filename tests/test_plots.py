@@ -127,7 +127,7 @@ def test_a_diverged_run_is_drawn_to_its_last_step_and_crossed_where_it_diverged(
     assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [238] and list(crosses[0].get_ydata()) == [3.0]
 
 
-@pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options])
+@pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options, plots.validation_curves])
 @pytest.mark.parametrize("results, error, message", [
     (None, TypeError, "results must be a dict, got NoneType"),
     ({"description": "", "commands": []}, ValueError, "results has no 'runs' (it has 'description', 'commands'): "
@@ -141,6 +141,45 @@ def test_a_diverged_run_is_drawn_to_its_last_step_and_crossed_where_it_diverged(
 def test_results_figures_say_what_they_cannot_draw(figure, results, error, message):
     with pytest.raises(error, match=re.escape(f"{figure.__name__}: {message}")):
         figure(results)
+
+
+def _evaluations(*exact_match):
+    """A run's ``val`` list on the arithmetic corpus: one evaluation every 250 steps."""
+    return [{"step": 250 * i, "loss": 2.0 - 0.1 * i, "char_accuracy": 0.5, "exact_match": share}
+            for i, share in enumerate(exact_match)]
+
+
+def test_validation_curves_draws_each_runs_loss_and_exact_answers():
+    results = {"loss_floor": 1.0, "runs": {"fp32": run("fp32", val=_evaluations(0.0, 0.2, 0.6)),
+                                           "current": run("current", val=_evaluations(0.0, None, 0.1)),
+                                           "not evaluated": run(val=[])}}
+    figure = labelled(plots.validation_curves(results))
+    loss_axis, exact_axis = figure.axes
+    assert [text.get_text() for text in exact_axis.get_legend().get_texts()] == ["fp32", "current"]
+    drawn = {line.get_label(): line for line in exact_axis.get_lines()}
+    assert list(drawn) == ["fp32", "current"]
+    np.testing.assert_array_equal(drawn["fp32"].get_xdata(), [0, 250, 500])
+    np.testing.assert_array_equal(drawn["fp32"].get_ydata(), [0.0, 0.2, 0.6])
+    np.testing.assert_array_equal(drawn["current"].get_ydata(), [0.0, np.nan, 0.1])  # (null, JSON's NaN)
+    losses = {line.get_label(): list(line.get_ydata()) for line in loss_axis.get_lines()}
+    assert losses["fp32"] == [2.0, 1.9, 1.8]
+    assert _looks(exact_axis) == {label: _looks(loss_axis)[label] for label in ("fp32", "current")}
+    assert exact_axis.yaxis.get_major_formatter()(0.25, None) == "25%"
+
+
+@pytest.mark.parametrize("results, error, message", [
+    ({"runs": {"fp8": run()}}, ValueError,  # a run on --data text: its evaluations have no answer accuracy
+     "validation_curves: run 'fp8': an entry of 'val' has no 'exact_match' (it has 'step', 'loss'): answer "
+     "accuracy is measured on the bundled arithmetic corpus only, not on --data text"),
+    ({"runs": {"fp8": run(val=[{"step": 4, "loss": 1.9, "exact_match": "0.5"}])}}, TypeError,
+     "validation_curves: run 'fp8': an entry of 'val': 'exact_match' must be a number or None, got str '0.5'"),
+    ({"runs": {"fp8": {"recipe": "fp8"}}}, ValueError, "validation_curves: run 'fp8' has no 'val' (it has 'recipe')"),
+    ({"loss_floor": "1.0", "runs": {"fp8": run(val=_evaluations(0.0))}}, TypeError,
+     "validation_curves: results['loss_floor'] must be a number, got str '1.0'"),
+])
+def test_validation_curves_says_what_it_cannot_draw(results, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        plots.validation_curves(results)
 
 
 def test_seeds_results_are_not_a_training_document():
@@ -316,7 +355,8 @@ from minifp8.bench import load_speed_results
 calls = [plots.value_grid, plots.rounding_error, plots.stochastic_rounding_bias, plots.delayed_scaling_outlier,
          plots.block_scaling_snr, lambda: plots.scale_plot([fp8.ScaleRecord("x", (1,), 1.0, 1.0, 1.0, 1.0)]),
          lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS)),
-         lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors]
+         lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors,
+         lambda: plots.validation_curves(load_results())]
 figures = [name for name, value in vars(plots).items() if not name.startswith("_") and callable(value)
            and getattr(value, "__module__", None) == plots.__name__ and name != "gpt_cast_scales"]  # (returns data)
 assert len(calls) == len(figures), f"one call per figure function: {figures}"
@@ -327,7 +367,7 @@ for call in calls:
         print(error)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 10
+    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 11
 
 
 # ---- found in a review: each failed before its fix ----------------------------------------------------

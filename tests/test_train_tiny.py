@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -1160,6 +1161,41 @@ def test_committed_headline_results():
     assert len(figure.axes) == 2
 
 
+def test_long_experiment_is_the_headline_runs_and_blockwise_at_the_default_config_for_4000_steps(tmp_path, capsys):
+    config, runs = parse_args(["--experiment", "long"])
+    assert runs == list(train_tiny.LONG_RUNS) == [*HEADLINE_RUNS, Run("blockwise", "standard")]
+    assert replace(config, experiment=None) == replace(TrainConfig(), steps=4000)  # the default config otherwise
+    assert (config.eval_interval, config.log_interval) == (250, 50)
+    # explicit flags override its config; its results file keeps about 50 windows of the training loss
+    status, out, _ = run_main(capsys, "--experiment", "long", *TINY[2:], "--steps", "100", "--out", str(tmp_path))
+    assert status == 0 and f"wrote {tmp_path / 'long.json'}" in out
+    results = train_tiny.load_results(tmp_path / "long.json")
+    assert results["config"]["steps"] == 100 and results["config"]["experiment"] == "long"
+    assert results["train_loss_every"] == 2
+    assert list(results["runs"]) == [run.label for run in runs]
+    assert all(len(run["train_loss"]) == 50 for run in results["runs"].values())
+    every_step = metrics(tmp_path)["runs"]["blockwise"]["train_loss"]
+    assert results["runs"]["blockwise"]["train_loss"][-1] == round(float(np.mean(every_step[-2:])), 5)
+
+
+def test_committed_long_results():
+    """The committed results of --experiment long: every run, evaluated every 250 steps to 4000, and they plot."""
+    results = train_tiny.load_results(train_tiny.LONG_RESULTS)
+    assert list(results["runs"]) == [run.label for run in train_tiny.LONG_RUNS]
+    assert results["environment"]["blas_kernels"] == "Haswell"
+    made_by = asdict(TrainConfig(steps=4000, experiment="long"))  # the defaults, less each run's and the session's flags
+    assert results["config"] == {key: value for key, value in made_by.items()
+                                 if key not in {*train_tiny.RUN_FLAGS, "out", "resume", "stop_after"}}
+    for run in results["runs"].values():
+        assert run["final"]["steps"] == 4000 and run["diverged"] is None
+        assert [entry["step"] for entry in run["val"]] == list(range(0, 4001, 250))
+        assert run["final"]["val_loss"] == pytest.approx(run["val"][-1]["loss"], abs=5e-6)
+    pytest.importorskip("matplotlib")
+    from minifp8 import plots
+
+    assert len(plots.validation_curves(results).axes) == 2
+
+
 def _kernels_under(coretype: str) -> str | None:
     """`train_tiny.blas_kernels` in a fresh process whose OpenBLAS was told ``OPENBLAS_CORETYPE``."""
     env = {**os.environ, "OPENBLAS_CORETYPE": coretype}
@@ -1207,6 +1243,21 @@ def test_committed_headline_results_reproduce_under_their_kernels(tmp_path):
     for label in ("fp32", "unit"):
         for key in ("val", "train_loss", "final", "cast_stats"):
             assert measured[label][key] == committed[label][key], (label, key)
+
+
+@pytest.mark.slow
+def test_committed_long_results_reproduce_under_their_kernels(tmp_path):
+    """The committed results of --experiment long came from OpenBLAS's Haswell (AVX2) kernels: with
+    those, its fp32 run (4000 steps, about 2 minutes) gives the committed file's curves to the last
+    digit kept. Fails when a change moves training."""
+    _skip_unless_haswell_kernels_can_run()
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--recipe", "fp32", "--steps", "4000", "--out",
+                    str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    measured = train_tiny.headline_results(metrics(tmp_path))["runs"]["fp32"]
+    committed = train_tiny.load_results(train_tiny.LONG_RESULTS)["runs"]["fp32"]
+    for key in ("val", "train_loss", "final"):
+        assert measured[key] == committed[key], key
 
 
 # The default run's numbers, as the README states them ("What the training experiment shows"):

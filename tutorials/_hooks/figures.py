@@ -82,6 +82,7 @@ FIGURES = {
     "scales-unit-gpt": lambda: headline_gpt_scales("unit"),
     "headline-training": lambda: plots.training_curves(train_results()),
     "fp8lm-options": lambda: plots.fp8lm_options(train_results("fp8lm")),
+    "long-training": lambda: plots.validation_curves(train_results("long")),
     "scaled-gemm-errors": lambda: plots.scaled_gemm_errors(seed=2),
     "train-speed": lambda: plots.train_speed(speed_results()),
 }
