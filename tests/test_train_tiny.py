@@ -1196,6 +1196,30 @@ def test_committed_long_results():
     assert len(plots.validation_curves(results).axes) == 2
 
 
+def test_committed_long_seed_study_is_what_its_commands_train():
+    """long_seeds.json: seeds 1 and 2 of the fp32/current and unit-scaled pairs, and seed 0 with the
+    LM head in float32, each a 4000-step run of the default config evaluated as --experiment long's."""
+    study = json.loads(train_tiny.LONG_RESULTS.with_name("long_seeds.json").read_text(encoding="utf-8"))
+    assert study["kernels"] == train_tiny.load_results(train_tiny.LONG_RESULTS)["environment"]["blas_kernels"]
+    *seed_commands, lm_head_command = study["commands"]
+    labels = []
+    for command in seed_commands:
+        config, runs = parse_args(command.split()[3:-1] + ["1"])  # (after "python -m minifp8.train_tiny"; S = 1)
+        assert replace(config, recipe="unit", family="auto", seed=0) == replace(TrainConfig(), steps=4000)
+        labels += [run.label for run in runs]
+    config, runs = parse_args(lm_head_command.split()[3:])
+    assert config == replace(TrainConfig(), steps=4000, recipe="current,unit", fp32_lm_head=True)
+    assert list(study["seeds"]) == ["1", "2"] and list(study["fp32_lm_head"]) == ["0"]
+    assert all(list(curves) == labels for curves in study["seeds"].values())
+    assert list(study["fp32_lm_head"]["0"]) == [run.label for run in runs]
+    for curves in (*study["seeds"].values(), study["fp32_lm_head"]["0"]):
+        for val in curves.values():
+            assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
+    # seed 0 with the flag is another run than long.json's (whose LM heads cast)
+    long_runs = train_tiny.load_results(train_tiny.LONG_RESULTS)["runs"]
+    assert all(val[-1] != long_runs[label]["val"][-1] for label, val in study["fp32_lm_head"]["0"].items())
+
+
 def _kernels_under(coretype: str) -> str | None:
     """`train_tiny.blas_kernels` in a fresh process whose OpenBLAS was told ``OPENBLAS_CORETYPE``."""
     env = {**os.environ, "OPENBLAS_CORETYPE": coretype}
