@@ -779,6 +779,10 @@ def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
     return (starts + counts / 2) * every + 0.5, means
 
 
+#: `training_curves`' title when none is given (train_tiny's loss.png adds to it).
+TRAINING_CURVES_TITLE = "Training the mini-GPT under each recipe"
+
+
 def training_curves(results: dict, smooth_steps: int = 20, title: str | None = None) -> Figure:
     """Loss curves of every run of a ``train_tiny`` results document, and their worst FP8 underflow.
 
@@ -842,7 +846,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, markers: validation")
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(loc="best", fontsize=8, ncols=2)
-    loss_axis.set_title(title or "Training the mini-GPT under each recipe", fontsize=10)
+    loss_axis.set_title(title or TRAINING_CURVES_TITLE, fontsize=10)
     underflow_axis.set_ylabel("worst cast point:\n% flushed to zero")
     underflow_axis.set_xlabel("step")
     underflow_axis.set_ylim(-3, 103)

@@ -1299,7 +1299,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     try:
         from . import plots
 
-        title = None if not config.fp32_lm_head else f"Training the mini-GPT under each recipe, {_LM_HEAD_NOTE}"
+        title = None if not config.fp32_lm_head else f"{plots.TRAINING_CURVES_TITLE}, {_LM_HEAD_NOTE}"
         figure = plots.training_curves(document, title=title)
     except ImportError:
         print_fn(f"wrote {out / 'metrics.json'} (no loss.png: pip install matplotlib to get the figure)")
