@@ -1161,6 +1161,12 @@ def test_committed_headline_results():
     assert len(figure.axes) == 2
 
 
+def test_every_experiment_has_its_runs_its_config_and_its_flag_choice():
+    """--experiment's choices are listed in TrainConfig, above the tables of runs and configs: they must agree."""
+    choices = next(action.choices for action in train_tiny.build_parser()._actions if action.dest == "experiment")
+    assert tuple(choices) == tuple(train_tiny.EXPERIMENTS) == tuple(train_tiny.EXPERIMENT_CONFIGS)
+
+
 def test_long_experiment_is_the_headline_runs_and_blockwise_at_the_default_config_for_4000_steps(tmp_path, capsys):
     config, runs = parse_args(["--experiment", "long"])
     assert runs == list(train_tiny.LONG_RUNS) == [*HEADLINE_RUNS, Run("blockwise", "standard")]
