@@ -97,6 +97,7 @@ std and mean |x| of a tensor and of its gradient: what ``plots.scale_plot`` draw
 """
 from __future__ import annotations
 
+import fnmatch
 import functools
 import math
 import sys
@@ -684,9 +685,11 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     recipe : str
         One of `RECIPES`.
     exclude : iterable of str, optional
-        Names of modules (as ``named_modules`` gives them) to leave in float32, with no cast point:
+        Modules to leave in float32, with no cast point, each a name as ``named_modules`` gives it
+        or a shell-style pattern over those names (`fnmatch.fnmatchcase`, where ``*`` spans dots):
         ``("lm_head",)`` keeps a GPT's output head in higher precision, as DeepSeek-V3 does (its
-        section 3.3.1). Each must name a module with a gemm or an attention core.
+        section 3.3.1), and ``("*.mlp.*",)`` every MLP linear of a `model.GPT`. Each must match
+        a module with a gemm or an attention core.
     **options
         Recipe options (`RECIPE_OPTIONS`): ``current``: ``power_of_2=False``; ``delayed``:
         ``history_len=1024, amax_compute_algo="max", margin=0`` (scaling.DelayedScaling);
@@ -711,7 +714,8 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         ``recipe`` that is not a str, a model without ``named_modules``, or an ``exclude`` that is
         a str or holds anything but strs.
     ValueError
-        Also for an ``exclude`` name that is no module with a gemm or an attention core.
+        Also for an ``exclude`` name or pattern that matches no module with a gemm or an attention
+        core.
     """
     _check_recipe(recipe, "apply_recipe")
     options = _recipe_options(recipe, options)
@@ -744,8 +748,9 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
 
 
 def _excluded_modules(exclude, castable: set[str]) -> set[str]:
-    """The module names of `apply_recipe`'s ``exclude``, checked: each a str among ``castable``, the
-    names of the modules with a gemm or an attention core (TypeError, ValueError)."""
+    """The module names that `apply_recipe`'s ``exclude`` matches, checked: each entry a str that
+    matches (`fnmatch.fnmatchcase`) a name in ``castable``, the names of the modules with a gemm or
+    an attention core (TypeError, ValueError)."""
     if isinstance(exclude, (str, bytes)):  # (a str is an iterable of one-letter names)
         raise TypeError(f"apply_recipe: exclude must be an iterable of module names, such as ('lm_head',), "
                         f"got the {type(exclude).__name__} {exclude!r}")
@@ -758,11 +763,13 @@ def _excluded_modules(exclude, castable: set[str]) -> set[str]:
     if not_names:
         raise TypeError(f"apply_recipe: exclude must hold module names (str), got {not_names[0]!r} "
                         f"({type(not_names[0]).__name__})")
-    unknown = [name for name in names if name not in castable]
+    matches = {pattern: {name for name in castable if name == pattern or fnmatch.fnmatchcase(name, pattern)}
+               for pattern in names}
+    unknown = [pattern for pattern, found in matches.items() if not found]
     if unknown:
-        raise ValueError(f"apply_recipe: exclude names no module with a gemm or an attention core: "
+        raise ValueError(f"apply_recipe: exclude matches no module with a gemm or an attention core: "
                          f"{', '.join(map(repr, unknown))}; such modules are {', '.join(sorted(castable))}")
-    return set(names)
+    return set().union(*matches.values())
 
 
 def _check_recipe(recipe, caller: str) -> None:

@@ -22,7 +22,9 @@ from the same initial weights and on the same batches. ``fp32``, ``fp8``, ``curr
 ``delayed``, ``mxfp8`` and ``blockwise`` train the standard (nanoGPT) model, ``unit`` the
 unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe (``--recipe fp32
 --family unit`` is the unit-scaled model in FP32). ``--fp32-lm-head`` leaves the LM head's GEMM in
-float32 under every recipe, as DeepSeek-V3 (section 3.3.1) keeps its output head in higher precision.
+float32 under every recipe, as DeepSeek-V3 (section 3.3.1) keeps its output head in higher precision,
+and ``--fp32-modules`` any other GEMMs and attention cores, named or matched by shell-style patterns
+(``'*.mlp.*'``: every MLP linear of either model), to find which casts cost a run its accuracy.
 
 Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
 mean step time, the throughput and the time left in this run (its steps left at their wall time
@@ -87,9 +89,10 @@ NVIDIA's ``rceil``, as TransformerEngine computes MXFP8 scales, none does.
 Refusals. A flag set to another value than its default where no run reads it is refused, not
 ignored: ``--loss-scale-interval`` without a run under ``--loss-scale dynamic``,
 ``--saturate-gradients yes|no`` where every run is fp32 or mxfp8, ``--mx-scale-mode`` without an
-mxfp8 run, ``--fp32-lm-head`` where every run is fp32, ``--grad-clip`` other than 0 (off) where
-every run is unit-scaled. So is a run that cannot fit in the machine's memory, before it starts: a
-lower bound of what it holds (`_memory_needed`: the validation batches, one step's activations, the
+mxfp8 run, ``--fp32-lm-head`` or ``--fp32-modules`` where every run is fp32, ``--grad-clip`` other
+than 0 (off) where every run is unit-scaled. So is a ``--fp32-modules`` pattern that matches nothing
+in a run's model, or that leaves it nothing to cast, and a run that cannot fit in the machine's
+memory, before it starts: a lower bound of what it holds (`_memory_needed`: the validation batches, one step's activations, the
 weights and their gradients) against the physical memory.
 
 Outputs (``--out DIR``)
@@ -221,6 +224,11 @@ class TrainConfig:
         "help": "leave the LM head's GEMM in float32, uncast (minifp8.fp8.apply_recipe's exclude), as DeepSeek-V3 "
                 "keeps its output head in higher precision; refused where every run is fp32",
         "action": "store_true"})
+    fp32_modules: str | None = field(default=None, metadata={
+        "help": "leave more GEMMs in float32, uncast: a comma-separated list of module names or shell-style "
+                "patterns over them (fnmatch; * spans dots), such as '*.mlp.*' (every MLP linear), '*.attn.*' "
+                "(attention's projections) or '*.attn' (its cores); an unmatched pattern's error lists the names; "
+                "refused where every run is fp32", "metavar": "PATTERNS"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
@@ -434,6 +442,8 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
              f"but no run has one: fp32 casts nothing, mxfp8's MX casts always saturate ({which})")
     if config.fp32_lm_head and all(run.recipe == "fp32" for run in runs):
         fail(f"--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 ({which})")
+    if config.fp32_modules is not None and all(run.recipe == "fp32" for run in runs):
+        fail(f"--fp32-modules leaves GEMMs uncast, but no run casts: every run is fp32 ({which})")
     if config.grad_clip not in (TrainConfig.grad_clip, 0.0) and all(run.family == "unit" for run in runs):
         fail(f"--grad-clip {config.grad_clip:g} clips the standard model's gradient norm, but every run is "
              f"unit-scaled, whose gradients are never clipped ({which})")
@@ -539,6 +549,7 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
         fail("--out must name a directory, got an empty string")
     if config.data == "":  # (it would read as the working directory)
         fail("--data must name a text file, got an empty string")
+    _check_uncast_modules(fail, config, runs)
     checks = [("seed", config.seed >= 0, ">= 0"),
               ("dropout", 0.0 <= config.dropout < 1.0, "in [0, 1)"),
               ("min-lr-ratio", 0.0 <= config.min_lr_ratio <= 1.0, "in [0, 1]"),
@@ -550,6 +561,29 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
         value = getattr(config, name.replace("-", "_"))
         if not ok:
             fail(f"--{name} must be {expected}, got {value}")
+
+
+def _uncast_modules(config: TrainConfig) -> tuple[str, ...]:
+    """The module names and patterns that ``--fp32-lm-head`` and ``--fp32-modules`` leave in float32
+    (`fp8.apply_recipe`'s ``exclude``)."""
+    patterns = [] if config.fp32_modules is None else [text.strip() for text in config.fp32_modules.split(",")]
+    return ("lm_head",) * config.fp32_lm_head + tuple(patterns)
+
+
+def _check_uncast_modules(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
+    """Every ``--fp32-modules`` pattern must match a GEMM or an attention core, and leave one cast, in
+    the model of every run that casts: checked by `fp8.apply_recipe` on a one-wide model of each such
+    family (the module names depend on the family and the layers only)."""
+    if config.fp32_modules is None:
+        return
+    first_cast = {run.family: run.recipe for run in reversed(runs) if run.recipe != "fp32"}
+    for family, recipe in sorted(first_cast.items()):
+        shape = GPTConfig(vocab_size=2, block_size=1, n_layer=config.n_layer, n_head=1, n_embd=1, family=family)
+        try:
+            fp8.apply_recipe(GPT(shape, rng=np.random.default_rng(0)), recipe, exclude=_uncast_modules(config))
+        except ValueError as error:
+            fail(f"--fp32-modules {config.fp32_modules} in the {family} model: "
+                 f"{str(error).removeprefix('apply_recipe: ')}")
 
 
 def _check_stop_after(fail: Callable[[str], NoReturn], config: TrainConfig) -> None:
@@ -670,7 +704,7 @@ def _build(run: Run, config: TrainConfig, vocab_size: int):
     and the FP8 gradient store (None without ``fp8_grads``)."""
     model_rng = np.random.default_rng(config.seed)  # draws the weights, then the dropout masks
     model = GPT(_model_config(config, run.family, vocab_size), rng=model_rng)
-    state = fp8.apply_recipe(model, run.recipe, exclude=("lm_head",) if config.fp32_lm_head else (),
+    state = fp8.apply_recipe(model, run.recipe, exclude=_uncast_modules(config),
                              **_recipe_options(run.recipe, config.saturate_gradients, config.mx_scale_mode))
     groups = model.optimizer_groups(_peak_lr(config, run.family), config.weight_decay)
     if run.fp8_optimizer == "none":
@@ -827,7 +861,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     else:
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
                  + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
-                 + (f", {_LM_HEAD_NOTE}" if config.fp32_lm_head and run.recipe != "fp32" else "")
+                 + (f", {_uncast_note(config)}" if _uncast_modules(config) and run.recipe != "fp32" else "")
                  + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()
@@ -1237,8 +1271,12 @@ def _versus_fp32_cell(run: Run, runs: list[Run], finals: dict, val_loss: float) 
     return text if len(text) <= 11 else f"{val_loss / baseline:.3g}x"
 
 
-#: What ``--fp32-lm-head`` changes, as the summary and loss.png's title say it.
-_LM_HEAD_NOTE = "LM head in float32"
+def _uncast_note(config: TrainConfig) -> str:
+    """What ``--fp32-lm-head`` and ``--fp32-modules`` leave uncast, as the log, the summary and
+    loss.png's title say it: "LM head in float32", "*.mlp.* in float32", "LM head and *.attn in
+    float32"."""
+    patterns = ", ".join(_uncast_modules(config)[config.fp32_lm_head:])
+    return " and ".join(["LM head"] * config.fp32_lm_head + [patterns] * bool(patterns)) + " in float32"
 
 
 def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
@@ -1299,7 +1337,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     try:
         from . import plots
 
-        title = None if not config.fp32_lm_head else f"{plots.TRAINING_CURVES_TITLE}, {_LM_HEAD_NOTE}"
+        title = f"{plots.TRAINING_CURVES_TITLE}, {_uncast_note(config)}" if _uncast_modules(config) else None
         figure = plots.training_curves(document, title=title)
     except ImportError:
         print_fn(f"wrote {out / 'metrics.json'} (no loss.png: pip install matplotlib to get the figure)")
@@ -1786,8 +1824,10 @@ def _main(argv: list[str] | None) -> int:
             return 2
     print()
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
-    if config.fp32_lm_head:  # (refused where every run is fp32)
-        print(f"(--fp32-lm-head: {_LM_HEAD_NOTE} in every run)")
+    if _uncast_modules(config):  # (refused where every run is fp32)
+        flags = ["--fp32-lm-head"] * config.fp32_lm_head + [f"--fp32-modules {config.fp32_modules}"] * (
+            config.fp32_modules is not None)
+        print(f"({' '.join(flags)}: {_uncast_note(config)} in every run)")
     if out is not None:
         try:
             _write_outputs(out, config, runs, results, dataset, print, started_in)

@@ -1008,6 +1008,25 @@ def test_apply_recipe_exclude_leaves_the_named_modules_in_float32():
     assert fp8.apply_recipe(model, "fp32", exclude=("mlp.2",)).points == {}
 
 
+def test_apply_recipe_exclude_takes_shell_style_patterns():
+    """An exclude entry may be an fnmatch pattern: ``*`` spans the dots of a module path, ``?`` and
+    ``[...]`` match one character, case counts, and the union of every entry's matches is left
+    uncast."""
+    model = small_model(np.random.default_rng(0))
+    for exclude, uncast in [(["mlp.*"], {"mlp.0", "mlp.2"}),
+                            (["*.?"], {"layers.0", "layers.1", "mlp.0", "mlp.2"}),
+                            (["layers.[1-9]", "attention"], {"layers.1", "attention"}),
+                            (["mlp.2", "mlp.*"], {"mlp.0", "mlp.2"})]:
+        state = fp8.apply_recipe(model, "current", exclude=exclude)
+        assert set(state.points) == {"attention", "layers.0", "layers.1", "mlp.0", "mlp.2"} - uncast, exclude
+        modules = dict(model.named_modules())
+        assert all(modules[name].gemm is F.linear for name in uncast - {"attention"})
+    for exclude, unmatched in [(["MLP.*"], "'MLP.*'"), (["mlp.0", "*.mlp.*", "lay*rs"], "'\\*.mlp.\\*', 'lay\\*rs'")]:
+        with pytest.raises(ValueError, match=f"exclude matches no module with a gemm or an attention core: "
+                                             f"{unmatched}; such modules are attention, layers.0"):
+            fp8.apply_recipe(model, "current", exclude=exclude)
+
+
 def test_apply_recipe_exclude_errors_leave_the_model_as_it_was():
     model = small_model(np.random.default_rng(0))
     state = fp8.apply_recipe(model, "current")
@@ -1016,7 +1035,7 @@ def test_apply_recipe_exclude_errors_leave_the_model_as_it_was():
             ("mlp.2", TypeError, "exclude must be an iterable of module names, such as \\('lm_head',\\), got the str"),
             (3, TypeError, "exclude must be an iterable of module names, got int"),
             ([b"mlp.2"], TypeError, "exclude must hold module names \\(str\\), got b'mlp.2' \\(bytes\\)"),
-            (["mlp.1"], ValueError, "exclude names no module with a gemm or an attention core: 'mlp.1'; such "
+            (["mlp.1"], ValueError, "exclude matches no module with a gemm or an attention core: 'mlp.1'; such "
                                     "modules are attention, layers.0, layers.1, mlp.0, mlp.2"),
             (["attention", "layers.0", "layers.1", "mlp.0", "mlp.2"], ValueError,
              "found no linear .* in SmallModel outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)")]:

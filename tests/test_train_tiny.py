@@ -297,6 +297,48 @@ def test_fp32_lm_head_leaves_only_the_lm_head_uncast_and_resumes_bit_exactly(tmp
             assert actual[key] == expected[key], (label, key)
 
 
+def test_fp32_modules_leaves_the_matched_modules_of_either_family_uncast(tmp_path, capsys, monkeypatch):
+    """--fp32-modules: a pattern names the same layers in both families ('*.mlp.*' is c_fc and
+    c_proj, or linear_1 and linear_2); only the matched cast points go, the rest still cast, the
+    losses move, and the log, the summary and loss.png's title say what was left in float32. With
+    --fp32-lm-head too the LM head goes as well, and a stopped run resumes to the same bits."""
+    from minifp8 import plots
+
+    titles = []
+    monkeypatch.setattr(plots, "training_curves", lambda document, title=None: titles.append(title) or
+                        type("Figure", (), {"savefig": lambda self, *args, **options: None})())
+    flags = [*TINY, "--recipe", "current,unit", "--n-layer", "2"]
+    plain, mlp, both, parts = (tmp_path / name for name in ("plain", "mlp", "both", "parts"))
+    assert run_main(capsys, *flags, "--out", str(plain))[0] == 0
+    status, printed, _ = run_main(capsys, *flags, "--fp32-modules", "*.mlp.*", "--out", str(mlp))
+    assert status == 0 and "recipe current, *.mlp.* in float32\n" in printed
+    assert "\n(--fp32-modules *.mlp.*: *.mlp.* in float32 in every run)\n" in printed
+    assert titles[1] == "Training the mini-GPT under each recipe, *.mlp.* in float32"
+    document, without = metrics(mlp), metrics(plain)["runs"]
+    assert document["config"]["fp32_modules"] == "*.mlp.*" and metrics(plain)["config"]["fp32_modules"] is None
+    mlp_layers = {"current": {"blocks.0.mlp.c_fc", "blocks.0.mlp.c_proj", "blocks.1.mlp.c_fc", "blocks.1.mlp.c_proj"},
+                  "unit": {"blocks.0.mlp.linear_1", "blocks.0.mlp.linear_2", "blocks.1.mlp.linear_1",
+                           "blocks.1.mlp.linear_2"}}
+    for label, layers in mlp_layers.items():
+        assert layers < set(without[label]["cast_points"])
+        assert set(document["runs"][label]["cast_points"]) == set(without[label]["cast_points"]) - layers
+        assert document["runs"][label]["train_loss"] != without[label]["train_loss"]
+    flags += ["--fp32-lm-head", "--fp32-modules", "*.attn, blocks.1.*"]
+    status, printed, _ = run_main(capsys, *flags, "--out", str(both))
+    assert status == 0 and "recipe unit, LM head and *.attn, blocks.1.* in float32\n" in printed
+    assert "\n(--fp32-lm-head --fp32-modules *.attn, blocks.1.*: LM head and *.attn, blocks.1.* in float32 " \
+           "in every run)\n" in printed
+    expected = metrics(both)["runs"]
+    assert set(expected["current"]["cast_points"]) == {"blocks.0.attn.c_attn", "blocks.0.attn.c_proj",
+                                                       "blocks.0.mlp.c_fc", "blocks.0.mlp.c_proj"}
+    assert run_main(capsys, *flags, "--out", str(parts), "--stop-after", "27")[0] == 130
+    assert run_main(capsys, "--resume", str(parts))[0] == 0
+    assert titles[-1] == titles[-2] == "Training the mini-GPT under each recipe, LM head and *.attn, blocks.1.* in float32"
+    for label, run in expected.items():
+        for key in ("train_loss", "val", "cast_stats", "cast_points", "final"):
+            assert metrics(parts)["runs"][label][key] == run[key], (label, key)
+
+
 def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, capsys):
     """Checkpoints written before the run's identity (meta) and the FP8 options (fp8.options.*)
     were saved: both are taken from the config, and the run continues as one run would."""
@@ -324,10 +366,11 @@ def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, caps
     meta = json.loads(train_tiny.checkpoint_header(arrays["meta"]))
     assert meta["identity"]["config"].pop("mx_scale_mode") == "floor"
     assert meta["identity"]["config"].pop("fp32_lm_head") is False
+    assert meta["identity"]["config"].pop("fp32_modules") is None
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(checkpoint, **arrays)
     config = json.loads((parts / "config.json").read_text())
-    del config["config"]["mx_scale_mode"], config["config"]["fp32_lm_head"]
+    del config["config"]["mx_scale_mode"], config["config"]["fp32_lm_head"], config["config"]["fp32_modules"]
     (parts / "config.json").write_text(json.dumps(config))
     status, out, _ = run_main(capsys, "--resume", str(parts))
     assert status == 0 and "resumed at step 7/20" in out
@@ -804,6 +847,19 @@ def test_durations_round_before_splitting_minutes(seconds, text):
      "--grad-clip 0.5 clips the standard model's gradient norm, but every run is unit-scaled"),
     (["--recipe", "fp32", "--family", "unit", "--fp32-lm-head"],
      "--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 (runs: unit fp32)"),
+    (["--recipe", "fp32", "--fp32-modules", "*.mlp.*"],
+     "--fp32-modules leaves GEMMs uncast, but no run casts: every run is fp32 (runs: fp32)"),
+    # a pattern must match in the model of every run that casts (the names differ between families)
+    (["--recipe", "fp32,current,unit", "--n-layer", "1", "--fp32-modules", "lm_head,*.c_fc"],
+     "--fp32-modules lm_head,*.c_fc in the unit model: exclude matches no module with a gemm or an attention "
+     "core: '*.c_fc'; such modules are blocks.0.attn, blocks.0.attn.linear_o, blocks.0.attn.linear_qkv, "
+     "blocks.0.mlp.linear_1, blocks.0.mlp.linear_2, lm_head (see -h)"),
+    (["--recipe", "current", "--n-layer", "3", "--fp32-modules", "blocks.3.*"],
+     "in the standard model: exclude matches no module with a gemm or an attention core: 'blocks.3.*'"),
+    (["--recipe", "delayed", "--fp32-modules", ""], "exclude matches no module with a gemm or an attention core: ''"),
+    (["--recipe", "delayed", "--fp32-lm-head", "--fp32-modules", "blocks.*"],
+     "--fp32-modules blocks.* in the standard model: found no linear (a module with a gemm) or attention core "
+     "(attention_core) in GPT outside exclude (blocks.0.attn, "),
 ])
 def test_bad_flags_give_one_line_errors(capsys, argv, message):
     status, out, err = run_main(capsys, *argv)
@@ -1190,8 +1246,9 @@ def test_committed_long_results():
     assert list(results["runs"]) == [run.label for run in train_tiny.LONG_RUNS]
     assert results["environment"]["blas_kernels"] == "Haswell"
     made_by = asdict(TrainConfig(steps=4000, experiment="long"))  # the defaults, less each run's and the session's flags
+    added_since = {"fp32_modules"}  # (flags added after the file was written, at their defaults then)
     assert results["config"] == {key: value for key, value in made_by.items()
-                                 if key not in {*train_tiny.RUN_FLAGS, "out", "resume", "stop_after"}}
+                                 if key not in {*train_tiny.RUN_FLAGS, "out", "resume", "stop_after", *added_since}}
     for run in results["runs"].values():
         assert run["final"]["steps"] == 4000 and run["diverged"] is None
         assert [entry["step"] for entry in run["val"]] == list(range(0, 4001, 250))
