@@ -92,8 +92,8 @@ ignored: ``--loss-scale-interval`` without a run under ``--loss-scale dynamic``,
 mxfp8 run, ``--fp32-lm-head`` or ``--fp32-modules`` where every run is fp32, ``--grad-clip`` other
 than 0 (off) where every run is unit-scaled. So is a ``--fp32-modules`` pattern that matches nothing
 in a run's model, or that leaves it nothing to cast, and a run that cannot fit in the machine's
-memory, before it starts: a lower bound of what it holds (`_memory_needed`: the validation batches, one step's activations, the
-weights and their gradients) against the physical memory.
+memory, before it starts: a lower bound of what it holds (`_memory_needed`: the validation batches,
+one step's activations, the weights and their gradients) against the physical memory.
 
 Outputs (``--out DIR``)
 -----------------------

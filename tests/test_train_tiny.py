@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -1281,6 +1282,33 @@ def test_committed_long_seed_study_is_what_its_commands_train():
     # seed 0 with the flag is another run than long.json's (whose LM heads cast)
     long_runs = train_tiny.load_results(train_tiny.LONG_RESULTS)["runs"]
     assert all(val[-1] != long_runs[label]["val"][-1] for label, val in study["fp32_lm_head"]["0"].items())
+
+
+def test_committed_long_ablation_is_what_its_commands_train():
+    """long_ablation.json: current's 4000-step runs at seeds 0-2 with some modules in float32, keyed
+    by what its command leaves uncast; seed 0 with the LM head alone in float32 is long_seeds.json's
+    run of the same command in a list (a run is the same with or without the others in its list)."""
+    ablation = json.loads(train_tiny.LONG_RESULTS.with_name("long_ablation.json").read_text(encoding="utf-8"))
+    assert ablation["kernels"] == train_tiny.load_results(train_tiny.LONG_RESULTS)["environment"]["blas_kernels"]
+    assert list(ablation["seeds"]) == ["0", "1", "2"]
+    keys = []
+    for command in ablation["commands"]:
+        words = shlex.split(command)
+        assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
+        config, runs = parse_args(words[3:-1] + ["1"])
+        assert [run.label for run in runs] == ["current"]
+        assert replace(config, fp32_lm_head=False, fp32_modules=None, seed=0) == replace(
+            TrainConfig(), steps=4000, recipe="current")
+        keys.append(",".join(train_tiny._uncast_modules(config)))
+    assert keys[0] == "lm_head" and len(set(keys)) == len(keys)
+    for curves in ablation["seeds"].values():
+        assert list(curves) == keys
+        for val in curves.values():
+            assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
+    study = json.loads(train_tiny.LONG_RESULTS.with_name("long_seeds.json").read_text(encoding="utf-8"))
+    assert ablation["seeds"]["0"]["lm_head"] == study["fp32_lm_head"]["0"]["current"]
+    finals = [val[-1]["loss"] for curves in ablation["seeds"].values() for val in curves.values()]
+    assert len(set(finals)) == len(finals)  # (fifteen runs, no two alike)
 
 
 def _kernels_under(coretype: str) -> str | None:
