@@ -563,11 +563,15 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
             fail(f"--{name} must be {expected}, got {value}")
 
 
+def _fp32_patterns(config: TrainConfig) -> tuple[str, ...]:
+    """The module names and patterns of ``--fp32-modules`` (none where it is not given)."""
+    return () if config.fp32_modules is None else tuple(text.strip() for text in config.fp32_modules.split(","))
+
+
 def _uncast_modules(config: TrainConfig) -> tuple[str, ...]:
     """The module names and patterns that ``--fp32-lm-head`` and ``--fp32-modules`` leave in float32
     (`fp8.apply_recipe`'s ``exclude``)."""
-    patterns = [] if config.fp32_modules is None else [text.strip() for text in config.fp32_modules.split(",")]
-    return ("lm_head",) * config.fp32_lm_head + tuple(patterns)
+    return ("lm_head",) * config.fp32_lm_head + _fp32_patterns(config)
 
 
 def _check_uncast_modules(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
@@ -1275,7 +1279,7 @@ def _uncast_note(config: TrainConfig) -> str:
     """What ``--fp32-lm-head`` and ``--fp32-modules`` leave uncast, as the log, the summary and
     loss.png's title say it: "LM head in float32", "*.mlp.* in float32", "LM head and *.attn in
     float32"."""
-    patterns = ", ".join(_uncast_modules(config)[config.fp32_lm_head:])
+    patterns = ", ".join(_fp32_patterns(config))
     return " and ".join(["LM head"] * config.fp32_lm_head + [patterns] * bool(patterns)) + " in float32"
 
 

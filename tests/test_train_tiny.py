@@ -261,15 +261,22 @@ def test_resume_is_bit_exact(tmp_path, capsys):
     assert expected["unit + loss scale dynamic"]["skipped_steps"] > 0
 
 
+def _record_loss_png_titles(monkeypatch) -> list:
+    """The titles train_tiny gives loss.png from now on, one per figure, in a list (the figure is
+    not drawn)."""
+    from minifp8 import plots
+
+    titles: list = []
+    monkeypatch.setattr(plots, "training_curves", lambda document, title=None: titles.append(title) or
+                        type("Figure", (), {"savefig": lambda self, *args, **options: None})())
+    return titles
+
+
 def test_fp32_lm_head_leaves_only_the_lm_head_uncast_and_resumes_bit_exactly(tmp_path, capsys, monkeypatch):
     """--fp32-lm-head: no run has an lm_head cast point, every other point still casts, the fp32 run
     is the one without the flag, and the current run (whose head's casts it removes) is not; a
     stopped run resumes to the same bits. The summary and loss.png's title say so."""
-    from minifp8 import plots
-
-    titles = []
-    monkeypatch.setattr(plots, "training_curves", lambda document, title=None: titles.append(title) or
-                        type("Figure", (), {"savefig": lambda self, *args, **options: None})())
+    titles = _record_loss_png_titles(monkeypatch)
     flags = [*TINY, "--recipe", "fp32,current,unit"]
     plain, whole, parts = tmp_path / "plain", tmp_path / "whole", tmp_path / "parts"
     status, printed, _ = run_main(capsys, *flags, "--out", str(plain))
@@ -303,11 +310,7 @@ def test_fp32_modules_leaves_the_matched_modules_of_either_family_uncast(tmp_pat
     c_proj, or linear_1 and linear_2); only the matched cast points go, the rest still cast, the
     losses move, and the log, the summary and loss.png's title say what was left in float32. With
     --fp32-lm-head too the LM head goes as well, and a stopped run resumes to the same bits."""
-    from minifp8 import plots
-
-    titles = []
-    monkeypatch.setattr(plots, "training_curves", lambda document, title=None: titles.append(title) or
-                        type("Figure", (), {"savefig": lambda self, *args, **options: None})())
+    titles = _record_loss_png_titles(monkeypatch)
     flags = [*TINY, "--recipe", "current,unit", "--n-layer", "2"]
     plain, mlp, both, parts = (tmp_path / name for name in ("plain", "mlp", "both", "parts"))
     assert run_main(capsys, *flags, "--out", str(plain))[0] == 0
