@@ -139,6 +139,10 @@ _OPTION_TYPE_NAMES = {bool: "a bool", int: "an int", str: "a str"}
 
 _GEMM_ROLES = ("x", "w", "grad")
 _ATTENTION_ROLES = ("q", "k", "v", "grad")
+# The roles of each tensor that apply_recipe's exclude can leave in float32 ("module:tensor"): a
+# tensor's columnwise copy goes with it.
+_TENSOR_ROLES = {"x": ("x", "x_t"), "w": ("w", "w_t"), "grad": ("grad", "grad_t"), "q": ("q",), "k": ("k",),
+                 "v": ("v",)}
 #: Every role a cast point records (`CastPoint.stats`); the ``_t`` casts are the block recipes'
 #: copies along the other axis.
 ROLES = ("x", "w", "grad", "x_t", "w_t", "grad_t", "q", "k", "v")
@@ -177,15 +181,20 @@ class CastPoint:
     scalers : dict of str -> scaling.DelayedScaling
         One per role under the ``delayed`` recipe (the ``_t`` copies share their tensor's);
         empty otherwise.
+    uncast : frozenset of str
+        The roles left in float32 (`apply_recipe`'s ``exclude``, ``"module:tensor"``): they pass
+        through unchanged, with no statistics and no scaler.
     """
 
-    def __init__(self, name: str, kind: str, recipe: str, options: dict):
-        self.name, self.kind = name, kind
+    def __init__(self, name: str, kind: str, recipe: str, options: dict, uncast: frozenset = frozenset()):
+        self.name, self.kind, self.uncast = name, kind, uncast
         self.stats: dict[str, CastStats] = {}
         self.scalers: dict[str, scaling.DelayedScaling] = {}
         self._outputs: dict[str, np.ndarray] = {}
         if recipe == "delayed":
-            for role in _GEMM_ROLES if kind == "gemm" else _ATTENTION_ROLES:
+            for role in (_GEMM_ROLES if kind == "gemm" else _ATTENTION_ROLES):
+                if role in uncast:
+                    continue
                 fmt = BACKWARD_FORMAT if role == "grad" else FORWARD_FORMAT
                 delayed_options = {key: options[key] for key in _DELAYED_SCALING_OPTIONS}
                 self.scalers[role] = scaling.DelayedScaling(fmt, **delayed_options)
@@ -215,7 +224,8 @@ class CastPoint:
         return {**self.__dict__, "_outputs": {}}
 
     def __repr__(self) -> str:
-        return f"CastPoint({self.name!r}, {self.kind}, roles={sorted(self.stats)})"
+        uncast = f", uncast={sorted(self.uncast)}" if self.uncast else ""
+        return f"CastPoint({self.name!r}, {self.kind}, roles={sorted(self.stats)}{uncast})"
 
 
 class FP8State:
@@ -249,10 +259,10 @@ class FP8State:
         self.points: dict[str, CastPoint] = {}
         self.steps = 0
 
-    def _add_point(self, name: str, kind: str) -> CastPoint:
+    def _add_point(self, name: str, kind: str, uncast: frozenset = frozenset()) -> CastPoint:
         if name in self.points:  # its statistics and histories would be lost
             raise ValueError(f"apply_recipe: two cast points would be named {name!r}")
-        point = CastPoint(name, kind, self.recipe, self.options)
+        point = CastPoint(name, kind, self.recipe, self.options, uncast)
         self.points[name] = point
         return point
 
@@ -506,7 +516,10 @@ def fake_quantize(x: ArrayLike, recipe: str, fmt: str | formats.FloatFormat = "E
 
 def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis: int,
           weight: bool = False) -> np.ndarray:
-    """The cast of ``role`` at ``point``: returns the values and stores the statistics on the point."""
+    """The cast of ``role`` at ``point``: returns the values and stores the statistics on the point
+    (``x`` itself where the role is left uncast)."""
+    if role in point.uncast:
+        return x
     values, point.stats[role] = fastcast.cast(x, state.recipe, state.options, fmt, axis, weight,
                                               point.scalers.get(role), functools.partial(point._output, role))
     return values
@@ -514,7 +527,10 @@ def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis
 
 def _cast_both(state: FP8State, point: CastPoint, roles: tuple, x: np.ndarray, fmt) -> tuple:
     """The rowwise (axis -1) and columnwise (axis 0) casts of a 2-D ``x`` under a block recipe, for
-    ``roles`` (e.g. ``("x", "x_t")``): `fastcast.cast_pair`, or two `_cast` calls where it declines."""
+    ``roles`` (e.g. ``("x", "x_t")``): `fastcast.cast_pair`, or two `_cast` calls where it declines
+    (``x`` twice where the tensor is left uncast)."""
+    if roles[0] in point.uncast:  # (a tensor's copies are left uncast together)
+        return x, x
     pair = fastcast.cast_pair(x, state.recipe, state.options, fmt, functools.partial(point._output, roles))
     if pair is None:
         return tuple(_cast(state, point, role, x, fmt, axis) for role, axis in zip(roles, (-1, 0)))
@@ -689,7 +705,11 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         or a shell-style pattern over those names (`fnmatch.fnmatchcase`, where ``*`` spans dots):
         ``("lm_head",)`` keeps a GPT's output head in higher precision, as DeepSeek-V3 does (its
         section 3.3.1), and ``("*.mlp.*",)`` every MLP linear of a `model.GPT`. Each must match
-        a module with a gemm or an attention core.
+        a module with a gemm or an attention core. ``"name:tensor"`` leaves one tensor of the
+        matched modules in float32 and casts the rest: ``x``, ``w`` or ``grad`` of a gemm, ``q``,
+        ``k``, ``v`` or ``grad`` of an attention core (the ``_t`` copies go with their tensor), so
+        ``("lm_head:grad",)`` keeps only the LM head's E5M2 gradient cast out. A point whose every
+        tensor is left out is not made.
     **options
         Recipe options (`RECIPE_OPTIONS`): ``current``: ``power_of_2=False``; ``delayed``:
         ``history_len=1024, amax_compute_algo="max", margin=0`` (scaling.DelayedScaling);
@@ -721,36 +741,52 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     options = _recipe_options(recipe, options)
     if not hasattr(model, "named_modules"):
         raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
-    castable = {name for name, module in model.named_modules()
-                if hasattr(module, "gemm") or hasattr(module, "attention_core")}
-    excluded = _excluded_modules(exclude, castable)
-    if recipe != "fp32" and not castable - excluded:  # (checked before any module changes)
+    castable = {name: _module_tensors(module) for name, module in model.named_modules() if _module_tensors(module)}
+    uncast = _uncast_tensors(exclude, castable)
+    excluded = {name for name, tensors in uncast.items() if tensors == castable[name]}
+    if recipe != "fp32" and not set(castable) - excluded:  # (checked before any module changes)
         left_out = f" outside exclude ({', '.join(sorted(excluded))})" if excluded else ""
         raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
                          f"in {type(model).__name__}{left_out}; recipe {recipe!r} would cast nothing")
     state = FP8State(recipe, options)
     for name, module in model.named_modules():
-        cast = recipe != "fp32" and name not in excluded
+        uncast_here = uncast.get(name, frozenset())
         name = name or type(module).__name__
         if hasattr(module, "gemm"):
-            if cast:
-                module.gemm = FP8Linear(state, state._add_point(name, "gemm"))
+            if recipe != "fp32" and not uncast_here >= set(_GEMM_ROLES):
+                point = state._add_point(name, "gemm", _uncast_roles(uncast_here & set(_GEMM_ROLES)))
+                module.gemm = FP8Linear(state, point)
             elif isinstance(module.gemm, FP8Linear):
                 module.gemm = F.linear
         if hasattr(module, "attention_core"):
             core = module.attention_core
             core = core.core if isinstance(core, FP8Attention) else core
-            if cast:  # (a module that has a gemm too: its core is a point of its own)
+            if recipe != "fp32" and not uncast_here >= set(_ATTENTION_ROLES):
+                # (a module that has a gemm too: its core is a point of its own)
                 point_name = f"{name}.attention_core" if hasattr(module, "gemm") else name
-                core = FP8Attention(core, state, state._add_point(point_name, "attention"))
+                point = state._add_point(point_name, "attention", _uncast_roles(uncast_here & set(_ATTENTION_ROLES)))
+                core = FP8Attention(core, state, point)
             module.attention_core = core
     return state
 
 
-def _excluded_modules(exclude, castable: set[str]) -> set[str]:
-    """The module names that `apply_recipe`'s ``exclude`` matches, checked: each entry a str that
-    matches (`fnmatch.fnmatchcase`) a name in ``castable``, the names of the modules with a gemm or
-    an attention core (TypeError, ValueError)."""
+def _module_tensors(module) -> frozenset[str]:
+    """The tensors a module's casts would cast: x, w and grad for a gemm, q, k, v and grad for an
+    attention core (none for a module with neither)."""
+    return frozenset(_GEMM_ROLES * hasattr(module, "gemm") + _ATTENTION_ROLES * hasattr(module, "attention_core"))
+
+
+def _uncast_roles(tensors: frozenset[str]) -> frozenset[str]:
+    """The roles (`ROLES`) of ``tensors``, their ``_t`` copies with them."""
+    return frozenset(role for tensor in tensors for role in _TENSOR_ROLES[tensor])
+
+
+def _uncast_tensors(exclude, castable: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """What `apply_recipe`'s ``exclude`` leaves in float32: for each module it matches, the tensors
+    (every one of the module's, or the one an entry names after ``:``). ``castable`` maps the
+    names of the modules with a gemm or an attention core to their tensors (`_module_tensors`).
+    Each entry must be a str that matches (`fnmatch.fnmatchcase`) such a module, one with the
+    tensor it names (TypeError, ValueError)."""
     if isinstance(exclude, (str, bytes)):  # (a str is an iterable of one-letter names)
         raise TypeError(f"apply_recipe: exclude must be an iterable of module names, such as ('lm_head',), "
                         f"got the {type(exclude).__name__} {exclude!r}")
@@ -763,13 +799,25 @@ def _excluded_modules(exclude, castable: set[str]) -> set[str]:
     if not_names:
         raise TypeError(f"apply_recipe: exclude must hold module names (str), got {not_names[0]!r} "
                         f"({type(not_names[0]).__name__})")
-    matches = {pattern: {name for name in castable if name == pattern or fnmatch.fnmatchcase(name, pattern)}
-               for pattern in names}
-    unknown = [pattern for pattern, found in matches.items() if not found]
+    uncast: dict[str, frozenset[str]] = {}
+    unknown = []
+    for entry in names:
+        pattern, _, tensor = entry.rpartition(":") if ":" in entry else (entry, "", "")
+        if tensor and tensor not in _TENSOR_ROLES:
+            raise ValueError(f"apply_recipe: exclude entry {entry!r} names the tensor {tensor!r}; after ':' comes "
+                             f"x, w or grad (a gemm's) or q, k, v or grad (an attention core's)")
+        found = [name for name in castable if (name == pattern or fnmatch.fnmatchcase(name, pattern))
+                 and (not tensor or tensor in castable[name])]
+        unknown += [entry] * (not found)
+        for name in found:
+            uncast[name] = uncast.get(name, frozenset()) | (frozenset({tensor}) if tensor else castable[name])
     if unknown:
-        raise ValueError(f"apply_recipe: exclude matches no module with a gemm or an attention core: "
+        tensors = (" that has the tensor named after ':' (a gemm has x, w and grad, an attention core q, k, v "
+                   "and grad)") * any(
+            ":" in entry for entry in unknown)
+        raise ValueError(f"apply_recipe: exclude matches no module with a gemm or an attention core{tensors}: "
                          f"{', '.join(map(repr, unknown))}; such modules are {', '.join(sorted(castable))}")
-    return set().union(*matches.values())
+    return uncast
 
 
 def _check_recipe(recipe, caller: str) -> None:

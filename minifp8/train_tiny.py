@@ -24,7 +24,8 @@ unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe
 --family unit`` is the unit-scaled model in FP32). ``--fp32-lm-head`` leaves the LM head's GEMM in
 float32 under every recipe, as DeepSeek-V3 (section 3.3.1) keeps its output head in higher precision,
 and ``--fp32-modules`` any other GEMMs and attention cores, named or matched by shell-style patterns
-(``'*.mlp.*'``: every MLP linear of either model), to find which casts cost a run its accuracy.
+(``'*.mlp.*'``: every MLP linear of either model), or one tensor of them (``lm_head:grad``: the LM
+head's gradient cast alone), to find which casts cost a run its accuracy.
 
 Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
 mean step time, the throughput and the time left in this run (its steps left at their wall time
@@ -227,8 +228,10 @@ class TrainConfig:
     fp32_modules: str | None = field(default=None, metadata={
         "help": "leave more GEMMs in float32, uncast: a comma-separated list of module names or shell-style "
                 "patterns over them (fnmatch; * spans dots), such as '*.mlp.*' (every MLP linear), '*.attn.*' "
-                "(attention's projections) or '*.attn' (its cores); an unmatched pattern's error lists the names; "
-                "refused where every run is fp32", "metavar": "PATTERNS"})
+                "(attention's projections) or '*.attn' (its cores), each optionally with one tensor, so that "
+                "the rest is still cast: ':x', ':w' or ':grad' of a GEMM (lm_head:grad, the LM head's E5M2 gradient "
+                "cast), ':q', ':k', ':v' or ':grad' of an attention core; an unmatched pattern's error lists the "
+                "names; refused where every run is fp32", "metavar": "PATTERNS"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})

@@ -1038,11 +1038,107 @@ def test_apply_recipe_exclude_errors_leave_the_model_as_it_was():
             (["mlp.1"], ValueError, "exclude matches no module with a gemm or an attention core: 'mlp.1'; such "
                                     "modules are attention, layers.0, layers.1, mlp.0, mlp.2"),
             (["attention", "layers.0", "layers.1", "mlp.0", "mlp.2"], ValueError,
-             "found no linear .* in SmallModel outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)")]:
+             "found no linear .* in SmallModel outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)"),
+            (["mlp.2:x_t"], ValueError, "exclude entry 'mlp.2:x_t' names the tensor 'x_t'; after ':' comes x, w or "
+                                        "grad \\(a gemm's\\) or q, k, v or grad \\(an attention core's\\)"),
+            (["mlp.2:grad", "attention:x", "mlp.*:q"], ValueError,
+             "exclude matches no module with a gemm or an attention core that has the tensor named after ':' "
+             "\\(a gemm has x, w and grad, an attention core q, k, v and grad\\): 'attention:x', 'mlp.\\*:q'; "
+             "such modules are attention, layers.0"),
+            (["attention:q", "attention:k", "attention:v", "attention:grad", "layers.*", "mlp.*"], ValueError,
+             "found no linear .* outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)")]:
         with pytest.raises(error, match=message):
             fp8.apply_recipe(model, "delayed", exclude=exclude)
         assert [model.layers[0].gemm, model.attention.attention_core] == hooks  # (untouched)
         assert model.layers[0].gemm.state is state
+
+
+class _Holder(nn.Module):
+    """One linear and one attention core, named ``proj`` and ``attention``."""
+
+    def __init__(self, rng, core=F.scaled_dot_product_attention):
+        self.proj = nn.Linear(256, 128, bias=False, rng=rng)
+        self.attention = AttentionModule(core)
+
+
+@pytest.mark.parametrize("tensor", ["x", "w", "grad"])
+@pytest.mark.parametrize("recipe", ["fp8", "current", "mxfp8", "blockwise"])
+def test_exclude_one_tensor_of_a_gemm_leaves_it_in_float32_and_casts_the_rest(recipe, tensor):
+    """``exclude=["proj:tensor"]``: that tensor enters all three GEMMs unrounded (its columnwise copy
+    too) and records no statistics; the other operands are cast exactly as before."""
+    rng = np.random.default_rng(41)
+    model = _Holder(rng)
+    model.proj.weight.data = wide_tensor(rng, (128, 256), low=-12, high=2)
+    x_data = wide_tensor(rng, (64, 256), low=-12, high=9)
+    grad_data = wide_tensor(rng, (64, 128), low=-30, high=-2)
+    state = fp8.apply_recipe(model, recipe, exclude=[f"proj:{tensor}"])
+    x = Tensor(x_data, requires_grad=True)
+    y = model.proj(x)
+    y.backward(grad_data)
+
+    w = model.proj.weight.data
+    columnwise = 0 if recipe in ("mxfp8", "blockwise") else -1  # per-tensor: the copies coincide
+    operands = {}
+    for name, data, fmt in (("x", x_data, "E4M3"), ("w", w, "E4M3"), ("grad", grad_data, "E5M2")):
+        operands[name], operands[name + "_t"] = (
+            data if name == tensor else reference(data, recipe, fmt, axis=axis, weight=name == "w")
+            for axis in (-1, columnwise))
+    assert_same(y.data, operands["x"] @ operands["w"].T)
+    assert_same(x.grad, operands["grad"] @ operands["w_t"])
+    assert_same(model.proj.weight.grad, operands["grad_t"].T @ operands["x_t"])
+    point = state.points["proj"]
+    assert point.uncast == {tensor, tensor + "_t"}
+    cast = {"x", "w", "grad"} | ({"x_t", "grad_t"} if columnwise == 0 else set()) | (
+        {"w_t"} if recipe == "mxfp8" else set())  # (blockwise's weight tiles serve both axes)
+    assert set(point.stats) == cast - point.uncast
+    assert f"uncast=['{tensor}', '{tensor}_t']" in repr(point)
+    assert set(state.points["attention"].stats) == set() and not state.points["attention"].uncast  # (not run)
+
+
+@pytest.mark.parametrize("tensor", ["q", "k", "v", "grad"])
+@pytest.mark.parametrize("recipe", ["current", "mxfp8"])
+def test_exclude_one_tensor_of_an_attention_core_leaves_it_in_float32(recipe, tensor):
+    rng = np.random.default_rng(43)
+    shape = (2, 3, 64, 96)
+    data = {name: wide_tensor(rng, shape, low=-8, high=4) for name in ("q", "k", "v", "grad")}
+    seen = {}
+
+    def core(q_in, k_in, v_in, causal):
+        seen.update(q=q_in.data, k=k_in.data, v=v_in.data)
+        out = F.scaled_dot_product_attention(q_in, k_in, v_in, causal)
+        return make_op(out.data, (out,), lambda g: (seen.setdefault("grad", g),), "record")
+
+    model = _Holder(rng, core)
+    state = fp8.apply_recipe(model, recipe, exclude=(f"att*:{tensor}",))
+    model.attention(*(Tensor(data[name], requires_grad=True) for name in "qkv")).backward(data["grad"])
+    for name, fmt, axis in (("q", "E4M3", -1), ("k", "E4M3", -1), ("v", "E4M3", -2), ("grad", "E5M2", -1)):
+        expected = data[name] if name == tensor else reference(data[name], recipe, fmt, axis=axis)
+        assert_same(seen[name], expected)
+    assert set(state.points["attention"].stats) == {"q", "k", "v", "grad"} - {tensor}
+
+
+def test_exclude_tensors_under_delayed_and_in_a_module_with_two_cast_points():
+    """An uncast tensor gets no amax history (nor state_dict keys); ``grad`` names both cast points'
+    gradient casts in a module with a gemm and an attention core, ``q`` only the core's; a point
+    whose every tensor is uncast is not made, and its module keeps the plain hook."""
+    rng = np.random.default_rng(0)
+    model = _FusedAttention(16, rng)
+    state = fp8.apply_recipe(model, "delayed", exclude=["*:grad"])
+    gemm, core = state.points["_FusedAttention"], state.points["_FusedAttention.attention_core"]
+    assert gemm.uncast == core.uncast == {"grad", "grad_t"}
+    assert set(gemm.scalers) == {"x", "w"} and set(core.scalers) == {"q", "k", "v"}
+    assert not any(".grad." in key for key in state.state_dict())
+    x = Tensor(rng.standard_normal((1, 8, 16)) * 1000)
+    model(x).sum().backward()
+    state.step()
+    assert set(gemm.stats) == {"x", "w"} and set(core.stats) == {"q", "k", "v"}
+    state = fp8.apply_recipe(model, "delayed", exclude=["*:q"])
+    assert state.points["_FusedAttention"].uncast == set() and state.points["_FusedAttention.attention_core"].uncast == {"q"}
+    holder = _Holder(rng)
+    fp8.apply_recipe(holder, "current")
+    state = fp8.apply_recipe(holder, "current", exclude=["proj:x", "proj:w", "p*:grad"])
+    assert list(state.points) == ["attention"] and holder.proj.gemm is F.linear
+    assert fp8.apply_recipe(holder, "current", exclude=["proj:w", "proj"]).points["attention"].uncast == set()
 
 
 def test_unknown_recipe_and_bad_options():

@@ -343,6 +343,25 @@ def test_fp32_modules_leaves_the_matched_modules_of_either_family_uncast(tmp_pat
             assert metrics(parts)["runs"][label][key] == run[key], (label, key)
 
 
+def test_fp32_modules_takes_one_tensor_of_a_module(tmp_path, capsys):
+    """--fp32-modules lm_head:grad leaves the LM head's gradient cast alone in float32: the LM head is
+    still a cast point, with its forward casts' statistics and none for its gradient, and the losses
+    move; lm_head:x,lm_head:w leaves its forward casts out instead."""
+    flags = [*TINY, "--recipe", "current"]
+    runs = {}
+    for name, uncast in (("plain", None), ("grad", "lm_head:grad"), ("forward", "lm_head:x,lm_head:w")):
+        status, printed, _ = run_main(capsys, *flags, *(["--fp32-modules", uncast] if uncast else []),
+                                      "--out", str(tmp_path / name))
+        assert status == 0 and (uncast is None or f"recipe current, {uncast.replace(',', ', ')} in float32\n" in printed)
+        runs[name] = metrics(tmp_path / name)["runs"]["current"]
+    assert set(runs["plain"]["cast_points"]["lm_head"]) == {"x", "w", "grad"}
+    assert set(runs["grad"]["cast_points"]["lm_head"]) == {"x", "w"}
+    assert set(runs["forward"]["cast_points"]["lm_head"]) == {"grad"}
+    for name in ("grad", "forward"):
+        assert runs[name]["cast_points"].keys() == runs["plain"]["cast_points"].keys()
+        assert runs[name]["train_loss"] != runs["plain"]["train_loss"]
+
+
 def test_checkpoints_of_earlier_versions_still_resume_bit_exactly(tmp_path, capsys):
     """Checkpoints written before the run's identity (meta) and the FP8 options (fp8.options.*)
     were saved: both are taken from the config, and the run continues as one run would."""
@@ -861,6 +880,12 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--recipe", "current", "--n-layer", "3", "--fp32-modules", "blocks.3.*"],
      "in the standard model: exclude matches no module with a gemm or an attention core: 'blocks.3.*'"),
     (["--recipe", "delayed", "--fp32-modules", ""], "exclude matches no module with a gemm or an attention core: ''"),
+    (["--recipe", "current", "--fp32-modules", "lm_head:x_t"],
+     "--fp32-modules lm_head:x_t in the standard model: exclude entry 'lm_head:x_t' names the tensor 'x_t'; after "
+     "':' comes x, w or grad (a gemm's) or q, k, v or grad (an attention core's) (see -h)"),
+    (["--recipe", "current", "--fp32-modules", "*.attn:x,lm_head:grad"],
+     "in the standard model: exclude matches no module with a gemm or an attention core that has the tensor named "
+     "after ':' (a gemm has x, w and grad, an attention core q, k, v and grad): '*.attn:x'; such modules are "),
     (["--recipe", "delayed", "--fp32-lm-head", "--fp32-modules", "blocks.*"],
      "--fp32-modules blocks.* in the standard model: found no linear (a module with a gemm) or attention core "
      "(attention_core) in GPT outside exclude (blocks.0.attn, "),
