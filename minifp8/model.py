@@ -277,6 +277,20 @@ class GPT(nn.Module):
             return logits, F.cross_entropy(logits, targets)
         return logits, U.cross_entropy(logits, targets)
 
+    def center_lm_head(self) -> None:
+        """Subtract the mean of the LM head's weight rows from every row, in place.
+
+        Adding one vector ``m`` to every row of the LM head adds ``m . x`` to every logit of a
+        token, which the softmax ignores: the predictions and the loss stay as they were (up to
+        float32 rounding of the logits). So an exact cross-entropy gradient never moves ``m`` (each
+        token's logit gradient, softmax minus one-hot, sums to zero), but a rounded one can: an
+        E5M2 cast breaks those sums, and ``m`` may then drift, turning the rounding of the logit
+        gradient into a large error in the gradient the LM head passes back (tutorial 7). Calling
+        this after every optimizer step keeps ``m`` at zero (``train_tiny --center-lm-head``).
+        """
+        weight = self.lm_head.weight.data
+        weight -= weight.mean(axis=0)
+
     def optimizer_groups(self, lr: float, weight_decay: float = 0.0) -> list[dict]:
         """Parameter groups for `minifp8.optim.AdamW`, one per parameter, with its peak learning rate.
 

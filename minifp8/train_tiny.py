@@ -25,7 +25,9 @@ unit-scaled one; ``--family unit`` trains the unit-scaled model under any recipe
 float32 under every recipe, as DeepSeek-V3 (section 3.3.1) keeps its output head in higher precision,
 and ``--fp32-modules`` any other GEMMs and attention cores, named or matched by shell-style patterns
 (``'*.mlp.*'``: every MLP linear of either model), or one tensor of them (``lm_head:grad``: the LM
-head's gradient cast alone), to find which casts cost a run its accuracy.
+head's gradient cast alone), to find which casts cost a run its accuracy. ``--center-lm-head``
+removes the mean of the LM head's weight rows after every step, a direction the softmax ignores
+but a rounded gradient can move.
 
 Every ``--log-interval`` steps a progress line shows the mean training loss of those steps, the
 mean step time, the throughput and the time left in this run (its steps left at their wall time
@@ -232,6 +234,10 @@ class TrainConfig:
                 "the rest is still cast: ':x', ':w' or ':grad' of a GEMM (lm_head:grad, the LM head's E5M2 gradient "
                 "cast), ':q', ':k', ':v' or ':grad' of an attention core; an unmatched pattern's error lists the "
                 "names; refused where every run is fp32", "metavar": "PATTERNS"})
+    center_lm_head: bool = field(default=False, metadata={
+        "help": "after every optimizer step, subtract the mean of the LM head's weight rows from each row "
+                "(minifp8.model.GPT.center_lm_head): the softmax ignores it and an exact gradient never moves it, "
+                "but a gradient cast can make it drift (tutorial 7)", "action": "store_true"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
@@ -869,6 +875,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
                  + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
                  + (f", {_uncast_note(config)}" if _uncast_modules(config) and run.recipe != "fp32" else "")
+                 + (", LM head centred every step" if config.center_lm_head else "")
                  + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()
@@ -940,6 +947,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
                 if clip > 0:
                     clip_grad_norm(params, clip)
                 optimizer.step()
+                if config.center_lm_head:
+                    model.center_lm_head()
                 if metrics["memory"] is None:  # what this run's arrays hold, read after its first step
                     memory = _memory(fp8lm.measure_memory(model, optimizer, gradients, configuration=run.label))
                     metrics["memory"] = memory

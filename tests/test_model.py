@@ -8,7 +8,7 @@ import pytest
 
 from minifp8 import fp8
 from minifp8 import functional as F
-from minifp8.autograd import default_dtype
+from minifp8.autograd import default_dtype, make_op
 from minifp8.model import GPT, GPTConfig
 from minifp8.testing import gradcheck
 
@@ -598,6 +598,37 @@ def test_standard_gpt_gradients_fall_below_e5m2_normal_range():
         assert all(r.backward_std < 2.0 ** -16 for r in attention)
     # and every gradient that reaches a GEMM output is far below the unit model's (~1)
     assert max(r.backward_std for name, r in records.items() if name.endswith(":gemm_out")) < 2.0 ** -8
+
+
+@pytest.mark.parametrize("family", ["standard", "unit"])
+def test_center_lm_head_moves_only_what_the_softmax_ignores(family):
+    """The mean of the LM head's rows is a direction the softmax ignores: removing it leaves the
+    loss as it was, to float32 rounding of the logits, and keeps every difference between rows.
+    An exact logit gradient never moves it (the weight gradient's rows sum to zero, to rounding),
+    while an E5M2 cast of that gradient breaks the sums."""
+    model = tiny(family)
+    ids, targets = batch(7, (4, 6))
+    rng = np.random.default_rng(3)
+    weight = model.lm_head.weight.data
+    weight += (rng.standard_normal(weight.shape[1]) * 4 * np.abs(weight).max()).astype(weight.dtype)
+    before, rows = float(model(ids, targets)[1].data), weight.copy()
+    model.center_lm_head()
+    assert model.lm_head.weight.data is weight  # (in place: the optimizer holds the array)
+    assert np.abs(weight.mean(axis=0)).max() <= 1e-6 * np.abs(rows).max()
+    np.testing.assert_allclose(weight - weight[0], rows - rows[0], atol=1e-6 * np.abs(rows).max())
+    assert math.isclose(float(model(ids, targets)[1].data), before, rel_tol=1e-6)
+    seen = {}
+
+    def gemm(x, w, b=None):  # records the logits' gradient
+        out = F.linear(x, w, b)
+        return make_op(out.data, (out,), lambda g: (seen.setdefault("grad", g),), "record")
+
+    model.lm_head.gemm = gemm
+    model(ids, targets)[1].backward()
+    grad = seen["grad"].reshape(-1, 7).astype(np.float64)
+    assert np.abs(grad.sum(axis=1)).max() <= 1e-6 * np.abs(grad).sum(axis=1).max()
+    cast, _ = fp8.fake_quantize(grad.astype(np.float32), "current", "E5M2")
+    assert np.abs(cast.astype(np.float64).sum(axis=1)).max() > 1e-3 * np.abs(grad).sum(axis=1).max()
 
 
 def test_both_families_track_the_same_tensors():

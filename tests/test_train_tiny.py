@@ -343,6 +343,27 @@ def test_fp32_modules_leaves_the_matched_modules_of_either_family_uncast(tmp_pat
             assert metrics(parts)["runs"][label][key] == run[key], (label, key)
 
 
+def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_path, capsys):
+    """--center-lm-head: after every step the LM head's rows have mean zero in either family; the
+    training moves (the mean row no longer drifts), and a stopped run resumes to the same bits."""
+    flags = [*TINY, "--recipe", "current,unit", "--center-lm-head"]
+    plain, whole, parts = tmp_path / "plain", tmp_path / "whole", tmp_path / "parts"
+    assert run_main(capsys, *TINY, "--recipe", "current,unit", "--out", str(plain))[0] == 0
+    status, printed, _ = run_main(capsys, *flags, "--out", str(whole))
+    assert status == 0 and printed.count(", LM head centred every step\n") == 2
+    assert metrics(whole)["config"]["center_lm_head"] is True and metrics(plain)["config"]["center_lm_head"] is False
+    for label in ("current", "unit"):
+        with np.load(whole / "checkpoints" / f"{label}.npz") as centred, np.load(plain / "checkpoints" / f"{label}.npz") as drifted:
+            weight, other = centred["model.lm_head.weight"], drifted["model.lm_head.weight"]
+        assert np.abs(weight.mean(axis=0)).max() <= 1e-6 * np.abs(weight).max() < np.abs(other.mean(axis=0)).max()
+        assert metrics(whole)["runs"][label]["train_loss"] != metrics(plain)["runs"][label]["train_loss"]
+    assert run_main(capsys, *flags, "--out", str(parts), "--stop-after", "27")[0] == 130
+    assert run_main(capsys, "--resume", str(parts))[0] == 0
+    for label, run in metrics(whole)["runs"].items():
+        for key in ("train_loss", "val", "cast_stats", "cast_points", "final"):
+            assert metrics(parts)["runs"][label][key] == run[key], (label, key)
+
+
 def test_fp32_modules_takes_one_tensor_of_a_module(tmp_path, capsys):
     """--fp32-modules lm_head:grad leaves the LM head's gradient cast alone in float32: the LM head is
     still a cast point, with its forward casts' statistics and none for its gradient, and the losses
@@ -1275,7 +1296,7 @@ def test_committed_long_results():
     assert list(results["runs"]) == [run.label for run in train_tiny.LONG_RUNS]
     assert results["environment"]["blas_kernels"] == "Haswell"
     made_by = asdict(TrainConfig(steps=4000, experiment="long"))  # the defaults, less each run's and the session's flags
-    added_since = {"fp32_modules"}  # (flags added after the file was written, at their defaults then)
+    added_since = {"fp32_modules", "center_lm_head"}  # (flags added after the file was written, at their defaults then)
     assert results["config"] == {key: value for key, value in made_by.items()
                                  if key not in {*train_tiny.RUN_FLAGS, "out", "resume", "stop_after", *added_since}}
     for run in results["runs"].values():
@@ -1337,6 +1358,40 @@ def test_committed_long_ablation_is_what_its_commands_train():
     assert ablation["seeds"]["0"]["lm_head"] == study["fp32_lm_head"]["0"]["current"]
     finals = [val[-1]["loss"] for curves in ablation["seeds"].values() for val in curves.values()]
     assert len(set(finals)) == len(finals)  # (fifteen runs, no two alike)
+
+
+def test_committed_long_lm_head_is_what_its_commands_train():
+    """long_lm_head.json: current's 4000-step runs at seeds 0-2 with only the LM head's gradient cast
+    or only its forward casts left in float32, and with every cast but the LM head centred every
+    step (fp32 centred too, at seed 0), keyed by what the command changes; each run's validation
+    curve, and what its final LM head weight does with the cast of the logits' gradient."""
+    document = json.loads(train_tiny.LONG_RESULTS.with_name("long_lm_head.json").read_text(encoding="utf-8"))
+    assert document["kernels"] == train_tiny.load_results(train_tiny.LONG_RESULTS)["environment"]["blas_kernels"]
+    for key, command in document["commands"].items():
+        words = shlex.split(command)
+        assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
+        config, runs = parse_args(words[3:-1] + ["1"])
+        assert [run.recipe for run in runs] == [config.recipe] and runs[0].family == "standard"
+        assert replace(config, fp32_modules=None, center_lm_head=False, recipe="current", seed=0) == replace(
+            TrainConfig(), steps=4000, recipe="current")
+        uncast = ",".join(train_tiny._uncast_modules(config))
+        changed = uncast or ("centred" if config.recipe == "current" else "fp32 centred")
+        assert key == changed and config.center_lm_head == (not uncast)
+    assert list(document["commands"]) == ["lm_head:grad", "lm_head:x,lm_head:w", "centred", "fp32 centred"]
+    assert list(document["seeds"]) == list(document["lm_head"]) == ["0", "1", "2"]
+    for seed, curves in document["seeds"].items():
+        assert list(curves) == list(document["lm_head"][seed]) == list(document["commands"])[:3 + (seed == "0")]
+        for val in curves.values():
+            assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
+        for key, measured in document["lm_head"][seed].items():
+            assert list(measured) == ["mean_row", "centred_rows", "dgrad_error", "dgrad_error_centred", "underflow",
+                                      "flushed_norm", "gradient_error", "row_sums", "row_sums_one_way"]
+            assert measured["centred_rows"] > 0 and 0 < measured["dgrad_error_centred"] < 1
+            assert (measured["mean_row"] < 1e-4 * measured["centred_rows"]) == key.endswith("centred")
+            if key.endswith("centred"):  # (no mean row: the two errors are one)
+                assert measured["dgrad_error"] == measured["dgrad_error_centred"]
+    finals = [val[-1]["loss"] for curves in document["seeds"].values() for val in curves.values()]
+    assert len(set(finals)) == len(finals) == 10
 
 
 def _kernels_under(coretype: str) -> str | None:
