@@ -741,7 +741,7 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     options = _recipe_options(recipe, options)
     if not hasattr(model, "named_modules"):
         raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
-    castable = {name: _module_tensors(module) for name, module in model.named_modules() if _module_tensors(module)}
+    castable = {name: tensors for name, module in model.named_modules() if (tensors := _module_tensors(module))}
     uncast = _uncast_tensors(exclude, castable)
     excluded = {name for name, tensors in uncast.items() if tensors == castable[name]}
     if recipe != "fp32" and not set(castable) - excluded:  # (checked before any module changes)
