@@ -802,20 +802,21 @@ def _uncast_tensors(exclude, castable: dict[str, frozenset[str]]) -> dict[str, f
     uncast: dict[str, frozenset[str]] = {}
     unknown = []
     for entry in names:
-        pattern, _, tensor = entry.rpartition(":") if ":" in entry else (entry, "", "")
+        pattern, _, tensor = entry.partition(":")  # (no ':': the whole entry is the pattern, tensor "")
         if tensor and tensor not in _TENSOR_ROLES:
             raise ValueError(f"apply_recipe: exclude entry {entry!r} names the tensor {tensor!r}; after ':' comes "
                              f"x, w or grad (a gemm's) or q, k, v or grad (an attention core's)")
         found = [name for name in castable if (name == pattern or fnmatch.fnmatchcase(name, pattern))
                  and (not tensor or tensor in castable[name])]
-        unknown += [entry] * (not found)
+        if not found:
+            unknown.append(entry)
         for name in found:
             uncast[name] = uncast.get(name, frozenset()) | (frozenset({tensor}) if tensor else castable[name])
     if unknown:
-        tensors = (" that has the tensor named after ':' (a gemm has x, w and grad, an attention core q, k, v "
-                   "and grad)") * any(
-            ":" in entry for entry in unknown)
-        raise ValueError(f"apply_recipe: exclude matches no module with a gemm or an attention core{tensors}: "
+        with_tensor = (" that has the tensor named after ':' (a gemm has x, w and grad, an attention core q, k, "
+                       "v and grad)")
+        raise ValueError(f"apply_recipe: exclude matches no module with a gemm or an attention core"
+                         f"{with_tensor if any(':' in entry for entry in unknown) else ''}: "
                          f"{', '.join(map(repr, unknown))}; such modules are {', '.join(sorted(castable))}")
     return uncast
 
