@@ -1309,11 +1309,24 @@ def test_committed_long_results():
     assert len(plots.validation_curves(results).axes) == 2
 
 
+def _committed_long_study(name: str) -> dict:
+    """A study file committed beside long.json, checked to come from the same BLAS kernels."""
+    document = json.loads(train_tiny.LONG_RESULTS.with_name(name).read_text(encoding="utf-8"))
+    assert document["kernels"] == train_tiny.load_results(train_tiny.LONG_RESULTS)["environment"]["blas_kernels"]
+    return document
+
+
+def _parse_seed_command(command: str) -> tuple:
+    """``parse_args`` of a committed ``python -m minifp8.train_tiny ... --seed S`` command, at S = 1."""
+    words = shlex.split(command)
+    assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
+    return parse_args(words[3:-1] + ["1"])
+
+
 def test_committed_long_seed_study_is_what_its_commands_train():
     """long_seeds.json: seeds 1 and 2 of the fp32/current and unit-scaled pairs, and seed 0 with the
     LM head in float32, each a 4000-step run of the default config evaluated as --experiment long's."""
-    study = json.loads(train_tiny.LONG_RESULTS.with_name("long_seeds.json").read_text(encoding="utf-8"))
-    assert study["kernels"] == train_tiny.load_results(train_tiny.LONG_RESULTS)["environment"]["blas_kernels"]
+    study = _committed_long_study("long_seeds.json")
     *seed_commands, lm_head_command = study["commands"]
     labels = []
     for command in seed_commands:
@@ -1337,14 +1350,11 @@ def test_committed_long_ablation_is_what_its_commands_train():
     """long_ablation.json: current's 4000-step runs at seeds 0-2 with some modules in float32, keyed
     by what its command leaves uncast; seed 0 with the LM head alone in float32 is long_seeds.json's
     run of the same command in a list (a run is the same with or without the others in its list)."""
-    ablation = json.loads(train_tiny.LONG_RESULTS.with_name("long_ablation.json").read_text(encoding="utf-8"))
-    assert ablation["kernels"] == train_tiny.load_results(train_tiny.LONG_RESULTS)["environment"]["blas_kernels"]
+    ablation = _committed_long_study("long_ablation.json")
     assert list(ablation["seeds"]) == ["0", "1", "2"]
     keys = []
     for command in ablation["commands"]:
-        words = shlex.split(command)
-        assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
-        config, runs = parse_args(words[3:-1] + ["1"])
+        config, runs = _parse_seed_command(command)
         assert [run.label for run in runs] == ["current"]
         assert replace(config, fp32_lm_head=False, fp32_modules=None, seed=0) == replace(
             TrainConfig(), steps=4000, recipe="current")
@@ -1354,7 +1364,7 @@ def test_committed_long_ablation_is_what_its_commands_train():
         assert list(curves) == keys
         for val in curves.values():
             assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
-    study = json.loads(train_tiny.LONG_RESULTS.with_name("long_seeds.json").read_text(encoding="utf-8"))
+    study = _committed_long_study("long_seeds.json")
     assert ablation["seeds"]["0"]["lm_head"] == study["fp32_lm_head"]["0"]["current"]
     finals = [val[-1]["loss"] for curves in ablation["seeds"].values() for val in curves.values()]
     assert len(set(finals)) == len(finals)  # (fifteen runs, no two alike)
@@ -1365,12 +1375,9 @@ def test_committed_long_lm_head_is_what_its_commands_train():
     or only its forward casts left in float32, and with every cast but the LM head centred every
     step (fp32 centred too, at seed 0), keyed by what the command changes; each run's validation
     curve, and what its final LM head weight does with the cast of the logits' gradient."""
-    document = json.loads(train_tiny.LONG_RESULTS.with_name("long_lm_head.json").read_text(encoding="utf-8"))
-    assert document["kernels"] == train_tiny.load_results(train_tiny.LONG_RESULTS)["environment"]["blas_kernels"]
+    document = _committed_long_study("long_lm_head.json")
     for key, command in document["commands"].items():
-        words = shlex.split(command)
-        assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
-        config, runs = parse_args(words[3:-1] + ["1"])
+        config, runs = _parse_seed_command(command)
         assert [run.recipe for run in runs] == [config.recipe] and runs[0].family == "standard"
         assert replace(config, fp32_modules=None, center_lm_head=False, recipe="current", seed=0) == replace(
             TrainConfig(), steps=4000, recipe="current")
