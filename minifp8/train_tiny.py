@@ -875,7 +875,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
                  + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
                  + (f", {_uncast_note(config)}" if _uncast_modules(config) and run.recipe != "fp32" else "")
-                 + (", LM head centred every step" if config.center_lm_head else "")
+                 + (f", {_CENTRED_NOTE}" if config.center_lm_head else "")
                  + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()
@@ -1295,6 +1295,17 @@ def _uncast_note(config: TrainConfig) -> str:
     return " and ".join(["LM head"] * config.fp32_lm_head + [patterns] * bool(patterns)) + " in float32"
 
 
+_CENTRED_NOTE = "LM head centred every step"
+
+
+def _every_run_note(config: TrainConfig) -> str:
+    """What the flags that change every run (``--fp32-lm-head``, ``--fp32-modules``,
+    ``--center-lm-head``) do, as the summary's closing line and loss.png's title say it: "LM head in
+    float32 and LM head centred every step"; empty where none is given."""
+    return " and ".join([_uncast_note(config)] * bool(_uncast_modules(config))
+                        + [_CENTRED_NOTE] * config.center_lm_head)
+
+
 def _summary_table(runs: list[Run], results: dict, arithmetic: bool) -> str:
     width = max([28] + [len(run.label) for run in runs])
     versus = any(_fp32_partner(run, runs) is not None for run in runs)
@@ -1353,7 +1364,8 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     try:
         from . import plots
 
-        title = f"{plots.TRAINING_CURVES_TITLE}, {_uncast_note(config)}" if _uncast_modules(config) else None
+        note = _every_run_note(config)
+        title = f"{plots.TRAINING_CURVES_TITLE}, {note}" if note else None
         figure = plots.training_curves(document, title=title)
     except ImportError:
         print_fn(f"wrote {out / 'metrics.json'} (no loss.png: pip install matplotlib to get the figure)")
@@ -1840,10 +1852,11 @@ def _main(argv: list[str] | None) -> int:
             return 2
     print()
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
-    if _uncast_modules(config):  # (refused where every run is fp32)
-        flags = ["--fp32-lm-head"] * config.fp32_lm_head + [f"--fp32-modules {config.fp32_modules}"] * (
-            config.fp32_modules is not None)
-        print(f"({' '.join(flags)}: {_uncast_note(config)} in every run)")
+    if _every_run_note(config):
+        flags = (["--fp32-lm-head"] * config.fp32_lm_head
+                 + [f"--fp32-modules {config.fp32_modules}"] * (config.fp32_modules is not None)
+                 + ["--center-lm-head"] * config.center_lm_head)
+        print(f"({' '.join(flags)}: {_every_run_note(config)} in every run)")
     if out is not None:
         try:
             _write_outputs(out, config, runs, results, dataset, print, started_in)

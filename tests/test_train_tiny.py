@@ -343,14 +343,23 @@ def test_fp32_modules_leaves_the_matched_modules_of_either_family_uncast(tmp_pat
             assert metrics(parts)["runs"][label][key] == run[key], (label, key)
 
 
-def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_path, capsys):
+def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_path, capsys, monkeypatch):
     """--center-lm-head: after every step the LM head's rows have mean zero in either family; the
-    training moves (the mean row no longer drifts), and a stopped run resumes to the same bits."""
+    training moves (the mean row no longer drifts), and a stopped run resumes to the same bits. The
+    log, the summary and loss.png's title say so, beside what --fp32-modules leaves uncast."""
+    titles = _record_loss_png_titles(monkeypatch)
     flags = [*TINY, "--recipe", "current,unit", "--center-lm-head"]
-    plain, whole, parts = tmp_path / "plain", tmp_path / "whole", tmp_path / "parts"
+    plain, whole, parts, both = (tmp_path / name for name in ("plain", "whole", "parts", "both"))
     assert run_main(capsys, *TINY, "--recipe", "current,unit", "--out", str(plain))[0] == 0
     status, printed, _ = run_main(capsys, *flags, "--out", str(whole))
     assert status == 0 and printed.count(", LM head centred every step\n") == 2
+    assert "\n(--center-lm-head: LM head centred every step in every run)\n" in printed
+    assert titles == [None, "Training the mini-GPT under each recipe, LM head centred every step"]
+    status, printed, _ = run_main(capsys, *flags, "--fp32-modules", "lm_head:grad", "--out", str(both))
+    assert status == 0 and printed.count(", lm_head:grad in float32, LM head centred every step\n") == 2
+    assert "\n(--fp32-modules lm_head:grad --center-lm-head: lm_head:grad in float32 and LM head centred every " \
+           "step in every run)\n" in printed
+    assert titles[2] == "Training the mini-GPT under each recipe, lm_head:grad in float32 and LM head centred every step"
     assert metrics(whole)["config"]["center_lm_head"] is True and metrics(plain)["config"]["center_lm_head"] is False
     for label in ("current", "unit"):
         with np.load(whole / "checkpoints" / f"{label}.npz") as centred, np.load(plain / "checkpoints" / f"{label}.npz") as drifted:
@@ -359,6 +368,7 @@ def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_p
         assert metrics(whole)["runs"][label]["train_loss"] != metrics(plain)["runs"][label]["train_loss"]
     assert run_main(capsys, *flags, "--out", str(parts), "--stop-after", "27")[0] == 130
     assert run_main(capsys, "--resume", str(parts))[0] == 0
+    assert titles[-1] == titles[1]  # (the resumed session reads the flag from config.json)
     for label, run in metrics(whole)["runs"].items():
         for key in ("train_loss", "val", "cast_stats", "cast_points", "final"):
             assert metrics(parts)["runs"][label][key] == run[key], (label, key)
