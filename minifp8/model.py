@@ -285,7 +285,7 @@ class GPT(nn.Module):
         float32 rounding of the logits). So an exact cross-entropy gradient never moves ``m`` (each
         token's logit gradient, softmax minus one-hot, sums to zero), but a rounded one can: an
         E5M2 cast breaks those sums, and ``m`` may then drift, turning the rounding of the logit
-        gradient into a large error in the gradient the LM head passes back (tutorial 7). Calling
+        gradient into a large error in the gradient the LM head passes back (tutorial 7b). Calling
         this after every optimizer step keeps ``m`` at zero (``train_tiny --center-lm-head``).
         """
         weight = self.lm_head.weight.data

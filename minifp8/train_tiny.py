@@ -237,7 +237,7 @@ class TrainConfig:
     center_lm_head: bool = field(default=False, metadata={
         "help": "after every optimizer step, subtract the mean of the LM head's weight rows from each row "
                 "(minifp8.model.GPT.center_lm_head): the softmax ignores it and an exact gradient never moves it, "
-                "but a gradient cast can make it drift (tutorial 7)", "action": "store_true"})
+                "but a gradient cast can make it drift (tutorial 7b)", "action": "store_true"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
