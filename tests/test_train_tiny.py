@@ -1411,6 +1411,33 @@ def test_committed_long_lm_head_is_what_its_commands_train():
     assert len(set(finals)) == len(finals) == 10
 
 
+
+def test_committed_long_weight_decay_is_what_its_commands_train():
+    """long_weight_decay.json: fp32 and current side by side for 4000 steps at seeds 0-2 with AdamW's
+    weight decay at 0.1, each run's validation curve; and what each final LM head weight does with
+    current's cast of the logits' gradient (long_lm_head.json's measurements), for those runs and
+    for the runs of long.json and long_seeds.json, trained again without decay."""
+    document = _committed_long_study("long_weight_decay.json")
+    config, runs = _parse_seed_command(document["command"])
+    assert [run.label for run in runs] == ["fp32", "current"] and {run.family for run in runs} == {"standard"}
+    assert replace(config, seed=0) == replace(TrainConfig(), steps=4000, recipe="fp32,current", weight_decay=0.1)
+    config, _ = _parse_seed_command(document["command_without_decay"])
+    assert replace(config, seed=0) == replace(TrainConfig(), steps=4000, recipe="fp32,current")
+    assert list(document["seeds"]) == list(document["lm_head"]) == ["0", "1", "2"]
+    earlier = _committed_long_study("long_seeds.json")["seeds"]  # the same runs without weight decay
+    earlier["0"] = {label: run["val"] for label, run in train_tiny.load_results(train_tiny.LONG_RESULTS)["runs"].items()}
+    for seed, curves in document["seeds"].items():
+        assert list(curves) == ["fp32", "current"]
+        for label, val in curves.items():
+            assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
+            before = earlier[seed][label]  # (the same weights and batches: step 0 agrees; decay moves the end)
+            assert [val[index]["loss"] == before[index]["loss"] for index in (0, -1)] == [True, False]
+        assert list(document["lm_head"][seed]) == ["fp32", "current", "fp32 without decay", "current without decay"]
+        for measured in document["lm_head"][seed].values():
+            assert list(measured) == ["mean_row", "centred_rows", "dgrad_error", "dgrad_error_centred"]
+            assert measured["mean_row"] > 0 and measured["centred_rows"] > 0
+            assert 0 < measured["dgrad_error_centred"] < 1 and 0 < measured["dgrad_error"] < 1
+
 def _kernels_under(coretype: str) -> str | None:
     """`train_tiny.blas_kernels` in a fresh process whose OpenBLAS was told ``OPENBLAS_CORETYPE``."""
     env = {**os.environ, "OPENBLAS_CORETYPE": coretype}
