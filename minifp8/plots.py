@@ -909,6 +909,90 @@ def validation_curves(results: dict, title: str | None = None) -> Figure:
     return figure
 
 
+
+def _evaluation_columns(val, figure: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, losses) of a ``val`` list of a ``train_tiny`` results document (evaluations with a
+    ``step`` and a ``loss``, None for NaN) as float64 arrays: TypeError or ValueError naming
+    ``where`` for anything else."""
+    if not isinstance(val, (list, tuple)):
+        raise TypeError(f"{figure}: {where} must be a list of evaluations (dicts with 'step' and 'loss'), got "
+                        f"{_described(val)}")
+    for entry in val:
+        _require(figure, f"{where}: an evaluation", entry, ("step", "loss"))
+    columns = []
+    for number, field in enumerate(("step", "loss")):
+        values = [entry[field] for entry in val]
+        index = _first_non_number(values, none=number > 0)
+        if index is not None:
+            _number(values[index], f"{figure}: {where}: an evaluation's {field!r}", none=number > 0)  # raises
+        columns.append(np.array(values, dtype=np.float64))  # (None gives NaN)
+    return columns[0], columns[1]
+
+
+def gap_curves(arms: dict, title: str | None = None) -> Figure:
+    """How far each arm's validation loss lies above its fp32 run's at every evaluation, one panel
+    per seed: when a gap opens and how it moves, which a table of final losses cannot show
+    (tutorial 7b).
+
+    Parameters
+    ----------
+    arms : dict of str -> dict of str -> (list, list)
+        For each arm (its label in the legend), for each seed (a panel, "seed S"), the arm's ``val``
+        list and its fp32 run's, as ``train_tiny``'s results hold them: evaluations with a ``step``
+        and a ``loss`` (None for NaN), the two at the same steps. The panels follow the first arm's
+        seeds, and every arm needs each of them. A missing key raises a ValueError naming it; a
+        value of the wrong type, a TypeError.
+    title : str, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One axes per seed, sharing the y axis: ``loss / fp32 loss - 1`` against the step.
+    """
+    name = "gap_curves"
+    if not isinstance(arms, dict):
+        raise TypeError(f"{name}: arms must be a dict of arm label -> {{seed: (val, fp32 val)}}, got {_described(arms)}")
+    if not arms:
+        raise ValueError(f"{name}: arms holds no arm")
+    seeds: list = []
+    gaps: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for label, pairs in arms.items():
+        if not isinstance(label, str):
+            raise TypeError(f"{name}: an arm's label must be a str, got {_described(label)}")
+        if not isinstance(pairs, dict) or not pairs:
+            raise (TypeError if not isinstance(pairs, dict) else ValueError)(
+                f"{name}: arm {label!r} must be a non-empty dict of seed -> (val, fp32 val), got {_described(pairs)}")
+        seeds = seeds or list(pairs)
+        _require(name, f"arm {label!r}", pairs, seeds)
+        gaps[label] = {}
+        for seed in seeds:
+            where = f"arm {label!r} at seed {seed!r}"
+            pair = pairs[seed]
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise TypeError(f"{name}: {where} must be a pair (its val, its fp32 run's val), got {_described(pair)}")
+            (steps, losses), (fp32_steps, fp32_losses) = (_evaluation_columns(val, name, f"{where}: {which}")
+                                                          for val, which in zip(pair, ("val", "fp32 val")))
+            if not np.array_equal(steps, fp32_steps):
+                raise ValueError(f"{name}: {where}: its evaluations and its fp32 run's are at different steps")
+            gaps[label][str(seed)] = steps, losses / fp32_losses - 1
+    figure, axes = _new_figure(3.2 * len(seeds) + 0.8, 3.8, columns=len(seeds), sharey=True)
+    markers = "osD^v<>ph*"
+    looks = {label: (f"C{index % 10}", markers[index % len(markers)], "-") for index, label in enumerate(arms)}
+    for axis, seed in zip(axes, map(str, seeds)):
+        axis.axhline(0.0, color="black", linewidth=0.8)
+        for label in arms:
+            color, marker, style = looks[label]
+            steps, gap = gaps[label][seed]
+            axis.plot(steps, gap, style, color=color, linewidth=1.2, marker=marker, markersize=3.5, label=label)
+        axis.set_title(f"seed {seed}", fontsize=9)
+        axis.set_xlabel("step")
+        axis.grid(True, alpha=0.3)
+        _percent_axis(axis)
+    axes[0].set_ylabel("validation loss above its fp32 run's")
+    axes[0].legend(loc="upper left", fontsize=7)
+    figure.suptitle(title or "How far each run's validation loss lies above its fp32 run's", fontsize=10)
+    return figure
+
 def _is_option_run(label: str, recipe: str) -> bool:
     """Whether run ``label`` is recipe ``recipe``'s own run (``unit``) or it with options (``unit + fp8 grads``)."""
     return label == recipe or (label.startswith(recipe) and label[len(recipe)] in " +")

@@ -185,6 +185,52 @@ def test_validation_curves_says_what_it_cannot_draw(results, error, message):
         plots.validation_curves(results)
 
 
+
+def test_gap_curves_draws_each_arms_gap_to_its_fp32_run_on_a_panel_per_seed():
+    """One panel per seed, in the first arm's order; each arm's line is loss / fp32 loss - 1 at
+    every evaluation (None, JSON's NaN, left a gap), each arm in its own colour and marker."""
+    fp32 = [{"step": 0, "loss": 2.0}, {"step": 250, "loss": 1.6}, {"step": 500, "loss": 1.25}]
+    arms = {"every cast": {"1": ([{"step": 0, "loss": 2.0}, {"step": 250, "loss": 1.8}, {"step": 500, "loss": 1.5}],
+                                 fp32),
+                           "0": (fp32, fp32)},
+            "centred": {"0": ([{"step": 0, "loss": 2.2}, {"step": 250, "loss": None}, {"step": 500, "loss": 1.0}], fp32),
+                        "1": (fp32, fp32), "2": (fp32, fp32)}}  # (a seed no other arm has is not drawn)
+    figure = labelled(plots.gap_curves(arms, title="gaps"))
+    assert [axis.get_title() for axis in figure.axes] == ["seed 1", "seed 0"] and figure.get_suptitle() == "gaps"
+    lines = {(axis.get_title(), line.get_label()): line for axis in figure.axes for line in axis.get_lines()
+             if not line.get_label().startswith("_")}
+    np.testing.assert_allclose(lines["seed 1", "every cast"].get_ydata(), [0.0, 0.125, 0.2])
+    np.testing.assert_allclose(lines["seed 0", "centred"].get_ydata(), [0.1, np.nan, -0.2])
+    np.testing.assert_array_equal(lines["seed 0", "centred"].get_xdata(), [0, 250, 500])
+    looks = {label: (line.get_color(), line.get_marker()) for (_, label), line in lines.items()}
+    assert len(set(looks.values())) == 2
+    assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == ["every cast", "centred"]
+
+
+_VAL = [{"step": 0, "loss": 2.0}]
+
+
+@pytest.mark.parametrize("arms, error, message", [
+    (None, TypeError, "arms must be a dict of arm label -> {seed: (val, fp32 val)}, got NoneType"),
+    ({}, ValueError, "arms holds no arm"),
+    ({1: {"0": (_VAL, _VAL)}}, TypeError, "an arm's label must be a str, got int 1"),
+    ({"a": [(_VAL, _VAL)]}, TypeError, "arm 'a' must be a non-empty dict of seed -> (val, fp32 val), got list"),
+    ({"a": {}}, ValueError, "arm 'a' must be a non-empty dict of seed -> (val, fp32 val), got dict"),
+    ({"a": {"0": (_VAL, _VAL)}, "b": {"1": (_VAL, _VAL)}}, ValueError, "arm 'b' has no '0' (it has '1')"),
+    ({"a": {"0": (_VAL,)}}, TypeError, "arm 'a' at seed '0' must be a pair (its val, its fp32 run's val), got tuple"),
+    ({"a": {"0": (_VAL, None)}}, TypeError, "arm 'a' at seed '0': fp32 val must be a list of evaluations"),
+    ({"a": {"0": ([{"step": 0}], _VAL)}}, ValueError, "arm 'a' at seed '0': val: an evaluation has no 'loss' (it has 'step')"),
+    ({"a": {"0": ([{"step": 0, "loss": "2"}], _VAL)}}, TypeError,
+     "arm 'a' at seed '0': val: an evaluation's 'loss' must be a number or None, got str '2'"),
+    ({"a": {"0": ([{"step": None, "loss": 2.0}], _VAL)}}, TypeError,
+     "arm 'a' at seed '0': val: an evaluation's 'step' must be a number, got None"),
+    ({"a": {"0": ([{"step": 250, "loss": 2.0}], _VAL)}}, ValueError,
+     "arm 'a' at seed '0': its evaluations and its fp32 run's are at different steps"),
+])
+def test_gap_curves_says_what_it_cannot_draw(arms, error, message):
+    with pytest.raises(error, match=re.escape(f"gap_curves: {message}")):
+        plots.gap_curves(arms)
+
 def test_seeds_results_are_not_a_training_document():
     message = ("training_curves: results has no 'runs' (it has 'description', 'commands', 'kernels', 'val_loss', "
                "'other_kernels')")
@@ -359,7 +405,8 @@ calls = [plots.value_grid, plots.rounding_error, plots.stochastic_rounding_bias,
          plots.block_scaling_snr, lambda: plots.scale_plot([fp8.ScaleRecord("x", (1,), 1.0, 1.0, 1.0, 1.0)]),
          lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS)),
          lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors,
-         lambda: plots.validation_curves(load_results())]
+         lambda: plots.validation_curves(load_results()),
+         lambda: plots.gap_curves({"arm": {"0": ([{"step": 0, "loss": 2.0}], [{"step": 0, "loss": 2.0}])}})]
 figures = [name for name, value in vars(plots).items() if not name.startswith("_") and callable(value)
            and getattr(value, "__module__", None) == plots.__name__ and name != "gpt_cast_scales"]  # (returns data)
 assert len(calls) == len(figures), f"one call per figure function: {figures}"
@@ -370,7 +417,7 @@ for call in calls:
         print(error)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 11
+    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 12
 
 
 # ---- found in a review: each failed before its fix ----------------------------------------------------

@@ -83,6 +83,7 @@ FIGURES = {
     "headline-training": lambda: plots.training_curves(train_results()),
     "fp8lm-options": lambda: plots.fp8lm_options(train_results("fp8lm")),
     "long-training": lambda: plots.validation_curves(train_results("long")),
+    "long-lm-head-gaps": lambda: plots.gap_curves(long_lm_head_arms()),
     "scaled-gemm-errors": lambda: plots.scaled_gemm_errors(seed=2),
     "train-speed": lambda: plots.train_speed(speed_results()),
 }
@@ -100,6 +101,29 @@ def train_results(experiment: str = "headline") -> dict:
     from minifp8 import train_tiny
 
     return train_tiny.load_results(train_tiny.HEADLINE_RESULTS.with_name(f"{experiment}.json"))
+
+
+def long_lm_head_arms() -> dict:
+    """`plots.gap_curves`' arms for tutorial 7b: current's 4000-step runs at seeds 0, 1 and 2 with
+    every cast (long.json, long_seeds.json), with the LM head's gradient in float32 and with the LM
+    head centred (long_lm_head.json), each against the fp32 run of its seed, and with weight decay
+    against the fp32 run with it (long_weight_decay.json)."""
+    import json
+
+    from minifp8 import train_tiny
+
+    def study(name: str) -> dict:
+        return json.loads(train_tiny.LONG_RESULTS.with_name(name).read_text(encoding="utf-8"))
+
+    plain = {"0": {label: run["val"] for label, run in train_results("long")["runs"].items()},
+             **study("long_seeds.json")["seeds"]}
+    lm_head, decay = study("long_lm_head.json")["seeds"], study("long_weight_decay.json")["seeds"]
+    return {"every cast": {seed: (plain[seed]["current"], plain[seed]["fp32"]) for seed in "012"},
+            "LM head's gradient in float32": {seed: (lm_head[seed]["lm_head:grad"], plain[seed]["fp32"])
+                                              for seed in "012"},
+            "LM head centred every step": {seed: (lm_head[seed]["centred"], plain[seed]["fp32"]) for seed in "012"},
+            "weight decay 0.1 (fp32 with it too)": {seed: (decay[seed]["current"], decay[seed]["fp32"])
+                                                    for seed in "012"}}
 
 
 def headline_gpt_scales(family: str):
