@@ -673,13 +673,16 @@ def gpt_cast_scales(config: GPTConfig, batch_size: int, seed: int = 0) -> list[S
 # ================================================================================================
 # Training (tutorial 07): add figures here as that part lands.
 # ================================================================================================
-def _require(figure: str, where: str, mapping, keys) -> None:
-    """TypeError unless ``mapping`` is a dict, ValueError naming the first of ``keys`` it lacks."""
+def _require(figure: str, where: str, mapping, keys, hints: dict[str, str] | None = None) -> None:
+    """TypeError unless ``mapping`` is a dict, ValueError naming the first of ``keys`` it lacks (and
+    saying ``hints[key]`` after it, where ``hints`` has one for that key)."""
     if not isinstance(mapping, dict):
         raise TypeError(f"{figure}: {where} must be a dict, got {type(mapping).__name__}")
     for key in keys:
         if key not in mapping:
-            raise ValueError(f"{figure}: {where} has no {key!r} (it has {', '.join(map(repr, mapping)) or 'nothing'})")
+            hint = f": {hints[key]}" if hints and key in hints else ""
+            raise ValueError(f"{figure}: {where} has no {key!r} (it has {', '.join(map(repr, mapping)) or 'nothing'})"
+                             f"{hint}")
 
 
 def _first_non_number(values, none: bool) -> int | None:
@@ -708,13 +711,15 @@ def _series(values, name: str) -> np.ndarray:
     return np.array(values, dtype=np.float64)  # (None gives NaN)
 
 
-def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> tuple[dict, dict]:
+def _runs(results, figure: str, run_keys: tuple, entry_keys: dict,
+          hints: dict[str, str] | None = None) -> tuple[dict, dict]:
     """The runs of a ``train_tiny`` results document, checked for what ``figure`` reads, and their
     lists of entries as float64 arrays.
 
     Each run must hold ``run_keys``; each of its lists named in ``entry_keys`` (``{"val": ("step",
     "loss")}``) must be a list (or None) of dicts with the keys listed there: a number for the
-    first (the step), a number or None (NaN) for the others. Returns ``(runs, columns)`` with
+    first (the step), a number or None (NaN) for the others; ``hints`` (field -> text) says more
+    where an entry lacks that field (`_require`). Returns ``(runs, columns)`` with
     ``columns[label][key][field]`` the values of ``field`` over the entries of the run's list ``key``
     (empty where a run lacks the list: it is left out of the figure).
     """
@@ -738,17 +743,27 @@ def _runs(results, figure: str, run_keys: tuple, entry_keys: dict) -> tuple[dict
             entries = metrics.get(key)
             if entries is not None and not isinstance(entries, (list, tuple)):
                 raise TypeError(f"{figure}: run {label!r}: {key!r} must be a list of dicts, got {_described(entries)}")
-            entries, where = entries or [], f"run {label!r}: an entry of {key!r}"
-            for entry in entries:
-                _require(figure, where, entry, fields)
-            columns[label][key] = {}
-            for number, field in enumerate(fields):
-                values = [entry[field] for entry in entries]
-                index = _first_non_number(values, none=number > 0)
-                if index is not None:
-                    _number(values[index], f"{figure}: {where}: {field!r}", none=number > 0)  # raises, naming it
-                columns[label][key][field] = np.array(values, dtype=np.float64)  # (None gives NaN)
+            columns[label][key] = _entry_columns(entries or [], fields, figure, f"run {label!r}: an entry of {key!r}",
+                                                 hints)
     return runs, columns
+
+
+def _entry_columns(entries, fields: tuple, figure: str, where: str,
+                   hints: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """``{field: values}`` over a list of entries of a results document (dicts), as float64 arrays:
+    each entry must hold ``fields`` (`_require`, with its ``hints``), a number for the first (the
+    step) and a number or None (NaN) for the others, else a ValueError or TypeError naming
+    ``where`` and the field."""
+    for entry in entries:
+        _require(figure, where, entry, fields, hints)
+    columns = {}
+    for number, field in enumerate(fields):
+        values = [entry[field] for entry in entries]
+        index = _first_non_number(values, none=number > 0)
+        if index is not None:
+            _number(values[index], f"{figure}: {where}: {field!r}", none=number > 0)  # raises, naming it
+        columns[field] = np.array(values, dtype=np.float64)  # (None gives NaN)
+    return columns
 
 
 def _loss_floor(results: dict, figure: str) -> float | None:
@@ -879,13 +894,9 @@ def validation_curves(results: dict, title: str | None = None) -> Figure:
     -------
     matplotlib.figure.Figure
     """
-    try:
-        runs, columns = _runs(results, "validation_curves", ("val",), {"val": ("step", "loss", "exact_match")})
-    except ValueError as error:
-        if "has no 'exact_match'" not in str(error):  # (not another key missing beside it)
-            raise
-        raise ValueError(f"{error}: answer accuracy is measured on the bundled arithmetic corpus only, not on "
-                         f"--data text") from None
+    runs, columns = _runs(results, "validation_curves", ("val",), {"val": ("step", "loss", "exact_match")},
+                          hints={"exact_match": "answer accuracy is measured on the bundled arithmetic corpus only, "
+                                                "not on --data text"})
     loss_floor = _loss_floor(results, "validation_curves")
     figure, (loss_axis, exact_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True)
     looks = _run_styles({label: metrics.get("recipe") for label, metrics in runs.items()})
@@ -907,26 +918,6 @@ def validation_curves(results: dict, title: str | None = None) -> Figure:
     exact_axis.set_xlabel("step")
     exact_axis.grid(True, alpha=0.3)
     return figure
-
-
-
-def _evaluation_columns(val, figure: str, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, losses) of a ``val`` list of a ``train_tiny`` results document (evaluations with a
-    ``step`` and a ``loss``, None for NaN) as float64 arrays: TypeError or ValueError naming
-    ``where`` for anything else."""
-    if not isinstance(val, (list, tuple)):
-        raise TypeError(f"{figure}: {where} must be a list of evaluations (dicts with 'step' and 'loss'), got "
-                        f"{_described(val)}")
-    for entry in val:
-        _require(figure, f"{where}: an evaluation", entry, ("step", "loss"))
-    columns = []
-    for number, field in enumerate(("step", "loss")):
-        values = [entry[field] for entry in val]
-        index = _first_non_number(values, none=number > 0)
-        if index is not None:
-            _number(values[index], f"{figure}: {where}: an evaluation's {field!r}", none=number > 0)  # raises
-        columns.append(np.array(values, dtype=np.float64))  # (None gives NaN)
-    return columns[0], columns[1]
 
 
 def gap_curves(arms: dict, title: str | None = None) -> Figure:
@@ -970,11 +961,16 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
             pair = pairs[seed]
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
                 raise TypeError(f"{name}: {where} must be a pair (its val, its fp32 run's val), got {_described(pair)}")
-            (steps, losses), (fp32_steps, fp32_losses) = (_evaluation_columns(val, name, f"{where}: {which}")
-                                                          for val, which in zip(pair, ("val", "fp32 val")))
-            if not np.array_equal(steps, fp32_steps):
+            val, fp32 = pair
+            for evaluations, which in ((val, "val"), (fp32, "fp32 val")):
+                if not isinstance(evaluations, (list, tuple)):
+                    raise TypeError(f"{name}: {where}: {which} must be a list of evaluations (dicts with 'step' and "
+                                    f"'loss'), got {_described(evaluations)}")
+            run, baseline = (_entry_columns(evaluations, ("step", "loss"), name, f"{where}: {which}: an evaluation")
+                             for evaluations, which in ((val, "val"), (fp32, "fp32 val")))
+            if not np.array_equal(run["step"], baseline["step"]):
                 raise ValueError(f"{name}: {where}: its evaluations and its fp32 run's are at different steps")
-            gaps[label][str(seed)] = steps, losses / fp32_losses - 1
+            gaps[label][str(seed)] = run["step"], run["loss"] / baseline["loss"] - 1
     figure, axes = _new_figure(3.2 * len(seeds) + 0.8, 3.8, columns=len(seeds), sharey=True)
     markers = "osD^v<>ph*"
     looks = {label: (f"C{index % 10}", markers[index % len(markers)], "-") for index, label in enumerate(arms)}
@@ -992,6 +988,7 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
     axes[0].legend(loc="upper left", fontsize=7)
     figure.suptitle(title or "How far each run's validation loss lies above its fp32 run's", fontsize=10)
     return figure
+
 
 def _is_option_run(label: str, recipe: str) -> bool:
     """Whether run ``label`` is recipe ``recipe``'s own run (``unit``) or it with options (``unit + fp8 grads``)."""

@@ -221,9 +221,9 @@ _VAL = [{"step": 0, "loss": 2.0}]
     ({"a": {"0": (_VAL, None)}}, TypeError, "arm 'a' at seed '0': fp32 val must be a list of evaluations"),
     ({"a": {"0": ([{"step": 0}], _VAL)}}, ValueError, "arm 'a' at seed '0': val: an evaluation has no 'loss' (it has 'step')"),
     ({"a": {"0": ([{"step": 0, "loss": "2"}], _VAL)}}, TypeError,
-     "arm 'a' at seed '0': val: an evaluation's 'loss' must be a number or None, got str '2'"),
+     "arm 'a' at seed '0': val: an evaluation: 'loss' must be a number or None, got str '2'"),
     ({"a": {"0": ([{"step": None, "loss": 2.0}], _VAL)}}, TypeError,
-     "arm 'a' at seed '0': val: an evaluation's 'step' must be a number, got None"),
+     "arm 'a' at seed '0': val: an evaluation: 'step' must be a number, got None"),
     ({"a": {"0": ([{"step": 250, "loss": 2.0}], _VAL)}}, ValueError,
      "arm 'a' at seed '0': its evaluations and its fp32 run's are at different steps"),
 ])
