@@ -143,6 +143,7 @@ _ATTENTION_ROLES = ("q", "k", "v", "grad")
 # tensor's columnwise copy goes with it.
 _TENSOR_ROLES = {"x": ("x", "x_t"), "w": ("w", "w_t"), "grad": ("grad", "grad_t"), "q": ("q",), "k": ("k",),
                  "v": ("v",)}
+_GEMM_TENSORS, _ATTENTION_TENSORS = frozenset(_GEMM_ROLES), frozenset(_ATTENTION_ROLES)
 #: Every role a cast point records (`CastPoint.stats`); the ``_t`` casts are the block recipes'
 #: copies along the other axis.
 ROLES = ("x", "w", "grad", "x_t", "w_t", "grad_t", "q", "k", "v")
@@ -753,18 +754,18 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         uncast_here = uncast.get(name, frozenset())
         name = name or type(module).__name__
         if hasattr(module, "gemm"):
-            if recipe != "fp32" and not uncast_here >= set(_GEMM_ROLES):
-                point = state._add_point(name, "gemm", _uncast_roles(uncast_here & set(_GEMM_ROLES)))
+            if recipe != "fp32" and not uncast_here >= _GEMM_TENSORS:
+                point = state._add_point(name, "gemm", _uncast_roles(uncast_here & _GEMM_TENSORS))
                 module.gemm = FP8Linear(state, point)
             elif isinstance(module.gemm, FP8Linear):
                 module.gemm = F.linear
         if hasattr(module, "attention_core"):
             core = module.attention_core
             core = core.core if isinstance(core, FP8Attention) else core
-            if recipe != "fp32" and not uncast_here >= set(_ATTENTION_ROLES):
+            if recipe != "fp32" and not uncast_here >= _ATTENTION_TENSORS:
                 # (a module that has a gemm too: its core is a point of its own)
                 point_name = f"{name}.attention_core" if hasattr(module, "gemm") else name
-                point = state._add_point(point_name, "attention", _uncast_roles(uncast_here & set(_ATTENTION_ROLES)))
+                point = state._add_point(point_name, "attention", _uncast_roles(uncast_here & _ATTENTION_TENSORS))
                 core = FP8Attention(core, state, point)
             module.attention_core = core
     return state

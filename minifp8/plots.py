@@ -946,7 +946,7 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
     if not arms:
         raise ValueError(f"{name}: arms holds no arm")
     seeds: list = []
-    gaps: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    gaps: dict[str, dict[Any, tuple[np.ndarray, np.ndarray]]] = {}
     for label, pairs in arms.items():
         if not isinstance(label, str):
             raise TypeError(f"{name}: an arm's label must be a str, got {_described(label)}")
@@ -961,25 +961,25 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
             pair = pairs[seed]
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
                 raise TypeError(f"{name}: {where} must be a pair (its val, its fp32 run's val), got {_described(pair)}")
-            val, fp32 = pair
-            for evaluations, which in ((val, "val"), (fp32, "fp32 val")):
+            columns = []
+            for evaluations, which in zip(pair, ("val", "fp32 val")):
                 if not isinstance(evaluations, (list, tuple)):
                     raise TypeError(f"{name}: {where}: {which} must be a list of evaluations (dicts with 'step' and "
                                     f"'loss'), got {_described(evaluations)}")
-            run, baseline = (_entry_columns(evaluations, ("step", "loss"), name, f"{where}: {which}: an evaluation")
-                             for evaluations, which in ((val, "val"), (fp32, "fp32 val")))
+                columns.append(_entry_columns(evaluations, ("step", "loss"), name, f"{where}: {which}: an evaluation"))
+            run, baseline = columns
             if not np.array_equal(run["step"], baseline["step"]):
                 raise ValueError(f"{name}: {where}: its evaluations and its fp32 run's are at different steps")
-            gaps[label][str(seed)] = run["step"], run["loss"] / baseline["loss"] - 1
+            gaps[label][seed] = run["step"], run["loss"] / baseline["loss"] - 1
     figure, axes = _new_figure(3.2 * len(seeds) + 0.8, 3.8, columns=len(seeds), sharey=True)
     markers = "osD^v<>ph*"
-    looks = {label: (f"C{index % 10}", markers[index % len(markers)], "-") for index, label in enumerate(arms)}
-    for axis, seed in zip(axes, map(str, seeds)):
+    looks = {label: (f"C{index % 10}", markers[index % len(markers)]) for index, label in enumerate(arms)}
+    for axis, seed in zip(axes, seeds):
         axis.axhline(0.0, color="black", linewidth=0.8)
         for label in arms:
-            color, marker, style = looks[label]
+            color, marker = looks[label]
             steps, gap = gaps[label][seed]
-            axis.plot(steps, gap, style, color=color, linewidth=1.2, marker=marker, markersize=3.5, label=label)
+            axis.plot(steps, gap, "-", color=color, linewidth=1.2, marker=marker, markersize=3.5, label=label)
         axis.set_title(f"seed {seed}", fontsize=9)
         axis.set_xlabel("step")
         axis.grid(True, alpha=0.3)

@@ -1852,11 +1852,11 @@ def _main(argv: list[str] | None) -> int:
             return 2
     print()
     print(_summary_table(runs, results, dataset.task == "arithmetic"))
-    if _every_run_note(config):
+    if note := _every_run_note(config):
         flags = (["--fp32-lm-head"] * config.fp32_lm_head
                  + [f"--fp32-modules {config.fp32_modules}"] * (config.fp32_modules is not None)
                  + ["--center-lm-head"] * config.center_lm_head)
-        print(f"({' '.join(flags)}: {_every_run_note(config)} in every run)")
+        print(f"({' '.join(flags)}: {note} in every run)")
     if out is not None:
         try:
             _write_outputs(out, config, runs, results, dataset, print, started_in)

@@ -1411,7 +1411,6 @@ def test_committed_long_lm_head_is_what_its_commands_train():
     assert len(set(finals)) == len(finals) == 10
 
 
-
 def test_committed_long_weight_decay_is_what_its_commands_train():
     """long_weight_decay.json: fp32 and current side by side for 4000 steps at seeds 0-2 with AdamW's
     weight decay at 0.1, each run's validation curve; and what each final LM head weight does with
@@ -1437,6 +1436,7 @@ def test_committed_long_weight_decay_is_what_its_commands_train():
             assert list(measured) == ["mean_row", "centred_rows", "dgrad_error", "dgrad_error_centred"]
             assert measured["mean_row"] > 0 and measured["centred_rows"] > 0
             assert 0 < measured["dgrad_error_centred"] < 1 and 0 < measured["dgrad_error"] < 1
+
 
 def _kernels_under(coretype: str) -> str | None:
     """`train_tiny.blas_kernels` in a fresh process whose OpenBLAS was told ``OPENBLAS_CORETYPE``."""
