@@ -26,6 +26,9 @@ linear ``y = x W^T`` (x: tokens x in, W: out x in) that means three GEMMs with t
 | dgrad | ``dx = dy W`` | dy (out), W (out) | ``grad``, ``w_t`` |
 | wgrad | ``dW = dy^T x`` | dy (tokens), x (tokens) | ``grad_t``, ``x_t`` |
 
+`apply_recipe`'s ``exclude`` can run one of the three on its unrounded operands (``"lm_head:wgrad"``,
+`GEMMS`), as TransformerEngine's ``override_linear_precision`` does.
+
 Per-tensor recipes have one scale per tensor, so the copies coincide and only ``x``, ``w`` and
 ``grad`` are cast. The block recipes (``mxfp8``, ``blockwise``) cast the ``_t`` copies
 separately; a 128x128 weight tile is the same tile along either axis, so ``blockwise`` reuses
@@ -115,7 +118,7 @@ from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastS
 from .formats import _is_int, _plain_array, _shown
 
 __all__ = [
-    "GRADIENT_ROLES", "RECIPES", "RECIPE_OPTIONS", "ROLES", "CastPoint", "CastStats", "FP8Attention",
+    "GEMMS", "GRADIENT_ROLES", "RECIPES", "RECIPE_OPTIONS", "ROLES", "CastPoint", "CastStats", "FP8Attention",
     "FP8Linear", "FP8State", "ScaleRecord", "ScaleTracker", "apply_recipe", "fake_quantize", "track",
 ]
 
@@ -143,7 +146,13 @@ _ATTENTION_ROLES = ("q", "k", "v", "grad")
 # tensor's columnwise copy goes with it.
 _TENSOR_ROLES = {"x": ("x", "x_t"), "w": ("w", "w_t"), "grad": ("grad", "grad_t"), "q": ("q",), "k": ("k",),
                  "v": ("v",)}
-_GEMM_TENSORS, _ATTENTION_TENSORS = frozenset(_GEMM_ROLES), frozenset(_ATTENTION_ROLES)
+#: A linear's three GEMMs (TransformerEngine's names) and the copies each reads (the table above).
+#: apply_recipe's exclude can run one of them in float32 ("module:wgrad"), as TransformerEngine's
+#: ``override_linear_precision=(fprop, dgrad, wgrad)`` does.
+GEMMS = {"fprop": ("x", "w"), "dgrad": ("grad", "w_t"), "wgrad": ("grad_t", "x_t")}
+_GEMM_TENSORS = frozenset(_GEMM_ROLES) | frozenset(GEMMS)
+_GEMM_COPIES = ("x", "w", "grad", "x_t", "w_t", "grad_t")  # (every role a gemm's point can cast)
+_ATTENTION_TENSORS = frozenset(_ATTENTION_ROLES)
 #: Every role a cast point records (`CastPoint.stats`); the ``_t`` casts are the block recipes'
 #: copies along the other axis.
 ROLES = ("x", "w", "grad", "x_t", "w_t", "grad_t", "q", "k", "v")
@@ -183,12 +192,15 @@ class CastPoint:
         One per role under the ``delayed`` recipe (the ``_t`` copies share their tensor's);
         empty otherwise.
     uncast : frozenset of str
-        The roles left in float32 (`apply_recipe`'s ``exclude``, ``"module:tensor"``): they pass
-        through unchanged, with no statistics and no scaler.
+        The roles left in float32 (`apply_recipe`'s ``exclude``, ``"module:tensor"``, and the copies
+        that only float32 GEMMs read): they pass through unchanged, with no statistics and no scaler.
+    float32_gemms : frozenset of str
+        The GEMMs of a linear (`GEMMS`) that run on its unrounded operands (``"module:wgrad"``).
     """
 
-    def __init__(self, name: str, kind: str, recipe: str, options: dict, uncast: frozenset = frozenset()):
-        self.name, self.kind, self.uncast = name, kind, uncast
+    def __init__(self, name: str, kind: str, recipe: str, options: dict, uncast: frozenset = frozenset(),
+                 float32_gemms: frozenset = frozenset()):
+        self.name, self.kind, self.uncast, self.float32_gemms = name, kind, uncast, float32_gemms
         self.stats: dict[str, CastStats] = {}
         self.scalers: dict[str, scaling.DelayedScaling] = {}
         self._outputs: dict[str, np.ndarray] = {}
@@ -226,7 +238,9 @@ class CastPoint:
 
     def __repr__(self) -> str:
         uncast = f", uncast={sorted(self.uncast)}" if self.uncast else ""
-        return f"CastPoint({self.name!r}, {self.kind}, roles={sorted(self.stats)}{uncast})"
+        float32_gemms = f", float32_gemms={[gemm for gemm in GEMMS if gemm in self.float32_gemms]}" \
+            if self.float32_gemms else ""
+        return f"CastPoint({self.name!r}, {self.kind}, roles={sorted(self.stats)}{uncast}{float32_gemms})"
 
 
 class FP8State:
@@ -260,10 +274,11 @@ class FP8State:
         self.points: dict[str, CastPoint] = {}
         self.steps = 0
 
-    def _add_point(self, name: str, kind: str, uncast: frozenset = frozenset()) -> CastPoint:
+    def _add_point(self, name: str, kind: str, uncast: frozenset = frozenset(),
+                   float32_gemms: frozenset = frozenset()) -> CastPoint:
         if name in self.points:  # its statistics and histories would be lost
             raise ValueError(f"apply_recipe: two cast points would be named {name!r}")
-        point = CastPoint(name, kind, self.recipe, self.options, uncast)
+        point = CastPoint(name, kind, self.recipe, self.options, uncast, float32_gemms)
         self.points[name] = point
         return point
 
@@ -529,9 +544,9 @@ def _cast(state: FP8State, point: CastPoint, role: str, x: np.ndarray, fmt, axis
 def _cast_both(state: FP8State, point: CastPoint, roles: tuple, x: np.ndarray, fmt) -> tuple:
     """The rowwise (axis -1) and columnwise (axis 0) casts of a 2-D ``x`` under a block recipe, for
     ``roles`` (e.g. ``("x", "x_t")``): `fastcast.cast_pair`, or two `_cast` calls where it declines
-    (``x`` twice where the tensor is left uncast)."""
-    if roles[0] in point.uncast:  # (a tensor's copies are left uncast together)
-        return x, x
+    (``x`` itself for a role left uncast)."""
+    if not point.uncast.isdisjoint(roles):
+        return tuple(_cast(state, point, role, x, fmt, axis) for role, axis in zip(roles, (-1, 0)))
     pair = fastcast.cast_pair(x, state.recipe, state.options, fmt, functools.partial(point._output, roles))
     if pair is None:
         return tuple(_cast(state, point, role, x, fmt, axis) for role, axis in zip(roles, (-1, 0)))
@@ -595,20 +610,29 @@ class FP8Linear:
         dtype = x.data.dtype
         per_tensor = state.recipe in PER_TENSOR_RECIPES
         x2 = x.data.reshape(math.prod(x.shape[:-1]), in_features)  # (-1 cannot size a 0-feature reshape)
+        # Which GEMMs run on FP8 copies: all but those left in float32 ("module:wgrad"), and only
+        # the backward ones that this pass will run. A float32 GEMM reads the unrounded operands, as
+        # functional.linear does.
+        fprop = "fprop" not in point.float32_gemms
+        dgrad = "dgrad" not in point.float32_gemms and is_grad_enabled() and x.requires_grad
+        wgrad = "wgrad" not in point.float32_gemms and is_grad_enabled() and weight.requires_grad
         # Block recipes cast an operand along both axes; where backward will need the columnwise
         # copy, it is cast now, together with the rowwise one (they share work: _cast_both).
-        both = not per_tensor and is_grad_enabled()
-        x_t = w_t = None
-        if both and weight.requires_grad:
+        # Per-tensor recipes cast each operand once, for every GEMM that reads it.
+        x_q = w_q = x_t = w_t = None
+        if not per_tensor and fprop and wgrad:
             x_q, x_t = _cast_both(state, point, ("x", "x_t"), x2, FORWARD_FORMAT)
-        else:
+        elif fprop or (per_tensor and wgrad):
             x_q = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1)
-        if both and x.requires_grad and state.recipe == "mxfp8":  # blockwise: w's 128x128 tiles serve both
+        if state.recipe == "mxfp8" and fprop and dgrad:  # (blockwise: w's 128x128 tiles serve both)
             w_q, w_t = _cast_both(state, point, ("w", "w_t"), weight.data, FORWARD_FORMAT)
-        else:
+        elif fprop or (dgrad and state.recipe != "mxfp8"):
             w_q = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True)
-        x_q, w_q = x_q.astype(dtype, copy=False), w_q.astype(dtype, copy=False)
-        out = x_q @ w_q.T
+        if fprop:
+            assert x_q is not None and w_q is not None  # (both cast above whenever fprop runs in FP8)
+            out = x_q.astype(dtype, copy=False) @ w_q.astype(dtype, copy=False).T
+        else:
+            out = x2 @ weight.data.T
         if bias is not None:
             out += bias.data
         out = out.reshape(x.shape[:-1] + (out_features,))
@@ -616,29 +640,30 @@ class FP8Linear:
         def backward(grad):
             g2 = grad.reshape(len(x2), out_features)
             grad_x = grad_w = grad_b = None
-            g_q: np.ndarray | None  # (per tensor: cast here; block recipes: cast below where needed)
-            if per_tensor:  # one scale per tensor: the rowwise and columnwise copies coincide
-                g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
-                if x.requires_grad:
-                    grad_x = (g_q @ w_q).reshape(x.shape)
-                if weight.requires_grad:
-                    grad_w = g_q.T @ x_q
-            else:
-                g_q = g_t = None
-                weight_t, input_t = w_t, x_t  # the columnwise copies cast in forward, if any
-                if x.requires_grad and weight.requires_grad:
-                    g_q, g_t = _cast_both(state, point, ("grad", "grad_t"), g2, BACKWARD_FORMAT)
-                if x.requires_grad:  # dgrad: contraction over out_features
+            g_q = g_t = None
+            if per_tensor and (dgrad or wgrad):  # one scale per tensor: the copies coincide
+                g_q = g_t = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
+            elif dgrad and wgrad:
+                g_q, g_t = _cast_both(state, point, ("grad", "grad_t"), g2, BACKWARD_FORMAT)
+            if x.requires_grad:  # dgrad: contraction over out_features
+                if not dgrad:
+                    grad_x = g2 @ weight.data
+                else:
                     if g_q is None:
                         g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1)
-                    if state.recipe == "blockwise":  # a 128x128 tile is the same tile along either axis
-                        weight_t = w_q
-                    elif weight_t is None:
+                    # (per tensor, one copy serves every GEMM; a blockwise 128x128 tile serves both axes)
+                    weight_t = w_q if per_tensor or state.recipe == "blockwise" else w_t
+                    if weight_t is None:
                         weight_t = _cast(state, point, "w_t", weight.data, FORWARD_FORMAT, axis=0, weight=True)
-                    grad_x = (g_q.astype(dtype, copy=False) @ weight_t.astype(dtype, copy=False)).reshape(x.shape)
-                if weight.requires_grad:  # wgrad: contraction over the tokens
+                    grad_x = g_q.astype(dtype, copy=False) @ weight_t.astype(dtype, copy=False)
+                grad_x = grad_x.reshape(x.shape)
+            if weight.requires_grad:  # wgrad: contraction over the tokens
+                if not wgrad:
+                    grad_w = g2.T @ x2
+                else:
                     if g_t is None:
                         g_t = _cast(state, point, "grad_t", g2, BACKWARD_FORMAT, axis=0)
+                    input_t = x_q if per_tensor else x_t
                     if input_t is None:
                         input_t = _cast(state, point, "x_t", x2, FORWARD_FORMAT, axis=0)
                     grad_w = g_t.astype(dtype, copy=False).T @ input_t.astype(dtype, copy=False)
@@ -709,8 +734,12 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         a module with a gemm or an attention core. ``"name:tensor"`` leaves one tensor of the
         matched modules in float32 and casts the rest: ``x``, ``w`` or ``grad`` of a gemm, ``q``,
         ``k``, ``v`` or ``grad`` of an attention core (the ``_t`` copies go with their tensor), so
-        ``("lm_head:grad",)`` keeps only the LM head's E5M2 gradient cast out. A point whose every
-        tensor is left out is not made.
+        ``("lm_head:grad",)`` keeps only the LM head's E5M2 gradient cast out. ``"name:fprop"``,
+        ``":dgrad"`` or ``":wgrad"`` runs one GEMM of a linear (`GEMMS`) on its unrounded operands
+        and the other two in FP8, as TransformerEngine's ``override_linear_precision`` does:
+        ``("lm_head:wgrad",)`` computes the LM head's weight gradient from the float32 logits'
+        gradient while the gradient it passes back is cast. A cast that only float32 GEMMs read is
+        not made. A point whose every cast is left out is not made.
     **options
         Recipe options (`RECIPE_OPTIONS`): ``current``: ``power_of_2=False``; ``delayed``:
         ``history_len=1024, amax_compute_algo="max", margin=0`` (scaling.DelayedScaling);
@@ -744,42 +773,79 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
     castable = {name: tensors for name, module in model.named_modules() if (tensors := _module_tensors(module))}
     uncast = _uncast_tensors(exclude, castable)
-    excluded = {name for name, tensors in uncast.items() if tensors == castable[name]}
+    plans = {name: _point_plans(tensors, uncast.get(name, frozenset()), recipe) for name, tensors in castable.items()}
+    excluded = {name for name, plan in plans.items() if not any(plan.values())}
     if recipe != "fp32" and not set(castable) - excluded:  # (checked before any module changes)
         left_out = f" outside exclude ({', '.join(sorted(excluded))})" if excluded else ""
         raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
                          f"in {type(model).__name__}{left_out}; recipe {recipe!r} would cast nothing")
     state = FP8State(recipe, options)
     for name, module in model.named_modules():
-        uncast_here = uncast.get(name, frozenset())
+        plan = plans.get(name, {})
         name = name or type(module).__name__
         if hasattr(module, "gemm"):
-            if recipe != "fp32" and not uncast_here >= _GEMM_TENSORS:
-                point = state._add_point(name, "gemm", _uncast_roles(uncast_here & _GEMM_TENSORS))
+            if recipe != "fp32" and plan["gemm"]:
+                point = state._add_point(name, "gemm", *plan["gemm"])
                 module.gemm = FP8Linear(state, point)
             elif isinstance(module.gemm, FP8Linear):
                 module.gemm = F.linear
         if hasattr(module, "attention_core"):
             core = module.attention_core
             core = core.core if isinstance(core, FP8Attention) else core
-            if recipe != "fp32" and not uncast_here >= _ATTENTION_TENSORS:
+            if recipe != "fp32" and plan["attention"]:
                 # (a module that has a gemm too: its core is a point of its own)
                 point_name = f"{name}.attention_core" if hasattr(module, "gemm") else name
-                point = state._add_point(point_name, "attention", _uncast_roles(uncast_here & _ATTENTION_TENSORS))
+                point = state._add_point(point_name, "attention", *plan["attention"])
                 core = FP8Attention(core, state, point)
             module.attention_core = core
     return state
 
 
 def _module_tensors(module) -> frozenset[str]:
-    """The tensors a module's casts would cast: x, w and grad for a gemm, q, k, v and grad for an
-    attention core (none for a module with neither)."""
-    return frozenset(_GEMM_ROLES * hasattr(module, "gemm") + _ATTENTION_ROLES * hasattr(module, "attention_core"))
+    """What ``exclude`` can name after a module's ``:``: x, w and grad and the GEMMs fprop, dgrad and
+    wgrad for a gemm, q, k, v and grad for an attention core (none for a module with neither)."""
+    return (_GEMM_TENSORS if hasattr(module, "gemm") else frozenset()) | (
+        _ATTENTION_TENSORS if hasattr(module, "attention_core") else frozenset())
 
 
-def _uncast_roles(tensors: frozenset[str]) -> frozenset[str]:
-    """The roles (`ROLES`) of ``tensors``, their ``_t`` copies with them."""
-    return frozenset(role for tensor in tensors for role in _TENSOR_ROLES[tensor])
+def _point_plans(tensors: frozenset[str], uncast: frozenset[str], recipe: str) -> dict[str, tuple | None]:
+    """For each kind of cast point a module has (``"gemm"``, ``"attention"``; ``tensors`` is
+    `_module_tensors`), the ``uncast`` roles and float32 GEMMs of the point that ``exclude`` leaves
+    it (``uncast`` holds the tensors and GEMMs it names), or None where every role is left uncast."""
+    plans: dict[str, tuple | None] = {}
+    for kind, kind_tensors, kind_roles in (("gemm", _GEMM_TENSORS, _GEMM_COPIES),
+                                           ("attention", _ATTENTION_TENSORS, _ATTENTION_ROLES)):
+        if kind_tensors <= tensors:
+            left = uncast & kind_tensors
+            uncast_roles = _uncast_roles(left, recipe)
+            plans[kind] = None if uncast_roles >= set(kind_roles) else (uncast_roles, left & GEMMS.keys())
+    return plans
+
+
+def _uncast_roles(tensors: frozenset[str], recipe: str) -> frozenset[str]:
+    """The roles (`ROLES`) that leaving ``tensors`` in float32 leaves uncast: each tensor's, its
+    ``_t`` copies with them, and each copy that only the float32 GEMMs among ``tensors`` read.
+
+    A GEMM reads the copies `GEMMS` names; a per-tensor recipe casts each tensor once for all
+    three GEMMs, and ``blockwise``'s 128x128 weight tiles serve ``w_t`` too, so such a cast stays
+    while any GEMM that reads it runs in FP8."""
+    roles = {role for tensor in tensors - GEMMS.keys() for role in _TENSOR_ROLES[tensor]}
+    float32_gemms = tensors & GEMMS.keys()
+    if float32_gemms:
+        readers: dict[str, set[str]] = {}
+        for gemm, operands in GEMMS.items():
+            for operand in operands:
+                readers.setdefault(_serving_cast(operand, recipe), set()).add(gemm)
+        roles |= {role for role in _GEMM_COPIES if readers[_serving_cast(role, recipe)] <= float32_gemms}
+    return frozenset(roles)
+
+
+def _serving_cast(role: str, recipe: str) -> str:
+    """The cast whose values a GEMM reads as ``role``: ``x`` for ``x_t`` under a per-tensor recipe
+    (one scale, one copy), ``w`` for ``w_t`` under ``blockwise``; else ``role`` itself."""
+    if recipe in PER_TENSOR_RECIPES or (recipe == "blockwise" and role == "w_t"):
+        return role.removesuffix("_t")
+    return role
 
 
 def _uncast_tensors(exclude, castable: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
@@ -804,9 +870,10 @@ def _uncast_tensors(exclude, castable: dict[str, frozenset[str]]) -> dict[str, f
     unknown = []
     for entry in names:
         pattern, _, tensor = entry.partition(":")  # (no ':': the whole entry is the pattern, tensor "")
-        if tensor and tensor not in _TENSOR_ROLES:
+        if tensor and tensor not in _TENSOR_ROLES.keys() | GEMMS.keys():
             raise ValueError(f"apply_recipe: exclude entry {entry!r} names the tensor {tensor!r}; after ':' comes "
-                             f"x, w or grad (a gemm's) or q, k, v or grad (an attention core's)")
+                             f"x, w, grad, fprop, dgrad or wgrad (a gemm's tensors and GEMMs) or q, k, v or grad "
+                             f"(an attention core's)")
         found = [name for name in castable if (name == pattern or fnmatch.fnmatchcase(name, pattern))
                  and (not tensor or tensor in castable[name])]
         if not found:
@@ -814,8 +881,8 @@ def _uncast_tensors(exclude, castable: dict[str, frozenset[str]]) -> dict[str, f
         for name in found:
             uncast[name] = uncast.get(name, frozenset()) | (frozenset({tensor}) if tensor else castable[name])
     if unknown:
-        with_tensor = (" that has the tensor named after ':' (a gemm has x, w and grad, an attention core q, k, "
-                       "v and grad)")
+        with_tensor = (" that has the tensor named after ':' (a gemm has x, w and grad and the GEMMs fprop, dgrad "
+                       "and wgrad, an attention core q, k, v and grad)")
         raise ValueError(f"apply_recipe: exclude matches no module with a gemm or an attention core"
                          f"{with_tensor if any(':' in entry for entry in unknown) else ''}: "
                          f"{', '.join(map(repr, unknown))}; such modules are {', '.join(sorted(castable))}")

@@ -232,7 +232,9 @@ class TrainConfig:
                 "patterns over them (fnmatch; * spans dots), such as '*.mlp.*' (every MLP linear), '*.attn.*' "
                 "(attention's projections) or '*.attn' (its cores), each optionally with one tensor, so that "
                 "the rest is still cast: ':x', ':w' or ':grad' of a GEMM (lm_head:grad, the LM head's E5M2 gradient "
-                "cast), ':q', ':k', ':v' or ':grad' of an attention core; an unmatched pattern's error lists the "
+                "cast), or one of a linear's GEMMs, ':fprop', ':dgrad' or ':wgrad' (lm_head:wgrad: the LM head's "
+                "weight gradient from unrounded operands, as TransformerEngine's override_linear_precision), "
+                "':q', ':k', ':v' or ':grad' of an attention core; an unmatched pattern's error lists the "
                 "names; refused where every run is fp32", "metavar": "PATTERNS"})
     center_lm_head: bool = field(default=False, metadata={
         "help": "after every optimizer step, subtract the mean of the LM head's weight rows from each row "

@@ -16,7 +16,7 @@ import pytest
 
 from minifp8 import codec, fastcast, formats, fp8, mx, nn, scaling
 from minifp8 import functional as F
-from minifp8.autograd import Tensor, make_op
+from minifp8.autograd import Tensor, make_op, no_grad
 from minifp8.testing import gradcheck
 
 RECIPES_WITH_CASTS = ("fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
@@ -1039,11 +1039,12 @@ def test_apply_recipe_exclude_errors_leave_the_model_as_it_was():
                                     "modules are attention, layers.0, layers.1, mlp.0, mlp.2"),
             (["attention", "layers.0", "layers.1", "mlp.0", "mlp.2"], ValueError,
              "found no linear .* in SmallModel outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)"),
-            (["mlp.2:x_t"], ValueError, "exclude entry 'mlp.2:x_t' names the tensor 'x_t'; after ':' comes x, w or "
-                                        "grad \\(a gemm's\\) or q, k, v or grad \\(an attention core's\\)"),
+            (["mlp.2:x_t"], ValueError, "exclude entry 'mlp.2:x_t' names the tensor 'x_t'; after ':' comes x, w, grad, "
+                                        "fprop, dgrad or wgrad \\(a gemm's tensors and GEMMs\\) or q, k, v or grad "
+                                        "\\(an attention core's\\)"),
             (["mlp.2:grad", "attention:x", "mlp.*:q"], ValueError,
              "exclude matches no module with a gemm or an attention core that has the tensor named after ':' "
-             "\\(a gemm has x, w and grad, an attention core q, k, v and grad\\): 'attention:x', 'mlp.\\*:q'; "
+             "\\(a gemm has x, w and grad and the GEMMs fprop, dgrad and wgrad, an attention core q, k, v and grad\\): 'attention:x', 'mlp.\\*:q'; "
              "such modules are attention, layers.0"),
             (["attention:q", "attention:k", "attention:v", "attention:grad", "layers.*", "mlp.*"], ValueError,
              "found no linear .* outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)")]:
@@ -1093,6 +1094,74 @@ def test_exclude_one_tensor_of_a_gemm_leaves_it_in_float32_and_casts_the_rest(re
     assert set(point.stats) == cast - point.uncast
     assert f"uncast=['{tensor}', '{tensor}_t']" in repr(point)
     assert set(state.points["attention"].stats) == set() and not state.points["attention"].uncast  # (not run)
+
+
+# Which GEMMs of a linear read each cast (the module docstring's table): per-tensor recipes cast a
+# tensor once for every GEMM, and blockwise's 128x128 weight tiles serve fprop and dgrad alike.
+_READERS = {
+    "per tensor": {"x": {"fprop", "wgrad"}, "w": {"fprop", "dgrad"}, "grad": {"dgrad", "wgrad"}},
+    "mxfp8": {"x": {"fprop"}, "x_t": {"wgrad"}, "w": {"fprop"}, "w_t": {"dgrad"}, "grad": {"dgrad"},
+              "grad_t": {"wgrad"}},
+    "blockwise": {"x": {"fprop"}, "x_t": {"wgrad"}, "w": {"fprop", "dgrad"}, "grad": {"dgrad"}, "grad_t": {"wgrad"}},
+}
+
+
+@pytest.mark.parametrize("gemms", [("fprop",), ("dgrad",), ("wgrad",), ("dgrad", "wgrad"), ("fprop", "wgrad")])
+@pytest.mark.parametrize("recipe", ["fp8", "current", "delayed", "mxfp8", "blockwise"])
+def test_exclude_gemms_of_a_linear_runs_them_on_the_unrounded_operands(recipe, gemms):
+    """``exclude=["proj:wgrad"]`` (TransformerEngine's override_linear_precision): that GEMM reads x, W
+    and dy as they are, the other GEMMs their casts exactly as before, and a cast that no FP8 GEMM
+    reads is not made (no statistics, no amax history); in no_grad, only fprop's casts are made."""
+    rng = np.random.default_rng(47)
+    model = _Holder(rng)
+    model.proj.weight.data = wide_tensor(rng, (128, 256), low=-12, high=2)
+    tensors = {"x": wide_tensor(rng, (64, 256), low=-12, high=9), "w": model.proj.weight.data,
+               "grad": wide_tensor(rng, (64, 128), low=-30, high=-2)}
+    state = fp8.apply_recipe(model, recipe, exclude=[f"p*:{gemm}" for gemm in gemms])
+    point = state.points["proj"]
+    scalers = copy.deepcopy(point.scalers)  # (delayed: what the first step's casts scale by)
+    x = Tensor(tensors["x"], requires_grad=True)
+    with no_grad():
+        model.proj(x)
+    readers = _READERS.get(recipe, _READERS["per tensor"])
+    assert set(point.stats) == ({"x", "w"} - point.uncast if "fprop" not in gemms else set())
+    point.stats.clear()
+    y = model.proj(x)
+    y.backward(tensors["grad"])
+
+    def operand(gemm, role):
+        tensor = role.removesuffix("_t")
+        if gemm in gemms:
+            return tensors[tensor]
+        axis = 0 if role.endswith("_t") and recipe in ("mxfp8", "blockwise") else -1
+        return reference(tensors[tensor], recipe, "E5M2" if tensor == "grad" else "E4M3", axis=axis,
+                         weight=tensor == "w", scaler=scalers.get(tensor))
+
+    (x_f, w_f), (g_d, w_d), (g_w, x_w) = ([operand(gemm, role) for role in roles] for gemm, roles in fp8.GEMMS.items())
+    assert_same(y.data, x_f @ w_f.T)
+    assert_same(x.grad, g_d @ w_d)
+    assert_same(model.proj.weight.grad, g_w.T @ x_w)
+    cast = {role for role, gemms_reading in readers.items() if gemms_reading - set(gemms)}
+    assert set(point.stats) == cast and point.uncast.isdisjoint(cast) and point.float32_gemms == set(gemms)
+    assert set(point.scalers) == (cast if recipe == "delayed" else set())
+    assert f"float32_gemms={[gemm for gemm in fp8.GEMMS if gemm in gemms]}" in repr(point)
+
+
+def test_exclude_every_gemm_of_a_linear_is_excluding_the_linear():
+    rng = np.random.default_rng(53)
+    holder = _Holder(rng)
+    x = Tensor(rng.standard_normal((8, 256)), requires_grad=True)
+    for recipe in ("current", "mxfp8", "blockwise"):
+        state = fp8.apply_recipe(holder, recipe, exclude=["proj:fprop", "proj:dgrad", "proj:wgrad"])
+        assert list(state.points) == ["attention"] and holder.proj.gemm is F.linear
+    state = fp8.apply_recipe(holder, "blockwise", exclude=["proj:fprop", "proj:dgrad", "proj:grad"])
+    assert state.points["proj"].uncast == {"x", "w", "w_t", "grad", "grad_t"}  # (x_t: wgrad reads it)
+    holder.proj(x).sum().backward()
+    assert set(state.points["proj"].stats) == {"x_t"}
+    with pytest.raises(ValueError, match="found no linear .* outside exclude \\(attention, proj\\)"):
+        fp8.apply_recipe(holder, "delayed", exclude=["proj:x", "proj:grad", "proj:fprop", "proj:dgrad", "attention"])
+    state = fp8.apply_recipe(holder, "delayed", exclude=["proj:x", "proj:grad", "proj:fprop", "attention"])
+    assert list(state.points) == ["proj"] and set(state.points["proj"].scalers) == {"w"}  # (dgrad reads w)
 
 
 @pytest.mark.parametrize("tensor", ["q", "k", "v", "grad"])

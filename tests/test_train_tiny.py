@@ -913,10 +913,12 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--recipe", "delayed", "--fp32-modules", ""], "exclude matches no module with a gemm or an attention core: ''"),
     (["--recipe", "current", "--fp32-modules", "lm_head:x_t"],
      "--fp32-modules lm_head:x_t in the standard model: exclude entry 'lm_head:x_t' names the tensor 'x_t'; after "
-     "':' comes x, w or grad (a gemm's) or q, k, v or grad (an attention core's) (see -h)"),
+     "':' comes x, w, grad, fprop, dgrad or wgrad (a gemm's tensors and GEMMs) or q, k, v or grad (an attention "
+     "core's) (see -h)"),
     (["--recipe", "current", "--fp32-modules", "*.attn:x,lm_head:grad"],
      "in the standard model: exclude matches no module with a gemm or an attention core that has the tensor named "
-     "after ':' (a gemm has x, w and grad, an attention core q, k, v and grad): '*.attn:x'; such modules are "),
+     "after ':' (a gemm has x, w and grad and the GEMMs fprop, dgrad and wgrad, an attention core q, k, v and "
+     "grad): '*.attn:x'; such modules are "),
     (["--recipe", "delayed", "--fp32-lm-head", "--fp32-modules", "blocks.*"],
      "--fp32-modules blocks.* in the standard model: found no linear (a module with a gemm) or attention core "
      "(attention_core) in GPT outside exclude (blocks.0.attn, "),
