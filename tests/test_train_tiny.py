@@ -377,10 +377,12 @@ def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_p
 def test_fp32_modules_takes_one_tensor_of_a_module(tmp_path, capsys):
     """--fp32-modules lm_head:grad leaves the LM head's gradient cast alone in float32: the LM head is
     still a cast point, with its forward casts' statistics and none for its gradient, and the losses
-    move; lm_head:x,lm_head:w leaves its forward casts out instead."""
+    move; lm_head:x,lm_head:w leaves its forward casts out instead. lm_head:wgrad runs one GEMM in
+    float32: every cast is still made (the dgrad GEMM reads the gradient's), and the losses move."""
     flags = [*TINY, "--recipe", "current"]
     runs = {}
-    for name, uncast in (("plain", None), ("grad", "lm_head:grad"), ("forward", "lm_head:x,lm_head:w")):
+    for name, uncast in (("plain", None), ("grad", "lm_head:grad"), ("forward", "lm_head:x,lm_head:w"),
+                         ("wgrad", "lm_head:wgrad")):
         status, printed, _ = run_main(capsys, *flags, *(["--fp32-modules", uncast] if uncast else []),
                                       "--out", str(tmp_path / name))
         assert status == 0 and (uncast is None or f"recipe current, {uncast.replace(',', ', ')} in float32\n" in printed)
@@ -388,7 +390,8 @@ def test_fp32_modules_takes_one_tensor_of_a_module(tmp_path, capsys):
     assert set(runs["plain"]["cast_points"]["lm_head"]) == {"x", "w", "grad"}
     assert set(runs["grad"]["cast_points"]["lm_head"]) == {"x", "w"}
     assert set(runs["forward"]["cast_points"]["lm_head"]) == {"grad"}
-    for name in ("grad", "forward"):
+    assert set(runs["wgrad"]["cast_points"]["lm_head"]) == {"x", "w", "grad"}
+    for name in ("grad", "forward", "wgrad"):
         assert runs[name]["cast_points"].keys() == runs["plain"]["cast_points"].keys()
         assert runs[name]["train_loss"] != runs["plain"]["train_loss"]
 
