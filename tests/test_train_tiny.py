@@ -1443,6 +1443,41 @@ def test_committed_long_weight_decay_is_what_its_commands_train():
             assert 0 < measured["dgrad_error_centred"] < 1 and 0 < measured["dgrad_error"] < 1
 
 
+def test_committed_long_lm_head_gemms_is_what_its_commands_train():
+    """long_lm_head_gemms.json: current's 4000-step runs at seeds 0-2 with the LM head's weight-gradient
+    or data-gradient GEMM in float32, each run's validation curve; and, for their final LM heads and
+    for the earlier arms' (every cast, long_lm_head.json's two), long_lm_head.json's measures of the
+    weight and of the gradient it passes back, the error of its own weight gradient, and the error
+    its forward casts put into the logits."""
+    document = _committed_long_study("long_lm_head_gemms.json")
+    assert list(document["commands"]) == ["lm_head:wgrad", "lm_head:dgrad"]
+    for key, command in document["commands"].items():
+        config, runs = _parse_seed_command(command)
+        assert [run.recipe for run in runs] == ["current"] and runs[0].family == "standard"
+        assert replace(config, seed=0) == replace(TrainConfig(), steps=4000, recipe="current", fp32_modules=key)
+    earlier = {"lm_head:grad": _committed_long_study("long_lm_head.json")["lm_head"],
+               "lm_head:x,lm_head:w": _committed_long_study("long_lm_head.json")["lm_head"],
+               "every cast": {seed: {"every cast": arms["current without decay"]} for seed, arms in
+                              _committed_long_study("long_weight_decay.json")["lm_head"].items()}}
+    start = _committed_long_study("long_lm_head.json")["seeds"]
+    assert list(document["seeds"]) == list(document["lm_head"]) == ["0", "1", "2"]
+    for seed, curves in document["seeds"].items():
+        assert list(curves) == list(document["commands"])
+        for val in curves.values():  # (the forward pass casts as every cast's does: step 0 agrees)
+            assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
+            assert val[0]["loss"] == start[seed]["lm_head:grad"][0]["loss"] and val[-1]["loss"] > 0
+        assert list(document["lm_head"][seed]) == [*document["commands"], "every cast", "lm_head:grad",
+                                                   "lm_head:x,lm_head:w"]
+        for key, measured in document["lm_head"][seed].items():
+            assert list(measured) == ["mean_row", "centred_rows", "dgrad_error", "dgrad_error_centred", "wgrad_error",
+                                      "fprop_error", "fprop_error_centred"]
+            assert measured["mean_row"] > 0 and measured["centred_rows"] > 0
+            assert all(0 < measured[error] < 1 for error in list(measured)[2:])
+            if key in earlier:  # (the same checkpoints, or ones trained again to the same curves)
+                assert {name: measured[name] for name in list(measured)[:4]} == {
+                    name: earlier[key][seed][key][name] for name in list(measured)[:4]}
+
+
 def _kernels_under(coretype: str) -> str | None:
     """`train_tiny.blas_kernels` in a fresh process whose OpenBLAS was told ``OPENBLAS_CORETYPE``."""
     env = {**os.environ, "OPENBLAS_CORETYPE": coretype}

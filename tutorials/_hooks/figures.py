@@ -84,6 +84,7 @@ FIGURES = {
     "fp8lm-options": lambda: plots.fp8lm_options(train_results("fp8lm")),
     "long-training": lambda: plots.validation_curves(train_results("long")),
     "long-lm-head-gaps": lambda: plots.gap_curves(long_lm_head_arms()),
+    "long-lm-head-gemms": lambda: plots.gap_curves(long_lm_head_gemm_arms()),
     "scaled-gemm-errors": lambda: plots.scaled_gemm_errors(seed=2),
     "train-speed": lambda: plots.train_speed(speed_results()),
 }
@@ -108,22 +109,46 @@ def long_lm_head_arms() -> dict:
     every cast (long.json, long_seeds.json), with the LM head's gradient in float32 and with the LM
     head centred (long_lm_head.json), each against the fp32 run of its seed, and with weight decay
     against the fp32 run with it (long_weight_decay.json)."""
-    import json
-
-    from minifp8 import train_tiny
-
-    def study(name: str) -> dict:
-        return json.loads(train_tiny.LONG_RESULTS.with_name(name).read_text(encoding="utf-8"))
-
-    plain = {"0": {label: run["val"] for label, run in train_results("long")["runs"].items()},
-             **study("long_seeds.json")["seeds"]}
-    lm_head, decay = study("long_lm_head.json")["seeds"], study("long_weight_decay.json")["seeds"]
+    plain = long_plain_curves()
+    lm_head, decay = long_study("long_lm_head.json")["seeds"], long_study("long_weight_decay.json")["seeds"]
     return {"every cast": {seed: (plain[seed]["current"], plain[seed]["fp32"]) for seed in "012"},
             "LM head's gradient in float32": {seed: (lm_head[seed]["lm_head:grad"], plain[seed]["fp32"])
                                               for seed in "012"},
             "LM head centred every step": {seed: (lm_head[seed]["centred"], plain[seed]["fp32"]) for seed in "012"},
             "weight decay 0.1 (fp32 with it too)": {seed: (decay[seed]["current"], decay[seed]["fp32"])
                                                     for seed in "012"}}
+
+
+def long_lm_head_gemm_arms() -> dict:
+    """`plots.gap_curves`' arms for tutorial 7b: current's 4000-step runs at seeds 0, 1 and 2 with
+    every cast, with the LM head's gradient in float32 for both backward GEMMs (long_lm_head.json),
+    and for its weight-gradient or its data-gradient GEMM alone (long_lm_head_gemms.json), each
+    against the fp32 run of its seed."""
+    plain = long_plain_curves()
+    both, gemms = long_study("long_lm_head.json")["seeds"], long_study("long_lm_head_gemms.json")["seeds"]
+    return {"every cast": {seed: (plain[seed]["current"], plain[seed]["fp32"]) for seed in "012"},
+            "gradient in float32 (both GEMMs)": {seed: (both[seed]["lm_head:grad"], plain[seed]["fp32"])
+                                                 for seed in "012"},
+            "weight gradient in float32 (wgrad)": {seed: (gemms[seed]["lm_head:wgrad"], plain[seed]["fp32"])
+                                                   for seed in "012"},
+            "gradient passed back in float32 (dgrad)": {seed: (gemms[seed]["lm_head:dgrad"], plain[seed]["fp32"])
+                                                        for seed in "012"}}
+
+
+def long_study(name: str) -> dict:
+    """A study file committed beside long.json (package data)."""
+    import json
+
+    from minifp8 import train_tiny
+
+    return json.loads(train_tiny.LONG_RESULTS.with_name(name).read_text(encoding="utf-8"))
+
+
+def long_plain_curves() -> dict:
+    """The validation curves of the 4000-step runs with every cast, by seed and label: seed 0 from
+    long.json, seeds 1 and 2 from long_seeds.json."""
+    return {"0": {label: run["val"] for label, run in train_results("long")["runs"].items()},
+            **long_study("long_seeds.json")["seeds"]}
 
 
 def headline_gpt_scales(family: str):
