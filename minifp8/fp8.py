@@ -610,9 +610,10 @@ class FP8Linear:
         dtype = x.data.dtype
         per_tensor = state.recipe in PER_TENSOR_RECIPES
         x2 = x.data.reshape(math.prod(x.shape[:-1]), in_features)  # (-1 cannot size a 0-feature reshape)
-        # Which GEMMs run on FP8 copies: all but those left in float32 ("module:wgrad"), and only
-        # the backward ones that this pass will run. A float32 GEMM reads the unrounded operands, as
-        # functional.linear does.
+        # Which GEMMs run on FP8 copies: all but those left in float32 ("module:wgrad"); a float32
+        # GEMM reads the unrounded operands, as functional.linear does. Of the backward GEMMs, those
+        # this pass will run, as far as forward can tell (an operand that starts requiring grad
+        # later gets its copies cast in backward).
         fprop = "fprop" not in point.float32_gemms
         dgrad = "dgrad" not in point.float32_gemms and is_grad_enabled() and x.requires_grad
         wgrad = "wgrad" not in point.float32_gemms and is_grad_enabled() and weight.requires_grad
@@ -640,31 +641,38 @@ class FP8Linear:
         def backward(grad):
             g2 = grad.reshape(len(x2), out_features)
             grad_x = grad_w = grad_b = None
+            # (requires_grad read again: an operand may have started requiring grad after forward)
+            fp8_dgrad = x.requires_grad and "dgrad" not in point.float32_gemms
+            fp8_wgrad = weight.requires_grad and "wgrad" not in point.float32_gemms
             g_q = g_t = None
-            if per_tensor and (dgrad or wgrad):  # one scale per tensor: the copies coincide
+            if per_tensor and (fp8_dgrad or fp8_wgrad):  # one scale per tensor: the copies coincide
                 g_q = g_t = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1).astype(dtype, copy=False)
-            elif dgrad and wgrad:
+            elif fp8_dgrad and fp8_wgrad:
                 g_q, g_t = _cast_both(state, point, ("grad", "grad_t"), g2, BACKWARD_FORMAT)
             if x.requires_grad:  # dgrad: contraction over out_features
-                if not dgrad:
+                if not fp8_dgrad:
                     grad_x = g2 @ weight.data
                 else:
                     if g_q is None:
                         g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1)
                     # (per tensor, one copy serves every GEMM; a blockwise 128x128 tile serves both axes)
                     weight_t = w_q if per_tensor or state.recipe == "blockwise" else w_t
-                    if weight_t is None:
+                    if weight_t is None and state.recipe == "mxfp8":
                         weight_t = _cast(state, point, "w_t", weight.data, FORWARD_FORMAT, axis=0, weight=True)
+                    elif weight_t is None:
+                        weight_t = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True)
                     grad_x = g_q.astype(dtype, copy=False) @ weight_t.astype(dtype, copy=False)
                 grad_x = grad_x.reshape(x.shape)
             if weight.requires_grad:  # wgrad: contraction over the tokens
-                if not wgrad:
+                if not fp8_wgrad:
                     grad_w = g2.T @ x2
                 else:
                     if g_t is None:
                         g_t = _cast(state, point, "grad_t", g2, BACKWARD_FORMAT, axis=0)
                     input_t = x_q if per_tensor else x_t
-                    if input_t is None:
+                    if input_t is None and per_tensor:
+                        input_t = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1)
+                    elif input_t is None:
                         input_t = _cast(state, point, "x_t", x2, FORWARD_FORMAT, axis=0)
                     grad_w = g_t.astype(dtype, copy=False).T @ input_t.astype(dtype, copy=False)
             if bias is not None and bias.requires_grad:

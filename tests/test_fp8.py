@@ -1147,6 +1147,36 @@ def test_exclude_gemms_of_a_linear_runs_them_on_the_unrounded_operands(recipe, g
     assert f"float32_gemms={[gemm for gemm in fp8.GEMMS if gemm in gemms]}" in repr(point)
 
 
+@pytest.mark.parametrize("turned_on", ["x", "weight"])
+@pytest.mark.parametrize("recipe", ["current", "mxfp8", "blockwise"])
+def test_with_fprop_in_float32_backward_casts_what_an_operand_turned_on_later_needs(recipe, turned_on):
+    """``exclude=["proj:fprop"]``: forward casts only what a backward GEMM will read, so an operand
+    that starts requiring grad after forward finds no copy for its gradient's GEMM, which backward
+    must then cast along that GEMM's contraction axis, as with every GEMM in FP8."""
+    rng = np.random.default_rng(59)
+    model = _Holder(rng)
+    model.proj.weight.data = wide_tensor(rng, (128, 256), low=-12, high=2)
+    x_data = wide_tensor(rng, (64, 256), low=-12, high=9)
+    grad_data = wide_tensor(rng, (64, 128), low=-30, high=-2)
+    point = fp8.apply_recipe(model, recipe, exclude=["proj:fprop"]).points["proj"]
+    x = Tensor(x_data, requires_grad=turned_on != "x")
+    model.proj.weight.requires_grad = turned_on != "weight"
+    y = model.proj(x)
+    # (forward casts the copies the other backward GEMM reads: a per-tensor cast serves it, a blockwise
+    # weight tile dgrad; mxfp8's columnwise copies wait for backward)
+    cast_in_forward = {"current": {"weight": {"w"}, "x": {"x"}}, "blockwise": {"weight": {"w"}, "x": set()},
+                       "mxfp8": {"weight": set(), "x": set()}}
+    assert set(point.stats) == cast_in_forward[recipe][turned_on]
+    (x if turned_on == "x" else model.proj.weight).requires_grad = True
+    y.backward(grad_data)
+
+    w, columnwise = model.proj.weight.data, 0 if recipe in ("mxfp8", "blockwise") else -1
+    assert_same(y.data, x_data @ w.T)
+    assert_same(x.grad, reference(grad_data, recipe, "E5M2") @ reference(w, recipe, "E4M3", axis=0, weight=True))
+    assert_same(model.proj.weight.grad, reference(grad_data, recipe, "E5M2", axis=columnwise).T
+                @ reference(x_data, recipe, "E4M3", axis=columnwise))
+
+
 def test_exclude_every_gemm_of_a_linear_is_excluding_the_linear():
     rng = np.random.default_rng(53)
     holder = _Holder(rng)
