@@ -985,7 +985,10 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
         axis.grid(True, alpha=0.3)
         _percent_axis(axis)
     axes[0].set_ylabel("validation loss above its fp32 run's")
-    axes[0].legend(loc="upper left", fontsize=7)
+    # Below the panels (constrained layout makes room for an "outside" figure legend): inside one,
+    # a gap that grows would run under it.
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(len(arms), 4),
+                  fontsize=8, frameon=False)
     figure.suptitle(title or "How far each run's validation loss lies above its fp32 run's", fontsize=10)
     return figure
 

@@ -204,7 +204,7 @@ def test_gap_curves_draws_each_arms_gap_to_its_fp32_run_on_a_panel_per_seed():
     np.testing.assert_array_equal(lines["seed 0", "centred"].get_xdata(), [0, 250, 500])
     looks = {label: (line.get_color(), line.get_marker()) for (_, label), line in lines.items()}
     assert len(set(looks.values())) == 2
-    assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == ["every cast", "centred"]
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["every cast", "centred"]
 
 
 _VAL = [{"step": 0, "loss": 2.0}]
