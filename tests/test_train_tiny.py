@@ -1478,6 +1478,29 @@ def test_committed_long_lm_head_gemms_is_what_its_commands_train():
                     name: earlier[key][seed][key][name] for name in list(measured)[:4]}
 
 
+def test_committed_long_unit_ablation_is_what_its_commands_train():
+    """long_unit_ablation.json: unit's 4000-step runs at seeds 0 and 2 (where it ended behind its fp32
+    run) with attention or the MLPs in float32, and at seed 2 with the LM head in float32 (seed 0's
+    is long_seeds.json's), keyed by seed and by what the command leaves in float32."""
+    document = _committed_long_study("long_unit_ablation.json")
+    for key, command in document["commands"].items():
+        config, runs = _parse_seed_command(command)
+        assert [(run.recipe, run.family) for run in runs] == [("unit", "unit")]
+        assert ",".join(train_tiny._uncast_modules(config)) == key
+        assert replace(config, fp32_modules=None, fp32_lm_head=False, seed=0) == replace(
+            TrainConfig(), steps=4000, recipe="unit")
+    assert list(document["commands"]) == ["*.attn,*.attn.*", "*.mlp.*", "lm_head"]
+    assert list(document["seeds"]) == ["0", "2"]
+    every_cast = _committed_long_study("long_seeds.json")["seeds"]["2"]["unit"]
+    for seed, curves in document["seeds"].items():
+        assert list(curves) == list(document["commands"])[:2 + (seed == "2")]
+        for val in curves.values():
+            assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
+            assert 0 < val[-1]["loss"] < val[0]["loss"]
+    finals = [val[-1]["loss"] for curves in document["seeds"].values() for val in curves.values()]
+    assert len(set(finals + [every_cast[-1]["loss"]])) == len(finals) + 1 == 6
+
+
 def _kernels_under(coretype: str) -> str | None:
     """`train_tiny.blas_kernels` in a fresh process whose OpenBLAS was told ``OPENBLAS_CORETYPE``."""
     env = {**os.environ, "OPENBLAS_CORETYPE": coretype}
