@@ -779,7 +779,8 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     options = _recipe_options(recipe, options)
     if not hasattr(model, "named_modules"):
         raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
-    castable = {name: tensors for name, module in model.named_modules() if (tensors := _module_tensors(module))}
+    modules = list(model.named_modules())  # (walked once: checked in full before any module changes)
+    castable = {name: tensors for name, module in modules if (tensors := _module_tensors(module))}
     uncast = _uncast_tensors(exclude, castable)
     plans = {name: _point_plans(tensors, uncast.get(name, frozenset()), recipe) for name, tensors in castable.items()}
     excluded = {name for name, plan in plans.items() if not any(plan.values())}
@@ -788,7 +789,7 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         raise ValueError(f"apply_recipe: found no linear (a module with a gemm) or attention core (attention_core) "
                          f"in {type(model).__name__}{left_out}; recipe {recipe!r} would cast nothing")
     state = FP8State(recipe, options)
-    for name, module in model.named_modules():
+    for name, module in modules:
         plan = plans.get(name, {})
         name = name or type(module).__name__
         if hasattr(module, "gemm"):
