@@ -545,9 +545,8 @@ def _cast_both(state: FP8State, point: CastPoint, roles: tuple, x: np.ndarray, f
     """The rowwise (axis -1) and columnwise (axis 0) casts of a 2-D ``x`` under a block recipe, for
     ``roles`` (e.g. ``("x", "x_t")``): `fastcast.cast_pair`, or two `_cast` calls where it declines
     (``x`` itself for a role left uncast)."""
-    if not point.uncast.isdisjoint(roles):
-        return tuple(_cast(state, point, role, x, fmt, axis) for role, axis in zip(roles, (-1, 0)))
-    pair = fastcast.cast_pair(x, state.recipe, state.options, fmt, functools.partial(point._output, roles))
+    pair = None if not point.uncast.isdisjoint(roles) else fastcast.cast_pair(
+        x, state.recipe, state.options, fmt, functools.partial(point._output, roles))
     if pair is None:
         return tuple(_cast(state, point, role, x, fmt, axis) for role, axis in zip(roles, (-1, 0)))
     for role, (_, stats) in zip(roles, pair):
@@ -617,17 +616,19 @@ class FP8Linear:
         fprop = "fprop" not in point.float32_gemms
         dgrad = "dgrad" not in point.float32_gemms and is_grad_enabled() and x.requires_grad
         wgrad = "wgrad" not in point.float32_gemms and is_grad_enabled() and weight.requires_grad
-        # Block recipes cast an operand along both axes; where backward will need the columnwise
-        # copy, it is cast now, together with the rowwise one (they share work: _cast_both).
-        # Per-tensor recipes cast each operand once, for every GEMM that reads it.
+        # What wgrad reads as x_t and dgrad as w_t (_serving_cast): the rowwise cast itself where one
+        # serves every GEMM (per-tensor recipes; blockwise's 128x128 weight tiles), else a columnwise
+        # copy, which is cast now where backward will need it, together with the rowwise one (they
+        # share work: _cast_both).
+        input_read, weight_read = _serving_cast("x_t", state.recipe), _serving_cast("w_t", state.recipe)
         x_q = w_q = x_t = w_t = None
-        if not per_tensor and fprop and wgrad:
+        if fprop and wgrad and input_read == "x_t":
             x_q, x_t = _cast_both(state, point, ("x", "x_t"), x2, FORWARD_FORMAT)
-        elif fprop or (per_tensor and wgrad):
+        elif fprop or (wgrad and input_read == "x"):
             x_q = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1)
-        if state.recipe == "mxfp8" and fprop and dgrad:  # (blockwise: w's 128x128 tiles serve both)
+        if fprop and dgrad and weight_read == "w_t":
             w_q, w_t = _cast_both(state, point, ("w", "w_t"), weight.data, FORWARD_FORMAT)
-        elif fprop or (dgrad and state.recipe != "mxfp8"):
+        elif fprop or (dgrad and weight_read == "w"):
             w_q = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True)
         if fprop:
             assert x_q is not None and w_q is not None  # (both cast above whenever fprop runs in FP8)
@@ -655,12 +656,10 @@ class FP8Linear:
                 else:
                     if g_q is None:
                         g_q = _cast(state, point, "grad", g2, BACKWARD_FORMAT, axis=-1)
-                    # (per tensor, one copy serves every GEMM; a blockwise 128x128 tile serves both axes)
-                    weight_t = w_q if per_tensor or state.recipe == "blockwise" else w_t
-                    if weight_t is None and state.recipe == "mxfp8":
-                        weight_t = _cast(state, point, "w_t", weight.data, FORWARD_FORMAT, axis=0, weight=True)
-                    elif weight_t is None:
-                        weight_t = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True)
+                    weight_t = w_q if weight_read == "w" else w_t
+                    if weight_t is None:  # (not cast in forward: cast it along the contraction axis)
+                        weight_t = _cast(state, point, weight_read, weight.data, FORWARD_FORMAT,
+                                         axis=0 if weight_read == "w_t" else -1, weight=True)
                     grad_x = g_q.astype(dtype, copy=False) @ weight_t.astype(dtype, copy=False)
                 grad_x = grad_x.reshape(x.shape)
             if weight.requires_grad:  # wgrad: contraction over the tokens
@@ -669,11 +668,10 @@ class FP8Linear:
                 else:
                     if g_t is None:
                         g_t = _cast(state, point, "grad_t", g2, BACKWARD_FORMAT, axis=0)
-                    input_t = x_q if per_tensor else x_t
-                    if input_t is None and per_tensor:
-                        input_t = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1)
-                    elif input_t is None:
-                        input_t = _cast(state, point, "x_t", x2, FORWARD_FORMAT, axis=0)
+                    input_t = x_q if input_read == "x" else x_t
+                    if input_t is None:
+                        input_t = _cast(state, point, input_read, x2, FORWARD_FORMAT,
+                                        axis=0 if input_read == "x_t" else -1)
                     grad_w = g_t.astype(dtype, copy=False).T @ input_t.astype(dtype, copy=False)
             if bias is not None and bias.requires_grad:
                 grad_b = g2.sum(axis=0)

@@ -1455,11 +1455,11 @@ def test_committed_long_lm_head_gemms_is_what_its_commands_train():
         config, runs = _parse_seed_command(command)
         assert [run.recipe for run in runs] == ["current"] and runs[0].family == "standard"
         assert replace(config, seed=0) == replace(TrainConfig(), steps=4000, recipe="current", fp32_modules=key)
-    earlier = {"lm_head:grad": _committed_long_study("long_lm_head.json")["lm_head"],
-               "lm_head:x,lm_head:w": _committed_long_study("long_lm_head.json")["lm_head"],
+    both_or_forward = _committed_long_study("long_lm_head.json")
+    earlier = {"lm_head:grad": both_or_forward["lm_head"], "lm_head:x,lm_head:w": both_or_forward["lm_head"],
                "every cast": {seed: {"every cast": arms["current without decay"]} for seed, arms in
                               _committed_long_study("long_weight_decay.json")["lm_head"].items()}}
-    start = _committed_long_study("long_lm_head.json")["seeds"]
+    start = both_or_forward["seeds"]
     assert list(document["seeds"]) == list(document["lm_head"]) == ["0", "1", "2"]
     for seed, curves in document["seeds"].items():
         assert list(curves) == list(document["commands"])
