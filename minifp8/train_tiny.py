@@ -115,7 +115,9 @@ Outputs (``--out DIR``)
   ``train_loss`` (every step's), ``val`` (every evaluation's ``step``, ``loss`` and, on the
   arithmetic corpus, ``char_accuracy`` and ``exact_match``), at every progress line ``cast_stats``
   (`minifp8.fp8.FP8State.summary`), ``gradient_cast_stats`` (the same of the gradient casts alone),
-  ``loss_scale`` and ``fp8_grads`` (empty where the run has none), ``memory`` (its arrays' bytes per
+  ``loss_scale`` and ``fp8_grads`` (empty where the run has none), with ``--track-scales`` ``scales``
+  (the ``forward_std``, ``forward_mean_abs``, ``backward_std`` and ``backward_mean_abs`` of each tensor
+  the model tracks, `minifp8.fp8.track`, by name; empty without it), ``memory`` (its arrays' bytes per
   parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or the
   ``step`` and the ``message``), ``finished`` and, once finished, ``final`` (the summary row) and
   ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null. A
@@ -240,6 +242,11 @@ class TrainConfig:
         "help": "after every optimizer step, subtract the mean of the LM head's weight rows from each row "
                 "(minifp8.model.GPT.center_lm_head): the softmax ignores it and an exact gradient never moves it, "
                 "but a gradient cast can make it drift (tutorial 7b)", "action": "store_true"})
+    track_scales: bool = field(default=False, metadata={
+        "help": "at every progress line, record in metrics.json ('scales') the scale of each tensor the model "
+                "tracks (minifp8.fp8.track: the embedding, q, k, v, attention, mlp_hidden and residual of each "
+                "block, ln_f, logits) and of its gradient as backward carries it, loss scale included, before the "
+                "casts that read it: their std and mean |x| in that line's step (changes no value)", "action": "store_true"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
@@ -455,6 +462,8 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
         fail(f"--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 ({which})")
     if config.fp32_modules is not None and all(run.recipe == "fp32" for run in runs):
         fail(f"--fp32-modules leaves GEMMs uncast, but no run casts: every run is fp32 ({which})")
+    if config.track_scales and config.out is None:
+        fail("--track-scales records the scales in metrics.json, which only --out DIR writes")
     if config.grad_clip not in (TrainConfig.grad_clip, 0.0) and all(run.family == "unit" for run in runs):
         fail(f"--grad-clip {config.grad_clip:g} clips the standard model's gradient norm, but every run is "
              f"unit-scaled, whose gradients are never clipped ({which})")
@@ -860,7 +869,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     schedule = {"lr": _peak_lr(config, run.family), "warmup_steps": _warmup_steps(config)}
     metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale, **schedule,
                "parameters": model.num_parameters(), "train_loss": [], "val": [], "cast_stats": [],
-               "gradient_cast_stats": [], "loss_scale": [], "fp8_grads": [], "memory": None, "skipped_steps": 0,
+               "gradient_cast_stats": [], "loss_scale": [], "fp8_grads": [], "scales": [], "memory": None,
+               "skipped_steps": 0,
                "time_s": 0.0, "diverged": None, "finished": False}
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
     identity = _identity(config, run, dataset.text_sha256)
@@ -918,8 +928,12 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             # one shard per simulated data-parallel worker (one worker: the whole batch)
             shards = fp8lm.split_batch(x, y, workers=run.workers) if run.workers > 1 else [(x, y)]
             shard_losses, worker_grads = [], []
-            for shard_x, shard_y in shards:
-                _, loss = model(shard_x, shard_y)
+            # the scales of a progress line's step, in its first worker's shard
+            logged = (step + 1) % config.log_interval == 0 or step + 1 == config.steps
+            tracker = fp8.ScaleTracker() if config.track_scales and logged else None
+            for shard, (shard_x, shard_y) in enumerate(shards):
+                with tracker if tracker is not None and shard == 0 else contextlib.nullcontext():
+                    _, loss = model(shard_x, shard_y)
                 shard_losses.append(float(loss.data))
                 if not math.isfinite(shard_losses[-1]):
                     raise Diverged(f"{run.label}: loss became {shard_losses[-1]} at step {step + 1}; "
@@ -958,6 +972,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
                         print_fn(_memory_line(memory))
             scaler.update(finite)
             state.step()
+            if tracker is not None:
+                metrics["scales"].append({"step": step + 1, **_scales(tracker)})
             elapsed = time.perf_counter() - began
             step_done = step + 1
             steps_counter[0] += 1
@@ -1060,6 +1076,15 @@ def _log_progress(print_fn, run, config, step, losses, per_step, eta, tokens_per
     print_fn(line)
 
 
+def _scales(tracker: fp8.ScaleTracker) -> dict:
+    """A tracker's records as ``metrics.json`` keeps them: each statistic by tensor name (NaN where
+    no gradient reached the tensor)."""
+    records = tracker.records.values()
+    return {statistic: {record.name: math.nan if getattr(record, statistic) is None else getattr(record, statistic)
+                        for record in records}
+            for statistic in ("forward_std", "forward_mean_abs", "backward_std", "backward_mean_abs")}
+
+
 def _final(metrics: dict) -> dict:
     """The summary numbers: mean training loss of the last 5% of steps (at least 10), last evaluation."""
     losses = metrics["train_loss"]
@@ -1136,7 +1161,7 @@ def _load_checkpoint(path: Path, identity: dict, model, model_rng, state, optimi
 
 _METRICS_KINDS: dict[str, type | tuple[type, ...]] = {
     "recipe": str, "family": str, "loss_scale_mode": str, "parameters": int, "train_loss": list, "val": list,
-    "cast_stats": list, "gradient_cast_stats": list, "loss_scale": list, "fp8_grads": list,
+    "cast_stats": list, "gradient_cast_stats": list, "loss_scale": list, "fp8_grads": list, "scales": list,
     "memory": (dict, type(None)), "skipped_steps": int,
     "time_s": (int, float), "diverged": (dict, type(None)), "finished": bool}
 """What `_train` reads of a checkpoint's metrics, by key: the JSON types it must have (`_check_meta`)."""
@@ -1176,7 +1201,7 @@ def _check_meta(meta: dict, identity: dict) -> None:
     if len(losses) != step or not all(_is_real(loss) for loss in losses):
         raise ValueError(f"the header's metrics['train_loss'] must hold one number per step done ({step}), got "
                          f"{reprlib.repr(losses)}")
-    for key in ("val", "cast_stats", "gradient_cast_stats", "loss_scale", "fp8_grads"):
+    for key in ("val", "cast_stats", "gradient_cast_stats", "loss_scale", "fp8_grads", "scales"):
         for entry in metrics[key]:
             if not (isinstance(entry, dict) and _is_int(entry.get("step"))
                     and (key != "val" or _is_real(entry.get("loss")))):
@@ -1242,6 +1267,7 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
         metrics.setdefault("fp8_grads", [])  # those before 2026-11-30 no gradient_cast_stats)
         metrics.setdefault("memory", None)
         metrics.setdefault("gradient_cast_stats", [])
+        metrics.setdefault("scales", [])  # (and those before --track-scales no scales)
     _check_meta(meta, identity)
     model.load_state_dict({key[len("model."):]: archive[key] for key in archive if key.startswith("model.")})
     fp8_state = {key[len("fp8."):]: archive[key] for key in archive if key.startswith("fp8.")}

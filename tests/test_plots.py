@@ -231,6 +231,60 @@ def test_gap_curves_says_what_it_cannot_draw(arms, error, message):
     with pytest.raises(error, match=re.escape(f"gap_curves: {message}")):
         plots.gap_curves(arms)
 
+def _scales(step, value, gradient, **more):
+    return {"step": step, "forward_std": {"residual": value, **more}, "backward_mean_abs": {"residual": gradient},
+            "backward_std": {"residual": None if gradient is None else 2 * gradient}}
+
+
+def test_scale_curves_draws_each_runs_tensor_and_gradient_against_e5m2():
+    """Top: the tensor's std; bottom: its gradient's statistic, with E5M2's normals and subnormals
+    shaded; runs without scales (trained without --track-scales) are left out."""
+    results = {"runs": {"fp32": {"recipe": "fp32", "scales": [_scales(50, 1.0, 1e-4), _scales(100, 2.0, None)]},
+                        "fp8": {"recipe": "fp8", "scales": [_scales(50, 4.0, 1e-6)]},
+                        "old": {"recipe": "current"}}}
+    figure = labelled(plots.scale_curves(results, tensor="residual", title="scales"))
+    value_axis, gradient_axis = figure.axes
+    assert value_axis.get_title() == "scales"
+    lines = {(axis is value_axis, line.get_label()): line for axis in figure.axes for line in axis.get_lines()}
+    assert {label for _, label in lines} == {"fp32", "fp8"}
+    np.testing.assert_array_equal(lines[True, "fp32"].get_ydata(), [1.0, 2.0])
+    np.testing.assert_array_equal(lines[False, "fp32"].get_ydata(), [1e-4, np.nan])
+    np.testing.assert_array_equal(lines[False, "fp8"].get_xdata(), [50])
+    assert lines[True, "fp8"].get_color() == plots.RUN_STYLES["fp8"][0]
+    assert len(gradient_axis.patches) == 2  # E5M2's normal and subnormal bands
+    low, high = gradient_axis.get_ylim()
+    assert low <= 2.0**-17 and high >= 1e-4  # E5M2's smallest subnormal and every gradient in view
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["E5M2 normal numbers", "E5M2 subnormals",
+                                                                           "fp32", "fp8"]
+    std = plots.scale_curves(results, tensor="residual", statistic="std")
+    np.testing.assert_array_equal(std.axes[1].get_lines()[0].get_ydata(), [2e-4, np.nan])
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"results": {"runs": {"fp32": {}}}}, ValueError,
+     "no run has scales: train with python -m minifp8.train_tiny --track-scales --out DIR"),
+    ({"results": {"runs": {"fp32": {"scales": [_scales(50, 1.0, 1e-4)]}}}, "tensor": "residual#2"}, ValueError,
+     "run 'fp32': an entry of 'scales': 'forward_std' has no 'residual#2' (it has 'residual'): pass tensor= one "
+     "of these names"),
+    ({"results": {"runs": {"fp32": {"scales": [_scales(50, 1.0, 1e-4)]}}}, "statistic": "max"}, ValueError,
+     "statistic must be 'mean_abs' or 'std', got 'max'"),
+    ({"results": {"runs": {"fp32": {"scales": [_scales(50, 1.0, 1e-4)]}}}, "tensor": 2}, TypeError,
+     "tensor must be a str (a tracked tensor's name), got int 2"),
+    ({"results": {"runs": {"fp32": {"scales": {"step": 50}}}}, "tensor": "residual"}, TypeError,
+     "run 'fp32': 'scales' must be a list of dicts, got dict"),
+    ({"results": {"runs": {"fp32": {"scales": [{"step": 50, "forward_std": {}}]}}}, "tensor": "residual"}, ValueError,
+     "run 'fp32': an entry of 'scales' has no 'backward_mean_abs' (it has 'step', 'forward_std')"),
+    ({"results": {"runs": {"fp32": {"scales": [_scales("50", 1.0, 1e-4)]}}}, "tensor": "residual"}, TypeError,
+     "run 'fp32': an entry of 'scales': 'step' must be a number, got str '50'"),
+    ({"results": {"runs": {"fp32": {"scales": [_scales(50, 1.0, "1e-4")]}}}, "tensor": "residual"}, TypeError,
+     "run 'fp32': an entry of 'scales': 'backward_mean_abs': 'residual' must be a number or None, got str '1e-4'"),
+    ({"results": {"config": {}}}, ValueError, "results has no 'runs' (it has 'config')"),
+])
+def test_scale_curves_says_what_it_cannot_draw(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(f"scale_curves: {message}")):
+        plots.scale_curves(**{"tensor": "residual", **kwargs})
+
+
 def test_seeds_results_are_not_a_training_document():
     message = ("training_curves: results has no 'runs' (it has 'description', 'commands', 'kernels', 'val_loss', "
                "'other_kernels')")
@@ -406,7 +460,9 @@ calls = [plots.value_grid, plots.rounding_error, plots.stochastic_rounding_bias,
          lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS)),
          lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors,
          lambda: plots.validation_curves(load_results()),
-         lambda: plots.gap_curves({"arm": {"0": ([{"step": 0, "loss": 2.0}], [{"step": 0, "loss": 2.0}])}})]
+         lambda: plots.gap_curves({"arm": {"0": ([{"step": 0, "loss": 2.0}], [{"step": 0, "loss": 2.0}])}}),
+         lambda: plots.scale_curves({"runs": {"fp32": {"scales": [{"step": 50, "forward_std": {"residual#2": 1.0},
+                                                                   "backward_mean_abs": {"residual#2": 1e-5}}]}}})]
 figures = [name for name, value in vars(plots).items() if not name.startswith("_") and callable(value)
            and getattr(value, "__module__", None) == plots.__name__ and name != "gpt_cast_scales"]  # (returns data)
 assert len(calls) == len(figures), f"one call per figure function: {figures}"
@@ -417,7 +473,7 @@ for call in calls:
         print(error)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 12
+    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 13
 
 
 # ---- found in a review: each failed before its fix ----------------------------------------------------

@@ -374,6 +374,44 @@ def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_p
             assert metrics(parts)["runs"][label][key] == run[key], (label, key)
 
 
+def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path, capsys):
+    """--track-scales records the scales of the model's tracked tensors and their gradients at every
+    progress line's step, in both families, and trains to the same bits as a run without it. They
+    are those of that step's forward and backward: its scaled losses' gradients are the loss scale
+    times an unscaled run's (a power of two, exact in fp32), its forward values the same. A stopped
+    run resumes to the same records."""
+    flags = [*TINY, "--recipe", "fp32,current,unit"]
+    plain, tracked, scaled, parts = (tmp_path / name for name in ("plain", "tracked", "scaled", "parts"))
+    assert run_main(capsys, *flags, "--out", str(plain))[0] == 0
+    assert run_main(capsys, *flags, "--track-scales", "--out", str(tracked))[0] == 0
+    names = ["embedding", "q", "k", "v", "attention", "mlp_hidden", "residual", "ln_f", "logits"]
+    for label, run in metrics(tracked)["runs"].items():
+        assert metrics(plain)["runs"][label]["scales"] == []
+        for key in ("train_loss", "val", "cast_stats", "cast_points", "final"):
+            assert run[key] == metrics(plain)["runs"][label][key], (label, key)
+        assert [entry["step"] for entry in run["scales"]] == [5, 10, 15, 20]
+        for entry in run["scales"]:
+            assert list(entry) == ["step", "forward_std", "forward_mean_abs", "backward_std", "backward_mean_abs"]
+            for statistic in ("forward_std", "forward_mean_abs", "backward_std", "backward_mean_abs"):
+                assert list(entry[statistic]) == names and all(value > 0 for value in entry[statistic].values())
+    # the tracked values are those of the logged step: its logits' gradient is that step's softmax
+    # minus one-hot over the batch's tokens, whose mean |.| lies in (0, 2 / tokens]
+    tokens = 4 * 16
+    for entry in metrics(tracked)["runs"]["fp32"]["scales"]:
+        assert 0 < entry["backward_mean_abs"]["logits"] <= 2 / (tokens * 14)
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--loss-scale", "1024", "--track-scales",
+                    "--out", str(scaled))[0] == 0
+    for entry, unscaled in zip(metrics(scaled)["runs"]["fp32 + loss scale 1024"]["scales"],
+                               metrics(tracked)["runs"]["fp32"]["scales"], strict=True):
+        assert entry["forward_std"] == unscaled["forward_std"]
+        for name, value in unscaled["backward_std"].items():
+            assert entry["backward_std"][name] == pytest.approx(1024 * value, rel=1e-12), name
+    assert run_main(capsys, *flags, "--track-scales", "--out", str(parts), "--stop-after", "12")[0] == 130
+    assert run_main(capsys, "--resume", str(parts))[0] == 0
+    for label, run in metrics(tracked)["runs"].items():
+        assert metrics(parts)["runs"][label]["scales"] == run["scales"], label
+
+
 def test_fp32_modules_takes_one_tensor_of_a_module(tmp_path, capsys):
     """--fp32-modules lm_head:grad leaves the LM head's gradient cast alone in float32: the LM head is
     still a cast point, with its forward casts' statistics and none for its gradient, and the losses
@@ -906,6 +944,7 @@ def test_durations_round_before_splitting_minutes(seconds, text):
      "--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 (runs: unit fp32)"),
     (["--recipe", "fp32", "--fp32-modules", "*.mlp.*"],
      "--fp32-modules leaves GEMMs uncast, but no run casts: every run is fp32 (runs: fp32)"),
+    (["--track-scales"], "--track-scales records the scales in metrics.json, which only --out DIR writes"),
     # a pattern must match in the model of every run that casts (the names differ between families)
     (["--recipe", "fp32,current,unit", "--n-layer", "1", "--fp32-modules", "lm_head,*.c_fc"],
      "--fp32-modules lm_head,*.c_fc in the unit model: exclude matches no module with a gemm or an attention "
@@ -1311,7 +1350,7 @@ def test_committed_long_results():
     assert list(results["runs"]) == [run.label for run in train_tiny.LONG_RUNS]
     assert results["environment"]["blas_kernels"] == "Haswell"
     made_by = asdict(TrainConfig(steps=4000, experiment="long"))  # the defaults, less each run's and the session's flags
-    added_since = {"fp32_modules", "center_lm_head"}  # (flags added after the file was written, at their defaults then)
+    added_since = {"fp32_modules", "center_lm_head", "track_scales"}  # (flags added after the file was written, at their defaults then)
     assert results["config"] == {key: value for key, value in made_by.items()
                                  if key not in {*train_tiny.RUN_FLAGS, "out", "resume", "stop_after", *added_since}}
     for run in results["runs"].values():
@@ -1476,6 +1515,49 @@ def test_committed_long_lm_head_gemms_is_what_its_commands_train():
             if key in earlier:  # (the same checkpoints, or ones trained again to the same curves)
                 assert {name: measured[name] for name in list(measured)[:4]} == {
                     name: earlier[key][seed][key][name] for name in list(measured)[:4]}
+
+
+def test_committed_long_scales_is_what_its_commands_train(tmp_path, capsys):
+    """long_scales.json: six of long.json's runs trained again with --track-scales, each with
+    long.json's validation curve, the scales of the residual stream and of the final norm's output
+    at the steps of its progress lines (every 50 to step 1000, every 250 after), and its gradient
+    casts' worst underflow there. The first 50 steps of three runs, trained here, record the same
+    scales."""
+    document = _committed_long_study("long_scales.json")
+    long = train_tiny.load_results(train_tiny.LONG_RESULTS)["runs"]
+    labels = []
+    for command in document["commands"].values():
+        words = shlex.split(command)
+        assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--out", "DIR"]
+        config, runs = parse_args(words[3:])
+        assert config.track_scales and replace(config, track_scales=False, out=None, recipe="unit", family="auto",
+                                               loss_scale="none") == replace(TrainConfig(), steps=4000)
+        labels += [run.label for run in runs]
+    assert sorted(document["runs"]) == sorted(labels) and set(labels) <= set(long)
+    assert document["tensors"] == ["residual", "residual#2", "ln_f"]
+    steps = [*range(50, 1001, 50), *range(1250, 4001, 250)]
+    for label, run in document["runs"].items():
+        assert (run["recipe"], run["family"], run["val"]) == (long[label]["recipe"], long[label]["family"],
+                                                              long[label]["val"])
+        assert [entry["step"] for entry in run["scales"]] == steps
+        assert [entry["step"] for entry in run["gradient_underflow"]] == ([] if run["recipe"] == "fp32" else steps)
+        for entry in run["scales"]:
+            assert list(entry["forward_std"]) == ["residual", "residual#2"]
+            assert list(entry["backward_mean_abs"]) == document["tensors"]
+            assert all(value > 0 for key in ("forward_std", "backward_mean_abs") for value in entry[key].values())
+    for recipe, loss_scale, label in (("fp32", "none", "fp32"), ("fp8", "none", "fp8"),
+                                      ("fp8", "dynamic", "fp8 + loss scale dynamic")):
+        out = tmp_path / label.replace(" ", "")
+        assert run_main(capsys, "--steps", "4000", "--recipe", recipe, "--loss-scale", loss_scale, "--track-scales",
+                        "--out", str(out), "--stop-after", "50")[0] == 130
+        with np.load(out / "checkpoints" / f"{Run(recipe, 'standard', loss_scale).slug}.npz") as arrays:
+            trained = json.loads(train_tiny.checkpoint_header(arrays["meta"]))["metrics"]["scales"]
+        committed = document["runs"][label]["scales"][0]
+        assert trained[0]["step"] == committed["step"] == 50
+        for key, values in committed.items():
+            if key != "step":
+                for name, value in values.items():  # (3 significant digits, from any BLAS kernels)
+                    assert trained[0][key][name] == pytest.approx(value, rel=6e-3), (label, key, name)
 
 
 def test_committed_long_unit_ablation_is_what_its_commands_train():

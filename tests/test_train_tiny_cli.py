@@ -153,15 +153,15 @@ def test_metrics_json_holds_what_the_module_docstring_lists(tmp_path, capsys):
     entry = train_tiny.__doc__.split("* ``metrics.json``:", 1)[1].split("\n* ", 1)[0]
     documented = set(re.findall(r"``(\w+)``", entry))
     status, _, _ = run_main(capsys, *TINY, "--recipe", "fp8", "--loss-scale", "dynamic", "--fp8-grads",
-                            "--out", str(tmp_path))
+                            "--track-scales", "--out", str(tmp_path))
     assert status == 0
     document = json.loads((tmp_path / "metrics.json").read_text())
     run = document["runs"]["fp8 + loss scale dynamic + fp8 grads"]
-    written = set(document) | set(run) | set(run["val"][-1])
+    written = set(document) | set(run) | set(run["val"][-1]) | set(run["scales"][-1])
     assert set(document) | set(run) <= documented, (set(document) | set(run)) - documented
     # (``diverged``'s keys; ``continued_in``, written only where a resume ran in another environment)
     assert documented <= written | {"step", "message", "continued_in"}, documented - written
-    assert run["loss_scale"] and run["fp8_grads"] and run["cast_stats"]  # each log this run keeps
+    assert run["loss_scale"] and run["fp8_grads"] and run["cast_stats"] and run["scales"]  # each log this run keeps
 
 
 def test_resume_says_when_the_text_it_trained_on_is_gone(tmp_path, capsys):

@@ -85,6 +85,8 @@ FIGURES = {
     "long-training": lambda: plots.validation_curves(train_results("long")),
     "long-lm-head-gaps": lambda: plots.gap_curves(long_lm_head_arms()),
     "long-lm-head-gemms": lambda: plots.gap_curves(long_lm_head_gemm_arms()),
+    "long-scales": lambda: plots.scale_curves(long_study("long_scales.json"), tensor="residual#2",
+                                              title="The second block's output (the residual stream) and its gradient"),
     "scaled-gemm-errors": lambda: plots.scaled_gemm_errors(seed=2),
     "train-speed": lambda: plots.train_speed(speed_results()),
 }
