@@ -125,6 +125,9 @@ Outputs (``--out DIR``)
   finished, and a ``--resume`` that ends the rest writes them all;
 * ``loss.png``: the loss curves of all runs (`minifp8.plots.training_curves`), when matplotlib is
   installed;
+* ``scales.png``: with ``--track-scales``, the last block's output (the residual stream the final
+  norm reads) and its gradient over training in every run, against E5M2's range
+  (`minifp8.plots.scale_curves`), when matplotlib is installed;
 * ``checkpoints/<run>.npz``: written at every evaluation after the first step, at the end, on
   Ctrl-C or SIGTERM and at ``--stop-after``. ``--resume DIR`` continues every unfinished run from
   its checkpoint bit-exactly: weights, optimizer moments, the batch and dropout generators, the
@@ -135,8 +138,8 @@ Outputs (``--out DIR``)
   143, as of a process that SIGTERM ends). Each checkpoint records its config and run, and
   resuming refuses one that does not match ``config.json``. A new run into a ``DIR`` that holds
   an earlier one replaces its ``config.json`` and removes its checkpoints and results
-  (``metrics.json``, ``loss.png``, an experiment's ``headline.json``, ``fp8lm.json`` or
-  ``long.json``). A ``DIR`` that holds any of those files but no ``config.json`` written by
+  (``metrics.json``, ``loss.png``, ``scales.png``, an experiment's ``headline.json``, ``fp8lm.json``
+  or ``long.json``). A ``DIR`` that holds any of those files but no ``config.json`` written by
   train_tiny is refused, and left as it is; other files in ``DIR`` stay.
 
 The headline experiment
@@ -288,7 +291,8 @@ class TrainConfig:
     log_interval: int = field(default=50, metadata={"help": "steps between progress lines"})
     out: str | None = field(default=None, metadata={
         "help": "directory for config.json (the config, the runs and the training text's SHA-256), "
-                "metrics.json, loss.png, checkpoints/ and an --experiment's headline.json, fp8lm.json or "
+                "metrics.json, loss.png (and scales.png with --track-scales), checkpoints/ and an --experiment's "
+                "headline.json, fp8lm.json or "
                 "long.json. A new run replaces those of an earlier run there, and refuses a directory that holds "
                 "such files without an earlier run's config.json", "metavar": "DIR"})
     resume: str | None = field(default=None, metadata={
@@ -1380,8 +1384,8 @@ def _loss_cell(loss: float, width: int) -> str:
 
 def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dict, dataset, print_fn,
                    started_in: dict | None = None) -> None:
-    """``metrics.json`` and ``loss.png``; ``started_in``: the environment config.json recorded, where
-    this session resumed runs (None: they started in this one)."""
+    """``metrics.json``, ``loss.png`` and, with ``--track-scales``, ``scales.png``; ``started_in``: the
+    environment config.json recorded, where this session resumed runs (None: they started in this one)."""
     now = environment()
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
                 "environment": started_in or now}
@@ -1396,10 +1400,19 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
         title = f"{plots.TRAINING_CURVES_TITLE}, {note}" if note else None
         figure = plots.training_curves(document, title=title)
     except ImportError:
-        print_fn(f"wrote {out / 'metrics.json'} (no loss.png: pip install matplotlib to get the figure)")
+        figures = "loss.png or scales.png" if config.track_scales else "loss.png"
+        print_fn(f"wrote {out / 'metrics.json'} (no {figures}: pip install matplotlib to get the "
+                 f"figure{'s' if config.track_scales else ''})")
         return
     figure.savefig(out / "loss.png", dpi=120)
-    print_fn(f"wrote {out / 'metrics.json'} and {out / 'loss.png'}")
+    written = [out / "metrics.json", out / "loss.png"]
+    if any(metrics.get("scales") for metrics in document["runs"].values()):
+        # the tracker names the blocks' outputs residual, residual#2, ...: the last is what the final norm reads
+        last = "residual" if config.n_layer == 1 else f"residual#{config.n_layer}"
+        figure = plots.scale_curves(document, tensor=last, title=f"The last block's output ({last}) and its gradient")
+        figure.savefig(out / "scales.png", dpi=120)
+        written.append(out / "scales.png")
+    print_fn(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -1624,7 +1637,7 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
 
 
 #: The files a run writes in ``--out`` besides its checkpoints (``checkpoints/*.npz``).
-_OUT_FILES = ("config.json", "metrics.json", "loss.png", *(f"{name}.json" for name in EXPERIMENTS))
+_OUT_FILES = ("config.json", "metrics.json", "loss.png", "scales.png", *(f"{name}.json" for name in EXPERIMENTS))
 
 
 def _holds_earlier_run(out: Path) -> bool:
@@ -1642,7 +1655,7 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     start in and the training text's SHA-256; a resumed run keeps the one it continues). A
     new run replaces an earlier one there: its ``config.json``, its checkpoints (which could
     otherwise be resumed under the new config) and its results (``metrics.json``, ``loss.png``,
-    an experiment's results file), which a new run that stops early would otherwise leave beside
+    ``scales.png``, an experiment's results file), which a new run that stops early would otherwise leave beside
     its own config. Only an earlier run's: a directory that holds any of those files but no
     ``config.json`` that train_tiny wrote is refused (ValueError), and nothing in it is touched;
     other files (notes, an empty directory) are no obstacle."""
@@ -1665,7 +1678,7 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
         path.unlink()
     if stale:
         print_fn(f"--out {out}: removed {len(stale)} checkpoint(s) of an earlier run there")
-    results = [out / name for name in ("metrics.json", "loss.png", *(f"{name}.json" for name in EXPERIMENTS))]
+    results = [out / name for name in _OUT_FILES[1:]]
     results = [path for path in results if path.is_file()]
     for path in results:
         path.unlink()

@@ -383,7 +383,13 @@ def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path,
     flags = [*TINY, "--recipe", "fp32,current,unit"]
     plain, tracked, scaled, parts = (tmp_path / name for name in ("plain", "tracked", "scaled", "parts"))
     assert run_main(capsys, *flags, "--out", str(plain))[0] == 0
-    assert run_main(capsys, *flags, "--track-scales", "--out", str(tracked))[0] == 0
+    status, printed, _ = run_main(capsys, *flags, "--track-scales", "--out", str(tracked))
+    assert status == 0 and not (plain / "scales.png").exists()
+    if _has_matplotlib():  # the last block's output and its gradient (one block here: "residual")
+        assert f"wrote {tracked / 'metrics.json'}, {tracked / 'loss.png'} and {tracked / 'scales.png'}\n" in printed
+        assert (tracked / "scales.png").stat().st_size > 0
+    else:
+        assert "(no loss.png or scales.png: pip install matplotlib to get the figures)" in printed
     names = ["embedding", "q", "k", "v", "attention", "mlp_hidden", "residual", "ln_f", "logits"]
     for label, run in metrics(tracked)["runs"].items():
         assert metrics(plain)["runs"][label]["scales"] == []
@@ -410,6 +416,23 @@ def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path,
     assert run_main(capsys, "--resume", str(parts))[0] == 0
     for label, run in metrics(tracked)["runs"].items():
         assert metrics(parts)["runs"][label]["scales"] == run["scales"], label
+    # a new run without --track-scales into the directory removes the earlier run's scales.png too
+    status, printed, _ = run_main(capsys, *flags, "--out", str(parts), "--stop-after", "3")
+    assert status == 130 and not (parts / "scales.png").exists()
+
+
+def test_scales_png_draws_the_last_blocks_output(tmp_path, capsys, monkeypatch):
+    """scales.png follows the residual stream that the final norm reads: the last block's output,
+    which the tracker names residual#N in an N-block model."""
+    pytest.importorskip("matplotlib")
+    from minifp8 import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "scale_curves", lambda document, tensor, title: drawn.append((tensor, title))
+                        or plots.validation_curves(document))
+    flags = [*TINY, "--recipe", "fp32", "--n-layer", "3", "--track-scales", "--out", str(tmp_path)]
+    assert run_main(capsys, *flags)[0] == 0
+    assert drawn == [("residual#3", "The last block's output (residual#3) and its gradient")]
 
 
 def test_fp32_modules_takes_one_tensor_of_a_module(tmp_path, capsys):
