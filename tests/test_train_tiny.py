@@ -1583,6 +1583,42 @@ def test_committed_long_scales_is_what_its_commands_train(tmp_path, capsys):
                     assert trained[0][key][name] == pytest.approx(value, rel=6e-3), (label, key, name)
 
 
+def test_committed_long_scales_arms_is_what_its_commands_train(tmp_path, capsys):
+    """long_scales_arms.json: the first 1000 steps of 4000-step fp8 runs with groups of gradient
+    casts in float32 (five groups at seed 0; the output projections' at seeds 1 and 2, beside fp8
+    and fp32 runs), each with its validation curve and the second block's output scales every 50
+    steps. 50 steps of one arm, trained here, record the same scales."""
+    document = _committed_long_study("long_scales_arms.json")
+    groups = ["*.mlp.*:grad", "*.attn.*:grad,*.attn:grad", "*.c_proj:grad", "*.c_attn:grad,*.c_fc:grad", "lm_head:grad"]
+    assert {seed: list(runs) for seed, runs in document["seeds"].items()} == {
+        "0": groups, "1": ["every cast", "*.c_proj:grad", "fp32"], "2": ["every cast", "*.c_proj:grad", "fp32"]}
+    for key, command in document["commands"].items():
+        words = shlex.split(command.replace("ARM", "'*.c_proj:grad'"))
+        assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
+        config, runs = parse_args(words[3:-1] + ["1"])
+        assert config.track_scales and config.stop_after == 1000 and config.out == "DIR"
+        assert [run.recipe for run in runs] == ["fp32" if key == "fp32" else "fp8"]
+        assert config.fp32_modules == ("*.c_proj:grad" if key == "arm" else None)
+        assert replace(config, track_scales=False, stop_after=None, out=None, fp32_modules=None, seed=0,
+                       recipe="unit") == replace(TrainConfig(), steps=4000)
+    for seed, runs in document["seeds"].items():
+        for arm, run in runs.items():
+            assert [entry["step"] for entry in run["val"]] == [0, 250, 500, 750, 1000]
+            assert [entry["step"] for entry in run["scales"]] == list(range(50, 1001, 50))
+            assert [entry["step"] for entry in run["gradient_underflow"]] == ([] if arm == "fp32" else
+                                                                               list(range(50, 1001, 50)))
+            assert all(entry["forward_std"]["residual#2"] > 0 < entry["backward_mean_abs"]["residual#2"]
+                       for entry in run["scales"])
+    out = tmp_path / "arm"
+    assert run_main(capsys, "--steps", "4000", "--recipe", "fp8", "--fp32-modules", "*.c_proj:grad", "--seed", "1",
+                    "--track-scales", "--out", str(out), "--stop-after", "50")[0] == 130
+    with np.load(out / "checkpoints" / "fp8.npz") as arrays:
+        trained = json.loads(train_tiny.checkpoint_header(arrays["meta"]))["metrics"]["scales"][0]
+    committed = document["seeds"]["1"]["*.c_proj:grad"]["scales"][0]
+    for key in ("forward_std", "backward_mean_abs"):  # (3 significant digits, from any BLAS kernels)
+        assert trained[key]["residual#2"] == pytest.approx(committed[key]["residual#2"], rel=6e-3), key
+
+
 def test_committed_long_unit_ablation_is_what_its_commands_train():
     """long_unit_ablation.json: unit's 4000-step runs at seeds 0 and 2 (where it ended behind its fp32
     run) with attention or the MLPs in float32, and at seed 2 with the LM head in float32 (seed 0's
