@@ -1035,7 +1035,9 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
         entries = metrics.get("scales") or []  # (none in runs trained without --track-scales)
         if not isinstance(entries, (list, tuple)):
             raise TypeError(f"{name}: run {label!r}: 'scales' must be a list of dicts, got {_described(entries)}")
-        steps, values, gradients = [], [], []
+        steps: list[float] = []
+        values: list[float] = []
+        gradients: list[float] = []
         for entry in entries:
             where = f"run {label!r}: an entry of 'scales'"
             _require(name, where, entry, ("step", "forward_std", gradient_key))
@@ -1055,15 +1057,13 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
     gradient_axis.axhspan(e5m2.min_subnormal, e5m2.min_normal, facecolor=_color(e5m2), alpha=SUBNORMAL_BAND_ALPHA,
                           linewidth=0, hatch="....", edgecolor=_color(e5m2), label="E5M2 subnormals")
     looks = _run_styles({label: runs[label].get("recipe") for label in curves})
-    shown = []
-    for label, (steps, values, gradients) in curves.items():
+    for label, (at, value_curve, gradient_curve) in curves.items():
         color, marker, style = looks[label]
-        marker_every = max(1, steps.size // 12)
-        for axis, series in ((value_axis, values), (gradient_axis, gradients)):
-            axis.plot(steps, series, style, color=color, linewidth=1.2, marker=marker, markersize=4,
+        marker_every = max(1, at.size // 12)
+        for axis, series in ((value_axis, value_curve), (gradient_axis, gradient_curve)):
+            axis.plot(at, series, style, color=color, linewidth=1.2, marker=marker, markersize=4,
                       markevery=marker_every, label=label)
-        shown.append(gradients)
-    every = np.concatenate(shown)
+    every = np.concatenate([gradient_curve for _, _, gradient_curve in curves.values()])
     positive = every[np.isfinite(every) & (every > 0)]
     low = min(np.log2(e5m2.min_subnormal) - 1, np.floor(np.log2(positive.min())) - 1 if positive.size else 0)
     high = np.ceil(np.log2(positive.max())) + 1 if positive.size else 0
