@@ -249,7 +249,8 @@ class TrainConfig:
         "help": "at every progress line, record in metrics.json ('scales') the scale of each tensor the model "
                 "tracks (minifp8.fp8.track: the embedding, q, k, v, attention, mlp_hidden and residual of each "
                 "block, ln_f, logits) and of its gradient as backward carries it, loss scale included, before the "
-                "casts that read it: their std and mean |x| in that line's step (changes no value)", "action": "store_true"})
+                "casts that read it: their std and mean |x| in that line's step (with --fp8-allreduce, in the "
+                "first worker's shard), and draw scales.png (changes no value)", "action": "store_true"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})

@@ -421,6 +421,17 @@ def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path,
     assert status == 130 and not (parts / "scales.png").exists()
 
 
+def test_track_scales_with_simulated_workers_records_the_first_workers_shard(tmp_path, capsys):
+    """With --fp8-allreduce N the batch is N shards, each its own forward and backward; the scales
+    are those of the first shard's (a second shard's would be recorded as residual#2, q#2, ...)."""
+    assert run_main(capsys, *TINY, "--recipe", "current", "--fp8-allreduce", "2", "--track-scales",
+                    "--out", str(tmp_path))[0] == 0
+    run = metrics(tmp_path)["runs"]["current + fp8 all-reduce x2"]
+    assert [entry["step"] for entry in run["scales"]] == [5, 10, 15, 20]
+    assert list(run["scales"][0]["backward_std"]) == ["embedding", "q", "k", "v", "attention", "mlp_hidden",
+                                                      "residual", "ln_f", "logits"]
+
+
 def test_scales_png_draws_the_last_blocks_output(tmp_path, capsys, monkeypatch):
     """scales.png follows the residual stream that the final norm reads: the last block's output,
     which the tracker names residual#N in an N-block model."""
