@@ -293,8 +293,7 @@ class TrainConfig:
     out: str | None = field(default=None, metadata={
         "help": "directory for config.json (the config, the runs and the training text's SHA-256), "
                 "metrics.json, loss.png (and scales.png with --track-scales), checkpoints/ and an --experiment's "
-                "headline.json, fp8lm.json or "
-                "long.json. A new run replaces those of an earlier run there, and refuses a directory that holds "
+                "headline.json, fp8lm.json or long.json. A new run replaces those of an earlier run there, and refuses a directory that holds "
                 "such files without an earlier run's config.json", "metavar": "DIR"})
     resume: str | None = field(default=None, metadata={
         "help": "continue the runs saved in DIR (takes its config; only --stop-after may be added)",
@@ -875,8 +874,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     metrics = {"recipe": run.recipe, "family": run.family, "loss_scale_mode": run.loss_scale, **schedule,
                "parameters": model.num_parameters(), "train_loss": [], "val": [], "cast_stats": [],
                "gradient_cast_stats": [], "loss_scale": [], "fp8_grads": [], "scales": [], "memory": None,
-               "skipped_steps": 0,
-               "time_s": 0.0, "diverged": None, "finished": False}
+               "skipped_steps": 0, "time_s": 0.0, "diverged": None, "finished": False}
     checkpoint = out / "checkpoints" / f"{run.slug}.npz" if out is not None else None
     identity = _identity(config, run, dataset.text_sha256)
     start = 0
@@ -1656,8 +1654,8 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     start in and the training text's SHA-256; a resumed run keeps the one it continues). A
     new run replaces an earlier one there: its ``config.json``, its checkpoints (which could
     otherwise be resumed under the new config) and its results (``metrics.json``, ``loss.png``,
-    ``scales.png``, an experiment's results file), which a new run that stops early would otherwise leave beside
-    its own config. Only an earlier run's: a directory that holds any of those files but no
+    ``scales.png``, an experiment's results file), which a new run that stops early would otherwise
+    leave beside its own config. Only an earlier run's: a directory that holds any of those files but no
     ``config.json`` that train_tiny wrote is refused (ValueError), and nothing in it is touched;
     other files (notes, an empty directory) are no obstacle."""
     if config.resume is not None:
@@ -1679,7 +1677,7 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
         path.unlink()
     if stale:
         print_fn(f"--out {out}: removed {len(stale)} checkpoint(s) of an earlier run there")
-    results = [out / name for name in _OUT_FILES[1:]]
+    results = [out / name for name in _OUT_FILES if name != "config.json"]  # (config.json is rewritten below)
     results = [path for path in results if path.is_file()]
     for path in results:
         path.unlink()
