@@ -1596,13 +1596,22 @@ def test_committed_long_scales_is_what_its_commands_train(tmp_path, capsys):
 
 def test_committed_long_scales_arms_is_what_its_commands_train(tmp_path, capsys):
     """long_scales_arms.json: the first 1000 steps of 4000-step fp8 runs with groups of gradient
-    casts in float32 (five groups at seed 0; the output projections' at seeds 1 and 2, beside fp8
-    and fp32 runs), each with its validation curve and the second block's output scales every 50
-    steps. 50 steps of one arm, trained here, record the same scales."""
+    casts in float32 (five groups at seed 0, then the output projections' GEMMs one at a time and
+    their inputs; at seeds 1 and 2 the output projections' gradient casts and GEMMs, beside fp8 and
+    fp32 runs), each with its validation curve and the second block's output scales every 50 steps.
+    Each arm is a valid --fp32-modules; 50 steps of one, trained here, record the same scales."""
     document = _committed_long_study("long_scales_arms.json")
     groups = ["*.mlp.*:grad", "*.attn.*:grad,*.attn:grad", "*.c_proj:grad", "*.c_attn:grad,*.c_fc:grad", "lm_head:grad"]
+    one_gemm = ["*.c_proj:wgrad", "*.c_proj:dgrad"]
+    output_projections = ["every cast", "*.c_proj:grad", *one_gemm, "fp32"]
     assert {seed: list(runs) for seed, runs in document["seeds"].items()} == {
-        "0": groups, "1": ["every cast", "*.c_proj:grad", "fp32"], "2": ["every cast", "*.c_proj:grad", "fp32"]}
+        "0": groups + one_gemm + ["*.c_proj:x", "*.c_proj:grad,*.c_proj:x"], "1": output_projections,
+        "2": output_projections}
+    for arm in document["seeds"]["0"]:  # (each a value that --fp32-modules takes)
+        config, runs = parse_args(["--recipe", "fp8", "--fp32-modules", arm])
+        assert config.fp32_modules == arm
+        fp8.apply_recipe(GPT(GPTConfig(vocab_size=14, block_size=8, n_layer=2), rng=np.random.default_rng(0)), "fp8",
+                         exclude=arm.split(","))
     for key, command in document["commands"].items():
         words = shlex.split(command.replace("ARM", "'*.c_proj:grad'"))
         assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
@@ -1621,11 +1630,11 @@ def test_committed_long_scales_arms_is_what_its_commands_train(tmp_path, capsys)
             assert all(entry["forward_std"]["residual#2"] > 0 < entry["backward_mean_abs"]["residual#2"]
                        for entry in run["scales"])
     out = tmp_path / "arm"
-    assert run_main(capsys, "--steps", "4000", "--recipe", "fp8", "--fp32-modules", "*.c_proj:grad", "--seed", "1",
+    assert run_main(capsys, "--steps", "4000", "--recipe", "fp8", "--fp32-modules", "*.c_proj:wgrad", "--seed", "1",
                     "--track-scales", "--out", str(out), "--stop-after", "50")[0] == 130
     with np.load(out / "checkpoints" / "fp8.npz") as arrays:
         trained = json.loads(train_tiny.checkpoint_header(arrays["meta"]))["metrics"]["scales"][0]
-    committed = document["seeds"]["1"]["*.c_proj:grad"]["scales"][0]
+    committed = document["seeds"]["1"]["*.c_proj:wgrad"]["scales"][0]
     for key in ("forward_std", "backward_mean_abs"):  # (3 significant digits, from any BLAS kernels)
         assert trained[key]["residual#2"] == pytest.approx(committed[key]["residual#2"], rel=6e-3), key
 
