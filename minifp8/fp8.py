@@ -933,6 +933,10 @@ class ScaleRecord:
 
     ``std`` is the population standard deviation, ``mean_abs`` the mean of |x|, both accumulated
     in float64. The backward fields stay None until a gradient flows through.
+    ``forward_shared_rms`` is the root mean square, over the last axis (the features), of the
+    value's mean over every other axis (every position): the part of it that every position
+    shares, which a LayerNorm, normalising each position over its features, does not remove
+    (tutorial 7b: naive FP8's residual stream grows by such a vector).
     """
 
     name: str
@@ -941,6 +945,7 @@ class ScaleRecord:
     forward_mean_abs: float
     backward_std: float | None = None
     backward_mean_abs: float | None = None
+    forward_shared_rms: float = math.nan
 
 
 class ScaleTracker:
@@ -974,7 +979,7 @@ class ScaleTracker:
             count += 1
             key = f"{name}#{count}"
         std, mean_abs = _scale_statistics(data)
-        record = ScaleRecord(key, tuple(data.shape), std, mean_abs)
+        record = ScaleRecord(key, tuple(data.shape), std, mean_abs, forward_shared_rms=_shared_rms(data))
         self.records[key] = record
         return record
 
@@ -995,6 +1000,16 @@ def _scale_statistics(data: np.ndarray) -> tuple[float, float]:
     if data.size == 0:
         return float("nan"), float("nan")
     return float(np.std(data, dtype=np.float64)), float(np.mean(np.abs(data), dtype=np.float64))
+
+
+def _shared_rms(data: np.ndarray) -> float:
+    """The root mean square over the last axis of ``data``'s mean over its other axes (a 0-d or 1-D
+    array is one position); NaN where there are no elements."""
+    if data.size == 0:
+        return float("nan")
+    positions = data.reshape(-1, data.shape[-1] if data.ndim else 1)
+    shared = np.mean(positions, axis=0, dtype=np.float64)
+    return float(np.sqrt(np.mean(shared * shared)))
 
 
 _Tracked = TypeVar("_Tracked", bound="Tensor | ArrayLike")

@@ -16,7 +16,7 @@ import pytest
 
 from minifp8 import codec, fastcast, formats, fp8, mx, nn, scaling
 from minifp8 import functional as F
-from minifp8.autograd import Tensor, make_op, no_grad
+from minifp8.autograd import Tensor, default_dtype, make_op, no_grad
 from minifp8.testing import gradcheck
 
 RECIPES_WITH_CASTS = ("fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
@@ -1405,6 +1405,31 @@ def test_track_records_std_and_mean_abs_of_value_and_gradient():
     assert tracker.records["constant"].backward_std is None and constant.requires_grad is False
     np.testing.assert_array_equal(x.grad, 2 * np.array([[0.5, 0.5], [-0.5, 4.5]]))  # identity op
     assert fp8.track("x", x) is x  # the context has exited
+
+
+def test_track_records_the_part_every_position_shares():
+    """forward_shared_rms: the RMS over the features of the mean over every other axis. A shared
+    vector plus per-position parts that cancel over the positions gives the vector's RMS, however
+    large the parts; a 1-D tensor is one position, a 0-d one a single value."""
+    rng = np.random.default_rng(0)
+    shared = np.array([3.0, -1.0, 0.5, 2.0])  # RMS sqrt((9 + 1 + .25 + 4) / 4) = sqrt(3.5625)
+    parts = 100 * rng.standard_normal((3, 5, 4))
+    data = shared + np.concatenate([parts, -parts])  # (6, 5, 4): the parts cancel over 30 positions
+    with fp8.ScaleTracker() as tracker:
+        with default_dtype(np.float64):
+            fp8.track("positions", Tensor(data))
+            fp8.track("transposed", Tensor(data.transpose(1, 0, 2)))  # (a non-contiguous view)
+            fp8.track("one position", Tensor(shared))
+            fp8.track("scalar", Tensor(np.array(-2.5)))
+        fp8.track("float32", Tensor(np.array([[1.0, -1.0], [3.0, -3.0]], np.float32)))
+    records = tracker.records
+    assert records["positions"].forward_shared_rms == pytest.approx(np.sqrt(3.5625), rel=1e-12)
+    assert records["positions"].forward_std > 50  # (the per-position parts dominate the std)
+    assert records["transposed"].forward_shared_rms == pytest.approx(np.sqrt(3.5625), rel=1e-12)
+    assert records["one position"].forward_shared_rms == pytest.approx(np.sqrt(3.5625), rel=1e-12)
+    assert records["scalar"].forward_shared_rms == 2.5
+    assert records["float32"].forward_shared_rms == 2.0  # mean row (2, -2)
+    assert isinstance(records["float32"].forward_shared_rms, float)
 
 
 def test_track_gradcheck():
