@@ -933,10 +933,11 @@ class ScaleRecord:
 
     ``std`` is the population standard deviation, ``mean_abs`` the mean of |x|, both accumulated
     in float64. The backward fields stay None until a gradient flows through.
-    ``forward_shared_rms`` is the root mean square, over the last axis (the features), of the
-    value's mean over every other axis (every position): the part of it that every position
-    shares, which a LayerNorm, normalising each position over its features, does not remove
-    (tutorial 7b: naive FP8's residual stream grows by such a vector).
+    ``forward_shared_fraction`` is the fraction of the value's mean square that its mean over
+    every axis but the last (over every position) holds: the part of it that every position
+    shares, which a LayerNorm, normalising each position over its features, does not remove. It
+    is 1 when every position holds the same vector and about 1/positions for independent
+    zero-mean ones (tutorial 7b: naive FP8's residual stream grows by such a vector).
     """
 
     name: str
@@ -945,7 +946,7 @@ class ScaleRecord:
     forward_mean_abs: float
     backward_std: float | None = None
     backward_mean_abs: float | None = None
-    forward_shared_rms: float = math.nan
+    forward_shared_fraction: float = math.nan
 
 
 class ScaleTracker:
@@ -979,7 +980,7 @@ class ScaleTracker:
             count += 1
             key = f"{name}#{count}"
         std, mean_abs = _scale_statistics(data)
-        record = ScaleRecord(key, tuple(data.shape), std, mean_abs, forward_shared_rms=_shared_rms(data))
+        record = ScaleRecord(key, tuple(data.shape), std, mean_abs, forward_shared_fraction=_shared_fraction(data))
         self.records[key] = record
         return record
 
@@ -1002,14 +1003,16 @@ def _scale_statistics(data: np.ndarray) -> tuple[float, float]:
     return float(np.std(data, dtype=np.float64)), float(np.mean(np.abs(data), dtype=np.float64))
 
 
-def _shared_rms(data: np.ndarray) -> float:
-    """The root mean square over the last axis of ``data``'s mean over its other axes (a 0-d or 1-D
-    array is one position); NaN where there are no elements."""
-    if data.size == 0:
+def _shared_fraction(data: np.ndarray) -> float:
+    """The mean square of ``data``'s mean over every axis but the last (a 0-d or 1-D array is one
+    position) over the mean square of ``data``, in float64; NaN where there are no elements or all
+    are zero."""
+    positions = data.reshape(-1, data.shape[-1] if data.ndim else 1).astype(np.float64)
+    total = np.mean(positions * positions) if positions.size else 0.0
+    if not total > 0:  # (no elements, all zero, or NaN)
         return float("nan")
-    positions = data.reshape(-1, data.shape[-1] if data.ndim else 1)
-    shared = np.mean(positions, axis=0, dtype=np.float64)
-    return float(np.sqrt(np.mean(shared * shared)))
+    shared = positions.mean(axis=0)
+    return float(np.mean(shared * shared) / total)
 
 
 _Tracked = TypeVar("_Tracked", bound="Tensor | ArrayLike")

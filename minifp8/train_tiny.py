@@ -116,9 +116,9 @@ Outputs (``--out DIR``)
   arithmetic corpus, ``char_accuracy`` and ``exact_match``), at every progress line ``cast_stats``
   (`minifp8.fp8.FP8State.summary`), ``gradient_cast_stats`` (the same of the gradient casts alone),
   ``loss_scale`` and ``fp8_grads`` (empty where the run has none), with ``--track-scales`` ``scales``
-  (the ``forward_std``, ``forward_mean_abs``, ``forward_shared_rms`` (the part every position
-  shares), ``backward_std`` and ``backward_mean_abs`` of each tensor the model tracks,
-  `minifp8.fp8.track`, by name; empty without it), ``memory`` (its arrays' bytes per
+  (the ``forward_std``, ``forward_mean_abs``, ``forward_shared_fraction`` (the share of its
+  mean square that every position shares), ``backward_std`` and ``backward_mean_abs`` of each
+  tensor the model tracks, `minifp8.fp8.track`, by name; empty without it), ``memory`` (its arrays' bytes per
   parameter, after its first step), ``skipped_steps``, ``time_s``, ``diverged`` (null, or the
   ``step`` and the ``message``), ``finished`` and, once finished, ``final`` (the summary row) and
   ``cast_points`` (the last statistics of every cast point). NaN and Inf are written as null. A
@@ -250,9 +250,9 @@ class TrainConfig:
         "help": "at every progress line, record in metrics.json ('scales') the scale of each tensor the model "
                 "tracks (minifp8.fp8.track: the embedding, q, k, v, attention, mlp_hidden and residual of each "
                 "block, ln_f, logits) and of its gradient as backward carries it, loss scale included, before the "
-                "casts that read it: their std and mean |x|, and the RMS of the value's mean over positions (the "
-                "part every position shares), in that line's step (with --fp8-allreduce, in the first worker's "
-                "shard), and draw scales.png (changes no value)", "action": "store_true"})
+                "casts that read it: their std and mean |x|, and the share of the value's mean square that every "
+                "position shares (its mean over positions), in that line's step (with --fp8-allreduce, in the "
+                "first worker's shard), and draw scales.png (changes no value)", "action": "store_true"})
     fp8_grads: bool = field(default=False, metadata={
         "help": "FP8-LM: store the weight gradients in FP8 (E4M3) with a per-tensor scale and the automatic "
                 "scaling factor mu (minifp8.fp8lm.FP8Gradients)", "action": "store_true"})
@@ -1082,7 +1082,7 @@ def _log_progress(print_fn, run, config, step, losses, per_step, eta, tokens_per
 
 
 # What --track-scales records of each tracked tensor (minifp8.fp8.ScaleRecord's fields).
-_SCALE_STATISTICS = ("forward_std", "forward_mean_abs", "forward_shared_rms", "backward_std", "backward_mean_abs")
+_SCALE_STATISTICS = ("forward_std", "forward_mean_abs", "forward_shared_fraction", "backward_std", "backward_mean_abs")
 
 
 def _scales(tracker: fp8.ScaleTracker) -> dict:

@@ -192,7 +192,7 @@ def test_track_checks_and_an_empty_tensor():
             warnings.simplefilter("error")
             fp8.track("empty", Tensor(np.zeros((0, 3), np.float32)))
     record = tracker.records["empty"]
-    assert all(math.isnan(value) for value in (record.forward_std, record.forward_mean_abs, record.forward_shared_rms))
+    assert all(math.isnan(value) for value in (record.forward_std, record.forward_mean_abs, record.forward_shared_fraction))
 
 
 def mx_reference(a, fmt, axis):

@@ -1407,29 +1407,33 @@ def test_track_records_std_and_mean_abs_of_value_and_gradient():
     assert fp8.track("x", x) is x  # the context has exited
 
 
-def test_track_records_the_part_every_position_shares():
-    """forward_shared_rms: the RMS over the features of the mean over every other axis. A shared
-    vector plus per-position parts that cancel over the positions gives the vector's RMS, however
-    large the parts; a 1-D tensor is one position, a 0-d one a single value."""
+def test_track_records_the_share_every_position_shares():
+    """forward_shared_fraction: the mean square of the mean over every axis but the last, over the
+    mean square. A shared vector plus per-position parts that cancel over the positions: the
+    vector's mean square over the vector's plus the parts'. A 1-D or 0-d tensor is one position."""
     rng = np.random.default_rng(0)
-    shared = np.array([3.0, -1.0, 0.5, 2.0])  # RMS sqrt((9 + 1 + .25 + 4) / 4) = sqrt(3.5625)
-    parts = 100 * rng.standard_normal((3, 5, 4))
+    shared = np.array([3.0, -1.0, 0.5, 2.0])  # mean square (9 + 1 + .25 + 4) / 4 = 3.5625
+    parts = 10 * rng.standard_normal((3, 5, 4))
     data = shared + np.concatenate([parts, -parts])  # (6, 5, 4): the parts cancel over 30 positions
+    expected = 3.5625 / (3.5625 + np.mean(parts**2))  # (the cross terms cancel with the parts)
     with fp8.ScaleTracker() as tracker:
         with default_dtype(np.float64):
             fp8.track("positions", Tensor(data))
             fp8.track("transposed", Tensor(data.transpose(1, 0, 2)))  # (a non-contiguous view)
             fp8.track("one position", Tensor(shared))
             fp8.track("scalar", Tensor(np.array(-2.5)))
+            fp8.track("opposed", Tensor(np.stack([shared, -shared])))  # mean 0: nothing shared
         fp8.track("float32", Tensor(np.array([[1.0, -1.0], [3.0, -3.0]], np.float32)))
+        fp8.track("zeros", Tensor(np.zeros((3, 4), np.float32)))
     records = tracker.records
-    assert records["positions"].forward_shared_rms == pytest.approx(np.sqrt(3.5625), rel=1e-12)
-    assert records["positions"].forward_std > 50  # (the per-position parts dominate the std)
-    assert records["transposed"].forward_shared_rms == pytest.approx(np.sqrt(3.5625), rel=1e-12)
-    assert records["one position"].forward_shared_rms == pytest.approx(np.sqrt(3.5625), rel=1e-12)
-    assert records["scalar"].forward_shared_rms == 2.5
-    assert records["float32"].forward_shared_rms == 2.0  # mean row (2, -2)
-    assert isinstance(records["float32"].forward_shared_rms, float)
+    assert 0.02 < expected < 0.05
+    assert records["positions"].forward_shared_fraction == pytest.approx(expected, rel=1e-12)
+    assert records["transposed"].forward_shared_fraction == pytest.approx(expected, rel=1e-12)
+    assert records["one position"].forward_shared_fraction == 1.0 == records["scalar"].forward_shared_fraction
+    assert records["opposed"].forward_shared_fraction == 0.0
+    assert records["float32"].forward_shared_fraction == 0.8  # mean row (2, -2): 4 of a mean square of 5
+    assert isinstance(records["float32"].forward_shared_fraction, float)
+    assert math.isnan(records["zeros"].forward_shared_fraction)  # (no mean square to share)
 
 
 def test_track_gradcheck():

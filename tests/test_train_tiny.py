@@ -397,7 +397,7 @@ def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path,
             assert run[key] == metrics(plain)["runs"][label][key], (label, key)
         assert [entry["step"] for entry in run["scales"]] == [5, 10, 15, 20]
         for entry in run["scales"]:
-            statistics = ["forward_std", "forward_mean_abs", "forward_shared_rms", "backward_std", "backward_mean_abs"]
+            statistics = ["forward_std", "forward_mean_abs", "forward_shared_fraction", "backward_std", "backward_mean_abs"]
             assert list(entry) == ["step", *statistics]
             for statistic in statistics:
                 assert list(entry[statistic]) == names and all(value > 0 for value in entry[statistic].values())
