@@ -998,19 +998,23 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
     """The scale of one tracked tensor and of its gradient over training, one line per run, against
     the E5M2 range its gradient is cast to (tutorial 7b: why naive FP8 climbs back).
 
-    Top: the tensor's standard deviation. Bottom: its gradient's ``statistic`` as backward carries
-    it (the loss scale included, before any cast), on a log2 axis with E5M2's normal numbers shaded
-    and its subnormals lighter and dotted, as in `scale_plot`: a gradient below the shading is
-    flushed to zero by a naive cast. Each run has its colour, marker and line style (`RUN_STYLES`).
+    Top: the tensor's standard deviation. Middle, where the scales hold a
+    ``forward_shared_fraction`` (those recorded since 2026-12-01 do): the share of the tensor's
+    mean square that every position shares (`minifp8.fp8.ScaleRecord`), which a norm over the
+    features does not remove. Bottom: its gradient's ``statistic`` as backward carries it (the loss
+    scale included, before any cast), on a log2 axis with E5M2's normal numbers shaded and its
+    subnormals lighter and dotted, as in `scale_plot`: a gradient below the shading is flushed to
+    zero by a naive cast. Each run has its colour, marker and line style (`RUN_STYLES`).
 
     Parameters
     ----------
     results : dict
         ``metrics.json`` of ``python -m minifp8.train_tiny --track-scales --out DIR``, or a committed
         study of such runs (``long_scales.json``). Each run with a non-empty ``scales`` list is
-        drawn (runs without one are left out): entries with a ``step``, ``forward_std`` and ``backward_<statistic>``, each of the
-        latter a dict of tensor name -> number (None for NaN). A missing key raises a ValueError
-        naming it (a name the runs lack, the names they have); a value of the wrong type, a TypeError.
+        drawn (runs without one are left out): entries with a ``step``, ``forward_std``,
+        ``backward_<statistic>`` and optionally ``forward_shared_fraction``, each of the latter a
+        dict of tensor name -> number (None for NaN). A missing key raises a ValueError naming it (a
+        name the runs lack, the names they have); a value of the wrong type, a TypeError.
     tensor : str
         The tracked tensor's name (`minifp8.fp8.ScaleTracker`'s: ``"residual#2"`` is the second
         block's output, the residual stream the final norm reads in a two-layer model).
@@ -1030,40 +1034,44 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
         raise ValueError(f"{name}: statistic must be 'mean_abs' or 'std', got {statistic!r}")
     gradient_key = f"backward_{statistic}"
     runs, _ = _runs(results, name, (), {})
-    curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for label, metrics in runs.items():
         entries = metrics.get("scales") or []  # (none in runs trained without --track-scales)
         if not isinstance(entries, (list, tuple)):
             raise TypeError(f"{name}: run {label!r}: 'scales' must be a list of dicts, got {_described(entries)}")
         steps: list[float] = []
         values: list[float] = []
+        shares: list[float] = []  # (NaN where an entry predates forward_shared_fraction)
         gradients: list[float] = []
         for entry in entries:
             where = f"run {label!r}: an entry of 'scales'"
             _require(name, where, entry, ("step", "forward_std", gradient_key))
             steps.append(_number(entry["step"], f"{name}: {where}: 'step'"))
-            for key, column in (("forward_std", values), (gradient_key, gradients)):
-                _require(name, f"{where}: {key!r}", entry[key], (tensor,),
-                         {tensor: "pass tensor= one of these names"})
-                column.append(_number(entry[key][tensor], f"{name}: {where}: {key!r}: {tensor!r}", none=True))
+            values.append(_tensor_value(name, where, entry, "forward_std", tensor))
+            gradients.append(_tensor_value(name, where, entry, gradient_key, tensor))
+            shares.append(_tensor_value(name, where, entry, "forward_shared_fraction", tensor)
+                          if "forward_shared_fraction" in entry else math.nan)
         if steps:
-            curves[label] = np.array(steps), np.array(values), np.array(gradients)
+            curves[label] = np.array(steps), np.array(values), np.array(shares), np.array(gradients)
     if not curves:
         raise ValueError(f"{name}: no run has scales: train with python -m minifp8.train_tiny --track-scales --out DIR")
-    figure, (value_axis, gradient_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True)
+    with_shares = any(np.isfinite(curve[2]).any() for curve in curves.values())
+    figure, axes = _new_figure(8.0, 8.4 if with_shares else 6.4, rows=3 if with_shares else 2, sharex=True)
+    value_axis, gradient_axis = axes[0], axes[-1]
     e5m2 = _formats.get("E5M2")
     gradient_axis.axhspan(e5m2.min_normal, e5m2.max, color=_color(e5m2), alpha=NORMAL_BAND_ALPHA, linewidth=0,
                           label="E5M2 normal numbers")
     gradient_axis.axhspan(e5m2.min_subnormal, e5m2.min_normal, facecolor=_color(e5m2), alpha=SUBNORMAL_BAND_ALPHA,
                           linewidth=0, hatch="....", edgecolor=_color(e5m2), label="E5M2 subnormals")
     looks = _run_styles({label: runs[label].get("recipe") for label in curves})
-    for label, (at, value_curve, gradient_curve) in curves.items():
+    for label, (at, value_curve, share_curve, gradient_curve) in curves.items():
         color, marker, style = looks[label]
         marker_every = max(1, at.size // 12)
-        for axis, series in ((value_axis, value_curve), (gradient_axis, gradient_curve)):
+        drawn = [(value_axis, value_curve), (axes[1], share_curve)] if with_shares else [(value_axis, value_curve)]
+        for axis, series in [*drawn, (gradient_axis, gradient_curve)]:
             axis.plot(at, series, style, color=color, linewidth=1.2, marker=marker, markersize=4,
                       markevery=marker_every, label=label)
-    every = np.concatenate([gradient_curve for _, _, gradient_curve in curves.values()])
+    every = np.concatenate([curve[3] for curve in curves.values()])
     positive = every[np.isfinite(every) & (every > 0)]
     low = min(np.log2(e5m2.min_subnormal) - 1, np.floor(np.log2(positive.min())) - 1 if positive.size else 0)
     high = np.ceil(np.log2(positive.max())) + 1 if positive.size else 0
@@ -1072,12 +1080,22 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
         axis.set_yscale("log", base=2)
         axis.grid(True, alpha=0.3)
     value_axis.set_ylabel(f"{tensor}: std")
+    if with_shares:
+        axes[1].set_ylim(0, 1.05)
+        axes[1].grid(True, alpha=0.3)
+        axes[1].set_ylabel("share every position\nshares (its mean)")
     gradient_axis.set_ylabel(f"its gradient: {'mean |g|' if statistic == 'mean_abs' else 'std'}")
     gradient_axis.set_xlabel("step")
     value_axis.set_title(title or f"The scale of {tensor} and of its gradient over training", fontsize=10)
     figure.legend(*gradient_axis.get_legend_handles_labels(), loc="outside lower center",
                   ncols=min(len(curves) + 2, 4), fontsize=8, frameon=False)
     return figure
+
+
+def _tensor_value(figure: str, where: str, entry: dict, key: str, tensor: str) -> float:
+    """``entry[key][tensor]`` of a ``scales`` entry as a float (None read as NaN), with clear errors."""
+    _require(figure, f"{where}: {key!r}", entry[key], (tensor,), {tensor: "pass tensor= one of these names"})
+    return _number(entry[key][tensor], f"{figure}: {where}: {key!r}: {tensor!r}", none=True)
 
 
 def _is_option_run(label: str, recipe: str) -> bool:

@@ -260,6 +260,26 @@ def test_scale_curves_draws_each_runs_tensor_and_gradient_against_e5m2():
     np.testing.assert_array_equal(std.axes[1].get_lines()[0].get_ydata(), [2e-4, np.nan])
 
 
+def test_scale_curves_draws_the_shared_share_between_where_the_scales_hold_it():
+    """A middle panel, from 0 to 1, of forward_shared_fraction where any entry holds it (NaN where
+    an entry of a run resumed across versions does not); the other two panels as without it."""
+    def shared(step, value, gradient, share):
+        return {**_scales(step, value, gradient), "forward_shared_fraction": {"residual": share}}
+
+    results = {"runs": {"fp32": {"recipe": "fp32", "scales": [_scales(50, 1.0, 1e-4), shared(100, 2.0, 1e-5, 0.25)]},
+                        "fp8": {"recipe": "fp8", "scales": [shared(50, 4.0, 1e-6, None), shared(100, 8.0, 1e-7, 0.9)]}}}
+    figure = labelled(plots.scale_curves(results, tensor="residual", title="scales"))
+    value_axis, share_axis, gradient_axis = figure.axes
+    assert value_axis.get_title() == "scales" and share_axis.get_ylim() == (0, 1.05)
+    lines = {(axis, line.get_label()): line.get_ydata() for axis in (0, 1, 2)
+             for line in figure.axes[axis].get_lines()}
+    np.testing.assert_array_equal(lines[1, "fp32"], [np.nan, 0.25])
+    np.testing.assert_array_equal(lines[1, "fp8"], [np.nan, 0.9])
+    np.testing.assert_array_equal(lines[0, "fp8"], [4.0, 8.0])
+    np.testing.assert_array_equal(lines[2, "fp8"], [1e-6, 1e-7])
+    assert len(gradient_axis.patches) == 2 and not share_axis.patches
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"results": {"runs": {"fp32": {}}}}, ValueError,
      "no run has scales: train with python -m minifp8.train_tiny --track-scales --out DIR"),
@@ -278,6 +298,13 @@ def test_scale_curves_draws_each_runs_tensor_and_gradient_against_e5m2():
      "run 'fp32': an entry of 'scales': 'step' must be a number, got str '50'"),
     ({"results": {"runs": {"fp32": {"scales": [_scales(50, 1.0, "1e-4")]}}}, "tensor": "residual"}, TypeError,
      "run 'fp32': an entry of 'scales': 'backward_mean_abs': 'residual' must be a number or None, got str '1e-4'"),
+    ({"results": {"runs": {"fp32": {"scales": [{**_scales(50, 1.0, 1e-4), "forward_shared_fraction": {"q": 0.5}}]}}},
+      "tensor": "residual"}, ValueError,
+     "run 'fp32': an entry of 'scales': 'forward_shared_fraction' has no 'residual' (it has 'q'): pass tensor= one "
+     "of these names"),
+    ({"results": {"runs": {"fp32": {"scales": [{**_scales(50, 1.0, 1e-4), "forward_shared_fraction": {
+        "residual": "0.5"}}]}}}, "tensor": "residual"}, TypeError,
+     "run 'fp32': an entry of 'scales': 'forward_shared_fraction': 'residual' must be a number or None, got str '0.5'"),
     ({"results": {"config": {}}}, ValueError, "results has no 'runs' (it has 'config')"),
 ])
 def test_scale_curves_says_what_it_cannot_draw(kwargs, error, message):
