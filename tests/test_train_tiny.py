@@ -1577,9 +1577,10 @@ def test_committed_long_scales_is_what_its_commands_train(tmp_path, capsys):
         assert [entry["step"] for entry in run["scales"]] == steps
         assert [entry["step"] for entry in run["gradient_underflow"]] == ([] if run["recipe"] == "fp32" else steps)
         for entry in run["scales"]:
-            assert list(entry["forward_std"]) == ["residual", "residual#2"]
+            assert list(entry["forward_std"]) == list(entry["forward_shared_fraction"]) == ["residual", "residual#2"]
             assert list(entry["backward_mean_abs"]) == document["tensors"]
             assert all(value > 0 for key in ("forward_std", "backward_mean_abs") for value in entry[key].values())
+            assert all(0 < value <= 1 for value in entry["forward_shared_fraction"].values())
     for recipe, loss_scale, label in (("fp32", "none", "fp32"), ("fp8", "none", "fp8"),
                                       ("fp8", "dynamic", "fp8 + loss scale dynamic")):
         out = tmp_path / label.replace(" ", "")
@@ -1629,14 +1630,14 @@ def test_committed_long_scales_arms_is_what_its_commands_train(tmp_path, capsys)
             assert [entry["step"] for entry in run["gradient_underflow"]] == ([] if arm == "fp32" else
                                                                                list(range(50, 1001, 50)))
             assert all(entry["forward_std"]["residual#2"] > 0 < entry["backward_mean_abs"]["residual#2"]
-                       for entry in run["scales"])
+                       and 0 < entry["forward_shared_fraction"]["residual#2"] <= 1 for entry in run["scales"])
     out = tmp_path / "arm"
     assert run_main(capsys, "--steps", "4000", "--recipe", "fp8", "--fp32-modules", "*.c_proj:wgrad", "--seed", "1",
                     "--track-scales", "--out", str(out), "--stop-after", "50")[0] == 130
     with np.load(out / "checkpoints" / "fp8.npz") as arrays:
         trained = json.loads(train_tiny.checkpoint_header(arrays["meta"]))["metrics"]["scales"][0]
     committed = document["seeds"]["1"]["*.c_proj:wgrad"]["scales"][0]
-    for key in ("forward_std", "backward_mean_abs"):  # (3 significant digits, from any BLAS kernels)
+    for key in ("forward_std", "forward_shared_fraction", "backward_mean_abs"):  # (3 significant digits, any kernels)
         assert trained[key]["residual#2"] == pytest.approx(committed[key]["residual#2"], rel=6e-3), key
 
 
