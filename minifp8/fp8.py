@@ -1007,9 +1007,11 @@ def _shared_fraction(data: np.ndarray) -> float:
     """The mean square of ``data``'s mean over every axis but the last (a 0-d or 1-D array is one
     position) over the mean square of ``data``, in float64; NaN where there are no elements or all
     are zero."""
+    if data.size == 0:  # (before the reshape: -1 cannot size a 0-feature one)
+        return float("nan")
     positions = data.reshape(-1, data.shape[-1] if data.ndim else 1).astype(np.float64)
-    total = np.mean(positions * positions) if positions.size else 0.0
-    if not total > 0:  # (no elements, all zero, or NaN)
+    total = np.mean(positions * positions)
+    if not total > 0:  # (all zero, or NaN)
         return float("nan")
     shared = positions.mean(axis=0)
     return float(np.mean(shared * shared) / total)

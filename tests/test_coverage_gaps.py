@@ -182,7 +182,8 @@ def test_apply_recipe_refuses_two_cast_points_of_one_name():
 
 
 def test_track_checks_and_an_empty_tensor():
-    """The std and mean |x| of no elements are undefined: NaN, with no numpy warning."""
+    """The std, mean |x| and shared share of no elements are undefined: NaN, with no numpy warning,
+    also where the features axis is the empty one."""
     with fp8.ScaleTracker() as tracker:
         with pytest.raises(TypeError, match="track: name must be a str, got int"):
             fp8.track(3, Tensor(np.zeros(3, np.float32)))
@@ -191,8 +192,10 @@ def test_track_checks_and_an_empty_tensor():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             fp8.track("empty", Tensor(np.zeros((0, 3), np.float32)))
-    record = tracker.records["empty"]
-    assert all(math.isnan(value) for value in (record.forward_std, record.forward_mean_abs, record.forward_shared_fraction))
+            fp8.track("no features", Tensor(np.zeros((3, 0), np.float32)))
+    for record in tracker.records.values():
+        assert all(math.isnan(value) for value in (record.forward_std, record.forward_mean_abs,
+                                                   record.forward_shared_fraction))
 
 
 def mx_reference(a, fmt, axis):
