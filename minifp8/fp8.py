@@ -1000,7 +1000,8 @@ _active = _ActiveTrackers()
 def _scale_statistics(data: np.ndarray) -> tuple[float, float]:
     if data.size == 0:
         return float("nan"), float("nan")
-    return float(np.std(data, dtype=np.float64)), float(np.mean(np.abs(data), dtype=np.float64))
+    with np.errstate(invalid="ignore", over="ignore"):  # (an Inf gives a NaN std, quietly)
+        return float(np.std(data, dtype=np.float64)), float(np.mean(np.abs(data), dtype=np.float64))
 
 
 def _shared_fraction(data: np.ndarray) -> float:
@@ -1010,11 +1011,12 @@ def _shared_fraction(data: np.ndarray) -> float:
     if data.size == 0:  # (before the reshape: -1 cannot size a 0-feature one)
         return float("nan")
     positions = data.reshape(-1, data.shape[-1] if data.ndim else 1).astype(np.float64)
-    total = np.mean(positions * positions)
-    if not total > 0:  # (all zero, or NaN)
-        return float("nan")
-    shared = positions.mean(axis=0)
-    return float(np.mean(shared * shared) / total)
+    with np.errstate(invalid="ignore", over="ignore"):  # (an Inf gives NaN, quietly)
+        total = np.mean(positions * positions)
+        if not total > 0:  # (all zero, or NaN)
+            return float("nan")
+        shared = positions.mean(axis=0)
+        return float(np.mean(shared * shared) / total)
 
 
 _Tracked = TypeVar("_Tracked", bound="Tensor | ArrayLike")

@@ -183,7 +183,7 @@ def test_apply_recipe_refuses_two_cast_points_of_one_name():
 
 def test_track_checks_and_an_empty_tensor():
     """The std, mean |x| and shared share of no elements are undefined: NaN, with no numpy warning,
-    also where the features axis is the empty one."""
+    also where the features axis is the empty one; a NaN or an Inf gives NaN or Inf, quietly too."""
     with fp8.ScaleTracker() as tracker:
         with pytest.raises(TypeError, match="track: name must be a str, got int"):
             fp8.track(3, Tensor(np.zeros(3, np.float32)))
@@ -193,9 +193,14 @@ def test_track_checks_and_an_empty_tensor():
             warnings.simplefilter("error")
             fp8.track("empty", Tensor(np.zeros((0, 3), np.float32)))
             fp8.track("no features", Tensor(np.zeros((3, 0), np.float32)))
-    for record in tracker.records.values():
+            fp8.track("inf", Tensor(np.array([[np.inf, 1.0], [2.0, 3.0]], np.float32)))
+            fp8.track("nan", Tensor(np.array([[np.nan, 1.0]], np.float32)))
+    records = tracker.records
+    for record in (records["empty"], records["no features"], records["nan"]):
         assert all(math.isnan(value) for value in (record.forward_std, record.forward_mean_abs,
                                                    record.forward_shared_fraction))
+    inf = records["inf"]  # (an Inf: the mean |x| is Inf, the std and the shared share undefined)
+    assert math.isnan(inf.forward_std) and inf.forward_mean_abs == math.inf and math.isnan(inf.forward_shared_fraction)
 
 
 def mx_reference(a, fmt, axis):
