@@ -974,11 +974,16 @@ class ScaleTracker:
     def __exit__(self, *exc_info) -> None:
         _active.trackers.remove(self)
 
+    @staticmethod
+    def record_name(name: str, occurrence: int) -> str:
+        """The key of the ``occurrence``-th tensor tracked as ``name`` (from 1): ``name`` itself, then
+        ``name#2``, ``name#3``, ... (``record_name("residual", n_layer)`` is a GPT's last block output)."""
+        return name if occurrence == 1 else f"{name}#{occurrence}"
+
     def _new_record(self, name: str, data: np.ndarray) -> ScaleRecord:
-        key, count = name, 1
-        while key in self.records:
-            count += 1
-            key = f"{name}#{count}"
+        occurrence = 1
+        while (key := self.record_name(name, occurrence)) in self.records:
+            occurrence += 1
         std, mean_abs = _scale_statistics(data)
         record = ScaleRecord(key, tuple(data.shape), std, mean_abs, forward_shared_fraction=_shared_fraction(data))
         self.records[key] = record

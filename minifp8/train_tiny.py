@@ -1412,8 +1412,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     figure.savefig(out / "loss.png", dpi=120)
     written = [out / "metrics.json", out / "loss.png"]
     if any(metrics.get("scales") for metrics in document["runs"].values()):
-        # the tracker names the blocks' outputs residual, residual#2, ...: the last is what the final norm reads
-        last = "residual" if config.n_layer == 1 else f"residual#{config.n_layer}"
+        last = fp8.ScaleTracker.record_name("residual", config.n_layer)  # (what the final norm reads)
         figure = plots.scale_curves(document, tensor=last, title=f"The last block's output ({last}) and its gradient")
         figure.savefig(out / "scales.png", dpi=120)
         written.append(out / "scales.png")

@@ -1396,6 +1396,7 @@ def test_track_records_std_and_mean_abs_of_value_and_gradient():
     (z * Tensor(np.array([[0.5, 0.5], [-0.5, 4.5]]))).sum().backward()  # after the context: still recorded
     first, second = tracker.records["x"], tracker.records["x#2"]
     assert list(tracker.records) == ["x", "x#2", "constant"]
+    assert [fp8.ScaleTracker.record_name("x", occurrence) for occurrence in (1, 2)] == ["x", "x#2"]
     assert first.forward_std == pytest.approx(np.sqrt(5), rel=1e-12) and first.forward_mean_abs == 2
     assert second.forward_std == pytest.approx(2 * np.sqrt(5), rel=1e-12) and second.forward_mean_abs == 4
     # dz = [[.5, .5], [-.5, 4.5]]: mean 1.25, deviations -.75, -.75, -1.75, 3.25, so the std is
