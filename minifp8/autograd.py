@@ -340,8 +340,10 @@ class Tensor:
         """Accumulate d(self)/d(leaf), times ``grad``, into the ``.grad`` of every leaf that requires grad.
 
         Every ``.grad`` is updated only after the whole graph has been walked: when the walk raises
-        (a changed input, an op's backward that fails, an interrupt), no ``.grad`` has changed. (The
-        leaves' gradients are held until then, as ``.grad`` would hold them after.)
+        (a changed input, an op's backward that fails, an interrupt), or a ``.grad`` set by hand cannot
+        take the sum in place (not an ndarray, another shape, an integer dtype, read-only), no
+        ``.grad`` has changed. (The leaves' gradients are held until then, as ``.grad`` would hold them
+        after.)
 
         Parameters
         ----------
@@ -414,8 +416,27 @@ class Tensor:
                 else:  # (np.asarray: the sum of 0-d arrays is a NumPy scalar, which np.add cannot write into)
                     grads[key] = np.asarray(previous + parent_grad)
                     owned.add(key)
+        for node, grad_out, _ in deliveries:  # (checked first: a .grad that cannot take the sum changes none)
+            node._check_accumulable(grad_out)
         for node, grad_out, take in deliveries:
             node._accumulate(grad_out, take)
+
+    def _check_accumulable(self, grad: np.ndarray) -> None:
+        """Raise if ``.grad`` (set by the user, not by backward) cannot have ``grad`` added into it in place."""
+        if self.grad is None:
+            return
+        if not isinstance(self.grad, np.ndarray):
+            raise TypeError(f"backward(): the .grad of {self!r} must be an ndarray to accumulate into "
+                            f"(or None), got {type(self.grad).__name__}")
+        if self.grad.shape != grad.shape:
+            raise ValueError(f"backward(): the .grad of {self!r} has shape {self.grad.shape}, "
+                             f"expected the tensor's shape {grad.shape}")
+        if not np.can_cast(grad.dtype, self.grad.dtype, casting="same_kind"):
+            raise TypeError(f"backward(): the .grad of {self!r} has dtype {self.grad.dtype}, which cannot "
+                            f"hold a {grad.dtype} gradient: set it to None or to a floating array")
+        if not self.grad.flags.writeable:
+            raise ValueError(f"backward(): the .grad of {self!r} is read-only, so the gradient cannot be "
+                             f"added into it: set it to None or to a writable copy")
 
     def _accumulate(self, grad: np.ndarray, take: bool) -> None:
         """Add ``grad`` into ``.grad``; ``take``: the array is the engine's own and may become ``.grad``."""

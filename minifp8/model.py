@@ -290,6 +290,7 @@ class GPT(nn.Module):
         """
         weight = self.lm_head.weight.data
         weight -= weight.mean(axis=0)
+        self.lm_head.weight.bump_version()  # (written in place: a graph that read the old rows refuses backward)
 
     def optimizer_groups(self, lr: float, weight_decay: float = 0.0) -> list[dict]:
         """Parameter groups for `minifp8.optim.AdamW`, one per parameter, with its peak learning rate.

@@ -80,12 +80,13 @@ class Optimizer:
             _non_negative(group.get(name, 0.0), type(self).__name__, name)
 
     def _check_grads(self) -> None:
-        """Raise before any update if a gradient is not an ndarray shaped like its parameter (it would broadcast)."""
+        """Raise before any update if a gradient is not a floating ndarray shaped like its parameter (it would
+        broadcast; a complex one would fail part way through the update, or lose its imaginary part)."""
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is not None and not isinstance(p.grad, np.ndarray):
-                    raise TypeError(f"{type(self).__name__}: the gradient of parameter {p!r} must be an ndarray "
-                                    f"(as backward leaves it), got {_described(p.grad)}")
+                if p.grad is not None and (not isinstance(p.grad, np.ndarray) or p.grad.dtype.kind != "f"):
+                    raise TypeError(f"{type(self).__name__}: the gradient of parameter {p!r} must be a floating "
+                                    f"ndarray (as backward leaves it), got {_described(p.grad)}")
                 if p.grad is not None and p.grad.shape != p.shape:
                     raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter "
                                      f"of shape {p.shape}")
@@ -359,6 +360,9 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
             raise TypeError(f"clip_grad_norm: every .grad must be a floating ndarray (as backward leaves it), "
                             f"got {_described(g)}")
+        if not g.flags.writeable:
+            raise ValueError("clip_grad_norm: every .grad must be writable (it is scaled in place), got a read-only "
+                             "array (a broadcast view?): set .grad to a writable copy")
     total = math.sqrt(sum(float(np.dot(flat, flat)) for flat in (g.reshape(-1).astype(np.float64) for g in grads)))
     if not math.isfinite(total):
         if error_if_nonfinite:

@@ -621,6 +621,24 @@ def test_backward_refuses_a_graph_whose_input_was_changed_in_place():
     np.testing.assert_array_equal(x.grad, [11.0, 12.0, 13.0])
 
 
+@pytest.mark.parametrize("stale, error, message", [
+    (np.zeros(3, dtype=np.int64), TypeError, r"has dtype int64, which cannot hold a float32 gradient"),
+    (np.zeros((1, 3), dtype=np.float32), ValueError, r"has shape \(1, 3\), expected the tensor's shape \(3,\)"),
+    (np.broadcast_to(np.float32(0.0), (3,)), ValueError, r"is read-only"),
+    ([0.0, 0.0, 0.0], TypeError, r"must be an ndarray to accumulate into \(or None\), got list"),
+])
+def test_backward_refuses_a_user_set_grad_it_cannot_add_into_before_changing_any(stale, error, message):
+    """Every leaf's .grad is updated in a last pass; a .grad set by hand that cannot take the sum
+    (an int array, another shape, a read-only view, a list) used to raise part way through that
+    pass, after the other leaves' gradients had changed."""
+    first = Tensor(np.ones(3, np.float32), requires_grad=True)
+    second = Tensor(np.ones(3, np.float32), requires_grad=True)
+    second.grad = stale
+    with pytest.raises(error, match=r"backward\(\): the \.grad of .*" + message):
+        (first * 2.0 + second * 3.0).sum().backward()
+    assert first.grad is None and second.grad is stale
+
+
 @pytest.mark.parametrize("change", ["assign", "augmented"])
 def test_assigning_data_bumps_the_version(change):
     """The product's backward reads ``w.data`` when it runs, so a new array (``w.data = ...``) or an

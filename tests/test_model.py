@@ -612,8 +612,11 @@ def test_center_lm_head_moves_only_what_the_softmax_ignores(family):
     weight = model.lm_head.weight.data
     weight += (rng.standard_normal(weight.shape[1]) * 4 * np.abs(weight).max()).astype(weight.dtype)
     before, rows = float(model(ids, targets)[1].data), weight.copy()
+    stale = model(ids, targets)[1]
     model.center_lm_head()
     assert model.lm_head.weight.data is weight  # (in place: the optimizer holds the array)
+    with pytest.raises(RuntimeError, match="changed in place after the forward pass"):  # (it bumps the version)
+        stale.backward()
     assert np.abs(weight.mean(axis=0)).max() <= 1e-6 * np.abs(rows).max()
     np.testing.assert_allclose(weight - weight[0], rows - rows[0], atol=1e-6 * np.abs(rows).max())
     assert math.isclose(float(model(ids, targets)[1].data), before, rel_tol=1e-6)

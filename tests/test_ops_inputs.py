@@ -141,19 +141,37 @@ def test_load_state_dict_names_a_malformed_state_dict(optimizer_class, kwargs, c
 
 
 @pytest.mark.parametrize("optimizer_class, kwargs", [
-    (optim.AdamW, {}), (optim.SGD, {}), (optim.SGD, {"momentum": 0.5}),
+    (optim.AdamW, {"weight_decay": 0.01}), (optim.SGD, {}), (optim.SGD, {"momentum": 0.5}),
 ])
-def test_a_gradient_that_is_not_an_array_raises_before_any_update(optimizer_class, kwargs):
+@pytest.mark.parametrize("bad, got", [([1.0, 1.0, 1.0], "list"), (np.full(3, 0.5 + 1j), "complex128"),
+                                      (np.full(3, "1"), "<U1")])
+def test_a_gradient_that_is_not_a_floating_array_raises_before_any_update(optimizer_class, kwargs, bad, got):
+    """A list raised AttributeError ('list' object has no attribute 'shape'). A complex gradient was
+    half-applied: AdamW updated the parameters before it, decayed its own and counted its step before
+    NumPy refused the update (a retry then used another bias correction); SGD with momentum dropped
+    the imaginary part without a word."""
     ps = params()
     opt = optimizer_class(ps, lr=0.1, **kwargs)
     ps[0].grad = np.ones((2, 3), dtype=np.float32)
-    ps[1].grad = [1.0, 1.0, 1.0]  # was AttributeError: 'list' object has no attribute 'shape'
+    ps[1].grad = bad
     before = [p.data.copy() for p in ps]
-    with pytest.raises(TypeError, match=rf"{optimizer_class.__name__}: the gradient of parameter .* must be an "
-                                        r"ndarray \(as backward leaves it\), got list"):
+    with pytest.raises(TypeError, match=rf"{optimizer_class.__name__}: the gradient of parameter .* must be a "
+                                        rf"floating ndarray \(as backward leaves it\), got .*{got}"):
         opt.step()
     for p, data in zip(ps, before):
         np.testing.assert_array_equal(p.data, data)
+    assert opt.state_dict()["state"] == {}
+
+
+def test_clip_grad_norm_refuses_a_read_only_gradient_before_scaling_any():
+    """The gradients are scaled in place, one after another: a read-only one (a broadcast view)
+    raised only after the ones before it had been clipped."""
+    first, second = Tensor(np.ones(3), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
+    first.grad = np.full(3, 10.0)
+    second.grad = np.broadcast_to(10.0, (3,))
+    with pytest.raises(ValueError, match=r"clip_grad_norm: every \.grad must be writable .*read-only"):
+        optim.clip_grad_norm([first, second], 1.0)
+    np.testing.assert_array_equal(first.grad, [10.0, 10.0, 10.0])
 
 
 @pytest.mark.parametrize("grad, got", [([1.0, 2.0, 2.0], "list"), (np.ones(3, dtype=np.int64), "dtype int64")])
