@@ -884,16 +884,19 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
                              f"in the directory) and its sha256 (64 hex digits), got file {_described(name)} and "
                              f"sha256 {_described(digest)}")
     files = {}
+    digests = {}  # several entries may name one file, each with its sha256: the file is read once, checked by each
     for index, entry in enumerate(manifest["entries"]):
-        if entry["file"] not in files:
-            path = directory / entry["file"]
+        path = directory / entry["file"]
+        data = None
+        if entry["file"] not in digests:
             if not path.is_file():
                 raise FileNotFoundError(f"golden.load: {path}: the manifest lists it, but there is no such file")
             data = path.read_bytes()
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != entry["sha256"]:
-                raise ValueError(f"golden.load: {path} has sha256 {digest}, but the manifest "
-                                 f"records {entry['sha256']}: the file is damaged or from another run")
+            digests[entry["file"]] = hashlib.sha256(data).hexdigest()
+        if digests[entry["file"]] != entry["sha256"]:
+            raise ValueError(f"golden.load: {path} has sha256 {digests[entry['file']]}, but the manifest's entry "
+                             f"{index} records {entry['sha256']}: the file is damaged or from another run")
+        if data is not None:
             with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                 files[entry["file"]] = {name: archive[name] for name in archive.files}
         roles = entry.get("arrays", {})

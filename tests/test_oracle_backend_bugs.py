@@ -274,8 +274,18 @@ def test_golden_load_checks_the_checksums_and_schema_it_reads(golden_mx_dir, tmp
         (copy / path.name).write_bytes(path.read_bytes())
     other = next(entry["file"] for entry in manifest["entries"] if entry["file"] != codec_entry["file"])
     (copy / codec_entry["file"]).write_bytes((golden_mx_dir / other).read_bytes())  # a valid .npz, not this one
-    with pytest.raises(ValueError, match=f"{codec_entry['file']} has sha256 [0-9a-f]{{64}}, but the manifest "
-                                         f"records {codec_entry['sha256']}"):
+    with pytest.raises(ValueError, match=f"{codec_entry['file']} has sha256 [0-9a-f]{{64}}, but the manifest's "
+                                         f"entry [0-9]+ records {codec_entry['sha256']}"):
+        golden.load(copy)
+    (copy / codec_entry["file"]).write_bytes((golden_mx_dir / codec_entry["file"]).read_bytes())
+    # each entry's sha256 is checked, not only the first of those that name its file (a review found this)
+    sharing = [index for index, entry in enumerate(manifest["entries"]) if entry["file"] == codec_entry["file"]]
+    assert len(sharing) > 1
+    entries = [dict(entry) for entry in manifest["entries"]]
+    entries[sharing[-1]]["sha256"] = "0" * 64
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "entries": entries}))
+    with pytest.raises(ValueError, match=f"{codec_entry['file']} has sha256 {codec_entry['sha256']}, but the "
+                                         f"manifest's entry {sharing[-1]} records 0{{64}}"):
         golden.load(copy)
     (copy / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 99}))
     with pytest.raises(ValueError, match=r"must be a 'minifp8-golden' manifest of schema_version 2, got schema and "
