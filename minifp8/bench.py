@@ -624,11 +624,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.n_embd is not None and args.n_embd % heads:
         parser.error(f"--n-embd must be a multiple of the default run's {heads} heads, got {args.n_embd}")
     if args.recipes is not None:
-        args.recipes = [recipe.strip() for recipe in args.recipes.split(",") if recipe.strip()]
+        args.recipes = [recipe.strip() for recipe in args.recipes.split(",")]  # (an empty entry is refused below)
         wrong = [recipe for recipe in args.recipes if recipe not in RECIPES or recipe == "fp32"]
-        if wrong or not args.recipes:
+        if wrong:
             parser.error(f"--recipes takes a comma-separated list of {', '.join(r for r in RECIPES if r != 'fp32')} "
-                         f"(fp32 is the baseline each is paired with); got {', '.join(map(repr, wrong)) or 'none'}")
+                         f"(fp32 is the baseline each is paired with); got {', '.join(map(repr, wrong))}")
         if len(set(args.recipes)) != len(args.recipes):  # (timed twice, reported once)
             parser.error(f"--recipes lists a recipe twice: {','.join(args.recipes)}")
     if args.mx_scale_mode is not None and args.recipes is not None and "mxfp8" not in args.recipes:

@@ -876,7 +876,10 @@ def _uncast_tensors(exclude, castable: dict[str, frozenset[str]]) -> dict[str, f
     uncast: dict[str, frozenset[str]] = {}
     unknown = []
     for entry in names:
-        pattern, _, tensor = entry.partition(":")  # (no ':': the whole entry is the pattern, tensor "")
+        pattern, colon, tensor = entry.partition(":")  # (no ':': the whole entry is the pattern, tensor "")
+        if colon and not tensor:  # ("lm_head:", a tensor's name left out, would leave every tensor uncast)
+            raise ValueError(f"apply_recipe: exclude entry {entry!r} names no tensor after ':'; write the module "
+                             f"alone for all its tensors, or one of x, w, grad, fprop, dgrad, wgrad, q, k, v after ':'")
         if tensor and tensor not in _TENSOR_ROLES.keys() | GEMMS.keys():
             raise ValueError(f"apply_recipe: exclude entry {entry!r} names the tensor {tensor!r}; after ':' comes "
                              f"x, w, grad, fprop, dgrad or wgrad (a gemm's tensors and GEMMs) or q, k, v or grad "

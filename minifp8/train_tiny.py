@@ -468,6 +468,12 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
         fail(f"--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 ({which})")
     if config.fp32_modules is not None and all(run.recipe == "fp32" for run in runs):
         fail(f"--fp32-modules leaves GEMMs uncast, but no run casts: every run is fp32 ({which})")
+    uncast = _uncast_modules(config)
+    repeated = next((pattern for index, pattern in enumerate(uncast) if pattern in uncast[:index]), None)
+    if repeated is not None:
+        fail(f"--fp32-modules {config.fp32_modules} names {repeated!r} twice"
+             + (" (--fp32-lm-head leaves lm_head in float32 already)" if config.fp32_lm_head and repeated == "lm_head"
+                else ""))
     if config.track_scales and config.out is None:
         fail("--track-scales records the scales in metrics.json, which only --out DIR writes")
     if config.grad_clip not in (TrainConfig.grad_clip, 0.0) and all(run.family == "unit" for run in runs):
@@ -686,11 +692,13 @@ class Diverged(Exception):
 
 class Interrupted(Exception):
     """``--stop-after``, Ctrl-C or SIGTERM: the run stopped (checkpointed where it could be) and can be
-    resumed. ``status`` is the exit status: 143 (128 + SIGTERM) after a SIGTERM, else 130."""
+    resumed. ``status`` is the exit status: 143 (128 + SIGTERM) after a SIGTERM, else 130; ``metrics``
+    those of a run that the signal found finished (it came during the last step), else None."""
 
-    def __init__(self, message: str, status: int = 130) -> None:
+    def __init__(self, message: str, status: int = 130, metrics: dict | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.metrics = metrics  # a run that had finished when the signal was taken: its metrics
 
 
 class CheckpointError(Exception):
@@ -1025,7 +1033,7 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
     metrics["cast_points"] = _cast_points(state)
     save()
     if interrupt.requested:  # Ctrl-C during the last step: the run is done, the next does not start
-        raise Interrupted(f"{run.label}: {interrupt.stopped} after its last step", interrupt.status)
+        raise Interrupted(f"{run.label}: {interrupt.stopped} after its last step", interrupt.status, metrics)
     return metrics
 
 
@@ -1663,6 +1671,8 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     leave beside its own config. Only an earlier run's: a directory that holds any of those files but no
     ``config.json`` that train_tiny wrote is refused (ValueError), and nothing in it is touched;
     other files (notes, an empty directory) are no obstacle."""
+    if os.path.lexists(out) and not out.is_dir():
+        raise ValueError("exists and is not a directory: --out names the directory a run writes into")
     if config.resume is not None:
         out.mkdir(parents=True, exist_ok=True)
         return
@@ -1856,11 +1866,28 @@ def _main(argv: list[str] | None) -> int:
     results, status = {}, 0
     session_steps = [0]  # --stop-after counts the steps of this session, over all its runs
     hint = f"; continue with --resume {out}" if out is not None else " (no --out: nothing saved)"
+
+    def stopped(stop: Interrupted, first_waiting: int) -> int:
+        """Say where the list stopped, write the runs finished so far (readable before a resume
+        ends the rest) and return the exit status."""
+        waiting = [later.label for later in runs[first_waiting:]]  # (not started in this session)
+        print(f"{stop}{hint}" + (f" (not started yet: {', '.join(waiting)})" if waiting else ""))
+        if out is not None and results:
+            try:
+                _write_outputs(out, config, runs, results, dataset, print, started_in)
+            except BrokenPipeError:  # (printing, not --out: `main`)
+                raise
+            except OSError as error:
+                say(f"{prog}: error: --out {out}: {error}")
+            except KeyboardInterrupt:  # (a second Ctrl-C: the checkpoints stand)
+                pass
+        return stop.status
+
     for run in runs:
         budget = None if config.stop_after is None else config.stop_after - session_steps[0]
         if budget == 0:  # the last run stopped exactly at the budget, at its end: this one waits
-            print(f"stopped after {config.stop_after} steps in this session, before {run.label}{hint}")
-            return 130
+            return stopped(Interrupted(f"stopped after {config.stop_after} steps in this session, before {run.label}"),
+                           runs.index(run) + 1)
         try:
             results[run.label] = train(run, config, dataset, out=out, resume=config.resume is not None,
                                        stop_after=budget, steps_counter=session_steps)
@@ -1871,18 +1898,9 @@ def _main(argv: list[str] | None) -> int:
             results[run.label] = error.metrics
             status = 1
         except Interrupted as stop:
-            waiting = [later.label for later in runs[runs.index(run) + 1:]]  # (not started in this session)
-            print(f"{stop}{hint}" + (f" (not started yet: {', '.join(waiting)})" if waiting else ""))
-            if out is not None and results:  # the runs finished so far, readable before a resume ends the rest
-                try:
-                    _write_outputs(out, config, runs, results, dataset, print, started_in)
-                except BrokenPipeError:  # (printing, not --out: `main`)
-                    raise
-                except OSError as error:
-                    say(f"{prog}: error: --out {out}: {error}")
-                except KeyboardInterrupt:  # (a second Ctrl-C: the checkpoints stand)
-                    pass
-            return stop.status
+            if stop.metrics is not None:  # (finished when the signal was taken)
+                results[run.label] = stop.metrics
+            return stopped(stop, runs.index(run) + 1)
         except CheckpointError as error:
             say(f"{prog}: error: --resume: {error}")
             return 2

@@ -81,7 +81,8 @@ def test_rounds_and_repeats_must_be_positive(capsys):
     (["--n-embd", "66"], "--n-embd must be a multiple of the default run's 4 heads, got 66"),
     (["--recipes", "fp32"], "got 'fp32'"),
     (["--recipes", "unit,nope"], "got 'nope'"),
-    (["--recipes", ","], "got none"),
+    (["--recipes", ","], "got '', ''"),
+    (["--recipes", "fp8,,current"], "got ''"),  # (an empty entry was dropped without a word; train_tiny refuses it)
     (["--recipes", "fp8, unit,fp8"], "--recipes lists a recipe twice: fp8,unit,fp8"),  # (timed twice, reported once)
     (["--json", "no/such/folder/speed.json"], "--json takes the path of a file in an existing folder, got "
                                               "'no/such/folder/speed.json'"),

@@ -636,6 +636,8 @@ def test_ctrl_c_in_the_last_step_of_a_run_finishes_it_and_starts_no_other(tmp_pa
     assert train_tiny.main([*TINY, "--recipe", "fp32,fp8", "--out", str(out)]) == 130
     assert "fp32: interrupted after its last step; continue with --resume" in capsys.readouterr().out
     assert len(calls) == 4 and not (out / "checkpoints" / "fp8.npz").exists()
+    written = json.loads((out / "metrics.json").read_text())["runs"]  # (the finished run: it was left out)
+    assert list(written) == ["fp32"] and written["fp32"]["finished"]
     monkeypatch.undo()
     assert train_tiny.main(["--resume", str(out)]) == 0
     printed = capsys.readouterr().out

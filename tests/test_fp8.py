@@ -1039,6 +1039,8 @@ def test_apply_recipe_exclude_errors_leave_the_model_as_it_was():
                                     "modules are attention, layers.0, layers.1, mlp.0, mlp.2"),
             (["attention", "layers.0", "layers.1", "mlp.0", "mlp.2"], ValueError,
              "found no linear .* in SmallModel outside exclude \\(attention, layers.0, layers.1, mlp.0, mlp.2\\)"),
+            (["mlp.2:"], ValueError, "exclude entry 'mlp.2:' names no tensor after ':'; write the module alone for "
+                                     "all its tensors"),  # (it left every tensor of mlp.2 uncast)
             (["mlp.2:x_t"], ValueError, "exclude entry 'mlp.2:x_t' names the tensor 'x_t'; after ':' comes x, w, grad, "
                                         "fprop, dgrad or wgrad \\(a gemm's tensors and GEMMs\\) or q, k, v or grad "
                                         "\\(an attention core's\\)"),

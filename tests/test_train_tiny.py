@@ -558,6 +558,7 @@ def test_stop_after_counts_the_steps_of_every_run_in_the_session(tmp_path, capsy
     flags = [*TINY, "--steps", "6", "--recipe", "fp32,fp8", "--out", str(out)]
     status, printed, _ = run_main(capsys, *flags, "--stop-after", "6")  # fp32's 6 steps, then none of fp8's
     assert status == 130 and "stopped after 6 steps in this session, before fp8" in printed
+    assert list(metrics(out)["runs"]) == ["fp32"]  # (the run it finished is written: it was not, at the boundary)
     status, printed, _ = run_main(capsys, "--resume", str(out), "--stop-after", "4")
     assert status == 130 and "fp8: stopped after step 4" in printed
     status, printed, _ = run_main(capsys, *flags, "--stop-after", "8")  # a fresh start: 6 of fp32, 2 of fp8
@@ -996,6 +997,14 @@ def test_durations_round_before_splitting_minutes(seconds, text):
      "in the standard model: exclude matches no module with a gemm or an attention core that has the tensor named "
      "after ':' (a gemm has x, w and grad and the GEMMs fprop, dgrad and wgrad, an attention core q, k, v and "
      "grad): '*.attn:x'; such modules are "),
+    # found in a review: a trailing ':' left the LM head wholly uncast, and a repeated name was printed twice
+    (["--recipe", "current", "--fp32-modules", "lm_head:"],
+     "--fp32-modules lm_head: in the standard model: exclude entry 'lm_head:' names no tensor after ':'"),
+    (["--recipe", "current", "--fp32-modules", "lm_head, *.mlp.*,lm_head"],
+     "--fp32-modules lm_head, *.mlp.*,lm_head names 'lm_head' twice (see -h)"),
+    (["--recipe", "current", "--fp32-lm-head", "--fp32-modules", "lm_head"],
+     "--fp32-modules lm_head names 'lm_head' twice (--fp32-lm-head leaves lm_head in float32 already) (see -h)"),
+    (["--out", __file__], f"--out {__file__}: exists and is not a directory: --out names the directory"),  # (errno 17)
     (["--recipe", "delayed", "--fp32-lm-head", "--fp32-modules", "blocks.*"],
      "--fp32-modules blocks.* in the standard model: found no linear (a module with a gemm) or attention core "
      "(attention_core) in GPT outside exclude (blocks.0.attn, "),
