@@ -1640,14 +1640,73 @@ def test_committed_long_scales_arms_is_what_its_commands_train(tmp_path, capsys)
                                                                                list(range(50, 1001, 50)))
             assert all(entry["forward_std"]["residual#2"] > 0 < entry["backward_mean_abs"]["residual#2"]
                        and 0 < entry["forward_shared_fraction"]["residual#2"] <= 1 for entry in run["scales"])
+    _check_first_scales_of_arm(tmp_path, capsys, "fp8", "*.c_proj:wgrad", document["seeds"]["1"], ["residual#2"])
+
+
+def _check_first_scales_of_arm(tmp_path, capsys, recipe: str, arm: str, committed_runs: dict, tensors: list) -> None:
+    """Train the first 50 steps of a committed 4000-step ``--fp32-modules arm`` run at seed 1 and
+    check that its first scales record is the committed one, to its 3 significant digits."""
     out = tmp_path / "arm"
-    assert run_main(capsys, "--steps", "4000", "--recipe", "fp8", "--fp32-modules", "*.c_proj:wgrad", "--seed", "1",
+    assert run_main(capsys, "--steps", "4000", "--recipe", recipe, "--fp32-modules", arm, "--seed", "1",
                     "--track-scales", "--out", str(out), "--stop-after", "50")[0] == 130
-    with np.load(out / "checkpoints" / "fp8.npz") as arrays:
+    with np.load(out / "checkpoints" / f"{recipe}.npz") as arrays:
         trained = json.loads(train_tiny.checkpoint_header(arrays["meta"]))["metrics"]["scales"][0]
-    committed = document["seeds"]["1"]["*.c_proj:wgrad"]["scales"][0]
+    committed = committed_runs[arm]["scales"][0]
     for key in ("forward_std", "forward_shared_fraction", "backward_mean_abs"):  # (3 significant digits, any kernels)
-        assert trained[key]["residual#2"] == pytest.approx(committed[key]["residual#2"], rel=6e-3), key
+        for tensor in tensors:
+            assert trained[key][tensor] == pytest.approx(committed[key][tensor], rel=6e-3), (key, tensor)
+
+
+def test_committed_long_scales_unit_arms_is_what_its_commands_train(tmp_path, capsys):
+    """long_scales_unit_arms.json: the first 1000 steps of 4000-step unit runs at seeds 0 to 2 with
+    the LM head's or the output projections' gradient casts in float32 (at seed 0 every gradient
+    cast too), beside unit and its fp32 run, each with its validation curve, and every 50 steps the
+    scales of the second block's output, the final norm's output and the logits, and the worst
+    gradient cast. Each arm is a valid --fp32-modules of the unit model; seed 0's unit and fp32 runs
+    are long_scales.json's first 1000 steps; 50 steps of one arm, trained here, record the same."""
+    document = _committed_long_study("long_scales_unit_arms.json")
+    output_projections = "*.linear_o:grad,*.linear_2:grad"
+    arms = ["every cast", "lm_head:grad", output_projections]
+    assert {seed: list(runs) for seed, runs in document["seeds"].items()} == {
+        "0": [*arms, "*:grad", "unit fp32"], "1": [*arms, "unit fp32"], "2": [*arms, "unit fp32"]}
+    assert document["tensors"] == ["residual#2", "ln_f", "logits"]
+    for arm in ("lm_head:grad", output_projections, "*:grad"):  # (each a value that --fp32-modules takes)
+        config, _ = parse_args(["--recipe", "unit", "--fp32-modules", arm])
+        assert config.fp32_modules == arm
+        fp8.apply_recipe(GPT(GPTConfig(vocab_size=14, block_size=8, n_layer=2, family="unit"),
+                             rng=np.random.default_rng(0)), "unit", exclude=arm.split(","))
+    for key, command in document["commands"].items():
+        words = shlex.split(command.replace("ARM", "lm_head:grad"))
+        assert words[:3] == ["python", "-m", "minifp8.train_tiny"] and words[-2:] == ["--seed", "S"]
+        config, runs = parse_args(words[3:-1] + ["1"])
+        assert config.track_scales and config.stop_after == 1000 and config.out == "DIR"
+        assert [(run.recipe, run.family) for run in runs] == [("fp32" if key == "unit fp32" else "unit", "unit")]
+        assert config.fp32_modules == ("lm_head:grad" if key == "arm" else None)
+        assert replace(config, track_scales=False, stop_after=None, out=None, fp32_modules=None, seed=0,
+                       recipe="unit", family="auto") == replace(TrainConfig(), steps=4000)
+    for seed, runs in document["seeds"].items():
+        for arm, run in runs.items():
+            assert [entry["step"] for entry in run["val"]] == [0, 250, 500, 750, 1000]
+            assert [entry["step"] for entry in run["scales"]] == list(range(50, 1001, 50))
+            assert [entry["step"] for entry in run["gradient_underflow"]] == ([] if arm == "unit fp32" else
+                                                                               list(range(50, 1001, 50)))
+            for entry in run["scales"]:
+                assert all(list(entry[key]) == document["tensors"] for key in list(entry)[1:])
+                assert all(value > 0 for key in ("forward_std", "backward_mean_abs") for value in entry[key].values())
+                assert all(0 < value <= 1 for value in entry["forward_shared_fraction"].values())
+            if arm == "*:grad":  # (no gradient is cast: nothing flushed, no worst cast)
+                assert all(entry["max_underflow"] == 0 and entry["max_underflow_at"] is None
+                           for entry in run["gradient_underflow"])
+    repeated = _committed_long_study("long_scales.json")["runs"]
+    for arm, label in (("every cast", "unit"), ("unit fp32", "unit fp32")):  # (bit for bit, to 3 digits)
+        run = document["seeds"]["0"][arm]
+        assert run["val"] == repeated[label]["val"][:5]
+        for entry, earlier in zip(run["scales"], repeated[label]["scales"][:20], strict=True):
+            assert {key: entry[key]["residual#2"] for key in list(entry)[1:]} == {
+                key: earlier[key]["residual#2"] for key in list(entry)[1:]}
+        assert [{"step": entry["step"], "max_underflow": entry["max_underflow"]} for entry in run["gradient_underflow"]
+                ] == repeated[label]["gradient_underflow"][:20]
+    _check_first_scales_of_arm(tmp_path, capsys, "unit", "lm_head:grad", document["seeds"]["1"], document["tensors"])
 
 
 def test_committed_long_unit_ablation_is_what_its_commands_train():
