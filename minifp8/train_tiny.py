@@ -1863,7 +1863,8 @@ def _main(argv: list[str] | None) -> int:
         for family in dict.fromkeys(run.family for run in runs):
             model = GPT(_model_config(config, family, dataset.vocab_size), rng=np.random.default_rng(config.seed))
             print(f"{family} model, {fp8lm.format_memory_table(fp8lm.memory_rows(model))}\n")
-    results, status = {}, 0
+    results: dict[str, dict] = {}
+    status = 0
     session_steps = [0]  # --stop-after counts the steps of this session, over all its runs
     hint = f"; continue with --resume {out}" if out is not None else " (no --out: nothing saved)"
 

@@ -74,7 +74,8 @@ def test_ml_dtypes_e8m0_subnormal_quirk():
 
 # Three formats of ml_dtypes that minifp8 does not catalogue, as FloatFormat data: the generic codec
 # serves them unchanged. float8_e4m3 and float8_e3m4 are IEEE-style (Inf, and NaN in the
-# all-ones exponent); float8_e4m3b11fnuz is Graphcore's FNUZ layout with bias 11.
+# all-ones exponent); float8_e4m3b11fnuz is the FNUZ layout with bias 11 of Google's hardware
+# (openxla's E4M3B11FNUZ RFC).
 UNCATALOGUED = {
     "float8_e4m3": formats.FloatFormat("E4M3_IEEE", exponent_bits=4, mantissa_bits=3, bias=7, has_infinity=True,
                                        nan_style="ieee"),
