@@ -408,10 +408,15 @@ def test_stochastic_rounding_is_unbiased():
 # ---- inputs: dtypes, shapes, views ------------------------------------------------------------------
 def test_every_input_dtype_and_shape():
     values = [0.5, -3.0, 448.0, 1e-3]
-    expected = codec.encode(np.array(values, np.float64), "E4M3")
+    # by hand (OFP8 E4M3, bias 7): 0.5 = 2^-1 is exponent field 6 (0x30); -3 = -1.5 * 2^1, sign, field 8,
+    # mantissa 100 (0xC4); 448 the largest (0x7E); 1e-3 = 0.512 * 2^-9, nearest the smallest subnormal (0x01)
+    expected = np.array([0x30, 0xC4, 0x7E, 0x01], np.uint8)
     for dtype in (np.float16, np.float32, np.float64):
-        np.testing.assert_array_equal(codec.encode(np.array(values, dtype), "E4M3"),
-                                      codec.encode(np.array(values, dtype).astype(np.float64), "E4M3"))
+        np.testing.assert_array_equal(codec.encode(np.array(values, dtype), "E4M3"), expected)
+    # a float64 that float32 cannot hold takes the exact path: 1.0625 is the tie between 1 (0x38) and
+    # 1.125 (0x39), so 1.0625 + 2^-40 rounds up, while its float32 copy (1.0625, a tie) goes to even
+    assert codec.encode(np.array([1.0625 + 2.0**-40]), "E4M3").tolist() == [0x39]
+    assert codec.encode(np.array([1.0625 + 2.0**-40], np.float32), "E4M3").tolist() == [0x38]
     assert codec.encode(np.array([3, -2, 1000], np.int32), "E4M3").tolist() == [0x44, 0xC0, 0x7F]
     assert codec.encode(np.array([3, 2], np.uint16), "E5M2").tolist() == [0x42, 0x40]
     assert codec.encode(2.0, "E4M3").shape == () and int(codec.encode(2.0, "E4M3")) == 0x40

@@ -129,17 +129,15 @@ def test_rounding_in_tiles_equals_the_codec(name):
     assert_same_bits(fastcast._round_in_tiles(part, fmt, exponents)[0], expected)
 
 
-@pytest.mark.parametrize("saturate", [True, False])
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name, saturate", [("E4M3", True), ("E5M2", True), ("E5M2", False)])
 def test_rounding_beyond_max_equals_the_codec(name, saturate):
     """`_round_beyond_max` on every magnitude from the first beyond max's rounding interval up,
-    Inf and NaN: +-max saturating, else +-Inf (E5M2; E4M3 forward casts always saturate)."""
+    Inf and NaN: +-max saturating, else +-Inf (E5M2 only: E4M3 has no Inf, and its casts in training
+    always saturate)."""
     fmt = formats.get(name)
     _, beyond = fastcast._normal_range(fmt, 0)
     x = structured_float32()
     x = x[magnitude_bits(x) >= beyond]
-    if not saturate and name == "E4M3":
-        pytest.skip("E4M3 has no Inf: its casts in training always saturate")
     with np.errstate(invalid="ignore"):
         assert_same_bits(fastcast._round_beyond_max(x, fmt, saturate), codec.quantize(x, fmt, saturate=saturate))
 

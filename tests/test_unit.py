@@ -408,12 +408,20 @@ def test_linear_gemm_hook_is_called_with_the_scale_bwd_operands():
         return F.linear(a, w, b)
 
     expected = U.linear(x, weight, bias)
+    upstream = rand(3, 4, 3)
+    expected.backward(upstream)
+    expected_grads = [t.grad.copy() for t in (x, weight, bias)]
+    for t in (x, weight, bias):
+        t.grad = None
     y = U.linear(x, weight, bias, gemm=gemm)
     assert len(calls) == 1
     a, w, b = calls[0]
     assert a.data is x.data and w.data is weight.data and b.data is bias.data  # values unchanged
     assert a is not x and w is not weight and b is not bias                    # ... gradients scaled
     np.testing.assert_array_equal(y.data, expected.data)
+    y.backward(upstream)  # (through the hook's operands: the same scaled gradients as without a hook)
+    for t, grad in zip((x, weight, bias), expected_grads):
+        np.testing.assert_array_equal(t.grad, grad)
     calls.clear()
     U.linear_readout(x, weight, None, gemm=gemm)
     assert len(calls) == 1 and calls[0][2] is None
