@@ -388,6 +388,58 @@ def test_stochastic_rounding_equals_the_p3109_definition_elementwise(structured_
                 np.testing.assert_array_equal(ours, np.array(reference, np.uint8), err_msg=f"{count} {dtype}")
 
 
+def _grid_from_the_format_fields(fmt) -> list:
+    """Every finite value >= 0 of ``fmt`` as a Fraction, from its fields alone (not its codec):
+    (1 + j / 2**m) * 2**(field - bias) for each exponent field from 1 (from 0 without subnormals),
+    and with subnormals 0 and j / 2**m * 2**(1 - bias); up to ``fmt.max``."""
+    from fractions import Fraction
+    m, bias = fmt.mantissa_bits, fmt.bias
+    grid = {Fraction(0)} | {Fraction(j, 2**m) * Fraction(2) ** (1 - bias) for j in range(1, 2**m)} \
+        if fmt.has_subnormals else set()
+    for field in range(1 if fmt.has_subnormals else 0, 2**fmt.exponent_bits):
+        grid |= {(1 + Fraction(j, 2**m)) * Fraction(2) ** (field - bias) for j in range(2**m)}
+    return sorted(value for value in grid if value <= Fraction(fmt.max))
+
+
+@pytest.mark.parametrize("name", list(formats.CATALOGUE))
+@pytest.mark.parametrize("count", [3, 8])
+def test_stochastic_rounding_equals_an_exact_reference_between_neighbours(name, count):
+    """An independent reference of P3109 "Stochastic" (DESIGN.md section 3), in exact arithmetic:
+    between the neighbours lo <= |x| <= hi of the format's grid (built from its fields), the
+    discarded fraction f = (|x| - lo) / (hi - lo) is rounded to ``count`` bits half to even, and |x|
+    goes to hi when that plus the random bits reaches 2**count. Inputs at, between and just beside
+    the neighbours and the k-bit ties, in float64 and float32, both signs where the format has them
+    (a zero is +0 in the formats without -0)."""
+    from fractions import Fraction
+    fmt = formats.get(name)
+    grid = _grid_from_the_format_fields(fmt)
+    rng = np.random.default_rng(11)
+    ties = (rng.choice(2**count, 6, replace=False) + 0.5) / 2**count  # (six of the k-bit ties)
+    fractions = [0.0, 0.5, 1 / 2**count, ties, rng.uniform(0, 1, 4)]
+    fractions = np.concatenate([np.ravel(f) for f in fractions])
+    fractions = np.concatenate([fractions, fractions * (1 + 2.0**-30), fractions * (1 - 2.0**-30)])
+    lows, highs = np.array(grid[:-1], np.float64), np.array(grid[1:], np.float64)
+    x = (lows[:, None] + fractions[None, :] * (highs - lows)[:, None]).ravel()
+    x = np.concatenate([x, -x]) if fmt.signed else x
+    for inputs in (x, x.astype(np.float32)):
+        bits = rng.integers(0, 2**count, size=inputs.shape, dtype=np.uint8)
+        ours = codec.quantize(inputs, fmt, rounding="stochastic", random_bits=bits, random_bit_count=count)
+        reference = []
+        for value, random in zip(inputs.tolist(), bits.tolist()):
+            magnitude = abs(Fraction(value))
+            index = min(np.searchsorted(lows, float(magnitude), side="right") - 1, len(grid) - 2)
+            while grid[index] > magnitude:  # (float64 search of exact Fractions: step to the right pair)
+                index -= 1
+            while grid[index + 1] < magnitude:
+                index += 1
+            low, high = grid[index], grid[index + 1]
+            kept = round((magnitude - low) / (high - low) * 2**count)  # (half to even)
+            rounded = float(high if kept + random >= 2**count else low)
+            reference.append(math.copysign(rounded, value) if rounded or fmt.has_negative_zero else 0.0)
+        np.testing.assert_array_equal(ours, np.array(reference), err_msg=f"{name} {inputs.dtype}")
+        assert np.array_equal(np.signbit(ours), np.signbit(np.array(reference)))
+
+
 def test_stochastic_rounding_is_unbiased():
     # x = 1 + 0.3/8 sits 0.3 of a quantum above 1. With 8 random bits the probability of rounding up is
     # round(0.3 * 256) / 256 = 77/256, so the mean is 1 + (77/256)/8; it differs from x by at most
