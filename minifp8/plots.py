@@ -180,8 +180,9 @@ def value_grid(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4M3",
         gaps = (values[1:] - values[:-1]) / values[:-1]
         normal_start = int(subnormal.sum())  # values[normal_start] is the smallest normal
         gap_axis.step(values[:normal_start + 1], gaps[:normal_start + 1], where="post", color=SUBNORMAL_COLOR)
-        gap_axis.step(values[normal_start:-1], gaps[normal_start:], where="post", color=_color(fmt),
-                      label=fmt.name)
+        # (the last gap, from the largest value but one, drawn up to the largest value itself)
+        gap_axis.step(values[normal_start:], np.append(gaps[normal_start:], gaps[-1]), where="post",
+                      color=_color(fmt), label=fmt.name)
 
     grid_axis.set_yticks(range(len(fmts)), [f.name for f in reversed(fmts)])
     grid_axis.set_ylim(-0.6, len(fmts) - 0.1)
@@ -213,9 +214,9 @@ def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4
     """Relative error of round-to-nearest-even over a wide range of inputs, one panel per format.
 
     In the normal range the error never exceeds half a gap, ``2**-(M+1)`` (the dashed line): 6.25%
-    for E4M3, 12.5% for E5M2. Below the smallest normal (orange band) the gap stays fixed while
-    the numbers shrink, so the relative error grows until everything below half the smallest
-    subnormal rounds to zero (100% error). Above the largest value (grey band) there is no
+    for E4M3, 12.5% for E5M2. In the subnormals (orange band, from half the smallest subnormal to
+    the smallest normal) the gap stays fixed while the numbers shrink, so the relative error grows;
+    below them (hatched) everything rounds to zero (100% error). Above the largest value (grey band) there is no
     number at all: E4M3 gives NaN and E5M2 gives Inf (``saturate=False``); formats with neither
     (FP6, FP4) saturate to their max.
 
@@ -243,7 +244,12 @@ def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4
         with np.errstate(invalid="ignore"):
             error = np.abs(quantize(x, fmt).astype(np.float64) - x) / x
         unit_roundoff = 2.0 ** -(fmt.mantissa_bits + 1)
-        ax.axvspan(2.0**low_exponent, fmt.min_normal, color=SUBNORMAL_COLOR, alpha=0.12, linewidth=0)
+        rounds_to_zero = fmt.min_subnormal / 2  # (below it every input rounds to zero)
+        ax.axvspan(max(rounds_to_zero, 2.0**low_exponent), fmt.min_normal, color=SUBNORMAL_COLOR, alpha=0.12,
+                   linewidth=0)
+        if rounds_to_zero > 2.0**low_exponent:
+            ax.axvspan(2.0**low_exponent, rounds_to_zero, facecolor="none", edgecolor=SUBNORMAL_COLOR, alpha=0.35,
+                       hatch="////", linewidth=0)
         ax.axvspan(fmt.max, 2.0**high_exponent, color=OVERFLOW_COLOR, alpha=0.18, linewidth=0)
         ax.plot(x, error, color=_color(fmt), linewidth=0.6)
         ax.axhline(unit_roundoff, color="black", linestyle="--", linewidth=0.8)
@@ -252,9 +258,12 @@ def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4
         overflow_name = "Inf" if fmt.has_infinity else "NaN" if fmt.has_nan else f"saturates to {fmt.max:g}"
         ax.text(np.sqrt(fmt.max * 2.0**high_exponent), 1e-2, f"overflow: {overflow_name}",
                 ha="center", va="center", rotation=90, fontsize=8)
-        ax.text(np.sqrt(fmt.min_normal * 2.0**low_exponent) if fmt.min_subnormal > 2.0**low_exponent
+        ax.text(np.sqrt(fmt.min_normal * fmt.min_subnormal) if fmt.min_subnormal > 2.0**low_exponent
                 else fmt.min_normal, 1e-3, "subnormal", ha="right" if fmt.min_subnormal <= 2.0**low_exponent
                 else "center", fontsize=8, color="#a0522d")
+        if rounds_to_zero > 2.0 ** (low_exponent + 2):  # (room for the label)
+            ax.text(np.sqrt(rounds_to_zero * 2.0**low_exponent), 1e-3, "rounds to 0", ha="center", fontsize=8,
+                    color="#a0522d")
         ax.set_title(f"{fmt.name}: relative error of round-to-nearest-even", fontsize=10)
         ax.set_yscale("log")
         ax.set_ylim(3e-4, 2.0)
@@ -794,6 +803,24 @@ def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
     return (starts + counts / 2) * every + 0.5, means
 
 
+def _loss_axis_top(curves: dict, columns: dict) -> float | None:
+    """The top of `training_curves`' loss axis where a loss runs far above where the runs began
+    (1.25 times the highest first loss: each run's first validation loss, or its first training
+    window), else None (the axis fits the data)."""
+    firsts, highest = [], -math.inf
+    for label, (_, losses) in curves.items():
+        val = columns[label]["val"]["loss"]
+        for series in (val, losses):
+            finite = series[np.isfinite(series)]
+            highest = max(highest, float(finite.max())) if finite.size else highest
+        first = next((series[np.isfinite(series)][0] for series in (val, losses) if np.isfinite(series).any()), None)
+        if first is not None:
+            firsts.append(float(first))
+    if not firsts or highest <= 1.25 * max(firsts):
+        return None
+    return 1.25 * max(firsts)
+
+
 #: `training_curves`' title when none is given (train_tiny's loss.png adds to it).
 TRAINING_CURVES_TITLE = "Training the mini-GPT under each recipe"
 
@@ -805,7 +832,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     validation loss (the run's markers) of each run; the dotted line is the corpus' entropy rate
     when it is known (`minifp8.data.arithmetic_loss_floor`: the floor with whole lines of context; a
     loss averaged over short windows sits higher).
-    A run that diverged ends in a cross. Each run has its colour, marker and line style
+    A run that diverged ends in a cross. Where a loss runs above 1.25 times the highest first loss
+    (a run that blew up), the axis stops there and says so. Each run has its colour, marker and line style
     (`RUN_STYLES`: the same in every figure); the runs ``unit`` and ``unit fp32`` (the
     unit-scaled model with naive casts and in float32) share a colour, the fp32 one dashed.
     Bottom: the largest fraction of a tensor flushed to zero
@@ -839,6 +867,7 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
     looks = _run_styles({label: metrics.get("recipe") for label, metrics in runs.items()})
+    top = _loss_axis_top(curves, columns)
     for label, metrics in runs.items():
         color, marker, style = looks[label]
         steps, losses = curves[label]
@@ -849,15 +878,24 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
         if val["step"].size:
             loss_axis.plot(val["step"], val["loss"], marker, color=color, markersize=4.5)
         diverged = metrics.get("diverged")
-        if diverged and losses.size:  # at the step whose loss or gradients were not finite, at the last loss
+        # at the step whose loss or gradients were not finite, at the last finite loss (a validation
+        # loss where the run diverged in its first step and has no training loss), kept on the axis
+        finite_series = [series[np.isfinite(series)] for series in (losses, val["loss"])]
+        last = next((float(finite[-1]) for finite in finite_series if finite.size), None)
+        if diverged and last is not None:
             step = diverged.get("step") if isinstance(diverged, dict) else None
-            at = step if _is_int(step) else steps[-1]
-            loss_axis.plot([at], losses[-1:], "x", color=color, markersize=8, markeredgewidth=2)
+            at = step if _is_int(step) else steps[-1] if steps.size else val["step"][-1]
+            loss_axis.plot([at], [last if top is None else min(last, top)], "x", color=color, markersize=8,
+                           markeredgewidth=2, clip_on=False)
         if stats["step"].size:
             marker_every = max(1, stats["step"].size // 12)  # a dozen markers a line, enough to tell each apart
             underflow_axis.plot(stats["step"], 100 * stats["max_underflow"], style, color=color,
                                 linewidth=1.2, marker=marker, markersize=4, markevery=marker_every, label=label)
     _draw_loss_floor(loss_axis, loss_floor)
+    if top is not None:  # (a run whose loss blew up would flatten every other curve)
+        loss_axis.set_ylim(top=top)
+        loss_axis.text(0.01, 0.98, f"losses above {top:.2f} run off the top", transform=loss_axis.transAxes,
+                       ha="left", va="top", fontsize=8, color="grey")
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, markers: validation")
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(loc="best", fontsize=8, ncols=2)
@@ -1004,7 +1042,8 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
     features does not remove. Bottom: its gradient's ``statistic`` as backward carries it (the loss
     scale included, before any cast), on a log2 axis with E5M2's normal numbers shaded and its
     subnormals lighter and dotted, as in `scale_plot`: a gradient below the shading is flushed to
-    zero by a naive cast. Each run has its colour, marker and line style (`RUN_STYLES`).
+    zero by a naive cast; a gradient of exactly zero is a hollow marker on the bottom edge. Each run
+    has its colour, marker and line style (`RUN_STYLES`).
 
     Parameters
     ----------
@@ -1075,7 +1114,15 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
     positive = every[np.isfinite(every) & (every > 0)]
     low = min(np.log2(e5m2.min_subnormal) - 1, np.floor(np.log2(positive.min())) - 1 if positive.size else 0)
     high = np.ceil(np.log2(positive.max())) + 1 if positive.size else 0
-    gradient_axis.set_ylim(2.0**low, 2.0**max(high, low + 4))  # (the shading's top, E5M2's max, far above)
+    # (E5M2's normal range always starts inside the axis: the shading is what the figure compares with;
+    # its top, E5M2's max, lies far above)
+    gradient_axis.set_ylim(2.0**low, 2.0**max(high, np.log2(e5m2.min_normal) + 2, low + 4))
+    for label, (at, _, _, gradient_curve) in curves.items():  # a gradient of exactly 0: hollow, on the bottom edge
+        zero = gradient_curve == 0
+        if zero.any():
+            color, marker, _ = looks[label]
+            gradient_axis.plot(at[zero], np.full(zero.sum(), 2.0**low), marker, color=color, markerfacecolor="none",
+                               markersize=5, clip_on=False)
     for axis in (value_axis, gradient_axis):
         axis.set_yscale("log", base=2)
         axis.grid(True, alpha=0.3)

@@ -127,6 +127,65 @@ def test_a_diverged_run_is_drawn_to_its_last_step_and_crossed_where_it_diverged(
     assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [238] and list(crosses[0].get_ydata()) == [3.0]
 
 
+def test_a_run_that_diverged_in_its_first_step_is_crossed_on_its_validation_loss():
+    """Found in a review: with no training loss (it diverged in step 1) the run drew nothing at all,
+    neither line nor cross, its one marker hidden under the other runs'."""
+    results = {"runs": {"fp32": run("fp32"), "fp8": run(train_loss=[], val=[{"step": 0, "loss": 2.7}],
+                                                           diverged={"step": 1, "message": "x"})}}
+    crosses = [line for line in plots.training_curves(results).axes[0].get_lines() if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [1] and list(crosses[0].get_ydata()) == [2.7]
+
+
+def test_a_loss_that_blows_up_does_not_flatten_the_other_curves():
+    """Found in a review: the loss axis fitted every loss, so one run at 1e12 drew the others as a
+    flat line at 0. The axis now stops at 1.25 times the highest first loss, says so, and keeps the
+    diverged run's cross on its top edge."""
+    results = {"runs": {"fp32": run("fp32"), "fp8": run(train_loss=[2.6, 50.0, 1e12],
+                                                           diverged={"step": 4, "message": "x"})}}
+    axis = plots.training_curves(results, smooth_steps=1).axes[0]
+    assert axis.get_ylim()[1] == pytest.approx(1.25 * 2.7)  # (the first validation loss)
+    assert "losses above 3.38 run off the top" in [text.get_text() for text in axis.texts]
+    crosses = [line for line in axis.get_lines() if line.get_marker() == "x"]
+    assert list(crosses[0].get_ydata()) == [pytest.approx(1.25 * 2.7)]
+    plain = plots.training_curves({"runs": {"fp32": run("fp32")}}).axes[0]  # (runs that stay in range: fitted)
+    assert plain.get_ylim()[1] < 2.8 and not [text for text in plain.texts if "run off" in text.get_text()]
+
+
+def test_value_grid_draws_each_formats_last_gap_up_to_its_largest_value():
+    """Found in a review: the last gap, from the largest value but one, had no width (E4M3's staircase
+    stopped at 416, E5M2's at 49152)."""
+    figure = plots.value_grid(("E4M3", "E5M2", "E2M1"))
+    ends = {line.get_label(): line.get_xdata()[-1] for line in figure.axes[1].get_lines()
+            if not line.get_label().startswith("_")}
+    assert ends == {"E4M3": 448.0, "E5M2": 57344.0, "E2M1": 6.0}
+
+
+def test_rounding_error_shades_the_subnormals_apart_from_what_rounds_to_zero():
+    """Found in a review: the band labelled "subnormal" ran from the axis' left end (2**-19), so E4M3's
+    label sat at 2**-12.5, where no E4M3 value lies and everything rounds to zero."""
+    figure = plots.rounding_error(("E4M3", "E5M2"))
+    for axis, (smallest, normal) in zip(figure.axes, ((2.0**-9, 2.0**-6), (2.0**-16, 2.0**-14))):
+        spans = sorted(tuple(np.round(np.log2(patch.get_x() + np.array([0, patch.get_width()])), 6))
+                       for patch in axis.patches)
+        assert (np.log2(smallest / 2), np.log2(normal)) in spans  # the subnormals, to half the smallest
+        label = next(text for text in axis.texts if text.get_text() == "subnormal")
+        assert smallest / 2 < label.get_position()[0] < normal
+    e4m3_texts = [text.get_text() for text in figure.axes[0].texts]
+    assert "rounds to 0" in e4m3_texts
+
+
+def test_scale_curves_keeps_e5m2s_range_in_view_and_marks_zero_gradients():
+    """Found in a review: with every gradient below 2**-17 the axis ended under E5M2's smallest
+    subnormal and neither band showed; a gradient of exactly 0 vanished from the log axis."""
+    results = {"runs": {"fp8": {"recipe": "fp8", "scales": [_scales(50, 1.0, 2.0**-26), _scales(100, 2.0, 0.0),
+                                                              _scales(150, 2.0, 2.0**-20)]}}}
+    gradient_axis = plots.scale_curves(results, tensor="residual").axes[-1]
+    low, high = gradient_axis.get_ylim()
+    assert low <= 2.0**-27 and high >= 2.0**-12  # (E5M2's normals begin at 2**-14)
+    hollow = [line for line in gradient_axis.get_lines() if line.get_markerfacecolor() == "none"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [100] and list(hollow[0].get_ydata()) == [low]
+
+
 @pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options, plots.validation_curves])
 @pytest.mark.parametrize("results, error, message", [
     (None, TypeError, "results must be a dict, got NoneType"),
