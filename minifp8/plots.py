@@ -1186,8 +1186,9 @@ def fp8lm_options(results: dict) -> Figure:
         The ``fp8lm.json`` results of ``python -m minifp8.train_tiny --experiment fp8lm --out DIR``
         (``minifp8.train_tiny.load_results(minifp8.train_tiny.FP8LM_RESULTS)``) or its ``metrics.json``.
         From 1 to 40 runs; each needs ``recipe`` (a str), and is drawn with the ``val``,
-        ``fp8_grads`` and ``memory`` it has. A missing key raises a ValueError that names the run
-        and the key; a value of the wrong type, a TypeError.
+        ``fp8_grads`` and ``memory`` it has, and a run with options needs its recipe's run without
+        them (``unit`` for ``unit + fp8 grads``). A missing key or run raises a ValueError that names
+        the run and what it lacks; a value of the wrong type, a TypeError.
 
     Returns
     -------
@@ -1232,8 +1233,12 @@ def fp8lm_options(results: dict) -> Figure:
         color, linestyle, marker = looks[label]
         style = dict(color=color, linestyle=linestyle, linewidth=1.2, marker=marker, markersize=4)
         # each evaluation after step 0 against the same step of the recipe's run without options
-        reference = columns.get(metrics["recipe"] if _is_option_run(label, metrics["recipe"]) else label)
-        alone = dict(zip(reference["val"]["step"], reference["val"]["loss"])) if reference else {}  # step -> loss
+        reference_label = metrics["recipe"] if _is_option_run(label, metrics["recipe"]) else label
+        if reference_label not in columns:  # (its line would be missing from the top panel, without a word)
+            raise ValueError(f"fp8lm_options: run {label!r} has no run of its recipe without options "
+                             f"({reference_label!r}) to compare its validation loss with: include that run")
+        reference = columns[reference_label]
+        alone = dict(zip(reference["val"]["step"], reference["val"]["loss"]))  # step -> loss
         steps, losses = columns[label]["val"]["step"], columns[label]["val"]["loss"]
         compared = (steps > 0) & np.isin(steps, list(alone))
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -445,6 +445,9 @@ def test_training_figures_check_their_arguments(call, error, message):
     ({"runs": {"fp8": run(fp8_grads=[{"step": 1}])}}, "run 'fp8': an entry of 'fp8_grads' has no 'relative_error'"),
     ({"runs": {"fp8": run(memory={"bytes_per_parameter": {"weights": 1.0}})}},
      "run 'fp8': memory['bytes_per_parameter'] has no 'master_weights' (it has 'weights')"),
+    # found in a review: an option run without its recipe's plain run vanished from the top panel
+    ({"runs": {"fp8 + fp8 grads": run()}}, "run 'fp8 + fp8 grads' has no run of its recipe without options ('fp8') "
+                                            "to compare its validation loss with: include that run"),
 ])
 def test_fp8lm_options_names_the_missing_key(results, message):
     with pytest.raises(ValueError, match=re.escape(message)):
