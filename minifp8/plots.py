@@ -968,9 +968,10 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
     arms : dict of str -> dict of str -> (list, list)
         For each arm (its label in the legend), for each seed (a panel, "seed S"), the arm's ``val``
         list and its fp32 run's, as ``train_tiny``'s results hold them: evaluations with a ``step``
-        and a ``loss`` (None for NaN), the two at the same steps. The panels follow the first arm's
-        seeds, and every arm needs each of them. A missing key raises a ValueError naming it; a
-        value of the wrong type, a TypeError.
+        and a ``loss`` (None for NaN), the two at the same steps, or the arm's at the first of its
+        fp32 run's (an arm that stopped early or diverged, drawn to a cross). The panels follow the
+        first arm's seeds, and every arm needs each of them. A missing key raises a ValueError
+        naming it; a value of the wrong type, a TypeError.
     title : str, optional
 
     Returns
@@ -1006,9 +1007,12 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
                                     f"'loss'), got {_described(evaluations)}")
                 columns.append(_entry_columns(evaluations, ("step", "loss"), name, f"{where}: {which}: an evaluation"))
             run, baseline = columns
-            if not np.array_equal(run["step"], baseline["step"]):
-                raise ValueError(f"{name}: {where}: its evaluations and its fp32 run's are at different steps")
-            gaps[label][seed] = run["step"], run["loss"] / baseline["loss"] - 1
+            # (an arm that stopped early, or diverged, has the first of its fp32 run's evaluations)
+            if not np.array_equal(run["step"], baseline["step"][:run["step"].size]):
+                shown = [", ".join(f"{step:g}" for step in steps) for steps in (run["step"], baseline["step"])]
+                raise ValueError(f"{name}: {where}: its evaluations are not its fp32 run's steps, or the first of "
+                                 f"them (an arm that stopped early): steps {shown[0]} against {shown[1]}")
+            gaps[label][seed] = run["step"], run["loss"] / baseline["loss"][:run["step"].size] - 1
     figure, axes = _new_figure(3.2 * len(seeds) + 0.8, 3.8, columns=len(seeds), sharey=True)
     markers = "osD^v<>ph*"
     looks = {label: (f"C{index % 10}", markers[index % len(markers)]) for index, label in enumerate(arms)}
@@ -1018,6 +1022,8 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
             color, marker = looks[label]
             steps, gap = gaps[label][seed]
             axis.plot(steps, gap, "-", color=color, linewidth=1.2, marker=marker, markersize=3.5, label=label)
+            if steps.size < len(arms[label][seed][1]) and steps.size:  # stopped early: a cross at its last gap
+                axis.plot(steps[-1:], gap[-1:], "x", color=color, markersize=7, markeredgewidth=2)
         axis.set_title(f"seed {seed}", fontsize=9)
         axis.set_xlabel("step")
         axis.grid(True, alpha=0.3)

@@ -266,6 +266,18 @@ def test_gap_curves_draws_each_arms_gap_to_its_fp32_run_on_a_panel_per_seed():
     assert [text.get_text() for text in figure.legends[0].get_texts()] == ["every cast", "centred"]
 
 
+def test_gap_curves_draws_an_arm_that_stopped_early_to_a_cross():
+    """Found in a review: an arm that diverged (its val cut short) raised "at different steps"."""
+    fp32 = [{"step": 0, "loss": 2.0}, {"step": 250, "loss": 1.6}, {"step": 500, "loss": 1.25}]
+    arms = {"diverged": {"0": ([{"step": 0, "loss": 2.0}, {"step": 250, "loss": 2.4}], fp32)},
+            "whole": {"0": (fp32, fp32)}}
+    axis = plots.gap_curves(arms).axes[0]
+    lines = {line.get_label(): line for line in axis.get_lines() if not line.get_label().startswith("_")}
+    np.testing.assert_allclose(lines["diverged"].get_ydata(), [0.0, 0.5])
+    crosses = [line for line in axis.get_lines() if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [250]
+
+
 _VAL = [{"step": 0, "loss": 2.0}]
 
 
@@ -284,7 +296,11 @@ _VAL = [{"step": 0, "loss": 2.0}]
     ({"a": {"0": ([{"step": None, "loss": 2.0}], _VAL)}}, TypeError,
      "arm 'a' at seed '0': val: an evaluation: 'step' must be a number, got None"),
     ({"a": {"0": ([{"step": 250, "loss": 2.0}], _VAL)}}, ValueError,
-     "arm 'a' at seed '0': its evaluations and its fp32 run's are at different steps"),
+     "arm 'a' at seed '0': its evaluations are not its fp32 run's steps, or the first of them (an arm that stopped "
+     "early): steps 250 against 0"),
+    ({"a": {"0": ([{"step": 0, "loss": 2.0}, {"step": 250, "loss": 2.0}], _VAL)}}, ValueError,  # (more than fp32's)
+     "arm 'a' at seed '0': its evaluations are not its fp32 run's steps, or the first of them (an arm that stopped "
+     "early): steps 0, 250 against 0"),
 ])
 def test_gap_curves_says_what_it_cannot_draw(arms, error, message):
     with pytest.raises(error, match=re.escape(f"gap_curves: {message}")):
