@@ -106,6 +106,15 @@ def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat
 
     # 1. Find the binade: 2**e <= magnitude < 2**(e+1).
     e = _floor_log2(magnitude)
+    # (Far outside the range the answer is known without the exact arithmetic below, which for a
+    # Fraction like 10**999999 would work on million-bit integers: above 2**(emax+1) even rounding
+    # toward zero leaves a value over max; below a quarter of the smallest subnormal's k random bits'
+    # share, the fraction of a quantum rounds to 0 and nothing carries.)
+    if e > fmt.emax:
+        return _overflow_code(fmt, sign, saturate=saturate or rounding == "toward_zero" or not fmt.has_nan)
+    if e < fmt.emin - fmt.mantissa_bits - (random_bit_count or 0) - 2:
+        magnitude = Fraction(2) ** (fmt.emin - fmt.mantissa_bits - (random_bit_count or 0) - 3)  # (the same result)
+        e = _floor_log2(magnitude)
     # 2. The spacing of representable values there (subnormals share the spacing of the lowest binade).
     quantum = Fraction(2) ** (max(e, fmt.emin) - fmt.mantissa_bits)
     # 3. magnitude = (n + fraction) * quantum, with n an integer and 0 <= fraction < 1.

@@ -696,6 +696,10 @@ def _decision(why: Explanation) -> str:
 
 
 # ---- the command line ------------------------------------------------------------------------------
+#: The largest decimal exponent `_parse_number` reads exactly (1e100000 is a 332,000-bit integer).
+_LARGEST_DECIMAL_EXPONENT = 100_000
+
+
 def _parse_number(text: str) -> int | float | Fraction:
     """A VALUE of the command line: an integer (``448``, ``0x1C0``), a float (``0.3``, ``-0.0``, ``inf``,
     ``nan``, ``1e-3``), a hex float (``0x1.8p-3``) or an exact fraction (``3/10``). A decimal beyond
@@ -709,7 +713,8 @@ def _parse_number(text: str) -> int | float | Fraction:
         except (ValueError, ZeroDivisionError) as error:
             raise ValueError(f"VALUE: cannot read {stripped!r} as a fraction p/q ({error})") from None
     try:
-        return int(stripped, 0)
+        integer = int(stripped, 0)
+        return -0.0 if integer == 0 and stripped.startswith("-") else integer  # ("-0": the negative zero)
     except ValueError as error:
         if "limit" in str(error):  # (more digits than sys.get_int_max_str_digits() lets Python read)
             raise ValueError(f"VALUE: {error}") from None
@@ -726,6 +731,12 @@ def _parse_number(text: str) -> int | float | Fraction:
     except ValueError:
         raise ValueError(unreadable) from None
     if (value == 0 or math.isinf(value)) and "inf" not in stripped.lower():
+        exponent = re.search(r"[eE]([+-]?\d+)$", stripped)
+        if exponent is not None and abs(int(exponent.group(1))) > _LARGEST_DECIMAL_EXPONENT:
+            # (read exactly it would be an integer of millions of digits: minutes of arithmetic)
+            raise ValueError(f"VALUE: {stripped!r} has a decimal exponent beyond +-{_LARGEST_DECIMAL_EXPONENT:,}; "
+                             f"every format's range lies far inside that (float64's ends at 1e+-308): write a "
+                             f"smaller one")
         exact = Fraction(stripped)  # a decimal beyond float64's range (1e999, 1e-999): exactly
         if exact != 0:
             return exact

@@ -768,8 +768,10 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                 if matches(_reference(pair[0].values, pair[1].values), carried=_carried_underflow(*pair, model)):
                     hints.append(f"the output matches the product with {what}")
         hints += _dropped_block_hints(a, b, reference, matches)
-        if rows == columns > 1:
-            transposed = MatmulReference(reference.value.T, reference.magnitude.T, reference.error_bound.T)
+        if rows > 1 and columns > 1:  # (an (M, N) output written column-major holds the reference's
+            # transpose read row by row: the transpose itself when M == N)
+            transposed = MatmulReference(*(array.T.reshape(rows, columns) for array in
+                                           (reference.value, reference.magnitude, reference.error_bound)))
             if matches(transposed):
                 hints.append("the output is the reference transposed: a transposed or column-major output?")
         hints += _one_scale_hints(got, a, b, reference, mismatched, matches)

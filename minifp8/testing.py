@@ -559,7 +559,8 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
             if not same(actual, codec.encode(wide * factor if factor != 1 else x, other, **rule)):
                 continue
         arguments = "x" if factor == 1 else f"x * {factor:g}"
-        shown = ", ".join([f"'{other.name}'"] + [f"{k}={v!r}" for k, v in rule.items() if k in change])
+        # (every option of the rule that held, the caller's too: the call shown reproduces actual)
+        shown = ", ".join([f"'{other.name}'"] + [f"{k}={v!r}" for k, v in rule.items()])
         return f"actual equals encode({arguments}, {shown}) at every element: {meaning}"
     return ""
 

@@ -440,6 +440,28 @@ def test_stochastic_rounding_equals_an_exact_reference_between_neighbours(name, 
         assert np.array_equal(np.signbit(ours), np.signbit(np.array(reference)))
 
 
+@pytest.mark.parametrize("name", list(formats.CATALOGUE))
+def test_encode_scalar_far_outside_the_range_equals_the_vectorised_codec(name):
+    """Fractions far beyond every format's range (10**5000, 10**-5000) give what encode gives for
+    1e300 and 1e-300 in every rounding and saturation: encode_scalar answers them without exact
+    arithmetic on their huge integers (found in a review: 10**999999 took 25 s)."""
+    from fractions import Fraction
+    fmt = formats.get(name)
+    signs = (1, -1) if fmt.signed else (1,)
+    for sign in signs:
+        for exact, near in ((Fraction(10) ** 5000, 1e300), (Fraction(1, 10**5000), 1e-300)):
+            for rounding, options in (("nearest_even", {}), ("nearest_away", {}), ("toward_zero", {}),
+                                      ("stochastic", {"random_bit_count": 8})):
+                for saturate in (False, True):
+                    bits = (255,) if rounding == "stochastic" else (None,)
+                    for random_bits in bits:
+                        ours = codec.encode_scalar(sign * exact, fmt, rounding, saturate, random_bits, **options)
+                        vector = {"random_bits": np.array([random_bits or 0], np.uint8)} if random_bits else {}
+                        theirs = codec.encode(np.array([sign * near]), fmt, rounding=rounding, saturate=saturate,
+                                              **vector, **options)
+                        assert ours == theirs[0], (sign, float(exact), rounding, saturate)
+
+
 def test_stochastic_rounding_is_unbiased():
     # x = 1 + 0.3/8 sits 0.3 of a quantum above 1. With 8 random bits the probability of rounding up is
     # round(0.3 * 256) / 256 = 77/256, so the mean is 1 + (77/256)/8; it differs from x by at most

@@ -522,9 +522,20 @@ def test_cli_reads_decimals_beyond_float64_exactly(value, options, expected, cap
     assert expected in capsys.readouterr().out
 
 
+def test_cli_reads_minus_zero_as_the_negative_zero(capsys):
+    """Found in a review: "-0" was read as the integer 0 and explained as +0 (0x00)."""
+    assert main(["--", "-0", "E4M3"]) == 0
+    assert "0x80, case zero" in capsys.readouterr().out
+    assert main(["0", "E4M3"]) == 0
+    assert "0x00, case zero" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["-1/0", "E4M3"], "VALUE: cannot read '-1/0' as a fraction"),  # (not "the following arguments are required")
     (["0x1p2000", "E4M3"], "beyond float64's range"),
+    # found in a review: read exactly, 1e99999999999 made an integer of 10^11 digits and never returned
+    (["1e99999999999", "E4M3"], "VALUE: '1e99999999999' has a decimal exponent beyond +-100,000"),
+    (["--", "-1e-99999999999", "E4M3"], "has a decimal exponent beyond +-100,000"),
 ])
 def test_cli_odd_values_are_one_line_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from minifp8 import formats, gemm
+from minifp8 import codec, formats, gemm
 
 rng_seed = 20260511
 
@@ -396,6 +396,20 @@ def test_scale_block_off_by_one():
     assert "transposed" not in hints and "twice" not in hints and "dropped" not in hints
     clamped = dict(p, a_scales=np.concatenate([p["a_scales"][:, 1:], p["a_scales"][:, -1:]], axis=1))
     assert "the last block its own" in only_hint(gemm.compare_matmul(blockwise_of(clamped), **p))
+
+
+@pytest.mark.parametrize("rows, columns", [(16, 16), (8, 16), (16, 8)])
+def test_an_output_written_column_major_is_named_at_any_shape(rows, columns):
+    """An (M, N) output written column-major holds the reference's transpose read row by row. Found
+    in a review: only a square output got the hint; an 8 x 16 one came back as 126 "other" rows."""
+    rng = np.random.default_rng(2)
+    a = codec.encode(rng.normal(size=(rows, 64)).astype(np.float32), "E4M3")
+    b = codec.encode(rng.normal(size=(64, columns)).astype(np.float32), "E4M3")
+    exact = codec.decode(a, "E4M3").astype(np.float64) @ codec.decode(b, "E4M3").astype(np.float64)
+    column_major = np.ascontiguousarray(exact.astype(np.float32).T).reshape(rows, columns)
+    report = gemm.compare_matmul(column_major, a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3")
+    assert report.count > 0 and report.hints == [
+        "the output is the reference transposed: a transposed or column-major output?"]
 
 
 def test_transposed_scale_layout():

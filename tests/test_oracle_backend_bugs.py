@@ -83,6 +83,16 @@ def test_a_kernel_following_another_rule_is_named_by_it(fmt, bug, options, hint)
     assert str(report).splitlines()[1] == report.layout
 
 
+def test_the_rule_named_is_a_call_that_gives_actual():
+    """Found in a review: the hint printed only the option that changed, so with saturate=True
+    passed it showed encode(x, 'E4M3', rounding='nearest_away'), whose codes differ from actual's."""
+    x = _wide_inputs()
+    actual = codec.encode(x, "E4M3", saturate=True, rounding="nearest_away")
+    report = testing.compare(actual, x, "E4M3", saturate=True)
+    assert report.layout.startswith("actual equals encode(x, 'E4M3', saturate=True, rounding='nearest_away') ")
+    assert np.array_equal(codec.encode(x, "E4M3", saturate=True, rounding="nearest_away"), actual)
+
+
 def test_no_rule_is_named_where_none_explains_every_code():
     x = _wide_inputs()
     expected = codec.encode(x, "E4M3")
