@@ -651,7 +651,15 @@ def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
         codes = np.ascontiguousarray(array).view(np.uint8)
     else:
         # Wider integers may be codes (a Python list of ints is int64) or the bits of a 16-bit float:
-        # which, only the caller knows.
+        # which, only the caller knows. But values no code has are a bug that a cast would hide.
+        if array.dtype.kind in "iu" and array.size:
+            outside = np.flatnonzero(((array < 0) | (array >= 1 << fmt.bits)).reshape(-1))
+            if outside.size:
+                raise ValueError(f"{name} has dtype {array.dtype} and holds {array.reshape(-1)[outside[0]]} at index "
+                                 f"{tuple(int(i) for i in np.unravel_index(outside[0], array.shape))} ({outside.size} "
+                                 f"values outside {fmt.name}'s codes [0, {1 << fmt.bits})): if these are the "
+                                 f"backend's codes, it writes more than {fmt.bits} bits (.astype(np.uint8) would "
+                                 f"hide that)")
         hint = (f"; if they are {fmt.name} codes (a Python int or list of ints becomes int64), convert them "
                 f"with .astype(np.uint8)" if array.dtype.kind in "iu" else _widening_hint(array.dtype, name))
         raise TypeError(f"{name} must be uint8 codes, a 1-byte dtype holding codes (ml_dtypes float8/6/4, int8) "

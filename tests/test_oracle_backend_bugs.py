@@ -2,6 +2,8 @@
 golden files read by their notes alone: what the oracle must name, and how."""
 import json
 
+import re
+
 import numpy as np
 import pytest
 
@@ -179,6 +181,13 @@ def test_integer_codes_wider_than_a_byte_say_how_to_pass_them():
                                         r"becomes int64\), convert them with .astype\(np.uint8\)"):
         testing.compare([0x38, 0x40], x, "E4M3")
     assert testing.compare(np.asarray([0x38, 0x40]).astype(np.uint8), x, "E4M3").ok
+    # found in a review: codes no format has (9 bits, or negative) got the same advice, and the cast
+    # wrapped them into valid codes, hiding the backend's bug
+    for wide, shown in ((np.array([0x38, 0x140]), "holds 320 at index (1,)"), (np.array([-1, 0x40]), "holds -1")):
+        with pytest.raises(ValueError, match=rf"actual has dtype int64 and {re.escape(shown)} .*values outside "
+                                             r"E4M3's codes \[0, 256\)\): if these are the backend's codes, it "
+                                             r"writes more than 8 bits"):
+            testing.compare(wide, x, "E4M3")
 
 
 def test_unknown_options_are_named_with_the_ones_each_helper_takes():
