@@ -478,7 +478,13 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
             actual_code=int(got[i]), actual_value=float(table[got[i]]),
             distance=_code_distance(int(expected[i]), int(got[i]), fmt), kind=MISMATCH_CLASSES[classes[i]]))
     options = {key: value for key, value in encode_options.items() if key != "random_bits"}
-    layout = _layout_note(actual_codes, expected_codes, "actual", fmt, where) if len(where) > 1 else ""
+    layout_actual, layout_expected = actual_codes, expected_codes
+    if nan == "class" and len(where) > 1:  # (NaN codes alike, as the comparison takes them: one code for all)
+        nan_codes = np.isnan(table)
+        canonical = int(np.flatnonzero(nan_codes)[0]) if nan_codes.any() else 0
+        layout_actual, layout_expected = (np.where(nan_codes[codes], canonical, codes).astype(np.uint8)
+                                          for codes in (actual_codes, expected_codes))
+    layout = _layout_note(layout_actual, layout_expected, "actual", fmt, where) if len(where) > 1 else ""
     if where.size and not layout:
         layout = _rule_note(actual_codes, x, fmt, where, nan, encode_options)
     return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)

@@ -25,6 +25,20 @@ def test_a_transposed_result_is_reported_as_a_layout_bug(shape):
     assert str(report).splitlines()[1] == report.layout  # under the first line, above the table
 
 
+def test_a_layout_bug_is_named_under_nan_class_for_a_backend_with_one_nan():
+    """Found in a review: with nan="class" (tutorial 8's advice for a backend that writes one
+    canonical NaN), the layout hints compared codes exactly, so a transposed or shifted output of
+    such a backend got no hint, only rows of "other"."""
+    x = _random_e4m3_inputs((4, 6))
+    x[0, 1], x[2, 3] = -np.nan, np.nan
+    canonical = codec.encode(x, "E4M3")
+    canonical[np.isnan(codec.decode(canonical, "E4M3"))] = 0x7F  # (x's -NaN encodes to 0xFF)
+    assert testing.compare(canonical, x, "E4M3", nan="class").ok
+    transposed = testing.compare(np.ascontiguousarray(canonical.T).reshape(x.shape), x, "E4M3", nan="class")
+    assert "last two axes swapped" in transposed.layout
+    assert "shifted by one element" in testing.compare(np.roll(canonical, 1), x, "E4M3", nan="class").layout
+
+
 def test_a_result_in_another_order_is_reported_as_a_layout_bug():
     x = _random_e4m3_inputs(64)
     expected = codec.encode(x, "E4M3")
