@@ -112,9 +112,10 @@ def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat
     # share, the fraction of a quantum rounds to 0 and nothing carries.)
     if e > fmt.emax:
         return _overflow_code(fmt, sign, saturate=saturate or rounding == "toward_zero" or not fmt.has_nan)
-    if e < fmt.emin - fmt.mantissa_bits - (random_bit_count or 0) - 2:
-        magnitude = Fraction(2) ** (fmt.emin - fmt.mantissa_bits - (random_bit_count or 0) - 3)  # (the same result)
-        e = _floor_log2(magnitude)
+    negligible = fmt.emin - fmt.mantissa_bits - (random_bit_count or 0) - 2  # (binades below round as one)
+    if e < negligible:
+        e = negligible - 1
+        magnitude = Fraction(2) ** e  # (the same result)
     # 2. The spacing of representable values there (subnormals share the spacing of the lowest binade).
     quantum = Fraction(2) ** (max(e, fmt.emin) - fmt.mantissa_bits)
     # 3. magnitude = (n + fraction) * quantum, with n an integer and 0 <= fraction < 1.

@@ -809,13 +809,11 @@ def _loss_axis_top(curves: dict, columns: dict) -> float | None:
     window), else None (the axis fits the data)."""
     firsts, highest = [], -math.inf
     for label, (_, losses) in curves.items():
-        val = columns[label]["val"]["loss"]
-        for series in (val, losses):
-            finite = series[np.isfinite(series)]
-            highest = max(highest, float(finite.max())) if finite.size else highest
-        first = next((series[np.isfinite(series)][0] for series in (val, losses) if np.isfinite(series).any()), None)
+        finite = [series[np.isfinite(series)] for series in (columns[label]["val"]["loss"], losses)]
+        highest = max([highest, *(float(part.max()) for part in finite if part.size)])
+        first = next((float(part[0]) for part in finite if part.size), None)
         if first is not None:
-            firsts.append(float(first))
+            firsts.append(first)
     if not firsts or highest <= 1.25 * max(firsts):
         return None
     return 1.25 * max(firsts)
