@@ -27,7 +27,8 @@ linear ``y = x W^T`` (x: tokens x in, W: out x in) that means three GEMMs with t
 | wgrad | ``dW = dy^T x`` | dy (tokens), x (tokens) | ``grad_t``, ``x_t`` |
 
 `apply_recipe`'s ``exclude`` can run one of the three on its unrounded operands (``"lm_head:wgrad"``,
-`GEMMS`), as TransformerEngine's ``override_linear_precision`` does.
+`GEMMS`). TransformerEngine's ``override_linear_precision=(False, False, True)`` does so for wgrad, the
+only GEMM it accepts, in every linear of the recipe; here any one GEMM of the matched modules.
 
 Per-tensor recipes have one scale per tensor, so the copies coincide and only ``x``, ``w`` and
 ``grad`` are cast. The block recipes (``mxfp8``, ``blockwise``) cast the ``_t`` copies
@@ -147,8 +148,8 @@ _ATTENTION_ROLES = ("q", "k", "v", "grad")
 _TENSOR_ROLES = {"x": ("x", "x_t"), "w": ("w", "w_t"), "grad": ("grad", "grad_t"), "q": ("q",), "k": ("k",),
                  "v": ("v",)}
 #: A linear's three GEMMs (TransformerEngine's names) and the copies each reads (the table above).
-#: apply_recipe's exclude can run one of them in float32 ("module:wgrad"), as TransformerEngine's
-#: ``override_linear_precision=(fprop, dgrad, wgrad)`` does.
+#: apply_recipe's exclude can run one of them in float32 ("module:wgrad"); TransformerEngine's
+#: ``override_linear_precision=(fprop, dgrad, wgrad)`` accepts only wgrad, for every linear.
 GEMMS = {"fprop": ("x", "w"), "dgrad": ("grad", "w_t"), "wgrad": ("grad_t", "x_t")}
 _GEMM_TENSORS = frozenset(_GEMM_ROLES) | frozenset(GEMMS)
 _GEMM_COPIES = ("x", "w", "grad", "x_t", "w_t", "grad_t")  # (every role a gemm's point can cast)
@@ -742,7 +743,8 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         ``k``, ``v`` or ``grad`` of an attention core (the ``_t`` copies go with their tensor), so
         ``("lm_head:grad",)`` keeps only the LM head's E5M2 gradient cast out. ``"name:fprop"``,
         ``":dgrad"`` or ``":wgrad"`` runs one GEMM of a linear (`GEMMS`) on its unrounded operands
-        and the other two in FP8, as TransformerEngine's ``override_linear_precision`` does:
+        and the other two in FP8 (TransformerEngine's ``override_linear_precision`` does this for
+        wgrad only, in every linear):
         ``("lm_head:wgrad",)`` computes the LM head's weight gradient from the float32 logits'
         gradient while the gradient it passes back is cast. A cast that only float32 GEMMs read is
         not made. A point whose every cast is left out is not made.
