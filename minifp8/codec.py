@@ -23,8 +23,10 @@ Semantics (OFP8 rev 1.0 section 5; ONNX Cast-24):
   formats too, as ONNX Cast-24 says (onnx/onnx PR 7130; Cast-19 to Cast-23 gave them NaN for Inf).
 - FP6/FP4 have no Inf or NaN: overflow and +-Inf always saturate; a NaN input raises ValueError.
 - E8M0 (unsigned, no zero): zero, negative numbers and NaN give 0xFF (NaN); values below 2^-127
-  give 2^-127; overflow gives 0xFF, or 0xFE (2^127) with ``saturate=True``. Ties round up, which
-  is what round-to-nearest-even means for a significand with no fraction bits (ml_dtypes agrees).
+  give 2^-127; overflow gives 0xFF, or 0xFE (2^127) with ``saturate=True``. Ties (1.5 * 2^k) round
+  up, as ml_dtypes' ``float8_e8m0fnu`` does. IEEE 754's ties-to-even cannot decide them (both
+  neighbours' one significand digit is 1); gfloat's ``TiesToEven`` takes the even exponent code
+  instead (3.0 gives 2 there, 4 here).
 - ``rounding="toward_zero"`` never turns a finite input into Inf/NaN: a finite overflow gives
   +-max, as IEEE 754-2019 section 7.4 specifies for roundTowardZero.
 """

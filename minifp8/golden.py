@@ -13,20 +13,23 @@ File layout (schema version 2)
 
 ``notes`` states, briefly, the rules a reader needs to interpret the entries (the module
 docstrings of `minifp8.codec` and `minifp8.mx` give them in full): the array layout and the sign
-bit's place, the formats (FNUZ's too), the sign of zero results, the codec's codes for overflow,
-Inf and NaN, stochastic rounding, E8M0's rules, MX's scale modes, short last blocks and blocks with
-a NaN scale, and NVFP4's order of float32 operations and its caps at FLT_MAX.
+bit's place, what ``format_fields`` mean (the value of every code), the formats (FNUZ's too), the
+rounding modes, the sign of zero results, the codec's codes for overflow, Inf and NaN, stochastic
+rounding, E8M0's rules, MX's scale modes, short last blocks and blocks with a NaN scale, NVFP4's
+order of float32 operations, its caps at FLT_MAX and its dequantisation, and the scaled GEMMs.
 Each entry describes one expected result:
 
-- ``kind``: ``"codec"``, ``"mx"``, ``"nvfp4"`` or ``"gemm"``;
-- ``file``: the ``.npz`` and its ``sha256``. The ``.npz`` is a zip whose members are stored
-  uncompressed (method 0, so no inflate is needed), one per array, named ``<array>.npy`` (array
-  ``x`` is member ``x.npy``), each in NPY format version 1.0, little-endian and C order;
-  ``numpy.load`` reads it, and so does any zip + npy reader;
+- ``kind``: ``"codec"``, ``"decode"``, ``"mx"``, ``"nvfp4"`` or ``"gemm"``;
+- ``file`` and ``sha256``: the ``.npz``'s bare name in the folder, and the sha256 of its whole bytes
+  (each entry naming a file repeats it; ``manifest.json`` itself has none). The ``.npz`` is a zip
+  whose members are stored uncompressed (method 0, so no inflate is needed), one per array, named
+  ``<array>.npy`` (array ``x`` is member ``x.npy``), each in NPY format version 1.0, little-endian
+  and C order; ``numpy.load`` reads it, and so does any zip + npy reader;
 - ``format``, ``format_fields`` (``exponent_bits``, ``mantissa_bits``, ``bias``, ``signed``,
   ``has_subnormals``, ``has_infinity`` and ``nan_style``, as `minifp8.formats.FloatFormat` has
   them), ``rounding``, ``saturate``, ``input_dtype``, ``random_bit_count`` (the k of stochastic
-  rounding's random bits; null for the other roundings) (``codec``);
+  rounding's random bits; null for the other roundings) (``codec``); ``format`` and
+  ``format_fields`` (``decode``);
   ``format`` (e.g. ``MXFP8_E4M3``), ``element_format``, ``block_size``, ``axis`` (``-1``: the
   last axis, as in NumPy), ``scale_mode``, ``rounding``, ``saturate``, ``input_dtype``,
   ``ignore_codes_where_scale`` (``mx``: 255, see below); ``format`` (``NVFP4``),
@@ -36,7 +39,8 @@ Each entry describes one expected result:
   ``scale_format`` (``"E8M0"``, ``"E4M3"`` or null), ``accumulator``, ``promote_every`` and ``output``
   (what the tolerance is for) (``gemm``);
 - ``arrays``: which array in the file plays which role, e.g. ``{"input": "x", "expected_codes":
-  "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``expected_scales`` and
+  "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``codes`` and ``expected_values``
+  (decode), ``expected_scales`` and
   ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax`` and
   ``encode_scale``); gemm: ``a_codes``, ``b_codes``,
   ``a_scales``, ``b_scales``, ``a_scale_codes``, ``b_scale_codes``, ``a_tensor_scale``,
@@ -58,10 +62,18 @@ NaN), and 4,096 random values spread over every binade; ``float64`` files add th
 (1 +- 2^-40), which a float32-first cast rounds wrongly; last come the stochastic ties: values
 ``(n + f) * quantum`` (the "stochastic" note) with ``n * quantum`` the smallest positive value, 1
 or max, and ``f * 2^8 = k + 1/2`` exactly (k = 0, 1, 254, 255), with random bits ``255 - k``,
-where rounding ``k + 1/2`` to even decides whether to round away.
+where rounding ``k + 1/2`` to even decides whether to round away. ``float64`` files also hold
+magnitudes float32 cannot: 1e300, 2 * FLT_MAX, 2^128, 1e-300, 2^-151 and 5e-324 (with their
+negatives where the format is signed). The NaN inputs are quiet NaNs of both signs (float32
+0x7FC00000 and 0xFFC00000): a reader in a language that hides a NaN's sign must read it from the
+bits.
 
-Block files hold float32 arrays of 80 columns, blocked along the last axis. MX (3 scales a row:
-blocks of 32, the last padded with zeros), one input per element format: 24 rows of random values
+``decode`` entries (``decode_<format>.npz``) give the value of every code of a format, 0 to
+2^bits - 1, as float64: a decoder's golden vectors (the "decode" note).
+
+Block files hold float32 rows blocked along the last axis, 80 elements long but for NVFP4's two cap
+tensors (4 x 32 and 1 x 32). MX (3 scales a row: blocks of 32, the last one 16 elements long and
+scaled as if zero-padded; no padding is stored), one input per element format: 24 rows of random values
 at random binades from 2^-20 to 2^20, among them an all-zero row, an outlier, float32 subnormals,
 a NaN, an Inf and signed zeros; then rows built for the element format: every midpoint between
 element values, placed so that block scaling lands it exactly on the tie (at shared exponents 5
@@ -91,8 +103,8 @@ product, and no BLAS, summing in its own order, changes a bit of the file.
 Schema 2 added ``notes``, ``dtypes``, ``ignore_codes_where_scale``, ``global_amax_given`` and the
 NVFP4 entries with a given tensor amax, and made ``shapes`` list random bits too. Later files and
 entries came within schema 2, as they change nothing that a reader of the earlier ones reads: the
-stochastic ties and NVFP4's caps, and the ``gemm`` entries (a reader must skip the kinds it does not
-know, as the "arrays" note says).
+stochastic ties and NVFP4's caps, the ``gemm`` entries, and in 0.3.1 the ``decode`` entries and the
+"fields" note (a reader must skip the kinds it does not know, as the "arrays" note says).
 """
 from __future__ import annotations
 
@@ -127,7 +139,20 @@ NOTES = {
               "one per element in the low bits; the sign bit is the format's top bit (0x80 for 8 bits, 0x20 for "
               "FP6, 0x08 for FP4; E8M0 has none). Skip the entries whose kind you do not know: later files may "
               "add kinds within a schema version.",
-    "codec": "Formats: E4M3 and E5M2 as OCP OFP8 rev 1.0; E3M2, E2M3 (FP6) and E2M1 (FP4) as OCP MX v1.0; "
+    "fields": "format_fields define a format (minifp8.formats.FloatFormat). A code has signed + exponent_bits + "
+              "mantissa_bits bits, in the low bits of a uint8: the sign s (the top bit, where signed), the exponent "
+              "field E, the mantissa field M. Where E > 0, or has_subnormals is false, its value is (-1)**s * 2**(E "
+              "- bias) * (1 + M / 2**mantissa_bits); where E = 0 and has_subnormals is true, (-1)**s * 2**(1 - bias) "
+              "* M / 2**mantissa_bits (M = 0: zero). emin, the exponent of the smallest normal value, is 1 - bias, "
+              "or -bias without subnormals (E8M0: -127). Special codes, by nan_style: 'ieee': E all ones with M != "
+              "0 is NaN (minifp8 writes M's top bit alone), and E all ones with M = 0 is Inf where has_infinity "
+              "(E5M2); 'all_ones': only E and M all ones is NaN, both signs (E4M3 0x7F and 0xFF, E8M0 0xFF); "
+              "'negative_zero': only the code with just the sign bit set is NaN, so there is no -0 (FNUZ 0x80); "
+              "'none': no NaN (FP6, FP4). max is the largest finite value of the other codes. The decode files "
+              "hold every code's value.",
+    "codec": "rounding: nearest_even (ties to even), nearest_away (ties away from zero), toward_zero "
+             "(truncation), stochastic (its note). Formats: E4M3 and E5M2 as OCP OFP8 rev 1.0; E3M2, E2M3 (FP6) "
+             "and E2M1 (FP4) as OCP MX v1.0; "
              "E8M0: see its note; E4M3FNUZ and E5M2FNUZ (bias 8 and 16, subnormals, no Inf, no -0) spell NaN "
              "0x80 only, and every other code is a number (max 240 and 57344). Round first, to the format's "
              "precision with an exponent unbounded above (below 2**emin the spacing stays the subnormals', "
@@ -145,7 +170,9 @@ NOTES = {
                   "2**random_bit_count to the nearest integer r (ties to even); round away from zero when r + "
                   "random_bits >= 2**random_bit_count (IEEE P3109 'Stochastic'; minifp8.codec.encode); then the "
                   "codec note's overflow rules.",
-    "E8M0": "Unsigned, no zero; every value is a power of two, so nearest_even rounds ties (1.5 * 2**k) up. Zero, "
+    "E8M0": "Unsigned, no zero; every value is a power of two. nearest_even rounds ties (1.5 * 2**k) up, to "
+            "2**(k + 1), as ml_dtypes does (IEEE's ties-to-even cannot decide a one-digit significand's tie; "
+            "gfloat's TiesToEven takes the even code instead). Zero, "
             "negative numbers (-Inf included) and NaN give 0xFF (NaN); values below 2**-127 give 0x00 (2**-127); "
             "overflow and +Inf give 0xFF, or 0xFE (2**127) with saturate=true; with rounding=toward_zero, finite "
             "overflow gives 0xFE whatever saturate. minifp8.codec's module docstring.",
@@ -169,7 +196,13 @@ NOTES = {
              "(1 / 0 is Inf, so FLT_MAX); code = e2m1_rne(clamp(x * encode, -6, 6)). e4m3_saturate and e2m1_rne "
              "are the codec's E4M3 (saturate=true) and E2M1 codes, rounding to nearest even; a zero keeps its "
              "sign (-0.0 gives 0x08). Use the global_amax array as the tensor amax; the encode_scale array holds "
-             "S_enc. minifp8.mx.quantize_nvfp4.",
+             "S_enc. Dequantised element = value of its E2M1 code * ((S_dec_b * global_amax) * float32(1/2688)), "
+             "float32, left to right: TransformerEngine's dequantize kernel, which reads the amax, not S_dec (the "
+             "two differ by a float32 step in many blocks). A block whose scale code is 0 dequantises to zeros "
+             "whatever its codes. minifp8.mx.quantize_nvfp4 and NVFP4Array.dequantize.",
+    "decode": "codes: every code of the format, 0 to 2**bits - 1 (uint8); expected_values: the value of each "
+              "(float64, exact), by the fields note: -0 is -0.0 where the format has it, Inf is Inf, and a NaN "
+              "code gives NaN (compare NaN as NaN; its sign is not part of the value). minifp8.codec.decode.",
     "gemm": "A scaled GEMM D = A @ B, M x N, of dequantised operands. a_codes is M x K and b_codes K x N, both "
             "row-major (C order), uint8 codes of a_format and b_format (E2M1: one code a byte, in the low bits), "
             "whose values are the codec note's (E4M3 0x7F and 0xFF are NaN). a_scales is 2-d, R x C, and covers "
@@ -342,6 +375,18 @@ def codec_entries(fmt: str | FloatFormat, out: Path) -> list[dict[str, Any]]:
                 **_layout(arrays, roles.values()),
             })
     return entries
+
+
+def decode_entry(fmt: str | FloatFormat, out: Path) -> dict[str, Any]:
+    """Write ``decode_<format>.npz``, every code of ``fmt`` and its value (float64), and return its entry."""
+    fmt = formats.get(fmt)
+    codes = np.arange(1 << fmt.bits, dtype=np.uint8)
+    arrays = {"codes": codes, "values": codec.decode(codes, fmt).astype(np.float64)}  # (exact: float32 holds them)
+    file_name = f"decode_{fmt.name}.npz"
+    digest = write_npz(out / file_name, arrays)
+    roles = {"codes": "codes", "expected_values": "values"}
+    return {"kind": "decode", "file": file_name, "sha256": digest, "format": fmt.name,
+            "format_fields": _format_fields(fmt), "arrays": roles, **_layout(arrays, roles.values())}
 
 
 def _format_fields(fmt: FloatFormat) -> dict[str, Any]:
@@ -798,11 +843,11 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
     ----------
     out : str or os.PathLike
         The folder (created if missing). An existing folder is written into: files of the names
-        this writes (``manifest.json``, ``codec_<format>_<dtype>.npz``, ``mx_<format>.npz``,
+        this writes (``manifest.json``, ``codec_<format>_<dtype>.npz``, ``decode_<format>.npz``, ``mx_<format>.npz``,
         ``nvfp4.npz``, ``gemm.npz``) are replaced; other files stay as they are, and only the manifest says
         which files are this run's.
     format_names : str, FloatFormat or sequence of them, optional
-        The formats of the codec files: one name, or a non-empty list (duplicates are written
+        The formats of the codec and decode files: one name, or a non-empty list (duplicates are written
         once); default every catalogued format.
     blocks : bool
         Also write the MX, NVFP4 and GEMM files.
@@ -838,7 +883,7 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
         raise OSError(f"cannot write golden files to {out}: {error.strerror or error}") from error
     entries = []
     for fmt in selected:
-        entries += codec_entries(fmt, out)
+        entries += codec_entries(fmt, out) + [decode_entry(fmt, out)]
     if blocks:
         entries += block_entries(out) + gemm_entries(out)
     manifest = {"schema": "minifp8-golden", "schema_version": SCHEMA_VERSION, "minifp8_version": __version__,
@@ -926,7 +971,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "names this writes are replaced, other files stay, and manifest.json lists this "
                              "run's files only (required)")
     parser.add_argument("--formats", default=None,
-                        help=f"comma-separated formats of the codec files, in any case, each written once "
+                        help=f"comma-separated formats of the codec and decode files, in any case, each written once "
                              f"(default: all: {','.join(formats.CATALOGUE)}); the MX, NVFP4 and GEMM files do "
                              f"not depend on it (see --no-blocks)")
     parser.add_argument("--no-blocks", action="store_true", help="skip the MX, NVFP4 and GEMM files")

@@ -21,6 +21,9 @@
  * tests/test_golden_c.py compiles it and runs it on every entry of a manifest.
  *
  * Usage: golden_consumer DIR ENTRY...   where each ENTRY is one of
+ *   decode FILE CODES VALUES FORMAT
+ *       CODES: uint8 codes of FORMAT; VALUES: their float64 values (the "fields" and "decode" notes),
+ *       which this decoder must give bit for bit (-0.0 included), NaN for NaN whatever its sign.
  *   codec FILE INPUT CODES FORMAT SATURATE [input_dtype=float32|float64]
  *         [rounding=nearest_even|nearest_away|toward_zero|stochastic]
  *         [random_bits=ARRAY random_bit_count=K]
@@ -47,7 +50,7 @@
  * FILE is relative to DIR; the array names are those of manifest.json's "arrays" (without .npy).
  *
  * Output: one line per entry, "ok ..." or "FAIL ..." with the number of expected values it
- * compared (codes and scales, not the don't-care codes; a GEMM's scale codes, and three values an
+ * compared (values, codes and scales, not the don't-care codes; a GEMM's scale codes, and three values an
  * output: its float32 result, its float64 result and S), then at most 5 mismatch lines an entry,
  * then "summary: N entries, M values checked, K mismatches".
  * Exit status: 0 every value matches, 1 some value differs, 2 bad usage or a malformed file.
@@ -121,6 +124,9 @@ static float float_of_bits(uint32_t bits)
     memcpy(&value, &bits, sizeof value);
     return value;
 }
+
+static float quiet_nan(void) { return float_of_bits(0x7FC00000u); }
+static float positive_infinity(void) { return float_of_bits(0x7F800000u); }
 
 static uint32_t bits_of_float(float value)
 {
@@ -441,18 +447,35 @@ static unsigned nan_code(const Format *f, int negative)
     }
 }
 
-/* The value of a code of a format with subnormals, as a float (every E4M3 value is a float). */
-static float decode_to_float(unsigned code, const Format *f)
+/* The value of any code of any format, as the manifest's "fields" note defines it (NaN and Inf
+ * included; exponent field 0 is subnormal only where the format has subnormals, as E8M0 has not). */
+static double decode_to_double(unsigned code, const Format *f)
 {
-    const unsigned magnitude = code & (sign_bit(f) - 1), m = (unsigned)f->mantissa_bits;
+    const unsigned m = (unsigned)f->mantissa_bits;
+    const unsigned magnitude = code & ((1u << (f->exponent_bits + f->mantissa_bits)) - 1);
     const unsigned field = magnitude >> m, mantissa = magnitude & ((1u << m) - 1);
-    /* 0.m * 2**emin for field 0, 1.m * 2**(field - bias) above: (significand) * 2**(exponent - M) */
-    const unsigned significand = field == 0 ? mantissa : mantissa | 1u << m;
-    const int exponent = (field == 0 ? format_emin(f) : (int)field - f->bias) - (int)m;
-    const float power = float_of_bits((uint32_t)(exponent + 127) << 23); /* 2**exponent, a normal float32 */
-    const float value = (float)significand * power;                      /* exact */
-    return (code & sign_bit(f)) ? -value : value;
+    const int negative = (code & sign_bit(f)) != 0;
+    unsigned significand;
+    int exponent;
+    uint64_t power_bits;
+    double power;
+    if ((f->nan_style == NAN_IEEE && field == (1u << f->exponent_bits) - 1 && mantissa != 0)
+        || (f->nan_style == NAN_ALL_ONES && magnitude == (1u << (f->exponent_bits + f->mantissa_bits)) - 1)
+        || (f->nan_style == NAN_NEGATIVE_ZERO && code == sign_bit(f))) {
+        return (double)quiet_nan();
+    }
+    if (f->has_infinity && magnitude == all_ones_exponent(f)) {
+        return negative ? -(double)positive_infinity() : (double)positive_infinity();
+    }
+    significand = field == 0 && f->has_subnormals ? mantissa : mantissa | 1u << m;
+    exponent = (field == 0 && f->has_subnormals ? format_emin(f) : (int)field - f->bias) - (int)m;
+    power_bits = (uint64_t)(exponent + 1023) << 52; /* 2**exponent, a normal double for every format here */
+    memcpy(&power, &power_bits, sizeof power);
+    return negative ? -((double)significand * power) : (double)significand * power; /* exact */
 }
+
+/* The same as a float: every value of these formats is one (E8M0's 0x00, 2**-127, a subnormal). */
+static float code_value(unsigned code, const Format *f) { return (float)decode_to_double(code, f); }
 
 /* ------------------------------------------------------------------------------ rounding -- */
 
@@ -709,7 +732,7 @@ static unsigned nvfp4_scale_code(float block_amax, float multiplier)
  * code (1 / 0 is Inf, so FLT_MAX). */
 static float nvfp4_element_scale(unsigned scale_code, float s_dec)
 {
-    const float s_dec_b = decode_to_float(scale_code, format_named("E4M3"));
+    const float s_dec_b = code_value(scale_code, format_named("E4M3"));
     const float denominator = s_dec_b * s_dec;
     float reciprocal;
     if (denominator == 0.0f) {
@@ -808,6 +831,42 @@ static int flag_argument(const char *text, const char *what)
         fail_usage(what, text);
     }
     return text[0] == '1';
+}
+
+/* One decode entry: every code's value, bit for bit (NaN as NaN). */
+static Tally check_decode(const char *directory, char **arguments)
+{
+    const char *file = arguments[0], *codes_name = arguments[1], *values_name = arguments[2];
+    const Format *format = format_named(arguments[3]);
+    Tally tally = {0, 0, 0};
+    char path[4096];
+    long size, i;
+    unsigned char *zip;
+    Array codes, values;
+    tally.file = file;
+    zip = read_whole_file(join_path(path, sizeof path, directory, file), &size);
+    codes = read_array(file, zip, size, codes_name, "|u1", 1);
+    values = read_array(file, zip, size, values_name, "<f8", 8);
+    if (codes.count != values.count) {
+        fail_malformed(file, "the codes and the values differ in size");
+    }
+    for (i = 0; i < codes.count; i++) {
+        const double expected = read_f64(&values, i), got = decode_to_double(codes.data[i], format);
+        const uint64_t expected_bits = read_u64(values.data + 8 * i);
+        uint64_t got_bits;
+        memcpy(&got_bits, &got, sizeof got_bits);
+        if (expected != expected ? got == got : got_bits != expected_bits) {
+            if (++tally.mismatches <= MAX_REPORTED_MISMATCHES) {
+                printf("  mismatch %s:%s[%ld]: code 0x%02X: expected %.17g, this decoder gives %.17g\n", file,
+                       values_name, i, codes.data[i], expected, got);
+            }
+        }
+    }
+    tally.checked = codes.count;
+    printf("%s decode %s %s:%s: %ld codes, %ld mismatches\n", tally.mismatches ? "FAIL" : "ok", format->name, file,
+           values_name, codes.count, tally.mismatches);
+    free(zip);
+    return tally;
 }
 
 /* One codec entry: every input's code. */
@@ -1051,33 +1110,6 @@ static Tally check_nvfp4(const char *directory, char **arguments)
 
 /* ------------------------------------------------------ scaled GEMMs (the "gemm" note) -- */
 
-static float quiet_nan(void) { return float_of_bits(0x7FC00000u); }
-
-/* The value of element code CODE of F (a signed format with subnormals), NaN and Inf included:
- * E4M3's S.1111.111 is NaN; E5M2's S.11111.00 is Inf and S.11111.{01,10,11} NaN. */
-static float element_value(unsigned code, const Format *f)
-{
-    const unsigned magnitude = code & (sign_bit(f) - 1);
-    if ((f->nan_style == NAN_ALL_ONES && magnitude == sign_bit(f) - 1)
-        || (f->nan_style == NAN_IEEE && magnitude > all_ones_exponent(f))) {
-        return quiet_nan();
-    }
-    if (f->has_infinity && magnitude == all_ones_exponent(f)) {
-        return float_of_bits((code & sign_bit(f)) ? 0xFF800000u : 0x7F800000u);
-    }
-    return decode_to_float(code, f);
-}
-
-/* An E8M0 scale (MX v1.0 section 5.4.1): 2**(code - 127); 0x00 is 2**-127, a float32 subnormal;
- * 0xFF is NaN. */
-static float e8m0_value(unsigned code)
-{
-    if (code == E8M0_NAN) {
-        return quiet_nan();
-    }
-    return code == 0 ? float_of_bits(0x00400000u) : float_of_bits((uint32_t)code << 23);
-}
-
 static int is_nan_float(float x) { return x != x; }
 static int is_finite_double(double x) { return x - x == 0.0; }
 static double magnitude_of(double x) { return x < 0.0 ? -x : x; }
@@ -1150,7 +1182,7 @@ static void decode_scale_codes(Tally *tally, const Operand *operand, const Array
     for (i = 0; i < scale_codes->count; i++) {
         const unsigned code = scale_codes->data[i];
         const float stored = float_of_bits((uint32_t)float_bits_at(&operand->scales, i));
-        decoded[i] = scale_format->is_signed ? element_value(code, scale_format) : e8m0_value(code);
+        decoded[i] = code_value(code, scale_format);
         tally->checked++;
         if (is_nan_float(decoded[i]) ? !is_nan_float(stored) : bits_of_float(decoded[i]) != bits_of_float(stored)) {
             if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
@@ -1259,13 +1291,13 @@ static Tally check_gemm(const char *directory, char **arguments, char **options,
      * significant bits here, as the note's "exactly" needs), and as a float32 kernel does (the tensor
      * scales left to the epilogue) */
     for (i = 0; i < a.codes.count; i++) {
-        const float decoded = element_value(a.codes.data[i], a.format);
+        const float decoded = code_value(a.codes.data[i], a.format);
         const float scale = a_scales[scale_index(&a, i / inner, i % inner)];
         a32[i] = dequantized_float32(decoded, scale);
         a64[i] = (double)decoded * (double)scale * (double)a_tensor;
     }
     for (i = 0; i < b.codes.count; i++) {
-        const float decoded = element_value(b.codes.data[i], b.format);
+        const float decoded = code_value(b.codes.data[i], b.format);
         const float scale = b_scales[scale_index(&b, i / columns, i % columns)];
         b32[i] = dequantized_float32(decoded, scale);
         b64[i] = (double)decoded * (double)scale * (double)b_tensor;
@@ -1326,7 +1358,8 @@ int main(int argc, char **argv)
     long entries = 0, checked = 0, mismatches = 0;
     int next = 2;
     if (argc < 3) {
-        fprintf(stderr, "usage: golden_consumer DIR ENTRY...  (ENTRY: codec FILE INPUT CODES FORMAT SATURATE "
+        fprintf(stderr, "usage: golden_consumer DIR ENTRY...  (ENTRY: decode FILE CODES VALUES FORMAT | "
+                "codec FILE INPUT CODES FORMAT SATURATE "
                 "[OPTION=VALUE...] | mx FILE INPUT SCALES CODES ELEMENT_FORMAT BLOCK_SIZE [OPTION=VALUE...] | "
                 "nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN | gemm FILE A_CODES A_FORMAT A_SCALES "
                 "B_CODES B_FORMAT B_SCALES REFERENCE MAGNITUDE TOLERANCE [OPTION=VALUE...]; see golden_consumer.c)\n");
@@ -1334,19 +1367,24 @@ int main(int argc, char **argv)
     }
     while (next < argc) {
         const char *kind = argv[next];
-        const int fixed = strcmp(kind, "codec") == 0 ? 5 : strcmp(kind, "mx") == 0 ? 6
+        const int fixed = strcmp(kind, "decode") == 0 ? 4 : strcmp(kind, "codec") == 0 ? 5 : strcmp(kind, "mx") == 0 ? 6
                           : strcmp(kind, "nvfp4") == 0 ? 7 : strcmp(kind, "gemm") == 0 ? 10 : -1;
         int options = 0;
         Tally tally;
         if (fixed < 0 || next + 1 + fixed > argc) {
-            fprintf(stderr, "golden_consumer: error: expected an entry (codec with 5 arguments, mx with 6, nvfp4 "
-                    "with 7, gemm with 10) at argument %d, got %s\n", next, kind);
+            fprintf(stderr, "golden_consumer: error: expected an entry (decode with 4 arguments, codec with 5, "
+                    "mx with 6, nvfp4 with 7, gemm with 10) at argument %d, got %s\n", next, kind);
             return 2;
         }
         while (next + 1 + fixed + options < argc && strchr(argv[next + 1 + fixed + options], '=') != NULL) {
             options++;
         }
-        if (strcmp(kind, "codec") == 0) {
+        if (strcmp(kind, "decode") == 0) {
+            if (options != 0) {
+                fail_usage("a decode entry takes no options", argv[next + 1 + fixed]);
+            }
+            tally = check_decode(argv[1], argv + next + 1);
+        } else if (strcmp(kind, "codec") == 0) {
             tally = check_codec(argv[1], argv + next + 1, argv + next + 1 + fixed, options);
         } else if (strcmp(kind, "mx") == 0) {
             tally = check_mx(argv[1], argv + next + 1, argv + next + 1 + fixed, options);

@@ -63,14 +63,15 @@ def test_golden_cli_into_an_existing_folder_behaves_as_its_help_says(tmp_path, c
     first = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
     (tmp_path / "notes.txt").write_text("mine")
     assert golden.main(["--out", str(tmp_path), "--no-blocks", "--formats", "e2m1"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (f"wrote 2 files and manifest.json (16 entries) to "
+    assert capsys.readouterr().out.splitlines()[-1] == (f"wrote 3 files and manifest.json (17 entries) to "
                                                         f"{tmp_path}")
-    for name in ("codec_E2M1_float32.npz", "codec_E2M1_float64.npz"):
+    for name in ("codec_E2M1_float32.npz", "codec_E2M1_float64.npz", "decode_E2M1.npz"):
         assert (tmp_path / name).read_bytes() == first[name]
     assert (tmp_path / "codec_E3M2_float32.npz").read_bytes() == first["codec_E3M2_float32.npz"]  # left as it was
     assert (tmp_path / "notes.txt").read_text() == "mine"
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert {entry["file"] for entry in manifest["entries"]} == {"codec_E2M1_float32.npz", "codec_E2M1_float64.npz"}
+    assert {entry["file"] for entry in manifest["entries"]} == {"codec_E2M1_float32.npz", "codec_E2M1_float64.npz",
+                                                                 "decode_E2M1.npz"}
 
 
 # ---- python -m minifp8.bench ------------------------------------------------------------------------

@@ -59,6 +59,8 @@ def golden_files(tmp_path_factory) -> tuple[Path, dict]:
 def consumer_arguments(entry: dict) -> list[str]:
     """One entry of the consumer's command line (see the usage in golden_consumer.c)."""
     roles = entry["arrays"]
+    if entry["kind"] == "decode":
+        return ["decode", entry["file"], roles["codes"], roles["expected_values"], entry["format"]]
     if entry["kind"] == "codec":
         arguments = ["codec", entry["file"], roles["input"], roles["expected_codes"], entry["format"],
                      str(int(entry["saturate"])), f"input_dtype={entry['input_dtype']}",
@@ -111,6 +113,10 @@ def expected_line(entry: dict, arrays: dict) -> tuple[str, int]:
         return (f"ok gemm {entry['a_format']}x{entry['b_format']} {entry['m']}x{entry['k']}x{entry['n']} "
                 f"{entry['file']}:{roles['reference']}: {outputs} outputs, {checked} values checked, 0 mismatches"
                 ), checked
+    if entry["kind"] == "decode":
+        codes = arrays[roles["codes"]].size
+        return (f"ok decode {entry['format']} {entry['file']}:{roles['expected_values']}: {codes} codes, 0 mismatches",
+                codes)
     inputs = arrays[roles["input"]]
     if entry["kind"] == "codec":
         return (f"ok codec {entry['format']} {entry['input_dtype']} {entry['rounding']} saturate="
@@ -136,6 +142,7 @@ def test_consumer_in_c_checks_every_entry_of_every_file(consumer, golden_files):
     assert {path.name for path in folder.glob("*.npz")} == {entry["file"] for entry in entries}
     kinds = [entry["kind"] for entry in entries]
     assert kinds.count("codec") == len(formats.CATALOGUE) * 2 * len(golden.ROUNDINGS) * 2 == 128
+    assert kinds.count("decode") == len(formats.CATALOGUE) == 8  # every code of each format, and its value
     assert kinds.count("mx") == len(mx.FORMATS) * len(mx.SCALE_MODES) == 20
     assert kinds.count("nvfp4") == 1 + len(golden.NVFP4_GLOBAL_AMAXES) + len(golden.nvfp4_cap_inputs()) == 5
     # and a GEMM per scale layout, two of them with NaN and with subnormal dequantised values
@@ -181,6 +188,15 @@ def _damage_a_code(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
                   f"): expected 0x{original ^ 1:02X}, this encoder gives 0x{original:02X}")
 
 
+def _damage_a_value(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+    """Move one decoded value (code 0x01, the smallest subnormal) to the next float64 up."""
+    name = entry["arrays"]["expected_values"]
+    original = arrays[name][1]
+    arrays[name][1] = np.nextafter(original, np.inf)
+    return name, (f"  mismatch {entry['file']}:{name}[1]: code 0x01: expected {arrays[name][1]:.17g}, ",
+                  f"this decoder gives {original:.17g}")
+
+
 def _damage_a_scale(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
     roles = entry["arrays"]
     name = roles["expected_scales"]
@@ -219,6 +235,7 @@ def _entry(kind: str, **fields):
 
 
 @pytest.mark.parametrize("selected, damage", [
+    (_entry("decode", format="E5M2"), _damage_a_value),
     (_entry("codec", format="E4M3", input_dtype="float32", rounding="nearest_even", saturate=True), _damage_a_code),
     (_entry("codec", format="E8M0", input_dtype="float64", rounding="stochastic", saturate=False), _damage_a_code),
     (_entry("codec", format="E2M3", input_dtype="float32", rounding="toward_zero", saturate=False), _damage_a_code),
@@ -228,7 +245,8 @@ def _entry(kind: str, **fields):
     (_entry("nvfp4", input="x_2"), _damage_a_code),
     (_entry("nvfp4", input="x"), _damage_the_encode_scale),
     (_entry("gemm", name="mx"), _damage_the_reference),
-], ids=["codec-E4M3-code", "codec-E8M0-float64-stochastic-code", "codec-E2M3-code", "mx-MXFP4-rceil-scale",
+], ids=["decode-E5M2-value",
+        "codec-E4M3-code", "codec-E8M0-float64-stochastic-code", "codec-E2M3-code", "mx-MXFP4-rceil-scale",
         "mx-MXFP6-even-code", "nvfp4-given-amax-scale", "nvfp4-given-amax-code", "nvfp4-encode-scale",
         "gemm-mx-reference"])
 def test_consumer_in_c_names_a_damaged_expected_value(consumer, golden_files, tmp_path, selected, damage):
@@ -292,9 +310,17 @@ CONSUMER_MUTANTS = {
         "const float value = decoded * scale;\n    return value;",
         "const float value = decoded * scale;\n    return value < FLT_MIN && value > -FLT_MIN ? 0.0f * value : value;",
         _gemm("rowwise_tiny")),
-    "an E8M0 NaN scale decoded as Inf (0xFF shifted into a float32's exponent)": (
-        "if (code == E8M0_NAN) {\n        return quiet_nan();",
-        "if (code == E8M0_NAN) {\n        return float_of_bits(0x7F800000u);", _gemm("mx_nan")),
+    "an E8M0 NaN scale decoded as 2**128, Inf in float32 (the all-ones NaN taken for E4M3's only)": (
+        "|| (f->nan_style == NAN_ALL_ONES && magnitude ==",
+        "|| (f->nan_style == NAN_ALL_ONES && f->is_signed && magnitude ==",
+        lambda entry: (entry["kind"] == "decode" and entry["format"] == "E8M0") or _gemm("mx_nan")(entry)),
+    # the decode entries
+    "exponent field 0 read as subnormal in a format without subnormals (E8M0's 0x00 as 0)": (
+        "significand = field == 0 && f->has_subnormals ? mantissa", "significand = field == 0 ? mantissa",
+        lambda entry: entry["kind"] == "decode" and entry["format"] == "E8M0"),
+    "E5M2's Inf decoded as a number (has_infinity ignored)": (
+        "if (f->has_infinity && magnitude == all_ones_exponent(f)) {", "if (0) {",
+        lambda entry: (entry["kind"] == "decode" and entry["format"] == "E5M2")),
 }
 
 

@@ -367,7 +367,7 @@ def test_golden_write_takes_one_name_or_a_non_empty_list_once_each(tmp_path):
     def written_formats(format_names):
         return [e["format"] for e in golden.write(tmp_path, format_names, blocks=False)["entries"]]
 
-    per_format = 2 * len(golden.ROUNDINGS) * 2  # input dtypes x roundings x saturation
+    per_format = 2 * len(golden.ROUNDINGS) * 2 + 1  # input dtypes x roundings x saturation, and the decode entry
     assert written_formats("E4M3") == ["E4M3"] * per_format  # one name is one format, not its characters
     assert written_formats(["E4M3", "e4m3", formats.E4M3, "E2M1"]) == ["E4M3"] * per_format + ["E2M1"] * per_format
     with pytest.raises(ValueError, match="at least one format.*empty list"):
@@ -834,7 +834,7 @@ def test_golden_cli_help_says_which_shapes_the_manifest_lists(tmp_path, capsys):
         golden.main(["--help"])
     text = capsys.readouterr().out
     assert "``shapes`` and ``dtypes``: the shape and the dtype" in text and "every array the entry names" in text
-    assert "formats of the codec files" in text  # --formats does not pick MX or NVFP4 files
+    assert "formats of the codec and decode files" in text  # --formats does not pick MX or NVFP4 files
     manifest = golden.write(tmp_path, ["E2M1"])
     for entry in manifest["entries"]:
         named = {name for name in entry["arrays"].values() if name is not None}
@@ -1003,9 +1003,13 @@ def test_golden_manifest_says_how_to_read_its_entries(golden_dir):
     MX blocks: the file holds 0 there, and compare_mx ignores whatever a backend writes."""
     manifest = json.loads((golden_dir / "manifest.json").read_text())
     notes = manifest["notes"]
-    assert set(notes) == {"arrays", "codec", "stochastic", "E8M0", "mx", "nvfp4", "gemm"}
+    assert set(notes) == {"arrays", "fields", "codec", "stochastic", "E8M0", "mx", "nvfp4", "gemm", "decode"}
     assert "little-endian" in notes["arrays"] and "ties" in notes["E8M0"] and "up" in notes["E8M0"]
     assert "random_bits" in notes["stochastic"] and "S_enc * float32(1/6)" in notes["nvfp4"]
+    assert "(S_dec_b * global_amax) * float32(1/2688)" in notes["nvfp4"]  # the dequantisation
+    for name in ("nan_style", "has_subnormals", "'ieee'", "'all_ones'", "'negative_zero'", "'none'", "emin"):
+        assert name in notes["fields"], name
+    assert all(f"{rounding} (" in notes["codec"] for rounding in golden.ROUNDINGS)
     assert "don't-care" in notes["mx"] and "ignore_codes_where_scale" in notes["mx"]
     for note in ("codec", "stochastic", "E8M0"):  # each points to where minifp8 states the rule in full
         assert "minifp8.codec" in notes[note]
