@@ -1711,8 +1711,10 @@ def test_committed_long_scales_unit_arms_is_what_its_commands_train(tmp_path, ca
 
 def test_committed_long_unit_ablation_is_what_its_commands_train():
     """long_unit_ablation.json: unit's 4000-step runs at seeds 0 and 2 (where it ended behind its fp32
-    run) with attention or the MLPs in float32, and at seed 2 with the LM head in float32 (seed 0's
-    is long_seeds.json's), keyed by seed and by what the command leaves in float32."""
+    run) with attention or the MLPs in float32, at seed 2 with the LM head in float32 (seed 0's is
+    long_seeds.json's), and at both with the LM head's gradient cast alone in float32 (whose first
+    1000 steps are long_scales_unit_arms.json's), keyed by seed and by what the command leaves in
+    float32."""
     document = _committed_long_study("long_unit_ablation.json")
     for key, command in document["commands"].items():
         config, runs = _parse_seed_command(command)
@@ -1720,16 +1722,19 @@ def test_committed_long_unit_ablation_is_what_its_commands_train():
         assert ",".join(train_tiny._uncast_modules(config)) == key
         assert replace(config, fp32_modules=None, fp32_lm_head=False, seed=0) == replace(
             TrainConfig(), steps=4000, recipe="unit")
-    assert list(document["commands"]) == ["*.attn,*.attn.*", "*.mlp.*", "lm_head"]
+    assert list(document["commands"]) == ["*.attn,*.attn.*", "*.mlp.*", "lm_head", "lm_head:grad"]
     assert list(document["seeds"]) == ["0", "2"]
     every_cast = _committed_long_study("long_seeds.json")["seeds"]["2"]["unit"]
+    first_steps = _committed_long_study("long_scales_unit_arms.json")["seeds"]
     for seed, curves in document["seeds"].items():
-        assert list(curves) == list(document["commands"])[:2 + (seed == "2")]
+        assert list(curves) == [key for key in document["commands"] if key != "lm_head" or seed == "2"]
         for val in curves.values():
             assert [entry["step"] for entry in val] == list(range(0, 4001, 250))
             assert 0 < val[-1]["loss"] < val[0]["loss"]
+        assert curves["lm_head:grad"][:5] == [{key: entry[key] for key in ("step", "loss", "exact_match")}
+                                              for entry in first_steps[seed]["lm_head:grad"]["val"]]
     finals = [val[-1]["loss"] for curves in document["seeds"].values() for val in curves.values()]
-    assert len(set(finals + [every_cast[-1]["loss"]])) == len(finals) + 1 == 6
+    assert len(set(finals + [every_cast[-1]["loss"]])) == len(finals) + 1 == 8
 
 
 def _kernels_under(coretype: str) -> str | None:
