@@ -18,6 +18,47 @@ from minifp8.model import GPT, GPTConfig
 from minifp8.testing import gradcheck
 
 
+# ---- non-contiguous leaves -------------------------------------------------------------------------
+# gradcheck copies each input into a C-order array, so its finite differences never see a leaf whose data
+# is a transposed or strided view. Each case runs twice in float64: on such views, and on C-order copies
+# of them, which gradcheck checks against finite differences (the unit ops' scaled gradients are checked
+# against scaled finite differences in test_unit); the views' gradients must be the copies'.
+
+NON_CONTIGUOUS_CASES = {
+    "add, broadcast": lambda a, b: a + b[:, :1],
+    "mul, div": lambda a, b: a * b / (b * b + 1.0),
+    "pow": lambda a, b: (a * a + 1.0) ** b,
+    "matmul": lambda a, b: a @ b.T,
+    "sum, mean": lambda a, b: a.sum(axis=0) * b.mean(axis=-1, keepdims=True),
+    "indexing": lambda a, b: a[[0, 2, 2]] + b[::-1, 1:][:, [2, 0, 0, 1]],
+    "F.linear": lambda a, b: F.linear(a, b, b[:, 0]),
+    "F.softmax, F.layer_norm": lambda a, b: F.softmax(a, axis=0) + F.layer_norm(b, b[0], b[1]),
+    "F.scaled_dot_product_attention": lambda a, b: F.scaled_dot_product_attention(a, b, b, causal=True),
+    "U.linear, U.gelu": lambda a, b: U.gelu(U.linear(a, b)),
+    "U.softmax, U.residual_add": lambda a, b: U.residual_add(U.softmax(a, axis=0), b, tau=0.5),
+}
+
+
+@pytest.mark.parametrize("case", NON_CONTIGUOUS_CASES)
+def test_gradients_of_non_contiguous_leaves(case):
+    fn = NON_CONTIGUOUS_CASES[case]
+    rng = np.random.default_rng(7)
+    a_view = rng.standard_normal((6, 8))[::2, 1::2]          # strided: 3 x 4
+    b_view = rng.standard_normal((4, 3)).T                    # transposed (F order): 3 x 4
+    assert not (a_view.flags.c_contiguous or b_view.flags.c_contiguous)
+    grads = []
+    with default_dtype(np.float64):
+        for a, b in ((a_view, b_view), (np.ascontiguousarray(a_view), np.ascontiguousarray(b_view))):
+            leaves = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+            out = fn(*leaves)
+            (out * Tensor(np.linspace(-1.0, 1.0, out.data.size).reshape(out.shape))).sum().backward()
+            grads.append([leaf.grad for leaf in leaves])
+    if not case.startswith("U."):
+        gradcheck(fn, *(Tensor(np.ascontiguousarray(x, np.float32), requires_grad=True) for x in (a_view, b_view)))
+    for on_views, on_copies in zip(*grads):
+        np.testing.assert_allclose(on_views, on_copies, rtol=1e-12, atol=1e-15)
+
+
 # ---- GELU near the dtype's maximum ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
