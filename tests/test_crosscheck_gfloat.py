@@ -4,7 +4,7 @@ gfloat (Graphcore, PyPI ``gfloat``, checked with 0.5.2) is an independent generi
 a format is a ``FormatInfo`` (minifp8's ``FloatFormat`` was inspired by it; no code is shared).
 Rounding is ``round_ndarray`` / ``round_float``, encoding of the rounded value is
 ``encode_ndarray`` / ``encode_float``; MX is ``compute_scale_amax`` + ``encode_block`` /
-``quantize_block``. Skipped where gfloat is absent (CI does not install it).
+``quantize_block``. The test extra installs it (so CI runs these); skipped where it is absent.
 
 Shared vocabulary: nearest_even = TiesToEven, nearest_away = TiesToAway, toward_zero = TowardZero,
 stochastic = Stochastic with ``srbits = random_bits`` and ``srnumbits = random_bit_count``: both
