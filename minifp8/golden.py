@@ -381,7 +381,7 @@ def decode_entry(fmt: str | FloatFormat, out: Path) -> dict[str, Any]:
     """Write ``decode_<format>.npz``, every code of ``fmt`` and its value (float64), and return its entry."""
     fmt = formats.get(fmt)
     codes = np.arange(1 << fmt.bits, dtype=np.uint8)
-    arrays = {"codes": codes, "values": codec.decode(codes, fmt).astype(np.float64)}  # (exact: float32 holds them)
+    arrays: dict[str, np.ndarray] = {"codes": codes, "values": codec.decode(codes, fmt).astype(np.float64)}  # (exact)
     file_name = f"decode_{fmt.name}.npz"
     digest = write_npz(out / file_name, arrays)
     roles = {"codes": "codes", "expected_values": "values"}
