@@ -355,7 +355,7 @@ def test_cross_entropy(dtype, mult, loss_grad, shape):
     logits = 2.0 * normal(31, shape, dtype)
     targets = np.random.default_rng(32).integers(0, shape[-1], size=shape[:-1])
     output_grad = np.array(loss_grad, dtype=dtype)
-    compare(lambda z: U.cross_entropy(z, targets, mult), lambda z: uf.cross_entropy(z, torch.from_numpy(targets),
+    compare(lambda z: U.cross_entropy(z, targets, mult=mult), lambda z: uf.cross_entropy(z, torch.from_numpy(targets),
             mult=mult), [logits], dtype, output_grad=output_grad)
 
 
@@ -364,7 +364,7 @@ def test_cross_entropy_leading_axes(dtype):
     """uf takes (N, V) logits only; ours takes (..., V) and equals uf on the flattened view."""
     logits = normal(33, (2, 3, 5), dtype)
     targets = np.random.default_rng(34).integers(0, 5, size=(2, 3))
-    compare(lambda z: U.cross_entropy(z, targets, 2.0),
+    compare(lambda z: U.cross_entropy(z, targets, mult=2.0),
             lambda z: uf.cross_entropy(z.reshape(6, 5), torch.from_numpy(targets.reshape(6)), mult=2.0),
             [logits], dtype, output_grad=np.array(1.0, dtype=dtype))
 
@@ -378,7 +378,7 @@ def test_cross_entropy_ignore_index(dtype):
     targets = np.random.default_rng(36).integers(0, 5, size=8)
     targets[[1, 4, 5]] = -100
     output_grad = np.array(1.0, dtype=dtype)
-    value, (grad,) = run_ours(lambda z: U.cross_entropy(z, targets, 1.5, ignore_index=-100), [logits],
+    value, (grad,) = run_ours(lambda z: U.cross_entropy(z, targets, mult=1.5, ignore_index=-100), [logits],
                               output_grad, dtype)
     library_value, (library_grad,) = run_library(
         lambda z: uf.cross_entropy(z, torch.from_numpy(targets), ignore_index=-100, mult=1.5), [logits], output_grad)
