@@ -282,9 +282,10 @@ class GPT(nn.Module):
 
         Adding one vector ``m`` to every row of the LM head adds ``m . x`` to every logit of a
         token, which the softmax ignores: the predictions and the loss stay as they were (up to
-        float32 rounding of the logits). So an exact cross-entropy gradient never moves ``m`` (each
-        token's logit gradient, softmax minus one-hot, sums to zero), but a rounded one can: an
-        E5M2 cast breaks those sums, and ``m`` may then drift, turning the rounding of the logit
+        float32 rounding of the logits). So an exact cross-entropy gradient has no part along ``m``
+        (each token's logit gradient, softmax minus one-hot, sums to zero): SGD never moves ``m``,
+        and Adam's per-element steps move it only a little. A rounded gradient pushes it: an E5M2
+        cast breaks those sums, and ``m`` may then drift, turning the rounding of the logit
         gradient into a large error in the gradient the LM head passes back (tutorial 7b). Calling
         this after every optimizer step keeps ``m`` at zero (``train_tiny --center-lm-head``).
         """

@@ -244,7 +244,7 @@ class TrainConfig:
                 "names; refused where every run is fp32", "metavar": "PATTERNS"})
     center_lm_head: bool = field(default=False, metadata={
         "help": "after every optimizer step, subtract the mean of the LM head's weight rows from each row "
-                "(minifp8.model.GPT.center_lm_head): the softmax ignores it and an exact gradient never moves it, "
+                "(minifp8.model.GPT.center_lm_head): the softmax ignores it and an exact gradient does not push it, "
                 "but a gradient cast can make it drift (tutorial 7b)", "action": "store_true"})
     track_scales: bool = field(default=False, metadata={
         "help": "at every progress line, record in metrics.json ('scales') the scale of each tensor the model "
