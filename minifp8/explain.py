@@ -758,7 +758,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status (0 explained, 2 bad input; ``-h`` exits 0)."""
+    """The command line; returns the exit status 0 (explained). Bad input or flags print a one-line
+    error and raise ``SystemExit(2)``, as argparse does; ``-h`` raises ``SystemExit(0)``."""
     parser = _Parser(
         prog="python -m minifp8.explain",
         description="Explain how one number encodes in a format (or, with --code, what one code means): the "

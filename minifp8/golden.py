@@ -955,7 +955,8 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (0 written, 1 the folder cannot be written or the CPU
-    flushes subnormals or rounds other than to nearest, 2 bad flags)."""
+    flushes subnormals or rounds other than to nearest). Bad flags print a one-line error and raise
+    ``SystemExit(2)``, as argparse does; ``-h`` raises ``SystemExit(0)``."""
     from .train_tiny import _Parser
 
     parser = _Parser(  # one-line errors, as train_tiny's

@@ -554,6 +554,29 @@ def _check_runs(fail: Callable[[str], NoReturn], runs: list[Run]) -> None:
 
 def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
     """Check the values of the flags (argparse checked their types); ``fail(message)`` raises."""
+    _check_values(fail, config)
+    if config.mx_scale_mode != TrainConfig.mx_scale_mode and all(run.recipe != "mxfp8" for run in runs):
+        fail(f"--mx-scale-mode {config.mx_scale_mode} sets mxfp8's block scales, but no run is mxfp8: "
+             f"{','.join(run.label for run in runs)}")
+    _check_runs(fail, runs)
+    _check_runs_with(fail, config, runs)
+    _check_uncast_modules(fail, config, runs)
+
+
+def _check_runs_with(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
+    """What each run needs of the config's values."""
+    for run in runs:
+        if config.batch_size % run.workers:
+            flag = f"--fp8-allreduce {config.fp8_allreduce}" if config.fp8_allreduce > 1 else f"run {run.label!r}"
+            fail(f"{flag} splits each batch over {run.workers} workers, so --batch-size "
+                 f"({config.batch_size}) must be a multiple of {run.workers}")
+        if config.center_lm_head and run.fp8_optimizer == "O3":
+            fail(f"--center-lm-head cannot be used with --fp8-optimizer O3 (run {run.label!r}): its float16 master "
+                 f"weights, which each step copies into the model, would keep the mean row it takes out")
+
+
+def _check_values(fail: Callable[[str], NoReturn], config: TrainConfig) -> None:
+    """The checks of the config's own values, whatever the runs."""
     for name in ("steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd", "eval_interval",
                  "eval_batches", "log_interval", "loss_scale_interval"):
         if getattr(config, name) < 1:
@@ -567,21 +590,11 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
         if choices is not None and value != f.default and value not in choices:
             fail(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, got {value!r}")
     _loss_scale(fail, config.loss_scale)  # (the runs hold it, checked by `_runs`; a config.json is checked here)
-    if config.mx_scale_mode != TrainConfig.mx_scale_mode and all(run.recipe != "mxfp8" for run in runs):
-        fail(f"--mx-scale-mode {config.mx_scale_mode} sets mxfp8's block scales, but no run is mxfp8: "
-             f"{','.join(run.label for run in runs)}")
-    _check_runs(fail, runs)
-    for run in runs:
-        if config.batch_size % run.workers:
-            flag = f"--fp8-allreduce {config.fp8_allreduce}" if config.fp8_allreduce > 1 else f"run {run.label!r}"
-            fail(f"{flag} splits each batch over {run.workers} workers, so --batch-size "
-                 f"({config.batch_size}) must be a multiple of {run.workers}")
     _check_stop_after(fail, config)
     if config.out == "":
         fail("--out must name a directory, got an empty string")
     if config.data == "":  # (it would read as the working directory)
         fail("--data must name a text file, got an empty string")
-    _check_uncast_modules(fail, config, runs)
     checks = [("seed", config.seed >= 0, ">= 0"),
               ("dropout", 0.0 <= config.dropout < 1.0, "in [0, 1)"),
               ("min-lr-ratio", 0.0 <= config.min_lr_ratio <= 1.0, "in [0, 1]"),
@@ -639,6 +652,17 @@ class LossScaler:
     """
 
     def __init__(self, mode: str = "none", growth_interval: int = 100, init_scale: float = 2.0 ** 16):
+        def fail(message: str) -> NoReturn:
+            raise ValueError(f"LossScaler: {message.replace('--loss-scale', 'mode')}")
+
+        if not isinstance(mode, str):
+            raise TypeError(f"LossScaler: mode must be a str ('none', 'dynamic' or a number), got "
+                            f"{type(mode).__name__} {mode!r}")
+        _loss_scale(fail, mode)
+        growth_interval = _check_int(growth_interval, "LossScaler: growth_interval", 1)
+        if isinstance(init_scale, bool) or not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale)
+                                                and init_scale > 0):
+            raise ValueError(f"LossScaler: init_scale must be a finite number > 0, got {init_scale!r}")
         self.mode = mode
         self.dynamic = mode == "dynamic"
         self.scale = float(init_scale) if self.dynamic else 1.0 if mode == "none" else float(mode)
@@ -862,6 +886,8 @@ def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: P
 
     With ``out``, checkpoints go to ``out/checkpoints/<run>.npz``; ``resume`` continues from there
     (raising `CheckpointError` for a checkpoint of another config or run, or one that cannot be read).
+    ``run`` and ``config`` are checked as `main` checks the flags (ValueError: an unknown recipe,
+    ``workers > 1`` without ``fp8_grads``, ``steps < 1``, ...).
     ``stop_after``: checkpoint and stop after that many steps of this call; ``steps_counter`` (a
     one-element list) gains one for each step trained (`main` counts a session's steps with it,
     across runs). Raises `Diverged` (the
@@ -870,6 +896,16 @@ def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: P
     checked), so NumPy's floating-point warnings, which would only repeat it, are silenced.
     """
     resume = _check_bool(resume, "train: resume")
+    for name, value, kind in (("run", run, Run), ("config", config, TrainConfig)):
+        if not isinstance(value, kind):
+            raise TypeError(f"train: {name} must be a {kind.__name__}, got {type(value).__name__}")
+
+    def fail(message: str) -> NoReturn:
+        raise ValueError(f"train: {message}")
+
+    _check_values(fail, config)  # (main checks these too, with every run of the list)
+    _check_runs(fail, [run])
+    _check_runs_with(fail, config, [run])
     with np.errstate(all="ignore"), _DeferredInterrupt() as interrupt:
         return _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt,
                       steps_counter if steps_counter is not None else [0])

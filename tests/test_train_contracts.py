@@ -350,3 +350,47 @@ def test_headline_results_average_the_training_loss_over_consecutive_windows():
     results = train_tiny.headline_results(document, every=10)
     assert results["train_loss_every"] == 10
     assert results["runs"]["fp32"]["train_loss"] == [4.5, 14.5]
+
+
+# ---- train() and LossScaler check what main checks (found in an API review) -----------------------
+
+@pytest.mark.parametrize("run, config, message", [
+    (Run("bogus", "standard"), {}, "train: unknown run"),
+    (Run("current", "standard", workers=2), {}, r"workers an int >= 1 \(> 1 only with fp8_grads\)"),
+    (Run("current", "standard"), {"steps": -1}, "train: --steps must be >= 1, got -1"),
+    (Run("current", "standard", fp8_optimizer="O3"), {"center_lm_head": True},
+     "--center-lm-head cannot be used with --fp8-optimizer O3"),
+])
+def test_train_refuses_what_main_refuses(corpus, run, config, message):
+    # (train trained the first three: a KeyError deep inside, a batch split over workers without fp8_grads,
+    # and a run of no steps; the last centred the model's LM head while O3's float16 masters kept the mean row)
+    with pytest.raises(ValueError, match=message):
+        train_tiny.train(run, train_tiny.TrainConfig(**config), corpus, print_fn=quiet)
+
+
+def test_train_names_a_run_or_config_of_the_wrong_type(corpus):
+    with pytest.raises(TypeError, match="train: run must be a Run, got str"):
+        train_tiny.train("current", train_tiny.TrainConfig(), corpus)
+    with pytest.raises(TypeError, match="train: config must be a TrainConfig, got dict"):
+        train_tiny.train(Run("current", "standard"), {}, corpus)
+
+
+def test_the_command_line_refuses_center_lm_head_with_float16_master_weights(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--recipe", "current", "--fp8-optimizer", "O3", "--center-lm-head"])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(error.splitlines()) == 1 and "float16 master weights" in error
+
+
+@pytest.mark.parametrize("arguments, error, message", [
+    (("-1",), ValueError, "LossScaler: mode must be none, dynamic or a number .* got '-1'"),
+    (("nan",), ValueError, "got 'nan'"),
+    (("bogus",), ValueError, "got 'bogus'"),
+    ((1024,), TypeError, "LossScaler: mode must be a str .* got int 1024"),
+    (("dynamic", 0), ValueError, "growth_interval must be >= 1, got 0"),
+    (("dynamic", 100, math.inf), ValueError, "init_scale must be a finite number > 0, got inf"),
+])
+def test_loss_scaler_refuses_what_load_state_dict_refuses(arguments, error, message):
+    # (it took -1 and nan as scales, and 'bogus' failed in float())
+    with pytest.raises(error, match=message):
+        train_tiny.LossScaler(*arguments)
