@@ -730,7 +730,8 @@ def make_op(data: ArrayLike, parents: Sequence[Tensor], backward: Callable, name
     ------
     TypeError
         If ``parents`` is a Tensor itself (pass ``(t,)``) or holds anything but Tensors (wrap
-        constants with `as_tensor`), or ``backward`` is not callable.
+        constants with `as_tensor`), or ``backward`` is not callable; or if a parent requires
+        grad and ``data`` is not floating (an int, bool or str output cannot carry a gradient).
     """
     if isinstance(parents, Tensor):  # tuple(t) would give the slices t[0], t[1], ...
         raise TypeError(f"make_op {name!r}: parents must be a sequence of Tensors, got a Tensor of shape "

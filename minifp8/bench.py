@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ._cli import exit_status_of, one_line
+from .formats import _check_int
 
 _Section = Callable[[argparse.Namespace], None]  # a section: runs with the parsed command line
 SECTIONS: dict[str, _Section] = {}
@@ -54,7 +55,9 @@ def section(name: str) -> Callable[[_Section], _Section]:
 
 
 def median_seconds(function: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of ``function()`` over ``repeats`` calls, after ``warmup`` untimed calls."""
+    """Median wall time of ``function()`` over ``repeats`` calls (>= 1), after ``warmup`` untimed calls."""
+    repeats = _check_int(repeats, "median_seconds: repeats", 1)
+    warmup = _check_int(warmup, "median_seconds: warmup", 0)
     for _ in range(warmup):
         function()
     times = []

@@ -1485,7 +1485,9 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatFormat, ax
     """One cast of ``recipe`` (fp8.fake_quantize, whose checks it assumes): ``(values, CastStats)``.
 
     ``x`` is float32 or float64 (float64 is rounded once, exactly as the references convert it);
-    ``options`` the recipe's, defaults filled in; ``scaler`` the `scaling.DelayedScaling` of
+    ``options`` the recipe's, defaults filled in; ``fmt`` the format cast to (E4M3 or E5M2);
+    ``axis`` the contraction axis the row and block recipes scale along; ``weight`` whether ``x``
+    is a weight (``blockwise`` tiles weights 128 x 128); ``scaler`` the `scaling.DelayedScaling` of
     ``delayed`` (None otherwise). ``new(shape, float32)`` allocates the values (fp8.py's cast
     points hand back the previous step's array). A recipe not in fp8.RECIPES is a ValueError.
     """

@@ -116,7 +116,7 @@ from . import codec, fastcast, formats, mx, scaling
 from . import functional as F
 from .autograd import Tensor, as_tensor, is_grad_enabled, make_op
 from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT, PER_TENSOR_RECIPES, CastStats
-from .formats import _is_int, _plain_array, _shown
+from .formats import _check_int, _is_int, _plain_array, _shown
 
 __all__ = [
     "GEMMS", "GRADIENT_ROLES", "RECIPES", "RECIPE_OPTIONS", "ROLES", "CastPoint", "CastStats", "FP8Attention",
@@ -356,9 +356,9 @@ class FP8State:
         TypeError
             ``state`` is not a mapping, or an entry is not a floating array.
         KeyError
-            Missing or unexpected keys (another model, or another recipe's keys).
+            Missing or unexpected keys (another model's).
         ValueError
-            Another recipe, or the same one with other options (another ``margin``, say: the scales
+            Another recipe (named, whatever its keys), or the same one with other options (another ``margin``, say: the scales
             would differ from the saved run's), an entry of another shape (another
             ``history_len``), a negative amax, a scale that is not finite and > 0, or ``steps`` not
             an integer >= 0.
@@ -367,13 +367,13 @@ class FP8State:
             raise TypeError(f"FP8State.load_state_dict: state must be a mapping (what state_dict returns), "
                             f"got {type(state).__name__}")
         expected = self.state_dict()
+        if "recipe" in state and str(np.asarray(state["recipe"])) != self.recipe:  # (before the keys, which differ)
+            raise ValueError(f"FP8State.load_state_dict: the state is for recipe {str(np.asarray(state['recipe']))!r}, "
+                             f"this model uses {self.recipe!r}")
         missing = [key for key in expected if key not in state]
         unexpected = [key for key in state if key not in expected]
         if missing or unexpected:
             raise KeyError(f"FP8State.load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        if str(np.asarray(state["recipe"])) != self.recipe:
-            raise ValueError(f"FP8State.load_state_dict: the state is for recipe {str(np.asarray(state['recipe']))!r}, "
-                             f"this model uses {self.recipe!r}")
         option_keys = {f"options.{name}" for name in self.options}
         for name, value in self.options.items():
             saved = np.asarray(state[f"options.{name}"])
@@ -983,6 +983,9 @@ class ScaleTracker:
     def record_name(name: str, occurrence: int) -> str:
         """The key of the ``occurrence``-th tensor tracked as ``name`` (from 1): ``name`` itself, then
         ``name#2``, ``name#3``, ... (``record_name("residual", n_layer)`` is a GPT's last block output)."""
+        if not isinstance(name, str):
+            raise TypeError(f"record_name: name must be a str, got {type(name).__name__} {name!r}")
+        occurrence = _check_int(occurrence, "record_name: occurrence (counted from 1)", 1)
         return name if occurrence == 1 else f"{name}#{occurrence}"
 
     def _new_record(self, name: str, data: np.ndarray) -> ScaleRecord:

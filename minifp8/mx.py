@@ -594,6 +594,15 @@ def shared_exponents(amax: ArrayLike, elem: str | FloatFormat | MXFormat,
     Zero and subnormal ``amax`` lie below any E8M0 scale: -127. An ``amax`` is a magnitude: a
     negative one is a ValueError (-0.0 is zero), as in `scaling.scale_from_amax`.
 
+    Parameters
+    ----------
+    amax : array_like
+        Each block's largest magnitude.
+    elem : FloatFormat, MXFormat or str
+        The element format, whose ``emax_elem`` the scale leaves room for.
+    scale_mode : {"floor", "ceil", "even", "rceil"}
+        How the exponent is chosen (`SCALE_MODES`; the module docstring): OCP's ``floor`` by default.
+
     Returns
     -------
     (numpy.ndarray of uint8, numpy.ndarray of int32)

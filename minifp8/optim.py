@@ -31,7 +31,7 @@ __all__ = ["AdamW", "Optimizer", "SGD", "clip_grad_norm", "warmup_cosine_lr", "z
 
 def zero_grad(params: Iterable[Tensor] | Tensor) -> None:
     """``p.grad = None`` for every tensor in ``params`` (one Tensor: that one)."""
-    for p in _tensors(params):
+    for p in _tensors(params, "zero_grad: params"):
         p.grad = None
 
 
@@ -44,7 +44,7 @@ class Optimizer:
         if isinstance(params, Tensor):  # list(t) would give the slices t[0], t[1], ..., which never get a grad
             raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors or of parameter groups, "
                             "got a Tensor (pass [t])")
-        groups = list(params)
+        groups = _listed(params, f"{type(self).__name__}: params", "an iterable of Tensors or of parameter groups")
         if not groups:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list")
         if not isinstance(groups[0], dict):
@@ -336,10 +336,23 @@ def adamw_update(weights: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarra
     weights -= update
 
 
-def _tensors(params) -> list:
+def _tensors(params, where: str = "params") -> list:
     """``params`` as a list of tensors: one Tensor is one (as in torch), not the slices that iterating
-    it would give, which never have a grad."""
-    return [params] if isinstance(params, Tensor) else list(params)
+    it would give, which never have a grad. Anything else than Tensors is a TypeError."""
+    tensors = [params] if isinstance(params, Tensor) else _listed(params, where)
+    for p in tensors:
+        if not isinstance(p, Tensor):
+            raise TypeError(f"{where} must be a Tensor or an iterable of Tensors, got an element "
+                            f"{_described(p)}")
+    return tensors
+
+
+def _listed(params, where: str, expected: str = "a Tensor or an iterable of Tensors") -> list:
+    """``list(params)``, or a TypeError that says what was expected."""
+    try:
+        return list(params)
+    except TypeError:
+        raise TypeError(f"{where} must be {expected}, got {_described(params)}") from None
 
 
 def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_nonfinite: bool = False) -> float:
@@ -355,7 +368,7 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_
     if not max_norm > 0:
         raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm}")
     error_if_nonfinite = _check_bool(error_if_nonfinite, "clip_grad_norm: error_if_nonfinite")
-    grads = [p.grad for p in _tensors(params) if p.grad is not None]
+    grads = [p.grad for p in _tensors(params, "clip_grad_norm: params") if p.grad is not None]
     for g in grads:  # (they are scaled in place)
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
             raise TypeError(f"clip_grad_norm: every .grad must be a floating ndarray (as backward leaves it), "

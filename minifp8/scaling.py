@@ -156,9 +156,10 @@ class ScaledTensor:
 def scale_from_amax(amax: ArrayLike, fmt: str | FloatFormat, *, power_of_2: bool = False) -> np.ndarray:
     """TransformerEngine's ``compute_scale_from_amax`` (epsilon 0), elementwise, in float32.
 
-    ``scale = fp8_max / amax``; amax 0, Inf or NaN -> 1; a quotient that overflows -> ``FLT_MAX``;
-    ``power_of_2`` rounds the float32 quotient down to a power of two (clears its mantissa).
-    ``amax`` is a number or an array of them, each >= 0 (or NaN); a negative amax is a ValueError.
+    ``scale = fp8_max / amax``, with ``fp8_max`` the largest value of ``fmt`` (448 for E4M3); amax
+    0, Inf or NaN -> 1; a quotient that overflows -> ``FLT_MAX``; ``power_of_2`` rounds the float32
+    quotient down to a power of two (clears its mantissa). ``amax`` is a number or an array of
+    them, each >= 0 (or NaN); a negative amax is a ValueError.
     """
     fmt = _format(fmt)
     power_of_2 = formats._check_bool(power_of_2, "power_of_2")
@@ -254,7 +255,8 @@ def quantize_rowwise(x: ArrayLike, fmt: str | FloatFormat = "E4M3", *, axis: int
     """One scale per row: per slice of ``x`` along ``axis`` (the contraction axis of a GEMM operand).
 
     ``scale`` has x's shape with ``axis`` reduced to 1 (keepdims), so it broadcasts against x.
-    An empty row has amax 0, hence scale 1.
+    An empty row has amax 0, hence scale 1. ``power_of_2`` rounds each scale down to a power of
+    two, as `scale_from_amax` does.
     """
     fmt = _format(fmt)
     array = codec._to_float32(x)

@@ -599,7 +599,12 @@ def _bits_texts(values: np.ndarray) -> list[str]:
 
 def assert_codes_equal(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str = "exact",
                        max_rows: int = 20, **encode_options: Any) -> None:
-    """Raise ``AssertionError`` with the `Report` table when a backend's codes differ from ours."""
+    """Raise ``AssertionError`` with the `Report` table when a backend's codes differ from ours.
+
+    The arguments are `compare`'s: ``actual`` (the backend's codes or values), ``x``, ``fmt``,
+    ``nan`` (``"exact"`` or ``"class"``), ``max_rows`` (rows the table shows) and the codec's
+    options (``rounding``, ``saturate``, ...), passed to `minifp8.codec.encode`.
+    """
     report = compare(actual, x, fmt, nan=nan, max_rows=max_rows, **encode_options)
     if not report.ok:
         raise AssertionError(str(report))
@@ -624,8 +629,8 @@ def _check_options(options: dict, function, caller: str) -> None:
 
 
 def _check_max_rows(max_rows) -> None:
-    if not _is_int(max_rows) or max_rows < 0:
-        raise TypeError(f"max_rows must be an int >= 0 (mismatches to keep for the table), got {max_rows!r}")
+    """``max_rows``: an int (TypeError) >= 0 (ValueError), the mismatches to keep for the table."""
+    _check_int(max_rows, "max_rows (mismatches to keep for the table)", 0)
 
 
 def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
@@ -1008,7 +1013,11 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
 
 def assert_mx_equal(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | FloatFormat | MXFormat, *,
                     nan: str = "exact", max_rows: int = 20, **quantize_options: Any) -> None:
-    """Raise ``AssertionError`` with the `BlockReport` when a backend's scales or codes differ."""
+    """Raise ``AssertionError`` with the `BlockReport` when a backend's scales or codes differ.
+
+    The arguments are `compare_mx`'s: ``scales``, ``codes``, ``x``, ``elem``, ``nan``, ``max_rows``
+    and `minifp8.mx.quantize`'s options (``scale_mode``, ``block_size``, ``axis``, ...).
+    """
     report = compare_mx(scales, codes, x, elem, nan=nan, max_rows=max_rows, **quantize_options)
     if not report.ok:
         raise AssertionError(str(report))

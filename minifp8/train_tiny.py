@@ -187,8 +187,8 @@ from .nn import _read_npz
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
 __all__ = ["EXPERIMENTS", "EXPERIMENT_CONFIGS", "FP8LM_RESULTS", "FP8LM_RUNS", "HEADLINE_CONFIG", "HEADLINE_RESULTS",
-           "HEADLINE_RUNS", "LONG_CONFIG", "LONG_RESULTS", "LONG_RUNS", "LossScaler", "Run", "TrainConfig",
-           "load_results", "main", "train"]
+           "HEADLINE_RUNS", "LONG_CONFIG", "LONG_RESULTS", "LONG_RUNS", "CheckpointError", "Diverged", "Interrupted",
+           "LossScaler", "Run", "TrainConfig", "load_results", "main", "train"]
 
 #: Where the committed results of ``--experiment headline``, ``fp8lm`` and ``long`` live (package data).
 HEADLINE_RESULTS = Path(__file__).resolve().parent / "results" / "headline.json"
@@ -204,7 +204,12 @@ _FP8_OPTIMIZERS = ("none", "O2", "O3")  # --fp8-optimizer
 
 @dataclass
 class TrainConfig:
-    """Every flag of ``train_tiny``; ``--name-with-dashes`` sets ``name_with_underscores``."""
+    """Every flag of ``train_tiny``; ``--name-with-dashes`` sets ``name_with_underscores``.
+
+    Each field's meaning and default are its flag's: ``python -m minifp8.train_tiny -h`` prints them
+    (the help is the field's ``metadata["help"]``). `main` and `train` check the values (ValueError
+    from `train`, a one-line error from `main`); building one checks nothing.
+    """
 
     recipe: str = field(default="unit", metadata={
         "help": f"FP8 recipe, or a comma-separated list run one after another: {', '.join(fp8.RECIPES)}"})
@@ -321,8 +326,11 @@ HEADLINE_CONFIG = dict(steps=500, batch_size=64, block_size=64, n_layer=2, n_hea
 class Run:
     """One training run: a recipe, a model family, a loss-scaling mode and the FP8-LM options.
 
-    ``workers > 1`` splits each batch over that many simulated workers whose gradients meet in the
-    FP8 all-reduce (so it needs ``fp8_grads``); ``workers == 1`` with ``fp8_grads`` is the local cast.
+    ``recipe`` is one of `minifp8.fp8.RECIPES`, ``family`` ``"standard"`` or ``"unit"``, ``loss_scale``
+    ``"none"``, ``"dynamic"`` or a number (as ``--loss-scale``), ``fp8_optimizer`` ``"none"``, ``"O2"`` or
+    ``"O3"`` (FP8-LM's levels). ``workers > 1`` splits each batch over that many simulated workers
+    whose gradients meet in the FP8 all-reduce (so it needs ``fp8_grads``); ``workers == 1`` with
+    ``fp8_grads`` is the local cast. `train` checks these.
     """
 
     recipe: str

@@ -910,6 +910,9 @@ def test_delayed_state_dict_resumes_bit_exactly():
         resumed_state.load_state_dict({"recipe": np.array("delayed"), "steps": np.array(0)})
     with pytest.raises(ValueError, match="recipe 'current'"):
         resumed_state.load_state_dict({**saved, "recipe": np.array("current")})
+    current = fp8.apply_recipe(fresh(), "current").state_dict()  # another recipe's whole state, other keys
+    with pytest.raises(ValueError, match="the state is for recipe 'current', this model uses 'delayed'"):
+        resumed_state.load_state_dict(current)  # (it was a KeyError listing the keys; found in an API review)
 
 
 # ================================================================================================
@@ -1399,6 +1402,9 @@ def test_track_records_std_and_mean_abs_of_value_and_gradient():
     first, second = tracker.records["x"], tracker.records["x#2"]
     assert list(tracker.records) == ["x", "x#2", "constant"]
     assert [fp8.ScaleTracker.record_name("x", occurrence) for occurrence in (1, 2)] == ["x", "x#2"]
+    for bad, error in ((0, ValueError), (-3, ValueError), ("2", TypeError)):  # ('x#0', a key that never exists)
+        with pytest.raises(error, match="record_name: occurrence"):
+            fp8.ScaleTracker.record_name("x", bad)
     assert first.forward_std == pytest.approx(np.sqrt(5), rel=1e-12) and first.forward_mean_abs == 2
     assert second.forward_std == pytest.approx(2 * np.sqrt(5), rel=1e-12) and second.forward_mean_abs == 4
     # dz = [[.5, .5], [-.5, 4.5]]: mean 1.25, deviations -.75, -.75, -1.75, 3.25, so the std is

@@ -152,3 +152,10 @@ def test_bench_refuses_an_empty_json_path(capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1
     assert "--json takes the path of a file in an existing folder, got ''" in err
+
+
+def test_median_seconds_needs_a_repeat():
+    # (0 repeats gave NaN, the median of nothing; found in an API review)
+    with pytest.raises(ValueError, match="median_seconds: repeats must be >= 1, got 0"):
+        bench.median_seconds(lambda: None, 0)
+    assert bench.median_seconds(lambda: None, 1, warmup=0) >= 0

@@ -661,7 +661,7 @@ def good():
     (dict(promote_every=0), ValueError, "promote_every must be >= 1"),
     (dict(output="fp32"), ValueError, "output must be one of"),
     (dict(output=None), TypeError, "output must be one of"),
-    (dict(max_rows=-1), TypeError, "max_rows"),
+    (dict(max_rows=-1), ValueError, "max_rows"),
     (dict(actual=np.zeros((16, 8), np.float32)), ValueError, "the product is 8 x 16"),
     (dict(actual=np.zeros((8, 16), np.int32)), TypeError, "float16, float32 or float64 values"),
     (dict(actual=np.full((8, 16), 1 + 2.0**-10, np.float32), output="bfloat16"), ValueError, "not a bfloat16 value"),

@@ -278,3 +278,15 @@ def test_attention_with_head_dim_0_needs_an_explicit_scale():
 def test_options_whose_position_differs_between_modules_are_keyword_only(call):
     with pytest.raises(TypeError, match="positional argument"):
         call()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: optim.zero_grad(3), "zero_grad: params must be a Tensor or an iterable of Tensors, got int 3"),
+    (lambda: optim.zero_grad([3]), "zero_grad: params .* got an element int 3"),
+    (lambda: optim.clip_grad_norm([np.ones(2)], 1.0), "clip_grad_norm: params .* got an element ndarray"),
+    (lambda: optim.AdamW(3), "AdamW: params must be an iterable of Tensors or of parameter groups, got int 3"),
+])
+def test_optimizer_functions_name_params_that_are_not_tensors(call, message):
+    # ('int' object is not iterable, or an AttributeError on .grad; found in an API review)
+    with pytest.raises(TypeError, match=message):
+        call()
