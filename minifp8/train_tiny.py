@@ -188,7 +188,7 @@ from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
 __all__ = ["EXPERIMENTS", "EXPERIMENT_CONFIGS", "FP8LM_RESULTS", "FP8LM_RUNS", "HEADLINE_CONFIG", "HEADLINE_RESULTS",
            "HEADLINE_RUNS", "LONG_CONFIG", "LONG_RESULTS", "LONG_RUNS", "CheckpointError", "Diverged", "Interrupted",
-           "LossScaler", "Run", "TrainConfig", "load_results", "main", "train"]
+           "LossScaler", "Run", "TrainConfig", "checkpoint_header", "load_results", "main", "train"]
 
 #: Where the committed results of ``--experiment headline``, ``fp8lm`` and ``long`` live (package data).
 HEADLINE_RESULTS = Path(__file__).resolve().parent / "results" / "headline.json"
@@ -307,7 +307,8 @@ class TrainConfig:
         "metavar": "DIR"})
     stop_after: int | None = field(default=None, metadata={
         "help": "stop after this many steps in this session and, with --out, write a checkpoint (continue with "
-                "--resume)",
+                "--resume); a run it stops part way writes no metrics.json: its metrics so far, --track-scales' "
+                "scales included, are in the checkpoint's JSON header (minifp8.train_tiny.checkpoint_header)",
         "metavar": "STEPS"})
     experiment: str | None = field(default=None, metadata={
         "help": "run a fixed experiment (flags given explicitly override its config): headline (the unit-scaling "
@@ -1291,7 +1292,11 @@ def _check_meta(meta: dict, identity: dict) -> None:
 
 def checkpoint_header(meta: np.ndarray) -> str:
     """The JSON text of a checkpoint's ``meta`` array: UTF-8 bytes (uint8), or the NumPy string of
-    checkpoints written before 2026-11-30. Raises TypeError or ValueError for anything else."""
+    checkpoints written before 2026-11-30. Raises TypeError or ValueError for anything else.
+
+    Its ``"metrics"`` are the run's so far (``"finished"`` false for a run stopped part way), as
+    ``metrics.json`` would hold them: ``json.loads(checkpoint_header(np.load(path)["meta"]))["metrics"]``.
+    """
     if meta.dtype == np.uint8 and meta.ndim == 1:
         try:
             return meta.tobytes().decode("utf-8")
