@@ -372,6 +372,10 @@ class Dataset:
                 raise TypeError(f"{split}_text must be a str, got {type(text).__name__}")
             if not text:
                 raise ValueError(f"{split}_text is empty")
+        if task not in (None, "arithmetic"):
+            raise ValueError(f"task must be 'arithmetic' or None, got {task!r}")
+        if loss_floor is not None and not (_is_real(loss_floor) and 0 <= loss_floor < math.inf):
+            raise ValueError(f"loss_floor must be a finite number >= 0 (nats per character) or None, got {loss_floor!r}")
         # (the distinct characters of each split: train_text + val_text would copy the whole text)
         self.tokenizer = CharTokenizer("".join(set(train_text) | set(val_text)))
         self.train = self.tokenizer.encode(train_text)
@@ -475,13 +479,20 @@ def load_dataset(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None
 class AnswerAccuracy:
     """Counts from `answer_accuracy`. Add two to pool batches: ``total = a + b``.
 
-    ``char_accuracy`` and ``exact_match`` are NaN when nothing was scored.
+    ``char_accuracy`` and ``exact_match`` are NaN when nothing was scored. Each count is an int
+    >= 0, and each correct count at most its total.
     """
 
     correct_chars: int
     total_chars: int
     correct_answers: int
     total_answers: int
+
+    def __post_init__(self):
+        for correct, total in (("correct_chars", "total_chars"), ("correct_answers", "total_answers")):
+            object.__setattr__(self, total, _check_int(getattr(self, total), f"AnswerAccuracy: {total}", 0))
+            object.__setattr__(self, correct, _check_int(getattr(self, correct), f"AnswerAccuracy: {correct}", 0,
+                                                         getattr(self, total)))
 
     @property
     def char_accuracy(self) -> float:

@@ -612,3 +612,16 @@ def test_train_tiny_default_evaluation_counts_answer_occurrences():
     assert (config.batch_size, config.block_size, config.eval_batches) == (32, 32, 8)
     assert total.total_answers == sum(seen.values()) == 666
     assert len(seen) == 551 and sum(count > 1 for count in seen.values()) == 106
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: D.AnswerAccuracy(-1, 2, 0, 1), r"correct_chars must be in \[0, 2\], got -1"),
+    (lambda: D.AnswerAccuracy(3, 2, 0, 1), r"correct_chars must be in \[0, 2\], got 3"),
+    (lambda: D.AnswerAccuracy(0, 2, 0, -1), "total_answers must be >= 0, got -1"),
+    (lambda: D.Dataset("ab", "ba", task="bogus"), "task must be 'arithmetic' or None, got 'bogus'"),
+    (lambda: D.Dataset("ab", "ba", loss_floor=-1.0), "loss_floor must be a finite number >= 0"),
+])
+def test_counts_and_dataset_fields_are_checked(make, message):
+    # (each was accepted: an accuracy of -50% or 150%, a task answer_accuracy does not know; found in an API review)
+    with pytest.raises(ValueError, match=message):
+        make()
