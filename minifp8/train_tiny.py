@@ -920,6 +920,14 @@ def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: P
                       steps_counter if steps_counter is not None else [0])
 
 
+def _run_notes(run: Run, config: TrainConfig) -> str:
+    """What a run's first line says of the flags that change it: the modules left in float32, the LM
+    head's centring, the loss scale (on a fresh start and on a resume alike)."""
+    return ((f", {_uncast_note(config)}" if _uncast_modules(config) and run.recipe != "fp32" else "")
+            + (f", {_CENTRED_NOTE}" if config.center_lm_head else "")
+            + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
+
+
 def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, steps_counter) -> dict:
     model, model_rng, state, optimizer, peak_lrs, gradients = _build(run, config, dataset.vocab_size)
     data_rng = np.random.default_rng((config.seed, 1))
@@ -938,15 +946,12 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
                                           gradients)
         if metrics["finished"] or metrics["diverged"]:
             return metrics
-        print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}")
+        print_fn(f"{run.label}: resumed at step {start}/{config.steps} from {checkpoint}" + _run_notes(run, config))
         for key, value in schedule.items():  # (checkpoints written before 2026-11-30 did not record them)
             metrics.setdefault(key, value)
     else:
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
-                 + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
-                 + (f", {_uncast_note(config)}" if _uncast_modules(config) and run.recipe != "fp32" else "")
-                 + (f", {_CENTRED_NOTE}" if config.center_lm_head else "")
-                 + (f", loss scale {run.loss_scale}" if run.loss_scale != "none" else ""))
+                 + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "") + _run_notes(run, config))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()
     tokens_per_step = config.batch_size * config.block_size

@@ -367,8 +367,10 @@ def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_p
         assert np.abs(weight.mean(axis=0)).max() <= 1e-6 * np.abs(weight).max() < np.abs(other.mean(axis=0)).max()
         assert metrics(whole)["runs"][label]["train_loss"] != metrics(plain)["runs"][label]["train_loss"]
     assert run_main(capsys, *flags, "--out", str(parts), "--stop-after", "27")[0] == 130
-    assert run_main(capsys, "--resume", str(parts))[0] == 0
-    assert titles[-1] == titles[1]  # (the resumed session reads the flag from config.json)
+    status, printed, _ = run_main(capsys, "--resume", str(parts))
+    assert status == 0 and titles[-1] == titles[1]  # (the resumed session reads the flag from config.json)
+    # the resumed run's first line names the flag as a fresh start's does (it said only where it resumed)
+    assert re.search(r"\nunit: resumed at step 7/20 from .*unit.npz, LM head centred every step\n", printed)
     for label, run in metrics(whole)["runs"].items():
         for key in ("train_loss", "val", "cast_stats", "cast_points", "final"):
             assert metrics(parts)["runs"][label][key] == run[key], (label, key)
