@@ -55,7 +55,10 @@ def _check_generator(rng, owner: str) -> np.random.Generator:
 
 
 def _check_size(value, name: str, owner: str) -> int:
-    if not _is_int(value) or value <= 0:
+    """A size: an int (TypeError, as the package's other int arguments) > 0 (ValueError)."""
+    if not _is_int(value):
+        raise TypeError(f"{owner}: {name} must be a positive int, got {type(value).__name__} {value!r}")
+    if value <= 0:
         raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
     return int(value)
 

@@ -226,6 +226,8 @@ def test_constructors_need_an_explicit_generator_and_valid_sizes():
         nn.Dropout(0.1, rng=None)
     with pytest.raises(ValueError, match="in_features must be a positive int"):
         nn.Linear(0, 3, rng=rng())
+    with pytest.raises(TypeError, match="Linear: in_features must be a positive int, got float 2.0"):
+        nn.Linear(2.0, 3, rng=rng())  # (a ValueError before, where the package's other int arguments give TypeError)
     with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):
         nn.Dropout(-0.1, rng=rng())
     with pytest.raises(TypeError, match="Dropout: p must be a real number, got str"):
