@@ -65,8 +65,8 @@ or max, and ``f * 2^8 = k + 1/2`` exactly (k = 0, 1, 254, 255), with random bits
 where rounding ``k + 1/2`` to even decides whether to round away. ``float64`` files also hold
 magnitudes float32 cannot: 1e300, 2 * FLT_MAX, 2^128, 1e-300, 2^-151 and 5e-324 (with their
 negatives where the format is signed). The NaN inputs are quiet NaNs of both signs (float32
-0x7FC00000 and 0xFFC00000): a reader in a language that hides a NaN's sign must read it from the
-bits.
+0x7FC00000 and 0xFFC00000; float64 0x7FF8000000000000 and 0xFFF8000000000000): a reader in a
+language that hides a NaN's sign must read it from the bits.
 
 ``decode`` entries (``decode_<format>.npz``) give the value of every code of a format, 0 to
 2^bits - 1, as float64: a decoder's golden vectors (the "decode" note).

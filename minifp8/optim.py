@@ -60,7 +60,8 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}: unknown hyperparameter(s) {sorted(unknown)}")
             if isinstance(group["params"], Tensor):
                 raise TypeError(f"{type(self).__name__}: a group's 'params' must be a list of Tensors, got a Tensor")
-            settings = {**defaults, **group, "params": list(group["params"])}
+            settings = {**defaults, **group, "params": _listed(group["params"], f"{type(self).__name__}: a group's "
+                                                                "'params'", "a list of Tensors")}
             for p in settings["params"]:
                 if not isinstance(p, Tensor) or not p.requires_grad:
                     raise TypeError(f"{type(self).__name__}: parameters must be Tensors that require grad, "
@@ -348,11 +349,13 @@ def _tensors(params, where: str = "params") -> list:
 
 
 def _listed(params, where: str, expected: str = "a Tensor or an iterable of Tensors") -> list:
-    """``list(params)``, or a TypeError that says what was expected."""
+    """``list(params)``, or a TypeError that says what was expected where ``params`` is not iterable
+    (an error raised while iterating it is the iterable's own, and passes through)."""
     try:
-        return list(params)
+        items = iter(params)
     except TypeError:
         raise TypeError(f"{where} must be {expected}, got {_described(params)}") from None
+    return list(items)
 
 
 def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_nonfinite: bool = False) -> float:

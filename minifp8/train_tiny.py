@@ -328,7 +328,7 @@ class Run:
     """One training run: a recipe, a model family, a loss-scaling mode and the FP8-LM options.
 
     ``recipe`` is one of `minifp8.fp8.RECIPES`, ``family`` ``"standard"`` or ``"unit"``, ``loss_scale``
-    ``"none"``, ``"dynamic"`` or a number (as ``--loss-scale``), ``fp8_optimizer`` ``"none"``, ``"O2"`` or
+    ``"none"``, ``"dynamic"`` or a number written as a str (``"1024"``, ``"1e3"``: as ``--loss-scale``), ``fp8_optimizer`` ``"none"``, ``"O2"`` or
     ``"O3"`` (FP8-LM's levels). ``workers > 1`` splits each batch over that many simulated workers
     whose gradients meet in the FP8 all-reduce (so it needs ``fp8_grads``); ``workers == 1`` with
     ``fp8_grads`` is the local cast. `train` checks these.
@@ -669,8 +669,10 @@ class LossScaler:
                             f"{type(mode).__name__} {mode!r}")
         _loss_scale(fail, mode)
         growth_interval = _check_int(growth_interval, "LossScaler: growth_interval", 1)
-        if isinstance(init_scale, bool) or not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale)
-                                                and init_scale > 0):
+        if not _is_real(init_scale):
+            raise TypeError(f"LossScaler: init_scale must be a real number, got {type(init_scale).__name__} "
+                            f"{init_scale!r}")
+        if not (math.isfinite(init_scale) and init_scale > 0):
             raise ValueError(f"LossScaler: init_scale must be a finite number > 0, got {init_scale!r}")
         self.mode = mode
         self.dynamic = mode == "dynamic"
@@ -912,6 +914,10 @@ def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: P
     def fail(message: str) -> NoReturn:
         raise ValueError(f"train: {message}")
 
+    if isinstance(run.loss_scale, str):  # ("1e3" as --loss-scale writes it, "1000")
+        run = replace(run, loss_scale=_loss_scale(fail, run.loss_scale))
+    if stop_after is not None:
+        stop_after = _check_int(stop_after, "train: stop_after", 1)
     _check_values(fail, config)  # (main checks these too, with every run of the list)
     _check_runs(fail, [run])
     _check_runs_with(fail, config, [run])

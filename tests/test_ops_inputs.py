@@ -280,11 +280,18 @@ def test_options_whose_position_differs_between_modules_are_keyword_only(call):
         call()
 
 
+def _failing_parameters():
+    yield Tensor(np.ones(2), requires_grad=True)
+    raise TypeError("the parameters' own error")
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: optim.zero_grad(3), "zero_grad: params must be a Tensor or an iterable of Tensors, got int 3"),
     (lambda: optim.zero_grad([3]), "zero_grad: params .* got an element int 3"),
     (lambda: optim.clip_grad_norm([np.ones(2)], 1.0), "clip_grad_norm: params .* got an element ndarray"),
     (lambda: optim.AdamW(3), "AdamW: params must be an iterable of Tensors or of parameter groups, got int 3"),
+    (lambda: optim.AdamW([{"params": 5}]), "AdamW: a group's 'params' must be a list of Tensors, got int 5"),
+    (lambda: optim.SGD(_failing_parameters(), lr=0.1), "^the parameters' own error$"),  # (passes through)
 ])
 def test_optimizer_functions_name_params_that_are_not_tensors(call, message):
     # ('int' object is not iterable, or an AttributeError on .grad; found in an API review)

@@ -394,3 +394,20 @@ def test_loss_scaler_refuses_what_load_state_dict_refuses(arguments, error, mess
     # (it took -1 and nan as scales, and 'bogus' failed in float())
     with pytest.raises(error, match=message):
         train_tiny.LossScaler(*arguments)
+
+
+def test_train_takes_a_loss_scale_as_the_flag_writes_it_and_checks_stop_after(corpus):
+    # (the new checks refused '1e3', which --loss-scale takes, and left stop_after unchecked; found in a review)
+    config = train_tiny.TrainConfig(steps=2, eval_interval=2, **{"batch_size": 4, "block_size": 16, "eval_batches": 2})
+    metrics = train_tiny.train(Run("current", "standard", "1e3"), config, corpus, print_fn=quiet)
+    assert metrics["loss_scale_mode"] == "1000"
+    with pytest.raises(ValueError, match="train: stop_after must be >= 1, got 0"):
+        train_tiny.train(Run("current", "standard"), config, corpus, stop_after=0, print_fn=quiet)
+    with pytest.raises(TypeError, match="train: stop_after must be an int, got str '3'"):
+        train_tiny.train(Run("current", "standard"), config, corpus, stop_after="3", print_fn=quiet)
+
+
+def test_loss_scaler_takes_numpy_scalars_as_load_state_dict_does():
+    assert train_tiny.LossScaler("dynamic", np.int64(10), np.float32(1024.0)).scale == 1024.0
+    with pytest.raises(TypeError, match="init_scale must be a real number, got str '1024'"):
+        train_tiny.LossScaler("dynamic", 100, "1024")
