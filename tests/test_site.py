@@ -14,6 +14,7 @@ Skips without the ``docs`` extra (mkdocs, pymdown-extensions).
 """
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -28,16 +29,24 @@ def page_id(path: Path) -> str:
     return path.relative_to(TUTORIALS).as_posix()
 
 
+def docs_module(name: str):
+    """The module, or a skip that names the extra that installs it (the README's test path has no docs)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pytest.skip(f"needs the docs extra (pip install -e \".[docs]\"): could not import {name!r}")
+
+
 def site_config() -> dict:
-    pytest.importorskip("mkdocs")
-    yaml = pytest.importorskip("yaml")
+    docs_module("mkdocs")
+    yaml = docs_module("yaml")
     return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
 
 
 def render(markdown_text: str) -> str:
     """``markdown_text`` as HTML, with the Markdown extensions (and their settings) of mkdocs.yml."""
-    markdown = pytest.importorskip("markdown")
-    pytest.importorskip("pymdownx")
+    markdown = docs_module("markdown")
+    docs_module("pymdownx")
     names, settings = [], {}
     for entry in site_config()["markdown_extensions"]:
         name, options = next(iter(entry.items())) if isinstance(entry, dict) else (entry, None)
