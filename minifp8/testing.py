@@ -571,6 +571,44 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     return ""
 
 
+def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem, options: dict,
+                     unread: np.ndarray) -> str:
+    """A hint when a backend's MX scales and codes (which differ from `mx.quantize`'s) are, in every
+    block, what `mx.quantize` gives under another scale mode or rounding, else "". The codes of a
+    block whose scale is NaN under either rule are don't-care, as in the comparison (``unread``: the
+    blocks whose expected scale is NaN, whose codes `compare_mx` has set to 0)."""
+    from . import mx
+
+    mode, rounding = options.get("scale_mode", "floor"), options.get("rounding", "nearest_even")
+    if rounding == "stochastic":  # (another rule would need other random bits)
+        return ""
+    for other_mode in mx.SCALE_MODES:
+        for other_rounding in (r for r in codec.ROUNDING_MODES if r != "stochastic"):
+            if (other_mode, other_rounding) == (mode, rounding):
+                continue
+            rule = {**options, "scale_mode": other_mode, "rounding": other_rounding}
+            result = mx.quantize(x, elem, **rule)
+            if not np.array_equal(scales, result.scales):
+                continue
+            nan_blocks = result.scales == mx.E8M0_NAN
+            blocks, moved_shape = mx._to_blocks(codes, result.axis, result.block_size)
+            want, _ = mx._to_blocks(result.codes, result.axis, result.block_size)
+            cared = ~np.moveaxis(nan_blocks | unread, result.axis, -1).reshape(-1)
+            if not np.array_equal(blocks[cared], want[cared]):
+                continue
+            changes = [f"{name}={value!r}" for name, value, given in (
+                ("scale_mode", other_mode, mode), ("rounding", other_rounding, rounding)) if value != given]
+            shown = ", ".join([f"'{_mx_name(elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
+            return (f"scales and codes equal mx.quantize(x, {shown}) in every block: the backend uses "
+                    f"{' and '.join(changes)}")
+    return ""
+
+
+def _mx_name(elem) -> str:
+    """The name of an MX element format or MXFormat, as `mx.quantize` takes it."""
+    return getattr(elem, "name", elem)
+
+
 def _float_inputs(x) -> np.ndarray:
     """``x`` as a native-order float16/32/64 array (its bits are shown in native order), or a
     TypeError that says what is accepted. ml_dtypes floats become float32, exactly, as in
@@ -843,7 +881,9 @@ class BlockReport:
     ``x * 2**-shared_exp`` for MX, ``clamp(x * (1 / (S_dec_b * S_dec)), -6, 6)`` for NVFP4 (the
     product rounded to float32 first, as `mx.quantize_nvfp4` does). Each element row
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
-    hints, as `Report.layout`, for scales and codes that are the expected ones rearranged. For NVFP4,
+    hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
+    names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
+    in every block, where one does. For NVFP4,
     ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
     took another tensor amax gets other block scales throughout.
     """
@@ -994,6 +1034,8 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     notes = [_layout_note(got, want, name, fmt) for name, got, want, fmt in (
                  ("scales", scales, expected.scales, scale_format), ("codes", codes, expected.codes, element_format))
              if np.count_nonzero(got != want) > 1]
+    if not is_nvfp4 and (scale_differs.any() or element_report.count):
+        notes.insert(0, _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales == mx.E8M0_NAN))
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
     tensor_scale = ""

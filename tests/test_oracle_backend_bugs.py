@@ -135,6 +135,34 @@ def test_compare_mx_names_transposed_codes_and_scales():
     assert testing.compare_mx(expected.scales, expected.codes, wide, "MXFP8_E4M3").layout == ""
 
 
+# ---- an MX kernel that follows another scale mode or rounding is named by it -------------------------
+# (found in a review by a kernel author: compare named the rule of a plain E2M1 cast, compare_mx threw the
+# same note away and tried no rule for the scales)
+@pytest.mark.parametrize("elem, bug, uses", [
+    ("MXFP4_E2M1", {"rounding": "nearest_away"}, "rounding='nearest_away'"),
+    ("MXFP4_E2M1", {"scale_mode": "ceil"}, "scale_mode='ceil'"),
+    ("MXFP6_E3M2", {"scale_mode": "rceil", "rounding": "toward_zero"}, "scale_mode='rceil' and rounding='toward_zero'"),
+    ("MXFP8_E4M3", {"scale_mode": "even"}, "scale_mode='even'"),
+])
+def test_compare_mx_names_the_rule_an_mx_kernel_follows(elem, bug, uses):
+    x = golden.mx_inputs(elem)  # (with ties of the element format and scale-mode boundaries)
+    buggy = mx.quantize(x, elem, **bug)
+    report = testing.compare_mx(buggy.scales, buggy.codes, x, elem)
+    assert not report.ok and str(report).splitlines()[1] == report.layout.splitlines()[0]
+    assert report.layout.splitlines()[0].endswith(f"in every block: the backend uses {uses}")
+    call = re.search(r"mx\.quantize\(x, '(\w+)', (.*)\) in every block", report.layout)
+    rule = dict(re.findall(r"(\w+)='(\w+)'", call.group(2)))  # the call shown reproduces the backend's output
+    assert testing.compare_mx(buggy.scales, buggy.codes, x, call.group(1), **rule).ok
+
+
+def test_compare_mx_names_no_rule_where_none_explains_every_block():
+    x = golden.block_inputs()
+    expected = mx.quantize(x, "MXFP4_E2M1")
+    codes = expected.codes.copy()
+    codes[0, 0] ^= 1  # one element off by one code: no scale mode or rounding gives it
+    assert testing.compare_mx(expected.scales, codes, x, "MXFP4_E2M1").layout == ""
+
+
 # ---- compare_mx takes what compare takes, and checks every code --------------------------------------
 def test_compare_mx_takes_ml_dtypes_codes_and_scales_as_compare_does():
     ml_dtypes = pytest.importorskip("ml_dtypes")
