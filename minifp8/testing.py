@@ -604,6 +604,25 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
     return ""
 
 
+def _implied_amax_note(scales: np.ndarray, scale_table: np.ndarray, amax: np.ndarray, scale_differs: np.ndarray,
+                       expected) -> str:
+    """For NVFP4 block scales that mostly differ: the tensor amax they imply, where it is far from the
+    one minifp8 used (a backend that took another tensor's amax, a stale one, or skipped a reduction
+    across devices), else "". A block scale is about ``block_amax * S_enc / 6`` (E4M3-rounded), so
+    the median of ``6 * scale / block_amax`` over the blocks estimates the backend's ``S_enc``."""
+    values = scale_table[scales].astype(np.float64)
+    usable = (amax > 0) & (values > 0) & (values < 448) & np.isfinite(values)  # (not zero, capped or NaN)
+    if np.count_nonzero(scale_differs) < max(2, np.count_nonzero(usable) // 2) or not usable.any():
+        return ""
+    encode_scale = float(np.median(6 * values[usable] / amax[usable].astype(np.float64)))
+    implied = 6 * 448 / encode_scale
+    if not 0.8 < implied / float(expected.global_amax or np.inf) < 1.25:
+        return (f"the block scales imply a tensor amax near {implied:.4g} (S_enc about {encode_scale:.4g}), where "
+                f"minifp8 used {float(expected.global_amax):.9g}: did the backend take another tensor's amax, a "
+                f"stale one, or skip the reduction across devices?")
+    return ""
+
+
 def _mx_name(elem) -> str:
     """The name of an MX element format or MXFormat, as `mx.quantize` takes it."""
     return getattr(elem, "name", elem)
@@ -883,7 +902,8 @@ class BlockReport:
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
     hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
     names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
-    in every block, where one does. For NVFP4,
+    in every block, where one does; (NVFP4) where most block scales differ, the tensor amax they
+    imply, if it is far from the one minifp8 used. For NVFP4,
     ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
     took another tensor amax gets other block scales throughout.
     """
@@ -1049,6 +1069,7 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
             rule = "448 * 6 / global amax"
         tensor_scale = (f"tensor scale: global amax {float(expected.global_amax):.9g} ({source}), "
                         f"S_enc {float(expected.encode_scale):.9g} ({rule})")
+        notes.insert(0, _implied_amax_note(scales, scale_table, amax, scale_differs, expected))
     return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report,
                        "\n".join(note for note in notes if note), tensor_scale)
 

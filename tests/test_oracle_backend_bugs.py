@@ -163,6 +163,28 @@ def test_compare_mx_names_no_rule_where_none_explains_every_block():
     assert testing.compare_mx(expected.scales, codes, x, "MXFP4_E2M1").layout == ""
 
 
+# ---- an NVFP4 kernel that took another tensor amax: the report estimates the one it used -----------------
+@pytest.mark.parametrize("factor", [2.0, 0.5, 7.0])
+def test_compare_mx_estimates_the_tensor_amax_an_nvfp4_kernel_used(factor):
+    # (its element rows, classified against minifp8's S_enc, pointed at rounding bugs; found in a review)
+    x = np.random.default_rng(3).normal(0.0, 1.0, (8, 64)).astype(np.float32)
+    used = factor * float(np.abs(x).max())
+    buggy = mx.quantize_nvfp4(x, global_amax=used)
+    report = testing.compare_mx(buggy.scales, buggy.codes, x, "NVFP4")
+    note = report.layout.splitlines()[0]
+    implied = float(re.search(r"imply a tensor amax near (\S+) ", note).group(1))
+    assert note.endswith("did the backend take another tensor's amax, a stale one, or skip the reduction across "
+                         "devices?") and abs(implied / used - 1) < 0.03, (note, used)
+
+
+def test_compare_mx_estimates_no_tensor_amax_for_a_block_scale_rounding_bug():
+    x = np.random.default_rng(3).normal(0.0, 1.0, (8, 64)).astype(np.float32)
+    expected = mx.quantize_nvfp4(x)
+    low = np.where(expected.scales > 1, expected.scales - 1, expected.scales)  # every scale one E4M3 step down
+    report = testing.compare_mx(low.astype(np.uint8), expected.codes, x, "NVFP4")
+    assert report.scale_count > 16 and "imply a tensor amax" not in str(report)
+
+
 # ---- compare_mx takes what compare takes, and checks every code --------------------------------------
 def test_compare_mx_takes_ml_dtypes_codes_and_scales_as_compare_does():
     ml_dtypes = pytest.importorskip("ml_dtypes")
