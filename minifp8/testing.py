@@ -612,7 +612,7 @@ def _implied_amax_note(scales: np.ndarray, scale_table: np.ndarray, amax: np.nda
     the median of ``6 * scale / block_amax`` over the blocks estimates the backend's ``S_enc``."""
     values = scale_table[scales].astype(np.float64)
     usable = (amax > 0) & (values > 0) & (values < 448) & np.isfinite(values)  # (not zero, capped or NaN)
-    if np.count_nonzero(scale_differs) < max(2, np.count_nonzero(usable) // 2) or not usable.any():
+    if int(np.count_nonzero(scale_differs)) < max(2, int(np.count_nonzero(usable)) // 2) or not usable.any():
         return ""
     encode_scale = float(np.median(6 * values[usable] / amax[usable].astype(np.float64)))
     implied = 6 * 448 / encode_scale
