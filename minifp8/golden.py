@@ -236,8 +236,11 @@ NOTES = {
 }
 
 
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
+def write_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> str:
     """Write arrays, little-endian, as an uncompressed ``.npz`` with fixed zip timestamps; return its sha256."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"golden.write_npz: path must be a file path (str or os.PathLike), got {type(path).__name__}")
+    path = Path(path)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):

@@ -222,8 +222,9 @@ class Module:
         """Read a ``.npz`` written by `save` (a path or a binary file object) and ``load_state_dict`` it.
 
         Raises OSError where the file cannot be opened (FileNotFoundError, ...), ValueError (naming
-        the file) where it is not a readable ``.npz`` archive of arrays (`_read_npz`), and
-        `load_state_dict`'s errors for arrays of another model.
+        the file) where it is not a readable ``.npz`` archive of arrays (`_read_npz`), TypeError for
+        a ``path`` that is neither a path nor a file object, and `load_state_dict`'s errors for
+        arrays of another model.
         """
         self.load_state_dict(_read_npz(path, "Module.load"))
 
@@ -266,6 +267,9 @@ def _read_npz(path: str | os.PathLike | BinaryIO, owner: str | None) -> dict[str
         # (opened here: np.load leaves its own handle open when the zip inside is broken)
         with open(path, "rb") as file:
             return read(file, head, os.fsdecode(os.fspath(path)) if owner is not None else "the file")
+    if not (callable(getattr(path, "read", None)) and callable(getattr(path, "seek", None))):
+        raise TypeError(f"{head}path must be a file path (str or os.PathLike) or a binary file object open for "
+                        f"reading, got {type(path).__name__} {path!r}")
     return read(path, head, "the file object" if owner is not None else "the file")
 
 

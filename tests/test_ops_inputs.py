@@ -297,3 +297,9 @@ def test_optimizer_functions_name_params_that_are_not_tensors(call, message):
     # ('int' object is not iterable, or an AttributeError on .grad; found in an API review)
     with pytest.raises(TypeError, match=message):
         call()
+
+
+def test_module_load_names_a_path_that_is_neither_a_path_nor_a_file():
+    # (AttributeError: 'int' object has no attribute 'tell'; found in an API review)
+    with pytest.raises(TypeError, match="Module.load: path must be a file path .* got int 3"):
+        nn.Linear(2, 3, rng=np.random.default_rng(0)).load(3)

@@ -1357,3 +1357,11 @@ def test_nvfp4_boundary_inputs_refuses_an_amax_whose_inputs_would_be_float32_sub
     with pytest.raises(ValueError, match=r"nvfp4_boundary_inputs: global_amax .* is too small: .* give 1e-30 or more"):
         golden.nvfp4_boundary_inputs(global_amax)
     assert np.all(np.isfinite(golden.nvfp4_boundary_inputs(1e-30)))
+
+
+def test_golden_write_npz_takes_a_str_path(tmp_path):
+    # (a str raised AttributeError: 'str' object has no attribute 'write_bytes'; found in an API review)
+    digest = golden.write_npz(str(tmp_path / "a.npz"), {"x": np.arange(3.0)})
+    assert digest == golden.write_npz(tmp_path / "b.npz", {"x": np.arange(3.0)})
+    with pytest.raises(TypeError, match="golden.write_npz: path must be a file path"):
+        golden.write_npz(3, {"x": np.arange(3.0)})
