@@ -573,7 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sections", nargs="*", metavar="SECTION",
-                        help=f"sections to run (default: all). Choices: {', '.join(SECTIONS) or 'none yet'}")
+                        help=f"sections to run (default: all). Choices: {', '.join(SECTIONS) or 'none yet'}. On "
+                             f"2 cores (2026-12-01) codec took about 20 s, mx 5 s, block 40 s, fp8 about 8 min "
+                             f"and train about 7 min; progress goes to stderr")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed repetitions per measurement in the codec, block, mx and fp8 sections (default: 5)")
     parser.add_argument("--rounds", type=int, default=None,
