@@ -902,7 +902,7 @@ class BlockReport:
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
     hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
     names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
-    in every block, where one does; (NVFP4) where most block scales differ, the tensor amax they
+    in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) where most block scales differ, the tensor amax they
     imply, if it is far from the one minifp8 used. For NVFP4,
     ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
     took another tensor amax gets other block scales throughout.
@@ -1056,6 +1056,11 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
              if np.count_nonzero(got != want) > 1]
     if not is_nvfp4 and (scale_differs.any() or element_report.count):
         notes.insert(0, _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales == mx.E8M0_NAN))
+    if not is_nvfp4 and scale_differs.any():
+        offset = (scales[scale_differs].astype(np.int64) - expected.scales[scale_differs]) % 256
+        if (offset == 256 - mx.E8M0_BIAS).all():  # (int8 shared_exp read as a byte: code - 127 mod 256)
+            notes.insert(0, f"every scale that differs is the expected code minus {mx.E8M0_BIAS} (mod 256): the "
+                            f"backend wrote the shared exponent itself, not E8M0's code (shared_exp + {mx.E8M0_BIAS})")
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
     tensor_scale = ""

@@ -155,6 +155,19 @@ def test_compare_mx_names_the_rule_an_mx_kernel_follows(elem, bug, uses):
     assert testing.compare_mx(buggy.scales, buggy.codes, x, call.group(1), **rule).ok
 
 
+def test_compare_mx_names_an_unbiased_shared_exponent_written_as_the_scale():
+    # (an int8 shared_exp read as a byte: a plain scale mismatch before; found in a review)
+    x = golden.block_inputs()
+    expected = mx.quantize(x, "MXFP4_E2M1")
+    unbiased = ((expected.scales.astype(np.int64) - 127) % 256).astype(np.uint8)
+    report = testing.compare_mx(unbiased, expected.codes, x, "MXFP4_E2M1")
+    assert report.layout.splitlines()[0] == ("every scale that differs is the expected code minus 127 (mod 256): the "
+                                             "backend wrote the shared exponent itself, not E8M0's code "
+                                             "(shared_exp + 127)")
+    off_by_one = (expected.scales + 1).astype(np.uint8)
+    assert "minus 127" not in testing.compare_mx(off_by_one, expected.codes, x, "MXFP4_E2M1").layout
+
+
 def test_compare_mx_names_no_rule_where_none_explains_every_block():
     x = golden.block_inputs()
     expected = mx.quantize(x, "MXFP4_E2M1")
