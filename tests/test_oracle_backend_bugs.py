@@ -155,6 +155,20 @@ def test_compare_mx_names_the_rule_an_mx_kernel_follows(elem, bug, uses):
     assert testing.compare_mx(buggy.scales, buggy.codes, x, call.group(1), **rule).ok
 
 
+@pytest.mark.parametrize("length", [64, 33])
+def test_compare_mx_names_fp4_codes_whose_nibbles_were_swapped(length):
+    # (an odd row length moved the last code into the dropped padding nibble, so the "another order" hint
+    # was lost and every row read as a rounding bug; found in a review by a kernel author)
+    x = np.random.default_rng(5).normal(0.0, 1.0, (4, length)).astype(np.float32)
+    expected = mx.quantize(x, "MXFP4_E2M1")
+    packed = expected.packed()
+    swapped = ((packed >> 4) | (packed << 4)).astype(np.uint8)  # a kernel that wrote the first code high
+    codes = np.stack([swapped & 0x0F, swapped >> 4], axis=-1).reshape(4, -1)[:, :length]  # unpacked as documented
+    report = testing.compare_mx(expected.scales, codes, x, "MXFP4_E2M1")
+    assert report.layout.startswith("codes holds the expected codes with each pair along the last axis swapped")
+    assert ("last code of each odd-length row lost to the padding nibble" in report.layout) == (length % 2 == 1)
+
+
 def test_compare_mx_names_an_unbiased_shared_exponent_written_as_the_scale():
     # (an int8 shared_exp read as a byte: a plain scale mismatch before; found in a review)
     x = golden.block_inputs()
