@@ -375,7 +375,8 @@ class Dataset:
         if task not in (None, "arithmetic"):
             raise ValueError(f"task must be 'arithmetic' or None, got {task!r}")
         if loss_floor is not None and not (_is_real(loss_floor) and 0 <= loss_floor < math.inf):
-            raise ValueError(f"loss_floor must be a finite number >= 0 (nats per character) or None, got {loss_floor!r}")
+            raise ValueError(f"loss_floor must be a finite number >= 0 (nats per character) or None, got "
+                             f"{loss_floor!r}")
         # (the distinct characters of each split: train_text + val_text would copy the whole text)
         self.tokenizer = CharTokenizer("".join(set(train_text) | set(val_text)))
         self.train = self.tokenizer.encode(train_text)

@@ -358,10 +358,10 @@ class FP8State:
         KeyError
             Missing or unexpected keys (another model's).
         ValueError
-            Another recipe (named, whatever its keys), or the same one with other options (another ``margin``, say: the scales
-            would differ from the saved run's), an entry of another shape (another
-            ``history_len``), a negative amax, a scale that is not finite and > 0, or ``steps`` not
-            an integer >= 0.
+            Another recipe (named, whatever its keys), or the same one with other options (another
+            ``margin``, say: the scales would differ from the saved run's), an entry of another
+            shape (another ``history_len``), a negative amax, a scale that is not finite and > 0, or
+            ``steps`` not an integer >= 0.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"FP8State.load_state_dict: state must be a mapping (what state_dict returns), "

@@ -600,14 +600,14 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
             if not np.array_equal(scales, result.scales):
                 continue
             nan_blocks = result.scales == mx.E8M0_NAN
-            blocks, moved_shape = mx._to_blocks(codes, result.axis, result.block_size)
+            blocks, _ = mx._to_blocks(codes, result.axis, result.block_size)
             want, _ = mx._to_blocks(result.codes, result.axis, result.block_size)
             cared = ~np.moveaxis(nan_blocks | unread, result.axis, -1).reshape(-1)
             if not np.array_equal(blocks[cared], want[cared]):
                 continue
             changes = [f"{name}={value!r}" for name, value, given in (
                 ("scale_mode", other_mode, mode), ("rounding", other_rounding, rounding)) if value != given]
-            shown = ", ".join([f"'{_mx_name(elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
+            shown = ", ".join([f"'{getattr(elem, 'name', elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
             return (f"scales and codes equal mx.quantize(x, {shown}) in every block: the backend uses "
                     f"{' and '.join(changes)}")
     return ""
@@ -630,11 +630,6 @@ def _implied_amax_note(scales: np.ndarray, scale_table: np.ndarray, amax: np.nda
                 f"minifp8 used {float(expected.global_amax):.9g}: did the backend take another tensor's amax, a "
                 f"stale one, or skip the reduction across devices?")
     return ""
-
-
-def _mx_name(elem) -> str:
-    """The name of an MX element format or MXFormat, as `mx.quantize` takes it."""
-    return getattr(elem, "name", elem)
 
 
 def _float_inputs(x) -> np.ndarray:
@@ -911,9 +906,9 @@ class BlockReport:
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
     hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
     names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
-    in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) where most block scales differ, the tensor amax they
-    imply, if it is far from the one minifp8 used. For NVFP4,
-    ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
+    in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) where
+    most block scales differ, the tensor amax they imply, if it is far from the one minifp8 used.
+    For NVFP4, ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
     took another tensor amax gets other block scales throughout.
     """
 

@@ -327,11 +327,12 @@ HEADLINE_CONFIG = dict(steps=500, batch_size=64, block_size=64, n_layer=2, n_hea
 class Run:
     """One training run: a recipe, a model family, a loss-scaling mode and the FP8-LM options.
 
-    ``recipe`` is one of `minifp8.fp8.RECIPES`, ``family`` ``"standard"`` or ``"unit"``, ``loss_scale``
-    ``"none"``, ``"dynamic"`` or a number written as a str (``"1024"``, ``"1e3"``: as ``--loss-scale``), ``fp8_optimizer`` ``"none"``, ``"O2"`` or
-    ``"O3"`` (FP8-LM's levels). ``workers > 1`` splits each batch over that many simulated workers
-    whose gradients meet in the FP8 all-reduce (so it needs ``fp8_grads``); ``workers == 1`` with
-    ``fp8_grads`` is the local cast. `train` checks these.
+    ``recipe`` is one of `minifp8.fp8.RECIPES`, ``family`` ``"standard"`` or ``"unit"``,
+    ``loss_scale`` ``"none"``, ``"dynamic"`` or a number written as a str (``"1024"``, ``"1e3"``: as
+    ``--loss-scale``), ``fp8_optimizer`` ``"none"``, ``"O2"`` or ``"O3"`` (FP8-LM's levels).
+    ``workers > 1`` splits each batch over that many simulated workers whose gradients meet in the
+    FP8 all-reduce (so it needs ``fp8_grads``); ``workers == 1`` with ``fp8_grads`` is the local
+    cast. `train` checks these.
     """
 
     recipe: str
@@ -957,7 +958,8 @@ def _train(run, config, dataset, out, resume, stop_after, print_fn, interrupt, s
             metrics.setdefault(key, value)
     else:
         print_fn(f"{run.label}: {model.num_parameters():,} parameters, {run.family} model, recipe {run.recipe}"
-                 + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "") + _run_notes(run, config))
+                 + (f" (block scales: {config.mx_scale_mode})" if run.recipe == "mxfp8" else "")
+                 + _run_notes(run, config))
     eval_batches = _eval_batches(dataset, config)
     params = model.parameters()
     tokens_per_step = config.batch_size * config.block_size

@@ -907,7 +907,8 @@ def test_compare_rejects_a_float8_dtype_of_another_format():
 def test_compare_names_bad_arguments():
     x = np.array([1.0, 2.0], np.float32)
     for bad in (None, 2.5, True):
-        with pytest.raises(TypeError, match=rf"max_rows \(mismatches to keep for the table\) must be an int, got .*{bad!r}"):
+        with pytest.raises(TypeError,
+                           match=rf"max_rows \(mismatches to keep for the table\) must be an int, got .*{bad!r}"):
             testing.compare(x, x, "E4M3", max_rows=bad)
         with pytest.raises(TypeError, match="max_rows .* must be an int"):
             testing.compare_mx(np.zeros(1, np.uint8), np.zeros(2, np.uint8), x, "E4M3", max_rows=bad)
