@@ -94,10 +94,19 @@ def relu(x: Tensor | ArrayLike) -> Tensor:
 
 
 def sigmoid(x: Tensor | ArrayLike) -> Tensor:
-    """1 / (1 + e^-x), computed without overflow; d sigmoid = s (1 - s)."""
+    """1 / (1 + e^-x), computed without overflow; d sigmoid = s (1 - s).
+
+    With ``e = exp(-|x|)`` (never above 1), ``s`` is ``1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` for
+    x < 0, and ``1 - s`` the other one: both keep their relative precision down to the underflow of
+    ``e``, where ``1 - s`` computed as a difference would cancel (x > 17 in float32).
+    """
     x = _floating(x, "sigmoid")
-    out_data = 0.5 * (np.tanh(0.5 * x.data) + 1.0)  # identity sigmoid(x) = (1 + tanh(x/2)) / 2
-    return make_op(out_data, (x,), lambda g: (g * out_data * (1.0 - out_data),), "sigmoid")
+    e = np.exp(-np.abs(x.data))
+    large, small = 1.0 / (1.0 + e), e / (1.0 + e)  # sigmoid(|x|), sigmoid(-|x|) = 1 - sigmoid(|x|)
+    positive = x.data >= 0
+    out_data = np.where(positive, large, small)
+    complement = np.where(positive, small, large)  # 1 - s
+    return make_op(out_data, (x,), lambda g: (g * out_data * complement,), "sigmoid")
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)

@@ -303,6 +303,13 @@ class GPT(nn.Module):
         parameter inside the residual blocks a further ``1 / sqrt(n_layer)`` (the depth rule). With
         N(0, 1) weights this makes an Adam update change a unit-scaled layer's output by the same
         amount whatever its width.
+
+        Weight decay is AdamW's, coupled to each group's learning rate: a step shrinks a weight by
+        its own (scaled) ``lr`` times ``weight_decay``, so in the unit family a hidden weight, its
+        ``lr`` scaled down, decays more slowly than the readout. ``unit_scaling.optim.AdamW`` defaults instead to
+        ``independent_weight_decay=True``, which divides each group's decay by its peak ``lr``: every
+        weight then shrinks by ``weight_decay`` times the schedule's factor, whatever its ``lr``.
+        To train that way, divide each returned group's ``weight_decay`` by its ``lr``.
         """
         lr = U._positive(lr, "lr", "optimizer_groups")
         weight_decay = F._non_negative(weight_decay, "optimizer_groups", "weight_decay")

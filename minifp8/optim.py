@@ -2,12 +2,12 @@
 
 Optimizers update ``p.data`` in place from ``p.grad``, skipping parameters whose grad is None, and
 bump each updated parameter's version (so a graph built before the step refuses ``backward``); a
-grad that is not an ndarray shaped like its parameter raises before any update. Parameters must be
-leaf tensors.
+grad that is not an ndarray shaped like its parameter, or a parameter holding a read-only array,
+raises before any update. Parameters must be leaf tensors.
 Like torch, ``params`` is a list of tensors or a list of *parameter groups*, dicts with a
 ``"params"`` list and any hyperparameter to override for that group (for example
 ``{"params": biases, "weight_decay": 0.0}``). Set ``group["lr"]`` to change the learning rate,
-or use `Optimizer.set_lr`.
+or use `Optimizer.set_lr` when every group has the same one.
 
 ``state_dict()`` returns copies of every hyperparameter and state array; ``load_state_dict``
 restores them bit-exactly, so a resumed run continues exactly as the uninterrupted one. It checks
@@ -82,7 +82,8 @@ class Optimizer:
 
     def _check_grads(self) -> None:
         """Raise before any update if a gradient is not a floating ndarray shaped like its parameter (it would
-        broadcast; a complex one would fail part way through the update, or lose its imaginary part)."""
+        broadcast; a complex one would fail part way through the update, or lose its imaginary part), or
+        a parameter to update holds a read-only array (the update would stop at it, part way)."""
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None and (not isinstance(p.grad, np.ndarray) or p.grad.dtype.kind != "f"):
@@ -91,6 +92,9 @@ class Optimizer:
                 if p.grad is not None and p.grad.shape != p.shape:
                     raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter "
                                      f"of shape {p.shape}")
+                if p.grad is not None and not p.data.flags.writeable:
+                    raise ValueError(f"{type(self).__name__}: parameter {p!r} holds a read-only array, which a "
+                                     "step updates in place; give the Tensor a writeable copy (np.array(data))")
 
     def _state_template(self, p: Tensor) -> dict | None:
         """The state that ``step`` creates for ``p`` (keys, array dtypes and shapes), for `load_state_dict`;
@@ -103,8 +107,19 @@ class Optimizer:
             zero_grad(group["params"])
 
     def set_lr(self, lr: float) -> None:
-        """Set the learning rate of every group (for a schedule); a finite number >= 0."""
+        """Set the learning rate of every group (for a schedule); a finite number >= 0.
+
+        Raises ``ValueError`` when the groups hold different learning rates (as
+        `minifp8.model.GPT.optimizer_groups` gives them): one rate for all would erase them. Scale
+        each group's own ``group["lr"]`` instead (its peak times the schedule's factor, as
+        ``train_tiny`` does).
+        """
         self._check({**self.param_groups[0], "lr": lr})
+        rates = sorted({group["lr"] for group in self.param_groups})
+        if len(rates) > 1:
+            raise ValueError(f"{type(self).__name__}.set_lr: the groups hold {len(rates)} different learning rates "
+                             f"({rates[0]:g} to {rates[-1]:g}), which one rate for all would erase; set each "
+                             "group's 'lr' instead (its peak times the schedule's factor)")
         for group in self.param_groups:
             group["lr"] = float(lr)
 

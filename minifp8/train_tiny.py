@@ -289,7 +289,9 @@ class TrainConfig:
     min_lr_ratio: float = field(default=0.1, metadata={"help": "final learning rate as a fraction of the peak"})
     warmup_steps: int = field(default=50, metadata={
         "help": "linear warmup steps before the cosine decay (cut to --steps where larger)"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay (2-D weights only)"})
+    weight_decay: float = field(default=0.0, metadata={
+        "help": "AdamW decoupled weight decay (2-D weights only), times each weight's own learning rate "
+                "(in the unit family, its u-muP-scaled one: GPT.optimizer_groups)"})
     grad_clip: float = field(default=1.0, metadata={
         "help": "clip the gradient norm at this value (standard family; 0: off). Unit-scaled gradients are "
                 "not true gradients, so their norm is never clipped: a value other than 0 or the default is refused "

@@ -465,6 +465,41 @@ def test_optimizer_hyperparameters_must_be_finite_numbers(make, error, message):
         make(Tensor(np.ones(3), requires_grad=True))
 
 
+def test_set_lr_refuses_groups_with_different_learning_rates():
+    """One rate for all would silently erase per-group rates (GPT.optimizer_groups' u-muP ones)."""
+    from minifp8.model import GPT, GPTConfig
+    model = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=8, family="unit"),
+                rng=np.random.default_rng(0))
+    opt = optim.AdamW(model.optimizer_groups(1.0))
+    before = [group["lr"] for group in opt.param_groups]
+    assert len(set(before)) > 1
+    with pytest.raises(ValueError, match="different learning rates.*set each group's 'lr'"):
+        opt.set_lr(0.5)
+    assert [group["lr"] for group in opt.param_groups] == before
+    same = optim.SGD([{"params": [Tensor(np.ones(2), requires_grad=True)]},
+                      {"params": [Tensor(np.ones(3), requires_grad=True)]}], lr=0.1)
+    same.set_lr(0.2)
+    assert [group["lr"] for group in same.param_groups] == [0.2, 0.2]
+
+
+@pytest.mark.parametrize("make", [lambda ps: optim.AdamW(ps, lr=0.1), lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9)])
+def test_a_read_only_parameter_raises_before_any_update(make):
+    first = Tensor(np.ones(3, np.float32), requires_grad=True)
+    frozen = np.zeros(3, np.float32)
+    frozen.flags.writeable = False
+    second = Tensor(frozen, requires_grad=True)  # (a float32 array is kept, not copied)
+    assert not second.data.flags.writeable
+    opt = make([first, second])
+    first.grad, second.grad = np.ones(3, np.float32), np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="read-only array"):
+        opt.step()
+    np.testing.assert_array_equal(first.data, np.ones(3))
+    assert opt.state_dict()["state"] == {}
+    second.grad = None  # a parameter without a gradient is not updated, so it may stay read-only
+    opt.step()
+    assert (first.data < 1).all()
+
+
 def test_set_lr_checks_the_value_and_changes_nothing_on_error():
     p = Tensor(np.ones(3), requires_grad=True)
     opt = optim.AdamW([{"params": [p]}, {"params": [Tensor(np.ones(2), requires_grad=True)]}], lr=0.1)
