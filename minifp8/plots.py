@@ -22,6 +22,7 @@ import numpy as np
 
 from . import formats as _formats
 from .codec import quantize
+from .fastcast import _overflow_threshold
 from .formats import FloatFormat, _check_int, _described, _is_int, _is_real, _is_real_type
 from .fp8 import ScaleRecord, ScaleTracker
 from .model import GPTConfig
@@ -216,9 +217,10 @@ def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4
     In the normal range the error never exceeds half a gap, ``2**-(M+1)`` (the dashed line): 6.25%
     for E4M3, 12.5% for E5M2. In the subnormals (orange band, from half the smallest subnormal to
     the smallest normal) the gap stays fixed while the numbers shrink, so the relative error grows;
-    below them (hatched) everything rounds to zero (100% error). Above the largest value (grey band) there is no
-    number at all: E4M3 gives NaN and E5M2 gives Inf (``saturate=False``); formats with neither
-    (FP6, FP4) saturate to their max.
+    below them (hatched) everything rounds to zero (100% error). Past half a gap above the largest
+    value (grey band, from 464 for E4M3 and 61440 for E5M2; below it an input rounds to the max, as
+    overflow is judged after rounding) there is no number at all: E4M3 gives NaN and E5M2 gives Inf
+    (``saturate=False``); formats with neither (FP6, FP4) saturate to their max.
 
     Parameters
     ----------
@@ -250,13 +252,14 @@ def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4
         if rounds_to_zero > 2.0**low_exponent:
             ax.axvspan(2.0**low_exponent, rounds_to_zero, facecolor="none", edgecolor=SUBNORMAL_COLOR, alpha=0.35,
                        hatch="////", linewidth=0)
-        ax.axvspan(fmt.max, 2.0**high_exponent, color=OVERFLOW_COLOR, alpha=0.18, linewidth=0)
+        overflows_from, _ = _overflow_threshold(fmt)  # max + half a gap (E4M3's tie 464 rounds to even, 448)
+        ax.axvspan(overflows_from, 2.0**high_exponent, color=OVERFLOW_COLOR, alpha=0.18, linewidth=0)
         ax.plot(x, error, color=_color(fmt), linewidth=0.6)
         ax.axhline(unit_roundoff, color="black", linestyle="--", linewidth=0.8)
         ax.text(2.0 ** (low_exponent + 0.3), unit_roundoff * 1.15, f"$2^{{-{fmt.mantissa_bits + 1}}}$ = "
                 f"{100 * unit_roundoff:g}%", fontsize=8, va="bottom")
         overflow_name = "Inf" if fmt.has_infinity else "NaN" if fmt.has_nan else f"saturates to {fmt.max:g}"
-        ax.text(np.sqrt(fmt.max * 2.0**high_exponent), 1e-2, f"overflow: {overflow_name}",
+        ax.text(np.sqrt(overflows_from * 2.0**high_exponent), 1e-2, f"overflow: {overflow_name}",
                 ha="center", va="center", rotation=90, fontsize=8)
         ax.text(np.sqrt(fmt.min_normal * fmt.min_subnormal) if fmt.min_subnormal > 2.0**low_exponent
                 else fmt.min_normal, 1e-3, "subnormal", ha="right" if fmt.min_subnormal <= 2.0**low_exponent
@@ -285,7 +288,8 @@ def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float =
     Top: the average of ``samples`` stochastic roundings of each input lies on the diagonal
     (unbiased), while nearest rounding is a staircase. Bottom: the bias ``mean - x`` in units of
     the gap between neighbouring values: nearest rounding swings between -1/2 and +1/2, stochastic
-    rounding stays inside the band of +-2 standard errors of a mean of ``samples`` draws.
+    rounding's scatters within sampling noise, the band of +-2 standard errors of a mean of
+    ``samples`` draws (which holds about 95% of the points: 154 of the default 161).
 
     Parameters
     ----------

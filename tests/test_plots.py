@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from minifp8 import fp8, plots, quantize  # noqa: E402
+from minifp8 import formats, fp8, plots, quantize  # noqa: E402
 from minifp8.train_tiny import FP8LM_RESULTS, HEADLINE_RESULTS, load_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +172,17 @@ def test_rounding_error_shades_the_subnormals_apart_from_what_rounds_to_zero():
         assert smallest / 2 < label.get_position()[0] < normal
     e4m3_texts = [text.get_text() for text in figure.axes[0].texts]
     assert "rounds to 0" in e4m3_texts
+
+
+def test_rounding_error_shades_overflow_from_half_a_gap_above_the_max():
+    """Found in a review: the grey overflow band began at the max (448, 57344), though inputs up to
+    half a gap above it round down to the max (overflow is judged after rounding)."""
+    figure = plots.rounding_error(("E4M3", "E5M2"))
+    for axis, fmt in zip(figure.axes, (formats.E4M3, formats.E5M2)):
+        overflows_from = min(patch.get_x() for patch in axis.patches if patch.get_x() > fmt.min_normal)
+        below, above = np.nextafter(overflows_from, 0.0), np.nextafter(overflows_from, np.inf)
+        assert quantize(np.array([below]), fmt)[0] == fmt.max and not np.isfinite(quantize(np.array([above]), fmt)[0])
+    assert [min(p.get_x() for p in axis.patches if p.get_x() > 1) for axis in figure.axes] == [464.0, 61440.0]
 
 
 def test_scale_curves_keeps_e5m2s_range_in_view_and_marks_zero_gradients():
