@@ -5,6 +5,10 @@ it then gets SIGPIPE and ends with status 128 + 13 = 141, silently; Python ignor
 write raises BrokenPipeError instead, which would print a traceback. The commands catch it and end
 as SIGPIPE would have ended them. Output to a pipe is buffered, so the write that finds it closed
 may be the flush at exit, after ``main`` has returned: the commands flush before they return.
+
+Any other failure to write stdout (a full disk, a file-size limit: ``nohup cmd > log``) ends a
+command with one line on stderr and status 2 (`StdoutError`), not a traceback, and is never taken
+for a failure to write a file the command was asked to write.
 """
 from __future__ import annotations
 
@@ -14,6 +18,65 @@ import sys
 from typing import Callable
 
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE (13): how a shell reports a process that SIGPIPE ended
+STDOUT_ERROR_STATUS = 2  # stdout could not be written (as a results file that cannot be written)
+
+
+class StdoutError(Exception):
+    """A write to stdout failed for another reason than a closed pipe (its OSError is the cause).
+
+    Not an OSError, so that no handler of a results file's OSError reports it as that file's."""
+
+
+class _GuardedStdout:
+    """A stdout whose ``write`` and ``flush`` raise `StdoutError` for an OSError other than
+    BrokenPipeError; everything else is the wrapped stream's."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise StdoutError(error) from error
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise StdoutError(error) from error
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def guarded_stdout():
+    """Within the block, stdout raises `StdoutError` where writing it fails (`_GuardedStdout`)."""
+    stream = sys.stdout
+    if stream is None or isinstance(stream, _GuardedStdout):
+        yield
+        return
+    sys.stdout = _GuardedStdout(stream)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, _GuardedStdout) and sys.stdout._stream is stream:
+            sys.stdout = stream
+
+
+def report_stdout_error(prog: str, error: StdoutError) -> int:
+    """Say on stderr, in one line, that ``prog`` could not write its output, stop writing stdout
+    (its buffer would fail again at exit) and return `STDOUT_ERROR_STATUS`."""
+    silence_stdout()
+    cause = error.__cause__ if error.__cause__ is not None else error
+    with contextlib.suppress(OSError):
+        print(one_line(f"{prog}: error: cannot write the output (stdout): {cause}"), file=sys.stderr)
+    return STDOUT_ERROR_STATUS
 
 
 def silence_stdout() -> None:
@@ -60,14 +123,20 @@ def brief(error: BaseException, limit: int = 160) -> str:
 
 
 def exit_status_of(main: Callable[[], int]) -> int:
-    """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed.
-    Characters stdout cannot encode print as escapes (`escape_unencodable_stdout`)."""
+    """``main()``'s exit status, or `SIGPIPE_STATUS` (and nothing printed) if its output was closed,
+    or `STDOUT_ERROR_STATUS` (and one line on stderr) if it could not be written. Characters stdout
+    cannot encode print as escapes (`escape_unencodable_stdout`)."""
     escape_unencodable_stdout()
     try:
-        try:
-            return main()
-        finally:  # (else the buffered write that meets a closed pipe comes at exit, uncaught: --help too)
-            flush_stdout()
+        with guarded_stdout():
+            try:
+                return main()
+            finally:  # (else the buffered write that meets a closed pipe comes at exit, uncaught: --help too)
+                flush_stdout()
     except BrokenPipeError:
         silence_stdout()
         return SIGPIPE_STATUS
+    except StdoutError as error:
+        spec = getattr(main, "__globals__", {}).get("__spec__")  # (run with -m, __module__ is "__main__")
+        module = spec.name if spec is not None else main.__module__
+        return report_stdout_error(f"python -m {module.removesuffix('.__main__')}", error)

@@ -527,6 +527,19 @@ FLAG_SECTIONS = {"repeats": ("codec", "block", "mx", "fp8"), "rounds": ("fp8",),
                  "json": ("train",), "mx_scale_mode": ("train",)}
 
 
+def _train_memory_needed(args: argparse.Namespace) -> int:
+    """A lower bound on the bytes the train section holds at once: a pair of trainers at
+    ``--n-embd`` (`minifp8.train_tiny._memory_needed`'s bound, twice) and the pair's step times,
+    two float64 numbers a step."""
+    from .data import load_dataset
+    from .train_tiny import Run, TrainConfig, _memory_needed
+
+    config = TrainConfig() if args.n_embd is None else dataclasses.replace(TrainConfig(), n_embd=args.n_embd)
+    steps = config.steps if args.steps is None else args.steps
+    trainer = sum(_memory_needed(config, [Run("fp32", "unit")], load_dataset().vocab_size).values())
+    return 2 * trainer + 2 * 8 * steps
+
+
 def _check_flags_apply(parser: argparse.ArgumentParser, args: argparse.Namespace, selected: list[str]) -> None:
     """``parser.error`` for a flag given (not None) although no selected section reads it."""
     for name, readers in FLAG_SECTIONS.items():
@@ -612,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     """The command line (`build_parser`); returns the exit status: 0 done, 2 a results file that
     cannot be written (bad flags exit with 2 through ``parser.error``)."""
     from .fp8 import RECIPES
-    from .train_tiny import TrainConfig, _tune_malloc
+    from .train_tiny import TrainConfig, _bytes, _physical_memory, _tune_malloc
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -645,6 +658,14 @@ def main(argv: list[str] | None = None) -> int:
     if repeated:  # (timed twice for one report, as --recipes refuses a recipe twice)
         parser.error(f"section(s) {', '.join(repeated)} listed more than once: {' '.join(args.sections)}")
     _check_flags_apply(parser, args, args.sections or list(SECTIONS))
+    available = _physical_memory()
+    if (args.steps is not None or args.n_embd is not None) and available is not None:
+        needed = _train_memory_needed(args)
+        if needed > available:  # (else a traceback: numpy refuses the arrays, or Linux kills the process)
+            given = " ".join(f"--{flag} {value}" for flag, value in (("steps", args.steps), ("n-embd", args.n_embd))
+                             if value is not None)
+            parser.error(f"{given}: the train section needs at least "
+                         f"{_bytes(needed)} of memory, more than this machine's {_bytes(available)}; use smaller values")
     if args.json is not None:
         reason = _unwritable(args.json)
         if reason is not None:

@@ -134,6 +134,23 @@ def test_bench_help_names_the_sections_each_flag_applies_to_and_the_default_runs
     assert f"(default: {config.mx_scale_mode}, the OCP rule" in helps["mx_scale_mode"]
 
 
+@pytest.mark.parametrize("argv, flags", [(["--steps", str(10**20), "train"], "--steps 100000000000000000000"),
+                                         (["--steps", str(10**12)], "--steps 1000000000000"),
+                                         (["--n-embd", "400000000", "train"], "--n-embd 400000000")])
+def test_bench_refuses_a_train_section_larger_than_the_machine_in_one_line(argv, flags, capsys):
+    """Found in a review: numpy's ValueError or MemoryError came as a traceback, before any timing."""
+    from minifp8.train_tiny import _physical_memory
+
+    if _physical_memory() is None:
+        pytest.skip("the OS does not say how much memory the machine has")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"python -m minifp8.bench: error: {flags}: the train section needs at least ")
+    assert "of memory, more than this machine's" in err
+
+
 def test_bench_quotes_an_unknown_section_name(capsys):
     """An empty section name read "unknown section(s) ; choose from ..."."""
     with pytest.raises(SystemExit) as exit_info:
@@ -228,3 +245,46 @@ def test_every_command_runs_with_no_stdout(argv, tmp_path):
     result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", *command], capture_output=False,
                             stderr=subprocess.PIPE, timeout=120)
     assert result.returncode == 0 and result.stderr == b"", result.stderr.decode(errors="replace")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose writes fail with ENOSPC")
+@pytest.mark.parametrize("argv", [["minifp8"], ["minifp8.explain", "0.3", "E4M3"], ["minifp8.bench", "--help"],
+                                  ["minifp8.golden", "--out", "{tmp}", "--formats", "E2M1", "--no-blocks"],
+                                  TINY_TRAIN, [*TINY_TRAIN, "--out", "{tmp}"]])
+def test_every_command_says_in_one_line_that_stdout_is_full(argv, tmp_path):
+    """``cmd > log`` on a full disk (found in a review): train_tiny died with a traceback at its first
+    line, or reported a failed progress line as an --out error; the other commands gave tracebacks.
+    Each now ends with status 2 and one line naming stdout."""
+    import subprocess
+    import sys
+
+    command = [part.replace("{tmp}", str(tmp_path / "out")) for part in argv]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", *command], stdout=full, stderr=subprocess.PIPE, timeout=120)
+    err = result.stderr.decode(errors="replace")
+    prog = argv[0].removesuffix(".__main__")
+    assert result.returncode == 2 and err == (f"python -m {prog}: error: cannot write the output (stdout): "
+                                              f"[Errno 28] No space left on device\n"), err
+
+
+def test_train_tiny_writes_its_results_when_stdout_fails_at_the_summary(tmp_path, monkeypatch, capsys):
+    """Every run had finished, and a stdout that failed at the summary table lost metrics.json."""
+    import errno
+    import io
+    import sys
+
+    from minifp8 import train_tiny
+
+    class FullAtSummary(io.StringIO):
+        def write(self, text):
+            if "train loss" in text and "val loss" in text:  # (the summary table's header)
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(text)
+
+    monkeypatch.setattr(sys, "stdout", FullAtSummary())
+    out = tmp_path / "out"
+    status = train_tiny.main([*TINY_TRAIN[1:], "--out", str(out)])
+    assert status == 2
+    assert (capsys.readouterr().err == "python -m minifp8.train_tiny: error: cannot write the output (stdout): "
+                                       "[Errno 28] No space left on device\n")
+    assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["runs"]["unit"]["final"]["steps"] == 2
