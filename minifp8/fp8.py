@@ -925,6 +925,12 @@ def _recipe_options(recipe: str, options: dict, caller: str = "apply_recipe") ->
         raise ValueError(f"{caller}: unknown scale_mode {options['scale_mode']!r}; "
                          f"choose one of {', '.join(mx.SCALE_MODES)}")
     if recipe == "delayed":  # its own checks, with clear errors
+        margin = merged["margin"]
+        ranges = [scaling._margin_range(fmt) for fmt in (FORWARD_FORMAT, BACKWARD_FORMAT)]
+        lowest, highest = max(low for low, _ in ranges), min(high for _, high in ranges)
+        if _is_int(margin) and not lowest <= margin <= highest:  # (E4M3's [-119, 8] and E5M2's [-112, 15])
+            raise ValueError(f"{caller}: delayed's margin must lie in [{lowest}, {highest}], which suits both "
+                             f"{FORWARD_FORMAT.name} and {BACKWARD_FORMAT.name} (it builds scalers of both), got {margin}")
         scaling.DelayedScaling(FORWARD_FORMAT, **{key: merged[key] for key in _DELAYED_SCALING_OPTIONS})
     return merged
 

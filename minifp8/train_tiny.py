@@ -62,7 +62,7 @@ two). ``dynamic`` starts at 2^16 and, like ``torch.amp.GradScaler``, skips a ste
 overflowed and halves the factor, and doubles it after ``--loss-scale-interval`` clean steps in a
 row. The summary and ``metrics.json`` count the skipped steps. Halving stops at float32's smallest
 normal number, 2^-126 (the least ``--loss-scale N`` takes: below it the factor loses bits and its
-reciprocal overflows): a step that overflows there stops the run as a divergence does (below).
+reciprocal may overflow): a step that overflows there stops the run as a divergence does (below).
 
 FP8-LM (``--fp8-grads``, ``--fp8-optimizer [O2|O3]``, ``--fp8-allreduce N``, ``--report-memory``;
 Peng et al. 2023, arXiv:2310.18313; `minifp8.fp8lm`) composes with every recipe. ``--fp8-grads``
@@ -179,7 +179,8 @@ import numpy as np
 
 from . import data as data_module
 from . import codec, fp8, fp8lm, mx, scaling
-from ._cli import SIGPIPE_STATUS, brief, escape_unencodable_stdout, flush_stdout, one_line, silence_stdout
+from ._cli import (SIGPIPE_STATUS, StdoutError, brief, escape_unencodable_stdout, flush_stdout, guarded_stdout,
+                   one_line, report_stdout_error, silence_stdout)
 from .autograd import no_grad
 from .formats import _check_bool, _check_int, _described, _is_int, _is_real
 from .model import FAMILIES, GPT, GPTConfig
@@ -226,7 +227,8 @@ class TrainConfig:
         "help": "E5M2 gradient casts that overflow: clamp to +-57344 (yes) or give Inf (no); auto: clamp in "
                 "the scaled recipes current, delayed and blockwise (as TransformerEngine does), Inf in fp8 and "
                 "unit (as torch's float8 casts do, so that loss scaling sees the overflow); yes or no is refused "
-                "unless a run has such casts: mxfp8's MX casts always saturate, fp32 casts nothing",
+                "unless a run has such casts: mxfp8's MX casts always saturate, fp32 casts nothing; yes is refused "
+                "with --loss-scale dynamic, which finds overflow by the Inf",
         "choices": ("auto", "yes", "no")})
     mx_scale_mode: str = field(default="floor", metadata={
         "help": "mxfp8's block scales: floor, the OCP MX rule (2**floor(log2 amax) / 2**emax, which lets some "
@@ -476,6 +478,12 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
             "saturate_gradients" not in fp8.RECIPE_OPTIONS[run.recipe] for run in runs):
         fail(f"--saturate-gradients {config.saturate_gradients} sets what an overflowing E5M2 gradient cast gives, "
              f"but no run has one: fp32 casts nothing, mxfp8's MX casts always saturate ({which})")
+    blind = [run.label for run in runs if run.loss_scale == "dynamic" and "saturate_gradients" in
+             fp8.RECIPE_OPTIONS[run.recipe]]
+    if config.saturate_gradients == "yes" and blind:
+        fail(f"--loss-scale dynamic finds an overflow by the Inf an overflowing gradient cast gives, but "
+             f"--saturate-gradients yes clamps it, so the factor would grow unchecked ({', '.join(blind)}); use "
+             f"--saturate-gradients auto or no")
     if config.fp32_lm_head and all(run.recipe == "fp32" for run in runs):
         fail(f"--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 ({which})")
     if config.fp32_modules is not None and all(run.recipe == "fp32" for run in runs):
@@ -531,7 +539,7 @@ def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
     smallest, largest = _SMALLEST_LOSS_SCALE, float(scaling.FLOAT32_MAX)  # (compared in float64)
     if not (math.isfinite(value) and smallest <= value <= largest):
         fail(f"--loss-scale must be none, dynamic or a number that float32 holds as a normal number "
-             f"({smallest:.4g} to {largest:.4g}), got {text!r}")
+             f"(2^-126 = {smallest!r} to FLT_MAX = {largest!r}), got {text!r}")
     if value < 1e15:  # (repr writes 1.5e15 as 1500000000000000.0; the shortest exponent form then)
         return str(int(value)) if value.is_integer() else repr(value)
     return np.format_float_scientific(value, trim="-")
@@ -1824,14 +1832,19 @@ def main(argv: list[str] | None = None) -> int:
     CPU that flushes subnormals or rounds other than to nearest,
     `minifp8.codec._check_float_environment`), 130 stopped (``--stop-after``, Ctrl-C), 143 stopped
     by SIGTERM (checkpointed), 141 its output closed (``| head``: the status of a process that
-    SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead)."""
+    SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead); 2 too where
+    stdout cannot be written (a full disk: the run stops there, its checkpoints standing, and a run
+    list that has finished still writes its results to ``--out``)."""
     try:
-        status = _main(argv)
-        flush_stdout()  # (else the buffered write that meets a closed pipe comes at exit, uncaught)
+        with guarded_stdout():
+            status = _main(argv)
+            flush_stdout()  # (else the buffered write that meets a closed pipe comes at exit, uncaught)
         return status
     except BrokenPipeError:  # the reader of the output went away: stop quietly, as SIGPIPE would
         silence_stdout()
         return SIGPIPE_STATUS
+    except StdoutError as error:
+        return report_stdout_error("python -m minifp8.train_tiny", error)
     except KeyboardInterrupt:  # Ctrl-C outside the steps of a run, which `train` handles: loading the data
         print("python -m minifp8.train_tiny: interrupted", file=sys.stderr)
         return 130
@@ -1978,13 +1991,19 @@ def _main(argv: list[str] | None) -> int:
             say(f"{prog}: error: {run.label}: out of memory ({str(error) or 'MemoryError'}); use a smaller "
                 f"--batch-size, --block-size, --n-embd or --n-layer")
             return 2
-    print()
-    print(_summary_table(runs, results, dataset.task == "arithmetic"))
-    if note := _every_run_note(config):
-        flags = (["--fp32-lm-head"] * config.fp32_lm_head
-                 + [f"--fp32-modules {config.fp32_modules}"] * (config.fp32_modules is not None)
-                 + ["--center-lm-head"] * config.center_lm_head)
-        print(f"({' '.join(flags)}: {note} in every run)")
+    try:
+        print()
+        print(_summary_table(runs, results, dataset.task == "arithmetic"))
+        if note := _every_run_note(config):
+            flags = (["--fp32-lm-head"] * config.fp32_lm_head
+                     + [f"--fp32-modules {config.fp32_modules}"] * (config.fp32_modules is not None)
+                     + ["--center-lm-head"] * config.center_lm_head)
+            print(f"({' '.join(flags)}: {note} in every run)")
+    except StdoutError:  # (the runs have finished: their results still go to --out, unannounced)
+        if out is not None:
+            with contextlib.suppress(OSError, StdoutError):
+                _write_outputs(out, config, runs, results, dataset, lambda *args, **kwargs: None, started_in)
+        raise
     if out is not None:
         try:
             _write_outputs(out, config, runs, results, dataset, print, started_in)

@@ -861,6 +861,20 @@ def test_delayed_history_advances_once_per_step():
     assert scalers["w"].amax_history[-1] == 0 and scalers["w"].amax_history[-2] != 0
 
 
+@pytest.mark.parametrize("margin", [-119, -113, 9, 15])
+def test_delayed_margin_that_one_format_refuses_is_refused_before_any_module_changes(margin):
+    """Found in a review: a margin in E4M3's range but not E5M2's ([-119, -113]) passed the first
+    check and failed at the first E5M2 scaler, after earlier modules (their gradient excluded) had
+    been given FP8 GEMMs tied to a state nobody held."""
+    first, second = (nn.Linear(8, 8, rng=np.random.default_rng(seed)) for seed in (0, 1))
+    model = nn.Sequential(first, second)
+    plain = [type(module.gemm) for module in (first, second)]
+    with pytest.raises(ValueError, match=rf"apply_recipe: delayed's margin must lie in \[-112, 8\], which suits both "
+                                         rf"E4M3 and E5M2 .*got {margin}"):
+        fp8.apply_recipe(model, "delayed", margin=margin, exclude=("0:grad",))
+    assert [type(module.gemm) for module in (first, second)] == plain
+
+
 def test_apply_recipe_gives_every_scaler_the_delayed_options():
     """margin and amax_compute_algo reach the histories of every role. x's amax is 4 at step 1 and 1
     at step 2; with margin 2 the scale is (448 * 2**-2) / amax: 112 / 4 = 28 after step 1, and

@@ -976,6 +976,13 @@ def test_durations_round_before_splitting_minutes(seconds, text):
     (["--recipe", "fp32,mxfp8", "--saturate-gradients", "yes"],
      "--saturate-gradients yes sets what an overflowing E5M2 gradient cast gives, but no run has one"),
     (["--recipe", "mxfp8", "--saturate-gradients", "no"], "but no run has one"),
+    # found in a review: clamped casts never overflow, so the dynamic factor grew unchecked (saturation 100%)
+    (["--recipe", "fp8,fp32", "--loss-scale", "dynamic", "--saturate-gradients", "yes"],
+     "--loss-scale dynamic finds an overflow by the Inf an overflowing gradient cast gives, but "
+     "--saturate-gradients yes clamps it, so the factor would grow unchecked (fp8 + loss scale dynamic); use "
+     "--saturate-gradients auto or no"),
+    (["--loss-scale", "3.4028235e38"], "(2^-126 = 1.1754943508222875e-38 to FLT_MAX = 3.4028234663852886e+38), "
+                                       "got '3.4028235e38'"),
     (["--recipe", "unit,fp32", "--family", "unit", "--grad-clip", "0.5"],
      "--grad-clip 0.5 clips the standard model's gradient norm, but every run is unit-scaled"),
     (["--recipe", "fp32", "--family", "unit", "--fp32-lm-head"],
@@ -1102,9 +1109,9 @@ def test_a_gradient_overflow_names_a_gradient_cast():
 def test_flags_that_some_run_reads_are_taken(capsys):
     """The flags refused above where no run reads them are taken where one does, the presets' runs included."""
     config, runs = parse_args(["--experiment", "headline", "--loss-scale-interval", "50", "--saturate-gradients",
-                               "yes", "--grad-clip", "0.5"])
-    assert (config.loss_scale_interval, config.saturate_gradients, config.grad_clip, len(runs)) == (50, "yes", 0.5, 8)
-    assert parse_args(["--experiment", "fp8lm", "--saturate-gradients", "no", "--grad-clip", "2"])[0].grad_clip == 2
+                               "no", "--grad-clip", "0.5"])
+    assert (config.loss_scale_interval, config.saturate_gradients, config.grad_clip, len(runs)) == (50, "no", 0.5, 8)
+    assert parse_args(["--experiment", "fp8lm", "--saturate-gradients", "yes", "--grad-clip", "2"])[0].grad_clip == 2
     assert parse_args(["--recipe", "fp32", "--loss-scale", "dynamic", "--loss-scale-interval", "4"])[0] \
         .loss_scale_interval == 4
     assert parse_args(["--recipe", "mxfp8,unit", "--saturate-gradients", "yes"])[0].saturate_gradients == "yes"
