@@ -359,8 +359,11 @@ def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infini
     if saturate and infinite and fmt.nan_style == "negative_zero":
         return largest_code | sign, (f"saturate=True: {sign_text}max; {fmt.name} has no Inf, and a saturating "
                                      f"cast takes Inf to max too (ONNX Cast-24, onnx/onnx PR 7130)")
-    if saturate:
-        return largest_code | sign, f"saturate=True: {sign_text}max (OCP OFP8 rev 1.0 section 5)"
+    if saturate:  # (OFP8 defines saturation for its two formats, ONNX Cast-24 for FNUZ; minifp8 extends it)
+        source = ("OCP OFP8 rev 1.0 section 5" if fmt.name in ("E4M3", "E5M2") else
+                  "ONNX Cast-24's saturate" if fmt.nan_style == "negative_zero" else
+                  "the rule OCP OFP8 rev 1.0 section 5 gives E4M3 and E5M2, which minifp8 applies to every format")
+        return largest_code | sign, f"saturate=True: {sign_text}max ({source})"
     if not infinite and rounding == "toward_zero":
         return largest_code | sign, (f"toward_zero never turns a finite number into Inf or NaN: {sign_text}max "
                                      f"(IEEE 754-2019 section 7.4)")

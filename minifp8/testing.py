@@ -537,10 +537,20 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
     return ""
 
 
+def _through_bfloat16(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded to bfloat16 (nearest even, overflow to Inf; a NaN kept), as float32: its
+    low 16 bits rounded off in the bits (bfloat16 is float32's top half)."""
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), x, rounded)
+
+
 def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: str, options: dict) -> str:
     """A hint when ``actual`` (which differs from `encode` at C-order positions ``where``) is, at
     every element, what `encode` gives under another rule, else "". Each rule is tried on the first
-    differing elements, and only one that holds there on the whole array."""
+    differing elements, and only one that holds there on the whole array. Where several hold (the
+    inputs cannot tell them apart: a vector whose only mismatches overflow fits both clamping and
+    rounding toward zero), the hint names them all, the likeliest first."""
     rounding, saturate = options.get("rounding", "nearest_even"), options.get("saturate", False)
     if rounding == "stochastic":  # (another rule would need other random bits)
         return ""
@@ -554,30 +564,44 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
 
     with np.errstate(invalid="ignore"):  # (exact; a signalling NaN input is quieted; times 2 or 1/2 stays exact)
         wide = x.astype(np.float64)
-    # (the options changed, the format, the factor on x, what it would mean)
-    candidates: list[tuple[dict[str, Any], FloatFormat, float, str]] = [({"rounding": other}, fmt, 1.0,
-                   f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
-                  for other in codec.ROUNDING_MODES if other not in (rounding, "stochastic")]
-    candidates.append(({"saturate": not saturate}, fmt, 1.0, "the backend clamps overflow to +-max" if not saturate
-                       else "the backend overflows to Inf or NaN instead of clamping to +-max"))
-    candidates += [({}, fmt, factor, f"every exponent is one {direction} (an exponent bias off by one, or inputs "
-                    f"scaled by {factor:g})") for factor, direction in ((2.0, "too large"), (0.5, "too small"))]
-    candidates += [({}, other, 1.0, f"the backend wrote {other.name} codes, not {fmt.name}")
+    # (the options changed, the format, what becomes of x and how the call shows it, what it would mean),
+    # the likeliest first: a clamping cast (satfinite), another format's codes (FNUZ on ROCm), a double
+    # rounding through a 16-bit type, another rounding, an exponent off by one
+    candidates: list[tuple[dict[str, Any], FloatFormat, Callable[[np.ndarray], np.ndarray], str, str]] = [
+        ({"saturate": not saturate}, fmt, lambda v: v, "x", "the backend clamps overflow to +-max" if not saturate
+         else "the backend overflows to Inf or NaN instead of clamping to +-max")]
+    candidates += [({}, other, lambda v: v, "x", f"the backend wrote {other.name} codes, not {fmt.name}")
                    for other in formats.CATALOGUE.values() if other.bits == fmt.bits and other.name != fmt.name]
+    if x.dtype == np.float32:  # (a float32 input through a narrower type, rounded to nearest even)
+        candidates += [({}, fmt, lambda v: v.astype(np.float32).astype(np.float16), "x.astype(float16)",
+                        "the backend rounds x to float16 first (a double rounding)"),
+                       ({}, fmt, lambda v: _through_bfloat16(v.astype(np.float32)), "x.astype(bfloat16)",
+                        "the backend rounds x to bfloat16 first (a double rounding)")]
+    candidates += [({"rounding": other}, fmt, lambda v: v, "x",
+                    f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
+                   for other in codec.ROUNDING_MODES if other not in (rounding, "stochastic")]
+    candidates += [({}, fmt, lambda v, factor=factor: v * factor, f"x * {factor:g}", f"every exponent is one "
+                    f"{direction} (an exponent bias off by one, or inputs scaled by {factor:g})")
+                   for factor, direction in ((2.0, "too large"), (0.5, "too small"))]
     sample = where[:4096]
     inputs = _gather(wide, sample)
-    for change, other, factor, meaning in candidates:
+    held = []
+    for change, other, transform, arguments, meaning in candidates:
         rule = {**options, **change}
         with np.errstate(over="ignore", invalid="ignore"):
-            if not same(_gather(actual, sample), codec.encode(inputs * factor, other, **rule)):
+            if not same(_gather(actual, sample), codec.encode(transform(inputs), other, **rule)):
                 continue
-            if not same(actual, codec.encode(wide * factor if factor != 1 else x, other, **rule)):
+            if not same(actual, codec.encode(x if arguments == "x" else transform(wide), other, **rule)):
                 continue
-        arguments = "x" if factor == 1 else f"x * {factor:g}"
         # (every option of the rule that held, the caller's too: the call shown reproduces actual)
         shown = ", ".join([f"'{other.name}'"] + [f"{k}={v!r}" for k, v in rule.items()])
-        return f"actual equals encode({arguments}, {shown}) at every element: {meaning}"
-    return ""
+        held.append((f"encode({arguments}, {shown})", meaning))
+    if not held:
+        return ""
+    (call, meaning), others = held[0], held[1:]
+    also = "".join(f"; {other_call} too: {other_meaning}" for other_call, other_meaning in others)
+    return (f"actual equals {call} at every element: {meaning}{also}"
+            + ("; these inputs cannot tell the rules apart" if others else ""))
 
 
 def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem, options: dict,
@@ -1065,6 +1089,16 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         if (offset == 256 - mx.E8M0_BIAS).all():  # (int8 shared_exp read as a byte: code - 127 mod 256)
             notes.insert(0, f"every scale that differs is the expected code minus {mx.E8M0_BIAS} (mod 256): the "
                             f"backend wrote the shared exponent itself, not E8M0's code (shared_exp + {mx.E8M0_BIAS})")
+        for step, sign, size, bias in ((1, "plus", "large", mx.E8M0_BIAS + 1), (255, "minus", "small", mx.E8M0_BIAS - 1)):
+            if not (offset == step).all():
+                continue
+            if np.array_equal(scale_differs, expected.scales != mx.E8M0_NAN):  # every block's scale
+                note = (f"every scale is the expected code {sign} 1: an E8M0 bias of {bias}, not {mx.E8M0_BIAS}, or "
+                        f"a shared exponent one too {size} in every block")
+            else:
+                note = (f"every scale that differs is the expected code {sign} 1: floor(log2(amax)) one too {size} "
+                        f"in those blocks (a float32 log2 rounds to the next integer just below a power of two)")
+            notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
     tensor_scale = ""

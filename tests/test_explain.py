@@ -625,14 +625,18 @@ def test_cli_takes_a_negative_value_that_starts_with_a_point(capsys):
     assert capsys.readouterr().out.startswith("E4M3 encoding of -0.05 (nearest_even): 0x95")
 
 
-def test_the_fnuz_rules_name_the_lost_signs_and_a_finite_overflow_clamps_by_ofp8():
+def test_the_fnuz_rules_name_the_lost_signs_and_a_finite_overflow_clamps_by_onnx_cast_24():
     # ONNX Cast-19's FNUZ formats have no -0 (its pattern is the NaN 0x80) and one NaN, unsigned
     why = explain(-(2.0**-12), "E4M3FNUZ")
     assert (why.code, why.case, why.rule) == (0x00, "underflow", "E4M3FNUZ has no -0 (its pattern is NaN): +0")
     assert why.rule in str(why)
     assert explain(-math.nan, "E4M3FNUZ").rule.endswith("; its sign is not kept")
     assert "sign" not in explain(math.nan, "E4M3FNUZ").rule
-    # saturate=True takes a finite overflow to max (OFP8); the ONNX Cast-24 rule is the one for Inf
+    # saturate=True takes a finite overflow to max: ONNX Cast-24's saturate, which defines it for FNUZ
+    # (OFP8, cited before, defines neither FNUZ nor E8M0; found in a review); Cast-24 for Inf too
     why = explain(1000.0, "E4M3FNUZ", saturate=True)
-    assert (why.code, why.case, why.rule) == (0x7F, "overflow", "saturate=True: +max (OCP OFP8 rev 1.0 section 5)")
+    assert (why.code, why.case, why.rule) == (0x7F, "overflow", "saturate=True: +max (ONNX Cast-24's saturate)")
     assert "Cast-24" in explain(math.inf, "E4M3FNUZ", saturate=True).rule
+    assert explain(1000.0, "E4M3", saturate=True).rule == "saturate=True: +max (OCP OFP8 rev 1.0 section 5)"
+    assert explain(1e39, "E8M0", saturate=True).rule.startswith("saturate=True: +max (the rule OCP OFP8 rev 1.0 "
+                                                                 "section 5 gives E4M3 and E5M2, which minifp8 applies")

@@ -182,6 +182,54 @@ def test_compare_mx_names_an_unbiased_shared_exponent_written_as_the_scale():
     assert "minus 127" not in testing.compare_mx(off_by_one, expected.codes, x, "MXFP4_E2M1").layout
 
 
+@pytest.mark.parametrize("step, hint", [
+    (1, "every scale is the expected code plus 1: an E8M0 bias of 128, not 127, or a shared exponent one too large "
+        "in every block"),
+    (-1, "every scale is the expected code minus 1: an E8M0 bias of 126, not 127, or a shared exponent one too small "
+         "in every block")])
+def test_compare_mx_names_a_scale_one_code_off(step, hint):
+    """E8M0's classic bug, an exponent bias off by one, had no hint (found in a review by a kernel author):
+    on golden.mx_inputs, whose rows have power-of-two amaxes, no scale mode explains it either."""
+    x = golden.mx_inputs("MXFP8_E4M3")
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    finite = expected.scales != mx.E8M0_NAN
+    shifted = np.where(finite, (expected.scales.astype(np.int64) + step) % 256, expected.scales).astype(np.uint8)
+    assert hint in testing.compare_mx(shifted, expected.codes, x, "MXFP8_E4M3").layout.splitlines()
+
+
+def test_compare_names_every_rule_that_explains_the_codes():
+    """Found in a review by a kernel author: the hint named only the first rule that fit, so a correct
+    satfinite kernel tested on overflowing inputs alone read as rounding toward zero, and a ROCm
+    backend's E5M2FNUZ codes on normal inputs as an exponent one too large."""
+    x = np.array([1000.0, -600.0, 500.0, 0.5, 3.0, 70000.0], np.float32)
+    report = testing.compare(codec.encode(x, "E4M3", saturate=True), x, "E4M3")
+    assert report.layout == ("actual equals encode(x, 'E4M3', saturate=True) at every element: the backend clamps "
+                             "overflow to +-max; encode(x, 'E4M3', rounding='toward_zero') too: the backend rounds "
+                             "toward zero, not nearest even; these inputs cannot tell the rules apart")
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    report = testing.compare(codec.encode(x, "E5M2FNUZ"), x, "E5M2")
+    assert report.layout.startswith("actual equals encode(x, 'E5M2FNUZ') at every element: the backend wrote "
+                                    "E5M2FNUZ codes, not E5M2; encode(x * 2, 'E5M2') too: every exponent is one")
+
+
+@pytest.mark.parametrize("narrow, name", [(np.float16, "float16"), (None, "bfloat16")])
+def test_compare_names_a_double_rounding_through_a_16_bit_type(narrow, name):
+    """A cast that rounds x to bfloat16 or float16 first read as hundreds of "near-tie", "other" and
+    "subnormal" rows, with no hint (found in a review by a kernel author). The bfloat16 rounding here
+    is ml_dtypes' where it is installed, else round-to-nearest-even of float32's top half."""
+    x = next(testing.sweep())  # (the structured float32 sweep: ties and their neighbours in every binade)
+    with np.errstate(over="ignore", invalid="ignore"):  # (beyond float16's range: Inf)
+        if narrow is None:
+            ml_dtypes = pytest.importorskip("ml_dtypes")
+            narrowed = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+        else:
+            narrowed = x.astype(narrow).astype(np.float32)
+    report = testing.compare(codec.encode(narrowed, "E4M3"), x, "E4M3")
+    assert report.count > 10
+    assert report.layout.startswith(f"actual equals encode(x.astype({name}), 'E4M3') at every element: the backend "
+                                    f"rounds x to {name} first (a double rounding)"), report.layout
+
+
 def test_compare_mx_names_no_rule_where_none_explains_every_block():
     x = golden.block_inputs()
     expected = mx.quantize(x, "MXFP4_E2M1")
