@@ -767,6 +767,21 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                 pair = (variant, b) if operand is a else (a, variant)
                 if matches(_reference(pair[0].values, pair[1].values), carried=_carried_underflow(*pair, model)):
                     hints.append(f"the output matches the product with {what}")
+        for change, what in ((lambda s: s * s, "a_scales and b_scales both applied twice (each scale squared): the "
+                                               "epilogue's product of scales applied twice?"),
+                             (np.ones_like, "a_scales and b_scales both all ones: both scales omitted?"),
+                             (lambda s: 1 / s, "1 / a_scales and 1 / b_scales: the scales and their inverses "
+                                               "confused?")):
+            a_scales, b_scales = change(a.scales), change(b.scales)
+            if (np.array_equal(a_scales, a.scales, equal_nan=True)
+                    or np.array_equal(b_scales, b.scales, equal_nan=True)):
+                continue  # (one operand's variant is the reference itself: the hints above have it)
+            if all(np.unique(scales).size == 1 for scales in (a.scales, b.scales)):
+                continue  # (one factor on the whole product: _factor_hint names it, with the product's values)
+            pair = (_Operand(a.decoded, a_scales, _scaled(a.decoded, a_scales)),
+                    _Operand(b.decoded, b_scales, _scaled(b.decoded, b_scales)))
+            if matches(_reference(pair[0].values, pair[1].values), carried=_carried_underflow(*pair, model)):
+                hints.append(f"the output matches the product with {what}")
         hints += _dropped_block_hints(a, b, reference, matches)
         if rows > 1 and columns > 1:  # (an (M, N) output written column-major holds the reference's
             # transpose read row by row: the transpose itself when M == N)
@@ -817,6 +832,10 @@ def _scale_variants(scales: np.ndarray, shape: tuple, name: str, axes: tuple):
         spelled = f"{name}.T" if rows == columns else f"{name}.reshape({columns}, {rows}).T"
         yield (scales.reshape(columns, rows).T,
                f"{name} read in transposed (column-major) order, {spelled}: a transposed scale layout?")
+        if rows != columns:  # (the other permutation; for a square array both are the transpose)
+            yield (scales.T.reshape(rows, columns),
+                   f"{name} written in column-major order and read row by row, {name}.T.reshape({rows}, {columns}): "
+                   f"a transposed scale layout?")
     if rows != columns and shape[0] % columns == 0 and shape[1] % rows == 0:  # (square: the variant above)
         yield (scales.T, f"{name}.T as the layout (shape ({columns}, {rows}) over {axes[0]} x {axes[1]}): "
                          f"scales applied along the wrong axis?")
@@ -928,6 +947,11 @@ def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance) ->
         scales = np.unique(np.abs(operand.scales[np.isfinite(operand.scales) & (operand.scales != 0)]))[:256]
         candidates += [(sign * s, f" (a value of {name}): a scale applied twice?") for s in scales]
         candidates += [(sign / s, f" (the inverse of a value of {name}): a scale omitted?") for s in scales]
+    if all(np.unique(scales).size == 1 for scales in (a.scales, b.scales)):  # (per-tensor: their product)
+        product = abs(float(a.scales.reshape(-1)[0]) * float(b.scales.reshape(-1)[0]))
+        if np.isfinite(product) and product != 0:
+            candidates += [(sign * product, " (a_scales times b_scales): the scales' product applied twice?"),
+                           (sign / product, " (the inverse of a_scales times b_scales): both scales omitted?")]
     candidates.append((measured, ": a wrong scale, or an extra factor (an epilogue's alpha)?"))
     for factor, why in candidates:
         if factor not in (1.0, -1.0) and (np.abs(got - factor * value) <= abs(factor) * tolerance).all():

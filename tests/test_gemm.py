@@ -503,6 +503,44 @@ def test_scale_applied_twice_or_omitted(layout):
     assert "b_scales all ones: a scale omitted?" in hints and "a_scales" not in hints, hints
 
 
+@pytest.mark.parametrize("bug, hint", [
+    (lambda s: s * s, "a_scales and b_scales both applied twice (each scale squared): the epilogue's product of "
+                      "scales applied twice?"),
+    (np.ones_like, "a_scales and b_scales both all ones: both scales omitted?"),
+    (lambda s: 1 / s, "1 / a_scales and 1 / b_scales: the scales and their inverses confused?")])
+def test_a_bug_in_both_scales_is_named(bug, hint):
+    """Found in a review by a kernel author: both scales omitted, or their product (an epilogue's alpha)
+    applied twice, the commonest scaled-GEMM bugs, gave no hint: only one operand's variants were tried."""
+    p = problem("blockwise", inner=256, columns=64)
+    powers = np.random.default_rng(rng_seed).integers(-5, 5, size=(2, 8, 8))
+    p.update(a_scales=np.ldexp(np.float32(1), powers[0]), b_scales=np.ldexp(np.float32(1), powers[1]))  # 32-blocks
+    used = dict(p, a_scales=bug(p["a_scales"]), b_scales=bug(p["b_scales"]))
+    assert gemm.compare_matmul(sequential(*dequantized32(p)), **p).ok
+    assert only_hint(gemm.compare_matmul(sequential(*dequantized32(used)), **p)) == (
+        "the output matches the product with " + hint)
+
+
+def test_per_tensor_scales_both_omitted_are_named_by_their_product():
+    """Per-tensor scales omitted on both sides left only "times 162.6...: a wrong scale, or an extra
+    factor" (found in a review by a kernel author): 1 / (a_scale * b_scale) is a candidate now."""
+    p = dict(problem("per-tensor", inner=256, columns=64), a_scales=np.float32(0.375), b_scales=np.float32(5.0))
+    a32, b32 = dequantized32(dict(p, a_scales=1.0, b_scales=1.0))
+    assert only_hint(gemm.compare_matmul(sequential(a32, b32), **p)) == (
+        "every mismatched output is the reference times 0.5333333333333333 (the inverse of a_scales times "
+        "b_scales): both scales omitted?")
+
+
+def test_scales_written_column_major_and_read_row_by_row_are_named():
+    """The other permutation of a non-square scale array (its transpose's bytes read in its shape) gave
+    no hint (found in a review by a kernel author); scales.reshape(columns, rows).T had one."""
+    p = problem("per-tensor", inner=256, columns=64)
+    p.update(a_scales=np.ldexp(np.float32(1), np.random.default_rng(rng_seed).integers(-5, 5, size=(8, 4))))
+    used = dict(p, a_scales=p["a_scales"].T.reshape(8, 4))
+    assert only_hint(gemm.compare_matmul(sequential(*dequantized32(used)), **p)) == (
+        "the output matches the product with a_scales written in column-major order and read row by row, "
+        "a_scales.T.reshape(8, 4): a transposed scale layout?")
+
+
 def test_an_output_factor_is_named():
     p = dict(problem("per-tensor"), a_scales=1.0, b_scales=1.0)
     out = sequential(*dequantized32(p)) * np.float32(2.0**-3)  # e.g. an epilogue alpha applied again
