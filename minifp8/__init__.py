@@ -7,6 +7,6 @@ from . import formats
 from .codec import decode, encode, quantize
 from .formats import FloatFormat
 
-__version__ = "0.3.1"
+__version__ = "0.3.2"
 
 __all__ = ["FloatFormat", "decode", "encode", "formats", "quantize", "__version__"]
