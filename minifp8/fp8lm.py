@@ -9,8 +9,12 @@ NumPy arrays, plus a memory table:
   automatic scaling factor ``mu`` (`AutoScale`), all-reduced over N simulated workers by
   `fp8_all_reduce` (N = 1 is the plain local cast).
 - `FP8AdamW`: AdamW whose first moment is stored in FP8 (E4M3) and second moment in FP16, each
-  with a per-tensor scale (MS-AMP opt level O2), optionally with FP16 master weights (O3). A drop-in
-  for `minifp8.optim.AdamW`.
+  with a per-tensor scale, optionally with FP16 master weights. A drop-in for `minifp8.optim.AdamW`.
+  ``train_tiny`` names the two ``--fp8-optimizer O2`` and ``O3``; the names are this project's,
+  not MS-AMP's levels: MS-AMP's O2 keeps these moments beside FP16 weights (no other master
+  copy), and its O3 adds FP8 weights over FP16 master weights for ZeRO (MS-AMP's documentation,
+  "Optimization Level"). Our O2 keeps float32 weights; our O3's FP16 master weights hold what
+  MS-AMP O2's FP16 weights hold.
 - `memory_rows` / `measure_memory` / `format_memory_table`: bytes per parameter
   of weights, master weights, gradients and both moments, read from the arrays actually held.
 
@@ -30,12 +34,16 @@ A training loop (``--fp8-grads``, ``--fp8-optimizer``, ``--fp8-allreduce N``):
 
 Scales
 ------
-Every scale here is a float32 power of two, ``2**floor(log2(fp_max / amax))``, recomputed from the
-tensor's own amax each time the tensor is stored (MS-AMP ``ScalingMeta.compute_scaling_factor``
+Every scale here but a gradient's is a float32 power of two, ``2**floor(log2(fp_max / amax))``,
+recomputed from the tensor's own amax each time the tensor is stored (MS-AMP ``ScalingMeta.compute_scaling_factor``
 with margin 0; ``scaling.scale_from_amax(..., power_of_2=True)`` for FP8, the same rule with
 ``fp_max = 65504`` for FP16). A tensor is stored as ``cast(x * scale)`` and read back as
 ``stored * float32(1 / scale)``, TransformerEngine's convention (see `minifp8.scaling`), so
-for power-of-two scales the scaling itself is exact and only the cast rounds. FP8 casts saturate.
+for power-of-two scales the scaling itself is exact and only the cast rounds. A gradient's scale
+is that power of two times ``mu = 2**(e / 1000)`` (below), which is not one: there ``x * scale``
+rounds to float32 before the cast rounds, as in MS-AMP, and where that product lands on an FP8 tie
+the two roundings differ from one (rarely: one value in 2 million in a review's sweep). FP8 casts
+saturate.
 
 Automatic scaling of FP8 gradients (FP8-LM section 2.1, Eq. 3)
 ---------------------------------------------------------------
@@ -50,7 +58,10 @@ reduction:
 
 - ``fraction`` = (number of reduced FP8 values whose magnitude is the format's max) / size;
 - ``fraction > threshold``: ``mu = mu / 2``;
-- otherwise: ``mu = mu * 2**(1 / window)``.
+- otherwise: ``mu = mu * 2**(1 / window)``;
+- except that a tensor whose gradient is zero on every worker leaves ``mu`` as it was: it tells
+  nothing about overflow, and growing ``mu`` through many such steps would saturate the first
+  real gradients, for as many steps as ``mu`` had doubled (`FP8Gradients.reduce`).
 
 We use exactly that rule with the same defaults, ``threshold = 1e-5`` (0.001 %) and
 ``window = 1000``, and start at ``mu = 1``. ``mu`` multiplies the scale (MS-AMP's ``pre_scale``),
@@ -76,7 +87,9 @@ For one gradient tensor held by N workers, `fp8_all_reduce` computes:
    the *scale* by N (rather than the values) is how the average is taken: neither pre- nor
    post-division of the values. MS-AMP does the same (``scale_inv`` times ``1 / world_size``,
    then an FP8 SUM all-reduce; MS-AMP issue #111 cites Eqs. 4-6);
-5. the reduced gradient ``decode(q) * float32(1 / s)``, the mean of the worker gradients.
+5. the reduced gradient ``decode(q) * float32(1 / s)``, the mean of the worker gradients (where
+   ``s`` would pass float32's max, for gradients below about 1e-35 or a large ``mu``,
+   ``decode(q) / (N s_g)`` in float64, rounded once to float32, and ``scale`` reports the max).
 
 Simulation choices, stated: the FP8 buffers are summed in worker order 0, 1, ..., N-1, each partial
 sum computed exactly in float32 (the sum of two FP8 values is exact there) and rounded back to the
@@ -416,9 +429,11 @@ def fp8_all_reduce(worker_grads: Sequence[Tensor | ArrayLike], fmt: str | format
         total = codec.decode(codes, fmt)
     with np.errstate(over="ignore"):
         scale = np.float32(np.float32(workers) * shared_scale)                          # Eq. 6, s = N s_g
-    if np.isinf(scale):
+    if np.isinf(scale):  # (N s_g beyond float32: reported as its max, the mean taken in float64)
         scale = _FLOAT32_MAX
-    gradient = total * (np.float32(1) / scale)
+        gradient = (total.astype(np.float64) / (float(workers) * float(shared_scale))).astype(np.float32)
+    else:
+        gradient = total * (np.float32(1) / scale)
 
     reference = _fp32_all_reduce(grads)
     nonzero = sum(int(np.count_nonzero(g)) for g in grads)
@@ -638,7 +653,8 @@ class FP8Gradients:
         self.codes = {name: result.codes for name, result in results.items()}
         self.scales = {name: result.scale for name, result in results.items()}
         for name, result in results.items():
-            self.auto_scales[name].update(result.saturation_fraction)
+            if result.nonzero_count:  # (an all-zero gradient says nothing of overflow: mu stays)
+                self.auto_scales[name].update(result.saturation_fraction)
         for name, gradient in gradients.items():
             self.parameters[name].grad = gradient
         return GradientReport(results, len(worker_grads), tuple(nonfinite))

@@ -69,8 +69,8 @@ def test_auto_scale_reacts_to_a_crafted_gradient_stream_step_by_step():
     # 3     one_big  1        256    448 256 256 256             1/4 = .25    1 (not above)
     # 4     one_big  2**.5    362.0  633.6 -> 448, 362 -> 352    1/4          2
     # 5     one_big  2        512    896, 512 -> all saturate    4/4         0
-    # 6     zeros    1        1      (amax 0: base scale 1)      0            1
-    expected_exponents = [-2, -1, 0, 1, 2, 0, 1]
+    # 6     zeros    1        1      (amax 0: base scale 1)      0            0 (an all-zero gradient: mu stays)
+    expected_exponents = [-2, -1, 0, 1, 2, 0, 0]
     expected_fractions = [0.5, 0.0, 0.0, 0.25, 0.25, 1.0, 0.0]
     exponent = 0
     for step, grad in enumerate(stream):
@@ -78,7 +78,8 @@ def test_auto_scale_reacts_to_a_crafted_gradient_stream_step_by_step():
         scale = np.float32(mu * power_of_two_scale(np.abs(grad).max(), E4M3_MAX))
         fraction = float(np.mean(np.abs(grad.astype(np.float64)) * float(scale) >= 432.0))
         assert fraction == expected_fractions[step], step
-        exponent += -window if fraction > threshold else 1
+        if grad.any():
+            exponent += -window if fraction > threshold else 1
         assert exponent == expected_exponents[step], step
 
         p.grad = grad.copy()
@@ -216,6 +217,32 @@ def test_all_reduce_accepts_zero_dimensional_empty_and_zero_gradients():
     assert empty.underflow_fraction == 0.0 and empty.saturation_fraction == 0.0
     zeros = fp8lm.fp8_all_reduce([np.zeros(4), np.zeros(4)])
     assert not zeros.gradient.any() and zeros.shared_scale == 1.0
+
+
+def test_mu_stays_through_all_zero_gradients():
+    """Found in a review: mu grew through steps whose gradient was zero on every worker (its
+    saturated fraction 0), so the first real gradients after 2,000 such steps saturated every value,
+    for as many steps as mu had doubled. A zero worker beside a nonzero one still counts."""
+    p = Tensor(np.zeros(64, np.float32), requires_grad=True)
+    store = fp8lm.FP8Gradients([("w", p)], select=lambda *_: True)
+    for _ in range(2000):
+        store.reduce([{"w": np.zeros(64, np.float32)}, {"w": np.zeros(64, np.float32)}])
+    assert store.auto_scales["w"].exponent == 0
+    g = (rng(6).standard_normal(64)).astype(np.float32)
+    report = store.reduce([{"w": g}, {"w": np.zeros(64, np.float32)}])
+    assert report.results["w"].saturation_fraction < 0.05 and store.auto_scales["w"].exponent == 1
+
+
+@pytest.mark.parametrize("workers", [4, 8])
+def test_the_all_reduce_of_tiny_gradients_is_their_mean(workers):
+    """Found in a review: where N * s_g passed float32's max (gradients near 1e-37), the sum was
+    divided by the max instead, and the "mean" came out N/2 times too large (relative error 99.8%)."""
+    grads = [(rng(7 + i).standard_normal(64) * 1e-37).astype(np.float32) for i in range(workers)]
+    result = fp8lm.fp8_all_reduce(grads)
+    assert result.scale == np.finfo(np.float32).max
+    assert float(workers) * float(result.shared_scale) > float(np.finfo(np.float32).max)
+    assert result.relative_error < 0.1
+    assert 0.9 < np.median(result.gradient / result.reference) < 1.1
 
 
 def test_a_worker_with_an_all_zero_gradient_sets_no_limit_on_the_shared_scale():
