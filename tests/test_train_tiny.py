@@ -1754,6 +1754,14 @@ def _kernels_under(coretype: str) -> str | None:
     return result.stdout.strip()
 
 
+def _skip_unless_two_cores() -> None:
+    """Under the Haswell kernels the number of BLAS threads changes a GEMM's last bits: the committed
+    results came from two (README, "Results and BLAS kernels"), which OpenBLAS runs only on a
+    machine with two cores or more (it caps OPENBLAS_NUM_THREADS at the cores it finds)."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("the committed results came from two BLAS threads; this machine has one core")
+
+
 def _skip_unless_haswell_kernels_can_run() -> None:
     """OPENBLAS_CORETYPE picks kernels only in an OpenBLAS built with DYNAMIC_ARCH (NumPy's wheels
     are), and the Haswell ones need an x86 CPU with AVX2."""
@@ -1780,12 +1788,14 @@ def test_blas_kernels_names_the_kernels_openblas_runs():
 def test_committed_headline_results_reproduce_under_their_kernels(tmp_path):
     """The committed headline results came from OpenBLAS's Haswell (AVX2) kernels: with those, the
     fp32 and unit runs of the headline config give the committed file's curves to the last digit
-    kept, on any machine with AVX2 (README, "Results and BLAS kernels"). Fails when a change moves
+    kept, on any machine with AVX2 and two cores, on two BLAS threads (README, "Results and BLAS
+    kernels"). Fails when a change moves
     training."""
     _skip_unless_haswell_kernels_can_run()
+    _skip_unless_two_cores()
     flags = [item for key, value in train_tiny.HEADLINE_CONFIG.items()
              for item in ("--" + key.replace("_", "-"), str(value))]
-    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "2"}  # (Haswell: threads matter)
     subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--recipe", "fp32,unit", *flags, "--out", str(tmp_path)],
                    capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     measured = train_tiny.headline_results(metrics(tmp_path))["runs"]
@@ -1801,7 +1811,8 @@ def test_committed_long_results_reproduce_under_their_kernels(tmp_path):
     those, its fp32 run (4000 steps, about 2 minutes) gives the committed file's curves to the last
     digit kept. Fails when a change moves training."""
     _skip_unless_haswell_kernels_can_run()
-    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    _skip_unless_two_cores()
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "2"}  # (Haswell: threads matter)
     subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--recipe", "fp32", "--steps", "4000", "--out",
                     str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     measured = train_tiny.headline_results(metrics(tmp_path))["runs"]["fp32"]
@@ -1823,13 +1834,14 @@ def test_default_run_gives_the_readme_numbers_under_each_kernel_family(tmp_path,
     (AVX-512) kernels, gives the numbers the README quotes, to the digits it quotes them. Fails
     when a change moves training, or the README's numbers go stale."""
     _skip_unless_haswell_kernels_can_run()
+    _skip_unless_two_cores()
     try:
         from numpy._core._multiarray_umath import __cpu_features__
     except ImportError:  # NumPy 1.x
         from numpy.core._multiarray_umath import __cpu_features__
     if kernels == "SkylakeX" and not __cpu_features__.get("AVX512_SKX"):
         pytest.skip("OpenBLAS's SkylakeX kernels need AVX-512")
-    env = {**os.environ, "OPENBLAS_CORETYPE": kernels}
+    env = {**os.environ, "OPENBLAS_CORETYPE": kernels, "OPENBLAS_NUM_THREADS": "2"}  # (Haswell: threads matter)
     subprocess.run([sys.executable, "-m", "minifp8.train_tiny", "--out", str(tmp_path)],
                    capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     results = metrics(tmp_path)
