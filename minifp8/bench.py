@@ -443,7 +443,8 @@ JSON_LAYOUT = """\
 --json PATH writes one JSON object (minifp8.bench.load_speed_results(PATH) reads it back):
   benchmark      "python -m minifp8.bench train"
   machine        the machine line printed first, without "machine: "
-  mx_scale_mode  the block scales of the mxfp8 runs (floor, ceil, even or rceil)
+  mx_scale_mode  the block scales of the mxfp8 runs (floor, ceil, even or rceil; absent from files
+                 written before the flag existed, such as the committed run 22, whose were floor)
   model          {family (unit or auto), n_layer, n_embd, batch_size, block_size}
   steps          the training steps of every run
   window_steps   the steps of each window of window_ratios: steps // 20, at least 1
