@@ -61,7 +61,7 @@ def guarded_stdout():
     if stream is None or isinstance(stream, _GuardedStdout):
         yield
         return
-    sys.stdout = _GuardedStdout(stream)  # type: ignore[assignment]
+    sys.stdout = _GuardedStdout(stream)
     try:
         yield
     finally:

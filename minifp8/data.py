@@ -502,7 +502,8 @@ class AnswerAccuracy:
 
     @property
     def exact_match(self) -> float:
-        """Fraction of answers with every character right: greedy decoding would write them."""
+        """Fraction of answers with every character right, each predicted from the true text before
+        it (teacher forcing; `answer_accuracy` says when greedy decoding would write the same)."""
         return self.correct_answers / self.total_answers if self.total_answers else math.nan
 
     def __add__(self, other: "AnswerAccuracy") -> "AnswerAccuracy":
@@ -615,9 +616,13 @@ def answer_accuracy(inputs: ArrayLike, targets: ArrayLike, predictions: ArrayLik
         (``exact_match``). Each prediction sees the true preceding text (teacher forcing), so
         ``exact_match`` is also the fraction of answers that greedy decoding from the question would
         write exactly (each greedy step then sees the same context), for a model whose prediction
-        at ``t`` depends on tokens up to ``t`` only (a scale computed from the whole batch, as
-        per-tensor current scaling does, breaks that). ``char_accuracy`` is more generous than
-        greedy decoding: a wrong digit does not derail the digits after it.
+        at ``t`` depends on the tokens up to ``t`` only, and not on how many follow: the standard
+        family under fp32, fp8, delayed and blockwise. The unit family's attention scale depends on
+        the input's length (u-muP's causal rule, `minifp8.unit.scaled_dot_product_attention`), and
+        ``current``'s and ``mxfp8``'s scales on later tokens, so there the count only approximates
+        greedy decoding's (a review found 2.9% of a unit-family model's answer characters predicted
+        otherwise from the prefix alone). ``char_accuracy`` is more generous than greedy decoding:
+        a wrong digit does not derail the digits after it.
 
     Notes
     -----

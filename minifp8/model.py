@@ -13,9 +13,9 @@ norm and a linear LM head, trained with a mean cross-entropy. ``config.family`` 
 * ``"unit"``: `minifp8.uu` layers (Blake et al. 2023, arXiv:2303.11257; u-muP, Blake et al.
   2024, arXiv:2407.17465). Weights are N(0, 1) and fixed scale factors in the ops keep the
   activations and gradients near unit scale at initialisation, so FP8 needs no loss scaling and
-  no per-tensor scales. Near, not at, and less so with depth: at 8 layers and width 128 (two
-  seeds, 8 x 64 tokens) the attention outputs' std grows from 1.1 in the first layer to 3.1-3.5 in
-  the last and the residual stream's to 1.7-1.8, since u-muP's attention rule assumes the values
+  no per-tensor scales. Near, not at, and less so with depth: at 8 layers, width 128 and 4 heads
+  (seeds 0 and 1, 8 x 64 random ids, at initialisation) the attention outputs' std grows from 1.3
+  in the first layer to 3.4-3.5 in the last and the residual stream's to 1.8-2.1, since u-muP's attention rule assumes the values
   independent across positions and causal averaging makes them less so. That is the rule's own
   drift (`minifp8.unit.scaled_dot_product_attention`), and far inside E4M3's and E5M2's ranges.
   The residual stream uses u-muP's tau rule (`minifp8.uu.residual_taus`), the LM head is a

@@ -580,7 +580,10 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     candidates += [({"rounding": other}, fmt, lambda v: v, "x",
                     f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
                    for other in codec.ROUNDING_MODES if other not in (rounding, "stochastic")]
-    candidates += [({}, fmt, lambda v, factor=factor: v * factor, f"x * {factor:g}", f"every exponent is one "
+    def times(factor: float) -> Callable[[np.ndarray], np.ndarray]:
+        return lambda v: v * factor
+
+    candidates += [({}, fmt, times(factor), f"x * {factor:g}", f"every exponent is one "
                     f"{direction} (an exponent bias off by one, or inputs scaled by {factor:g})")
                    for factor, direction in ((2.0, "too large"), (0.5, "too small"))]
     sample = where[:4096]
