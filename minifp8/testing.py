@@ -591,7 +591,7 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     held = []
     for change, other, transform, arguments, meaning in candidates:
         rule = {**options, **change}
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # (x * 2 may overflow, x in float16 underflow: both as intended)
             if not same(_gather(actual, sample), codec.encode(transform(inputs), other, **rule)):
                 continue
             if not same(actual, codec.encode(x if arguments == "x" else transform(wide), other, **rule)):
