@@ -673,7 +673,11 @@ class FP8Gradients:
         if saved != (self.fmt.name, self.threshold, self.window):
             raise ValueError(f"FP8Gradients.load_state_dict: saved (fmt, threshold, window) = {saved}, "
                              f"this store has {(self.fmt.name, self.threshold, self.window)}")
-        exponents = dict(state["exponents"])
+        exponents = state.get("exponents")
+        if not isinstance(exponents, Mapping):
+            raise TypeError(f"FP8Gradients.load_state_dict: state['exponents'] must map each FP8 gradient's name "
+                            f"to its mu exponent (an int), got {formats._described(exponents)}")
+        exponents = dict(exponents)
         if set(exponents) != set(self.auto_scales):
             raise KeyError(f"FP8Gradients.load_state_dict: saved FP8 gradients {sorted(exponents)} do not "
                            f"match this store's {sorted(self.auto_scales)}")

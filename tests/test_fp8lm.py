@@ -360,6 +360,12 @@ def test_fp8_gradients_state_round_trip_and_errors():
     with pytest.raises(KeyError, match="do not match"):
         fp8lm.FP8Gradients(model.named_parameters(), threshold=0.01, window=7,
                            select=lambda name, p: name == "0.weight").load_state_dict(state)
+    for exponents in (None, [("0.weight", 1)]):  # (missing, or not a mapping: a raw KeyError 'exponents' before)
+        broken = {**state, "exponents": exponents} if exponents is not None else {
+            key: value for key, value in state.items() if key != "exponents"}
+        with pytest.raises(TypeError, match=r"state\['exponents'\] must map each FP8 gradient's name"):
+            other.load_state_dict(broken)
+    assert other.factor("0.weight") == 2.0 ** (-12 / 7)
 
     per_worker = worker_gradients(model, *data(), workers=2)
     with pytest.raises(ValueError, match="every worker needs one"):
