@@ -34,21 +34,19 @@ class _GuardedStdout:
     def __init__(self, stream) -> None:
         self._stream = stream
 
-    def write(self, text: str) -> int:
+    def _call(self, name: str, *args):
         try:
-            return self._stream.write(text)
+            return getattr(self._stream, name)(*args)
         except BrokenPipeError:
             raise
         except OSError as error:
             raise StdoutError(error) from error
 
+    def write(self, text: str) -> int:
+        return self._call("write", text)
+
     def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as error:
-            raise StdoutError(error) from error
+        self._call("flush")
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)

@@ -659,8 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     if repeated:  # (timed twice for one report, as --recipes refuses a recipe twice)
         parser.error(f"section(s) {', '.join(repeated)} listed more than once: {' '.join(args.sections)}")
     _check_flags_apply(parser, args, args.sections or list(SECTIONS))
-    available = _physical_memory()
-    if (args.steps is not None or args.n_embd is not None) and available is not None:
+    available = _physical_memory() if args.steps is not None or args.n_embd is not None else None
+    if available is not None:
         needed = _train_memory_needed(args)
         if needed > available:  # (else a traceback: numpy refuses the arrays, or Linux kills the process)
             given = " ".join(f"--{flag} {value}" for flag, value in (("steps", args.steps), ("n-embd", args.n_embd))

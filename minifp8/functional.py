@@ -102,7 +102,8 @@ def sigmoid(x: Tensor | ArrayLike) -> Tensor:
     """
     x = _floating(x, "sigmoid")
     e = np.exp(-np.abs(x.data))
-    large, small = 1.0 / (1.0 + e), e / (1.0 + e)  # sigmoid(|x|), sigmoid(-|x|) = 1 - sigmoid(|x|)
+    denominator = 1.0 + e
+    large, small = 1.0 / denominator, e / denominator  # sigmoid(|x|), sigmoid(-|x|) = 1 - sigmoid(|x|)
     positive = x.data >= 0
     out_data = np.where(positive, large, small)
     complement = np.where(positive, small, large)  # 1 - s

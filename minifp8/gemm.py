@@ -776,7 +776,7 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
             if (np.array_equal(a_scales, a.scales, equal_nan=True)
                     or np.array_equal(b_scales, b.scales, equal_nan=True)):
                 continue  # (one operand's variant is the reference itself: the hints above have it)
-            if all(np.unique(scales).size == 1 for scales in (a.scales, b.scales)):
+            if _uniform_scales(a, b):
                 continue  # (one factor on the whole product: _factor_hint names it, with the product's values)
             pair = (_Operand(a.decoded, a_scales, _scaled(a.decoded, a_scales)),
                     _Operand(b.decoded, b_scales, _scaled(b.decoded, b_scales)))
@@ -930,6 +930,11 @@ def _span(start: int, count: int) -> str:
     return f"{start}" if count == 1 else f"{start} to {start + count - 1}"
 
 
+def _uniform_scales(a: _Operand, b: _Operand) -> bool:
+    """Whether each operand has one scale value throughout (a bug in both is then one factor)."""
+    return all(np.unique(operand.scales).size == 1 for operand in (a, b))
+
+
 def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance) -> list[str]:
     """Every mismatched output (two or more, finite) is the reference times one factor c, within c
     times its tolerance: c a power of two, a value of the scales or its inverse, or any number."""
@@ -947,7 +952,7 @@ def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance) ->
         scales = np.unique(np.abs(operand.scales[np.isfinite(operand.scales) & (operand.scales != 0)]))[:256]
         candidates += [(sign * s, f" (a value of {name}): a scale applied twice?") for s in scales]
         candidates += [(sign / s, f" (the inverse of a value of {name}): a scale omitted?") for s in scales]
-    if all(np.unique(scales).size == 1 for scales in (a.scales, b.scales)):  # (per-tensor: their product)
+    if _uniform_scales(a, b):  # (per-tensor: their product)
         product = abs(float(a.scales.reshape(-1)[0]) * float(b.scales.reshape(-1)[0]))
         if np.isfinite(product) and product != 0:
             candidates += [(sign * product, " (a_scales times b_scales): the scales' product applied twice?"),

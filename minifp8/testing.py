@@ -564,20 +564,20 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
 
     with np.errstate(invalid="ignore"):  # (exact; a signalling NaN input is quieted; times 2 or 1/2 stays exact)
         wide = x.astype(np.float64)
-    # (the options changed, the format, what becomes of x and how the call shows it, what it would mean),
-    # the likeliest first: a clamping cast (satfinite), another format's codes (FNUZ on ROCm), a double
-    # rounding through a 16-bit type, another rounding, an exponent off by one
-    candidates: list[tuple[dict[str, Any], FloatFormat, Callable[[np.ndarray], np.ndarray], str, str]] = [
-        ({"saturate": not saturate}, fmt, lambda v: v, "x", "the backend clamps overflow to +-max" if not saturate
+    # (the options changed, the format, what becomes of x (None: x as it is) and how the call shows it,
+    # what it would mean), the likeliest first: a clamping cast (satfinite), another format's codes
+    # (FNUZ on ROCm), a double rounding through a 16-bit type, another rounding, an exponent off by one
+    candidates: list[tuple[dict[str, Any], FloatFormat, Callable[[np.ndarray], np.ndarray] | None, str, str]] = [
+        ({"saturate": not saturate}, fmt, None, "x", "the backend clamps overflow to +-max" if not saturate
          else "the backend overflows to Inf or NaN instead of clamping to +-max")]
-    candidates += [({}, other, lambda v: v, "x", f"the backend wrote {other.name} codes, not {fmt.name}")
+    candidates += [({}, other, None, "x", f"the backend wrote {other.name} codes, not {fmt.name}")
                    for other in formats.CATALOGUE.values() if other.bits == fmt.bits and other.name != fmt.name]
     if x.dtype == np.float32:  # (a float32 input through a narrower type, rounded to nearest even)
         candidates += [({}, fmt, lambda v: v.astype(np.float32).astype(np.float16), "x.astype(float16)",
                         "the backend rounds x to float16 first (a double rounding)"),
                        ({}, fmt, lambda v: _through_bfloat16(v.astype(np.float32)), "x.astype(bfloat16)",
                         "the backend rounds x to bfloat16 first (a double rounding)")]
-    candidates += [({"rounding": other}, fmt, lambda v: v, "x",
+    candidates += [({"rounding": other}, fmt, None, "x",
                     f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
                    for other in codec.ROUNDING_MODES if other not in (rounding, "stochastic")]
     def times(factor: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -592,9 +592,10 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     for change, other, transform, arguments, meaning in candidates:
         rule = {**options, **change}
         with np.errstate(all="ignore"):  # (x * 2 may overflow, x in float16 underflow: both as intended)
-            if not same(_gather(actual, sample), codec.encode(transform(inputs), other, **rule)):
+            if not same(_gather(actual, sample), codec.encode(inputs if transform is None else transform(inputs),
+                                                              other, **rule)):
                 continue
-            if not same(actual, codec.encode(x if arguments == "x" else transform(wide), other, **rule)):
+            if not same(actual, codec.encode(x if transform is None else transform(wide), other, **rule)):
                 continue
         # (every option of the rule that held, the caller's too: the call shown reproduces actual)
         shown = ", ".join([f"'{other.name}'"] + [f"{k}={v!r}" for k, v in rule.items()])
