@@ -580,6 +580,9 @@ class FP8Gradients:
 
     def factor(self, name: str) -> float:
         """The current ``mu`` of one FP8 gradient."""
+        if name not in self.auto_scales:
+            raise KeyError(f"FP8Gradients.factor: {name!r} is not an FP8 gradient; "
+                           f"they are {sorted(self.auto_scales)}")
         return self.auto_scales[name].factor
 
     def collect(self) -> dict:
@@ -730,7 +733,11 @@ def split_batch(*arrays: Tensor | ArrayLike, workers: int) -> list[tuple[np.ndar
 def _named(named_parameters, owner: str) -> dict:
     if hasattr(named_parameters, "named_parameters"):
         named_parameters = named_parameters.named_parameters()
-    pairs = list(named_parameters)
+    try:
+        pairs = list(named_parameters)
+    except TypeError:
+        raise TypeError(f"{owner}: expected a Module or an iterable of (name, Tensor) pairs such as "
+                        f"model.named_parameters(), got {type(named_parameters).__name__}") from None
     result = {}
     for item in pairs:
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)

@@ -380,6 +380,10 @@ def test_fp8_gradients_state_round_trip_and_errors():
         store.reduce(per_worker[0])
     with pytest.raises(TypeError, match="pairs"):
         fp8lm.FP8Gradients([np.ones(3)])
+    with pytest.raises(TypeError, match="iterable of .name, Tensor. pairs .* got int"):  # 'int' object is not iterable before
+        fp8lm.FP8Gradients(3)
+    with pytest.raises(KeyError, match=r"'0.bias' is not an FP8 gradient; they are \['0.weight', '3.weight'\]"):
+        store.factor("0.bias")  # a bare KeyError '0.bias' before
     with pytest.raises(TypeError, match="select"):
         fp8lm.FP8Gradients(model.named_parameters(), select="weights")
     with pytest.raises(ValueError, match="E4M3 or E5M2"):
