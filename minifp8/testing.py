@@ -157,6 +157,9 @@ def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6,
     checked, seen = [], set()
     for i, x in enumerate(inputs):
         if isinstance(x, Tensor) and x.requires_grad and id(x) not in seen:
+            if not x.is_leaf:  # gradcheck writes its .data, which an op's output must keep for backward
+                raise ValueError(f"gradcheck: {names[i]} is the output of op {x._op!r}, not a leaf: pass a leaf "
+                                 "such as Tensor(y.data.copy(), requires_grad=True)")
             seen.add(id(x))
             checked.append((names[i], x))
     if not checked:
@@ -209,7 +212,11 @@ def _as_outputs(result) -> list[Tensor]:
     for out in outputs:
         if not isinstance(out, Tensor):
             raise TypeError(f"gradcheck: fn must return a Tensor or a tuple of Tensors, got {type(out).__name__}")
-    return [out for out in outputs if out.dtype.kind == "f"]
+    floating = [out for out in outputs if out.dtype.kind == "f"]
+    if not floating:  # nothing to differentiate: a check would compare zeros with zeros and pass
+        raise ValueError(f"gradcheck: fn returned no floating-point Tensor, got "
+                         f"{[str(out.dtype) for out in outputs] or 'an empty ' + type(result).__name__}")
+    return floating
 
 
 def _backward_all(outputs: list[Tensor], weights: list[np.ndarray]) -> None:

@@ -240,3 +240,16 @@ def test_float64_inputs_holding_float32_values_take_the_table_and_give_the_same_
     monkeypatch.setattr(codec, "_encode_exact_in_slices", lambda *args: calls.append(1) or exact(*args))
     codes = codec.encode(other, fmt)
     assert calls and np.array_equal(codes[:-1], expected[:-1])
+
+
+def test_an_autograd_tensor_given_for_an_array_is_named():
+    """A Tensor iterates into an object array of Tensors, so the array API said 'got dtype object' (a review's find)."""
+    from minifp8 import fp8
+    from minifp8.autograd import Tensor
+
+    t = Tensor(np.ones(32, np.float32))
+    for call in (lambda: codec.encode(t, "E4M3"), lambda: fp8.fake_quantize(t, "current"),
+                 lambda: mx.quantize(t, "MXFP8_E4M3")):
+        with pytest.raises(TypeError, match=r"x is a minifp8 autograd Tensor, not an array: pass its values, x\.data"):
+            call()
+    assert np.array_equal(codec.encode(t.data, "E4M3"), codec.encode(np.ones(32, np.float32), "E4M3"))

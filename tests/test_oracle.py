@@ -964,6 +964,21 @@ def test_gradcheck_names_a_bad_fn_seed_or_names():
     assert testing.gradcheck(lambda t: t * 2.0, x, seed=np.int64(0), names=("x",)).passed
 
 
+def test_gradcheck_refuses_to_pass_with_nothing_to_check():
+    """An fn that returns no floating Tensor passed (zeros against zeros), and a non-leaf input failed with an
+    in-place-change error the caller never made (a review's finds)."""
+    from minifp8.autograd import Tensor
+
+    x = Tensor(np.array([1.0, -2.0, 3.0], np.float32), requires_grad=True)
+    with pytest.raises(ValueError, match="gradcheck: fn returned no floating-point Tensor, got an empty tuple"):
+        testing.gradcheck(lambda t: (), x)
+    with pytest.raises(ValueError, match=r"gradcheck: fn returned no floating-point Tensor, got \['int64'\]"):
+        testing.gradcheck(lambda t: Tensor(np.argsort(t.data)), x)
+    with pytest.raises(ValueError, match="gradcheck: input 0 is the output of op 'mul', not a leaf"):
+        testing.gradcheck(lambda t: (t * t).sum(), x * 2.0)
+    assert testing.gradcheck(lambda t: (t * t).sum(), x).passed
+
+
 def test_gradcheck_passes_an_error_of_exactly_one_tolerance():
     """The docstring: the check passes when each error (|difference| / tolerance) is <= 1, so an error
     of exactly 1 passes (found by mutation testing: < 1 went unnoticed). L = sum(x**3 * r) at x = 0 has
