@@ -120,6 +120,8 @@ def default_dtype(dtype: DTypeLike) -> Iterator[None]:
     run the very same ops in double precision against finite differences. It switches the
     calling thread only: tensors that other threads create stay float32.
     """
+    if dtype is None:  # (np.dtype(None) is float64)
+        raise TypeError("default_dtype must be float32 or float64, got None")
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"default_dtype must be float32 or float64, got {dtype}")

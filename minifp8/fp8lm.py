@@ -291,13 +291,17 @@ class AutoScale:
 
 
 def _check_threshold(threshold) -> float:
-    if not _is_real(threshold) or not 0.0 <= float(threshold) < 1.0:
+    if not _is_real(threshold):
+        raise TypeError(f"threshold must be a real number (a fraction in [0, 1)), got {type(threshold).__name__}")
+    if not 0.0 <= float(threshold) < 1.0:
         raise ValueError(f"threshold must be a fraction in [0, 1), got {threshold!r}")
     return float(threshold)
 
 
 def _check_window(window) -> int:
-    if not _is_int(window) or window < 1:
+    if not _is_int(window):
+        raise TypeError(f"window must be an int >= 1, got {type(window).__name__} {window!r}")
+    if window < 1:
         raise ValueError(f"window must be an int >= 1, got {window!r}")
     return int(window)
 

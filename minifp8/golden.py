@@ -117,7 +117,7 @@ import os
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -240,6 +240,8 @@ def write_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> st
     """Write arrays, little-endian, as an uncompressed ``.npz`` with fixed zip timestamps; return its sha256."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"golden.write_npz: path must be a file path (str or os.PathLike), got {type(path).__name__}")
+    if not isinstance(arrays, Mapping):
+        raise TypeError(f"golden.write_npz: arrays must be a mapping of names to arrays, got {type(arrays).__name__}")
     path = Path(path)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:

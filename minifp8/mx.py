@@ -565,6 +565,8 @@ def row_max(values: np.ndarray, row_length: int) -> np.ndarray:
     if not isinstance(values, np.ndarray):
         raise TypeError(f"values must be a 1-d numpy array, got {type(values).__name__}")
     values = _plain_array(values, "values")
+    if values.dtype.kind not in "fiu":  # (a complex max is lexicographic; a bool one is a logical or)
+        raise TypeError(f"values must hold real numbers (float or integer), got dtype {values.dtype}")
     if values.ndim != 1:
         raise ValueError(f"values must be a 1-d numpy array, got shape {values.shape}")
     row_length = _check_int(row_length, "row_length", 1)

@@ -111,11 +111,17 @@ def test_auto_scale_default_threshold_is_one_in_a_hundred_thousand():
 
 
 def test_auto_scale_rejects_bad_settings():
-    for threshold in (-0.1, 1.0, float("nan"), "0.1", True):
+    for threshold in (-0.1, 1.0, float("nan")):
         with pytest.raises(ValueError, match="threshold"):
             fp8lm.AutoScale(threshold=threshold)
-    for window in (0, -3, 1.5, True):
+    for threshold in ("0.1", True):  # wrong types are TypeErrors, as everywhere else (ValueErrors before)
+        with pytest.raises(TypeError, match="threshold must be a real number"):
+            fp8lm.AutoScale(threshold=threshold)
+    for window in (0, -3):
         with pytest.raises(ValueError, match="window"):
+            fp8lm.AutoScale(window=window)
+    for window in (1.5, True):
+        with pytest.raises(TypeError, match="window must be an int >= 1, got"):
             fp8lm.AutoScale(window=window)
     auto = fp8lm.AutoScale()
     for fraction in (1.5, -0.1, float("nan")):

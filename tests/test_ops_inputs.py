@@ -303,3 +303,22 @@ def test_module_load_names_a_path_that_is_neither_a_path_nor_a_file():
     # (AttributeError: 'int' object has no attribute 'tell'; found in an API review)
     with pytest.raises(TypeError, match="Module.load: path must be a file path .* got int 3"):
         nn.Linear(2, 3, rng=np.random.default_rng(0)).load(3)
+
+
+def test_small_input_checks_a_review_found_missing():
+    """Each of these was accepted, or failed with a raw NumPy error, before."""
+    import tempfile
+
+    from minifp8 import golden, mx
+    from minifp8.autograd import Tensor, default_dtype
+
+    q = Tensor(np.ones((1, 2, 4), np.float32))
+    with pytest.raises(TypeError, match="rng must be a np.random.Generator"):  # ignored when dropout_p was 0
+        F.scaled_dot_product_attention(q, q, q, rng="not a generator")
+    with pytest.raises(TypeError, match="default_dtype must be float32 or float64, got None"):  # float64 before
+        with default_dtype(None):
+            pass
+    with pytest.raises(TypeError, match="values must hold real numbers"):  # a lexicographic max before
+        mx.row_max(np.array([1 + 5j, 2, 9j, 1 + 1j]), 2)
+    with tempfile.TemporaryDirectory() as folder, pytest.raises(TypeError, match="arrays must be a mapping"):
+        golden.write_npz(f"{folder}/x.npz", [np.ones(2)])
