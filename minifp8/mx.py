@@ -701,7 +701,8 @@ class NVFP4Array:
     ----------
     scales : numpy.ndarray of uint8
         E4M3 block-scale codes (``S_dec_b``), the input's shape with ``axis`` replaced by the
-        number of 16-element blocks.
+        number of 16-element blocks. Unsigned (UE4M3): `scale_values` and `dequantize` refuse a
+        code with the sign bit set.
     codes : numpy.ndarray of uint8
         E2M1 codes, the input's shape.
     global_amax : numpy.float32
@@ -762,6 +763,11 @@ class NVFP4Array:
         significant bits at most), whose products with E2M1 values float64 holds exactly.
         """
         codec._check_float_environment()
+        negative = np.flatnonzero(np.asarray(self.scales).reshape(-1) >= 0x80)
+        if negative.size:  # NVFP4's block scales are unsigned (UE4M3): a set sign bit would negate its block
+            raise ValueError(f"scales: NVFP4 block scales are unsigned E4M3 (sign bit clear, codes < 0x80), got "
+                             f"{negative.size} with the sign bit set, first "
+                             f"{int(np.asarray(self.scales).reshape(-1)[negative[0]]):#04x} at flat index {negative[0]}")
         block_scales = codec.decode(self.scales, formats.E4M3)
         one_over_2688 = np.float32(1 / (6 * 448))
         with np.errstate(over="ignore", under="ignore"):

@@ -1007,3 +1007,18 @@ def test_which_blocks_of_float32_input_dequantize_to_inf(elem):
     assert np.isfinite(mx.quantize(x, elem, scale_mode="floor").dequantize()).all()
     e4m3 = mx.quantize(x, "E4M3", scale_mode="rceil")
     assert e4m3.scales[0] == 127 + 120 and np.isinf(e4m3.dequantize()).all()  # 256 * 2**120 = 2**128
+
+
+def test_nvfp4_refuses_a_signed_block_scale():
+    """A hand-built NVFP4Array whose block scale had its sign bit set dequantized to the negated block (a review's
+    find); NVFP4's block scales are unsigned E4M3 (TransformerEngine computes them from an amax)."""
+    q = mx.quantize_nvfp4(np.linspace(-3, 3, 32).astype(np.float32))
+    signed = mx.NVFP4Array(scales=q.scales | np.uint8(0x80), codes=q.codes, global_amax=q.global_amax,
+                           encode_scale=q.encode_scale, axis=-1, shape=q.shape)
+    for call in (signed.dequantize, signed.scale_values):
+        with pytest.raises(ValueError, match="NVFP4 block scales are unsigned E4M3 .* got 2 with the sign bit set, "
+                                             "first 0xfe at flat index 0"):
+            call()
+    assert np.array_equal(q.dequantize(), mx.NVFP4Array(scales=q.scales, codes=q.codes, global_amax=q.global_amax,
+                                                         encode_scale=q.encode_scale, axis=-1,
+                                                         shape=q.shape).dequantize())
