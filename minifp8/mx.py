@@ -763,11 +763,12 @@ class NVFP4Array:
         significant bits at most), whose products with E2M1 values float64 holds exactly.
         """
         codec._check_float_environment()
-        negative = np.flatnonzero(np.asarray(self.scales).reshape(-1) >= 0x80)
+        flat_scales = np.asarray(self.scales).reshape(-1)
+        negative = np.flatnonzero(flat_scales >= 0x80)
         if negative.size:  # NVFP4's block scales are unsigned (UE4M3): a set sign bit would negate its block
             raise ValueError(f"scales: NVFP4 block scales are unsigned E4M3 (sign bit clear, codes < 0x80), got "
-                             f"{negative.size} with the sign bit set, first "
-                             f"{int(np.asarray(self.scales).reshape(-1)[negative[0]]):#04x} at flat index {negative[0]}")
+                             f"{negative.size} with the sign bit set, first {int(flat_scales[negative[0]]):#04x} "
+                             f"at flat index {negative[0]}")
         block_scales = codec.decode(self.scales, formats.E4M3)
         one_over_2688 = np.float32(1 / (6 * 448))
         with np.errstate(over="ignore", under="ignore"):

@@ -30,7 +30,7 @@ import pytest
 
 from minifp8 import codec, formats, testing
 
-from test_formats import ML_DTYPES_NAMES
+from test_formats import ML_DTYPES_NAMES, ml_dtypes_rounds_once
 
 
 def _inputs(name):
@@ -67,15 +67,11 @@ def test_ml_dtypes_matches_the_oracle_on_float32(name):
     testing.assert_codes_equal(theirs, x, name)  # exact NaN codes too
 
 
-def _ml_dtypes_at_least(ml_dtypes, major, minor):
-    return tuple(int(part) for part in ml_dtypes.__version__.split(".")[:2]) >= (major, minor)
-
-
 def test_ml_dtypes_e8m0_subnormal_quirk():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     x = np.array([np.nextafter(np.float32(2.0**-127), np.float32(1))], np.float32)  # 0x00400001
     report = testing.compare(x.astype(ml_dtypes.float8_e8m0fnu), x, "E8M0")
-    if _ml_dtypes_at_least(ml_dtypes, 0, 7):  # ml_dtypes 0.7.0 rounds these as we do (seen 2026-12-02)
+    if ml_dtypes_rounds_once(ml_dtypes):
         assert report.count == 0
         return
     assert report.count == 1 and report.mismatches[0].actual_code == 0x01 and report.mismatches[0].expected_code == 0x00
@@ -119,7 +115,7 @@ def test_ml_dtypes_double_rounds_float64(name):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     x = _float64_near_midpoints(name)
     report = testing.compare(x.astype(getattr(ml_dtypes, ML_DTYPES_NAMES[name])), x, name)
-    if _ml_dtypes_at_least(ml_dtypes, 0, 7):  # ml_dtypes 0.7.0 rounds float64 once, as we do (seen 2026-12-02)
+    if ml_dtypes_rounds_once(ml_dtypes):
         assert report.count == 0
         return
     assert report.count == len(x) // 2  # one of each pair m(1 - 2**-40), m(1 + 2**-40)
