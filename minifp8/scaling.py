@@ -107,6 +107,12 @@ class ScaledTensor:
             bad = ~(np.isfinite(value) & (value > 0))
             if bad.any():
                 raise ValueError(f"{name} must be finite and > 0, got {float(np.reshape(value, -1)[np.argmax(bad)])}")
+        wrong = np.asarray(self.scale_inv != np.float32(1) / self.scale)  # (dequantize reads scale_inv alone)
+        if wrong.any():
+            at = int(np.argmax(wrong.reshape(-1)))
+            raise ValueError(f"scale_inv must be float32(1 / scale), got {float(np.reshape(self.scale_inv, -1)[at])!r} "
+                             f"for scale {float(np.reshape(self.scale, -1)[at])!r} (expected "
+                             f"{float(np.float32(1) / np.reshape(self.scale, -1)[at])!r})")
 
     def _scale_shape(self) -> tuple:
         """The shape of ``scale`` for the granularity (checking ``axis`` and ``block_shape``)."""

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import codec, formats
-from .formats import FloatFormat, _check_int, _is_int, _plain_array
+from .formats import FloatFormat, _check_int, _described, _is_int, _plain_array
 from .mx import MXFormat
 
 # ================================================================================================
@@ -729,10 +729,20 @@ def _check_max_rows(max_rows) -> None:
     _check_int(max_rows, "max_rows (mismatches to keep for the table)", 0)
 
 
+def _backend_array(actual, name: str) -> np.ndarray:
+    """``np.asarray(actual)``, or a TypeError where it holds no numbers (None, strings, a ragged mix),
+    before its shape () or (n,) reads as a shape mismatch."""
+    array = _plain_array(actual, name)
+    if array.dtype.kind in "OSU":  # (not "V": ml_dtypes floats are kind V)
+        raise TypeError(f"{name} must be the backend's codes (uint8, or a 1-byte dtype holding them) or decoded "
+                        f"float16/32/64 values, got {_described(actual)}")
+    return array
+
+
 def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
     """A backend's result as uint8 codes: codes as given, 1-byte dtypes by view, floats by value.
     ``name`` is the argument's name for the errors."""
-    array = _plain_array(actual, name)
+    array = _backend_array(actual, name)
     if array.shape != shape:
         raise ValueError(f"{name} has shape {array.shape} but x has shape {shape}")
     if array.dtype == np.uint8:
@@ -1033,8 +1043,9 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     checked = []
     for name, got, want, fmt in (("scales", scales, expected.scales, scale_format),
                                  ("codes", codes, expected.codes, element_format)):
-        if np.shape(got) != want.shape:
-            raise ValueError(f"{name} has shape {np.shape(got)}, expected {want.shape} for x of shape {x.shape}"
+        got = _backend_array(got, name)
+        if got.shape != want.shape:
+            raise ValueError(f"{name} has shape {got.shape}, expected {want.shape} for x of shape {x.shape}"
                              + (" (unpack FP4 nibbles first)" if name == "codes" else ""))
         if name == "codes" and not is_nvfp4 and (expected.scales == 0xFF).any():
             # the codes of a block whose expected scale is NaN are don't-care (the golden notes):

@@ -1113,6 +1113,21 @@ def test_rejected_input_dtypes_say_what_is_accepted():
         testing.compare_mx(np.zeros(1, np.uint8), np.zeros(2, np.uint8), x.astype(np.int32), "E4M3")
 
 
+def test_results_that_hold_no_numbers_are_named_not_read_as_a_shape_mismatch():
+    """compare(None, x) said "actual has shape () but x has shape (2,)", and compare_mx the same of its
+    scales or codes: a missing result read as a shape bug."""
+    x = np.array([1.0, 2.5], np.float32)
+    for bad, shown in ((None, "NoneType None"), ("ab", "str 'ab'"), ([1, None], r"list \[1, None\]"),
+                       (np.array(["a", "b"]), r"ndarray of dtype <U1 and shape \(2,\)")):
+        with pytest.raises(TypeError, match=f"actual must be the backend's codes .* got {shown}$"):
+            testing.compare(bad, x, "E4M3")
+    x = np.ones(32, np.float32)
+    with pytest.raises(TypeError, match="scales must be the backend's codes .* got NoneType None$"):
+        testing.compare_mx(None, np.zeros(32, np.uint8), x, "MXFP8_E4M3")
+    with pytest.raises(TypeError, match="codes must be the backend's codes .* got NoneType None$"):
+        testing.compare_mx(np.zeros(1, np.uint8), None, x, "MXFP8_E4M3")
+
+
 def test_the_module_docstring_says_which_helpers_raise():
     """It said every helper returns a report and raises when the check fails: compare and
     compare_mx never raise for a mismatch, and the assert_* helpers return None."""

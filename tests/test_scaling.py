@@ -476,6 +476,12 @@ def _fields(scaled):
      r"scale must be finite and > 0, got -2\.0"),
     ("block", dict(scale_inv=np.array([[1, 1], [1, np.nan], [1, 1], [1, 1]], np.float32)), ValueError,
      "scale_inv must be finite and > 0, got nan"),
+    # dequantize reads scale_inv alone, so a scale_inv that is not float32(1 / scale) decoded the codes to
+    # other values than the scale had cast them from
+    ("tensor", dict(scale_inv=np.float32(123.0)), ValueError, r"scale_inv must be float32\(1 / scale\), got 123\.0"),
+    ("block", dict(scale_inv=np.array([[1, 1], [1, 2], [1, 1], [1, 1]], np.float32),
+                   scale=np.ones((4, 2), np.float32)), ValueError,
+     r"scale_inv must be float32\(1 / scale\), got 2\.0 for scale 1\.0 \(expected 1\.0\)"),
 ])
 def test_scaled_tensor_with_inconsistent_fields_is_an_error(make, change, error, match):
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
