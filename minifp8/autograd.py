@@ -283,6 +283,35 @@ class Tensor:
     def __len__(self) -> int:
         return len(self.data)
 
+    def __iter__(self):
+        """The rows, each ``self[i]`` in the graph; a 0-d tensor is a TypeError, as in NumPy (Python's
+        fallback through ``__getitem__`` gave ``list(Tensor(3.0)) == []``)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d Tensor: use .item() for its value")
+        return (self[i] for i in range(len(self)))
+
+    # A Tensor is hashed by identity (optimizers key their state by it), and ``==`` would compare
+    # identity too: ``t == 0.0`` gave one False, not an elementwise mask. Compare the arrays instead,
+    # as the ordering operators, which a Tensor lacks, already make one do.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        if other is self:  # (``t in [t, ...]`` and list.remove find a tensor by identity first)
+            return True
+        raise TypeError(f"== on a minifp8 Tensor is not elementwise: compare the arrays, .data == "
+                        f"{'.data' if isinstance(other, Tensor) else 'value'} (or use `is` for identity)")
+
+    def __ne__(self, other):
+        if other is self:
+            return False
+        raise TypeError(f"!= on a minifp8 Tensor is not elementwise: compare the arrays, .data != "
+                        f"{'.data' if isinstance(other, Tensor) else 'value'} (or use `is not` for identity)")
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(t) made an object array of 0-d Tensors, one per element, each in the graph."""
+        raise TypeError("a minifp8 Tensor is not an array: pass its values, .data (or .numpy()), or use "
+                        "minifp8.functional's ops to stay in the graph")
+
     def __bool__(self) -> bool:
         return bool(self.data)  # raises for more than one element, like NumPy
 

@@ -109,12 +109,10 @@ def _plain_array(x, name: str = "x") -> np.ndarray:
         raise TypeError(f"{name} is a numpy.ma.MaskedArray, whose mask minifp8 would drop (np.asarray keeps the "
                         f"values under it): pass a plain array, such as its .filled(value), to choose what the "
                         f"masked elements hold")
-    array = np.asarray(x)
-    if array.dtype == object:  # off the common path: a Tensor iterates into an object array of Tensors
-        if type(x).__name__ == "Tensor" and type(x).__module__ == "minifp8.autograd":  # (autograd lies above)
-            raise TypeError(f"{name} is a minifp8 autograd Tensor, not an array: pass its values, {name}.data "
-                            f"(fp8.apply_recipe casts inside a model's graph)")
-    return array
+    if type(x).__name__ == "Tensor" and type(x).__module__ == "minifp8.autograd":  # (autograd lies above)
+        raise TypeError(f"{name} is a minifp8 autograd Tensor, not an array: pass its values, {name}.data "
+                        f"(fp8.apply_recipe casts inside a model's graph)")
+    return np.asarray(x)
 
 
 @dataclass(frozen=True)

@@ -249,3 +249,22 @@ def test_indexing_keeps_its_own_copy_of_the_index_for_backward(kind):
     y.backward()
     expected = [[0, 2], [1, 0], [0, 0]] if kind == "tuple of arrays" else [[2, 2], [1, 1], [0, 0]]
     np.testing.assert_array_equal(x.grad, np.array(expected, np.float32))
+
+
+def test_equality_iteration_and_numpy_conversion_of_a_tensor_are_never_silently_wrong():
+    """Found by a review: ``t == 0.0`` gave one False (identity), not a mask; ``list(Tensor(3.0))`` gave [];
+    ``np.asarray(t)`` an object array of 0-d Tensors. Hashing and membership stay by identity."""
+    t = Tensor(np.array([0.0, 1.0, 2.0], np.float32), requires_grad=True)
+    for compare in (lambda: t == 0.0, lambda: t != 0.0, lambda: t == t.detach(), lambda: 0.0 == t):
+        with pytest.raises(TypeError, match="on a minifp8 Tensor is not elementwise: compare the arrays, .data"):
+            compare()
+    assert t == t and not (t != t) and t in [t] and {t: 1}[t] == 1
+    with pytest.raises(TypeError, match="iteration over a 0-d Tensor"):
+        list(Tensor(np.float32(3.0)))
+    rows = list(Tensor(np.arange(6.0).reshape(3, 2), requires_grad=True))
+    assert [row.data.tolist() for row in rows] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    for convert in (np.asarray, np.array, np.stack):  # (ufuncs already refused: __array_ufunc__ = None)
+        with pytest.raises(TypeError, match="a minifp8 Tensor is not an array: pass its values, .data"):
+            convert(t)
+    params = [t, Tensor(np.ones(2, np.float32), requires_grad=True)]  # an optimizer's bookkeeping
+    AdamW(params, lr=0.1)
