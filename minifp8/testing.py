@@ -327,8 +327,10 @@ class Report:
     ``layout`` is a hint, or "": when the backend's codes are the expected ones rearranged (the
     last two axes swapped, or any other order), every mismatch is a layout bug, not a rounding one;
     and, from `compare`, when every code is what `minifp8.encode` gives under another rule (another
-    rounding, the other saturation, another format of the same width, or the inputs times 2 or
-    1/2: an exponent bias off by one), which it names.
+    rounding, the other saturation, another format of the same width, the input rounded to a
+    narrower float first, or the inputs times 2 or 1/2: an exponent bias off by one), which it
+    names. Sorted inputs can make a rule look like codes shifted by one element: where both fit,
+    the hint names both.
     ``str(report)`` is a table for a failing test's message, with the hint under its first line.
     Its inputs print with the digits that give their bits back: ``repr`` (up to 17 significant
     digits) for float64, 9 significant digits for float32 and float16.
@@ -445,7 +447,8 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
         other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
         ``other``. The first class that applies is given, in the order NaN/Inf, sign-of-zero,
         flushed subnormal in a format without a zero (E8M0: NaN back for a float32 subnormal
-        input, the NaN of the zero a flushing kernel made of it), overflow, flushed subnormal
+        input, the NaN of the zero a flushing kernel made of it) or with one zero (FNUZ: 0x80 back for
+        a negative subnormal input, the -0 a flushing kernel kept the sign of), overflow, flushed subnormal
         (actual zero), tie, near-tie, subnormal: so a subnormal tie
         rounded the wrong way is a tie, and a subnormal input that came back as zero is a subnormal:
         the tie between zero and the smallest subnormal, returned as zero, too, and so is a
@@ -492,8 +495,15 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
         layout_actual, layout_expected = (np.where(nan_codes[codes], canonical, codes).astype(np.uint8)
                                           for codes in (actual_codes, expected_codes))
     layout = _layout_note(layout_actual, layout_expected, "actual", fmt, where) if len(where) > 1 else ""
-    if where.size and not layout:
-        layout = _rule_note(actual_codes, x, fmt, where, nan, encode_options)
+    if where.size and (not layout or layout.endswith(_SHIFT_VERDICT)):
+        # A monotone rounding bug on sorted inputs (an arange sweep) can look like a shift too: where a
+        # rule also explains every code, both are named.
+        rule = _rule_note(actual_codes, x, fmt, where, nan, encode_options)
+        if rule and layout:
+            layout = (f"{layout[:-len(_SHIFT_VERDICT)]} (an off-by-one offset); or {rule}; these inputs cannot tell "
+                      f"an offset from a rule apart (shuffled inputs can)")
+        elif rule:
+            layout = rule
     return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)
 
 
@@ -503,6 +513,9 @@ def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
     if array.flags.c_contiguous:
         return array.reshape(-1)[positions]
     return array[np.unravel_index(positions, array.shape)]
+
+
+_SHIFT_VERDICT = ": an off-by-one offset, not a rounding bug"  # (the end of `_layout_note`'s shift hint)
 
 
 def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where: np.ndarray | None = None) -> str:
@@ -524,8 +537,8 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
         got, want = actual.reshape(-1), expected.reshape(-1)
         shifted = np.array_equal(got[1:], want[:-1]) if step == 1 else np.array_equal(got[:-1], want[1:])
         if got.size > 2 and shifted:
-            return (f"{name} holds the expected codes shifted by one element, each one place {direction} in "
-                    f"C order: an off-by-one offset, not a rounding bug")
+            return f"{name} holds the expected codes shifted by one element, each one place {direction} in C order" \
+                   + _SHIFT_VERDICT
     if fmt.bits == 4 and actual.ndim >= 1 and actual.shape[-1] >= 2:  # FP4: two codes a byte when packed
         pairs = actual.shape[-1] // 2 * 2
         if (np.array_equal(actual[..., 0:pairs:2], expected[..., 1:pairs:2])
@@ -579,6 +592,9 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
          else "the backend overflows to Inf or NaN instead of clamping to +-max")]
     candidates += [({}, other, None, "x", f"the backend wrote {other.name} codes, not {fmt.name}")
                    for other in formats.CATALOGUE.values() if other.bits == fmt.bits and other.name != fmt.name]
+    if x.dtype == np.float64:  # (DESIGN section 3: the double rounding a float64 input must not get)
+        candidates += [({}, fmt, lambda v: v.astype(np.float32), "x.astype(float32)",
+                        "the backend rounds x to float32 first (a double rounding)")]
     if x.dtype == np.float32:  # (a float32 input through a narrower type, rounded to nearest even)
         candidates += [({}, fmt, lambda v: v.astype(np.float32).astype(np.float16), "x.astype(float16)",
                         "the backend rounds x to float16 first (a double rounding)"),
@@ -825,6 +841,8 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
         # backend that flushed the input to zero first (DAZ), not an overflow.
         ("subnormal", (not np.any(table == 0)) & (magnitude > 0) & (magnitude < np.finfo(np.float32).tiny)
          & np.isnan(table[actual])),
+        # FNUZ formats have one zero: a kernel that flushes a negative subnormal to -0 writes 0x80, their NaN.
+        ("subnormal", (fmt.nan_style == "negative_zero") & (magnitude < fmt.min_normal) & (actual == fmt.sign_mask)),
         ("overflow", (magnitude >= fmt.max) | ~np.isfinite(table[expected]) | ~np.isfinite(table[actual])),
         ("subnormal", (magnitude < fmt.min_normal) & (table[actual] == 0)),  # flushed to zero
         ("tie", (distance_from_half == 0) & picked_other_neighbour),
@@ -1118,8 +1136,10 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 note = (f"every scale is the expected code {sign} 1: an E8M0 bias of {bias}, not {mx.E8M0_BIAS}, or "
                         f"a shared exponent one too {size} in every block")
             else:
+                cause = ("a float32 log2 rounds up to the next integer just below a power of two" if step == 1 else
+                         "an amax that missed the block's largest magnitude, such as one over part of the block")
                 note = (f"every scale that differs is the expected code {sign} 1: floor(log2(amax)) one too {size} "
-                        f"in those blocks (a float32 log2 rounds to the next integer just below a power of two)")
+                        f"in those blocks ({cause})")
             notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}

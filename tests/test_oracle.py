@@ -1396,3 +1396,54 @@ def test_golden_write_npz_takes_a_str_path(tmp_path):
     assert digest == golden.write_npz(tmp_path / "b.npz", {"x": np.arange(3.0)})
     with pytest.raises(TypeError, match="golden.write_npz: path must be a file path"):
         golden.write_npz(3, {"x": np.arange(3.0)})
+
+
+def test_a_rounding_rule_that_also_fits_sorted_inputs_is_named_beside_the_shift():
+    """Found by a review: a truncating cast of an arange sweep matched a one-element shift too, and the
+    hint said "an off-by-one offset, not a rounding bug", never naming the rule."""
+    x = np.arange(0, 2, 0.2, dtype=np.float32)
+    layout = testing.compare(codec.encode(x, "E2M1", rounding="toward_zero"), x, "E2M1").layout
+    assert layout.startswith("actual holds the expected codes shifted by one element")
+    assert "not a rounding bug" not in layout
+    assert "or actual equals encode(x, 'E2M1', rounding='toward_zero') at every element" in layout
+    assert layout.endswith("these inputs cannot tell an offset from a rule apart (shuffled inputs can)")
+    # a shift that no rule explains keeps its verdict
+    x = np.random.default_rng(3).normal(size=64).astype(np.float32)
+    shifted = np.roll(codec.encode(x, "E4M3"), 1)
+    assert testing.compare(shifted, x, "E4M3").layout.endswith(": an off-by-one offset, not a rounding bug")
+
+
+def test_a_flushed_negative_subnormal_in_fnuz_is_a_subnormal_not_an_overflow():
+    """Found by a review: FNUZ's one zero makes a flush that keeps the sign write 0x80, its NaN, which
+    was classed overflow; the same flush of the positive input was subnormal."""
+    x = np.array([-2.0**-9, -3 * 2.0**-10, 2.0**-9, -1.0], np.float32)
+    for name in ("E4M3FNUZ", "E5M2FNUZ"):
+        fmt = formats.get(name)
+        tiny = x * np.float32(fmt.min_normal / 2.0**-7)  # below the format's smallest normal
+        tiny[3:] = x[3:]
+        actual = codec.encode(tiny, fmt)
+        actual[:2], actual[2] = 0x80, 0x00
+        actual[3] = 0x80  # NaN back for a normal input stays an overflow
+        report = testing.compare(actual, tiny, fmt)
+        assert [row.kind for row in report.mismatches] == ["subnormal"] * 3 + ["overflow"]
+
+
+def test_a_scale_one_code_low_in_some_blocks_gets_a_cause_that_lowers_it():
+    """Found by a review: "minus 1" gave the float32-log2 cause, which makes a scale one code high."""
+    x = np.random.default_rng(1).normal(size=(4, 64)).astype(np.float32)
+    quantized = mx.quantize(x, "MXFP8_E4M3")
+    for step, cause in ((-1, "an amax that missed the block's largest magnitude"),
+                        (1, "a float32 log2 rounds up to the next integer just below a power of two")):
+        scales = quantized.scales.copy()
+        scales[1, 1] = int(scales[1, 1]) + step
+        layout = testing.compare_mx(scales, quantized.codes, x, "MXFP8_E4M3").layout
+        assert f"one too {'small' if step < 0 else 'large'} in those blocks ({cause}" in layout
+
+
+def test_a_float64_input_rounded_through_float32_is_named_as_that_double_rounding():
+    """Found by a review: the rule hint tried float16 and bfloat16 for float32 inputs only, so a float64
+    input cast through float32 was called "rounds toward zero" (a rule that fit these three by chance)."""
+    x = np.array([1.0625 + 2.0**-40, 1.0625 - 2.0**-40, 3.0])
+    layout = testing.compare(codec.encode(x.astype(np.float32), "E4M3"), x, "E4M3").layout
+    assert layout.startswith("actual equals encode(x.astype(float32), 'E4M3') at every element: the backend "
+                             "rounds x to float32 first (a double rounding)")
