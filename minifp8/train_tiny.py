@@ -1704,6 +1704,7 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
         raise ValueError(f"config.json: {message}")
 
     _check_config(fail, config, runs)
+    _check_checkpoints_directory(resume_dir)
     slugs = {f"{run.slug}.npz" for run in runs}
     others = sorted(path.name for path in (resume_dir / "checkpoints").glob("*.npz")
                     if path.name not in slugs and not path.name.endswith(".tmp.npz"))
@@ -1734,6 +1735,14 @@ def _holds_earlier_run(out: Path) -> bool:
             and {"recipe", "steps"} <= set(saved["config"]))
 
 
+def _check_checkpoints_directory(out: Path) -> None:
+    """A ValueError where ``out/checkpoints`` exists but is no directory: the run would train until its
+    first checkpoint and fail there (and a resumed one start again from step 0, finding none)."""
+    if os.path.lexists(out / "checkpoints") and not (out / "checkpoints").is_dir():
+        raise ValueError("checkpoints exists and is not a directory: a run writes its checkpoints into "
+                         "checkpoints/; move it away")
+
+
 def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data_sha256: str | None = None) -> None:
     """Make ``out`` and write its ``config.json`` (the config, the runs, the `environment` they
     start in and the training text's SHA-256; a resumed run keeps the one it continues). A
@@ -1748,6 +1757,8 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     if config.resume is not None:
         out.mkdir(parents=True, exist_ok=True)
         return
+    if out.is_dir() and _holds_earlier_run(out):  # (without one, the check below names it with the rest)
+        _check_checkpoints_directory(out)
     if out.is_dir() and not _holds_earlier_run(out):
         taken = [name for name in _OUT_FILES if os.path.lexists(out / name)]
         if (out / "checkpoints").is_dir():

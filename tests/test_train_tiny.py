@@ -6,6 +6,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -789,6 +790,22 @@ def test_out_cleans_up_only_after_an_earlier_run_of_its_own(tmp_path, capsys):
     assert status == 0 and (others / "notes.txt").read_text() == "mine" and (others / "metrics.json").is_file()
     status, printed, err = run_main(capsys, *flags, "--out", str(others))  # its own earlier run: replaced
     assert status == 0 and "removed the results of an earlier run there (metrics.json" in printed
+
+
+def test_a_checkpoints_file_beside_an_earlier_run_is_refused_before_training(tmp_path, capsys):
+    """Found by a review: with a train_tiny config.json in DIR and a file at DIR/checkpoints, --out DIR
+    removed the earlier results and trained until its first checkpoint failed with "File exists", and
+    --resume DIR started again from step 0 (it found no checkpoint) before failing the same way."""
+    flags = [*TINY, "--recipe", "fp32", "--steps", "4", "--eval-interval", "2"]
+    earlier = tmp_path / "earlier"
+    assert run_main(capsys, *flags, "--out", str(earlier))[0] == 0
+    shutil.rmtree(earlier / "checkpoints")
+    (earlier / "checkpoints").write_text("mine")
+    for flag in ("--out", "--resume"):
+        status, printed, err = run_main(capsys, *(flags if flag == "--out" else []), flag, str(earlier))
+        assert status == 2 and printed == "" and err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"{flag} {earlier}: " in err and "checkpoints exists and is not a directory" in err
+        assert (earlier / "metrics.json").is_file() and (earlier / "checkpoints").read_text() == "mine"
 
 
 def test_resume_refuses_another_training_text(tmp_path, capsys):
