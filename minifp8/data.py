@@ -30,7 +30,8 @@ toy grammar:
   1.076 nats for the default). A loss curve can be drawn against the line "knows arithmetic
   perfectly". A loss averaged over windows of ``B >= 7`` characters sits higher, because a
   window's first characters do not see where their line starts: that model then scores
-  1.076 + 4.059 / B, 1.203 for ``train_tiny``'s 32-character windows and 1.140 for 64.
+  1.076 + 4.059 / B, 1.203 for ``train_tiny``'s 32-character windows and 1.140 for 64
+  (``arithmetic_loss_floor(block_size=B)``, `Dataset.window_loss_floor`).
 * **Graded difficulty.** To a model that knows the rule, the answer and the newline cost nothing;
   ``=`` costs 0.22 nats on average (it tells whether the second operand has one digit or two), the
   operator 0.91 (ln 2 for which one, plus those 0.22 about the first operand), and the operand
@@ -160,7 +161,8 @@ def arithmetic_corpus(seed: int = 0, *, max_operand: int = 99, operators: str = 
     return train_text, val_text
 
 
-def arithmetic_loss_floor(max_operand: int = 99, operators: str = "+-") -> float:
+def arithmetic_loss_floor(max_operand: int = 99, operators: str = "+-", *,
+                          block_size: int | None = None) -> float:
     """The best achievable cross-entropy on the arithmetic corpus, in nats per character.
 
     A line is fixed by its operands and operator, drawn uniformly from ``P`` equally likely
@@ -174,14 +176,88 @@ def arithmetic_loss_floor(max_operand: int = 99, operators: str = "+-") -> float
     split the same model scores ``ln P`` over that split's mean line length: 1.0757 on seed 0's
     validation lines (9.2065 characters on average).
 
-    A loss averaged over every position of a window of ``B`` characters, as ``train_tiny``'s is,
-    has a higher floor: a window's first characters do not see where their line starts. For the
-    default corpus the excess is 4.059 / B nats for ``B >= 7`` (8 characters of context predict
-    as well as the whole text): 1.2031 for ``B = 32`` and 1.1397 for ``B = 64``.
+    Parameters
+    ----------
+    max_operand, operators
+        The corpus, as in `arithmetic_corpus`.
+    block_size : int or None
+        None: the entropy rate above (whole lines of context). An int ``B >= 1``: the floor of a
+        loss averaged over the ``B`` predictions of a window, each from the characters before it
+        in the window, as ``train_tiny``'s loss is. It is higher, because a window's first
+        characters do not see where their line starts: by the chain rule it is
+        ``(H(B + 1) - H(1)) / B``, with ``H(n)`` the entropy of ``n`` consecutive characters at a
+        random position of the stream (`_block_entropy`). Once ``B`` reaches the longest line, every
+        later prediction has a newline in its context and costs the entropy rate, so the floor is
+        the rate plus a fixed excess over ``B``: for the default corpus 1.0763 + 4.059 / B, 1.2031
+        for ``train_tiny``'s 32-character windows and 1.1397 for 64.
     """
     lines = _arithmetic_lines(max_operand, operators)
     mean_length = sum(map(len, lines)) / len(lines)
-    return math.log(len(lines)) / mean_length
+    rate = math.log(len(lines)) / mean_length
+    if block_size is None:
+        return rate
+    block_size = _check_int(block_size, "block_size", 1)
+    stream = _Stream(lines)
+    longest = int(stream.lengths.max())
+    if block_size < longest:
+        return (stream.block_entropy(block_size + 1) - stream.block_entropy(1)) / block_size
+    excess = stream.block_entropy(longest + 1) - stream.block_entropy(1) - longest * rate
+    return rate + excess / block_size
+
+
+class _Stream:
+    """A stream of lines drawn independently and uniformly from ``lines``, for `arithmetic_loss_floor`.
+
+    Characters are codes 1..15 in one flat array (``codes``) with the longest line's width of zeros
+    after it, so that a string of up to 15 characters is one base-16 int64, distinct for distinct
+    strings, read from where it starts.
+    """
+
+    def __init__(self, lines: list[str]):
+        self.lengths = np.array([len(line) for line in lines], dtype=np.int64)
+        self.line_starts = np.cumsum(self.lengths) - self.lengths
+        text = np.frombuffer("".join(lines).encode("ascii"), dtype=np.uint8)
+        code_of = np.zeros(256, dtype=np.int64)
+        present = np.unique(text)
+        code_of[present] = np.arange(1, present.size + 1)
+        self.width = int(self.lengths.max())
+        self.codes = np.concatenate([code_of[text], np.zeros(self.width, dtype=np.int64)])
+
+    def _nats(self, starts: np.ndarray, length: np.ndarray, out_of: int) -> float:
+        """The sum over the strings ``codes[start:start + length]`` of ``-ln(count / out_of)``, where
+        ``count`` is how many of these strings equal that one."""
+        keys = np.zeros(starts.size, dtype=np.int64)
+        for column in range(self.width):  # (a column at a time: strings x width would be large)
+            keys |= np.where(column < length, self.codes[starts + column], 0) << (4 * column)
+        counts = np.unique(keys, return_counts=True)[1]
+        return float(-np.sum(counts * np.log(counts / out_of)))
+
+    def block_entropy(self, n: int) -> float:
+        """The entropy, in nats, of the ``n`` characters from a uniformly random position.
+
+        Every (line, position) pair starts the window with probability ``1 / C``, ``C`` the
+        characters of all lines. A window that ends inside its first line has probability (pairs
+        that spell it) / ``C``. One that reaches its first newline, ``m`` characters in, splits
+        there: (pairs whose rest of line is that part) / ``C``, times the probability that a fresh
+        stream starts with the other ``n - m`` characters. That part's entropy, ``fresh[n - m]``,
+        follows by recursion over the fresh stream's first line: all of it (``ln P`` nats, ``P``
+        lines), or a prefix that some of the lines share.
+        """
+        lengths, problems = self.lengths, self.lengths.size
+        fresh = np.zeros(n + 1)
+        for count in range(1, n + 1):
+            whole = lengths <= count
+            cut = self.line_starts[~whole]
+            fresh[count] = (np.sum(math.log(problems) + fresh[count - lengths[whole]])
+                            + (self._nats(cut, np.full(cut.size, count), problems) if cut.size else 0.0)) / problems
+        total = int(lengths.sum())
+        starts = np.arange(total)
+        rest = np.repeat(self.line_starts + lengths, lengths) - starts  # to the line's end, newline included
+        inside = rest > n
+        nats = np.sum(fresh[n - rest[~inside]]) + self._nats(starts[~inside], rest[~inside], total)
+        if inside.any():
+            nats += self._nats(starts[inside], np.full(int(inside.sum()), n), total)
+        return float(nats) / total
 
 
 # ---- character tokenizer -----------------------------------------------------------------------
@@ -350,7 +426,8 @@ class Dataset:
     task : str or None
         ``"arithmetic"`` when `answer_accuracy` applies to this data, else None.
     loss_floor : float or None
-        The best achievable loss in nats per character, when known (`arithmetic_loss_floor`).
+        The best achievable loss in nats per character with whole lines of context, when known
+        (`arithmetic_loss_floor`); a window's loss has a higher floor (`window_loss_floor`).
 
     Attributes
     ----------
@@ -389,6 +466,7 @@ class Dataset:
         self.name = name
         self.task = task
         self.loss_floor = loss_floor
+        self._corpus: tuple[int, str] | None = None  # (max_operand, operators) of `arithmetic`'s corpus
 
     @classmethod
     def from_text(cls, text: str, *, val_fraction: float = 0.1, name: str = "text") -> "Dataset":
@@ -408,9 +486,20 @@ class Dataset:
         """The generated arithmetic corpus (`arithmetic_corpus`): validation problems are held out."""
         train_text, val_text = arithmetic_corpus(seed, max_operand=max_operand, operators=operators,
                                                  val_fraction=val_fraction)
-        return cls(train_text, val_text, task="arithmetic",
-                   name=f"arithmetic(seed={seed}, max_operand={max_operand}, operators={operators!r})",
-                   loss_floor=arithmetic_loss_floor(max_operand, operators))
+        dataset = cls(train_text, val_text, task="arithmetic",
+                      name=f"arithmetic(seed={seed}, max_operand={max_operand}, operators={operators!r})",
+                      loss_floor=arithmetic_loss_floor(max_operand, operators))
+        dataset._corpus = (max_operand, operators)
+        return dataset
+
+    def window_loss_floor(self, block_size: int) -> float | None:
+        """The floor of a loss averaged over windows of ``block_size`` characters, as a model
+        trained on this data reports it (`arithmetic_loss_floor`), or None where it is not known
+        (any data but `arithmetic`'s)."""
+        if self._corpus is None:
+            return None
+        max_operand, operators = self._corpus
+        return arithmetic_loss_floor(max_operand, operators, block_size=block_size)
 
     @property
     def vocab_size(self) -> int:

@@ -1944,7 +1944,13 @@ def _main(argv: list[str] | None) -> int:
         except (OSError, ValueError) as error:
             say(f"{prog}: error: --out {out}: {error}")
             return 2
-    print(f"data: {dataset!r}" + (f", loss floor {dataset.loss_floor:.3f}" if dataset.loss_floor else ""))
+    window_floor = dataset.window_loss_floor(config.block_size)
+    if window_floor is not None:
+        floors = (f", loss floor {window_floor:.3f} for {config.block_size}-character windows (entropy rate "
+                  f"{dataset.loss_floor:.3f} with whole lines of context)")
+    else:
+        floors = "" if dataset.loss_floor is None else f", entropy rate {dataset.loss_floor:.3f}"
+    print(f"data: {dataset!r}{floors}")
     print(f"environment: {environment_line(environment())} (other kernels round GEMMs differently: README, "
           f"\"Results and BLAS kernels\")")
     if config.report_memory:  # FP8-LM's memory table for each model family trained

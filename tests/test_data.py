@@ -131,17 +131,13 @@ def test_loss_floor_parts_and_split_as_documented(corpus):
     assert round(math.log(20_000) * val_lines / len(corpus[1]), 4) == 1.0757
 
 
-def test_loss_floor_of_a_window_as_documented():
-    """The floor of a loss averaged over windows of B characters (arithmetic_loss_floor's
-    docstring: 1.0763 + 4.059 / B for B >= 7), from the conditional entropy of the next character
-    given the k before it, k = 1..B, at a random position of a stream of independent lines.
-    The k characters hold a newline when the next one is among the first k of its line; then only
-    the line so far matters. Otherwise they lie inside the line, and every (line, position) they
-    match is equally likely."""
-    lines = python_lines(99, "+-")
+def next_character_entropies(lines, most):
+    """The conditional entropy of the next character given the k before it, k = 1..most, at a
+    random position of a stream of independent lines, in nats. The k characters hold a newline
+    when the next one is among the first k of its line; then only the line so far matters.
+    Otherwise they lie inside the line, and every (line, position) they match is equally likely."""
     starts = next_character_counts(lines)
     total = sum(map(len, lines))
-    floor = D.arithmetic_loss_floor()
 
     def entropy_given(k):
         nats, inside = 0.0, collections.defaultdict(collections.Counter)
@@ -156,15 +152,50 @@ def test_loss_floor_of_a_window_as_documented():
             nats -= sum(count * math.log(count / n) for count in following.values())
         return nats / total
 
-    entropy = [entropy_given(k) for k in range(1, 9)]
+    return [entropy_given(k) for k in range(1, most + 1)]
+
+
+def test_loss_floor_of_a_window_as_documented():
+    """The floor of a loss averaged over windows of B characters (arithmetic_loss_floor's
+    docstring: 1.0763 + 4.059 / B once B reaches the longest line), from the conditional entropy
+    of each prediction (`next_character_entropies`), not from block entropies as minifp8 does."""
+    lines = python_lines(99, "+-")
+    floor = D.arithmetic_loss_floor()
+    entropy = next_character_entropies(lines, 8)
     assert entropy == sorted(entropy, reverse=True) and entropy[0] > 2
     assert entropy[7] == pytest.approx(floor, rel=1e-10)     # 8 characters predict as well as all
     excess = sum(h - floor for h in entropy)
     assert round(excess, 3) == 4.059
     window_floor = {block: (sum(entropy[:min(block, 8)]) + floor * max(block - 8, 0)) / block
-                    for block in (7, 32, 64)}
+                    for block in (1, 5, 7, 32, 64)}
     assert window_floor[7] == pytest.approx(floor + excess / 7, rel=1e-10)
     assert (round(window_floor[32], 4), round(window_floor[64], 4)) == (1.2031, 1.1397)
+    for block, expected in window_floor.items():
+        assert D.arithmetic_loss_floor(block_size=block) == pytest.approx(expected, rel=1e-10), block
+    assert type(D.arithmetic_loss_floor(block_size=32)) is float
+
+
+@pytest.mark.parametrize("max_operand, operators", [(1, "+"), (12, "+-*"), (9, "*-")])
+def test_loss_floor_of_every_window_size(max_operand, operators):
+    """Window floors of small corpora against the conditional entropies, for every B up to past
+    the longest line (windows that end inside a line, and windows that cross several)."""
+    lines = python_lines(max_operand, operators)
+    longest = max(map(len, lines))
+    entropy = next_character_entropies(lines, longest + 3)
+    for block in range(1, longest + 4):
+        expected = sum(entropy[:block]) / block
+        assert D.arithmetic_loss_floor(max_operand, operators, block_size=block) == pytest.approx(
+            expected, rel=1e-10), block
+    rate = D.arithmetic_loss_floor(max_operand, operators)
+    assert entropy[-1] == pytest.approx(rate, rel=1e-10)
+    assert D.arithmetic_loss_floor(max_operand, operators, block_size=10**9) == pytest.approx(rate, rel=1e-6)
+
+
+@pytest.mark.parametrize("block_size, error", [(0, ValueError), (-3, ValueError), (2.0, TypeError),
+                                               (True, TypeError), ("32", TypeError)])
+def test_loss_floor_refuses_a_bad_block_size(block_size, error):
+    with pytest.raises(error, match="block_size"):
+        D.arithmetic_loss_floor(block_size=block_size)
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -328,6 +359,10 @@ def test_default_dataset(dataset, corpus):
     assert dataset.tokenizer.decode(dataset.train) == corpus[0]
     assert dataset.tokenizer.decode(dataset.val) == corpus[1]
     assert dataset.loss_floor == D.arithmetic_loss_floor()
+    assert dataset.window_loss_floor(32) == D.arithmetic_loss_floor(block_size=32)
+    small = D.Dataset.arithmetic(3, max_operand=9, operators="*")
+    assert small.window_loss_floor(5) == D.arithmetic_loss_floor(9, "*", block_size=5)
+    assert D.Dataset("ab", "ba", loss_floor=1.0).window_loss_floor(32) is None   # its corpus is not known
 
 
 def test_dataset_seed_picks_the_corpus_of_that_seed(corpus):
@@ -382,6 +417,7 @@ def test_tokenizer_covers_val_only_characters(tmp_path):
     data = D.load_dataset(path, val_fraction=0.2)
     assert data.tokenizer.chars == "abz" and data.tokenizer.decode(data.val) == "zz"
     assert data.name == str(path) and data.task is None and data.loss_floor is None
+    assert data.window_loss_floor(8) is None
 
 
 @pytest.mark.parametrize("args, error, message", [

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minifp8 import fp8, nn, train_tiny
+from minifp8 import data, fp8, nn, train_tiny
 from minifp8.autograd import Tensor
 from minifp8.model import GPT, GPTConfig
 from minifp8.train_tiny import HEADLINE_RUNS, LossScaler, Run, TrainConfig, main, parse_args
@@ -69,6 +69,11 @@ def test_smoke_every_recipe(tmp_path, capsys):
     assert document["environment"] == train_tiny.environment()
     assert document["environment"]["numpy"] == np.__version__
     assert f"environment: {train_tiny.environment_line(train_tiny.environment())} " in out
+    # the floor of the loss it reports: its 16-character windows', not the whole lines' entropy rate
+    floor = data.arithmetic_loss_floor(block_size=16)
+    assert 1.3 < floor < 1.35
+    assert (f"), loss floor {floor:.3f} for 16-character windows (entropy rate 1.076 with whole lines of "
+            f"context)\n") in out
     # progress lines in the documented format, cast statistics for FP8 recipes, a summary row per recipe
     lines = out.splitlines()
     progress = [line for line in lines if line.startswith("step 5/20 | loss ")]
