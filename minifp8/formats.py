@@ -110,8 +110,8 @@ def _plain_array(x, name: str = "x") -> np.ndarray:
                         f"values under it): pass a plain array, such as its .filled(value), to choose what the "
                         f"masked elements hold")
     if type(x).__name__ == "Tensor" and type(x).__module__ == "minifp8.autograd":  # (autograd lies above)
-        raise TypeError(f"{name} is a minifp8 autograd Tensor, not an array: pass its values, {name}.data "
-                        f"(fp8.apply_recipe casts inside a model's graph)")
+        raise TypeError(f"{name} is a minifp8 autograd Tensor, not an array: pass its values, .data "
+                        f"(FP8 casts inside an autograd graph: fp8.apply_recipe)")
     return np.asarray(x)
 
 

@@ -14,7 +14,7 @@ norm and a linear LM head, trained with a mean cross-entropy. ``config.family`` 
   2024, arXiv:2407.17465). Weights are N(0, 1) and fixed scale factors in the ops keep the
   activations and gradients near unit scale at initialisation, so FP8 needs no loss scaling and
   no per-tensor scales. Near, not at, and less so with depth: at 8 layers, width 128 and 4 heads
-  (seeds 0 and 1, 8 x 64 random ids, at initialisation) the attention outputs' std grows from 1.3
+  (seeds 0 and 1, 8 x 64 random ids of a 14-character vocabulary, the default corpus's, at initialisation) the attention outputs' std grows from 1.3
   in the first layer to 3.4-3.5 in the last and the residual stream's to 1.8-2.1, since u-muP's attention rule assumes the values
   independent across positions and causal averaging makes them less so. That is the rule's own
   drift (`minifp8.unit.scaled_dot_product_attention`), and far inside E4M3's and E5M2's ranges.

@@ -77,6 +77,19 @@ def _floating(x: Tensor | ArrayLike, op: str, name: str = "x") -> Tensor:
     return x
 
 
+def _scale_in(x: Tensor, scale: float, op: str) -> float:
+    """``scale``, refused where it does not survive as a number of ``x``'s dtype (NumPy multiplies a
+    float32 array by a Python float in float32: 1e39 became inf, and 0 * inf NaN)."""
+    with np.errstate(over="ignore", under="ignore"):
+        rounded = x.data.dtype.type(scale)
+    if not np.isfinite(rounded) or (scale != 0.0 and rounded == 0.0):
+        info = np.finfo(x.data.dtype)
+        raise ValueError(f"{op}: the scale {scale!r} is {'inf' if not np.isfinite(rounded) else '0'} in "
+                         f"{x.data.dtype}, x's dtype: its magnitude must lie in [{info.smallest_subnormal:.3g}, "
+                         f"{info.max:.3g}]")
+    return scale
+
+
 def scale_fwd(x: Tensor | ArrayLike, a: float) -> Tensor:
     """``a * x`` in the forward pass; the gradient passes through unchanged.
 
@@ -84,7 +97,7 @@ def scale_fwd(x: Tensor | ArrayLike, a: float) -> Tensor:
     ``a == 1`` returns ``x`` itself.
     """
     x = _floating(x, "scale_fwd")
-    a = _scale_factor(a, "scale_fwd")
+    a = _scale_in(x, _scale_factor(a, "scale_fwd"), "scale_fwd")
     if a == 1.0:
         return x
     return make_op(x.data * a, (x,), lambda grad: (grad,), "scale_fwd")
@@ -97,7 +110,7 @@ def scale_bwd(x: Tensor | ArrayLike, b: float) -> Tensor:
     ``x`` itself.
     """
     x = _floating(x, "scale_bwd")
-    b = _scale_factor(b, "scale_bwd")
+    b = _scale_in(x, _scale_factor(b, "scale_bwd"), "scale_bwd")
     if b == 1.0:
         return x
     return make_op(x.data, (x,), lambda grad: (grad * b,), "scale_bwd")
@@ -218,7 +231,11 @@ def _linear(x, weight, bias, constraint, gemm, output_power: float, op: str) -> 
     grad_weight_scale = batch ** -0.5
     x = scale_bwd(x, grad_x_scale)
     weight = scale_bwd(weight, grad_weight_scale)
-    bias = None if bias is None else scale_bwd(_floating(bias, op, "bias"), grad_weight_scale)
+    if bias is not None:
+        bias = _floating(bias, op, "bias")
+        if bias.shape != (fan_out,):
+            raise ValueError(f"{op}: bias must have shape ({fan_out},) (fan_out), got {bias.shape}")
+        bias = scale_bwd(bias, grad_weight_scale)
     out = gemm(x, weight, bias)
     if not isinstance(out, Tensor) or out.dtype.kind != "f":  # (an ndarray would cut the graph: no gradients)
         got = f"a Tensor of dtype {out.dtype}" if isinstance(out, Tensor) else type(out).__name__
@@ -402,6 +419,11 @@ def residual_add(residual: Tensor | ArrayLike, skip: Tensor | ArrayLike, tau: fl
     tau = _tau(tau, "residual_add")
     residual = _floating(residual, "residual_add", "residual")
     skip = _floating(skip, "residual_add", "skip")
+    try:
+        np.broadcast_shapes(residual.shape, skip.shape)
+    except ValueError:
+        raise ValueError(f"residual_add: residual {residual.shape} and skip {skip.shape} do not broadcast (NumPy "
+                         f"rules: trailing axes must be equal or 1)") from None
     denominator = math.sqrt(1.0 + tau * tau)
     return scale_fwd(residual, tau / denominator) + scale_fwd(skip, 1.0 / denominator)
 

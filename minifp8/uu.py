@@ -181,12 +181,22 @@ class MHSA(Module):
             raise ValueError(f"MHSA: dropout must be in [0, 1), got {dropout}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.causal = _check_bool(causal, "MHSA: causal")
-        self.mult = U._mult(mult, "MHSA")
+        self._mult = U._mult(mult, "MHSA")
         self.dropout = float(dropout)
         self.rng = _check_generator(rng, "MHSA")
         self.linear_qkv = Linear(dim, 3 * dim, rng=rng)
         self.linear_o = Linear(dim, dim, rng=rng)
-        self.attention_core: Callable[..., Tensor] = functools.partial(U.scaled_dot_product_attention, mult=self.mult)
+        self.attention_core: Callable[..., Tensor] = functools.partial(U.scaled_dot_product_attention, mult=self._mult)
+
+    @property
+    def mult(self) -> float:
+        """The logits' multiplier, fixed at construction: the attention core binds it."""
+        return self._mult
+
+    @mult.setter
+    def mult(self, value) -> None:
+        raise AttributeError(f"MHSA: mult is fixed at construction, where the attention core binds it (an FP8 "
+                             f"recipe may wrap that core); build a new MHSA(..., mult={value!r}) instead")
 
     def forward(self, x: Tensor | ArrayLike) -> Tensor:
         x = U._floating(x, "MHSA")

@@ -250,6 +250,14 @@ def test_an_autograd_tensor_given_for_an_array_is_named():
     t = Tensor(np.ones(32, np.float32))
     for call in (lambda: codec.encode(t, "E4M3"), lambda: fp8.fake_quantize(t, "current"),
                  lambda: mx.quantize(t, "MXFP8_E4M3")):
-        with pytest.raises(TypeError, match=r"x is a minifp8 autograd Tensor, not an array: pass its values, x\.data"):
+        with pytest.raises(TypeError, match=r"x is a minifp8 autograd Tensor, not an array: pass its values, \.data"):
             call()
+    # A caller whose name for the array is a phrase: the hint did not paste it before ".data"
+    # (it said "pass its values, load_state_dict: 'weight'.data").
+    from minifp8 import nn
+    layer = nn.Linear(3, 2, rng=np.random.default_rng(0))
+    with pytest.raises(TypeError) as info:
+        layer.load_state_dict({name: Tensor(array) for name, array in layer.state_dict().items()})
+    assert str(info.value).startswith("load_state_dict: 'weight' is a minifp8 autograd Tensor, not an array: "
+                                      "pass its values, .data (")
     assert np.array_equal(codec.encode(t.data, "E4M3"), codec.encode(np.ones(32, np.float32), "E4M3"))

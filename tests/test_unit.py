@@ -366,6 +366,12 @@ def test_scale_of_one_is_the_identity_and_dtypes_are_kept():
     # a NumPy float64 scale must not promote float32 data
     assert U.scale_fwd(x, np.float64(0.5)).dtype == np.float32
     assert U.scale_bwd(x, np.float64(0.5)).dtype == np.float32
+    # the extremes float32 holds are scales like any other: 0 stays 0, FLT_MAX * 1 is FLT_MAX
+    edges = Tensor(np.array([0.0, 1.0, -0.5], np.float32), requires_grad=True)
+    flt_max = float(np.finfo(np.float32).max)
+    assert U.scale_fwd(edges, flt_max).data.tolist() == [0.0, flt_max, -flt_max / 2]
+    assert U.scale_fwd(edges * 4.0, 2.0 ** -149).data.tolist() == [0.0, 2.0 ** -147, -2.0 ** -148]
+    assert U.scale_fwd(edges, 0.0).data.tolist() == [0.0, 0.0, -0.0]
 
 
 @pytest.mark.parametrize("constraint", CONSTRAINTS)
@@ -806,6 +812,15 @@ def test_attention_shape_mismatch(shapes, message):
     (lambda: U.scale_fwd(leaf(0, 3), "2"), TypeError, "real number"),
     (lambda: U.scale_bwd(leaf(0, 3), np.ones(3)), TypeError, "real number"),
     (lambda: U.scale_fwd(leaf(0, 3), float("inf")), ValueError, "finite"),
+    # a finite scale that float32 cannot hold: NumPy multiplied by inf (0 * inf = NaN) or by 0
+    (lambda: U.scale_fwd(leaf(0, 3), 1e39), ValueError, r"scale_fwd: the scale 1e\+39 is inf in float32"),
+    (lambda: U.scale_bwd(leaf(0, 3), -1e39), ValueError, r"scale_bwd: the scale -1e\+39 is inf in float32"),
+    (lambda: U.scale_fwd(leaf(0, 3), 1e-46), ValueError, r"scale_fwd: the scale 1e-46 is 0 in float32"),
+    # errors named after the op called, not the one it calls
+    (lambda: U.linear_readout(leaf(0, 2, 3), leaf(1, 4, 3), leaf(2, 5)), ValueError,
+     r"^linear_readout: bias must have shape \(4,\) \(fan_out\), got \(5,\)$"),
+    (lambda: U.residual_add(leaf(0, 4, 3), leaf(1, 2, 3), 0.5), ValueError,
+     r"^residual_add: residual \(4, 3\) and skip \(2, 3\) do not broadcast"),
     (lambda: U.scale_bwd(Tensor(np.arange(3)), 2.0), TypeError, "floating"),
     (lambda: U.gelu(leaf(0, 3), mult=0.0), ValueError, "mult"),
     (lambda: U.softmax(leaf(0, 3), mult=-1.0), ValueError, "mult"),

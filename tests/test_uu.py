@@ -121,6 +121,12 @@ def test_mhsa_matches_the_documented_rules_in_numpy():
     core = probabilities @ v / interp(alpha, math.sqrt(math.log(5) / 5), 1.0)
     expected = core.transpose(0, 2, 1, 3).reshape(2, 5, 12) @ as64(attention.linear_o.weight).T / math.sqrt(12)
     np.testing.assert_allclose(attention(x).data, expected, rtol=1e-5, atol=1e-6)
+    # mult is bound into the attention core at construction: setting it later changed the repr and
+    # nothing else (a review's find), so it is refused, and the computation keeps its mult
+    with pytest.raises(AttributeError, match=r"MHSA: mult is fixed at construction.*MHSA\(\.\.\., mult=16\.0\)"):
+        attention.mult = 16.0
+    assert attention.mult == 0.5 and "mult=0.5" in repr(attention)
+    np.testing.assert_allclose(attention(x).data, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_mlp_matches_the_documented_rules_in_numpy():
