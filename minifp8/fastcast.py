@@ -1063,15 +1063,19 @@ def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
     pool = _pool
     assert pool is not None  # (made above: threads >= 2)
     groups = [slices[i::threads] for i in range(threads)]
-    futures = [pool.submit(_run_slices, kernel, group) for group in groups[1:]]
-    results = _run_slices(kernel, groups[0])  # this thread works too
+    # NumPy's error state is per thread: the workers take this thread's (a cast that ignores
+    # overflow while it rescales did not ignore it in the slabs the workers ran)
+    errors = dict(np.geterr())
+    futures = [pool.submit(_run_slices, kernel, group, errors) for group in groups[1:]]
+    results = _run_slices(kernel, groups[0], errors)  # this thread works too
     for future in futures:
         results.extend(future.result())
     return results
 
 
-def _run_slices(kernel: Callable, slices: list) -> list:
-    return [kernel(start, stop) for start, stop in slices]
+def _run_slices(kernel: Callable, slices: list, errors: dict) -> list:
+    with np.errstate(**errors):
+        return [kernel(start, stop) for start, stop in slices]
 
 
 def _forget_pool_after_fork() -> None:
@@ -1095,11 +1099,15 @@ def _amax(x: np.ndarray):
 
 
 def _float32(x: np.ndarray) -> np.ndarray:
-    """C-contiguous float32 of x's shape (float64 rounds once, as scaling.py converts its inputs)."""
-    if x.dtype == np.float32 and x.flags.c_contiguous:
-        return x
+    """C-contiguous float32 of x's shape (float64 rounds once, as scaling.py converts its inputs);
+    a finite value beyond float32's range is a ValueError there too (`codec._check_fits_float32`),
+    not an Inf that sets the amax."""
+    if x.dtype == np.float32:
+        return x if x.flags.c_contiguous else np.require(x, np.float32, "C")
     with np.errstate(over="ignore"):
-        return np.require(x, np.float32, "C")
+        converted = np.require(x, np.float32, "C")
+    codec._check_fits_float32(x, converted)
+    return converted
 
 
 def _blocks_view(x: np.ndarray, axis: int, block: int) -> np.ndarray:
@@ -1529,8 +1537,8 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
             else:
                 # The scaler records max|x| in its history, exactly as scaler.quantize(x) records it,
                 # and hands out the scale of the steps before.
+                scale = scaler._checked_scale()
                 scaler.record_amax(amax)
-                scale = np.float32(scaler.scale)
         fast = _cast_fast(x32, [_Tiling(1, x.size, 1, x.size, 1)], new, fmt, saturate, scale=scale)
         if fast is None:
             return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)

@@ -101,6 +101,7 @@ std and mean |x| of a tensor and of its gradient: what ``plots.scale_plot`` draw
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import math
@@ -212,6 +213,27 @@ class CastPoint:
                 fmt = BACKWARD_FORMAT if role == "grad" else FORWARD_FORMAT
                 delayed_options = {key: options[key] for key in _DELAYED_SCALING_OPTIONS}
                 self.scalers[role] = scaling.DelayedScaling(fmt, **delayed_options)
+
+    @contextlib.contextmanager
+    def _all_or_nothing(self, roles: tuple):
+        """Casts of ``roles`` in this block leave no trace if the block raises: each role's
+        statistics and its scaler's amax of this step are put back (`DelayedScaling.quantize`'s
+        rule, "a cast that raises records nothing", for a hook that casts several tensors and then
+        calls what may still refuse them)."""
+        stats = {role: self.stats.get(role) for role in roles}
+        scalers = {id(scaler): scaler for scaler in map(self.scalers.get, roles) if scaler is not None}
+        amaxes = [(scaler, scaler.amax_history[0].copy()) for scaler in scalers.values()]
+        try:
+            yield
+        except BaseException:
+            for role, cast_stats in stats.items():
+                if cast_stats is None:
+                    self.stats.pop(role, None)
+                else:
+                    self.stats[role] = cast_stats
+            for scaler, amax in amaxes:
+                scaler.amax_history[0] = amax
+            raise
 
     def _output(self, role, shape: tuple, dtype) -> np.ndarray:
         """An array for the values of a cast of ``role`` (or of a tuple of roles cast together, stacked):
@@ -623,14 +645,15 @@ class FP8Linear:
         # share work: _cast_both).
         input_read, weight_read = _serving_cast("x_t", state.recipe), _serving_cast("w_t", state.recipe)
         x_q = w_q = x_t = w_t = None
-        if fprop and wgrad and input_read == "x_t":
-            x_q, x_t = _cast_both(state, point, ("x", "x_t"), x2, FORWARD_FORMAT)
-        elif fprop or (wgrad and input_read == "x"):
-            x_q = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1)
-        if fprop and dgrad and weight_read == "w_t":
-            w_q, w_t = _cast_both(state, point, ("w", "w_t"), weight.data, FORWARD_FORMAT)
-        elif fprop or (dgrad and weight_read == "w"):
-            w_q = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True)
+        with point._all_or_nothing(("x", "x_t", "w", "w_t")):  # (w's cast may refuse what x's recorded)
+            if fprop and wgrad and input_read == "x_t":
+                x_q, x_t = _cast_both(state, point, ("x", "x_t"), x2, FORWARD_FORMAT)
+            elif fprop or (wgrad and input_read == "x"):
+                x_q = _cast(state, point, "x", x2, FORWARD_FORMAT, axis=-1)
+            if fprop and dgrad and weight_read == "w_t":
+                w_q, w_t = _cast_both(state, point, ("w", "w_t"), weight.data, FORWARD_FORMAT)
+            elif fprop or (dgrad and weight_read == "w"):
+                w_q = _cast(state, point, "w", weight.data, FORWARD_FORMAT, axis=-1, weight=True)
         if fprop:
             assert x_q is not None and w_q is not None  # (both cast above whenever fprop runs in FP8)
             out = x_q.astype(dtype, copy=False) @ w_q.astype(dtype, copy=False).T
@@ -703,10 +726,11 @@ class FP8Attention:
                 raise ValueError(f"FP8 attention {self.point.name!r}: {name} must have shape (..., seq, head_dim), "
                                  f"got shape {t.shape}")
         state, point = self.state, self.point
-        q = _quantize_forward(state, point, "q", q, axis=-1)   # S = q k^T contracts head_dim
-        k = _quantize_forward(state, point, "k", k, axis=-1)
-        v = _quantize_forward(state, point, "v", v, axis=-2)   # O = P v contracts the key axis
-        out = self.core(q, k, v, causal)
+        with point._all_or_nothing(("q", "k", "v")):  # (the core checks the shapes, after the casts)
+            q = _quantize_forward(state, point, "q", q, axis=-1)   # S = q k^T contracts head_dim
+            k = _quantize_forward(state, point, "k", k, axis=-1)
+            v = _quantize_forward(state, point, "v", v, axis=-2)   # O = P v contracts the key axis
+            out = self.core(q, k, v, causal)
         return _quantize_backward(state, point, "grad", out, axis=-1)  # dP = dO v^T contracts head_dim
 
 

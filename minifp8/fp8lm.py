@@ -209,9 +209,9 @@ def load_scaled(array: np.ndarray, scale: float | np.floating | np.integer | np.
         raise ValueError(f"load_scaled: scale must be finite and > 0 in float32, got {scale!r}")
     with np.errstate(under="ignore"):  # (the inverse and the products round, down among the subnormals too)
         inverse = np.float32(1) / scale32
-        if kind in FP8_GRADIENT_FORMATS:
-            return codec.decode(array, kind) * inverse
-        return array.astype(np.float32) * inverse
+        if kind in FP8_GRADIENT_FORMATS:  # (asarray: a 0-d array times a scalar is a NumPy scalar)
+            return np.asarray(codec.decode(array, kind) * inverse)
+        return np.asarray(array.astype(np.float32) * inverse)
 
 
 def _float16_scale(amax: np.float32) -> np.float32:

@@ -150,7 +150,9 @@ class ScaledTensor:
         # the scale_inv of a scale from an earlier, larger amax (delayed scaling, margin > 0)
         with np.errstate(over="ignore", under="ignore"):
             if self.granularity != "block":
-                return values * self.scale_inv  # per tensor: a scalar; per row: broadcasts along axis
+                # per tensor: a scalar; per row: broadcasts along axis (asarray: 0-d codes give a
+                # NumPy scalar, not the 0-d array fake_quantize gives)
+                return np.asarray(values * self.scale_inv)
             # (block scaling, as __post_init__ checked: an axis, a block_shape and an array of scales per tile)
             assert self.axis is not None and self.block_shape is not None and isinstance(self.scale_inv, np.ndarray)
             moved = np.moveaxis(values, self.axis, -1)
@@ -418,7 +420,7 @@ class DelayedScaling:
                  margin: int = 0):
         self.fmt = _format(fmt)
         history_len = _check_int(history_len, "history_len", 1)
-        if amax_compute_algo not in AMAX_COMPUTE_ALGOS:
+        if formats._check_str_choice(amax_compute_algo, "amax_compute_algo", AMAX_COMPUTE_ALGOS) not in AMAX_COMPUTE_ALGOS:
             raise ValueError(f"unknown amax_compute_algo {amax_compute_algo!r}; "
                              f"choose one of {', '.join(AMAX_COMPUTE_ALGOS)}")
         if not _is_int(margin):
@@ -443,12 +445,26 @@ class DelayedScaling:
         update = formats._check_bool(update, "DelayedScaling.quantize: update")
         array = codec._to_float32(x)
         amax = np.max(np.abs(array), initial=np.float32(0)).astype(np.float32)
-        codes = quantize_with_scale(array, self.scale, self.fmt)  # first: a cast that raises records nothing
+        scale = self._checked_scale()
+        codes = quantize_with_scale(array, scale, self.fmt)  # first: a cast that raises records nothing
+        result = ScaledTensor(codes, scale, np.float32(self.scale_inv), amax, self.fmt)
         self.record_amax(amax)
-        result = ScaledTensor(codes, np.float32(self.scale), np.float32(self.scale_inv), amax, self.fmt)
         if update:
             self.update()
         return result
+
+    def _checked_scale(self) -> np.float32:
+        """``scale`` as a float32, once ``scale_inv`` is checked to be ``float32(1 / scale)``: a scale
+        set by hand without its inverse is refused by every cast alike (`ScaledTensor` would refuse
+        the pair, while the training casts, which multiply by ``1 / scale``, went on)."""
+        scale = np.float32(self.scale)
+        with np.errstate(divide="ignore", over="ignore"):
+            inverse = np.float32(1) / scale
+        if np.float32(self.scale_inv) != inverse:
+            raise ValueError(f"DelayedScaling: scale_inv must be float32(1 / scale) = {float(inverse)!r} for scale "
+                             f"{float(scale)!r}, got {float(self.scale_inv)!r}: set both (update and "
+                             f"FP8State.load_state_dict do)")
+        return scale
 
     def record_amax(self, amax: ArrayLike) -> None:
         """Record a tensor's ``max|x|`` (a float32, >= 0 or NaN) as `quantize` does: into this step's

@@ -23,12 +23,13 @@ import gc
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import numpy as np
 import pytest
 
-from minifp8 import codec, fastcast, formats, fp8, optim
+from minifp8 import codec, fastcast, formats, fp8, optim, scaling
 from minifp8.autograd import Tensor, default_dtype, get_default_dtype, is_grad_enabled, no_grad
 from minifp8.formats import FloatFormat
 from minifp8.model import GPT, GPTConfig
@@ -216,6 +217,24 @@ def test_threads_casting_at_once_make_one_pool(monkeypatch):
     for x, got in zip(inputs, values):
         want = codec.quantize(x, "E4M3", saturate=True)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_worker_slabs_keep_the_callers_error_state(monkeypatch):
+    """NumPy's error state is per thread: a cast that ignores overflow while it rescales (FLT_MAX
+    back through a power-of-2 scale is Inf) warned in the slabs the pool's workers ran, and with
+    warnings as errors raised there, while the same value in this thread's slab did not (a review's
+    find). One thread and two give the same bits and no warning."""
+    monkeypatch.setattr(fastcast, "CAST_THREADS", 2)
+    x = np.ones(2 * fastcast._CHUNK_ELEMENTS, np.float32)
+    x[-1] = np.finfo(np.float32).max                 # in the last slab: a worker's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = fp8.fake_quantize(x, "current", power_of_2=True)[0]
+        monkeypatch.setattr(fastcast, "CAST_THREADS", 1)
+        alone = fp8.fake_quantize(x, "current", power_of_2=True)[0]
+    assert got[-1] == np.inf and np.array_equal(got.view(np.uint32), alone.view(np.uint32))
+    reference = scaling.quantize_current(x, power_of_2=True).dequantize()
+    assert np.array_equal(got.view(np.uint32), reference.view(np.uint32))
 
 
 # ---- formats' decode tables --------------------------------------------------------------------

@@ -940,6 +940,48 @@ class AttentionModule(nn.Module):
         return self.attention_core(q, k, v, True)
 
 
+@pytest.mark.parametrize("recipe", ["delayed", "current", "blockwise"])
+def test_an_attention_core_that_refuses_its_inputs_leaves_no_cast_recorded(recipe):
+    """q, k and v are cast (their amaxes recorded in the delayed histories, their statistics set)
+    before the core checks their shapes: a call that raised still moved the next step's scales
+    (a review's find). Now a raising call leaves the point as it was."""
+    model = AttentionModule()
+    state = fp8.apply_recipe(model, recipe, **({"history_len": 4} if recipe == "delayed" else {}))
+    point = state.points["AttentionModule"]
+    q = np.ones((1, 2, 4, 8), np.float32)
+    k = np.full((1, 2, 4, 16), 3.0, np.float32)   # head_dim 16 against q's 8
+    with pytest.raises(ValueError):
+        model.attention_core(q, k, k, True)
+    assert point.stats == {}
+    assert all(scaler.amax_history.tolist() == [0.0] * 4 for scaler in point.scalers.values())
+    state.step()
+    assert all(scaler.scale == 1.0 for scaler in point.scalers.values())
+    model.attention_core(q, np.full_like(q, 3.0), np.full_like(q, 3.0), True)   # a good call records as before
+    assert sorted(point.stats) == ["k", "q", "v"]
+    if recipe == "delayed":
+        assert [point.scalers[role].amax_history[0] for role in "qkv"] == [1.0, 3.0, 3.0]
+
+
+def test_a_linear_whose_second_cast_refuses_keeps_the_first_ones_amax_out():
+    """Under float64 (gradcheck's dtype) a finite value beyond float32's range became Inf in the
+    hooks' casts, so the amax was Inf, the scale 1 and the output wrong without a word, where
+    fake_quantize refuses it (a review's find). It is refused here too; x's cast, already
+    recorded when the weight's refuses, is put back."""
+    with default_dtype(np.float64):
+        layer = nn.Linear(2, 1, bias=False, rng=np.random.default_rng(0))
+        state = fp8.apply_recipe(layer, "delayed", history_len=2)
+        point = state.points[""] if "" in state.points else next(iter(state.points.values()))
+        layer.weight.data = np.array([[1e39, 1.0]])
+        with pytest.raises(ValueError, match="beyond float32's range .* e.g. 1e[+]39"):
+            layer(Tensor(np.array([[2.0, 1.0]])))
+        assert point.stats == {} and point.scalers["x"].amax_history.tolist() == [0.0, 0.0]
+        layer.weight.data = np.array([[1.0, 1.0]])
+        with pytest.raises(ValueError, match="beyond float32's range"):
+            layer(Tensor(np.array([[1e39, 1.0]])))
+        assert layer(Tensor(np.array([[2.0, 1.0]]))).data.tolist() == [[3.0]]
+        assert point.scalers["x"].amax_history.tolist() == [2.0, 0.0]
+
+
 class SmallModel(nn.Module):
     """Linears at several depths (a list, a Sequential, a nested module) and an attention core."""
 

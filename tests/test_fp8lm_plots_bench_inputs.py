@@ -21,7 +21,9 @@ def test_store_scaled_of_a_0d_tensor_gives_a_0d_array_of_the_kinds_dtype(kind):
     fp_max = {"E4M3": 448.0, "E5M2": 57344.0, "float16": 65504.0, "float32": None}[kind]
     expected_scale = 1.0 if fp_max is None else 2.0 ** np.floor(np.log2(fp_max / 3.0))
     assert scale == expected_scale
-    assert fp8lm.load_scaled(array, scale, kind) == np.float32(3.0)
+    loaded = fp8lm.load_scaled(array, scale, kind)   # "a new array": it was a NumPy scalar (a review's find)
+    assert type(loaded) is np.ndarray and loaded.shape == () and loaded.dtype == np.float32
+    assert loaded == np.float32(3.0)
 
 
 @pytest.mark.parametrize("second_moment", ["float16", "E4M3"])

@@ -350,6 +350,31 @@ def test_delayed_scaling_several_casts_in_one_step():
     assert recipe.scale == np.float32(448 / 5) and recipe.amax_history.tolist() == [0, 5]
 
 
+def test_a_scale_set_without_its_inverse_is_refused_by_every_cast_and_records_nothing():
+    """A review's find: ``scaler.scale`` set by hand without ``scale_inv`` made quantize record the
+    amax and then raise (ScaledTensor refuses the pair), while fake_quantize, which multiplies by
+    ``1 / scale``, cast as if nothing were wrong."""
+    x = np.array([3.0, 5.0], np.float32)
+    for cast in (lambda scaler: scaler.quantize(x, update=False),
+                 lambda scaler: fp8.fake_quantize(x, "delayed", scaler=scaler)):
+        scaler = scaling.DelayedScaling("E4M3", history_len=4)
+        scaler.scale = np.float32(4.0)
+        with pytest.raises(ValueError, match=r"scale_inv must be float32\(1 / scale\) = 0.25 for scale 4.0, got 1.0"):
+            cast(scaler)
+        assert scaler.amax_history.tolist() == [0.0] * 4
+        scaler.scale_inv = np.float32(0.25)   # set as a pair, the scale casts
+        assert cast(scaler) is not None and scaler.amax_history.tolist() == [5.0, 0.0, 0.0, 0.0]
+
+
+def test_zero_dimensional_dequantize_is_an_array():
+    """A 0-d tensor dequantized to a NumPy scalar (``values * scale_inv`` of a 0-d array), where
+    fake_quantize, documented as equal to it, gives a 0-d array (a review's find)."""
+    for scaled in (scaling.quantize_current(np.float32(3)), scaling.DelayedScaling().quantize(np.float32(3))):
+        values = scaled.dequantize()
+        assert type(values) is np.ndarray and values.shape == () and values.dtype == np.float32
+        assert type(fp8.fake_quantize(np.float32(3), "current")[0]) is np.ndarray
+
+
 # ================================================================================================
 # Bad inputs.
 # ================================================================================================
@@ -359,6 +384,9 @@ def test_delayed_scaling_several_casts_in_one_step():
     (lambda: scaling.DelayedScaling(history_len=True), TypeError, "history_len must be an int, got bool"),
     (lambda: scaling.DelayedScaling(history_len=2.0), TypeError, "history_len must be an int, got float"),
     (lambda: scaling.DelayedScaling(amax_compute_algo="mean"), ValueError, "amax_compute_algo"),
+    # an array compared elementwise: NumPy's "truth value of an array ... is ambiguous" (a review's find)
+    (lambda: scaling.DelayedScaling(amax_compute_algo=np.array(["max", "most_recent"])), TypeError,
+     r"amax_compute_algo must be a str, one of max, most_recent; got ndarray"),
     (lambda: scaling.DelayedScaling(margin=0.5), TypeError, "margin"),
     (lambda: scaling.DelayedScaling("E8M0"), ValueError, "signed"),
     (lambda: scaling.quantize_current(np.ones(3), "fp7"), ValueError, "unknown format"),
