@@ -706,9 +706,10 @@ def answer_accuracy(inputs: ArrayLike, targets: ArrayLike, predictions: ArrayLik
         ``exact_match`` is also the fraction of answers that greedy decoding from the question would
         write exactly (each greedy step then sees the same context), for a model whose prediction
         at ``t`` depends on the tokens up to ``t`` only, and not on how many follow: the standard
-        family under fp32, fp8, delayed and blockwise. The unit family's attention scale depends on
+        family under fp32, fp8 and delayed. The unit family's attention scale depends on
         the input's length (u-muP's causal rule, `minifp8.unit.scaled_dot_product_attention`), and
-        ``current``'s and ``mxfp8``'s scales on later tokens, so there the count only approximates
+        ``current``'s, ``mxfp8``'s and ``blockwise``'s scales on later tokens (``blockwise``: the
+        1x128 tiles of v run along the key axis), so there the count only approximates
         greedy decoding's (a review found 2.9% of a unit-family model's answer characters predicted
         otherwise from the prefix alone). ``char_accuracy`` is more generous than greedy decoding:
         a wrong digit does not derail the digits after it.

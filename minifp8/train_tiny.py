@@ -478,12 +478,6 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
             "saturate_gradients" not in fp8.RECIPE_OPTIONS[run.recipe] for run in runs):
         fail(f"--saturate-gradients {config.saturate_gradients} sets what an overflowing E5M2 gradient cast gives, "
              f"but no run has one: fp32 casts nothing, mxfp8's MX casts always saturate ({which})")
-    blind = [run.label for run in runs if run.loss_scale == "dynamic" and "saturate_gradients" in
-             fp8.RECIPE_OPTIONS[run.recipe]]
-    if config.saturate_gradients == "yes" and blind:
-        fail(f"--loss-scale dynamic finds an overflow by the Inf an overflowing gradient cast gives, but "
-             f"--saturate-gradients yes clamps it, so the factor would grow unchecked ({', '.join(blind)}); use "
-             f"--saturate-gradients auto or no")
     if config.fp32_lm_head and all(run.recipe == "fp32" for run in runs):
         fail(f"--fp32-lm-head leaves the LM head's GEMM uncast, but no run casts: every run is fp32 ({which})")
     if config.fp32_modules is not None and all(run.recipe == "fp32" for run in runs):
@@ -584,7 +578,13 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
 
 
 def _check_runs_with(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
-    """What each run needs of the config's values."""
+    """What each run needs of the config's values (`train` checks these too, for its one run)."""
+    blind = [run.label for run in runs if run.loss_scale == "dynamic" and "saturate_gradients" in
+             fp8.RECIPE_OPTIONS[run.recipe]]
+    if config.saturate_gradients == "yes" and blind:
+        fail(f"--loss-scale dynamic finds an overflow by the Inf an overflowing gradient cast gives, but "
+             f"--saturate-gradients yes clamps it, so the factor would grow unchecked ({', '.join(blind)}); use "
+             f"--saturate-gradients auto or no")
     for run in runs:
         if config.batch_size % run.workers:
             flag = f"--fp8-allreduce {config.fp8_allreduce}" if config.fp8_allreduce > 1 else f"run {run.label!r}"
@@ -909,7 +909,10 @@ def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: P
     With ``out``, checkpoints go to ``out/checkpoints/<run>.npz``; ``resume`` continues from there
     (raising `CheckpointError` for a checkpoint of another config or run, or one that cannot be read).
     ``run`` and ``config`` are checked as `main` checks the flags (ValueError: an unknown recipe,
-    ``workers > 1`` without ``fp8_grads``, ``steps < 1``, ...).
+    ``workers > 1`` without ``fp8_grads``, ``steps < 1``, dynamic loss scaling with
+    ``saturate_gradients="yes"``, ...), except where a value only has to apply to some run of
+    `main`'s list (``mx_scale_mode`` without an mxfp8 run, ``loss_scale_interval`` without a dynamic
+    one, ...): `main` passes every run of the list the same config, so one run cannot be refused for them.
     ``stop_after``: checkpoint and stop after that many steps of this call; ``steps_counter`` (a
     one-element list) gains one for each step trained (`main` counts a session's steps with it,
     across runs). Raises `Diverged` (the

@@ -360,6 +360,10 @@ def test_headline_results_average_the_training_loss_over_consecutive_windows():
     (Run("current", "standard"), {"steps": -1}, "train: --steps must be >= 1, got -1"),
     (Run("current", "standard", fp8_optimizer="O3"), {"center_lm_head": True},
      "--center-lm-head cannot be used with --fp8-optimizer O3"),
+    # a docs review's find: the API trained it, the factor doubling without a skipped step until the
+    # LM head's gradient cast was 100% saturated
+    (Run("fp8", "standard", "dynamic"), {"saturate_gradients": "yes"},
+     r"train: --loss-scale dynamic finds an overflow by the Inf .* \(fp8 \+ loss scale dynamic\)"),
 ])
 def test_train_refuses_what_main_refuses(corpus, run, config, message):
     # (train trained the first three: a KeyError deep inside, a batch split over workers without fp8_grads,
