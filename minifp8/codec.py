@@ -313,7 +313,8 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
 
 
 def quantize(x: ArrayLike, fmt: str | FloatFormat, **encode_options: Any) -> np.ndarray:
-    """Round values to the nearest representable ones: ``decode(encode(x, fmt, ...), fmt)``."""
+    """The value each input becomes: ``decode(encode(x, fmt, **encode_options), fmt)``, the nearest
+    representable one under the default rounding (``nearest_even``), else the one ``rounding`` picks."""
     return decode(encode(x, fmt, **encode_options), fmt)
 
 

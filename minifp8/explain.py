@@ -566,6 +566,8 @@ def _input_text(x: object) -> str:
     """The input as it prints; ``~2^e`` for an int or Fraction too long to print (`_LONGEST_EXACT_BITS`)."""
     if isinstance(x, (int, Fraction)) and not isinstance(x, bool) and _too_long(Fraction(x)):
         return _about(Fraction(x))
+    if isinstance(x, (float, np.floating)) and math.isnan(x) and math.copysign(1.0, x) < 0:
+        return "-nan"  # (str drops a NaN's sign, which its code keeps)
     return str(x)
 
 
@@ -723,12 +725,13 @@ def _parse_number(text: str) -> int | float | Fraction:
             raise ValueError(f"VALUE: {error}") from None
     if stripped.lstrip("+-")[:2].lower() == "0x":  # (float.fromhex alone would read "abc" as 0xabc)
         try:
-            return float.fromhex(stripped)
+            value = float.fromhex(stripped)
         except OverflowError:
             raise ValueError(f"VALUE: {stripped!r} lies beyond float64's range: write it as an integer or "
                              f"a fraction") from None
         except ValueError:
             raise ValueError(unreadable) from None
+        return value if value != 0 else _exact_hex_below_float64(stripped, value)
     try:
         value = float(stripped)
     except ValueError:
@@ -744,6 +747,24 @@ def _parse_number(text: str) -> int | float | Fraction:
         if exact != 0:
             return exact
     return value
+
+
+def _exact_hex_below_float64(text: str, rounded: float) -> Fraction | float:
+    """A hex float that ``float.fromhex`` rounded to 0 (``0x1p-1080``): its exact value, as decimals
+    below float64's range are read (a positive one is E8M0's 2**-127, not its NaN for 0); ``rounded``
+    (a signed zero) where it is zero itself."""
+    match = re.fullmatch(r"([+-]?)0[xX]([0-9a-fA-F]*)(?:\.([0-9a-fA-F]*))?(?:[pP]([+-]?\d+))?", text)
+    if match is None:
+        return rounded
+    sign, whole, fraction, exponent = match.groups()
+    mantissa = int((whole + (fraction or "")) or "0", 16)
+    if mantissa == 0:
+        return rounded
+    power = int(exponent or 0) - 4 * len(fraction or "")
+    if abs(power) > 4 * _LARGEST_DECIMAL_EXPONENT:
+        raise ValueError(f"VALUE: {text!r} has a binary exponent beyond +-{4 * _LARGEST_DECIMAL_EXPONENT:,}; "
+                         f"every format's range lies far inside that: write a smaller one")
+    return (-1 if sign == "-" else 1) * mantissa * Fraction(2) ** power
 
 
 def _looks_negative_number(token: str) -> bool:

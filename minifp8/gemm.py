@@ -132,7 +132,8 @@ def _decoded_operand(codes, fmt, name: str) -> np.ndarray:
 def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarray:
     """``scales`` checked against the layout rule and the exactness conditions: float64, 2-d."""
     if isinstance(scales, float) or (_is_int(scales) and not isinstance(scales, np.integer)):
-        if isinstance(scales, int) and abs(scales) > 2**53:
+        if isinstance(scales, int) and abs(scales) > 2**53 and (
+                abs(scales) >= 2**1024 or int(float(scales)) != scales):  # (2**60 is exact; 2**53 + 1 is not)
             raise ValueError(f"{name} must be a real scale value, exact in float64, got the int {scales}")
         array = np.array(float(scales))
     else:
@@ -664,6 +665,13 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     output = _output_type(output)
     a, b = _operands(a_codes, a_scales, b_codes, b_scales, a_format, b_format)
     (rows, inner), columns = a.values.shape, b.values.shape[1]
+    bound = model.relative_bound(inner)
+    if not bound < 1:  # (a tolerance of S or more: an output of zeros, or any output at all, would pass)
+        raise ValueError(
+            f"compare_matmul: an accumulator of {model.describe()} summing K = {inner} products has no useful "
+            f"error bound (" + ("none: K u >= 1" if np.isinf(bound) else f"{bound:.3g} of S") + "), so any "
+            f"output would pass; declare promote_every (DeepSeek-V3 adds every 128 products into float32) or a "
+            f"wider accumulator")
     got = _output_values(actual, (rows, columns), output)
     reference = _reference(a.values, b.values)
     carried = _carried_underflow(a, b, model)

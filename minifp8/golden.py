@@ -870,12 +870,16 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
         if not all(c.isascii() and (c.isalnum() or c in "_.-") for c in fmt.name):  # (never empty: FloatFormat)
             raise ValueError(f"golden.write: a format's name names its files: letters, digits, '_', '.' and '-' "
                              f"only, got {fmt.name!r}")
-        same_name = [other for other in selected if other.name == fmt.name] + (
-            [formats.CATALOGUE[fmt.name]] if fmt.name in formats.CATALOGUE else [])
-        clash = next((other for other in same_name if other != fmt), None)  # (a format's equality: its fields)
+        try:  # (a name `formats.get` reads: the catalogue's, or an alias of it such as float8_e4m3fn)
+            known = [formats.get(fmt.name)]
+        except ValueError:
+            known = []
+        same_name = [other for other in selected if other.name == fmt.name] + known
+        # (a format's equality: its fields, its name among them; an alias names the same fields otherwise)
+        clash = next((other for other in same_name if dataclasses.replace(other, name=fmt.name) != fmt), None)
         if clash is not None:
-            where = "the catalogue's" if clash is formats.CATALOGUE.get(fmt.name) else "another listed"
-            raise ValueError(f"golden.write: {fmt!r} has the name of {where} {clash!r}, whose fields differ: "
+            where = "the catalogue's" if known and clash is known[0] else "another listed"
+            raise ValueError(f"golden.write: {fmt!r} has a name of {where} {clash!r}, whose fields differ: "
                              f"files and entries are named by the format's name; rename it")
     blocks = formats._check_bool(blocks, "golden.write: blocks")
     out = Path(out)
@@ -947,6 +951,9 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
             raise ValueError(f"golden.load: {path} has sha256 {digests[entry['file']]}, but the manifest's entry "
                              f"{index} records {entry['sha256']}: the file is damaged or from another run")
         if data is not None:
+            if not data.startswith(b"PK"):  # (np.load would say "pickled (object) data", naming no file)
+                raise ValueError(f"golden.load: {path} is not an .npz archive (a zip file), which the manifest's "
+                                 f"entry {index} says it is")
             with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                 files[entry["file"]] = {name: archive[name] for name in archive.files}
         roles = entry.get("arrays", {})

@@ -530,9 +530,24 @@ def test_cli_reads_minus_zero_as_the_negative_zero(capsys):
     assert "0x00, case zero" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv, first_line", [
+    # a review's find: float.fromhex rounds these to 0, which E8M0 (no zero) explained as its NaN 0xFF
+    (["0x1p-1080", "E8M0"], "E8M0 encoding of ~2^-1080 (nearest_even): 0x00, case below smallest"),
+    (["--", "-0x1.8p-1100", "E4M3"], "E4M3 encoding of -~2^-1100 (nearest_even): 0x80, case underflow"),
+    (["0x0.0p-2000", "E4M3"], "E4M3 encoding of 0.0 (nearest_even): 0x00, case zero"),   # zero itself
+    (["--", "-0x0p0", "E4M3"], "E4M3 encoding of -0.0 (nearest_even): 0x80, case zero"),
+    (["--", "-nan", "E5M2"], "E5M2 encoding of -nan (nearest_even): 0xFE, case nan"),   # (str dropped the sign)
+])
+def test_cli_reads_hex_floats_below_float64_exactly_and_shows_a_nan_sign(argv, first_line, capsys):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == first_line, out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["-1/0", "E4M3"], "VALUE: cannot read '-1/0' as a fraction"),  # (not "the following arguments are required")
     (["0x1p2000", "E4M3"], "beyond float64's range"),
+    (["0x1p-999999999", "E4M3"], "VALUE: '0x1p-999999999' has a binary exponent beyond +-400,000"),
     # found in a review: read exactly, 1e99999999999 made an integer of 10^11 digits and never returned
     (["1e99999999999", "E4M3"], "VALUE: '1e99999999999' has a decimal exponent beyond +-100,000"),
     (["--", "-1e-99999999999", "E4M3"], "has a decimal exponent beyond +-100,000"),

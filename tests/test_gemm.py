@@ -322,14 +322,34 @@ def test_fourteen_bit_accumulator_fails_float32_and_passes_as_declared():
         gemm.assert_matmul_close(out, **p)
 
 
-def test_a_bfloat16_accumulator_over_256_products_passes_an_exact_zero():
-    """gamma_(K+3)(2**-8) is Inf for K >= 253 (no relative bound): a row of zero codes still has the
-    exact product 0, and its tolerance is not Inf * 0 = NaN."""
+def test_an_accumulator_with_no_useful_bound_is_refused():
+    """gamma_(K+3)(2**-8) is Inf for K >= 253 and above 1 from K = 126 on: a bfloat16 accumulator
+    over that many products bounds nothing, so every output passed, garbage and zeros included (a
+    review's find). Such a declaration (a bound of S or more) is refused; with promotion every 32 products the bound is
+    finite again, and a row of zero codes, whose exact product is 0, has a tolerance of subnormal
+    spacings, not Inf * 0 = NaN."""
     a_codes = np.full((2, 300), 0x38, np.uint8)  # E4M3 1.0
     a_codes[1] = 0
-    report = gemm.compare_matmul(np.array([[300.0, 300.0], [0.0, 0.0]]), a_codes, 1.0, np.full((300, 2), 0x38, np.uint8),
-                                 1.0, a_format="E4M3", b_format="E4M3", accumulator="bfloat16")
-    assert report.ok and not np.isnan(report.tolerance).any(), str(report)
+    b_codes = np.full((300, 2), 0x38, np.uint8)
+    options = dict(a_scales=1.0, b_scales=1.0, a_format="E4M3", b_format="E4M3")
+    garbage = np.full((2, 2), 1e30, np.float32)
+    for accumulator, inner, bound in (("bfloat16", 300, "none: K u >= 1"), (8, 300, "none: K u >= 1"),
+                                      ("bfloat16", 126, "1.02 of S"), ("float16", 4096, "none: K u >= 1")):
+        with pytest.raises(ValueError, match=rf"compare_matmul: an accumulator of {8 if accumulator != 'float16' else 11} "
+                                             rf"bits summing K = {inner} products has no useful error bound "
+                                             rf"\({bound}\), so any output would pass; declare promote_every"):
+            gemm.compare_matmul(garbage, np.ones((2, inner), np.uint8) * 0x38, b_codes=np.full((inner, 2), 0x38, np.uint8),
+                                accumulator=accumulator, **options)
+        with pytest.raises(ValueError, match="no useful error bound"):
+            gemm.assert_matmul_close(garbage, np.ones((2, inner), np.uint8) * 0x38,
+                                     b_codes=np.full((inner, 2), 0x38, np.uint8), accumulator=accumulator, **options)
+    assert gemm.compare_matmul(garbage[:1, :1], np.ones((1, 124), np.uint8) * 0x38, b_codes=np.full((124, 1), 0x38, np.uint8),
+                               accumulator="bfloat16", **options).ok is False   # 124 products: 0.98 S, judged
+    report = gemm.compare_matmul(np.array([[300.0, 300.0], [0.0, 0.0]]), a_codes, b_codes=b_codes,
+                                 accumulator="bfloat16", promote_every=32, **options)
+    assert report.ok and not np.isnan(report.tolerance).any() and (report.tolerance[1] < 1e-36).all(), str(report)
+    assert not gemm.compare_matmul(np.zeros((2, 2)), a_codes, b_codes=b_codes, accumulator="bfloat16",
+                                   promote_every=32, **options).ok
 
 
 def scale_product_first(p, group):
@@ -608,7 +628,11 @@ def test_narrow_accumulation(narrow):
     assert "within the bound of an accumulator of" in hints and "not of 24 bits" in hints, hints
     bits = int(hints.split("an accumulator of ")[1].split()[0])
     assert 8 <= bits < 24
-    gemm.assert_matmul_close(out, **p, accumulator=narrow)  # as declared, it passes
+    if narrow == "float16":
+        gemm.assert_matmul_close(out, **p, accumulator=narrow)  # as declared, it passes
+    else:  # K = 512 products in 8 bits: no bound at all (it "passed" as any output did)
+        with pytest.raises(ValueError, match="no useful error bound"):
+            gemm.assert_matmul_close(out, **p, accumulator=narrow)
 
 
 def test_sign_flip_in_one_element():
@@ -822,3 +846,12 @@ def test_an_fp8_output_is_refused_with_the_way_to_check_it():
                                         r"itself .* minifp8\.testing\.compare\(actual, product, fmt\)"):
         gemm.compare_matmul(np.full((2, 2), 32, ml_dtypes.float8_e4m3fn), a, 1.0, b, 1.0, a_format="E4M3",
                             b_format="E4M3")
+
+
+def test_a_python_int_scale_is_taken_wherever_float64_holds_it_exactly():
+    """A review's find: every int above 2**53 was refused as "not exact in float64", 2**60 included."""
+    codes = codec.encode(np.array([[1.0, 2.0]]), "E4M3")
+    assert np.array_equal(gemm.dequantize(codes, 2**60, "E4M3"), gemm.dequantize(codes, 2.0**60, "E4M3"))
+    for scale in (2**53 + 1, 2**1024, -(3**700)):
+        with pytest.raises(ValueError, match="exact in float64, got the int"):
+            gemm.dequantize(codes, scale, "E4M3")

@@ -1,5 +1,6 @@
 """Backends with planted bugs (layouts, out-of-range codes, wide integers, unknown options) and the
 golden files read by their notes alone: what the oracle must name, and how."""
+import hashlib
 import json
 
 import re
@@ -469,6 +470,14 @@ def test_golden_load_names_the_file_behind_each_failure(golden_mx_dir, tmp_path)
     with pytest.raises(ValueError, match=rf"entry 0 names arrays \['no_such_array'\] that {entries[0]['file']} "
                                          r"does not hold"):
         golden.load(copy)
+    # a listed file whose sha256 matches but which is no .npz: NumPy's "pickled (object) data", no file named
+    (copy / "notes.txt").write_bytes(b"hello")
+    entries = [dict(entry) for entry in manifest["entries"]]
+    entries[0].update(file="notes.txt", sha256=hashlib.sha256(b"hello").hexdigest())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "entries": entries}))
+    with pytest.raises(ValueError, match=r"golden.load: .*notes.txt is not an .npz archive \(a zip file\), which "
+                                         r"the manifest's entry 0 says it is"):
+        golden.load(copy)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     (copy / manifest["entries"][0]["file"]).unlink()
     with pytest.raises(FileNotFoundError, match=rf"{manifest['entries'][0]['file']}: the manifest lists it, but "
@@ -500,13 +509,19 @@ def test_golden_codec_entries_carry_their_formats_fields_and_names_are_unambiguo
                               "has_subnormals": True, "has_infinity": True, "nan_style": "ieee"}
     assert formats.FloatFormat("E4M3", **fields["E4M3"]) == formats.E4M3  # (rebuilt from the manifest)
     for listed, message in [
-        ([formats.FloatFormat("E4M3", 4, 3, 11)], r"has the name of the catalogue's FloatFormat\(E4M3: E4M3, bias 7\)"),
-        ([formats.FloatFormat("X1", 4, 3, 7), formats.FloatFormat("X1", 4, 3, 8)], "has the name of another listed"),
+        ([formats.FloatFormat("E4M3", 4, 3, 11)], r"has a name of the catalogue's FloatFormat\(E4M3: E4M3, bias 7\)"),
+        ([formats.FloatFormat("X1", 4, 3, 7), formats.FloatFormat("X1", 4, 3, 8)], "has a name of another listed"),
+        # an alias (a later review's find): the manifest named float8_e4m3fn, which readers resolve to
+        # the catalogue's E4M3, bias 7, beside fields of bias 8
+        ([formats.FloatFormat("float8_e4m3fn", 4, 3, 8)], r"has a name of the catalogue's FloatFormat\(E4M3: E4M3, bias 7\)"),
         ([formats.FloatFormat("my/fmt", 4, 3, 7)], "letters, digits, '_', '.' and '-' only, got 'my/fmt'"),
     ]:
         with pytest.raises(ValueError, match=message):
             golden.write(tmp_path / "refused", listed, blocks=False)
     assert not list((tmp_path / "refused").glob("*.npz"))  # (refused before any file is written)
+    # an alias with the catalogue's fields is the same format: written, under the name given
+    alias = golden.write(tmp_path / "alias", [formats.FloatFormat("float8_e4m3fn", 4, 3, 7)], blocks=False)
+    assert {entry["format"] for entry in alias["entries"]} == {"float8_e4m3fn"}
 
 
 # ---- found by mutation testing of minifp8/testing.py: each test fails on the mutant it names ----------
