@@ -56,7 +56,11 @@ pull requests implement it (MS-AMP #140; the defaults ``--wgrad-auto-scaling-rat
 by a fixed ``sqrt(N)`` instead, MS-AMP issue #117) as, once per step and per tensor, after the
 reduction:
 
-- ``fraction`` = (number of reduced FP8 values whose magnitude is the format's max) / size;
+- ``fraction`` = (number of reduced FP8 values whose magnitude is the format's max) / size
+  (we count an element that reached the max anywhere: in a worker's cast, the paper's statistic
+  on ``g' = mu g``, or in a partial sum; the reduced value alone misses a sum clipped at the max
+  and pulled back below it by a later worker of the other sign, and ``mu`` then grew as the
+  clipping got worse);
 - ``fraction > threshold``: ``mu = mu / 2``;
 - otherwise: ``mu = mu * 2**(1 / window)``;
 - except that a tensor whose gradient is zero on every worker leaves ``mu`` as it was: it tells
@@ -172,13 +176,16 @@ def store_scaled(x: ArrayLike, kind: str) -> tuple[np.ndarray, np.float32]:
     -------
     (numpy.ndarray, numpy.float32)
         The stored array (x's shape, 0-d included) and the scale, ``2**floor(log2(fp_max /
-        amax))`` (1 for amax 0). ``load_scaled`` reads it back as ``array * float32(1 / scale)``.
+        amax))`` with amax over the finite values (1 for amax 0). ``load_scaled`` reads it back as
+        ``array * float32(1 / scale)``.
     """
     kind = _check_kind(kind, STORAGE_KINDS, "store_scaled: kind")
     values = codec._to_float32(x)
     if kind == "float32":
         return np.array(values, dtype=np.float32, copy=True), np.float32(1)
-    amax = np.max(np.abs(values), initial=np.float32(0)).astype(np.float32)
+    # the amax of the finite values: a NaN or Inf (a moment fed a non-finite gradient) keeps its own
+    # code and does not set every other element's scale to 1, which flushed the small ones to 0
+    amax = np.max(np.abs(values), initial=np.float32(0), where=np.isfinite(values)).astype(np.float32)
     if kind == "float16":
         scale = _float16_scale(amax)
         with np.errstate(over="ignore", under="ignore"):  # (np.asarray: a 0-d product is a NumPy scalar, not an array)
@@ -209,9 +216,20 @@ def load_scaled(array: np.ndarray, scale: float | np.floating | np.integer | np.
         raise ValueError(f"load_scaled: scale must be finite and > 0 in float32, got {scale!r}")
     with np.errstate(under="ignore"):  # (the inverse and the products round, down among the subnormals too)
         inverse = np.float32(1) / scale32
-        if kind in FP8_GRADIENT_FORMATS:  # (asarray: a 0-d array times a scalar is a NumPy scalar)
-            return np.asarray(codec.decode(array, kind) * inverse)
-        return np.asarray(array.astype(np.float32) * inverse)
+        stored = codec.decode(array, kind) if kind in FP8_GRADIENT_FORMATS else array.astype(np.float32)
+        return _finite_product(stored, inverse)
+
+
+def _finite_product(values: np.ndarray, inverse: np.float32) -> np.ndarray:
+    """``values * inverse`` in float32 as a new array (0-d too), a finite value kept finite: a value
+    stored from near float32's max can round up to ``2**128 * scale`` (E4M3 stores 3.4e38 as
+    ``256 * 2**120``), which reads back as +-FLT_MAX, not Inf."""
+    with np.errstate(over="ignore"):
+        product = np.asarray(values * inverse)  # (asarray: a 0-d array times a scalar is a NumPy scalar)
+    if not np.isfinite(product).all():
+        overflowed = np.isinf(product) & np.isfinite(values)
+        product[overflowed] = np.copysign(_FLOAT32_MAX, product[overflowed])
+    return product
 
 
 def _float16_scale(amax: np.float32) -> np.float32:
@@ -336,7 +354,8 @@ class AllReduceResult:
     nonzero_count, underflow_count : int
         Nonzero worker inputs, and those the shared-scale cast (Eq. 5) turned into zero.
     saturation_count, size : int
-        Values of ``codes`` at the format's max magnitude, and the tensor's size.
+        Elements that reached the format's max magnitude anywhere in the reduction (a worker's cast,
+        a partial sum, ``codes``), and the tensor's size.
     """
 
     gradient: np.ndarray
@@ -370,7 +389,7 @@ class AllReduceResult:
 
     @property
     def saturation_fraction(self) -> float:
-        """Fraction of the reduced FP8 values at the format's max magnitude (what drives ``mu``)."""
+        """Fraction of the elements that reached the format's max magnitude in the reduction (what drives ``mu``)."""
         return self.saturation_count / self.size if self.size else 0.0
 
 
@@ -428,21 +447,26 @@ def fp8_all_reduce(worker_grads: Sequence[Tensor | ArrayLike], fmt: str | format
     casts = [scaling.quantize_with_scale(g, shared_scale, fmt) for g in grads]         # Eq. 5
     total = codec.decode(casts[0], fmt)
     codes = casts[0]
+    # every value that reaches the format's max, in a worker's cast (the paper's g' = mu g) or in a
+    # partial sum: a later worker of the other sign can pull a clipped sum back below the max
+    reached_max = np.abs(total) == np.float32(fmt.max)
     for cast in casts[1:]:                                                              # Eq. 6, the sum
-        codes = codec.encode(total + codec.decode(cast, fmt), fmt, saturate=True)
+        term = codec.decode(cast, fmt)
+        codes = codec.encode(total + term, fmt, saturate=True)
         total = codec.decode(codes, fmt)
+        reached_max |= (np.abs(term) == np.float32(fmt.max)) | (np.abs(total) == np.float32(fmt.max))
     with np.errstate(over="ignore"):
         scale = np.float32(np.float32(workers) * shared_scale)                          # Eq. 6, s = N s_g
     if np.isinf(scale):  # (N s_g beyond float32: reported as its max, the mean taken in float64)
         scale = _FLOAT32_MAX
         gradient = (total.astype(np.float64) / (float(workers) * float(shared_scale))).astype(np.float32)
     else:
-        gradient = total * (np.float32(1) / scale)
+        gradient = _finite_product(total, np.float32(1) / scale)  # (the mean of finite values is finite)
 
     reference = _fp32_all_reduce(grads)
     nonzero = sum(int(np.count_nonzero(g)) for g in grads)
     underflow = sum(int(np.count_nonzero((g != 0) & (codec.decode(c, fmt) == 0))) for g, c in zip(grads, casts))
-    saturated = int(np.count_nonzero(np.abs(total) == np.float32(fmt.max)))
+    saturated = int(np.count_nonzero(reached_max))
     error = (gradient.astype(np.float64) - reference.astype(np.float64)).ravel()
     return AllReduceResult(
         gradient=gradient, codes=codes, scale=scale, shared_scale=shared_scale, worker_scales=worker_scales,
@@ -808,7 +832,7 @@ class FP8AdamW(AdamW):
         return {"first_moment": self.first_moment, "second_moment": self.second_moment,
                 "master_weights": self.master_weights}
 
-    @np.errstate(under="ignore")  # (as AdamW.step)
+    @np.errstate(all="ignore")  # (as AdamW.step)
     def step(self) -> None:
         """One AdamW step of every parameter with a gradient (all shapes are checked first: an error updates none)."""
         self._check_grads()

@@ -249,7 +249,9 @@ class SGD(Optimizer):
     def _state_template(self, p: Tensor) -> dict:
         return {"momentum_buffer": np.zeros_like(p.data)}
 
-    @np.errstate(under="ignore")  # (momenta and squared gradients may underflow, whatever the caller's state)
+    # IEEE results (Inf, NaN, subnormals) whatever the caller's np.errstate: under over="raise" a
+    # step stopped part way, earlier parameters and this one's first moment updated, its second not
+    @np.errstate(all="ignore")
     def step(self) -> None:
         self._check_grads()
         for group in self.param_groups:
@@ -314,7 +316,9 @@ class AdamW(Optimizer):
         self._init_state(p, state)
         return state
 
-    @np.errstate(under="ignore")  # (momenta and squared gradients may underflow, whatever the caller's state)
+    # IEEE results (Inf, NaN, subnormals) whatever the caller's np.errstate: under over="raise" a
+    # step stopped part way, earlier parameters and this one's first moment updated, its second not
+    @np.errstate(all="ignore")
     def step(self) -> None:
         self._check_grads()
         for group in self.param_groups:

@@ -881,3 +881,79 @@ def test_reduce_with_a_mu_too_small_for_float32_raises_clearly_and_changes_nothi
     np.testing.assert_array_equal(a.grad, ga)
     np.testing.assert_array_equal(b.grad, gb)
     assert store.state_dict()["exponents"] == {"a": 0, "b": -200 * store.window}
+
+
+# ---- found in a review of fp8lm and optim ----------------------------------------------------------
+def test_saturation_anywhere_in_the_reduction_counts_toward_mu():
+    """Only the reduced sum's values at the max were counted: a worker's cast clipped at the max
+    (mu > 1) or a partial sum clipped and pulled back by a worker of the other sign went unseen, so
+    mu grew while the clipping got worse (at mu = 16 the mean was 99% off, saturation 0)."""
+    g0 = np.array([[1.0, 0.5], [0.25, 0.125]], np.float32)  # amax 1: s = 256 mu, so 1.0 clips from mu = 1.75
+    result = fp8lm.fp8_all_reduce([g0, -0.5 * g0], "E4M3", factor=2.0)
+    assert result.gradient[0, 0] != np.float32(0.25) and result.saturation_count == 1
+    # partial sums: 416 + 416 clips to 448, and 448 - 416 = 32 (the exact sum is 416) is no max
+    grads = [np.array([0.8, 0.1], np.float32)] * 2 + [np.array([-0.8, 0.1], np.float32)]
+    result = fp8lm.fp8_all_reduce(grads, "E4M3")
+    assert abs(float(result.codes.astype(np.int64)[0])) != 0x7E and result.saturation_count == 1
+    assert fp8lm.fp8_all_reduce([np.array([0.8, 0.1], np.float32)] * 2, "E4M3").saturation_count == 1  # (as before)
+    # so mu halves instead of doubling through clipped steps
+    p = Tensor(np.zeros((2, 2), np.float32), requires_grad=True)
+    gradients = fp8lm.FP8Gradients([("w", p)], window=10)
+    for _ in range(60):
+        gradients.reduce([{"w": g0}, {"w": -0.5 * g0}])
+    assert gradients.factor("w") < 2.0
+    np.testing.assert_allclose(p.grad, (g0 - 0.5 * g0) / 2, rtol=0.13)
+
+
+@pytest.mark.parametrize("make", [lambda ps: optim.AdamW(ps, lr=0.1, weight_decay=0.1),
+                                  lambda ps: fp8lm.FP8AdamW(ps, lr=0.1, weight_decay=0.1)])
+def test_a_step_is_whole_whatever_the_callers_error_state(make):
+    """Under np.errstate(over="raise") a gradient whose square overflows float32 stopped the step
+    part way: the first parameter updated, the second's first moment too, its second moment not,
+    and the step counter advanced (a retry decayed twice). The step now computes IEEE values
+    whatever the caller's state, as under the default one."""
+    results = []
+    for errors in ({}, {"over": "raise", "invalid": "raise", "divide": "raise", "under": "raise"}):
+        a, b = (Tensor(np.ones(2, np.float32), requires_grad=True) for _ in range(2))
+        optimizer = make([a, b])
+        a.grad, b.grad = np.ones(2, np.float32), np.array([1.0, 1e20], np.float32)
+        with np.errstate(**errors):
+            optimizer.step()
+        results.append((a.data.copy(), b.data.copy()))
+    assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(*results))
+    assert not np.array_equal(results[1][0], np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_fp8_adamw_keeps_the_finite_moments_beside_a_non_finite_gradient(bad):
+    """One NaN or Inf element made the moment's amax NaN or Inf and its scale 1, so every finite
+    element was stored unscaled and its small moment flushed to 0 (12% off AdamW after the step).
+    The scale now comes from the finite values; the bad element alone goes bad, as in AdamW."""
+    final = []
+    for make in (optim.AdamW, fp8lm.FP8AdamW):
+        p = Tensor(np.zeros(4, np.float32), requires_grad=True)
+        optimizer = make([p], lr=1.0, weight_decay=0.0)
+        for g in ([1e-3] * 4, [1e-3, 1e-3, 1e-3, bad], [1e-3] * 4):
+            p.grad = np.array(g, np.float32)
+            optimizer.step()
+        final.append(p.data.copy())
+    assert np.isnan(final[0][3]) and np.isnan(final[1][3])
+    np.testing.assert_allclose(final[1][:3], final[0][:3], rtol=0.02)
+    codes, scale = fp8lm.store_scaled(np.array([1e-3, bad, -2e-3], np.float32), "E4M3")
+    assert scale == 2.0 ** 17      # 448 / 2e-3 = 224,000: 2**17 (it was 1, under which 1e-3 flushes to 0)
+    assert fp8lm.load_scaled(codes, scale, "E4M3")[[0, 2]].tolist() == pytest.approx([1e-3, -2e-3], rel=0.07)
+
+
+@pytest.mark.parametrize("kind", ["E4M3", "E5M2", "float16"])
+def test_values_near_float32s_max_read_back_finite(kind):
+    """3.4e38 rounds up to 2**128 times the scale in E4M3 (256 * 2**120) and read back as -Inf;
+    a finite value now reads back finite, at most FLT_MAX, and an Inf code stays Inf."""
+    values = np.array([-3.4e38, 3.3e38, 1.0], np.float32)
+    codes, scale = fp8lm.store_scaled(values, kind)
+    back = fp8lm.load_scaled(codes, scale, kind)
+    assert np.isfinite(back).all() and back[0] < -3.2e38 and back[1] > 3.2e38
+    reduced = fp8lm.fp8_all_reduce([values], "E4M3" if kind == "float16" else kind).gradient  # (one worker: the
+    # FP32 reference's own sum of two would overflow)
+    assert np.isfinite(reduced).all() and reduced[0] < -3.2e38
+    if kind == "E5M2":
+        assert fp8lm.load_scaled(np.array([0x7C, 0xFC], np.uint8), np.float32(1), "E5M2").tolist() == [np.inf, -np.inf]
