@@ -647,6 +647,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
         ``"float32"``, ``"bfloat16"``, ``"float16"``, or the significand bits (2 to 24, the implicit
         bit included) of an accumulator with float32's exponent range, rounding to nearest (a
         truncating one of p bits errs as much as a rounding one of p - 1). Default "float32".
+        One whose relative bound ``acc`` reaches 1 over K products (bfloat16 from K = 125 without
+        ``promote_every``) bounds nothing, and is a ValueError.
     promote_every : int, optional
         Products summed in the accumulator before each group is added into a float32 accumulator
         (128 in DeepSeek-V3). None: no promotion.

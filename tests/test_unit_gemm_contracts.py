@@ -158,9 +158,17 @@ TOLERANCE_CASES = {
                                  {"accumulator": 14, "promote_every": 4}, 14, 4),
     "bfloat16 accumulator": ([E4M3_ONE, E4M3_TWO, E4M3_HALF], [E4M3_FOUR, E4M3_ONE, E4M3_ONE], 6.5, 6.5,
                              {"accumulator": "bfloat16"}, 8, None),
-    "2-bit accumulator, no relative bound, zero product": (
-        [E4M3_ZERO] * 2, [E4M3_ONE] * 2, 0.0, 0.0, {"accumulator": 2}, 2, None),
 }
+
+
+def test_an_accumulator_without_a_relative_bound_is_refused_even_for_a_zero_product():
+    """A 2-bit accumulator over 2 products has gamma_5(2**-2) = Inf: no bound. Its zero product once
+    got tolerance 0 (not Inf * 0 = NaN); any declaration whose bound reaches S is now refused, as it
+    would pass any output (`compare_matmul`)."""
+    with pytest.raises(ValueError, match=r"accumulator of 2 bits summing K = 2 products has no useful error bound"):
+        gemm.compare_matmul(np.zeros((1, 1), np.float32), np.array([[E4M3_ZERO] * 2], np.uint8), 1.0,
+                            np.array([[E4M3_ONE] * 2], np.uint8).T, 1.0, a_format="E4M3", b_format="E4M3",
+                            accumulator=2)
 
 
 @pytest.mark.parametrize("case", list(TOLERANCE_CASES))
