@@ -21,6 +21,7 @@ import functools
 import inspect
 import json
 import os
+import stat
 import sys
 import textwrap
 import time
@@ -73,6 +74,7 @@ def alternating_rounds(steps: Mapping[str, Callable[[], object]], rounds: int, r
     """Each round times every entry of ``steps`` once, one after another (the median of ``repeats``
     calls); returns the per-round medians of each entry. After each round but the last, a progress
     line with the time left goes to stderr."""
+    rounds = _check_int(rounds, "alternating_rounds: rounds", 1)  # (0 gave empty lists, and NaN ratios)
     seconds: dict[str, list[float]] = {name: [] for name in steps}
     started = time.perf_counter()
     for done in range(1, rounds + 1):
@@ -559,6 +561,11 @@ def _unwritable(path: str) -> str | None:
     file behind.
     """
     existed = os.path.lexists(path)
+    with contextlib.suppress(OSError):  # (a path that cannot be stat'ed is judged by the open below)
+        kind = os.stat(path).st_mode
+        if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # (a folder: the open names it)
+            # a FIFO blocked the open until a reader came, which it then handed an empty file
+            return "not a regular file (a pipe, socket or device): give a file path"
     try:
         with open(path, "a", encoding="utf-8"):
             pass

@@ -247,26 +247,32 @@ def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4
             error = np.abs(quantize(x, fmt).astype(np.float64) - x) / x
         unit_roundoff = 2.0 ** -(fmt.mantissa_bits + 1)
         rounds_to_zero = fmt.min_subnormal / 2  # (below it every input rounds to zero)
-        ax.axvspan(max(rounds_to_zero, 2.0**low_exponent), fmt.min_normal, color=SUBNORMAL_COLOR, alpha=0.12,
-                   linewidth=0)
-        if rounds_to_zero > 2.0**low_exponent:
-            ax.axvspan(2.0**low_exponent, rounds_to_zero, facecolor="none", edgecolor=SUBNORMAL_COLOR, alpha=0.35,
+        # Each region is drawn and labelled where it lies in view only (E8M0 overflows far beyond
+        # 2**18: its band, from 1.5 * 2**127, covered the whole axis and its label sat in the margin).
+        view_low, view_high = 2.0**low_exponent, 2.0**high_exponent
+        subnormal_low, subnormal_high = max(rounds_to_zero, view_low), min(fmt.min_normal, view_high)
+        if fmt.has_subnormals and subnormal_low < subnormal_high:
+            ax.axvspan(subnormal_low, subnormal_high, color=SUBNORMAL_COLOR, alpha=0.12, linewidth=0)
+            ax.text(np.sqrt(subnormal_low * subnormal_high), 1e-3, "subnormal", ha="center", fontsize=8,
+                    color="#a0522d")
+        if rounds_to_zero > view_low:
+            zero_high = min(rounds_to_zero, view_high)
+            ax.axvspan(view_low, zero_high, facecolor="none", edgecolor=SUBNORMAL_COLOR, alpha=0.35,
                        hatch="////", linewidth=0)
+            if zero_high > 4 * view_low:  # (room for the label)
+                ax.text(np.sqrt(zero_high * view_low), 1e-3, "rounds to 0", ha="center", fontsize=8,
+                        color="#a0522d")
         overflows_from, _ = _overflow_threshold(fmt)  # max + half a gap (E4M3's tie 464 rounds to even, 448)
-        ax.axvspan(overflows_from, 2.0**high_exponent, color=OVERFLOW_COLOR, alpha=0.18, linewidth=0)
+        if overflows_from < view_high:
+            overflow_low = max(overflows_from, view_low)
+            ax.axvspan(overflow_low, view_high, color=OVERFLOW_COLOR, alpha=0.18, linewidth=0)
+            overflow_name = "Inf" if fmt.has_infinity else "NaN" if fmt.has_nan else f"saturates to {fmt.max:g}"
+            ax.text(np.sqrt(overflow_low * view_high), 1e-2, f"overflow: {overflow_name}",
+                    ha="center", va="center", rotation=90, fontsize=8)
         ax.plot(x, error, color=_color(fmt), linewidth=0.6)
         ax.axhline(unit_roundoff, color="black", linestyle="--", linewidth=0.8)
         ax.text(2.0 ** (low_exponent + 0.3), unit_roundoff * 1.15, f"$2^{{-{fmt.mantissa_bits + 1}}}$ = "
                 f"{100 * unit_roundoff:g}%", fontsize=8, va="bottom")
-        overflow_name = "Inf" if fmt.has_infinity else "NaN" if fmt.has_nan else f"saturates to {fmt.max:g}"
-        ax.text(np.sqrt(overflows_from * 2.0**high_exponent), 1e-2, f"overflow: {overflow_name}",
-                ha="center", va="center", rotation=90, fontsize=8)
-        ax.text(np.sqrt(fmt.min_normal * fmt.min_subnormal) if fmt.min_subnormal > 2.0**low_exponent
-                else fmt.min_normal, 1e-3, "subnormal", ha="right" if fmt.min_subnormal <= 2.0**low_exponent
-                else "center", fontsize=8, color="#a0522d")
-        if rounds_to_zero > 2.0 ** (low_exponent + 2):  # (room for the label)
-            ax.text(np.sqrt(rounds_to_zero * 2.0**low_exponent), 1e-3, "rounds to 0", ha="center", fontsize=8,
-                    color="#a0522d")
         ax.set_title(f"{fmt.name}: relative error of round-to-nearest-even", fontsize=10)
         ax.set_yscale("log")
         ax.set_ylim(3e-4, 2.0)
@@ -1511,6 +1517,8 @@ def train_speed(results: dict, title: str | None = None) -> Figure:
     auto = model.get("family") == "auto"  # --family auto: each recipe on the model train_tiny gives it
     lines = []
     for recipe, measured in recipes.items():
+        if not isinstance(recipe, str):  # (as `_runs` refuses a run's label: the styles split the name)
+            raise TypeError(f"{name}: a recipe's name must be a str, got {_described(recipe)}")
         where = f"recipe {recipe!r}"
         _require(name, where, measured, ("ratio", "window_ratios"))
         ratio = _number(measured["ratio"], f"{name}: {where}: 'ratio'", positive=True)
@@ -1518,6 +1526,9 @@ def train_speed(results: dict, title: str | None = None) -> Figure:
         if not np.isfinite(ratios).any():
             raise ValueError(f"{name}: {where}: 'window_ratios' holds no finite ratio to draw, got "
                              f"{_described(measured['window_ratios'])}")
+        if (ratios <= 0).any():  # (NaN compares False: a window without a ratio is allowed)
+            raise ValueError(f"{name}: {where}: 'window_ratios' must be > 0 (a step time over fp32's), got "
+                             f"{float(ratios[ratios <= 0][0])!r}")
         target = measured.get("target")
         target = None if target is None else _number(target, f"{name}: {where}: 'target'", positive=True)
         family = measured.get("family")

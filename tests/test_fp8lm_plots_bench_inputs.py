@@ -161,3 +161,14 @@ def test_median_seconds_needs_a_repeat():
     with pytest.raises(ValueError, match="median_seconds: repeats must be >= 1, got 0"):
         bench.median_seconds(lambda: None, 0)
     assert bench.median_seconds(lambda: None, 1, warmup=0) >= 0
+
+
+@pytest.mark.parametrize("rounds, error, message", [(0, ValueError, "rounds must be >= 1, got 0"),
+                                                     (True, TypeError, "rounds must be an int, got bool")])
+def test_rounds_need_a_round(rounds, error, message):
+    # (a later review's find: 0 rounds gave empty lists and NaN ratios, or min()'s "empty sequence";
+    # True counted as 1)
+    for call in (lambda: bench.alternating_rounds({"fp32": lambda: None}, rounds, 1),
+                 lambda: bench.best_of_rounds({"fp32": lambda: None}, 1, rounds)):
+        with pytest.raises(error, match=message):
+            call()

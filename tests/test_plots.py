@@ -482,6 +482,28 @@ def test_fp8lm_options_names_the_missing_key(results, message):
 
 
 # ---- formats, rounding, scaling ------------------------------------------------------------------
+def test_rounding_error_draws_only_the_regions_in_view():
+    """A review's find: E8M0 overflows from 1.5 * 2**127, far beyond the default 2**18, yet its grey
+    band (its ends given in reverse) covered the whole axis and its labels sat in the margins."""
+    def regions(*args):
+        axis = plots.rounding_error(*args, points=50).axes[0]
+        low, high = axis.get_xlim()
+        spans = sorted((p.get_x(), p.get_x() + p.get_width()) for p in axis.patches)
+        labels = {t.get_text(): t.get_position()[0] for t in axis.texts if not t.get_text().startswith("$")}
+        assert all(low <= x <= high for x in labels.values()), labels
+        assert all(low <= a < b <= high * (1 + 1e-12) for a, b in spans), spans
+        return spans, set(labels)
+
+    assert regions("E8M0") == ([], set())                      # no subnormals, no overflow in view
+    spans, labels = regions("E4M3")
+    assert spans[-1] == (464.0, 2.0**18) and labels == {"subnormal", "rounds to 0", "overflow: NaN"}
+    assert spans[:2] == [(2.0**-19, 2.0**-10), (2.0**-10, 2.0**-6)]
+    assert regions("E4M3", -70, -60) == ([(2.0**-70, 2.0**-60)], {"rounds to 0"})
+    assert regions("E4M3", 0, 30) == ([(464.0, 2.0**30)], {"overflow: NaN"})
+    assert regions("E5M2", -22, 5)[1] == {"subnormal", "rounds to 0"}
+    assert regions("E5M2", -19, 5)[1] == {"subnormal"}         # (2**-19 to 2**-17: no room for its label)
+
+
 def test_format_figures_take_one_name_or_a_non_empty_list():
     assert labelled(plots.value_grid("E4M3")).axes[0].get_yticklabels()[0].get_text() == "E4M3"
     assert len(labelled(plots.rounding_error("E5M2", points=50)).axes) == 1
@@ -694,6 +716,14 @@ def speed_results(**recipe):
     (speed_results(window_ratios=None), TypeError,
      "recipe 'fp8': 'window_ratios' must be a flat list of numbers, got NoneType None"),
     (speed_results(target="x"), TypeError, "recipe 'fp8': 'target' must be a number, got str 'x'"),
+    # a later review's finds: an AttributeError ('int' object has no attribute 'split'), and a
+    # negative ratio drawn
+    ({**speed_results(), "recipes": {1: {"ratio": 1.4, "window_ratios": [1.4]}}}, TypeError,
+     "a recipe's name must be a str, got int 1"),
+    (speed_results(window_ratios=[-3.0, math.nan, 1.4]), ValueError,
+     "recipe 'fp8': 'window_ratios' must be > 0 (a step time over fp32's), got -3.0"),
+    (speed_results(window_ratios=[0.0, 1.4]), ValueError,
+     "recipe 'fp8': 'window_ratios' must be > 0 (a step time over fp32's), got 0.0"),
 ])
 def test_train_speed_checks_the_types_and_values_it_reads(results, error, message):
     with pytest.raises(error, match=re.escape(f"train_speed: {message}")):
