@@ -627,8 +627,11 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     block's own); or the product without one K block (block sizes from the scale layouts, and 16,
     32, 64, 128, 256); or the product with one scale alone times ``2**e``, e = -2, -1, 1 or 2 (tried
     where one block row of A, or one block column of B, holds every mismatched output); or the
-    reference transposed; or, when nothing above matched, every mismatched output is the reference
-    times one factor (a power of two is named as one), or, with ``output="float32"``, every output
+    reference transposed; or, when nothing above matched, every mismatched output lies on one side
+    of the reference within one spacing of the output type (or of the 16-bit type whose values all
+    outputs are): rounded toward zero, -Inf, +Inf or away from zero, not to nearest; or every
+    mismatched output is the reference times one factor beyond that rounding (a power of two is
+    named as one), or, with ``output="float32"``, every output
     is a bfloat16 (or float16) value and all are within tolerance judged as that output type (an
     output type not declared), or the errors fit a narrower accumulator (only one whose bound is at
     most S / 8, and errors not confined to one row or column). A cause whose product an output of
@@ -800,9 +803,11 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
             if matches(transposed):
                 hints.append("the output is the reference transposed: a transposed or column-major output?")
         hints += _one_scale_hints(got, a, b, reference, mismatched, matches)
+        tolerance = _tolerance(reference, inner, model, output, carried)
         if not hints:
-            hints += _factor_hint(got, a, b, reference.value, mismatched,
-                                  _tolerance(reference, inner, model, output, carried))
+            hints += _directed_rounding_hint(got, reference.value, mismatched, tolerance, output)
+        if not hints:
+            hints += _factor_hint(got, a, b, reference.value, mismatched, tolerance, output)
     # An output rounded to a 16-bit type but declared float32: every value is one of that type, and
     # the output is within the bound of the declared accumulator with that output (before the
     # accumulators below, whose wider bounds an output rounding fits as well).
@@ -945,14 +950,46 @@ def _uniform_scales(a: _Operand, b: _Operand) -> bool:
     return all(np.unique(operand.scales).size == 1 for operand in (a, b))
 
 
-def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance) -> list[str]:
+_ROUNDINGS = (  # (the direction every mismatched output takes from the reference, the rounding that gives it)
+    (lambda got, value: np.abs(got) < np.abs(value), "between the reference and zero", "toward zero (truncated)"),
+    (lambda got, value: got < value, "below the reference", "toward -Inf"),
+    (lambda got, value: got > value, "above the reference", "toward +Inf"),
+    (lambda got, value: np.abs(got) > np.abs(value), "farther from zero than the reference", "away from zero"),
+)
+
+
+def _directed_rounding_hint(got, value, mismatched, tolerance, output: str) -> list[str]:
+    """Every mismatched output (two or more, finite, of the reference's sign) lies on one side of the
+    reference, by at most one spacing of the type it is written in (plus its tolerance): the output
+    was rounded in one direction, not to nearest. The type: ``output``, or the 16-bit type whose
+    values every output is, where float32 was declared."""
+    written = output
+    if output == "float32":
+        written = next((narrow for narrow in ("bfloat16", "float16") if _values_of(got, narrow).all()), output)
+    got, value, tolerance = got[mismatched], value[mismatched], tolerance[mismatched]
+    if value.size < 2 or not (np.isfinite(got).all() and np.isfinite(value).all()) or (got * value < 0).any():
+        return []
+    bits, emin, _ = _IEEE_TYPES[written]
+    spacing = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(value), 2.0**emin))) + 1 - bits)
+    if not (np.abs(got - value) <= spacing + tolerance).all():
+        return []
+    for side, where, rounding in _ROUNDINGS:
+        if side(got, value).all():
+            declared = "" if written == output else f" (every output is a {written} value: pass output={written!r})"
+            return [f"every mismatched output lies {where}, within one {written} spacing: the output rounded "
+                    f"{rounding} to {written}, not to nearest?{declared}"]
+    return []
+
+
+def _factor_hint(got, a: _Operand, b: _Operand, value, mismatched, tolerance, output: str) -> list[str]:
     """Every mismatched output (two or more, finite) is the reference times one factor c, within c
-    times its tolerance: c a power of two, a value of the scales or its inverse, or any number."""
+    times its tolerance: c a power of two, a value of the scales or its inverse, or any number (but
+    one within two spacings of the output type of 1: that is rounding, `_directed_rounding_hint`)."""
     got, value, tolerance = got[mismatched], value[mismatched], tolerance[mismatched]
     if value.size < 2 or not (np.isfinite(got).all() and np.isfinite(value).all() and (value != 0).all()):
         return []
     measured = float(got[np.argmax(np.abs(value))] / value[np.argmax(np.abs(value))])
-    if measured == 0 or not np.isfinite(measured):
+    if measured == 0 or not np.isfinite(measured) or abs(abs(measured) - 1) <= 2.0 ** (2 - _IEEE_TYPES[output][0]):
         return []
     sign = -1.0 if measured < 0 else 1.0
     power = round(np.log2(abs(measured)))

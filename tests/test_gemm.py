@@ -855,3 +855,29 @@ def test_a_python_int_scale_is_taken_wherever_float64_holds_it_exactly():
     for scale in (2**53 + 1, 2**1024, -(3**700)):
         with pytest.raises(ValueError, match="exact in float64, got the int"):
             gemm.dequantize(codes, scale, "E4M3")
+
+
+def test_an_output_rounded_in_one_direction_is_named_as_rounding_not_as_a_scale():
+    """A review's find: a kernel that truncates its float32 sums to bfloat16 (drops the low 16 bits)
+    was told "the reference times 0.9941...: a wrong scale, or an epilogue's alpha?", and declared
+    float32, "accumulation narrower than declared?"; it accumulates in float32 and rounds toward zero."""
+    rng = np.random.default_rng(2)
+    a = codec.encode(rng.normal(0, 1, (16, 256)).astype(np.float32), "E4M3")
+    b = codec.encode(rng.normal(0, 1, (256, 64)).astype(np.float32), "E4M3")
+    operands = dict(a_codes=a, a_scales=0.5, b_codes=b, b_scales=0.25, a_format="E4M3", b_format="E4M3")
+    exact = (codec.decode(a, "E4M3") @ codec.decode(b, "E4M3")) * np.float32(0.125)
+    truncated = (exact.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    report = gemm.compare_matmul(truncated, **operands, output="bfloat16")
+    assert report.count > 100 and report.hints == [
+        "every mismatched output lies between the reference and zero, within one bfloat16 spacing: the output "
+        "rounded toward zero (truncated) to bfloat16, not to nearest?"]
+    assert gemm.compare_matmul(truncated, **operands).hints[0].endswith(
+        "not to nearest? (every output is a bfloat16 value: pass output='bfloat16')")
+    nearest = exact.astype(np.float16)   # float16 rounded away from zero where it was not exact
+    away = np.where(nearest.astype(np.float32) == exact, nearest,
+                    np.where(np.abs(nearest.astype(np.float32)) > np.abs(exact), nearest,
+                             np.nextafter(nearest, np.copysign(np.float16(np.inf), nearest))))
+    assert "rounded away from zero to float16" in gemm.compare_matmul(away, **operands, output="float16").hints[0]
+    # a factor beyond the output's rounding is still a factor
+    hint, = gemm.compare_matmul(exact * np.float32(1.02), **operands).hints
+    assert hint.startswith("every mismatched output is the reference times 1.0200") and "a wrong scale" in hint
