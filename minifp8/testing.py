@@ -970,7 +970,9 @@ class BlockReport:
     hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
     names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
     in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) where
-    most block scales differ, the tensor amax they imply, if it is far from the one minifp8 used.
+    most block scales differ, the tensor amax they imply, if it is far from the one minifp8 used;
+    and, where no rule over whole blocks fits, the `compare` rule (an element cast that does not
+    saturate, rounds toward zero, ...) that gives every element code in the blocks whose scale agrees.
     For NVFP4, ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
     took another tensor amax gets other block scales throughout.
     """
@@ -1094,16 +1096,20 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         same_scale &= element_scale_codes != mx.E8M0_NAN  # NaN-scale blocks carry no element information
     positions = np.flatnonzero((same_scale & (codes != expected.codes)).reshape(-1))
     inputs = x.reshape(-1)
-    scale_codes_there = element_scale_codes.reshape(-1)[positions]
-    if isinstance(expected, mx.NVFP4Array):  # (is_nvfp4)
-        decode_scale = np.float32(1) / expected.encode_scale
-        with np.errstate(divide="ignore", over="ignore", under="ignore"):
-            element_scale = np.minimum(np.float32(1) / (scale_table[scale_codes_there].astype(np.float32)
-                                                        * decode_scale), np.float32(np.finfo(np.float32).max))
-            seen = np.clip(inputs[positions].astype(np.float32) * element_scale, -6, 6).astype(np.float32)
-    else:
+
+    def scaled_inputs(where: np.ndarray) -> np.ndarray:
+        """The values the element encoder saw at the C-order positions ``where``."""
+        scale_codes_there = element_scale_codes.reshape(-1)[where]
+        if isinstance(expected, mx.NVFP4Array):  # (is_nvfp4)
+            decode_scale = np.float32(1) / expected.encode_scale
+            with np.errstate(divide="ignore", over="ignore", under="ignore"):
+                element_scale = np.minimum(np.float32(1) / (scale_table[scale_codes_there].astype(np.float32)
+                                                            * decode_scale), np.float32(np.finfo(np.float32).max))
+                return np.clip(inputs[where].astype(np.float32) * element_scale, -6, 6).astype(np.float32)
         exponent = scale_codes_there.astype(np.int32) - mx.E8M0_BIAS
-        seen = np.ldexp(inputs[positions].astype(np.float64), -exponent)
+        return np.ldexp(inputs[where].astype(np.float64), -exponent)
+
+    seen = scaled_inputs(positions)
     element_options = {} if is_nvfp4 else {"rounding": quantize_options.get("rounding", "nearest_even")}
     if element_options.get("rounding") == "stochastic":  # each compared element with its own random bits
         element_options.update(random_bits=np.asarray(quantize_options["random_bits"]).reshape(-1)[positions],
@@ -1117,13 +1123,24 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 input=float(original), input_bits=bits, scaled_input=row.input, scaled_bits=row.input_bits)
         for row, original, bits in zip(element_report.mismatches, originals, _bits_texts(originals))]
     element_report.input_dtype = x.dtype.name
-    # Layout hints from the whole arrays (an element report sees only the blocks whose scale agrees).
+    # Layout hints from the whole arrays (an element report sees only the blocks whose scale agrees);
+    # but a rule that gives every compared element code is one about the element cast itself (an
+    # element cast that does not saturate, as OCP MX's requires, was given no hint at all)
+    element_rule = ""
+    if element_report.count and element_options.get("rounding") != "stochastic":
+        every = np.flatnonzero(same_scale.reshape(-1))  # (the rule must give every compared code, not only
+        compared = codes.reshape(-1)[every]             # those that differ)
+        where = np.flatnonzero(np.isin(every, positions))
+        element_rule = _rule_note(compared, scaled_inputs(every), element_format, where, nan,
+                                  {"saturate": True, **element_options})
     element_report.layout = ""
     notes = [_layout_note(got, want, name, fmt) for name, got, want, fmt in (
                  ("scales", scales, expected.scales, scale_format), ("codes", codes, expected.codes, element_format))
              if np.count_nonzero(got != want) > 1]
     if not is_nvfp4 and (scale_differs.any() or element_report.count):
         notes.insert(0, _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales == mx.E8M0_NAN))
+    if element_rule and not any(notes):  # (a block rule, which names scales and codes, comes first)
+        notes.append(f"in the blocks whose scale agrees, the element codes: {element_rule}")
     if not is_nvfp4 and scale_differs.any():
         offset = (scales[scale_differs].astype(np.int64) - expected.scales[scale_differs]) % 256
         if (offset == 256 - mx.E8M0_BIAS).all():  # (int8 shared_exp read as a byte: code - 127 mod 256)

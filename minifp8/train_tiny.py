@@ -1738,6 +1738,16 @@ def _holds_earlier_run(out: Path) -> bool:
             and {"recipe", "steps"} <= set(saved["config"]))
 
 
+def _earlier_checkpoint_names(out: Path) -> set[str] | None:
+    """The checkpoint file names of the runs ``out/config.json`` lists (``<slug>.npz``), or None
+    where that file lists none that train_tiny can read (every ``*.npz`` is then the earlier run's)."""
+    try:
+        saved = _load_json_object(out / "config.json")
+        return {f"{Run(**entry).slug}.npz" for entry in saved["runs"]}
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def _check_checkpoints_directory(out: Path) -> None:
     """A ValueError where ``out/checkpoints`` exists but is no directory: the run would train until its
     first checkpoint and fail there (and a resumed one start again from step 0, finding none)."""
@@ -1754,7 +1764,8 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     ``scales.png``, an experiment's results file), which a new run that stops early would otherwise
     leave beside its own config. Only an earlier run's: a directory that holds any of those files but no
     ``config.json`` that train_tiny wrote is refused (ValueError), and nothing in it is touched;
-    other files (notes, an empty directory) are no obstacle."""
+    other files (notes, an empty directory, a checkpoint copied under a name no run of either
+    config takes) are no obstacle and stay."""
     if os.path.lexists(out) and not out.is_dir():
         raise ValueError("exists and is not a directory: --out names the directory a run writes into")
     if config.resume is not None:
@@ -1772,8 +1783,12 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
             shown = ", ".join(taken[:4]) + (f" and {len(taken) - 4} more" if len(taken) > 4 else "")
             raise ValueError(f"holds {shown}, which a run would overwrite or remove, but no config.json of an "
                              f"earlier train_tiny run; choose a new or empty directory, or move them away")
+    earlier = _earlier_checkpoint_names(out)
     out.mkdir(parents=True, exist_ok=True)
-    stale = sorted((out / "checkpoints").glob("*.npz"))
+    # the earlier run's checkpoints, and any under a name this run's will take; other files (a copy
+    # the user kept, fp32_keep.npz) stay
+    names = None if earlier is None else earlier | {f"{run.slug}.npz" for run in runs}
+    stale = [path for path in sorted((out / "checkpoints").glob("*.npz")) if names is None or path.name in names]
     for path in stale:
         path.unlink()
     if stale:
@@ -1802,8 +1817,10 @@ def _memory_needed(config: TrainConfig, runs: list[Run], vocab_size: int) -> dic
     hidden and output activations, ``5 * n_embd``; and the logits, ``vocab_size``); and each of the
     ``12 n_layer n_embd^2 + vocab_size n_embd`` parameters (at least) as a float32 weight and
     gradient. A real step holds several times more (the backward's temporaries, the FP8 casts'
-    copies, the optimizer's moments: 3.6x to 15x this bound, measured on runs that fit): the bound
-    only catches a run that cannot fit, and never refuses one that can.
+    copies, the optimizer's moments: 3.6x to 15x this bound, measured on runs that fit, and about
+    22x for large batches of short windows, ``--block-size 8``, where the activations the bound
+    counts at their fewest are nearly all): the bound only catches a run that cannot fit, and
+    never refuses one that can. A run between the two can still exhaust the machine.
     """
     tokens = config.batch_size * config.block_size
     batch = 2 * 8 * tokens  # x and y, int64

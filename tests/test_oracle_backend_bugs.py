@@ -583,3 +583,25 @@ def test_golden_write_refuses_a_format_name_with_letters_beyond_ascii(tmp_path):
     with pytest.raises(ValueError, match="letters, digits, '_', '.' and '-' only, got 'É4M3'"):
         golden.write(tmp_path / "refused", [formats.FloatFormat("É4M3", 4, 3, 7)], blocks=False)
     assert not list((tmp_path / "refused").glob("*.npz"))
+
+
+def test_compare_mx_names_an_element_cast_that_does_not_saturate():
+    """A review's find: compare_mx cleared the element report's hints (layout hints of a subset
+    mislead), so an MX kernel whose element cast overflows to NaN instead of clamping to 448, as OCP
+    MX requires, got no hint at all. A rule that gives every compared element code is now named."""
+    from minifp8 import mx
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (2, 64)).astype(np.float32)
+    x[0, 0] = 1000.0          # scaled to 500: above 464, where E4M3 overflows unless clamped
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    scaled = np.ldexp(x.astype(np.float64), -np.repeat(expected.scales.astype(np.int64) - mx.E8M0_BIAS, 32, axis=1))
+    report = testing.compare_mx(expected.scales, codec.encode(scaled, "E4M3"), x, "MXFP8_E4M3")
+    assert report.elements.count == 2 and report.layout.startswith(
+        "in the blocks whose scale agrees, the element codes: actual equals encode(x, 'E4M3', saturate=False, "
+        "rounding='nearest_even') at every element: the backend overflows to Inf or NaN instead of clamping")
+    # a rule over whole blocks still comes first, alone
+    truncated = codec.encode(scaled, "E4M3", saturate=True, rounding="toward_zero")
+    assert testing.compare_mx(expected.scales, truncated, x, "MXFP8_E4M3").layout == (
+        "scales and codes equal mx.quantize(x, 'MXFP8_E4M3', scale_mode='floor', rounding='toward_zero') in every "
+        "block: the backend uses rounding='toward_zero'")

@@ -736,6 +736,11 @@ def test_a_new_run_into_an_old_directory_replaces_its_checkpoints(tmp_path, caps
     assert status == 130 and "removed 1 checkpoint(s) of an earlier run" in printed
     status, printed, _ = run_main(capsys, "--resume", str(out))
     assert status == 0 and "resumed at step 4/20" in printed and "current: resumed" not in printed
+    # a review's find: every checkpoints/*.npz went, a copy the user kept under another name too
+    (out / "checkpoints" / "fp32_keep.npz").write_bytes((out / "checkpoints" / "fp32.npz").read_bytes())
+    status, printed, _ = run_main(capsys, *TINY, "--recipe", "fp8", "--out", str(out), "--stop-after", "2")
+    assert status == 130 and "removed 2 checkpoint(s) of an earlier run" in printed   # fp32's and current's
+    assert sorted(path.name for path in (out / "checkpoints").iterdir()) == ["fp32_keep.npz", "fp8.npz"]
 
 
 def test_a_new_run_into_an_old_directory_removes_its_results(tmp_path, capsys):
