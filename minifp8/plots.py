@@ -785,18 +785,24 @@ def _entry_columns(entries, fields: tuple, figure: str, where: str,
     return columns
 
 
-def _loss_floor(results: dict, figure: str) -> float | None:
-    """``results['loss_floor']`` (the corpus' entropy rate; None where it is not known), checked."""
-    loss_floor = results.get("loss_floor")
-    return None if loss_floor is None else _number(loss_floor, f"{figure}: results['loss_floor']")
+def _loss_floor(results: dict, figure: str) -> dict[str, float | None]:
+    """``results['loss_floor']`` (the corpus' entropy rate) and ``results['window_loss_floor']`` (the
+    floor of the loss over the run's windows, which results before 2026-12-02 lack), checked; None
+    where one is not known."""
+    return {key: None if results.get(key) is None else _number(results[key], f"{figure}: results[{key!r}]")
+            for key in ("loss_floor", "window_loss_floor")}
 
 
-def _draw_loss_floor(axis, loss_floor: float | None) -> None:
-    """A dotted line at the corpus' entropy rate, where it is known and finite."""
-    if loss_floor is not None and math.isfinite(loss_floor):
-        axis.axhline(loss_floor, color="grey", linestyle=":", linewidth=1.0)
-        axis.text(0.99, loss_floor, "entropy rate of the corpus (whole lines)", transform=axis.get_yaxis_transform(),
-                  ha="right", va="bottom", fontsize=8, color="grey")
+def _draw_loss_floor(axis, floors: dict[str, float | None]) -> None:
+    """Dotted lines at the corpus' entropy rate and at the floor of the run's windowed loss, where
+    they are known and finite."""
+    for key, text in (("loss_floor", "entropy rate of the corpus (whole lines)"),
+                      ("window_loss_floor", "floor of the loss over the run's windows")):
+        floor = floors[key]
+        if floor is not None and math.isfinite(floor):
+            axis.axhline(floor, color="grey", linestyle=":" if key == "loss_floor" else "-.", linewidth=1.0)
+            axis.text(0.99, floor, text, transform=axis.get_yaxis_transform(), ha="right", va="bottom", fontsize=8,
+                      color="grey")
 
 
 def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
@@ -838,8 +844,9 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
 
     Top: the training loss (averaged over windows of about ``smooth_steps`` steps, thin) and the
     validation loss (the run's markers) of each run; the dotted line is the corpus' entropy rate
-    when it is known (`minifp8.data.arithmetic_loss_floor`: the floor with whole lines of context; a
-    loss averaged over short windows sits higher).
+    when it is known (`minifp8.data.arithmetic_loss_floor`: the floor with whole lines of context),
+    and the dash-dotted one the floor of the loss over the run's windows, higher, where the results
+    give it (``window_loss_floor``).
     A run that diverged ends in a cross. Where a loss runs above 1.25 times the highest first loss
     (a run that blew up), the axis stops there and says so. Each run has its colour, marker and line style
     (`RUN_STYLES`: the same in every figure); the runs ``unit`` and ``unit fp32`` (the

@@ -105,8 +105,10 @@ Outputs (``--out DIR``)
   SHA-256 of the training text (`minifp8.data.Dataset.text_sha256`: of the ``--data`` file's text,
   or of the built-in corpus generated from ``--seed``), which checkpoints record too: ``--resume``
   refuses to continue on another text (directories older than it resume unchecked);
-* ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (null but
-  for the arithmetic corpus), the ``environment`` the runs started in (NumPy's version and the
+* ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (the
+  corpus' entropy rate, with whole lines of context) and ``window_loss_floor`` (the floor of the
+  loss this run reports, over ``--block-size`` windows: `minifp8.data.Dataset.window_loss_floor`;
+  both null but for the arithmetic corpus), the ``environment`` the runs started in (NumPy's version and the
   BLAS kernels, `blas_kernels`: the same seed trains to the same bits only under the same kernels,
   and uninterrupted and resumed runs compare only there; ``continued_in``, the last session's,
   where a ``--resume`` ran under another) and ``runs``, by label, each with its
@@ -1476,7 +1478,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     environment config.json recorded, where this session resumed runs (None: they started in this one)."""
     now = environment()
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
-                "environment": started_in or now}
+                "window_loss_floor": dataset.window_loss_floor(config.block_size), "environment": started_in or now}
     if started_in is not None and started_in != now:
         document["continued_in"] = now
     document["runs"] = {run.label: results[run.label] for run in runs if run.label in results}
@@ -1569,6 +1571,7 @@ def headline_results(document: dict, every: int | None = None) -> dict:
     left_out = (*_SESSION_FLAGS, *(RUN_FLAGS if document["config"].get("experiment") else ()))
     config = {key: value for key, value in document["config"].items() if key not in left_out}
     return {"config": config, "data": document["data"], "loss_floor": document["loss_floor"],
+            **({"window_loss_floor": document["window_loss_floor"]} if "window_loss_floor" in document else {}),
             "environment": document.get("environment"),
             **({"continued_in": document["continued_in"]} if "continued_in" in document else {}),
             "train_loss_every": every, "runs": runs}

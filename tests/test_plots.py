@@ -481,6 +481,23 @@ def test_fp8lm_options_names_the_missing_key(results, message):
         plots.fp8lm_options(results)
 
 
+def test_loss_figures_draw_the_window_floor_beside_the_entropy_rate():
+    """metrics.json's loss_floor is the corpus' entropy rate, which a loss over short windows cannot
+    reach (a review's find: the run printed 1.203, the figure drew 1.076 alone). Results that give
+    window_loss_floor get a second line; older ones, without it, the entropy rate alone."""
+    results = {k: v for k, v in load_results(HEADLINE_RESULTS).items() if k != "window_loss_floor"}
+    for figure in (plots.training_curves, plots.validation_curves):
+        older = figure(results).axes[0]
+        newer = figure({**results, "window_loss_floor": 1.1397}).axes[0]
+        floors = [line.get_ydata()[0] for line in newer.get_lines() if line.get_color() == "grey"]
+        assert [line.get_ydata()[0] for line in older.get_lines() if line.get_color() == "grey"] == [
+            results["loss_floor"]]
+        assert floors == [results["loss_floor"], 1.1397]
+        assert "floor of the loss over the run's windows" in [text.get_text() for text in newer.texts]
+    with pytest.raises(TypeError, match=r"results\['window_loss_floor'\] must be a number, got str"):
+        plots.training_curves({**results, "window_loss_floor": "1.14"})
+
+
 # ---- formats, rounding, scaling ------------------------------------------------------------------
 def test_rounding_error_draws_only_the_regions_in_view():
     """A review's find: E8M0 overflows from 1.5 * 2**127, far beyond the default 2**18, yet its grey

@@ -72,6 +72,7 @@ def test_smoke_every_recipe(tmp_path, capsys):
     # the floor of the loss it reports: its 16-character windows', not the whole lines' entropy rate
     floor = data.arithmetic_loss_floor(block_size=16)
     assert 1.3 < floor < 1.35
+    assert document["window_loss_floor"] == floor and document["loss_floor"] == data.arithmetic_loss_floor()
     assert (f"), loss floor {floor:.3f} for 16-character windows (entropy rate 1.076 with whole lines of "
             f"context)\n") in out
     # progress lines in the documented format, cast statistics for FP8 recipes, a summary row per recipe
