@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .formats import _check_int, _is_real, _plain_array
+from .formats import _check_int, _check_str_choice, _is_real, _plain_array
 
 __all__ = [
     "AnswerAccuracy", "CharTokenizer", "Dataset", "OPERATORS", "SPLITS", "answer_accuracy",
@@ -449,7 +449,7 @@ class Dataset:
                 raise TypeError(f"{split}_text must be a str, got {type(text).__name__}")
             if not text:
                 raise ValueError(f"{split}_text is empty")
-        if task not in (None, "arithmetic"):
+        if task is not None and _check_str_choice(task, "task", ("arithmetic",)) != "arithmetic":
             raise ValueError(f"task must be 'arithmetic' or None, got {task!r}")
         if loss_floor is not None and not (_is_real(loss_floor) and 0 <= loss_floor < math.inf):
             raise ValueError(f"loss_floor must be a finite number >= 0 (nats per character) or None, got "
@@ -519,7 +519,7 @@ class Dataset:
             int64, shape ``(batch_size, block_size)``, C-contiguous, with
             ``y[b, t] = split[start_b + t + 1]`` the token after ``x[b, t] = split[start_b + t]``.
         """
-        if split not in SPLITS:
+        if _check_str_choice(split, "split", SPLITS) not in SPLITS:  # (an array would compare elementwise)
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         batch_size = _check_int(batch_size, "batch_size", 1)
         block_size = _check_int(block_size, "block_size", 1)

@@ -661,3 +661,17 @@ def test_counts_and_dataset_fields_are_checked(make, message):
     # (each was accepted: an accuracy of -50% or 150%, a task answer_accuracy does not know; found in an API review)
     with pytest.raises(ValueError, match=message):
         make()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda d: d.get_batch(np.array(["train", "val"]), 2, 4, np.random.default_rng(0)),
+     "split must be a str, one of train, val; got ndarray"),
+    (lambda d: d.get_batch(np.array("val"), 2, 4, np.random.default_rng(0)), "split must be a str"),
+    (lambda d: d.get_batch(None, 2, 4, np.random.default_rng(0)), "split must be a str, one of train, val; got NoneType"),
+    (lambda d: D.Dataset("ab", "ba", task=np.array(["arithmetic"])), "task must be a str, one of arithmetic; got ndarray"),
+])
+def test_a_split_or_task_that_is_no_str_is_a_type_error(dataset, call, message):
+    """A review's find: an array split met `split not in SPLITS`, which compares elementwise (NumPy's
+    "truth value of an array ... is ambiguous"), and a 0-d one was taken as its string."""
+    with pytest.raises(TypeError, match=message):
+        call(dataset)
