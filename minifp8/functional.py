@@ -440,6 +440,8 @@ def scaled_dot_product_attention(q: Tensor | ArrayLike, k: Tensor | ArrayLike, v
     if not 0.0 <= _real(dropout_p, "scaled_dot_product_attention", "dropout_p") < 1.0:
         raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
     generator = _generator(rng, "scaled_dot_product_attention") if dropout_p > 0.0 or rng is not None else None
+    if dropout_p == 0.0:  # (a given rng is checked, but p == 0 draws nothing from it, as `dropout`)
+        generator = None
     if scale is None and q.shape[-1] == 0:
         raise ValueError(f"scaled_dot_product_attention: head_dim 0 (q has shape {q.shape}) has no default scale "
                          "1/sqrt(head_dim); pass scale")

@@ -385,9 +385,15 @@ class Sequential(Module):
                 raise TypeError(f"Sequential: argument {i} is a {type(module).__name__}, not a Module")
         self.layers = list(modules)
 
-    def named_children(self) -> Iterator[tuple[str, Module]]:
+    def named_children(self) -> Iterator[tuple[str, "Module | Parameter"]]:
+        """The layers, named ``0``, ``1``, ...; then any other module or parameter set as an attribute,
+        by its name, as `Module` finds them (one was left out of ``parameters()``, ``state_dict()`` and
+        ``eval()``, without a word)."""
         for i, module in enumerate(self.layers):
             yield str(i), module
+        for name, value in super().named_children():
+            if not name.startswith("layers."):
+                yield name, value
 
     def __getitem__(self, i: int) -> Module:
         return self.layers[i]

@@ -502,6 +502,14 @@ def test_dropout_gradcheck_and_special_cases():
     assert F.dropout(x, 0.0, rng) is x
     assert rng.bit_generator.state == state  # nothing drawn
     np.testing.assert_array_equal(F.dropout(x, 1.0, rng).data, np.zeros((4, 5)))
+    # attention's dropout_p=0 with an rng drew a probabilities-shaped array and kept every element,
+    # shifting every later draw from a shared generator (a review's find): it draws nothing too
+    q = param(1, 1, 4, 8)
+    plain = F.scaled_dot_product_attention(q, q, q, dropout_p=0.0)
+    with_rng = F.scaled_dot_product_attention(q, q, q, dropout_p=0.0, rng=rng)
+    assert rng.bit_generator.state == state and np.array_equal(plain.data, with_rng.data)
+    with pytest.raises(TypeError, match="Generator"):   # (a given rng is still checked)
+        F.scaled_dot_product_attention(q, q, q, dropout_p=0.0, rng=0)
 
 
 def test_dropout_bad_inputs_raise():

@@ -772,3 +772,20 @@ def test_warmup_cosine_lr_takes_integer_step_counts():
         with pytest.raises(TypeError, match=f"warmup_cosine_lr: step must be an int, got {got}"):
             optim.warmup_cosine_lr(value, max_lr=1.0, warmup_steps=1, total_steps=3)
     assert optim.warmup_cosine_lr(np.int64(0), max_lr=1.0, warmup_steps=1, total_steps=3) == 1.0
+
+
+def test_sequential_finds_what_is_set_on_it_besides_its_layers():
+    """A review's find: Sequential listed its layers only, so a parameter or module set as another
+    attribute was left out of parameters(), state_dict() and eval(), without a word, and a dict of
+    modules (which Module refuses) was accepted."""
+    rng = np.random.default_rng(0)
+    sequential = nn.Sequential(nn.Linear(2, 2, rng=rng))
+    sequential.extra = nn.Parameter(np.ones(3))
+    sequential.drop = nn.Dropout(0.5, rng=rng)
+    assert list(sequential.state_dict()) == ["0.weight", "0.bias", "extra"]
+    assert [name for name, _ in sequential.named_modules()] == ["", "0", "drop"]
+    sequential.eval()
+    assert not sequential.drop.training and sequential.num_parameters() == 9
+    sequential.bad = {"a": nn.Linear(2, 2, rng=rng)}
+    with pytest.raises(TypeError, match="Sequential: attribute bad is a dict holding Modules or Parameters"):
+        sequential.state_dict()
