@@ -60,7 +60,8 @@ every gradient is ``N`` times larger when the FP8 casts see it, and the gradient
 ``float32(1 / N)`` before clipping and the optimizer (exactly a division where N is a power of
 two). ``dynamic`` starts at 2^16 and, like ``torch.amp.GradScaler``, skips a step whose gradients
 overflowed and halves the factor, and doubles it after ``--loss-scale-interval`` clean steps in a
-row. The summary and ``metrics.json`` count the skipped steps. Halving stops at float32's smallest
+row, up to 2^127, the largest power of two float32 holds. The summary and ``metrics.json`` count
+the skipped steps. Halving stops at float32's smallest
 normal number, 2^-126 (the least ``--loss-scale N`` takes: below it the factor loses bits and its
 reciprocal may overflow): a step that overflows there stops the run as a divergence does (below).
 
@@ -229,8 +230,9 @@ class TrainConfig:
         "help": "E5M2 gradient casts that overflow: clamp to +-57344 (yes) or give Inf (no); auto: clamp in "
                 "the scaled recipes current, delayed and blockwise (as TransformerEngine does), Inf in fp8 and "
                 "unit (as torch's float8 casts do, so that loss scaling sees the overflow); yes or no is refused "
-                "unless a run has such casts: mxfp8's MX casts always saturate, fp32 casts nothing; yes is refused "
-                "with --loss-scale dynamic, which finds overflow by the Inf",
+                "unless a run has such casts: mxfp8's MX casts always saturate, fp32 casts nothing; a setting "
+                "that clamps (yes, or auto in current, delayed and blockwise) is refused with --loss-scale dynamic, "
+                "which finds overflow by the Inf",
         "choices": ("auto", "yes", "no")})
     mx_scale_mode: str = field(default="floor", metadata={
         "help": "mxfp8's block scales: floor, the OCP MX rule (2**floor(log2 amax) / 2**emax, which lets some "
@@ -519,6 +521,8 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
 #: The least loss scale: float32's smallest normal number, 2^-126. ``--loss-scale N`` takes no less,
 #: and a dynamic factor that would fall below it stops its run (`Diverged`).
 _SMALLEST_LOSS_SCALE = float(np.finfo(np.float32).tiny)
+#: Where dynamic loss scaling stops doubling: 2^127, the largest power of two float32 holds.
+_LARGEST_DYNAMIC_LOSS_SCALE = 2.0 ** 127
 
 
 def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
@@ -581,12 +585,16 @@ def _check_config(fail: Callable[[str], NoReturn], config: TrainConfig, runs: li
 
 def _check_runs_with(fail: Callable[[str], NoReturn], config: TrainConfig, runs: list[Run]) -> None:
     """What each run needs of the config's values (`train` checks these too, for its one run)."""
-    blind = [run.label for run in runs if run.loss_scale == "dynamic" and "saturate_gradients" in
-             fp8.RECIPE_OPTIONS[run.recipe]]
-    if config.saturate_gradients == "yes" and blind:
+    # (the resolved setting: under auto, current, delayed and blockwise clamp too, as TransformerEngine does)
+    blind = [run for run in runs if run.loss_scale == "dynamic"
+             and _recipe_options(run.recipe, config.saturate_gradients).get("saturate_gradients")]
+    if blind:
+        clamps = ("--saturate-gradients yes clamps it" if config.saturate_gradients == "yes" else
+                  "--saturate-gradients auto clamps it for current, delayed and blockwise (as TransformerEngine does)")
+        remedy = "no" if all(run.recipe in SATURATING_RECIPES for run in blind) else "auto or no"
         fail(f"--loss-scale dynamic finds an overflow by the Inf an overflowing gradient cast gives, but "
-             f"--saturate-gradients yes clamps it, so the factor would grow unchecked ({', '.join(blind)}); use "
-             f"--saturate-gradients auto or no")
+             f"{clamps}, so the factor would grow unchecked ({', '.join(run.label for run in blind)}); use "
+             f"--saturate-gradients {remedy}")
     for run in runs:
         if config.batch_size % run.workers:
             flag = f"--fp8-allreduce {config.fp8_allreduce}" if config.fp8_allreduce > 1 else f"run {run.label!r}"
@@ -685,8 +693,9 @@ class LossScaler:
         if not _is_real(init_scale):
             raise TypeError(f"LossScaler: init_scale must be a real number, got {type(init_scale).__name__} "
                             f"{init_scale!r}")
-        if not (math.isfinite(init_scale) and init_scale > 0):
-            raise ValueError(f"LossScaler: init_scale must be a finite number > 0, got {init_scale!r}")
+        if not _SMALLEST_LOSS_SCALE <= init_scale <= float(scaling.FLOAT32_MAX):  # (NaN fails too)
+            raise ValueError(f"LossScaler: init_scale must be a float32 normal number, 2^-126 to FLT_MAX (as "
+                             f"--loss-scale N), got {init_scale!r}")
         self.mode = mode
         self.dynamic = mode == "dynamic"
         self.scale = float(init_scale) if self.dynamic else 1.0 if mode == "none" else float(mode)
@@ -705,7 +714,9 @@ class LossScaler:
             return
         self.clean_steps += 1
         if self.clean_steps == self.growth_interval:
-            self.scale *= 2.0
+            # (not past 2^127, the largest power of two float32 holds: the backward's float32 seed of
+            # 2^128 was Inf, and every other step was skipped for an overflow no gradient had)
+            self.scale = min(self.scale * 2.0, _LARGEST_DYNAMIC_LOSS_SCALE)
             self.clean_steps = 0
 
     def state_dict(self) -> dict:
@@ -720,8 +731,9 @@ class LossScaler:
         scale = state["scale"]
         if not _is_real(scale):
             raise TypeError(f"LossScaler.load_state_dict: scale must be a number, got {_described(scale)}")
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"LossScaler.load_state_dict: scale must be a finite number > 0, got {scale!r}")
+        if not _SMALLEST_LOSS_SCALE <= scale <= float(scaling.FLOAT32_MAX):  # (NaN fails too)
+            raise ValueError(f"LossScaler.load_state_dict: scale must be a float32 normal number, 2^-126 to "
+                             f"FLT_MAX (as --loss-scale N), got {scale!r}")
         clean_steps = _check_int(state["clean_steps"], "LossScaler.load_state_dict: clean_steps", minimum=0)
         skipped = _check_int(state["skipped"], "LossScaler.load_state_dict: skipped", minimum=0)
         self.scale, self.clean_steps, self.skipped = float(scale), clean_steps, skipped

@@ -31,7 +31,7 @@ import pytest
 
 from minifp8 import autograd, data, train_tiny
 from minifp8.optim import AdamW
-from minifp8.train_tiny import Run, parse_args
+from minifp8.train_tiny import LossScaler, Run, parse_args
 
 # A model small enough that a few steps take well under a second.
 SMALL = ["--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
@@ -392,7 +392,7 @@ def test_the_command_line_refuses_center_lm_head_with_float16_master_weights(cap
     (("bogus",), ValueError, "got 'bogus'"),
     ((1024,), TypeError, "LossScaler: mode must be a str .* got int 1024"),
     (("dynamic", 0), ValueError, "growth_interval must be >= 1, got 0"),
-    (("dynamic", 100, math.inf), ValueError, "init_scale must be a finite number > 0, got inf"),
+    (("dynamic", 100, math.inf), ValueError, "init_scale must be a float32 normal number, .* got inf"),
 ])
 def test_loss_scaler_refuses_what_load_state_dict_refuses(arguments, error, message):
     # (it took -1 and nan as scales, and 'bogus' failed in float())
@@ -415,3 +415,19 @@ def test_loss_scaler_takes_numpy_scalars_as_load_state_dict_does():
     assert train_tiny.LossScaler("dynamic", np.int64(10), np.float32(1024.0)).scale == 1024.0
     with pytest.raises(TypeError, match="init_scale must be a real number, got str '1024'"):
         train_tiny.LossScaler("dynamic", 100, "1024")
+
+
+def test_dynamic_loss_scaling_stops_doubling_at_float32s_largest_power_of_two():
+    """A review's find: the factor doubled to 2^128, which float32 cannot hold: the backward's float32
+    seed was Inf, so every other step was skipped for an overflow no gradient had. init_scale and
+    load_state_dict took factors that --loss-scale N refuses (1e300, 1e-45)."""
+    scaler = LossScaler("dynamic", growth_interval=1)
+    for _ in range(200):
+        scaler.update(True)
+    assert scaler.scale == 2.0 ** 127 and np.isfinite(np.float32(scaler.scale)) and scaler.skipped == 0
+    for bad in (1e300, 1e-45, float("nan"), float(np.finfo(np.float32).max) * 1.0001):
+        with pytest.raises(ValueError, match="init_scale must be a float32 normal number, 2\\^-126 to FLT_MAX"):
+            LossScaler("dynamic", init_scale=bad)
+        with pytest.raises(ValueError, match="scale must be a float32 normal number, 2\\^-126 to FLT_MAX"):
+            LossScaler("dynamic").load_state_dict({"scale": bad, "clean_steps": 0, "skipped": 0})
+    assert LossScaler("dynamic", init_scale=float(np.finfo(np.float32).max)).scale == float(np.finfo(np.float32).max)
