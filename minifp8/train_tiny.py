@@ -33,7 +33,9 @@ Every ``--log-interval`` steps a progress line shows the mean training loss of t
 mean step time, the throughput and the time left in this run (its steps left at their wall time
 so far, and its evaluations left, with their checkpoints, at theirs); FP8 recipes add the worst
 underflow and saturation fractions among the cast points in the latest step
-(`minifp8.fp8.FP8State.summary`), then the worst among the gradient casts alone (``:grad``, the
+(`minifp8.fp8.FP8State.summary`; with ``--fp8-allreduce N``, in the last worker's shard of it, as
+each shard's casts replace the one before's, and so in ``metrics.json``'s ``cast_stats`` and a
+divergence's message), then the worst among the gradient casts alone (``:grad``, the
 backward pass's E5M2 casts, which a forward cast's ``:x`` or ``:w`` can outrank), loss scaling the
 current factor and the skipped steps:
 
