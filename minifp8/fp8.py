@@ -748,7 +748,8 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     Every module (from ``model.named_modules()``) with a ``gemm`` attribute gets an
     `FP8Linear` bound to a cast point named after the module; every module with an
     ``attention_core`` gets it wrapped in `FP8Attention`, at a point named after the module too
-    (``"<module>.attention_core"`` where the module also has a gemm). Hooks from an earlier call are
+    (``"<module>.attention_core"`` where the module also has a gemm); ``model`` itself, where it has
+    one, is named by its class (``"Linear"``), in ``exclude`` too. Hooks from an earlier call are
     replaced, and ``"fp32"`` restores the plain ones (``functional.linear`` and the unwrapped core),
     as does ``exclude`` for the modules it names.
 
@@ -803,7 +804,16 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     options = _recipe_options(recipe, options)
     if not hasattr(model, "named_modules"):
         raise TypeError(f"apply_recipe needs a Module (with named_modules()), got {type(model).__name__}")
-    modules = list(model.named_modules())  # (walked once: checked in full before any module changes)
+    # (walked once: checked in full before any module changes; the model itself is named by its class,
+    # the name its cast point, its statistics and ``exclude`` all use)
+    modules = [(name or type(module).__name__, module) for name, module in model.named_modules()]
+    point_names = [point for name, module in modules for point in (
+        ([name] if hasattr(module, "gemm") or hasattr(module, "attention_core") else [])
+        + ([f"{name}.attention_core"] if hasattr(module, "gemm") and hasattr(module, "attention_core") else []))]
+    clash = next((name for index, name in enumerate(point_names) if name in point_names[:index]), None)
+    if clash is not None:  # (its statistics and histories would be lost)
+        raise ValueError(f"apply_recipe: two cast points would be named {clash!r} (the model is named by its "
+                         f"class, {type(model).__name__!r})")
     castable = {name: tensors for name, module in modules if (tensors := _module_tensors(module))}
     uncast = _uncast_tensors(exclude, castable)
     plans = {name: _point_plans(tensors, uncast.get(name, frozenset()), recipe) for name, tensors in castable.items()}
@@ -815,7 +825,6 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     state = FP8State(recipe, options)
     for name, module in modules:
         plan = plans.get(name, {})
-        name = name or type(module).__name__
         if hasattr(module, "gemm"):
             if recipe != "fp32" and plan["gemm"]:
                 point = state._add_point(name, "gemm", *plan["gemm"])

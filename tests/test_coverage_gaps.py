@@ -179,6 +179,32 @@ def test_apply_recipe_refuses_two_cast_points_of_one_name():
 
     with pytest.raises(ValueError, match="two cast points would be named 'Net'"):
         fp8.apply_recipe(Net(), "current")
+    # a later review's find: the clash was found after earlier modules had their hooks; now before any
+    class Attention(nn.Module):
+        def __init__(self):
+            self.attention_core = F.scaled_dot_product_attention
+            self.c_proj = nn.Linear(4, 4, rng=np.random.default_rng(0))
+            self.Attention = nn.Linear(4, 4, rng=np.random.default_rng(1))
+
+    model = Attention()
+    with pytest.raises(ValueError, match=r"two cast points would be named 'Attention' \(the model is named by its "
+                                         r"class, 'Attention'\)"):
+        fp8.apply_recipe(model, "current")
+    assert model.attention_core is F.scaled_dot_product_attention and model.c_proj.gemm is F.linear
+
+
+def test_a_model_that_is_itself_castable_is_excluded_by_its_point_name():
+    """Its point is named by its class (Linear), which summary() and the statistics show, but exclude
+    took only "" (and its error listed no names). exclude takes the point's name now."""
+    layer = nn.Linear(4, 3, rng=np.random.default_rng(0))
+    assert list(fp8.apply_recipe(layer, "current").points) == ["Linear"]
+    state = fp8.apply_recipe(layer, "current", exclude=("Linear:grad",))
+    assert state.points["Linear"].uncast == {"grad", "grad_t"}
+    with pytest.raises(ValueError, match="would cast nothing"):
+        fp8.apply_recipe(layer, "current", exclude=("Linear",))
+    with pytest.raises(ValueError, match="exclude matches no module with a gemm or an attention core: ''; such "
+                                         "modules are Linear"):
+        fp8.apply_recipe(layer, "current", exclude=("",))
 
 
 def test_track_checks_and_an_empty_tensor():
