@@ -807,9 +807,7 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
     # (walked once: checked in full before any module changes; the model itself is named by its class,
     # the name its cast point, its statistics and ``exclude`` all use)
     modules = [(name or type(module).__name__, module) for name, module in model.named_modules()]
-    point_names = [point for name, module in modules for point in (
-        ([name] if hasattr(module, "gemm") or hasattr(module, "attention_core") else [])
-        + ([f"{name}.attention_core"] if hasattr(module, "gemm") and hasattr(module, "attention_core") else []))]
+    point_names = [point for name, module in modules for point in _point_names(name, module).values()]
     clash = next((name for index, name in enumerate(point_names) if name in point_names[:index]), None)
     if clash is not None:  # (its statistics and histories would be lost)
         raise ValueError(f"apply_recipe: two cast points would be named {clash!r} (the model is named by its "
@@ -824,10 +822,10 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
                          f"in {type(model).__name__}{left_out}; recipe {recipe!r} would cast nothing")
     state = FP8State(recipe, options)
     for name, module in modules:
-        plan = plans.get(name, {})
+        plan, point_names_of = plans.get(name, {}), _point_names(name, module)
         if hasattr(module, "gemm"):
             if recipe != "fp32" and plan["gemm"]:
-                point = state._add_point(name, "gemm", *plan["gemm"])
+                point = state._add_point(point_names_of["gemm"], "gemm", *plan["gemm"])
                 module.gemm = FP8Linear(state, point)
             elif isinstance(module.gemm, FP8Linear):
                 module.gemm = F.linear
@@ -835,12 +833,19 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
             core = module.attention_core
             core = core.core if isinstance(core, FP8Attention) else core
             if recipe != "fp32" and plan["attention"]:
-                # (a module that has a gemm too: its core is a point of its own)
-                point_name = f"{name}.attention_core" if hasattr(module, "gemm") else name
-                point = state._add_point(point_name, "attention", *plan["attention"])
+                point = state._add_point(point_names_of["attention"], "attention", *plan["attention"])
                 core = FP8Attention(core, state, point)
             module.attention_core = core
     return state
+
+
+def _point_names(name: str, module) -> dict[str, str]:
+    """The cast points a module gets, by kind: its gemm's named after it, and its attention core's too,
+    or ``"<module>.attention_core"`` where the module also has a gemm (a point of its own)."""
+    names = {"gemm": name} if hasattr(module, "gemm") else {}
+    if hasattr(module, "attention_core"):
+        names["attention"] = f"{name}.attention_core" if names else name
+    return names
 
 
 def _module_tensors(module) -> frozenset[str]:

@@ -796,11 +796,11 @@ def _loss_floor(results: dict, figure: str) -> dict[str, float | None]:
 def _draw_loss_floor(axis, floors: dict[str, float | None]) -> None:
     """Dotted lines at the corpus' entropy rate and at the floor of the run's windowed loss, where
     they are known and finite."""
-    for key, text in (("loss_floor", "entropy rate of the corpus (whole lines)"),
-                      ("window_loss_floor", "floor of the loss over the run's windows")):
+    for key, style, text in (("loss_floor", ":", "entropy rate of the corpus (whole lines)"),
+                             ("window_loss_floor", "-.", "floor of the loss over the run's windows")):
         floor = floors[key]
         if floor is not None and math.isfinite(floor):
-            axis.axhline(floor, color="grey", linestyle=":" if key == "loss_floor" else "-.", linewidth=1.0)
+            axis.axhline(floor, color="grey", linestyle=style, linewidth=1.0)
             axis.text(0.99, floor, text, transform=axis.get_yaxis_transform(), ha="right", va="bottom", fontsize=8,
                       color="grey")
 
