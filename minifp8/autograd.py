@@ -948,7 +948,10 @@ def _sum_rows_by_id(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.nd
 
 
 def _plain_index(index):
-    """Replace Tensors inside an index by their integer data."""
+    """Replace Tensors inside an index by their integer data; a masked array is a TypeError (NumPy
+    indexes with the values under its mask)."""
+    if isinstance(index, np.ma.MaskedArray):
+        return _plain_array(index, "the index")  # (raises)
     if isinstance(index, Tensor):
         if index.data.dtype.kind not in "iu":
             raise IndexError(f"a Tensor used as an index must hold integers, got dtype {index.dtype}")

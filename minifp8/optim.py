@@ -76,9 +76,12 @@ class Optimizer:
             self.param_groups.append(settings)
 
     def _check(self, group: dict) -> None:
-        """Raise unless the group's hyperparameters are valid (subclasses add theirs)."""
+        """Raise unless the group's hyperparameters are valid, and store each in ``group`` as a plain
+        Python number (subclasses add theirs): under NumPy 2's promotion rules an ``np.float64`` learning
+        rate would take parts of a float32 update to float64, and change its bits."""
         for name in ("lr", "weight_decay"):
-            _non_negative(group.get(name, 0.0), type(self).__name__, name)
+            if name in group:
+                group[name] = _non_negative(group[name], type(self).__name__, name)
 
     def _check_grads(self) -> None:
         """Raise before any update if a gradient is not a floating ndarray shaped like its parameter (it would
@@ -89,6 +92,11 @@ class Optimizer:
                 if p.grad is not None and (not isinstance(p.grad, np.ndarray) or p.grad.dtype.kind != "f"):
                     raise TypeError(f"{type(self).__name__}: the gradient of parameter {p!r} must be a floating "
                                     f"ndarray (as backward leaves it), got {_described(p.grad)}")
+                if p.grad is not None and p.grad.dtype != p.data.dtype:  # (as torch refuses such a .grad)
+                    raise TypeError(f"{type(self).__name__}: the gradient of parameter {p!r} must have the "
+                                    f"parameter's dtype {p.data.dtype} (as backward leaves it), got {p.grad.dtype}; "
+                                    "the update runs in the gradient's dtype where it is wider, and a float16 "
+                                    "g * g overflows")
                 if p.grad is not None and p.grad.shape != p.shape:
                     raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter "
                                      f"of shape {p.shape}")
@@ -239,12 +247,15 @@ class SGD(Optimizer):
 
     def _check(self, group: dict) -> None:
         super()._check(group)
-        if not 0.0 <= _real(group["momentum"], "SGD", "momentum") < 1.0:
+        momentum, dampening = _real(group["momentum"], "SGD", "momentum"), _real(group["dampening"], "SGD", "dampening")
+        if not 0.0 <= momentum < 1.0:
             raise ValueError(f"SGD: momentum must be in [0, 1), got {group['momentum']}")
-        if not 0.0 <= _real(group["dampening"], "SGD", "dampening") <= 1.0:
+        if not 0.0 <= dampening <= 1.0:
             raise ValueError(f"SGD: dampening must be in [0, 1], got {group['dampening']}")
-        if _check_bool(group["nesterov"], "SGD: nesterov") and (group["momentum"] == 0.0 or group["dampening"] != 0.0):
+        nesterov = _check_bool(group["nesterov"], "SGD: nesterov")
+        if nesterov and (momentum == 0.0 or dampening != 0.0):
             raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
+        group.update(momentum=momentum, dampening=dampening, nesterov=nesterov)
 
     def _state_template(self, p: Tensor) -> dict:
         return {"momentum_buffer": np.zeros_like(p.data)}
@@ -303,7 +314,8 @@ class AdamW(Optimizer):
             raise TypeError(f"AdamW: betas must be a pair of real numbers, got {_shown(betas)}")
         if len(betas) != 2 or not all(0.0 <= _real(b, "AdamW", "a beta") < 1.0 for b in betas):
             raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got {_shown(betas)}")
-        _non_negative(group["eps"], "AdamW", "eps")
+        group["betas"] = (float(betas[0]), float(betas[1]))
+        group["eps"] = _non_negative(group["eps"], "AdamW", "eps")
 
     def _init_state(self, p: Tensor, state: dict) -> None:
         """Fill the empty ``state`` of ``p`` before its first step."""
@@ -381,8 +393,8 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_
     """Scale all gradients together so that their global L2 norm is at most ``max_norm``.
 
     As ``torch.nn.utils.clip_grad_norm_``: ``total = sqrt(sum of all grad^2)`` (computed in
-    float64), and if ``total > max_norm`` every grad is multiplied in place by
-    ``max_norm / (total + 1e-6)``. Returns ``total``, the norm *before* clipping. A non-finite
+    float64), and if ``max_norm / (total + 1e-6) < 1`` every grad is multiplied in place by
+    that factor. Returns ``total``, the norm *before* clipping. A non-finite
     total leaves the gradients untouched (torch would multiply them by NaN), or raises
     ``RuntimeError`` when ``error_if_nonfinite``.
     """

@@ -422,7 +422,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
 
 
-def build_parser(argument_default=None) -> argparse.ArgumentParser:
+def build_parser(argument_default: Any = None) -> argparse.ArgumentParser:
     """The command line, one flag per `TrainConfig` field, with its default in the help."""
     parser = _Parser(prog="python -m minifp8.train_tiny", argument_default=argument_default,
                      formatter_class=_HelpFormatter,

@@ -389,8 +389,14 @@ def dropout(x: Tensor | ArrayLike, p: float, rng: np.random.Generator, training:
     return scale_fwd(F.dropout(scale_bwd(x, scale), p, rng, training=training), scale)
 
 
-def _tau(tau, op: str) -> float:
-    return _positive(tau, "tau", op)
+def _residual_weights(tau, op: str) -> tuple[float, float]:
+    """``(tau / sqrt(1 + tau^2), 1 / sqrt(1 + tau^2))`` for a finite ``tau > 0``. Past about 1e154,
+    where ``tau^2`` overflows, the root comes from ``math.hypot`` (the plain formula gave two zeros)."""
+    tau = _positive(tau, "tau", op)
+    denominator = math.sqrt(1.0 + tau * tau)
+    if math.isinf(denominator):
+        denominator = math.hypot(1.0, tau)
+    return tau / denominator, 1.0 / denominator
 
 
 def residual_split(x: Tensor | ArrayLike, tau: float = 1.0) -> tuple[Tensor, Tensor]:
@@ -402,10 +408,9 @@ def residual_split(x: Tensor | ArrayLike, tau: float = 1.0) -> tuple[Tensor, Ten
     (u-muP, arXiv:2407.17465; ``unit_scaling.functional.residual_split``). Not the 2023 paper's
     ``sqrt(tau), sqrt(1 - tau)`` weights.
     """
-    tau = _tau(tau, "residual_split")
+    residual_weight, skip_weight = _residual_weights(tau, "residual_split")
     x = _floating(x, "residual_split")
-    denominator = math.sqrt(1.0 + tau * tau)
-    return scale_bwd(x, tau / denominator), scale_bwd(x, 1.0 / denominator)
+    return scale_bwd(x, residual_weight), scale_bwd(x, skip_weight)
 
 
 def residual_add(residual: Tensor | ArrayLike, skip: Tensor | ArrayLike, tau: float = 1.0) -> Tensor:
@@ -416,7 +421,7 @@ def residual_add(residual: Tensor | ArrayLike, skip: Tensor | ArrayLike, tau: fl
     itself; `residual_split` applies the matching backward weights.
     ``unit_scaling.functional.residual_add``; u-muP (arXiv:2407.17465).
     """
-    tau = _tau(tau, "residual_add")
+    residual_weight, skip_weight = _residual_weights(tau, "residual_add")
     residual = _floating(residual, "residual_add", "residual")
     skip = _floating(skip, "residual_add", "skip")
     try:
@@ -424,8 +429,7 @@ def residual_add(residual: Tensor | ArrayLike, skip: Tensor | ArrayLike, tau: fl
     except ValueError:
         raise ValueError(f"residual_add: residual {residual.shape} and skip {skip.shape} do not broadcast (NumPy "
                          f"rules: trailing axes must be equal or 1)") from None
-    denominator = math.sqrt(1.0 + tau * tau)
-    return scale_fwd(residual, tau / denominator) + scale_fwd(skip, 1.0 / denominator)
+    return scale_fwd(residual, residual_weight) + scale_fwd(skip, skip_weight)
 
 
 # ---- attention and loss --------------------------------------------------------------------------

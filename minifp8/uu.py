@@ -74,13 +74,21 @@ def residual_taus(n_layer: int, *, residual_mult: float = 1.0,
     n_layer = _check_size(n_layer, "n_layer", "residual_taus")
     residual_mult = U._positive(residual_mult, "residual_mult", "residual_taus")
     residual_attn_ratio = U._positive(residual_attn_ratio, "residual_attn_ratio", "residual_taus")
-    alpha_mlp = residual_mult * math.sqrt(2.0 / (1.0 + residual_attn_ratio ** 2))
-    alpha_attn = residual_attn_ratio * alpha_mlp
-    taus = []
-    for i in range(2 * n_layer):
-        n_attn, n_mlp = (i + 1) // 2, i // 2
-        stream = n_layer + n_attn * alpha_attn ** 2 + n_mlp * alpha_mlp ** 2
-        taus.append((alpha_attn if i % 2 == 0 else alpha_mlp) / math.sqrt(stream))
+    try:  # (Python's float ** raises a bare OverflowError)
+        alpha_mlp = residual_mult * math.sqrt(2.0 / (1.0 + residual_attn_ratio ** 2))
+        alpha_attn = residual_attn_ratio * alpha_mlp
+        taus = []
+        for i in range(2 * n_layer):
+            n_attn, n_mlp = (i + 1) // 2, i // 2
+            stream = n_layer + n_attn * alpha_attn ** 2 + n_mlp * alpha_mlp ** 2
+            taus.append((alpha_attn if i % 2 == 0 else alpha_mlp) / math.sqrt(stream))
+    except OverflowError:
+        raise ValueError(f"residual_taus: residual_mult {residual_mult:g} and residual_attn_ratio "
+                         f"{residual_attn_ratio:g} give branch variances beyond float64's range") from None
+    if not all(0.0 < tau < math.inf for tau in taus):
+        raise ValueError(f"residual_taus: residual_mult {residual_mult:g} and residual_attn_ratio "
+                         f"{residual_attn_ratio:g} give branch weights {min(taus):g} to {max(taus):g}; each must be "
+                         "finite and > 0 (in float64)")
     return [(taus[2 * layer], taus[2 * layer + 1]) for layer in range(n_layer)]
 
 

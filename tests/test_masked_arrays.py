@@ -61,6 +61,10 @@ ENTRY_POINTS = {
         a_format="E4M3", b_format="E4M3")),
     "Tensor": ("Tensor data", lambda: Tensor(HIDDEN_X)),
     "Tensor + array": ("the other operand", lambda: Tensor(X) + HIDDEN_X),
+    # (NumPy indexed with the value under the mask, and backward sent that row a gradient)
+    "Tensor index": ("the index", lambda: Tensor(WEIGHT)[HIDDEN_IDS]),
+    "Tensor index, in a tuple": ("the index", lambda: Tensor(WEIGHT)[HIDDEN_IDS, 0]),
+    "Tensor index, a mask": ("the index", lambda: Tensor(WEIGHT)[np.ma.array([True, False, True, False])]),
     "functional.embedding": ("ids", lambda: F.embedding(HIDDEN_IDS, Tensor(WEIGHT))),
     "functional.cross_entropy": ("targets", lambda: F.cross_entropy(Tensor(WEIGHT[:3]), HIDDEN_IDS)),
     "unit.embedding": ("ids", lambda: unit.embedding(HIDDEN_IDS, Tensor(WEIGHT))),

@@ -581,6 +581,20 @@ def test_residual_weights_keep_unit_variance_and_sum_of_gradients():
         assert x.grad[0] == pytest.approx((tau + 1) / math.sqrt(1 + tau * tau))
 
 
+def test_residual_weights_past_where_tau_squared_overflows():
+    """tau^2 overflows float64 past about 1.3e154: the weights 1 and 1/tau (they were two zeros, with
+    no error, and the split sent no gradient)."""
+    with default_dtype(np.float64):
+        residual, skip = Tensor(np.ones(3)), Tensor(np.full(3, 2.0))
+        np.testing.assert_allclose(U.residual_add(residual, skip, tau=1e160).data, 1.0 + 2e-160, rtol=1e-15)
+        x = Tensor(np.ones(3), requires_grad=True)
+        branch, stream = U.residual_split(x, 1e160)
+        (branch * 3.0 + stream * 5.0).sum().backward()
+        np.testing.assert_allclose(x.grad, 3.0 + 5e-160, rtol=1e-15)
+        np.testing.assert_array_equal(U.residual_add(residual, skip, tau=1e150).data,
+                                      (1e150 / math.sqrt(1.0 + 1e300)) * 1.0 + 2.0 / math.sqrt(1.0 + 1e300))
+
+
 def attention_scale(seq, d_head, causal, mult, dropout_p=0.0):
     """unit_scaling.functional.scaled_dot_product_attention's rule (u-muP), written out."""
     alpha = 1.0 / (1.0 + 4.0 * d_head / mult ** 2)

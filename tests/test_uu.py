@@ -451,6 +451,11 @@ def test_mhsa_takes_nested_lists_like_the_other_layers():
     (lambda: uu.residual_taus(0), ValueError, "n_layer"),
     (lambda: uu.residual_taus(2, residual_mult=0.0), ValueError, "residual_mult"),
     (lambda: uu.residual_taus(2, residual_attn_ratio=-1.0), ValueError, "residual_attn_ratio"),
+    # (a bare OverflowError from Python's float ** before)
+    (lambda: uu.residual_taus(2, residual_mult=1e200), ValueError,
+     "residual_mult 1e\\+200 and residual_attn_ratio 1 give branch variances beyond float64's range"),
+    (lambda: uu.residual_taus(2, residual_attn_ratio=1e200), ValueError, "beyond float64's range"),
+    (lambda: uu.residual_taus(2, residual_attn_ratio=5e-324), ValueError, "branch weights 0 to 1; each must be"),
 ])
 def test_bad_arguments(call, error, message):
     with pytest.raises(error, match=message):
