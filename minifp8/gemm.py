@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import codec, formats
+from . import codec, formats, mx
 from .formats import FloatFormat, _check_int, _is_int, _plain_array
 from .testing import _check_max_rows, _codes_of, _tolerance_ratio, _widening_hint
 
@@ -110,12 +110,13 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
     TypeError
         For codes or scales of the wrong kind: NumPy integer scales (scale codes, not
         decoded; a Python int is one scale value, as a float is), bool, complex, a Python list of
-        codes (int64: convert with ``.astype(np.uint8)``).
+        codes (int64: convert with ``.astype(np.uint8)``); an `minifp8.mx.MXFormat` for ``fmt`` (pass
+        its ``.elem``; its name is a ValueError).
     ValueError
         For a layout that does not tile the operand, a scale with too many significant bits, or one
         that takes the operand's values outside [``2**-500``, ``2**500``].
     """
-    fmt = formats.get(fmt)
+    fmt = _element_format(fmt, "fmt")
     decoded = _decoded_operand(codes, fmt, "codes")
     return _scaled(decoded, _scale_array(scales, decoded.shape, fmt, "scales", "codes"))
 
@@ -274,10 +275,22 @@ class _Operand:
     values: np.ndarray
 
 
+def _element_format(fmt, name: str) -> FloatFormat:
+    """``formats.get(fmt)``; an MX block format is a TypeError and its name a ValueError, each naming the
+    element format to pass instead."""
+    named = isinstance(fmt, str) and fmt.upper() in (key.upper() for key in mx.FORMATS)
+    if named or isinstance(fmt, mx.MXFormat):
+        block_format = mx.get(fmt)
+        raise (ValueError if named else TypeError)(
+            f"{name}: {block_format.name} is a block format; pass its element format, {block_format.elem.name!r} "
+            f"({block_format.name}'s .elem), and its block scales decoded to values (MXArray.scale_values())")
+    return formats.get(fmt)
+
+
 def _operands(a_codes, a_scales, b_codes, b_scales, a_format, b_format) -> tuple[_Operand, _Operand]:
     checked = []
     for name, codes, scales, fmt in (("a", a_codes, a_scales, a_format), ("b", b_codes, b_scales, b_format)):
-        fmt = formats.get(fmt)
+        fmt = _element_format(fmt, f"{name}_format")
         decoded = _decoded_operand(codes, fmt, f"{name}_codes")
         scale_array = _scale_array(scales, decoded.shape, fmt, f"{name}_scales", f"{name}_codes")
         checked.append(_Operand(decoded, scale_array, _scaled(decoded, scale_array)))
@@ -763,12 +776,19 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     (rows, inner), columns = a.values.shape, b.values.shape[1]
     mismatched = kinds != _AGREE
 
+    def matches_each(candidates: MatmulReference, accumulator: _Accumulator = model, carried=carried,
+                     output_type: str = output) -> np.ndarray:
+        """For candidates stacked on a leading axis ``(count, M, N)``: whether the output matches each."""
+        tolerance = _tolerance(candidates, inner, accumulator, output_type, carried)
+        agree = _judge(got, candidates.value, tolerance, output_type) == _AGREE
+        zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type)[:, mismatched]
+        return agree.reshape(len(agree), -1).all(axis=1) & (zeros != _AGREE).any(axis=1)
+
     def matches(candidate: MatmulReference, accumulator: _Accumulator = model, carried=carried,
                 output_type: str = output) -> bool:
-        tolerance = _tolerance(candidate, inner, accumulator, output_type, carried)
-        zeros = _judge(np.zeros_like(got), candidate.value, tolerance, output_type)
-        return bool((_judge(got, candidate.value, tolerance, output_type) == _AGREE).all()
-                    and (zeros[mismatched] != _AGREE).any())
+        stacked = MatmulReference(*(array[None] for array in (candidate.value, candidate.magnitude,
+                                                              candidate.error_bound)))
+        return bool(matches_each(stacked, accumulator, carried, output_type)[0])
 
     hints = []
     with np.errstate(all="ignore"):  # variants may overflow, divide by zero or multiply Inf by 0
@@ -795,7 +815,7 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                     _Operand(b.decoded, b_scales, _scaled(b.decoded, b_scales)))
             if matches(_reference(pair[0].values, pair[1].values), carried=_carried_underflow(*pair, model)):
                 hints.append(f"the output matches the product with {what}")
-        hints += _dropped_block_hints(a, b, reference, matches)
+        hints += _dropped_block_hints(a, b, reference, matches_each)
         if rows > 1 and columns > 1:  # (an (M, N) output written column-major holds the reference's
             # transpose read row by row: the transpose itself when M == N)
             transposed = MatmulReference(*(array.T.reshape(rows, columns) for array in
@@ -868,9 +888,11 @@ def _scale_variants(scales: np.ndarray, shape: tuple, name: str, axes: tuple):
                             f"{edge}): an off-by-one block index?")
 
 
-def _dropped_block_hints(a: _Operand, b: _Operand, reference: MatmulReference, matches) -> list[str]:
+def _dropped_block_hints(a: _Operand, b: _Operand, reference: MatmulReference, matches_each) -> list[str]:
     """The K blocks whose products, taken away, give the output: a dropped K block. Block sizes: the
-    scale layouts' along K, and the usual tile sizes, smallest first; finite operands only."""
+    scale layouts' along K, and the usual tile sizes, smallest first; finite operands only. The
+    candidates are judged many blocks at a time (one at a time, a failing GEMM of K = 2**20 took
+    45 s to explain)."""
     if not (np.isfinite(a.values).all() and np.isfinite(b.values).all()):
         return []
     (rows, inner), columns = a.values.shape, b.values.shape[1]
@@ -880,12 +902,14 @@ def _dropped_block_hints(a: _Operand, b: _Operand, reference: MatmulReference, m
         a_blocks = a.values.reshape(rows, count, size).transpose(1, 0, 2)
         b_blocks = b.values.reshape(count, size, columns)
         partial, partial_magnitude = a_blocks @ b_blocks, np.abs(a_blocks) @ np.abs(b_blocks)
+        error_bound = reference.error_bound + 2.0**-52 * reference.magnitude
         hints = []
-        for block in range(count):
-            magnitude = reference.magnitude - partial_magnitude[block]
-            candidate = MatmulReference(reference.value - partial[block], magnitude,
-                                        reference.error_bound + 2.0**-52 * reference.magnitude)
-            if matches(candidate):
+        chunk = max(1, 2**18 // (rows * columns))  # (candidates judged at once: arrays of 2**18 elements)
+        for start in range(0, count, chunk):
+            blocks = slice(start, start + chunk)
+            candidates = MatmulReference(reference.value - partial[blocks], reference.magnitude -
+                                         partial_magnitude[blocks], np.broadcast_to(error_bound, partial[blocks].shape))
+            for block in start + np.flatnonzero(matches_each(candidates)):
                 hints.append(f"the output matches the product without K block {block} of {size} "
                              f"(k = {block * size} to {(block + 1) * size - 1}): a dropped K block?")
         if hints:

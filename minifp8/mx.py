@@ -199,8 +199,11 @@ def _element_and_block_size(elem, block_size) -> tuple[FloatFormat, int]:
         elem = get(elem)
     if isinstance(elem, MXFormat):
         element, default_block_size = elem.elem, elem.block_size
-    else:
+    elif isinstance(elem, (str, FloatFormat)):
         element, default_block_size = formats.get(elem), 32
+    else:
+        raise TypeError(f"elem must be an MXFormat, a FloatFormat or a format name (str), got "
+                        f"{_described(elem)}")
     _check_element(element)
     block_size = default_block_size if block_size is None else block_size
     _check_block_size(block_size)
@@ -857,7 +860,8 @@ def quantize_nvfp4(x: ArrayLike, *, axis: int = -1, global_amax: float | np.floa
 
 
 def _check_float32_number(value, name: str, positive: bool = False) -> np.float32:
-    """``value`` (the argument ``name``: an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``)."""
+    """``value`` (the argument ``name``: an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``);
+    -0.0 as +0.0 (an amax is a magnitude: NVFP4's -0.0 flipped the sign of every dequantized value)."""
     value = codec._from_ml_dtypes_scalar(value)
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} "
@@ -871,4 +875,4 @@ def _check_float32_number(value, name: str, positive: bool = False) -> np.float3
         raise ValueError(f"{name}={value!r} overflows float32 (max {np.finfo(np.float32).max:.7g})")
     if not np.isfinite(number) or number < 0 or (positive and number == 0):
         raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
-    return number
+    return np.float32(0) if number == 0 else number

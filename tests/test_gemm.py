@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, gemm
+from minifp8 import codec, formats, gemm, mx
 
 rng_seed = 20260511
 
@@ -716,6 +716,10 @@ def good():
     (dict(a_codes=np.zeros((8, 128), np.int64)), TypeError, r"astype\(np.uint8\)"),
     (dict(a_codes=np.full((8, 128), 16, np.uint8), a_format="E2M1"), ValueError, r"codes lie in \[0, 16\)"),
     (dict(a_format="E9M9"), ValueError, "unknown format"),
+    # (an MX format: "format must be a FloatFormat or a name", or "unknown format 'MXFP8_E4M3'")
+    (dict(a_format=mx.MXFP8_E4M3), TypeError,
+     r"a_format: MXFP8_E4M3 is a block format; pass its element format, 'E4M3' \(MXFP8_E4M3's .elem\)"),
+    (dict(b_format="mxfp4_e2m1"), ValueError, "b_format: MXFP4_E2M1 is a block format; pass its element format, 'E2M1'"),
     (dict(accumulator="float64"), ValueError, "accumulator must be one of"),
     (dict(accumulator=1), ValueError, r"in \[2, 24\]"),
     (dict(accumulator=2.5), TypeError, "accumulator must be a type name"),
@@ -881,3 +885,13 @@ def test_an_output_rounded_in_one_direction_is_named_as_rounding_not_as_a_scale(
     # a factor beyond the output's rounding is still a factor
     hint, = gemm.compare_matmul(exact * np.float32(1.02), **operands).hints
     assert hint.startswith("every mismatched output is the reference times 1.0200") and "a wrong scale" in hint
+
+
+def test_dequantize_names_the_element_format_for_an_mx_one():
+    """``gemm.dequantize(codes, scales, mx.MXFP8_E4M3)`` said only that a format must be a FloatFormat."""
+    codes = np.ones((1, 32), np.uint8)
+    with pytest.raises(TypeError, match="fmt: MXFP8_E4M3 is a block format; pass its element format, 'E4M3'"):
+        gemm.dequantize(codes, 1.0, mx.MXFP8_E4M3)
+    with pytest.raises(ValueError, match="fmt: MXFP6_E3M2 is a block format; pass its element format, 'E3M2'"):
+        gemm.dequantize(codes, 1.0, "MXFP6_E3M2")
+    np.testing.assert_array_equal(gemm.dequantize(codes, 1.0, mx.MXFP8_E4M3.elem), gemm.dequantize(codes, 1.0, "E4M3"))

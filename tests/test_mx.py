@@ -781,6 +781,11 @@ def test_bad_block_size(block_size, error):
     (lambda x: mx.quantize(x, "fp12"), ValueError, "unknown format"),
     (lambda x: mx.quantize(x, "MXFP5"), ValueError, "unknown MX format"),
     (lambda x: mx.quantize(x, 3), TypeError, "format"),
+    # (they said "format must be a FloatFormat or a name (str)", naming neither elem nor MXFormat)
+    (lambda x: mx.quantize(x, None), TypeError,
+     r"elem must be an MXFormat, a FloatFormat or a format name \(str\), got NoneType None"),
+    (lambda x: mx.quantize(x, mx.MXFormat), TypeError, "elem must be an MXFormat.*got type"),
+    (lambda x: mx.shared_exponents(np.ones(3), None), TypeError, "elem must be an MXFormat.*got NoneType"),
     (lambda x: mx.quantize(x.astype(bool), "E4M3"), TypeError, "bool"),
     (lambda x: mx.quantize(x.astype(complex), "E4M3"), TypeError, "complex"),
     (lambda x: mx.quantize(np.full((2, 3), 2**60), "E4M3"), ValueError, "2\\*\\*53"),
@@ -979,6 +984,19 @@ def test_bad_global_amax(global_amax, error, match):
         return
     with pytest.raises(error, match=match):
         mx.quantize_nvfp4(x, global_amax=global_amax)
+
+
+def test_a_global_amax_of_minus_zero_is_zero():
+    """An amax is a magnitude: -0.0 gave a global_amax of -0.0, and every dequantized value the wrong
+    sign. It now quantizes and dequantizes as +0.0 does, given or in an NVFP4Array built by hand."""
+    x = np.array([1.0, -2.0, 3.0, 0.0] * 4, np.float32)
+    minus, plus = mx.quantize_nvfp4(x, global_amax=-0.0), mx.quantize_nvfp4(x, global_amax=0.0)
+    assert np.signbit(minus.global_amax) == np.signbit(plus.global_amax) == False  # noqa: E712
+    np.testing.assert_array_equal(np.signbit(minus.dequantize()), np.signbit(plus.dequantize()))
+    np.testing.assert_array_equal(minus.dequantize(), plus.dequantize())
+    rebuilt = mx.NVFP4Array(codes=plus.codes, scales=plus.scales, global_amax=-0.0, encode_scale=plus.encode_scale,
+                            axis=plus.axis, shape=plus.shape)
+    assert not np.signbit(rebuilt.global_amax)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

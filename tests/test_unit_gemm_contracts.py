@@ -293,6 +293,28 @@ def test_hints_are_computed_up_to_two_to_the_26_multiply_adds(rows, hinted):
     assert (not skipped) if hinted else (len(skipped) == 1 and "above 2**26" in skipped[0])
 
 
+def test_the_dropped_block_hints_judge_many_blocks_at_once(monkeypatch):
+    """A thin, deep GEMM (1 x 2**16 x 1) with one wrong output: the dropped-K-block search judged its
+    4,096 + 2,048 + ... candidates one by one (a failing 1 x 2**20 x 1 took 45 s to report, against
+    0.4 s to pass); now in a few calls, and a dropped block is still named."""
+    rng = np.random.default_rng(0)
+    inner = 2**16
+    a_codes = rng.integers(0, 0x7E, (1, inner)).astype(np.uint8)
+    b_codes = rng.integers(0, 0x7E, (inner, 1)).astype(np.uint8)
+    kwargs = dict(a_format="E4M3", b_format="E4M3")
+    wrong = 2 * gemm.reference_matmul(a_codes, 1.0, b_codes, 1.0, **kwargs).value.astype(np.float32)
+    calls = []
+    judge = gemm._judge
+    monkeypatch.setattr(gemm, "_judge", lambda *args: calls.append(1) or judge(*args))
+    report = gemm.compare_matmul(wrong, a_codes, 1.0, b_codes, 1.0, **kwargs)
+    assert report.count == 1 and len(calls) < 100
+    small = 512  # a dropped block of 32 is found where K is small enough for it to show
+    dropped = gemm.reference_matmul(a_codes[:, 32:small], 1.0, b_codes[32:small], 1.0, **kwargs).value
+    hints = gemm.compare_matmul(dropped.astype(np.float32), a_codes[:, :small], 1.0, b_codes[:small], 1.0,
+                                **kwargs).hints
+    assert hints == ["the output matches the product without K block 0 of 32 (k = 0 to 31): a dropped K block?"]
+
+
 def test_an_int_scale_beyond_two_to_the_53_is_refused():
     """A Python int scale must be exact in float64: 2**53 + 1 is not (it would round to 2**53)."""
     codes = np.array([[E4M3_ONE]], np.uint8)
