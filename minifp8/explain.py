@@ -372,7 +372,9 @@ def _beyond_range(fmt: FloatFormat, negative: bool, largest_code: int, *, infini
     keeps_sign = fmt.signed and fmt.nan_style != "negative_zero"
     where = ("OCP MX v1.0 section 5.4.1" if not fmt.signed else "ONNX Cast-19" if fmt.nan_style == "negative_zero"
              else "OCP OFP8 rev 1.0 section 5")
-    return fmt.nan_code(negative and keeps_sign), f"saturate=False and {fmt.name} has no Inf: NaN ({where})"
+    lost_sign = "" if keeps_sign or not negative else (
+        f"; its sign is not kept ({_hex(fmt.nan_code(), fmt)} is {fmt.name}'s only NaN)")
+    return fmt.nan_code(negative and keeps_sign), f"saturate=False and {fmt.name} has no Inf: NaN ({where}){lost_sign}"
 
 
 def _nan_spelling(fmt: FloatFormat) -> str:

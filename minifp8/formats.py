@@ -403,6 +403,9 @@ def get_list(names: str | FloatFormat | Iterable[str | FloatFormat], what: str =
     sequence of them. ``what`` names the argument in the errors."""
     if isinstance(names, (str, FloatFormat)):
         names = [names]
+    if isinstance(names, (set, frozenset)):  # (files and figures would change with PYTHONHASHSEED)
+        raise TypeError(f"{what} must be a format name or a sequence of them, got a {type(names).__name__}, whose "
+                        f"order changes from run to run: pass a list or tuple")
     try:
         names = list(names)
     except TypeError:

@@ -58,7 +58,8 @@ amax is its ``global_amax`` array: ``max |x|`` where ``global_amax_given`` is fa
 
 Inputs of ``codec`` entries are every value of the format, every midpoint between neighbours and
 one float32 ulp either side, the overflow threshold, zeros, +-Inf and +-NaN (where the format has
-NaN), and 4,096 random values spread over every binade; ``float64`` files add the midpoints times
+NaN), and 4,096 random values spread over every binade (E8M0's top binade lies beyond float32:
+in its float32 file those become +Inf); ``float64`` files add the midpoints times
 (1 +- 2^-40), which a float32-first cast rounds wrongly; last come the stochastic ties: values
 ``(n + f) * quantum`` (the "stochastic" note) with ``n * quantum`` the smallest positive value, 1
 or max, and ``f * 2^8 = k + 1/2`` exactly (k = 0, 1, 254, 255), with random bits ``255 - k``,
@@ -954,8 +955,16 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
             if not data.startswith(b"PK"):  # (np.load would say "pickled (object) data", naming no file)
                 raise ValueError(f"golden.load: {path} is not an .npz archive (a zip file), which the manifest's "
                                  f"entry {index} says it is")
-            with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-                files[entry["file"]] = {name: archive[name] for name in archive.files}
+            try:  # (a damaged archive: zipfile's or NumPy's error, naming no file)
+                with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+                    files[entry["file"]] = {name: archive[name] for name in archive.files}
+            except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+                raise ValueError(f"golden.load: {path} is not a readable .npz archive, which the manifest's "
+                                 f"entry {index} says it is ({type(error).__name__}: {error})") from None
+            raw = sorted(name for name, array in files[entry["file"]].items() if not isinstance(array, np.ndarray))
+            if raw:  # (NumPy hands back a member without the .npy header as its bytes)
+                raise ValueError(f"golden.load: {path} is not a readable .npz archive, which the manifest's entry "
+                                 f"{index} says it is (ValueError: members {raw} are not .npy arrays)")
         roles = entry.get("arrays", {})
         named = roles.values() if isinstance(roles, dict) else ()
         missing = sorted(name for name in named if isinstance(name, str) and name not in files[entry["file"]])
@@ -974,7 +983,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
-        epilog="File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]
+        epilog=("File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]
+                if __doc__ else "File layout: this module's docstring (python -OO drops it).")  # (None under -OO)
         + "\nExit status: 0 written, 1 the folder cannot be written (or the CPU flushes subnormals or rounds "
           "other than to nearest), 2 bad flags.",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -647,6 +647,11 @@ def test_the_fnuz_rules_name_the_lost_signs_and_a_finite_overflow_clamps_by_onnx
     assert why.rule in str(why)
     assert explain(-math.nan, "E4M3FNUZ").rule.endswith("; its sign is not kept")
     assert "sign" not in explain(math.nan, "E4M3FNUZ").rule
+    # so does a negative Inf or overflow, which gives the unsigned NaN 0x80 (the rule said nothing of it,
+    # beside a code line whose sign bit is set)
+    for x, fmt in ((-math.inf, "E4M3FNUZ"), (-1e6, "E5M2FNUZ")):
+        assert explain(x, fmt).rule.endswith(f"; its sign is not kept (0x80 is {fmt}'s only NaN)")
+    assert "sign" not in explain(math.inf, "E4M3FNUZ").rule and "sign" not in explain(-math.inf, "E4M3").rule
     # saturate=True takes a finite overflow to max: ONNX Cast-24's saturate, which defines it for FNUZ
     # (OFP8, cited before, defines neither FNUZ nor E8M0; found in a review); Cast-24 for Inf too
     why = explain(1000.0, "E4M3FNUZ", saturate=True)

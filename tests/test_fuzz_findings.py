@@ -314,6 +314,32 @@ def test_golden_load_refuses_a_manifest_nested_too_deeply(tmp_path):
         golden.load(tmp_path)
 
 
+def _archive_with_good_checksum(folder: Path, data: bytes) -> None:
+    """``a.npz`` holding ``data``, listed in a manifest with its true sha256."""
+    import hashlib
+    (folder / "a.npz").write_bytes(data)
+    entry = {"file": "a.npz", "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / "manifest.json").write_text(json.dumps({"schema": "minifp8-golden",
+                                                      "schema_version": golden.SCHEMA_VERSION, "entries": [entry]}))
+
+
+def _zip_with_a_bad_member() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("x.npy", b"not an npy file")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("data", [b"PK\x03\x04garbage", _zip_with_a_bad_member()], ids=["not a zip", "bad member"])
+def test_golden_load_names_a_damaged_archive_whose_checksum_matches(tmp_path, data):
+    """A file starting with PK that is no zip raised zipfile.BadZipFile, a bad member NumPy's ValueError:
+    neither named the file."""
+    _archive_with_good_checksum(tmp_path, data)
+    with pytest.raises(ValueError, match=r"^golden\.load: .*a\.npz is not a readable \.npz archive, which the "
+                                         r"manifest's entry 0 says it is \((BadZipFile|ValueError): "):
+        golden.load(tmp_path)
+
+
 # ---- nn.Module.load ---------------------------------------------------------------------------------
 
 def npy_bytes() -> bytes:

@@ -343,6 +343,28 @@ def test_golden_files_reload_with_numpy_and_agree_with_ml_dtypes(golden_dir):
     assert checked >= 2 * len(formats.CATALOGUE)
 
 
+def test_golden_cli_runs_under_python_oo(tmp_path):
+    """Under -OO (no docstrings) the command crashed building its help's epilog from __doc__."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-OO", "-m", "minifp8.golden", "--out", str(tmp_path), "--formats",
+                             "E2M1", "--no-blocks"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    assert golden.load(tmp_path)[0]["entries"]
+
+
+def test_golden_write_refuses_a_set_of_formats(tmp_path):
+    """A set's order follows PYTHONHASHSEED: the manifest's entries came in another order from run to run,
+    against the promise of byte-identical files."""
+    with pytest.raises(TypeError, match="format_names must be a format name or a sequence of them, got a set, whose "
+                                        "order changes from run to run: pass a list or tuple"):
+        golden.write(tmp_path, {"E4M3", "E5M2"}, blocks=False)
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(TypeError, match="got a frozenset"):
+        formats.get_list(frozenset({"E4M3"}))
+    assert formats.get_list({"E5M2": 0, "E4M3": 1}.keys()) == [formats.E5M2, formats.E4M3]  # (ordered: taken)
+
+
 def test_golden_cli_help_documents_the_layout(capsys):
     with pytest.raises(SystemExit) as exit_info:
         golden.main(["--help"])
