@@ -841,7 +841,7 @@ class FP8AdamW(AdamW):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad
+                g = self._gradient(p)
                 state = self.state.setdefault(p, {})
                 if not state:
                     self._init_state(p, state)

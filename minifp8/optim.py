@@ -92,17 +92,19 @@ class Optimizer:
                 if p.grad is not None and (not isinstance(p.grad, np.ndarray) or p.grad.dtype.kind != "f"):
                     raise TypeError(f"{type(self).__name__}: the gradient of parameter {p!r} must be a floating "
                                     f"ndarray (as backward leaves it), got {_described(p.grad)}")
-                if p.grad is not None and p.grad.dtype != p.data.dtype:  # (as torch refuses such a .grad)
-                    raise TypeError(f"{type(self).__name__}: the gradient of parameter {p!r} must have the "
-                                    f"parameter's dtype {p.data.dtype} (as backward leaves it), got {p.grad.dtype}; "
-                                    "the update runs in the gradient's dtype where it is wider, and a float16 "
-                                    "g * g overflows")
                 if p.grad is not None and p.grad.shape != p.shape:
                     raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter "
                                      f"of shape {p.shape}")
                 if p.grad is not None and not p.data.flags.writeable:
                     raise ValueError(f"{type(self).__name__}: parameter {p!r} holds a read-only array, which a "
                                      "step updates in place; give the Tensor a writeable copy (np.array(data))")
+
+    @staticmethod
+    def _gradient(p: Tensor) -> np.ndarray:
+        """``p.grad`` in the parameter's dtype, in which the update runs (a float16 gradient set by hand
+        made AdamW's ``g * g`` overflow to Inf and froze the parameter; a float64 one took parts of a
+        float32 update to float64)."""
+        return p.grad.astype(p.data.dtype, copy=False)
 
     def _state_template(self, p: Tensor) -> dict | None:
         """The state that ``step`` creates for ``p`` (keys, array dtypes and shapes), for `load_state_dict`;
@@ -271,7 +273,8 @@ class SGD(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad + weight_decay * p.data if weight_decay else p.grad
+                g = self._gradient(p)
+                g = g + weight_decay * p.data if weight_decay else g
                 if momentum:
                     state = self.state.setdefault(p, {})
                     if "momentum_buffer" not in state:  # (in the parameter's dtype, as load_state_dict restores it)
@@ -338,7 +341,7 @@ class AdamW(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad
+                g = self._gradient(p)
                 state = self.state.setdefault(p, {})
                 if not state:
                     self._init_state(p, state)
