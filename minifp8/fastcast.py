@@ -1558,6 +1558,8 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
                           _mx_rule(fmt, options["scale_mode"]))
         if fast is not None:
             return _with_stats(x, fast)
+    if x.dtype == np.float64:  # (exact in float64, but values beyond float32's range are refused, as by
+        codec._check_fits_float32(x, x.astype(np.float32))  # fake_quantize and the other recipes' casts)
     return _cast_mx(x, fmt, axis, options["scale_mode"], new)
 
 

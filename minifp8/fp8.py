@@ -427,9 +427,11 @@ class FP8State:
             for role in point.scalers:
                 prefix = f"{point.name}.{role}."
                 scale, scale_inv = arrays[prefix + "scale"], arrays[prefix + "scale_inv"]
-                if scale_inv != np.float32(1) / scale:  # (the casts use 1 / scale, the reference scale_inv)
+                with np.errstate(under="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a subnormal)
+                    inverse = np.float32(1) / scale
+                if scale_inv != inverse:  # (the casts use 1 / scale, the reference scale_inv)
                     raise ValueError(f"FP8State.load_state_dict: {prefix}scale_inv must be float32(1 / scale) = "
-                                     f"{np.float32(1) / scale!r}, got {scale_inv!r}")
+                                     f"{inverse!r}, got {scale_inv!r}")
         for point in self.points.values():
             for role, scaler in point.scalers.items():
                 prefix = f"{point.name}.{role}."

@@ -10,7 +10,8 @@ dequantized = decode(codes) * scale_inv,        scale_inv = float32(1 / scale)
 
 (so ``dequantized`` is ``decode(codes) / scale`` up to one float32 rounding, exactly so for the
 power-of-two scales.) Casts saturate: values beyond the format's range clip to +-max, as
-TransformerEngine's casts do (NaN stays NaN). Inputs are converted to float32 first (float64 is
+TransformerEngine's casts do (NaN stays NaN in E4M3 and E5M2; a NaN cast to a format without one,
+such as E2M1, is a ValueError). Inputs are converted to float32 first (float64 is
 rounded once to float32), as TransformerEngine computes in float32; a finite float64 beyond
 float32's range, which would become Inf there, is a ValueError. Inputs are float16/32/64 or
 integer arrays, or ml_dtypes floats (bfloat16, float8_*, ...) and integers (int4, ...), which
@@ -107,12 +108,14 @@ class ScaledTensor:
             bad = ~(np.isfinite(value) & (value > 0))
             if bad.any():
                 raise ValueError(f"{name} must be finite and > 0, got {float(np.reshape(value, -1)[np.argmax(bad)])}")
-        wrong = np.asarray(self.scale_inv != np.float32(1) / self.scale)  # (dequantize reads scale_inv alone)
+        with np.errstate(under="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a subnormal)
+            inverse = np.float32(1) / self.scale
+        wrong = np.asarray(self.scale_inv != inverse)  # (dequantize reads scale_inv alone)
         if wrong.any():
             at = int(np.argmax(wrong.reshape(-1)))
             raise ValueError(f"scale_inv must be float32(1 / scale), got {float(np.reshape(self.scale_inv, -1)[at])!r} "
                              f"for scale {float(np.reshape(self.scale, -1)[at])!r} (expected "
-                             f"{float(np.float32(1) / np.reshape(self.scale, -1)[at])!r})")
+                             f"{float(np.reshape(inverse, -1)[at])!r})")
 
     def _scale_shape(self) -> tuple:
         """The shape of ``scale`` for the granularity (checking ``axis`` and ``block_shape``)."""
@@ -454,11 +457,15 @@ class DelayedScaling:
         return result
 
     def _checked_scale(self) -> np.float32:
-        """``scale`` as a float32, once ``scale_inv`` is checked to be ``float32(1 / scale)``: a scale
-        set by hand without its inverse is refused by every cast alike (`ScaledTensor` would refuse
-        the pair, while the training casts, which multiply by ``1 / scale``, went on)."""
+        """``scale`` as a float32, once it is checked to be finite and > 0 and ``scale_inv`` to be
+        ``float32(1 / scale)``: a bad scale set by hand is refused by every cast alike (`ScaledTensor`
+        would refuse it, while the training casts, which multiply by ``1 / scale``, went on: an Inf
+        scale with its inverse 0 cast everything to zeros)."""
         scale = np.float32(self.scale)
-        with np.errstate(divide="ignore", over="ignore"):
+        if not (np.isfinite(scale) and scale > 0):
+            raise ValueError(f"DelayedScaling: scale must be finite and > 0, got {float(scale)!r}: set it (and "
+                             f"scale_inv) from an amax, as update does")
+        with np.errstate(under="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a subnormal)
             inverse = np.float32(1) / scale
         if np.float32(self.scale_inv) != inverse:
             raise ValueError(f"DelayedScaling: scale_inv must be float32(1 / scale) = {float(inverse)!r} for scale "

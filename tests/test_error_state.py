@@ -115,6 +115,32 @@ def test_scaling_recipes(fmt):
     _default_then_strict(call)
 
 
+def test_scales_of_a_tiny_amax():
+    """An amax below about 1e-36 makes 448 / amax overflow: the scale is FLT_MAX, and 1 / FLT_MAX a
+    subnormal, whose division raised under all="raise" in ScaledTensor, DelayedScaling and
+    FP8State.load_state_dict (the fast casts ignored it)."""
+    tiny = _as(np.float32, [1e-45, 0.0])
+
+    def call():
+        results = [_scaled_result(scaling.quantize_current(tiny)), _scaled_result(scaling.quantize_rowwise(tiny)),
+                   _scaled_result(scaling.quantize_blockwise(tiny, power_of_2=False))]
+        scaler = scaling.DelayedScaling(history_len=2)
+        scaler.quantize(tiny)
+        results.append((_scaled_result(scaler.quantize(_as(np.float32, [1.0]))), scaler.scale, scaler.scale_inv))
+        return results
+
+    _default_then_strict(call)
+    from minifp8 import nn
+    linear = nn.Linear(2, 2, rng=np.random.default_rng(0))
+    state = fp8.apply_recipe(linear, "delayed", history_len=2)
+    linear(tiny.reshape(1, 2))
+    state.step()
+    saved = state.state_dict()
+    assert any(np.float32(value) == np.finfo(np.float32).max for key, value in saved.items() if key.endswith(".scale"))
+    with np.errstate(all="raise"):
+        state.load_state_dict(saved)
+
+
 def test_mx_and_nvfp4():
     rows = _as(np.float32, (SPECIALS * 3)[:64]).reshape(2, 32)
     tiny = _as(np.float32, np.resize([1.0, 2.0**-20, 1e-38, -3.0, 2.0**-140, 0.0, -1e-30, 5.0], 64).reshape(2, 32))

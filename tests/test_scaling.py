@@ -366,6 +366,35 @@ def test_a_scale_set_without_its_inverse_is_refused_by_every_cast_and_records_no
         assert cast(scaler) is not None and scaler.amax_history.tolist() == [5.0, 0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("scale, scale_inv", [(np.inf, 0.0), (0.0, np.inf), (-2.0, -0.5)])
+def test_a_bad_scale_set_by_hand_is_refused_by_every_cast_and_records_nothing(scale, scale_inv):
+    """A consistent but bad pair: quantize refused it, while fake_quantize and the training casts cast
+    with it (an Inf scale gave zeros, a zero one NaN) and recorded the amax."""
+    x = np.array([3.0, 5.0, -1.0], np.float32)
+    for cast in (lambda scaler: scaler.quantize(x, update=False),
+                 lambda scaler: fp8.fake_quantize(x, "delayed", scaler=scaler)):
+        scaler = scaling.DelayedScaling("E4M3", history_len=2)
+        scaler.scale, scaler.scale_inv = np.float32(scale), np.float32(scale_inv)
+        with pytest.raises(ValueError, match=f"DelayedScaling: scale must be finite and > 0, got {float(scale)!r}"):
+            cast(scaler)
+        assert scaler.amax_history.tolist() == [0.0, 0.0]
+
+
+def test_mxfp8_training_casts_refuse_float64_values_beyond_float32():
+    """fake_quantize refused them, but an FP8 linear under mxfp8 in float64 mode went through fastcast
+    alone: an output of Inf, and a saturation count for an element that did not saturate."""
+    from minifp8 import nn
+    from minifp8.autograd import default_dtype
+    with default_dtype(np.float64):
+        linear = nn.Linear(32, 2, rng=np.random.default_rng(0))
+        linear.weight.data[0, 0] = 1e39
+        fp8.apply_recipe(linear, "mxfp8")
+        with pytest.raises(ValueError, match="beyond float32's range"):
+            linear(np.ones((1, 32)))
+        with pytest.raises(ValueError, match="beyond float32's range"):
+            fp8.fake_quantize(linear.weight.data, "mxfp8")
+
+
 def test_zero_dimensional_dequantize_is_an_array():
     """A 0-d tensor dequantized to a NumPy scalar (``values * scale_inv`` of a 0-d array), where
     fake_quantize, documented as equal to it, gives a 0-d array (a review's find)."""
