@@ -71,6 +71,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
+from . import codec
 from .formats import _check_bool, _described, _is_int, _is_real, _plain_array  # the package's argument checks and tests
 
 __all__ = [
@@ -146,7 +147,12 @@ def _to_array(data, what: str = "Tensor data") -> np.ndarray:
     kind = array.dtype.kind
     if kind == "f":
         dtype = _switches.default_dtype
-        return array if array.dtype == dtype else array.astype(dtype)
+        if array.dtype == dtype:
+            return array
+        with np.errstate(over="ignore"):
+            converted = array.astype(dtype)
+        codec._check_fits_float32(array, converted, what)  # (1e300 became Inf without a word)
+        return converted
     if kind in "iu":
         return array
     if kind == "b":
@@ -296,8 +302,8 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __eq__(self, other):
-        if other is self:  # (``t in [t, ...]`` and list.remove find a tensor by identity first)
-            return True
+        if other is self:  # (list membership tries identity before ==: ``t in [t]`` is True; where another
+            return True  # Tensor comes first, ``in`` and list.remove raise, so use ``any(x is t for x in ...)``)
         raise TypeError(f"== on a minifp8 Tensor is not elementwise: compare the arrays, .data == "
                         f"{'.data' if isinstance(other, Tensor) else 'value'} (or use `is` for identity)")
 

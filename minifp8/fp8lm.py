@@ -96,8 +96,9 @@ For one gradient tensor held by N workers, `fp8_all_reduce` computes:
    ``decode(q) / (N s_g)`` in float64, rounded once to float32, and ``scale`` reports the max).
 
 Simulation choices, stated: the FP8 buffers are summed in worker order 0, 1, ..., N-1, each partial
-sum computed exactly in float32 (the sum of two FP8 values is exact there) and rounded back to the
-FP8 format with saturation (a ring all-reduce stores partial sums in the FP8 buffer too, in an order
+sum computed in float32 (exact for E4M3 values; for E5M2, 4,480 pairs of finite values, such as
+57344 + 2^-16, round there, each to a float32 that rounds to the exact sum's E5M2 code) and rounded
+back to the FP8 format with saturation (a ring all-reduce stores partial sums in the FP8 buffer too, in an order
 that depends on the chunk). In the paper, ``g_i`` is already an FP8 tensor with scale ``s_i`` and
 Eq. 5 re-quantises it; we cast the float32 gradient once with ``s_g``. Both scales are powers of two
 times the same ``mu``, so the two differ only where values fall into the subnormal range.
@@ -183,8 +184,9 @@ def store_scaled(x: ArrayLike, kind: str) -> tuple[np.ndarray, np.float32]:
     values = codec._to_float32(x)
     if kind == "float32":
         return np.array(values, dtype=np.float32, copy=True), np.float32(1)
-    # the amax of the finite values: a NaN or Inf (a moment fed a non-finite gradient) keeps its own
-    # code and does not set every other element's scale to 1, which flushed the small ones to 0
+    # the amax of the finite values: a NaN or Inf (a moment fed a non-finite gradient) does not set
+    # every other element's scale to 1, which flushed the small ones to 0; NaN keeps its code, and
+    # Inf keeps its own in float16 but saturates to +-max in E4M3 and E5M2 (a saturating cast)
     amax = np.max(np.abs(values), initial=np.float32(0), where=np.isfinite(values)).astype(np.float32)
     if kind == "float16":
         scale = _float16_scale(amax)
@@ -680,7 +682,7 @@ class FP8Gradients:
                 gradients[name] = _fp32_all_reduce(arrays)
                 continue
             results[name] = fp8_all_reduce(arrays, self.fmt, factor=auto_scale.factor)
-            gradients[name] = results[name].gradient
+            gradients[name] = results[name].gradient.copy()  # (p.grad is clipped in place; the report stays)
         self.codes = {name: result.codes for name, result in results.items()}
         self.scales = {name: result.scale for name, result in results.items()}
         for name, result in results.items():

@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 
 from . import functional as F
 from ._cli import brief
-from .autograd import Tensor, default_dtype
+from .autograd import Tensor, _to_array, default_dtype
 from .formats import _check_bool, _is_int, _plain_array
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "Module", "Parameter", "ReLU", "Sequential"]
@@ -199,10 +199,11 @@ class Module:
                 raise TypeError(f"load_state_dict: {name!r} must be a floating array, got dtype {value.dtype}")
             if value.shape != p.shape:
                 raise ValueError(f"load_state_dict: {name!r} has shape {value.shape}, the parameter has {p.shape}")
-            arrays[name] = value
+            with default_dtype(p.data.dtype):  # (a module keeps its dtype: float64 under gradcheck); converted
+                arrays[name] = _to_array(np.array(value, copy=True), f"load_state_dict: {name!r}")  # here: all or none
         for name, p in params.items():
-            with default_dtype(p.data.dtype):  # (a module keeps its dtype: float64 under gradcheck)
-                p.data = np.array(arrays[name], dtype=p.data.dtype, copy=True)
+            with default_dtype(p.data.dtype):
+                p.data = arrays[name]
 
     def save(self, path: str | os.PathLike | BinaryIO) -> None:
         """Write ``state_dict()`` to an uncompressed ``.npz`` file at ``path`` (or a binary file object) exactly.

@@ -251,14 +251,31 @@ def test_indexing_keeps_its_own_copy_of_the_index_for_backward(kind):
     np.testing.assert_array_equal(x.grad, np.array(expected, np.float32))
 
 
+def test_float64_data_beyond_float32_is_refused_where_a_tensor_stores_float32():
+    """Tensor(np.array([1e300, 2.0])) held [inf, 2.0], and t.data = np.array([1e39]) [inf], without a word."""
+    from minifp8.autograd import default_dtype
+    with pytest.raises(ValueError, match=r"Tensor data holds finite values beyond float32's range .* e\.g\. 1e\+300"):
+        Tensor(np.array([1e300, 2.0]))
+    t = Tensor(np.ones(1, np.float32))
+    with pytest.raises(ValueError, match="beyond float32's range"):
+        t.data = np.array([1e39])
+    assert t.data[0] == 1.0
+    assert np.isinf(Tensor(np.array([np.inf, 1.0])).data[0])  # (Inf is a value: kept)
+    with default_dtype(np.float64):
+        assert Tensor(np.array([1e300])).data[0] == 1e300
+
+
 def test_equality_iteration_and_numpy_conversion_of_a_tensor_are_never_silently_wrong():
     """Found by a review: ``t == 0.0`` gave one False (identity), not a mask; ``list(Tensor(3.0))`` gave [];
-    ``np.asarray(t)`` an object array of 0-d Tensors. Hashing and membership stay by identity."""
+    ``np.asarray(t)`` an object array of 0-d Tensors. Hashing stays by identity, and so does list membership
+    of a tensor that comes before any other (Python tries identity before ==; past another Tensor, == raises)."""
     t = Tensor(np.array([0.0, 1.0, 2.0], np.float32), requires_grad=True)
     for compare in (lambda: t == 0.0, lambda: t != 0.0, lambda: t == t.detach(), lambda: 0.0 == t):
         with pytest.raises(TypeError, match="on a minifp8 Tensor is not elementwise: compare the arrays, .data"):
             compare()
     assert t == t and not (t != t) and t in [t] and {t: 1}[t] == 1
+    with pytest.raises(TypeError, match="not elementwise"):
+        _ = t in [t.detach(), t]
     with pytest.raises(TypeError, match="iteration over a 0-d Tensor"):
         list(Tensor(np.float32(3.0)))
     rows = list(Tensor(np.arange(6.0).reshape(3, 2), requires_grad=True))

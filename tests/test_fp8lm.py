@@ -323,6 +323,18 @@ def test_fp8_gradients_reduce_two_workers_on_a_model():
     assert summary["workers"] == 2 and summary["nonfinite"] == []
 
 
+def test_the_report_keeps_its_gradient_when_p_grad_is_clipped_in_place():
+    """p.grad was the report's own array: clip_grad_norm (train_tiny clips after the all-reduce) scaled
+    the frozen result's gradient too, which then disagreed with its codes and error_norm."""
+    w = Tensor(np.zeros((2, 2), np.float32), requires_grad=True)
+    store = fp8lm.FP8Gradients([("w", w)])
+    w.grad = np.array([[3.0, -1.0], [0.5, 2.0]], np.float32)
+    result = store.reduce().results["w"]
+    optim.clip_grad_norm([w], 0.1)
+    assert result.gradient is not w.grad
+    np.testing.assert_array_equal(result.gradient, codec.decode(result.codes, "E4M3") * np.float32(1 / result.scale))
+
+
 def test_gradient_report_pools_its_tensors():
     # Two tensors with error norms 3 and 4 against reference norms 4 and 3: pooled, the error is
     # sqrt(3**2 + 4**2) = 5 against sqrt(4**2 + 3**2) = 5, a relative error of 1 (the mean of the two

@@ -195,6 +195,25 @@ def test_load_state_dict_failing_on_a_later_key_leaves_earlier_parameters_alone(
             assert np.array_equal(p.data, before[name]), name
 
 
+@pytest.mark.parametrize("over", ["warn", "raise"])
+def test_load_state_dict_refuses_float64_values_beyond_float32_and_loads_nothing(over):
+    """A float64 1e300 became Inf with only a RuntimeWarning (Module.load of such an .npz too); under
+    errstate(over="raise") the cast raised in the loading loop, after earlier parameters had loaded."""
+    layer = nn.Linear(2, 3, rng=rng())
+    before = {name: p.data.copy() for name, p in layer.named_parameters()}
+    state = {name: array.astype(np.float64) for name, array in layer.state_dict().items()}
+    state["weight"][:] = 7.0
+    state["bias"][0] = 1e300
+    with np.errstate(over=over), pytest.raises(ValueError, match="load_state_dict: 'bias' holds finite values "
+                                                                 "beyond float32's range"):
+        layer.load_state_dict(state)
+    for name, p in layer.named_parameters():
+        assert np.array_equal(p.data, before[name]), name
+    state["bias"][0] = np.inf  # (an Inf is a value, loaded as it is)
+    layer.load_state_dict(state)
+    assert layer.bias.data[0] == np.inf and (layer.weight.data == 7.0).all()
+
+
 def test_linear_init_follows_torch_rule_or_normal_std():
     layer = nn.Linear(400, 300, rng=rng())
     bound = 1 / math.sqrt(400)
