@@ -140,7 +140,8 @@ class FloatFormat:
         ``"negative_zero"``: the code with only the sign bit set, ``0x80`` (FNUZ, which therefore
         has no -0); ``"none"``: no NaN at all (FP6, FP4).
     aliases : tuple of str
-        Other spellings accepted by `get` (ml_dtypes / PyTorch dtype names).
+        Other spellings (ml_dtypes / PyTorch dtype names), which `get` accepts for the catalogue's
+        formats; a format made by hand is not registered, so `get` knows neither its name nor these.
     """
 
     name: str

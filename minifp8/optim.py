@@ -104,6 +104,7 @@ class Optimizer:
         """``p.grad`` in the parameter's dtype, in which the update runs (a float16 gradient set by hand
         made AdamW's ``g * g`` overflow to Inf and froze the parameter; a float64 one took parts of a
         float32 update to float64)."""
+        assert p.grad is not None  # (step skips a parameter without one)
         return p.grad.astype(p.data.dtype, copy=False)
 
     def _state_template(self, p: Tensor) -> dict | None:

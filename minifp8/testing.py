@@ -30,7 +30,7 @@ from .mx import MXFormat
 # gradcheck: analytic gradients of the autograd engine against float64 central differences
 # ================================================================================================
 
-from .autograd import Tensor, default_dtype, no_grad  # noqa: E402  (this section's own imports)
+from .autograd import Tensor, default_dtype, is_grad_enabled, no_grad  # noqa: E402  (this section's own imports)
 from .functional import _real  # noqa: E402
 
 
@@ -114,7 +114,7 @@ def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6,
        function with inputs whose gradients do not cancel.
 
     Parameters captured by ``fn`` must be passed as inputs too (e.g. ``*module.parameters()``)
-    to be checked. ``fn`` must be deterministic: create any ``np.random.Generator`` inside it.
+    to be checked; one that is not keeps the ``.grad`` of both runs' backward passes, summed. ``fn`` must be deterministic: create any ``np.random.Generator`` inside it.
     Inputs are restored (data and ``.grad``) afterwards. The default ``seed`` is deliberately
     not 0, so that the projection ``r`` is not the same stream as test data drawn with seed 0
     (a projection parallel to the data can make a gradient vanish by symmetry).
@@ -142,6 +142,9 @@ def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6,
     """
     if not callable(fn):
         raise TypeError(f"gradcheck: fn must be callable, got {type(fn).__name__} {fn!r}")
+    if not is_grad_enabled():  # (no graph: every analytic gradient read 0, and the report blamed backward)
+        raise RuntimeError("gradcheck: called inside no_grad(), where fn records no graph to differentiate; "
+                           "call it outside")
     raise_on_failure = formats._check_bool(raise_on_failure, "gradcheck: raise_on_failure")
     seed = _check_int(seed, "gradcheck: seed", 0)
     for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol), ("float32_atol", float32_atol),
@@ -168,18 +171,19 @@ def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6,
     saved = [(x, x.data, x.grad, x._version) for x in floating]
     report = GradcheckReport(eps=eps, atol=atol, rtol=rtol, float32_atol=float32_atol, float32_rtol=float32_rtol)
     try:
-        # float32: the engine as used in training
-        for x in floating:
-            x.data, x.grad = np.array(x.data, dtype=np.float32, order="C"), None
-        outputs = _as_outputs(fn(*inputs))
-        rng = np.random.default_rng(seed)
-        weights = [rng.standard_normal(out.shape).astype(np.float32) for out in outputs]
-        for out in outputs:
-            if out.dtype != np.float32:
-                raise AssertionError(f"gradcheck: fn returned dtype {out.dtype} from float32 inputs: "
-                                     "some op promotes to another dtype")
-        _backward_all(outputs, weights)
-        grads32 = [_grad_of(x, np.float32) for _, x in checked]
+        # float32: the engine as used in training (whatever the caller's default_dtype)
+        with default_dtype(np.float32):
+            for x in floating:
+                x.data, x.grad = np.array(x.data, dtype=np.float32, order="C"), None
+            outputs = _as_outputs(fn(*inputs))
+            rng = np.random.default_rng(seed)
+            weights = [rng.standard_normal(out.shape).astype(np.float32) for out in outputs]
+            for out in outputs:
+                if out.dtype != np.float32:
+                    raise AssertionError(f"gradcheck: fn returned dtype {out.dtype} from float32 inputs: "
+                                         "some op promotes to another dtype")
+            _backward_all(outputs, weights)
+            grads32 = [_grad_of(x, np.float32) for _, x in checked]
 
         # float64: analytic gradient and central differences
         weights64 = [w.astype(np.float64) for w in weights]
@@ -455,7 +459,7 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
         near-tie there (a float64 input just above it that a cast through float32 rounds to zero).
     """
     fmt = formats.get(fmt)
-    if nan not in ("exact", "class"):
+    if formats._check_str_choice(nan, "nan", ("exact", "class")) not in ("exact", "class"):
         raise ValueError(f"nan must be 'exact' or 'class', got {nan!r}")
     _check_max_rows(max_rows)
     _check_options(encode_options, codec.encode, "compare")
@@ -590,8 +594,10 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     candidates: list[tuple[dict[str, Any], FloatFormat, Callable[[np.ndarray], np.ndarray] | None, str, str]] = [
         ({"saturate": not saturate}, fmt, None, "x", "the backend clamps overflow to +-max" if not saturate
          else "the backend overflows to Inf or NaN instead of clamping to +-max")]
+    holds_nan = bool(np.isnan(wide).any())  # (a format without NaN cannot encode x: E3M2 beside a custom FP6)
     candidates += [({}, other, None, "x", f"the backend wrote {other.name} codes, not {fmt.name}")
-                   for other in formats.CATALOGUE.values() if other.bits == fmt.bits and other.name != fmt.name]
+                   for other in formats.CATALOGUE.values()
+                   if other.bits == fmt.bits and other.name != fmt.name and (other.has_nan or not holds_nan)]
     if x.dtype == np.float64:  # (DESIGN section 3: the double rounding a float64 input must not get)
         candidates += [({}, fmt, lambda v: v.astype(np.float32), "x.astype(float32)",
                         "the backend rounds x to float32 first (a double rounding)")]
@@ -769,13 +775,15 @@ def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
         codes = codec.encode(array, fmt)
         values = fmt.values()[codes]
         representable = (values == array) | (np.isnan(values) & np.isnan(array))
+        if not fmt.has_negative_zero:  # (-0.0 == 0.0: a -0 that no code of fmt holds, as in FNUZ, hid its sign)
+            representable &= ~((array == 0) & np.signbit(array))
         if not representable.all():
             bad = array.reshape(-1)[np.flatnonzero(~representable.reshape(-1))[0]]
             raise ValueError(f"{name} holds {bad!r}, which is not a {fmt.name} value: pass codes, or values "
                              f"that the backend decoded from {fmt.name}")
     elif array.dtype.itemsize == 1 and array.dtype.kind not in "bO":
         named = _format_named(array.dtype.name)  # an ml_dtypes float8/6/4 dtype names its format
-        if named is not None and named != fmt:
+        if named is not None and replace(named, name=fmt.name) != fmt:  # (by its fields, not its name)
             raise TypeError(f"{name} has dtype {array.dtype.name}, which holds {named.name} codes, "
                             f"but the comparison is for {fmt.name}")
         if named is None and array.dtype.kind not in "iu":  # another format's codes, read as these
@@ -917,7 +925,7 @@ def edge_cases(fmt: str | FloatFormat) -> np.ndarray:
     fmt = formats.get(fmt)
     codec._check_float_environment()  # (the subnormal neighbours would flush and drop out)
     grid = _magnitudes(fmt)
-    spacing_at_top = 2.0 ** (fmt.emax - fmt.mantissa_bits)
+    spacing_at_top = 2.0 ** (max(fmt.emax, fmt.emin) - fmt.mantissa_bits)  # (max is subnormal in E1Mx with Inf)
     midpoints = np.append(_midpoints(fmt), [fmt.max + spacing_at_top / 2, grid[0] / 2])
     with np.errstate(over="ignore", under="ignore"):  # E8M0's 2**128 is Inf in float32 (an edge too); 1e-45 rounds
         points = np.concatenate([grid, midpoints, [fmt.max * 2, 1e30, np.finfo(np.float32).max,

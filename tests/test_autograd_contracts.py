@@ -285,3 +285,16 @@ def test_equality_iteration_and_numpy_conversion_of_a_tensor_are_never_silently_
             convert(t)
     params = [t, Tensor(np.ones(2, np.float32), requires_grad=True)]  # an optimizer's bookkeeping
     AdamW(params, lr=0.1)
+
+
+def test_gradcheck_runs_whatever_the_callers_grad_mode_and_default_dtype():
+    """Inside no_grad() every analytic gradient read 0 and the report blamed the backward; inside
+    default_dtype(np.float64) the float32 run made float64 tensors and the report blamed an op."""
+    from minifp8 import testing
+    from minifp8.autograd import default_dtype, no_grad
+    x = Tensor(np.float32([1.0, 2.0, 3.0]), requires_grad=True)
+    with no_grad(), pytest.raises(RuntimeError, match=r"gradcheck: called inside no_grad\(\)"):
+        testing.gradcheck(lambda a: a * a, x)
+    with default_dtype(np.float64):
+        assert testing.gradcheck(lambda a: a * a + 1.0, x).passed
+    assert x.data.dtype == np.float32 and x.grad is None

@@ -399,3 +399,55 @@ def test_codes_shifted_by_one_element_are_named_an_off_by_one(later):
     assert report.layout == (f"actual holds the expected codes shifted by one element, each one place "
                              f"{'later' if later else 'earlier'} in C order: an off-by-one offset, not a rounding bug")
     assert report.layout in str(report)
+
+
+# ---- a review's finds in testing.py (2026-12-02) --------------------------------------------------
+
+def test_compare_of_a_custom_narrow_format_with_nan_gives_a_report():
+    """The hints try the catalogue's formats of the same width; E3M2 has no NaN, so encoding an x with
+    NaN in it raised from inside compare, which never raises for a mismatch."""
+    custom = formats.FloatFormat("E3M2N", 3, 2, 3, nan_style="all_ones")
+    x = np.array([np.nan, 1.0, 27.0, -0.5], np.float32)
+    report = testing.compare(codec.encode(x, custom), x, custom, saturate=True)
+    assert report.count == 1 and report.by_class["overflow"] == 1
+
+
+def test_compare_refuses_a_minus_zero_value_of_a_format_without_minus_zero():
+    """-0.0 == 0.0, so decoded FNUZ values passed with a -0.0 that no code holds, and hid the sign-of-zero
+    bug that codes show."""
+    x = np.float32([-0.0, -1e-6])
+    with pytest.raises(ValueError, match=r"actual holds np.float32\(-0.0\), which is not a E4M3FNUZ value"):
+        testing.compare(np.float32([-0.0, -0.0]), x, "E4M3FNUZ")
+    codes = testing.compare(np.uint8([0x80, 0x80]), x, "E4M3FNUZ")
+    assert codes.count == 2 and codes.by_class["sign-of-zero"] == 2
+    assert testing.compare(np.float32([0.0, 0.0]), x, "E4M3FNUZ").count == 0
+    assert testing.compare(np.float32([-0.0, -0.0]), x, "E4M3").count == 0  # (E4M3 has -0)
+
+
+@pytest.mark.parametrize("nan", [np.array(["class"]), np.array(["exact", "class"]), 0, None])
+def test_compare_checks_the_type_of_nan(nan):
+    """An array was taken (one of one element passed the membership test), or failed with NumPy's
+    'truth value of an array is ambiguous'; 0 was a ValueError."""
+    x = np.float32([1.0])
+    with pytest.raises(TypeError, match="nan must be a str, one of exact, class; got"):
+        testing.compare(codec.encode(x, "E4M3"), x, "E4M3", nan=nan)
+
+
+def test_compare_knows_an_ml_dtypes_array_by_its_format_fields():
+    """A format with E4M3's fields under another name was refused for a float8_e4m3fn array, with a
+    message that named two formats of the same fields."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.float32([1.0, 2.0, -3.0])
+    renamed = formats.FloatFormat("OFP8_E4M3", 4, 3, 7)
+    assert testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, renamed).count == 0
+    with pytest.raises(TypeError, match="holds E4M3 codes, but the comparison is for E5M2"):
+        testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, "E5M2")
+
+
+def test_edge_cases_hold_the_overflow_threshold_where_max_is_subnormal():
+    """E1Mx with Inf has no normal binade: the spacing at max is the subnormal one, and edge_cases gave
+    max + half the (wrong) spacing 2**(emax - M), which misses the threshold (1.75 in E1M2 with Inf)."""
+    fmt = formats.FloatFormat("E1M2I", 1, 2, 0, has_infinity=True, nan_style="ieee")
+    assert fmt.max == 1.5 and codec.encode(np.float32(1.75), fmt) == fmt.inf_code(False)
+    cases = testing.edge_cases(fmt)
+    assert 1.75 in cases and -1.75 in cases

@@ -42,6 +42,10 @@ def quiet(*args):
     pass
 
 
+TINY = dict(steps=2, eval_interval=2, log_interval=2, n_layer=1, n_head=2, n_embd=16, batch_size=4, block_size=16,
+            eval_batches=1)  # (train()'s config of a run of well under a second)
+
+
 @pytest.fixture(scope="module")
 def corpus():
     return data.load_dataset()
@@ -377,6 +381,39 @@ def test_train_names_a_run_or_config_of_the_wrong_type(corpus):
         train_tiny.train("current", train_tiny.TrainConfig(), corpus)
     with pytest.raises(TypeError, match="train: config must be a TrainConfig, got dict"):
         train_tiny.train(Run("current", "standard"), {}, corpus)
+
+
+@pytest.mark.parametrize("run, config, message", [
+    # (center_lm_head="no" centred the LM head; steps=2.0 trained to the first evaluation, then failed in
+    # range(); the others failed in a comparison or an attribute that named no field)
+    ({}, {"center_lm_head": "no"}, "train: config.center_lm_head must be bool, got 'no'"),
+    ({}, {"track_scales": "no"}, "train: config.track_scales must be bool, got 'no'"),
+    ({}, {"steps": 2.0}, "train: config.steps must be int, got 2.0"),
+    ({}, {"steps": "2"}, "train: config.steps must be int, got '2'"),
+    ({}, {"steps": True}, "train: config.steps must be int, got True"),
+    ({}, {"dropout": "0"}, "train: config.dropout must be float, got '0'"),
+    ({}, {"grad_clip": None}, "train: config.grad_clip must be float, got None"),
+    ({}, {"fp32_modules": 3}, "train: config.fp32_modules must be str or None, got 3"),
+    ({}, {"seed": 1.0}, "train: config.seed must be int, got 1.0"),
+    ({"fp8_grads": "no"}, {}, "train: run.fp8_grads must be bool, got 'no'"),
+    ({"workers": 2.0}, {}, "train: run.workers must be int, got 2.0"),
+])
+def test_train_checks_the_types_of_the_fields_as_the_command_line_gives_them(corpus, run, config, message):
+    printed = []
+    with pytest.raises(TypeError, match=re.escape(message)):
+        train_tiny.train(Run("fp8", "standard", **run), train_tiny.TrainConfig(**{**TINY, **config}), corpus,
+                         print_fn=printed.append)
+    assert printed == []  # (refused before anything is printed or trained)
+
+
+def test_train_names_a_dataset_or_out_of_the_wrong_type(corpus, tmp_path):
+    config = train_tiny.TrainConfig(**TINY)
+    with pytest.raises(TypeError, match=r"train: dataset must be a minifp8.data.Dataset \(data.load_dataset\(\)\), got str"):
+        train_tiny.train(Run("fp8", "standard"), config, "abc")
+    with pytest.raises(TypeError, match="train: out must be a path .* got int"):
+        train_tiny.train(Run("fp8", "standard"), config, corpus, out=3)
+    metrics = train_tiny.train(Run("fp8", "standard"), config, corpus, out=str(tmp_path), print_fn=quiet)
+    assert metrics["train_loss"] and (tmp_path / "checkpoints").is_dir()  # (a str path works as a Path)
 
 
 def test_the_command_line_refuses_center_lm_head_with_float16_master_weights(capsys):
