@@ -71,7 +71,6 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from . import codec
 from .formats import _check_bool, _described, _is_int, _is_real, _plain_array  # the package's argument checks and tests
 
 __all__ = [
@@ -151,7 +150,11 @@ def _to_array(data, what: str = "Tensor data") -> np.ndarray:
             return array
         with np.errstate(over="ignore"):
             converted = array.astype(dtype)
-        codec._check_fits_float32(array, converted, what)  # (1e300 became Inf without a word)
+        overflowed = np.isinf(converted) & np.isfinite(array)  # (1e300 became Inf in float32 without a word)
+        if overflowed.any():
+            raise ValueError(f"{what} holds finite values beyond {dtype}'s range (|x| <= "
+                             f"{float(np.finfo(dtype).max):.8g}), e.g. {array[overflowed].flat[0]}: a {dtype} "
+                             f"Tensor would hold Inf")
         return converted
     if kind in "iu":
         return array
@@ -170,8 +173,9 @@ class Tensor:
     ----------
     data : array_like
         Floating data is stored as float32 (or float64 inside ``default_dtype(np.float64)``),
-        without a copy when it already has that dtype. Integer data (token ids) is kept as is and
-        cannot require grad. bool, complex and object data raise ``TypeError``.
+        without a copy when it already has that dtype; a finite value beyond that dtype's range
+        (float64 1e300 for a float32 Tensor) raises ``ValueError``. Integer data (token ids) is kept
+        as is and cannot require grad. bool, complex and object data raise ``TypeError``.
     requires_grad : bool
         Whether ``backward`` should compute a gradient for this tensor.
     """
@@ -343,7 +347,7 @@ class Tensor:
         """The array (float32, float64 or integer). Assigning a new one bumps the version, and
         converts it as the constructor does (floating data to the default dtype, float32 unless
         inside `default_dtype`; bool, complex and object data, and integer data on a tensor that
-        requires grad, raise TypeError)."""
+        requires grad, raise TypeError, and finite values beyond the dtype's range ValueError)."""
         return self._data
 
     @data.setter
@@ -956,8 +960,9 @@ def _sum_rows_by_id(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.nd
 def _plain_index(index):
     """Replace Tensors inside an index by their integer data; a masked array is a TypeError (NumPy
     indexes with the values under its mask)."""
-    if isinstance(index, np.ma.MaskedArray):
-        return _plain_array(index, "the index")  # (raises)
+    if isinstance(index, np.ma.MaskedArray) or (isinstance(index, list) and any(
+            isinstance(item, np.ma.MaskedArray) for item in index)):
+        return _plain_array(np.ma.asarray(index), "the index")  # (raises)
     if isinstance(index, Tensor):
         if index.data.dtype.kind not in "iu":
             raise IndexError(f"a Tensor used as an index must hold integers, got dtype {index.dtype}")

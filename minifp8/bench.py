@@ -338,7 +338,7 @@ def bench_train(args: argparse.Namespace) -> None:
     """
     from . import data, fp8
     from .optim import clip_grad_norm
-    from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr, _strict_json
+    from .train_tiny import Run, TrainConfig, _build, _default_family, _set_lr, _strict_json, _write_text
 
     default_width = args.n_embd is None or args.n_embd == TrainConfig().n_embd
     config = TrainConfig() if args.n_embd is None else dataclasses.replace(TrainConfig(), n_embd=args.n_embd)
@@ -420,9 +420,8 @@ def bench_train(args: argparse.Namespace) -> None:
           f"last {np.median(last) * 1e3:.1f})", flush=True)
     if args.json is not None:
         document = _speed_document(machine, config, args.family or "unit", steps_total, window, fp32_ms, measured)
-        try:
-            with open(args.json, "w", encoding="utf-8", newline="\n") as file:
-                file.write(_strict_json(document, digits=4))
+        try:  # (whole or not at all: a full disk part way left an earlier file truncated)
+            _write_text(Path(args.json), _strict_json(document, digits=4))
         except OSError as error:  # (main checked that it could be opened; a full disk, say, still fails here)
             raise BenchError(f"--json {args.json}: cannot write it ({error.strerror or error}); the "
                              f"measurements above are not saved") from None

@@ -427,8 +427,8 @@ class FP8State:
             for role in point.scalers:
                 prefix = f"{point.name}.{role}."
                 scale, scale_inv = arrays[prefix + "scale"], arrays[prefix + "scale_inv"]
-                with np.errstate(under="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a subnormal)
-                    inverse = np.float32(1) / scale
+                with np.errstate(under="ignore", over="ignore"):  # (1 / FLT_MAX, a tiny amax's scale's
+                    inverse = np.float32(1) / scale  # inverse, is subnormal; 1 / a subnormal scale Inf: refused)
                 if scale_inv != inverse:  # (the casts use 1 / scale, the reference scale_inv)
                     raise ValueError(f"FP8State.load_state_dict: {prefix}scale_inv must be float32(1 / scale) = "
                                      f"{inverse!r}, got {scale_inv!r}")

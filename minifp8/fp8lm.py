@@ -137,7 +137,7 @@ from . import codec, formats, scaling
 from .autograd import Tensor
 from .formats import _is_int, _is_real, _plain_array, _shown
 from .nn import Module
-from .optim import AdamW, adamw_update
+from .optim import AdamW, _adamw_hyperparameters, adamw_update
 
 __all__ = [
     "AllReduceResult", "AutoScale", "FP8AdamW", "FP8Gradients", "GradientReport", "MemoryRow",
@@ -839,7 +839,7 @@ class FP8AdamW(AdamW):
         """One AdamW step of every parameter with a gradient (all shapes are checked first: an error updates none)."""
         self._check_grads()
         for group in self.param_groups:
-            lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            lr, beta1, beta2, eps, weight_decay = _adamw_hyperparameters(group)
             for p in group["params"]:
                 if p.grad is None:
                     continue

@@ -127,7 +127,7 @@ def _decoded_operand(codes, fmt, name: str) -> np.ndarray:
     array = _plain_array(codes, name)
     if array.ndim != 2 or 0 in array.shape:
         raise ValueError(f"{name} must be a non-empty 2-d array of {fmt.name} codes, got shape {array.shape}")
-    return codec.decode(_codes_of(array, fmt, array.shape, name), fmt)
+    return codec.decode(_codes_of(array, fmt, array.shape, name, signed_zero=False), fmt)
 
 
 def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarray:

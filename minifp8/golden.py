@@ -114,9 +114,11 @@ import dataclasses
 import hashlib
 import io
 import json
+import lzma
 import os
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -958,7 +960,7 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
             try:  # (a damaged archive: zipfile's or NumPy's error, naming no file)
                 with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                     files[entry["file"]] = {name: archive[name] for name in archive.files}
-            except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+            except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error, lzma.LZMAError) as error:
                 raise ValueError(f"golden.load: {path} is not a readable .npz archive, which the manifest's "
                                  f"entry {index} says it is ({type(error).__name__}: {error})") from None
             raw = sorted(name for name, array in files[entry["file"]].items() if not isinstance(array, np.ndarray))

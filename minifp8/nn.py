@@ -184,7 +184,8 @@ class Module:
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Give each parameter a copy of its array (a new array: a view of the old data keeps the old
-        values); keys and shapes must match exactly (nothing is loaded otherwise)."""
+        values); keys and shapes must match exactly, and the values fit the parameter's dtype (a
+        ValueError for float64 beyond float32's range): nothing is loaded otherwise."""
         if not isinstance(state, Mapping):
             raise TypeError(f"load_state_dict: state must be a mapping of names to arrays, got {type(state).__name__}")
         params = dict(self.named_parameters())

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from . import codec
 from .autograd import Tensor
 from .formats import _check_bool, _check_int, _described, _is_int, _shown
 from .functional import _non_negative, _real
@@ -223,7 +224,10 @@ class Optimizer:
                 if value.shape != example.shape:
                     raise ValueError(f"{owner}: state {name!r} of parameter {i} has shape {value.shape}, "
                                      f"the parameter has {p.shape}")
-                state[name] = np.array(value, dtype=example.dtype, copy=True)
+                with np.errstate(over="ignore"):
+                    state[name] = np.array(value, dtype=example.dtype, copy=True)
+                if example.dtype == np.float32:  # (1e300 became Inf, and the next step -Inf)
+                    codec._check_fits_float32(value, state[name], f"{owner}: {name!r} of parameter {i}")
             elif isinstance(example, (int, np.integer)):
                 if not _is_int(value):
                     raise TypeError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {_shown(value)}")
@@ -269,8 +273,9 @@ class SGD(Optimizer):
     def step(self) -> None:
         self._check_grads()
         for group in self.param_groups:
-            lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-            weight_decay, nesterov = group["weight_decay"], group["nesterov"]
+            # (as floats: a group's values set directly, group["lr"] = np.float64(...), skip _check)
+            lr, momentum, dampening = float(group["lr"]), float(group["momentum"]), float(group["dampening"])
+            weight_decay, nesterov = float(group["weight_decay"]), group["nesterov"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -338,7 +343,7 @@ class AdamW(Optimizer):
     def step(self) -> None:
         self._check_grads()
         for group in self.param_groups:
-            lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            lr, beta1, beta2, eps, weight_decay = _adamw_hyperparameters(group)
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -350,6 +355,13 @@ class AdamW(Optimizer):
                 adamw_update(p.data, g, state["exp_avg"], state["exp_avg_sq"], state["step"], lr, beta1, beta2, eps,
                              weight_decay)
                 p.bump_version()
+
+
+def _adamw_hyperparameters(group: dict) -> tuple[float, float, float, float, float]:
+    """``lr, beta1, beta2, eps, weight_decay`` of an AdamW group as Python floats (values set directly,
+    ``group["lr"] = np.float64(...)``, skip `Optimizer._check`, and NumPy ones change the update's bits)."""
+    beta1, beta2 = group["betas"]
+    return (float(group["lr"]), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]))
 
 
 def adamw_update(weights: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int, lr: float, beta1: float,

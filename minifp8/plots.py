@@ -521,15 +521,16 @@ def block_scaling_snr(rows: int = 57, columns: int = 2048, low_exponent: int = -
     ax.set_xticks(np.arange(0, low_exponent - 1, -4))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8, ncols=2)
-    ax.set_title(f"Quantising {rows} rows of {columns} normal values, scales $2^{{{low_exponent}}}$ to $2^0$: "
-                 "per-tensor vs per-block scales", fontsize=10)
+    scales = f"rows of {columns} normal values, scales $2^{{{low_exponent}}}$ to $2^0$" if rows > 1 else \
+        f"row of {columns} normal values, at scale $2^0$"  # (one row is the top row)
+    ax.set_title(f"Quantising {rows} {scales}: per-tensor vs per-block scales", fontsize=10)
     return figure
 
 
 def _rows_at_scales(rows: int, columns: int, low_exponent: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """`block_scaling_snr`'s tensor (its arguments checked): the row exponents, evenly spaced from
     ``low_exponent`` to 0, and float32 ``(rows, columns)`` standard normal values times ``2**e_i``."""
-    exponents = np.linspace(low_exponent, 0, rows)
+    exponents = np.linspace(low_exponent, 0, rows) if rows > 1 else np.zeros(1)  # (one row: the top row, at 0)
     rng = np.random.default_rng(seed)
     with np.errstate(under="ignore"):  # (low_exponent may reach float32's subnormals)
         return exponents, (rng.standard_normal((rows, columns)) * np.exp2(exponents)[:, None]).astype(np.float32)
@@ -890,6 +891,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
         # the line is the training loss; the run's markers, its validation losses (the legend shows both)
         loss_axis.plot(steps, losses, style, color=color, linewidth=1.0, alpha=0.8, label=label,
                        marker=marker if val["step"].size else None, markersize=4.5, markevery=[])
+        if steps.size == 1:  # (one window draws no line: a run of one step, or one that diverged in its second)
+            loss_axis.plot(steps, losses, ".", color=color, markersize=7)
         if val["step"].size:
             loss_axis.plot(val["step"], val["loss"], marker, color=color, markersize=4.5)
         diverged = metrics.get("diverged")
@@ -937,7 +940,7 @@ def validation_curves(results: dict, title: str | None = None) -> Figure:
         ``metrics.json`` of ``python -m minifp8.train_tiny --out DIR`` or a committed results file
         (``minifp8.train_tiny.load_results(minifp8.train_tiny.LONG_RESULTS)``). Each run needs
         ``val``, a list of evaluations with ``step``, ``loss`` and ``exact_match`` (a number, or None
-        for NaN); a run with an empty list is left out. ``exact_match`` is only measured on the
+        for NaN); a run with an empty list is left out, and a ValueError says when every run is. ``exact_match`` is only measured on the
         bundled arithmetic corpus: a run on ``--data`` text raises a ValueError that says so, as
         does any missing key (naming the run and the key); a value of the wrong type raises a
         TypeError.
@@ -950,6 +953,9 @@ def validation_curves(results: dict, title: str | None = None) -> Figure:
     runs, columns = _runs(results, "validation_curves", ("val",), {"val": ("step", "loss", "exact_match")},
                           hints={"exact_match": "answer accuracy is measured on the bundled arithmetic corpus only, "
                                                 "not on --data text"})
+    if not any(columns[label]["val"]["step"].size for label in runs):  # (an empty figure, and a warning)
+        raise ValueError("validation_curves: no run has an evaluation (every run's 'val' is empty): nothing "
+                         "to draw")
     loss_floor = _loss_floor(results, "validation_curves")
     figure, (loss_axis, exact_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True)
     looks = _run_styles({label: metrics.get("recipe") for label, metrics in runs.items()})

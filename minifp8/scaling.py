@@ -462,11 +462,12 @@ class DelayedScaling:
         would refuse it, while the training casts, which multiply by ``1 / scale``, went on: an Inf
         scale with its inverse 0 cast everything to zeros)."""
         scale = np.float32(self.scale)
-        if not (np.isfinite(scale) and scale > 0):
-            raise ValueError(f"DelayedScaling: scale must be finite and > 0, got {float(scale)!r}: set it (and "
-                             f"scale_inv) from an amax, as update does")
-        with np.errstate(under="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a subnormal)
-            inverse = np.float32(1) / scale
+        for name, value in (("scale", scale), ("scale_inv", np.float32(self.scale_inv))):
+            if not (np.isfinite(value) and value > 0):
+                raise ValueError(f"DelayedScaling: {name} must be finite and > 0, got {float(value)!r}: set scale "
+                                 f"and scale_inv from an amax, as update does")
+        with np.errstate(under="ignore", over="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a
+            inverse = np.float32(1) / scale  # subnormal; 1 / a subnormal scale is Inf, and refused below)
         if np.float32(self.scale_inv) != inverse:
             raise ValueError(f"DelayedScaling: scale_inv must be float32(1 / scale) = {float(inverse)!r} for scale "
                              f"{float(scale)!r}, got {float(self.scale_inv)!r}: set both (update and "

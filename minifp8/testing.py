@@ -138,7 +138,8 @@ def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6,
     -------
     GradcheckReport
         Raises ``AssertionError`` naming the input and its worst element on failure
-        (unless ``raise_on_failure=False``).
+        (unless ``raise_on_failure=False``), and ``RuntimeError`` inside `minifp8.autograd.no_grad`
+        (``fn`` would record no graph).
     """
     if not callable(fn):
         raise TypeError(f"gradcheck: fn must be callable, got {type(fn).__name__} {fn!r}")
@@ -761,9 +762,10 @@ def _backend_array(actual, name: str) -> np.ndarray:
     return array
 
 
-def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
+def _codes_of(actual, fmt, shape, name: str = "actual", signed_zero: bool = True) -> np.ndarray:
     """A backend's result as uint8 codes: codes as given, 1-byte dtypes by view, floats by value.
-    ``name`` is the argument's name for the errors."""
+    ``name`` is the argument's name for the errors; ``signed_zero``: a -0.0 value of a format without
+    -0 is an error (it is not one of its values), else read as +0 (an operand's zero)."""
     array = _backend_array(actual, name)
     if array.shape != shape:
         raise ValueError(f"{name} has shape {array.shape} but x has shape {shape}")
@@ -775,7 +777,8 @@ def _codes_of(actual, fmt, shape, name: str = "actual") -> np.ndarray:
         codes = codec.encode(array, fmt)
         values = fmt.values()[codes]
         representable = (values == array) | (np.isnan(values) & np.isnan(array))
-        if not fmt.has_negative_zero:  # (-0.0 == 0.0: a -0 that no code of fmt holds, as in FNUZ, hid its sign)
+        if signed_zero and not fmt.has_negative_zero:  # (-0.0 == 0.0: a -0 that no code of fmt holds, as
+            # in FNUZ, hid a backend's sign-of-zero bug; a GEMM operand's -0.0 is just a zero)
             representable &= ~((array == 0) & np.signbit(array))
         if not representable.all():
             bad = array.reshape(-1)[np.flatnonzero(~representable.reshape(-1))[0]]

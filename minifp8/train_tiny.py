@@ -940,9 +940,11 @@ def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: P
     for name, value, kind in (("run", run, Run), ("config", config, TrainConfig)):
         if not isinstance(value, kind):
             raise TypeError(f"train: {name} must be a {kind.__name__}, got {type(value).__name__}")
-        # (the flags' types, as argparse gives them: center_lm_head="no" centred the LM head, steps=2.0
-        # failed after the first evaluation with a message that named no field)
-        _check_field_types(f"train: {name}.", {f.name: getattr(value, f.name) for f in fields(kind)}, kind)
+    # the flags' types, as argparse gives them (center_lm_head="no" centred the LM head, steps=2.0 failed
+    # after the first evaluation with a message that named no field); NumPy numbers as Python ones
+    run = replace(run, **_typed_fields("train: run.", {f.name: getattr(run, f.name) for f in fields(Run)}, Run))
+    config = replace(config, **_typed_fields("train: config.", {f.name: getattr(config, f.name)
+                                                                 for f in fields(TrainConfig)}, TrainConfig))
     if not isinstance(dataset, data_module.Dataset):
         raise TypeError(f"train: dataset must be a minifp8.data.Dataset (data.load_dataset()), got "
                         f"{type(dataset).__name__}")
@@ -1699,16 +1701,22 @@ def environment_line(info: dict) -> str:
 _JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
 
 
-def _check_field_types(prefix: str, values: dict[str, object], cls: type) -> None:
-    """TypeError unless each field of the dataclass ``cls`` found in ``values`` holds its annotated type,
-    as the flags and config.json give them (an int is a float too; a bool is not an int)."""
+def _typed_fields(prefix: str, values: dict[str, object], cls: type) -> dict[str, object]:
+    """``values`` with NumPy numbers as Python ones (``.item()``: config.json is written from them), and a
+    TypeError unless each field of the dataclass ``cls`` found there holds its annotated type, as the
+    flags and config.json give them (an int is a float too; a bool is not an int)."""
+    typed = {}
     for f in fields(cls):
         if f.name not in values:
             continue
         value, kinds = values[f.name], str(f.type).split(" | ")
+        if isinstance(value, (np.integer, np.floating, np.bool_)):
+            value = value.item()
         if (not isinstance(value, tuple(python_type for kind in kinds for python_type in _JSON_TYPES[kind]))
                 or isinstance(value, bool) and "bool" not in kinds):
             raise TypeError(f"{prefix}{f.name} must be {' or '.join(kinds)}, got {value!r}")
+        typed[f.name] = value
+    return typed
 
 
 def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, list[Run], dict | None, str | None]:
@@ -1725,7 +1733,7 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
                if isinstance(saved, dict) else type(saved).__name__)
         raise TypeError(f"config.json must be a JSON object with a config object and a list of runs, got {got}")
     values = {**saved["config"], "resume": str(resume_dir), "stop_after": stop_after, "out": str(resume_dir)}
-    _check_field_types("config.json: ", values, TrainConfig)
+    _typed_fields("config.json: ", values, TrainConfig)
     unknown = sorted(set(values) - {f.name for f in fields(TrainConfig)})
     if unknown:  # (repr: a key may hold a newline)
         raise ValueError(f"config.json: unknown config keys {unknown}")

@@ -84,7 +84,8 @@ def residual_taus(n_layer: int, *, residual_mult: float = 1.0,
             taus.append((alpha_attn if i % 2 == 0 else alpha_mlp) / math.sqrt(stream))
     except OverflowError:
         raise ValueError(f"residual_taus: residual_mult {residual_mult:g} and residual_attn_ratio "
-                         f"{residual_attn_ratio:g} give branch variances beyond float64's range") from None
+                         f"{residual_attn_ratio:g} are too large for its float64 arithmetic (a square of one "
+                         f"overflows)") from None
     if not all(0.0 < tau < math.inf for tau in taus):
         raise ValueError(f"residual_taus: residual_mult {residual_mult:g} and residual_attn_ratio "
                          f"{residual_attn_ratio:g} give branch weights {min(taus):g} to {max(taus):g}; each must be "

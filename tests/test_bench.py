@@ -242,20 +242,28 @@ def test_json_that_fails_at_the_end_gives_one_line_and_an_interrupted_run_leaves
     existing file as it was."""
     from minifp8 import train_tiny
 
+    from pathlib import Path
     path = tmp_path / "speed.json"
+    write_text = Path.write_text
 
-    def full_disk(file, mode="r", *args, **kwargs):
-        if mode == "w":
-            raise OSError(28, "No space left on device")
-        return open(file, mode, *args, **kwargs)
+    def full_disk(self, text, *args, **kwargs):  # (part of the text written, then the disk is full)
+        write_text(self, text[:100], *args, **kwargs)
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(bench, "open", full_disk, raising=False)
-    assert bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"]) == 2
-    captured = capsys.readouterr()
-    assert "train step under fp8 " in captured.out and not path.exists()
-    assert captured.err == (f"python -m minifp8.bench: error: --json {path}: cannot write it (No space left on "
-                            f"device); the measurements above are not saved\n")
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    # (the file was opened "w" and written in place: a full disk left an earlier file truncated)
+    for earlier in (None, "an earlier run's measurements"):
+        if earlier is not None:
+            path.write_bytes(earlier.encode())
+        assert bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"]) == 2
+        captured = capsys.readouterr()
+        assert "train step under fp8 " in captured.out
+        assert (not path.exists()) if earlier is None else path.read_text() == earlier
+        assert sorted(p.name for p in tmp_path.iterdir()) == ([] if earlier is None else ["speed.json"])
+        assert captured.err == (f"python -m minifp8.bench: error: --json {path}: cannot write it (No space left "
+                                f"on device); the measurements above are not saved\n")
     monkeypatch.undo()
+    path.unlink()
 
     def interrupted(*args):
         raise KeyboardInterrupt

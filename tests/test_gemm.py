@@ -887,6 +887,14 @@ def test_an_output_rounded_in_one_direction_is_named_as_rounding_not_as_a_scale(
     assert hint.startswith("every mismatched output is the reference times 1.0200") and "a wrong scale" in hint
 
 
+def test_a_minus_zero_operand_value_of_a_format_without_minus_zero_is_a_zero():
+    """testing.compare refuses a -0.0 value of FNUZ (no code holds it); a GEMM operand negated in NumPy
+    holds -0.0 for its zeros, which is just a zero (the shared check refused it for a while)."""
+    b = -np.float32([[0.0], [1.0]])
+    product = gemm.reference_matmul(np.float32([[1.0, 2.0]]), 1.0, b, 1.0, a_format="E4M3FNUZ", b_format="E4M3FNUZ")
+    assert product.value.tolist() == [[-2.0]]
+
+
 def test_dequantize_names_the_element_format_for_an_mx_one():
     """``gemm.dequantize(codes, scales, mx.MXFP8_E4M3)`` said only that a format must be a FloatFormat."""
     codes = np.ones((1, 32), np.uint8)

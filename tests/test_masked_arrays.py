@@ -65,6 +65,7 @@ ENTRY_POINTS = {
     "Tensor index": ("the index", lambda: Tensor(WEIGHT)[HIDDEN_IDS]),
     "Tensor index, in a tuple": ("the index", lambda: Tensor(WEIGHT)[HIDDEN_IDS, 0]),
     "Tensor index, a mask": ("the index", lambda: Tensor(WEIGHT)[np.ma.array([True, False, True, False])]),
+    "Tensor index, in a list": ("the index", lambda: Tensor(WEIGHT)[[HIDDEN_IDS]]),
     "functional.embedding": ("ids", lambda: F.embedding(HIDDEN_IDS, Tensor(WEIGHT))),
     "functional.cross_entropy": ("targets", lambda: F.cross_entropy(Tensor(WEIGHT[:3]), HIDDEN_IDS)),
     "unit.embedding": ("ids", lambda: unit.embedding(HIDDEN_IDS, Tensor(WEIGHT))),

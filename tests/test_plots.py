@@ -678,6 +678,31 @@ def test_a_short_run_still_draws_a_training_line():
     assert len(line.get_xdata()) >= 10
 
 
+def test_a_run_of_one_training_loss_is_drawn_as_a_point():
+    """One window is a one-point line without markers, which draws nothing (--steps 1, or a run that
+    diverged at step 2, showed only its validation markers)."""
+    results = {"runs": {"fp8": run(train_loss=[2.65])}}
+    drawn = [line for line in plots.training_curves(results).axes[0].get_lines()
+             if list(line.get_xdata()) == [1.0] and line.get_marker() not in (None, "None", "")
+             and line.get_markevery() is None]  # (markevery [] draws no marker)
+    assert drawn and drawn[0].get_ydata()[0] == pytest.approx(2.65)
+
+
+def test_validation_curves_without_any_evaluation_is_an_error():
+    """Every run left out drew an empty figure, with matplotlib's warning of a legend without labels."""
+    with pytest.raises(ValueError, match=r"validation_curves: no run has an evaluation \(every run's 'val' is empty\)"):
+        plots.validation_curves({"runs": {"fp32": {"val": []}, "fp8": {"val": []}}})
+
+
+def test_block_scaling_snr_of_one_row_draws_it_as_the_top_row():
+    """The x axis is the scale relative to the top row: a single row sat at low_exponent, and the title
+    spoke of "1 rows" and a range of scales."""
+    axis = plots.block_scaling_snr(rows=1, columns=64).axes[0]
+    drawn = [line for line in axis.get_lines() if line.get_label() and not line.get_label().startswith("_")]
+    assert drawn and all(list(line.get_xdata()) == [0.0] for line in drawn)
+    assert axis.get_title().startswith("Quantising 1 row of 64 normal values, at scale $2^0$")
+
+
 # ---- speed ------------------------------------------------------------------------------------------
 def test_train_speed_draws_the_committed_run():
     from minifp8.bench import load_speed_results

@@ -380,6 +380,23 @@ def test_a_bad_scale_set_by_hand_is_refused_by_every_cast_and_records_nothing(sc
         assert scaler.amax_history.tolist() == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_subnormal_scale_set_by_hand_is_refused_without_a_floating_point_error(strict):
+    """A subnormal scale with its (Inf) inverse passed the pair check, and fake_quantize cast to NaN and
+    recorded the amax; with scale_inv 1.0, 1 / scale overflowed under all="raise" (a FloatingPointError,
+    not the ValueError)."""
+    x = np.array([3.0, 5.0], np.float32)
+    for scale_inv, message in ((np.inf, "scale_inv must be finite and > 0, got inf"),
+                               (1.0, r"scale_inv must be float32\(1 / scale\) = inf")):
+        for cast in (lambda scaler: scaler.quantize(x, update=False),
+                     lambda scaler: fp8.fake_quantize(x, "delayed", scaler=scaler)):
+            scaler = scaling.DelayedScaling("E4M3", history_len=2)
+            scaler.scale, scaler.scale_inv = np.float32(1e-45), np.float32(scale_inv)
+            with np.errstate(all="raise" if strict else "warn"), pytest.raises(ValueError, match=message):
+                cast(scaler)
+            assert scaler.amax_history.tolist() == [0.0, 0.0]
+
+
 def test_mxfp8_training_casts_refuse_float64_values_beyond_float32():
     """fake_quantize refused them, but an FP8 linear under mxfp8 in float64 mode went through fastcast
     alone: an output of Inf, and a saturation count for an element that did not saturate."""

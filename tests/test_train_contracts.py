@@ -468,3 +468,14 @@ def test_dynamic_loss_scaling_stops_doubling_at_float32s_largest_power_of_two():
         with pytest.raises(ValueError, match="scale must be a float32 normal number, 2\\^-126 to FLT_MAX"):
             LossScaler("dynamic").load_state_dict({"scale": bad, "clean_steps": 0, "skipped": 0})
     assert LossScaler("dynamic", init_scale=float(np.finfo(np.float32).max)).scale == float(np.finfo(np.float32).max)
+
+
+def test_train_takes_numpy_numbers_as_python_ones(corpus, tmp_path):
+    """NumPy numbers pass the type check as the Python numbers they hold (config.json is written from the
+    config): the same losses as Python numbers give."""
+    python = train_tiny.train(Run("fp8", "standard", workers=1), train_tiny.TrainConfig(**TINY, seed=3), corpus,
+                              print_fn=quiet)
+    numpy_config = {**{k: np.int64(v) for k, v in TINY.items()}, "seed": np.int64(3), "center_lm_head": np.bool_(False)}
+    numbers = train_tiny.train(Run("fp8", "standard", workers=np.int64(1)), train_tiny.TrainConfig(**numpy_config),
+                               corpus, out=tmp_path, print_fn=quiet)
+    assert numbers["train_loss"] == python["train_loss"]

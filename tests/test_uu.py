@@ -453,8 +453,8 @@ def test_mhsa_takes_nested_lists_like_the_other_layers():
     (lambda: uu.residual_taus(2, residual_attn_ratio=-1.0), ValueError, "residual_attn_ratio"),
     # (a bare OverflowError from Python's float ** before)
     (lambda: uu.residual_taus(2, residual_mult=1e200), ValueError,
-     "residual_mult 1e\\+200 and residual_attn_ratio 1 give branch variances beyond float64's range"),
-    (lambda: uu.residual_taus(2, residual_attn_ratio=1e200), ValueError, "beyond float64's range"),
+     "residual_mult 1e\\+200 and residual_attn_ratio 1 are too large for its float64 arithmetic"),
+    (lambda: uu.residual_taus(2, residual_attn_ratio=1e200), ValueError, "a square of one overflows"),
     (lambda: uu.residual_taus(2, residual_attn_ratio=5e-324), ValueError, "branch weights 0 to 1; each must be"),
 ])
 def test_bad_arguments(call, error, message):
