@@ -22,10 +22,13 @@ work runs on all tiles of both at once, and where neither has an element to fix 
 array. Blocks and tiles are described on a view of the tensor (an axis shorter than a block is
 one block; a partial last block counts only its elements, as the references' zero padding does),
 views are cast in the order their elements lie in memory, and big tensors are cast in
-cache-sized slabs on `CAST_THREADS` threads. The codec's table (`_round_into`) casts instead a
-tensor with more than a quarter of its elements outside the range (`_FIXUP_FRACTION`), and, under
-a block recipe, one holding a NaN, an Inf or a magnitude of 2**100; a per-tensor recipe casts NaN
-and Inf with the elements beyond max, into the codec's NaN (its sign kept, its payload not).
+cache-sized slabs on `CAST_THREADS` threads. A tensor with many elements below the range (more
+than a tenth, a 32nd under a block rule: `_DENSE_FRACTION`) is cast whole, each tile on its own
+grid (`_cast_in_tiles`); where that path declines and more than a quarter of the elements are left
+to fix one by one (`_FIXUP_FRACTION`), and, under a block recipe, for a tensor holding a NaN, an
+Inf or a magnitude of 2**100, the codec's table (`_round_into`) casts it instead. A per-tensor
+recipe casts the elements beyond max, NaN and Inf among them, on their own (`_round_beyond_max`),
+NaN and Inf into the codec's NaN (its sign kept, its payload not).
 
 Proof. tests/test_fp8.py holds every recipe equal to its reference function, bit for bit,
 through each path (its fixtures set this module's knobs to force each one);
@@ -71,7 +74,8 @@ class CastStats:
     size : int
         Number of elements.
     underflow_count : int
-        Nonzero inputs that came out as (+-)0.
+        Nonzero inputs that came out as (+-)0 (0 under ``fp32``, which reports no underflow or
+        saturation: it casts nothing, but float64 inputs to float32).
     saturation_count : int
         Elements whose scaled input lay beyond the rounding interval of the largest finite value
         (clamped to +-max, or became +-Inf), or that came out as NaN. A value that fits the format
@@ -222,8 +226,8 @@ def _maximum_with(array: np.ndarray, value, out: np.ndarray) -> None:
 # handful of elements below their own tiles' ranges, some 35 calls.)
 
 _FIXUP_FRACTION = 0.25
-"""When more than this fraction of a tensor lies outside the normal range, the whole tensor goes
-through the table instead."""
+"""When more than this fraction of a tensor is left to the one by one cast (the whole cast in tiles,
+`_DENSE_FRACTION`, having declined it), the whole tensor goes through the table instead."""
 
 _IN_RANGE_MIN_SIZE = 1
 """Smaller tensors (the empty one) go through the table. Measured, the fast path wins at every size,
@@ -1535,14 +1539,13 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
             if recipe == "current":
                 scale = scaling.scale_from_amax(amax, fmt, power_of_2=options["power_of_2"])
             else:
-                # The scaler records max|x| in its history, exactly as scaler.quantize(x) records it,
-                # and hands out the scale of the steps before.
-                scale = scaler._checked_scale()
-                scaler.record_amax(amax)
+                scale = scaler._checked_scale()  # (the scale of the steps before)
         fast = _cast_fast(x32, [_Tiling(1, x.size, 1, x.size, 1)], new, fmt, saturate, scale=scale)
-        if fast is None:
-            return _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new)
-        return _with_stats(x, fast, None if scale is None else amax)
+        result = _cast_per_tensor(x, x32, amax, scale, fmt, saturate, new) if fast is None else \
+            _with_stats(x, fast, None if scale is None else amax)
+        if recipe == "delayed":  # max|x| into the scaler's history, as scaler.quantize(x) records it: once
+            scaler.record_amax(amax)  # the cast is done (a cast that raises records nothing)
+        return result
     if recipe == "blockwise":
         if options["power_of_2"] and x.ndim:
             tiling = _weight_tiling(x.shape) if weight else _blocks_tiling(x.shape, axis % x.ndim, 128)

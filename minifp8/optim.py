@@ -225,9 +225,10 @@ class Optimizer:
                     raise ValueError(f"{owner}: state {name!r} of parameter {i} has shape {value.shape}, "
                                      f"the parameter has {p.shape}")
                 with np.errstate(over="ignore"):
-                    state[name] = np.array(value, dtype=example.dtype, copy=True)
+                    converted = np.array(value, dtype=example.dtype, copy=True)
                 if example.dtype == np.float32:  # (1e300 became Inf, and the next step -Inf)
-                    codec._check_fits_float32(value, state[name], f"{owner}: {name!r} of parameter {i}")
+                    codec._check_fits_float32(value, converted, f"{owner}: {name!r} of parameter {i}")
+                state[name] = converted
             elif isinstance(example, (int, np.integer)):
                 if not _is_int(value):
                     raise TypeError(f"{owner}: {name!r} of parameter {i} must be an int >= 0, got {_shown(value)}")

@@ -1701,11 +1701,11 @@ def environment_line(info: dict) -> str:
 _JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
 
 
-def _typed_fields(prefix: str, values: dict[str, object], cls: type) -> dict[str, object]:
+def _typed_fields(prefix: str, values: dict[str, Any], cls: type) -> dict[str, Any]:
     """``values`` with NumPy numbers as Python ones (``.item()``: config.json is written from them), and a
     TypeError unless each field of the dataclass ``cls`` found there holds its annotated type, as the
     flags and config.json give them (an int is a float too; a bool is not an int)."""
-    typed = {}
+    typed: dict[str, Any] = {}
     for f in fields(cls):
         if f.name not in values:
             continue

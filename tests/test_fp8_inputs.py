@@ -128,6 +128,21 @@ def test_cast_threads_must_be_a_positive_int(threads, error, monkeypatch):
     assert_same(fp8.fake_quantize(x, "current")[0], reference(x, "current", "E4M3"))
 
 
+def test_a_delayed_cast_that_raises_records_no_amax(monkeypatch):
+    """The fast cast recorded max|x| in the scaler's history before casting: a cast that then raised (an
+    invalid CAST_THREADS, found only for tensors in slabs) left the history changed, where the reference
+    scaler.quantize records nothing."""
+    x = np.full(1 << 19, 7.0, np.float32)
+    scaler = scaling.DelayedScaling("E4M3", history_len=4)
+    monkeypatch.setattr(fastcast, "CAST_THREADS", 0)
+    with pytest.raises(ValueError, match="fastcast.CAST_THREADS must be >= 1, got 0"):
+        fp8.fake_quantize(x, "delayed", scaler=scaler)
+    assert scaler.amax_history.tolist() == [0.0] * 4
+    monkeypatch.setattr(fastcast, "CAST_THREADS", 2)
+    fp8.fake_quantize(x, "delayed", scaler=scaler)
+    assert scaler.amax_history.tolist() == [7.0, 0.0, 0.0, 0.0]
+
+
 def test_the_amax_of_a_float64_input_is_as_each_recipe_reads_it():
     """CastStats.amax: the float32 rounding of a float64 input where the recipe works in float32,
     the float64 value itself where it rounds float64 exactly (as its docstring says)."""
