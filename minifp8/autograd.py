@@ -71,6 +71,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
+from . import codec
 from .formats import _check_bool, _described, _is_int, _is_real, _plain_array  # the package's argument checks and tests
 
 __all__ = [
@@ -150,11 +151,7 @@ def _to_array(data, what: str = "Tensor data") -> np.ndarray:
             return array
         with np.errstate(over="ignore"):
             converted = array.astype(dtype)
-        overflowed = np.isinf(converted) & np.isfinite(array)  # (1e300 became Inf in float32 without a word)
-        if overflowed.any():
-            raise ValueError(f"{what} holds finite values beyond {dtype}'s range (|x| <= "
-                             f"{float(np.finfo(dtype).max):.8g}), e.g. {array[overflowed].flat[0]}: a {dtype} "
-                             f"Tensor would hold Inf")
+        codec._check_fits(array, converted, what, f"a {dtype} Tensor would hold Inf")  # (1e300 became Inf silently)
         return converted
     if kind in "iu":
         return array

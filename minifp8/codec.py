@@ -479,27 +479,29 @@ def _to_float32(x, name: str = "x") -> np.ndarray:
     """``x`` as float32, for the computations that work in float32 (scaling.py, NVFP4): ml_dtypes
     floats and integers exactly (`_from_ml_dtypes`); bool, complex and object arrays are a
     TypeError, integers beyond 2**53 and finite values beyond float32's range a ValueError
-    (`_check_fits_float32`); float64 rounds once."""
+    (`_check_fits`); float64 rounds once."""
     array = _as_numeric_array(x, name)
     if array.dtype.kind in "iu":
         array = _to_float64(array)  # |x| <= 2**53 or a clear error
     with np.errstate(over="ignore", under="ignore"):  # (under: the caller's np.errstate may raise on it)
         converted = array.astype(np.float32, copy=False)
-    _check_fits_float32(array, converted, name)
+    _check_fits(array, converted, name)
     return converted
 
 
-def _check_fits_float32(array: np.ndarray, converted: np.ndarray, name: str = "x") -> None:
-    """ValueError where a finite value of ``array`` became Inf in float32 (``converted``), for the
-    computations that work in float32 (the scaled casts, as TransformerEngine's): a finite tensor
-    would get amax Inf, scale 1 and values 36 orders of magnitude off, without a word."""
+def _check_fits(array: np.ndarray, converted: np.ndarray, name: str = "x", consequence: str | None = None) -> None:
+    """ValueError where a finite value of ``array`` became Inf in ``converted``, its narrower float copy
+    (float32 for the computations that work in float32, the scaled casts, as TransformerEngine's: a
+    finite tensor would get amax Inf, scale 1 and values 36 orders of magnitude off, without a word).
+    ``consequence`` ends the message (default: the computation works in that dtype)."""
     if converted is array or not converted.size or np.isfinite(converted).all():
         return
     overflowed = np.isinf(converted) & np.isfinite(array)
     if overflowed.any():
-        raise ValueError(f"{name} holds finite values beyond float32's range (|x| <= 3.4028235e+38), e.g. "
-                         f"{float(array[overflowed].flat[0])!r}: this computation works in float32, where it would "
-                         f"become Inf")
+        dtype = converted.dtype
+        raise ValueError(f"{name} holds finite values beyond {dtype}'s range (|x| <= "
+                         f"{float(np.finfo(dtype).max):.8g}), e.g. {array[overflowed].flat[0]!s}: "
+                         f"{consequence or f'this computation works in {dtype}, where it would become Inf'}")
 
 
 def _check_scalar_rounding(rounding, random_bits, random_bit_count) -> int | None:

@@ -1104,13 +1104,13 @@ def _amax(x: np.ndarray):
 
 def _float32(x: np.ndarray) -> np.ndarray:
     """C-contiguous float32 of x's shape (float64 rounds once, as scaling.py converts its inputs);
-    a finite value beyond float32's range is a ValueError there too (`codec._check_fits_float32`),
+    a finite value beyond float32's range is a ValueError there too (`codec._check_fits`),
     not an Inf that sets the amax."""
     if x.dtype == np.float32:
         return x if x.flags.c_contiguous else np.require(x, np.float32, "C")
     with np.errstate(over="ignore"):
         converted = np.require(x, np.float32, "C")
-    codec._check_fits_float32(x, converted)
+    codec._check_fits(x, converted)
     return converted
 
 
@@ -1562,7 +1562,7 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
         if fast is not None:
             return _with_stats(x, fast)
     if x.dtype == np.float64:  # (exact in float64, but values beyond float32's range are refused, as by
-        codec._check_fits_float32(x, x.astype(np.float32))  # fake_quantize and the other recipes' casts)
+        codec._check_fits(x, x.astype(np.float32))  # fake_quantize and the other recipes' casts)
     return _cast_mx(x, fmt, axis, options["scale_mode"], new)
 
 

@@ -427,8 +427,7 @@ class FP8State:
             for role in point.scalers:
                 prefix = f"{point.name}.{role}."
                 scale, scale_inv = arrays[prefix + "scale"], arrays[prefix + "scale_inv"]
-                with np.errstate(under="ignore", over="ignore"):  # (1 / FLT_MAX, a tiny amax's scale's
-                    inverse = np.float32(1) / scale  # inverse, is subnormal; 1 / a subnormal scale Inf: refused)
+                inverse = scaling._inverse(scale)  # (1 / FLT_MAX: subnormal; 1 / a subnormal scale: Inf, refused)
                 if scale_inv != inverse:  # (the casts use 1 / scale, the reference scale_inv)
                     raise ValueError(f"FP8State.load_state_dict: {prefix}scale_inv must be float32(1 / scale) = "
                                      f"{inverse!r}, got {scale_inv!r}")
@@ -530,7 +529,7 @@ def fake_quantize(x: ArrayLike, recipe: str, fmt: str | formats.FloatFormat = "E
     elif array.dtype == np.float64 and recipe not in ("fp8", "unit"):  # float32 work, or float32 values
         # beyond its range (mxfp8 rounds float64 exactly, but a block of 1e39 dequantizes to Inf)
         with np.errstate(over="ignore", under="ignore"):
-            codec._check_fits_float32(array, array.astype(np.float32))
+            codec._check_fits(array, array.astype(np.float32))
     weight = formats._check_bool(weight, "fake_quantize: weight")
     if weight and recipe != "blockwise":  # (fp8.py's cast points pass it for every recipe, to fastcast.cast)
         raise ValueError(f"fake_quantize: weight=True (128x128 weight tiles) applies to recipe 'blockwise' only, "

@@ -960,13 +960,12 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
             try:  # (a damaged archive: zipfile's or NumPy's error, naming no file)
                 with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                     files[entry["file"]] = {name: archive[name] for name in archive.files}
+                raw = sorted(name for name, array in files[entry["file"]].items() if not isinstance(array, np.ndarray))
+                if raw:  # (NumPy hands back a member without the .npy header as its bytes)
+                    raise ValueError(f"members {raw} are not .npy arrays")
             except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error, lzma.LZMAError) as error:
                 raise ValueError(f"golden.load: {path} is not a readable .npz archive, which the manifest's "
                                  f"entry {index} says it is ({type(error).__name__}: {error})") from None
-            raw = sorted(name for name, array in files[entry["file"]].items() if not isinstance(array, np.ndarray))
-            if raw:  # (NumPy hands back a member without the .npy header as its bytes)
-                raise ValueError(f"golden.load: {path} is not a readable .npz archive, which the manifest's entry "
-                                 f"{index} says it is (ValueError: members {raw} are not .npy arrays)")
         roles = entry.get("arrays", {})
         named = roles.values() if isinstance(roles, dict) else ()
         missing = sorted(name for name in named if isinstance(name, str) and name not in files[entry["file"]])

@@ -201,7 +201,8 @@ class Module:
             if value.shape != p.shape:
                 raise ValueError(f"load_state_dict: {name!r} has shape {value.shape}, the parameter has {p.shape}")
             with default_dtype(p.data.dtype):  # (a module keeps its dtype: float64 under gradcheck); converted
-                arrays[name] = _to_array(np.array(value, copy=True), f"load_state_dict: {name!r}")  # here: all or none
+                converted = _to_array(value, f"load_state_dict: {name!r}")  # here, so that all load or none
+            arrays[name] = converted.copy() if converted is value else converted  # (a new array either way)
         for name, p in params.items():
             with default_dtype(p.data.dtype):
                 p.data = arrays[name]

@@ -227,7 +227,7 @@ class Optimizer:
                 with np.errstate(over="ignore"):
                     converted = np.array(value, dtype=example.dtype, copy=True)
                 if example.dtype == np.float32:  # (1e300 became Inf, and the next step -Inf)
-                    codec._check_fits_float32(value, converted, f"{owner}: {name!r} of parameter {i}")
+                    codec._check_fits(value, converted, f"{owner}: {name!r} of parameter {i}")
                 state[name] = converted
             elif isinstance(example, (int, np.integer)):
                 if not _is_int(value):

@@ -108,8 +108,7 @@ class ScaledTensor:
             bad = ~(np.isfinite(value) & (value > 0))
             if bad.any():
                 raise ValueError(f"{name} must be finite and > 0, got {float(np.reshape(value, -1)[np.argmax(bad)])}")
-        with np.errstate(under="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a subnormal)
-            inverse = np.float32(1) / self.scale
+        inverse = _inverse(self.scale)  # (1 / FLT_MAX, the scale of a tiny amax, is a subnormal)
         wrong = np.asarray(self.scale_inv != inverse)  # (dequantize reads scale_inv alone)
         if wrong.any():
             at = int(np.argmax(wrong.reshape(-1)))
@@ -466,8 +465,7 @@ class DelayedScaling:
             if not (np.isfinite(value) and value > 0):
                 raise ValueError(f"DelayedScaling: {name} must be finite and > 0, got {float(value)!r}: set scale "
                                  f"and scale_inv from an amax, as update does")
-        with np.errstate(under="ignore", over="ignore"):  # (1 / FLT_MAX, the scale of a tiny amax, is a
-            inverse = np.float32(1) / scale  # subnormal; 1 / a subnormal scale is Inf, and refused below)
+        inverse = _inverse(scale)  # (1 / FLT_MAX is a subnormal; 1 / a subnormal scale is Inf, refused below)
         if np.float32(self.scale_inv) != inverse:
             raise ValueError(f"DelayedScaling: scale_inv must be float32(1 / scale) = {float(inverse)!r} for scale "
                              f"{float(scale)!r}, got {float(self.scale_inv)!r}: set both (update and "

@@ -174,28 +174,18 @@ def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6,
     try:
         # float32: the engine as used in training (whatever the caller's default_dtype)
         with default_dtype(np.float32):
-            for x in floating:
-                x.data, x.grad = np.array(x.data, dtype=np.float32, order="C"), None
-            outputs = _as_outputs(fn(*inputs))
+            outputs = _outputs_in(np.float32, fn, inputs, floating,
+                                  "from float32 inputs: some op promotes to another dtype")
             rng = np.random.default_rng(seed)
             weights = [rng.standard_normal(out.shape).astype(np.float32) for out in outputs]
-            for out in outputs:
-                if out.dtype != np.float32:
-                    raise AssertionError(f"gradcheck: fn returned dtype {out.dtype} from float32 inputs: "
-                                         "some op promotes to another dtype")
             _backward_all(outputs, weights)
             grads32 = [_grad_of(x, np.float32) for _, x in checked]
 
         # float64: analytic gradient and central differences
         weights64 = [w.astype(np.float64) for w in weights]
         with default_dtype(np.float64):
-            for x in floating:
-                x.data, x.grad = np.array(x.data, dtype=np.float64, order="C"), None
-            outputs = _as_outputs(fn(*inputs))
-            for out in outputs:
-                if out.dtype != np.float64:
-                    raise AssertionError(f"gradcheck: fn returned dtype {out.dtype} in float64 mode: some op "
-                                         "does not compute in its operands' dtype, so it cannot be checked strictly")
+            outputs = _outputs_in(np.float64, fn, inputs, floating, "in float64 mode: some op does not compute in "
+                                  "its operands' dtype, so it cannot be checked strictly")
             _backward_all(outputs, weights64)
             grads64 = [_grad_of(x, np.float64) for _, x in checked]
             with no_grad():
@@ -210,6 +200,18 @@ def gradcheck(fn: Callable, *inputs: Any, eps: float = 1e-6, atol: float = 1e-6,
         failed = ", ".join(entry.name for entry in report.inputs if not entry.passed)
         raise AssertionError(f"gradcheck failed for {failed}\n{report}")
     return report
+
+
+def _outputs_in(dtype, fn: Callable, inputs: tuple, floating: list, promotes: str) -> list:
+    """``fn``'s outputs with every floating input's data in ``dtype`` (and no ``.grad``); an
+    AssertionError, ``promotes`` saying what it means, where an output has another dtype."""
+    for x in floating:
+        x.data, x.grad = np.array(x.data, dtype=dtype, order="C"), None
+    outputs = _as_outputs(fn(*inputs))
+    for out in outputs:
+        if out.dtype != dtype:
+            raise AssertionError(f"gradcheck: fn returned dtype {out.dtype} {promotes}")
+    return outputs
 
 
 def _as_outputs(result) -> list[Tensor]:
