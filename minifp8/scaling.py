@@ -234,7 +234,7 @@ def quantize_with_scale(x: ArrayLike, scale: ArrayLike, fmt: str | FloatFormat) 
     return codec.encode(scaled, fmt, saturate=True)
 
 
-def _inverse(scale: np.ndarray) -> np.ndarray:
+def _inverse(scale: ArrayLike) -> np.ndarray:
     with np.errstate(divide="ignore", over="ignore", under="ignore"):
         return (np.float32(1) / np.asarray(scale, np.float32)).astype(np.float32)
 
