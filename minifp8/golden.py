@@ -913,7 +913,8 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
     version reads (not JSON, nested too deeply, or ``entries`` not a list of objects that each name
     a file in ``directory`` by its bare name and its sha256 in hex), when a file's sha256 is not
     the one its entries record (a truncated copy, or files from another run), or when an entry
-    names an array its file does not hold; ``FileNotFoundError`` when a listed file is missing.
+    names an array its file does not hold, or gives an array a shape or dtype (``shapes``,
+    ``dtypes``) other than the one its file holds; ``FileNotFoundError`` when a listed file is missing.
     """
     directory = Path(directory)
     shown = directory / "manifest.json"
@@ -972,7 +973,27 @@ def load(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, d
         if missing:
             raise ValueError(f"golden.load: {shown}: entry {index} names arrays {missing} that "
                              f"{entry['file']} does not hold")
+        _check_layout(entry, files[entry["file"]], f"golden.load: {shown}: entry {index}")
     return manifest, files
+
+
+def _check_layout(entry: dict, arrays: dict[str, np.ndarray], where: str) -> None:
+    """Check that the arrays an entry's ``shapes`` and ``dtypes`` name have that shape and dtype.
+
+    A reader in another language sizes its buffers from the manifest, so the two must agree; a
+    hand-edited manifest (the files' checksums still match) is refused here rather than in its tests.
+    """
+    for key, actual in (("shapes", lambda array: list(array.shape)), ("dtypes", lambda array: array.dtype.str)):
+        listed = entry.get(key, {})
+        if not isinstance(listed, dict):
+            raise ValueError(f"{where}: {key} must be an object mapping array names to their {key[:-1]}s, "
+                             f"got {type(listed).__name__}")
+        for name, expected in listed.items():
+            if name not in arrays:
+                raise ValueError(f"{where} gives the {key[:-1]} of an array {name!r} that {entry['file']} does not hold")
+            if actual(arrays[name]) != expected:
+                raise ValueError(f"{where} gives array {name!r} the {key[:-1]} {expected!r}, but {entry['file']} "
+                                 f"holds it with {key[:-1]} {actual(arrays[name])!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -485,6 +485,39 @@ def test_golden_load_names_the_file_behind_each_failure(golden_mx_dir, tmp_path)
         golden.load(copy)
 
 
+def test_golden_load_checks_the_shapes_and_dtypes_the_manifest_gives(golden_mx_dir, tmp_path):
+    """load() read a manifest whose shapes or dtypes disagreed with the arrays (stop 59's list): a
+    reader in another language sizes its buffers from the manifest, so the two must agree."""
+    manifest, files = golden.load(golden_mx_dir)
+    for entry in manifest["entries"]:  # what load() now checks holds for every written entry
+        for name, shape in entry["shapes"].items():
+            array = files[entry["file"]][name]
+            assert list(array.shape) == shape and array.dtype.str == entry["dtypes"][name]
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in golden_mx_dir.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    index = next(i for i, entry in enumerate(manifest["entries"]) if entry["kind"] == "codec")
+    entry = manifest["entries"][index]
+    actual = list(files[entry["file"]]["x"].shape)
+    for change, message in [
+        ({"shapes": {**entry["shapes"], "x": [actual[0] + 1]}},
+         rf"entry {index} gives array 'x' the shape \[{actual[0] + 1}\], but {entry['file']} holds it with "
+         rf"shape \[{actual[0]}\]"),
+        ({"dtypes": {**entry["dtypes"], "x": "<f2"}},
+         rf"entry {index} gives array 'x' the dtype '<f2', but {entry['file']} holds it with dtype "
+         rf"'{files[entry['file']]['x'].dtype.str}'"),
+        ({"shapes": {**entry["shapes"], "nothing": [3]}},
+         rf"entry {index} gives the shape of an array 'nothing' that {entry['file']} does not hold"),
+        ({"dtypes": ["<f4"]}, rf"entry {index}: dtypes must be an object mapping array names to their dtypes, got list"),
+    ]:
+        entries = [dict(item) for item in manifest["entries"]]
+        entries[index].update(change)
+        (copy / "manifest.json").write_text(json.dumps({**manifest, "entries": entries}))
+        with pytest.raises(ValueError, match=message):
+            golden.load(copy)
+
+
 def test_an_e8m0_kernel_that_flushes_subnormal_inputs_is_named_a_flush_not_an_overflow():
     """Found in a review: E8M0 has no zero, so a kernel that flushed float32 subnormal inputs (DAZ)
     returns the NaN of zero, 0xFF, which was classed 'overflow' beside inputs of 1e-40."""
