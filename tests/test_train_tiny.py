@@ -1451,6 +1451,18 @@ def test_committed_long_results():
     assert len(plots.validation_curves(results).axes) == 2
 
 
+@pytest.mark.parametrize("path", [train_tiny.HEADLINE_RESULTS, train_tiny.LONG_RESULTS, train_tiny.FP8LM_RESULTS])
+def test_committed_results_give_the_floor_of_their_windows(path):
+    """The committed files predated window_loss_floor (stop 59's list), so the site's loss figures drew
+    the entropy rate alone, a floor no run over 64-character windows can reach. The value is the
+    data's, not the training's: the dataset's floor for the file's data and block size."""
+    results = train_tiny.load_results(path)
+    dataset = data.load_dataset(results["config"]["data"], seed=results["config"]["seed"])
+    assert dataset.name == results["data"] and dataset.loss_floor == results["loss_floor"]
+    assert results["window_loss_floor"] == dataset.window_loss_floor(results["config"]["block_size"])
+    assert results["window_loss_floor"] > results["loss_floor"]
+
+
 def _committed_long_study(name: str) -> dict:
     """A study file committed beside long.json, checked to come from the same BLAS kernels."""
     document = json.loads(train_tiny.LONG_RESULTS.with_name(name).read_text(encoding="utf-8"))
