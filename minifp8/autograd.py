@@ -456,8 +456,12 @@ class Tensor:
                     owned.add(key)
         for node, grad_out, _ in deliveries:  # (checked first: a .grad that cannot take the sum changes none)
             node._check_accumulable(grad_out)
-        for node, grad_out, take in deliveries:
-            node._accumulate(grad_out, take)
+        # the sums into .grad set earlier, formed before any is written: one that raises (an overflow
+        # under np.errstate(over="raise")) leaves every .grad as it was
+        sums = [None if node.grad is None else np.add(node.grad, grad_out, out=np.empty_like(node.grad))
+                for node, grad_out, _ in deliveries]
+        for (node, grad_out, take), total in zip(deliveries, sums):
+            node._accumulate(grad_out, take, total)
 
     def _check_accumulable(self, grad: np.ndarray) -> None:
         """Raise if ``.grad`` (set by the user, not by backward) cannot have ``grad`` added into it in place."""
@@ -476,13 +480,14 @@ class Tensor:
             raise ValueError(f"backward(): the .grad of {self!r} is read-only, so the gradient cannot be "
                              f"added into it: set it to None or to a writable copy")
 
-    def _accumulate(self, grad: np.ndarray, take: bool) -> None:
-        """Add ``grad`` into ``.grad``; ``take``: the array is the engine's own and may become ``.grad``."""
+    def _accumulate(self, grad: np.ndarray, take: bool, total: np.ndarray | None) -> None:
+        """Set ``.grad`` to ``grad``, or, where it holds an array, to ``total`` (its sum with ``grad``,
+        formed beforehand), in place; ``take``: ``grad`` is the engine's own and may become ``.grad``."""
         if self.grad is None:
             # .grad must be a writable array of our own (optimizers and clipping scale it in place)
             self.grad = grad if take else np.array(grad, dtype=self.data.dtype, copy=True)
         else:
-            np.add(self.grad, grad, out=self.grad)
+            np.copyto(self.grad, total)
 
     def _topological_order(self) -> list["Tensor"]:
         """Nodes that require grad, each after all of its parents (iterative depth-first search)."""
@@ -973,7 +978,10 @@ def _copied_index(index):
     """An advanced index with its arrays (and lists) copied; ints, slices, None and Ellipsis as they are."""
     if isinstance(index, tuple):
         return tuple(_copied_index(i) for i in index)
-    return np.array(index) if isinstance(index, (np.ndarray, list)) else index
+    if isinstance(index, list):
+        copied = np.array(index)  # (an empty list becomes float64, which NumPy's indexing reads as intp)
+        return copied.astype(np.intp) if copied.size == 0 and copied.dtype.kind == "f" else copied
+    return np.array(index) if isinstance(index, np.ndarray) else index
 
 
 def _is_basic_index(index) -> bool:

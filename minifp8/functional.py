@@ -101,9 +101,10 @@ def sigmoid(x: Tensor | ArrayLike) -> Tensor:
     ``e``, where ``1 - s`` computed as a difference would cancel (x > 17 in float32).
     """
     x = _floating(x, "sigmoid")
-    e = np.exp(-np.abs(x.data))
-    denominator = 1.0 + e
-    large, small = 1.0 / denominator, e / denominator  # sigmoid(|x|), sigmoid(-|x|) = 1 - sigmoid(|x|)
+    with np.errstate(under="ignore"):  # (e underflows to 0 for |x| > ~87 in float32: s is then exact)
+        e = np.exp(-np.abs(x.data))
+        denominator = 1.0 + e
+        large, small = 1.0 / denominator, e / denominator  # sigmoid(|x|), sigmoid(-|x|) = 1 - sigmoid(|x|)
     positive = x.data >= 0
     out_data = np.where(positive, large, small)
     complement = np.where(positive, small, large)  # 1 - s
@@ -371,20 +372,24 @@ def cross_entropy(logits: Tensor | ArrayLike, targets: Tensor | ArrayLike, *,
         raise ValueError("cross_entropy: no targets to average (empty, or all equal to ignore_index)")
     rows = np.flatnonzero(valid)
     picked_targets = t[rows]
-    shifted = z - z.max(axis=1, keepdims=True)
+    # only the counted rows: an ignored row (padding, all -inf) takes no part, not even in a warning
+    counted = z if count == len(t) else z[rows]
+    shifted = counted - counted.max(axis=1, keepdims=True)
     with np.errstate(under="ignore"):  # (as in softmax)
         e = np.exp(shifted)
     total = e.sum(axis=1, keepdims=True)
-    losses = np.log(total[rows, 0]) - shifted[rows, picked_targets]
+    positions = np.arange(count)
+    losses = np.log(total[:, 0]) - shifted[positions, picked_targets]
     out_data = np.asarray(losses.sum() / count, dtype=z.dtype)
 
     def backward(g):
         with np.errstate(under="ignore"):
             grad = e / total
-            grad[rows, picked_targets] -= 1.0
-            if count != len(t):
-                grad[~valid] = 0.0
+            grad[positions, picked_targets] -= 1.0
             grad *= g / count
+        if count != len(t):  # (the ignored rows' gradient is zero)
+            grad, counted_grad = np.zeros(z.shape, dtype=grad.dtype), grad
+            grad[rows] = counted_grad
         return (grad.reshape(logits.shape),)
 
     return make_op(out_data, (logits,), backward, "cross_entropy")

@@ -639,6 +639,27 @@ def test_backward_refuses_a_user_set_grad_it_cannot_add_into_before_changing_any
     assert first.grad is None and second.grad is stale
 
 
+def test_backward_whose_sum_into_a_grad_overflows_under_a_strict_state_changes_no_grad():
+    """Found in a review: the sums into .grad were made leaf by leaf, in place, so one that
+    overflowed under np.errstate(over="raise") left the earlier leaves updated and its own .grad
+    holding the Inf NumPy wrote before raising, although backward promises no .grad changes."""
+    a = Tensor(np.array([1e-10], np.float32), requires_grad=True)
+    b = Tensor(np.array([-1e-10], np.float32), requires_grad=True)
+    a.grad, b.grad = np.array([1.0], np.float32), np.array([3e38], np.float32)
+    a_grad, b_grad = a.grad, b.grad
+    loss = (a * 3e38).sum() + (b * 3e38).sum()
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+        loss.backward()
+    assert a.grad is a_grad and b.grad is b_grad
+    np.testing.assert_array_equal(a.grad, np.float32([1.0]))
+    np.testing.assert_array_equal(b.grad, np.float32([3e38]))
+    loss = (a * 2.0).sum() + (b * 2.0).sum()
+    loss.backward()  # (the sums are still written into the arrays set by hand: same objects, new values)
+    assert a.grad is a_grad and b.grad is b_grad
+    np.testing.assert_array_equal(a.grad, np.float32([3.0]))
+    np.testing.assert_array_equal(b.grad, np.float32([3e38]) + np.float32(2.0))
+
+
 @pytest.mark.parametrize("change", ["assign", "augmented"])
 def test_assigning_data_bumps_the_version(change):
     """The product's backward reads ``w.data`` when it runs, so a new array (``w.data = ...``) or an

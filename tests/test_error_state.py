@@ -267,6 +267,14 @@ def test_functional_ops_whose_exponentials_and_products_underflow():
         y = F.gelu(x)
         y.backward(np.full(y.shape, 1e-10, np.float32))
         results += [y.data, x.grad]
+        x = Tensor(_as(np.float32, [100.0, -90.0, 0.0, -200.0]), requires_grad=True)  # (a review's find: exp(-|x|)
+        y = F.sigmoid(x)                                                                 # underflowed, s exact)
+        y.backward(np.ones(y.shape, np.float32))
+        results += [y.data, x.grad]
+        z = Tensor(_as(np.float32, [[0.0, 1.0, 2.0], [-np.inf] * 3, [np.inf, 0.0, 1.0]]), requires_grad=True)
+        loss = F.cross_entropy(z, np.array([2, -100, -100]), ignore_index=-100)  # (a review's find: ignored
+        loss.backward()                                                             # rows warned, all -inf or +inf)
+        results += [loss.data, z.grad]
         q = Tensor(_as(np.float32, [[[10.0, 0.0], [0.0, 10.0], [-10.0, 0.0]]]), requires_grad=True)
         k = Tensor(_as(np.float32, [[[10.0, 0.0], [0.0, -10.0], [-10.0, 5.0]]]), requires_grad=True)
         v = Tensor(_as(np.float32, [[[1e-20, 1.0], [2.0, -1e-30], [3.0, 1e-38]]]), requires_grad=True)

@@ -107,6 +107,20 @@ def test_indexing_with_negative_integer_arrays_gradcheck(shape, index):
     np.testing.assert_array_equal(x[index].data, x.data[index])
 
 
+@pytest.mark.parametrize("index", [[], ([],), (0, []), [[]], (slice(None), [])], ids=repr)
+def test_indexing_with_an_empty_list_has_a_zero_gradient(index):
+    """Found in a review: NumPy reads an empty list index as integers, but its copy for backward
+    (np.array([]) is float64) made np.add.at raise "arrays used as indices must be of integer type"
+    in backward, after a forward pass that worked (rows picked by a filter that matched nothing)."""
+    x = Tensor(np.arange(6.0).reshape(3, 2), requires_grad=True)
+    picked = x[index]
+    np.testing.assert_array_equal(picked.data, x.data[index])
+    assert picked.data.size == 0
+    gradcheck(lambda t: (t[index] * 2.0).sum() + (t * t).sum(), x)
+    ((x[index] * 2.0).sum() + x.sum()).backward()
+    np.testing.assert_array_equal(x.grad, np.ones((3, 2)))
+
+
 # ---- hostile inputs ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("join", [F.concat, F.stack])
