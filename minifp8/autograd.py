@@ -487,6 +487,7 @@ class Tensor:
             # .grad must be a writable array of our own (optimizers and clipping scale it in place)
             self.grad = grad if take else np.array(grad, dtype=self.data.dtype, copy=True)
         else:
+            assert total is not None  # (formed for every .grad that holds an array)
             np.copyto(self.grad, total)
 
     def _topological_order(self) -> list["Tensor"]:

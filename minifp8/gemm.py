@@ -276,8 +276,12 @@ class _Operand:
 
 
 def _element_format(fmt, name: str) -> FloatFormat:
-    """``formats.get(fmt)``; an MX block format is a TypeError and its name a ValueError, each naming the
-    element format to pass instead."""
+    """``formats.get(fmt)``; an MX block format is a TypeError and its name (or NVFP4's) a ValueError,
+    each naming the element format to pass instead."""
+    if isinstance(fmt, str) and fmt.upper() == "NVFP4":
+        raise ValueError(f"{name}: NVFP4 is a block format; pass its element format, 'E2M1', and its block "
+                         f"scales as values (NVFP4Array.scale_values(): each E4M3 block scale times the tensor's "
+                         f"decode scale)")
     named = isinstance(fmt, str) and fmt.upper() in (key.upper() for key in mx.FORMATS)
     if named or isinstance(fmt, mx.MXFormat):
         block_format = mx.get(fmt)

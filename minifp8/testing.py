@@ -673,6 +673,45 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
     return ""
 
 
+def _one_code_cause(step: int, differs: np.ndarray, expected_scales: np.ndarray, amax: np.ndarray,
+                    blocks: np.ndarray, moved_shape: tuple, axis: int, elem, scale_mode: str) -> str:
+    """The cause of MX scales one E8M0 code off (``step`` +1 or -1) in some blocks, where one is
+    checked to give every such block's scale; else "" (a cause is never a guess).
+
+    - +1, every expected scale code 0 (2^-127): the scale kept a normal float32, 2^-126 (a clamp,
+      as torchao's, or ``exp2f`` under flush-to-zero);
+    - +1 under ``floor``: amax just below a power of two, whose float32 ``log2`` rounds up to it;
+    - -1 under ``ceil``: amax just above a power of two, whose float32 ``log2`` rounds down to it;
+    - -1 under ``floor``: the block's second largest magnitude, taken as its amax, gives the scale.
+    """
+    from . import mx
+
+    wanted = expected_scales[differs].astype(np.int64) + step
+    if step == 1 and (expected_scales[differs] == 0).all():
+        return ("the scale kept at 2^-126, float32's smallest normal, where it should be 2^-127: a clamp, "
+                "or exp2f under flush-to-zero")
+    block_amax = amax[differs].astype(np.float64)
+    if not (np.isfinite(block_amax) & (block_amax > 0)).all():
+        return ""
+    exponent = np.frexp(block_amax)[1] - 1  # floor(log2(amax)), exactly
+    power_of_two = block_amax == np.ldexp(1.0, exponent)
+    with np.errstate(all="ignore"):
+        float32_log2 = np.log2(block_amax.astype(np.float32)).astype(np.float64)
+    if step == 1 and scale_mode == "floor" and (~power_of_two & (float32_log2 == exponent + 1)).all():
+        return "each block's amax lies just below a power of two, and its float32 log2 rounds up to it"
+    if step == -1 and scale_mode == "ceil" and (~power_of_two & (float32_log2 == exponent)).all():
+        return "each block's amax lies just above a power of two, and its float32 log2 rounds down to it"
+    if step == -1 and scale_mode == "floor" and blocks.shape[1] > 1:
+        with np.errstate(invalid="ignore"):
+            second = np.partition(np.abs(blocks), -2, axis=1)[:, -2]
+        second = np.moveaxis(second.reshape(moved_shape[:-1] + (amax.shape[axis],)), -1, axis)
+        codes, _ = mx.shared_exponents(second[differs], elem, scale_mode)
+        if np.array_equal(codes.astype(np.int64), wanted):
+            return ("each block's second largest magnitude, taken as its amax, gives that scale: an amax that "
+                    "missed the block's largest element, such as one over part of the block")
+    return ""
+
+
 def _implied_amax_note(scales: np.ndarray, scale_table: np.ndarray, amax: np.ndarray, scale_differs: np.ndarray,
                        expected) -> str:
     """For NVFP4 block scales that mostly differ: the tensor amax they imply, where it is far from the
@@ -1153,7 +1192,8 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     if not is_nvfp4 and (scale_differs.any() or element_report.count):
         notes.insert(0, _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales == mx.E8M0_NAN))
     if element_rule and not any(notes):  # (a block rule, which names scales and codes, comes first)
-        notes.append(f"in the blocks whose scale agrees, the element codes: {element_rule}")
+        notes.append(f"in the blocks whose scale agrees, the element codes, where x is each input as the element "
+                     f"cast sees it (divided by its block's scale): {element_rule}")
     if not is_nvfp4 and scale_differs.any():
         offset = (scales[scale_differs].astype(np.int64) - expected.scales[scale_differs]) % 256
         if (offset == 256 - mx.E8M0_BIAS).all():  # (int8 shared_exp read as a byte: code - 127 mod 256)
@@ -1166,10 +1206,10 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 note = (f"every scale is the expected code {sign} 1: an E8M0 bias of {bias}, not {mx.E8M0_BIAS}, or "
                         f"a shared exponent one too {size} in every block")
             else:
-                cause = ("a float32 log2 rounds up to the next integer just below a power of two" if step == 1 else
-                         "an amax that missed the block's largest magnitude, such as one over part of the block")
-                note = (f"every scale that differs is the expected code {sign} 1: floor(log2(amax)) one too {size} "
-                        f"in those blocks ({cause})")
+                cause = _one_code_cause(1 if step == 1 else -1, scale_differs, expected.scales, amax, blocks, moved_shape, axis,
+                                        element_format, quantize_options.get("scale_mode", "floor"))
+                note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too {size} "
+                        f"in those blocks" + (f" ({cause})" if cause else ""))
             notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}

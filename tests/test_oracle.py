@@ -1450,16 +1450,44 @@ def test_a_flushed_negative_subnormal_in_fnuz_is_a_subnormal_not_an_overflow():
         assert [row.kind for row in report.mismatches] == ["subnormal"] * 3 + ["overflow"]
 
 
-def test_a_scale_one_code_low_in_some_blocks_gets_a_cause_that_lowers_it():
-    """Found by a review: "minus 1" gave the float32-log2 cause, which makes a scale one code high."""
-    x = np.random.default_rng(1).normal(size=(4, 64)).astype(np.float32)
+def test_a_scale_one_code_off_in_some_blocks_gets_a_cause_only_where_one_is_checked():
+    """Found by reviews: "minus 1" gave the float32-log2 cause, which makes a scale one code high; and
+    later, every +1 or -1 got a cause whatever the blocks held and whatever the scale mode (a scale
+    clamped to 2^-126 was called a float32 log2 rounding up, and under ``ceil`` a float32 log2 that
+    rounds down was called an amax that missed the block's largest magnitude)."""
+    rng = np.random.default_rng(1)
+    x = np.clip(rng.normal(size=(4, 64)), -1.9, 1.9).astype(np.float32)
     quantized = mx.quantize(x, "MXFP8_E4M3")
-    for step, cause in ((-1, "an amax that missed the block's largest magnitude"),
-                        (1, "a float32 log2 rounds up to the next integer just below a power of two")):
+    for step, size in ((-1, "small"), (1, "large")):  # one block off for no reason the oracle can check
         scales = quantized.scales.copy()
         scales[1, 1] = int(scales[1, 1]) + step
         layout = testing.compare_mx(scales, quantized.codes, x, "MXFP8_E4M3").layout
-        assert f"one too {'small' if step < 0 else 'large'} in those blocks ({cause}" in layout
+        assert layout.splitlines()[0].endswith(f"the shared exponent one too {size} in those blocks")
+    # a backend that took each block's second largest magnitude as its amax
+    x[1, 37] = 3.0  # the largest of block (1, 1), one binade above the rest
+    exact = mx.quantize(x, "MXFP8_E4M3")
+    second_largest = np.sort(np.abs(x.reshape(4, 2, 32)), axis=2)[..., -2]
+    backend_scales = mx.shared_exponents(second_largest, "E4M3")[0]
+    assert (backend_scales != exact.scales).sum() == 1 and backend_scales[1, 1] == exact.scales[1, 1] - 1
+    layout = testing.compare_mx(backend_scales, exact.codes, x, "MXFP8_E4M3").layout
+    assert "one too small in those blocks (each block's second largest magnitude, taken as its amax" in layout
+    # ceil from a float32 log2, just above 2^20 (where it rounds down to 20)
+    x[1, 37] = np.nextafter(np.float32(2.0**20), np.float32(np.inf))
+    exact = mx.quantize(x, "MXFP8_E4M3", scale_mode="ceil")
+    backend_scales = exact.scales.copy()
+    backend_scales[1, 1] = int(np.ceil(np.log2(x[1, 37]))) - 8 + mx.E8M0_BIAS  # float32 log2: 20, not 20.0000001
+    assert backend_scales[1, 1] == exact.scales[1, 1] - 1
+    layout = testing.compare_mx(backend_scales, exact.codes, x, "MXFP8_E4M3", scale_mode="ceil").layout
+    assert ("one too small in those blocks (each block's amax lies just above a power of two, and its float32 "
+            "log2 rounds down to it)") in layout
+    # a scale kept a normal float32: 2^-126 (code 1) where E8M0's 2^-127 (code 0) is due
+    tiny = np.concatenate([np.full((1, 32), 5e-42, np.float32), x[:1, :32]])
+    exact = mx.quantize(tiny, "MXFP8_E4M3")
+    backend_scales = exact.scales.copy()
+    assert backend_scales[0, 0] == 0
+    backend_scales[0, 0] = 1
+    layout = testing.compare_mx(backend_scales, exact.codes, tiny, "MXFP8_E4M3").layout
+    assert "one too large in those blocks (the scale kept at 2^-126, float32's smallest normal" in layout
 
 
 def test_a_float64_input_rounded_through_float32_is_named_as_that_double_rounding():

@@ -631,7 +631,8 @@ def test_compare_mx_names_an_element_cast_that_does_not_saturate():
     scaled = np.ldexp(x.astype(np.float64), -np.repeat(expected.scales.astype(np.int64) - mx.E8M0_BIAS, 32, axis=1))
     report = testing.compare_mx(expected.scales, codec.encode(scaled, "E4M3"), x, "MXFP8_E4M3")
     assert report.elements.count == 2 and report.layout.startswith(
-        "in the blocks whose scale agrees, the element codes: actual equals encode(x, 'E4M3', saturate=False, "
+        "in the blocks whose scale agrees, the element codes, where x is each input as the element cast sees it "
+        "(divided by its block's scale): actual equals encode(x, 'E4M3', saturate=False, "
         "rounding='nearest_even') at every element: the backend overflows to Inf or NaN instead of clamping")
     # a rule over whole blocks still comes first, alone
     truncated = codec.encode(scaled, "E4M3", saturate=True, rounding="toward_zero")
