@@ -23,10 +23,13 @@ Semantics (OFP8 rev 1.0 section 5; ONNX Cast-24):
   formats too, as ONNX Cast-24 says (onnx/onnx PR 7130; Cast-19 to Cast-23 gave them NaN for Inf).
 - FP6/FP4 have no Inf or NaN: overflow and +-Inf always saturate; a NaN input raises ValueError.
 - E8M0 (unsigned, no zero): zero, negative numbers and NaN give 0xFF (NaN); values below 2^-127
-  give 2^-127; overflow gives 0xFF, or 0xFE (2^127) with ``saturate=True``. Ties (1.5 * 2^k) round
-  up, as ml_dtypes' ``float8_e8m0fnu`` does. IEEE 754's ties-to-even cannot decide them (both
-  neighbours' one significand digit is 1); gfloat's ``TiesToEven`` takes the even exponent code
-  instead (3.0 gives 2 there, 4 here).
+  give 2^-127; overflow gives 0xFF, or 0xFE (2^127) with ``saturate=True``.
+- Every format without mantissa bits (E8M0, or one made by hand such as a signed E3M0): a tie
+  between two normal values (1.5 * 2^k) rounds up under ``nearest_even``, as ml_dtypes'
+  ``float8_e8m0fnu`` does, so there ``nearest_even`` and ``nearest_away`` differ only on the tie
+  between 0 and the smallest value. IEEE 754's ties-to-even cannot decide them (both neighbours'
+  one significand digit is 1); gfloat's ``TiesToEven`` takes the even exponent code instead (3.0
+  gives 2 there, 4 here).
 - ``rounding="toward_zero"`` never turns a finite input into Inf/NaN: a finite overflow gives
   +-max, as IEEE 754-2019 section 7.4 specifies for roundTowardZero.
 """
@@ -189,7 +192,8 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
     fmt : FloatFormat or str
         Destination format, e.g. ``"E4M3"`` or ``"float8_e5m2"``.
     rounding : {"nearest_even", "nearest_away", "toward_zero", "stochastic"}
-        ``nearest_away`` is microxcaling's "nearest". ``stochastic`` needs ``random_bits``.
+        ``nearest_away`` is microxcaling's "nearest". ``stochastic`` needs ``random_bits``. With no
+        mantissa bits, ``nearest_even`` rounds a tie between two normal values up (module docstring).
     saturate : bool
         Clamp overflow to +-max instead of producing Inf/NaN (see the module docstring).
     random_bits : array_like of unsigned int, optional
