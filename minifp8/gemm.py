@@ -827,6 +827,8 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
             if matches(transposed):
                 hints.append("the output is the reference transposed: a transposed or column-major output?")
         hints += _one_scale_hints(got, a, b, reference, mismatched, matches)
+        if not hints:
+            hints += _other_entries_hints(got, a, b, matches, model)
         tolerance = _tolerance(reference, inner, model, output, carried)
         if not hints:
             hints += _directed_rounding_hint(got, reference.value, mismatched, tolerance, output)
@@ -921,6 +923,20 @@ def _dropped_block_hints(a: _Operand, b: _Operand, reference: MatmulReference, m
     return []
 
 
+def _scale_blocks(a: _Operand, b: _Operand):
+    """For each operand's scales, ``(name, operand, along, left, right, (groups, blocks, size, width))``:
+    the product seen as ``left @ right`` with the operand on the left, its scales ``groups`` block rows
+    of ``size`` output rows by ``blocks`` K blocks of ``width``. B's blocks are A's in the transposed
+    product D.T = B.T A.T, and ``along`` views D (or B's scales) that way."""
+    for name, operand in (("a_scales", a), ("b_scales", b)):
+        if operand is a:
+            along, left, right = (lambda x: x), a.values, b.values
+        else:
+            along, left, right = np.transpose, b.values.T, a.values.T
+        groups, blocks = along(operand.scales).shape  # along the output's rows (of `left`), along K
+        yield name, operand, along, left, right, (groups, blocks, left.shape[0] // groups, left.shape[1] // blocks)
+
+
 def _one_scale_hints(got, a: _Operand, b: _Operand, reference: MatmulReference, mismatched, matches) -> list[str]:
     """One scale of ``a_scales`` or ``b_scales`` times 2**e (e = -2, -1, 1 or 2): the output then
     differs from the reference by ``(2**e - 1)`` times that block's partial product, in the rows
@@ -930,13 +946,7 @@ def _one_scale_hints(got, a: _Operand, b: _Operand, reference: MatmulReference, 
     if not (np.isfinite(a.values).all() and np.isfinite(b.values).all() and np.isfinite(got[mismatched]).all()):
         return []
     hints = []
-    for name, operand in (("a_scales", a), ("b_scales", b)):
-        if operand is a:
-            along, left, right = (lambda x: x), a.values, b.values
-        else:  # B's blocks are A's in the transposed product D.T = B.T A.T (`along` views D as D.T)
-            along, left, right = np.transpose, b.values.T, a.values.T
-        groups, blocks = along(operand.scales).shape  # along the output's rows (of `left`), along K
-        size, width = left.shape[0] // groups, left.shape[1] // blocks
+    for name, operand, along, left, right, (groups, blocks, size, width) in _scale_blocks(a, b):
         hit = np.nonzero(along(mismatched))[0] // size  # the block row of each mismatched output
         if groups * blocks == 1 or (hit != hit[0]).any():  # (one scale: _factor_hint's case)
             continue
@@ -966,6 +976,56 @@ def _one_scale_hints(got, a: _Operand, b: _Operand, reference: MatmulReference, 
                 hints.append(f"the output matches the product with {name}[{index[0]}, {index[1]}] alone times "
                              f"2**{int(exponents[block])} ({covered}): one block's scale wrong (an exponent "
                              f"off by {int(exponents[block])})?")
+    return hints
+
+
+#: The most partial products (M x K blocks x N) `_other_entries_hints` forms for its fit.
+_FIT_LIMIT = 2**24
+
+
+def _other_entries_hints(got, a: _Operand, b: _Operand, matches, model: _Accumulator) -> list[str]:
+    """Scales read from the wrong entries (a stride, offset or layout bug): the output then is the
+    product with some entries of ``a_scales`` (``b_scales``) replaced by values the array holds
+    elsewhere. Each scale's factor is fitted by least squares over the outputs its block row of A
+    (block column of B) reaches, ``got ~ sum over K blocks of c * partial``; each fitted scale,
+    ``c`` times the true one, is taken to the nearest value of the array (within 1%), and the hint is
+    given only where the product with those scales matches the output. Finite operands and outputs
+    only, and up to `_FIT_LIMIT` partial products."""
+    if not (np.isfinite(a.values).all() and np.isfinite(b.values).all() and np.isfinite(got).all()):
+        return []
+    hints = []
+    for name, operand, along, left, right, (groups, blocks, size, width) in _scale_blocks(a, b):
+        values = np.unique(operand.scales)
+        if values.size < 2 or not (values > 0).all():  # (nothing else to read, or signs: no log distance)
+            continue
+        if left.shape[0] * blocks * right.shape[1] > _FIT_LIMIT:
+            continue
+        # partial[g, k, (row, column)]: block k's share of the outputs of block row g
+        left_blocks = left.reshape(groups, size, blocks, width).transpose(0, 2, 1, 3)
+        partial = np.einsum("gksw,kwn->gksn", left_blocks, right.reshape(blocks, width, -1)).reshape(
+            groups, blocks, -1)
+        target = along(got).astype(np.float64).reshape(groups, -1)
+        gram = partial @ partial.transpose(0, 2, 1)
+        factors = (np.linalg.pinv(gram) @ (partial @ target[..., None]))[..., 0]  # (groups, blocks)
+        fitted = factors * along(operand.scales)
+        nearest = np.abs(np.log2(np.abs(fitted)[..., None]) - np.log2(values)).argmin(axis=-1)
+        snapped = values[nearest]
+        if not (np.abs(fitted / snapped - 1) < 0.01).all() or np.array_equal(snapped, along(operand.scales)):
+            continue
+        scales = along(snapped)
+        variant = _Operand(operand.decoded, scales, _scaled(operand.decoded, scales))
+        pair = (variant, b) if operand is a else (a, variant)
+        if not matches(_reference(pair[0].values, pair[1].values), carried=_carried_underflow(*pair, model)):
+            continue
+        changed = np.argwhere(scales != operand.scales)
+        shown = []
+        for index in changed[:3]:
+            source = np.argwhere(operand.scales == scales[tuple(index)])[0]
+            shown.append(f"{name}[{index[0]}, {index[1]}] read as {name}[{source[0]}, {source[1]}]")
+        more = f", and {len(changed) - 3} more" if len(changed) > 3 else ""
+        hints.append(f"the output matches the product with {len(changed)} of {operand.scales.size} entries of "
+                     f"{name} replaced by values it holds elsewhere ({'; '.join(shown)}{more}; each the first "
+                     f"entry of that value): scales read from the wrong index (a stride, offset or layout bug)?")
     return hints
 
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, gemm, mx
+from minifp8 import codec, formats, gemm, mx, scaling
 
 rng_seed = 20260511
 
@@ -602,6 +602,57 @@ def test_no_accumulator_hint_for_scale_and_format_bugs(bug):
     report = gemm.compare_matmul(sequential(*dequantized32(used)), **p)
     assert not report.ok
     assert not any("accumulator" in hint for hint in report.hints), report.hints
+
+
+@pytest.mark.parametrize("bug", ["row 0's scales for every row", "rows pair-swapped", "K block 0's for every block",
+                                 "b_scales' K block 0's for every block"])
+def test_scales_read_from_other_entries_are_named_not_a_narrower_accumulator(bug):
+    """Found in a review: a kernel that read its scales from the wrong entries (an M stride of 0,
+    rows swapped, one K block's scale for all) was told "the errors are within the bound of an
+    accumulator of 13 significand bits": that bound, S/16 at K = 512, fits such bugs too. The
+    operands are tutorial 8's DeepSeek-V3 ones (1x128 activation blocks, 128x128 weight blocks)."""
+    rng = np.random.default_rng(2)
+    activations = rng.normal(0.0, 1.0, size=(16, 512)).astype(np.float32)
+    weights = rng.normal(0.0, 0.05, size=(512, 256)).astype(np.float32)
+    weights[:, 128:] *= 10
+    a = scaling.quantize_blockwise(activations, "E4M3", block_shape=(1, 128), axis=1, power_of_2=False)
+    b = scaling.quantize_blockwise(weights, "E4M3", block_shape=(128, 128), axis=0, power_of_2=False)
+    a_scales, b_scales = a.scale_inv.copy(), b.scale_inv.copy()
+    if bug == "row 0's scales for every row":
+        a_scales = np.repeat(a_scales[:1], 16, axis=0)
+    elif bug == "rows pair-swapped":
+        a_scales = a_scales[np.arange(16) ^ 1]
+    elif bug == "K block 0's for every block":
+        a_scales = np.repeat(a_scales[:, :1], 4, axis=1)
+    else:
+        b_scales = np.repeat(b_scales[:1], 4, axis=0)
+    a_values = codec.decode(a.codes, "E4M3").astype(np.float64) * np.repeat(a_scales, 128, axis=1)
+    b_values = codec.decode(b.codes, "E4M3").astype(np.float64) * np.repeat(np.repeat(b_scales, 128, 0), 128, 1)
+    report = gemm.compare_matmul((a_values @ b_values).astype(np.float32), a.codes, a.scale_inv, b.codes,
+                                 b.scale_inv, a_format="E4M3", b_format="E4M3")
+    assert report.count > 1000 and len(report.hints) == 1, report.hints
+    name, changed = ("b_scales", b_scales != b.scale_inv) if bug.startswith("b_") else ("a_scales",
+                                                                                         a_scales != a.scale_inv)
+    assert report.hints[0].startswith(f"the output matches the product with {changed.sum()} of {changed.size} "
+                                      f"entries of {name} replaced by values it holds elsewhere (")
+    assert report.hints[0].endswith("scales read from the wrong index (a stride, offset or layout bug)?")
+    if bug == "row 0's scales for every row":
+        assert "a_scales[1, 0] read as a_scales[0, 0]; a_scales[1, 1] read as a_scales[0, 1];" in report.hints[0]
+    if bug != "rows pair-swapped":
+        return
+    # a kernel that is right but for its accumulator still gets that hint, not this one
+    def round_to_13_bits(x):
+        mantissa, exponent = np.frexp(x)
+        return np.ldexp(np.round(np.ldexp(mantissa, 13)), exponent - 13)
+
+    a_true = codec.decode(a.codes, "E4M3").astype(np.float64) * np.repeat(a.scale_inv, 128, axis=1)
+    b_true = codec.decode(b.codes, "E4M3").astype(np.float64) * np.repeat(np.repeat(b.scale_inv, 128, 0), 128, 1)
+    total = np.zeros((16, 256))
+    for k in range(512):
+        total = round_to_13_bits(total + a_true[:, k, None] * b_true[k])
+    narrow = gemm.compare_matmul(total.astype(np.float32), a.codes, a.scale_inv, b.codes, b.scale_inv,
+                                 a_format="E4M3", b_format="E4M3")
+    assert len(narrow.hints) == 1 and "accumulator" in narrow.hints[0], narrow.hints
 
 
 def test_a_hint_needs_a_product_that_zeros_would_not_match():
