@@ -165,7 +165,8 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """``c_fc`` (n_embd -> 4 n_embd), GELU (tanh approximation), ``c_proj`` back to n_embd."""
+    """``c_fc`` (n_embd -> 4 n_embd), GELU (GPT-2's tanh approximation; nanoGPT's ``nn.GELU()`` is the
+    exact erf form), ``c_proj`` back to n_embd."""
 
     def __init__(self, config: GPTConfig, *, rng: np.random.Generator):
         std = 0.02
