@@ -9,7 +9,10 @@ dequantized = decode(codes) * scale_inv,        scale_inv = float32(1 / scale)
 ```
 
 (so ``dequantized`` is ``decode(codes) / scale`` up to one float32 rounding, exactly so for the
-power-of-two scales.) Casts saturate: values beyond the format's range clip to +-max, as
+power-of-two scales, but for one band: with ``power_of_2``, an amax at the top of float32's last
+binade, at or above the value that rounds to 2^emax once scaled by the power of two below ``max / amax``
+(E4M3: 1.9375 * 2^127), makes codes that decode to 2^emax and dequantize to 2^128, which float32
+holds as Inf, as `minifp8.mx.MXArray.dequantize` says of its scale modes that round up.) Casts saturate: values beyond the format's range clip to +-max, as
 TransformerEngine's casts do (NaN stays NaN in E4M3 and E5M2; a NaN cast to a format without one,
 such as E2M1, is a ValueError). Inputs are converted to float32 first (float64 is
 rounded once to float32), as TransformerEngine computes in float32; a finite float64 beyond
@@ -149,7 +152,8 @@ class ScaledTensor:
         codec._check_float_environment()
         values = codec.decode(self.codes, self.fmt)
         # Products below FLT_MIN round, as they must; beyond FLT_MAX they are Inf: a saturated code times
-        # the scale_inv of a scale from an earlier, larger amax (delayed scaling, margin > 0)
+        # the scale_inv of a scale from an earlier, larger amax (delayed scaling, margin > 0), or, with
+        # power-of-two scales, an amax near FLT_MAX whose scaled values round up to 2^emax (module docstring)
         with np.errstate(over="ignore", under="ignore"):
             if self.granularity != "block":
                 # per tensor: a scalar; per row: broadcasts along axis (asarray: 0-d codes give a
@@ -250,7 +254,8 @@ def quantize_current(x: ArrayLike, fmt: str | FloatFormat = "E4M3", *, power_of_
     fmt : FloatFormat or str
         The destination format, e.g. ``"E4M3"`` (forward) or ``"E5M2"`` (gradients).
     power_of_2 : bool
-        Round the scale down to a power of two (then ``dequantize`` is exact division).
+        Round the scale down to a power of two (then ``dequantize`` is exact division, but for an amax
+        at the top of float32's range: the module docstring).
     """
     fmt = _format(fmt)
     array = codec._to_float32(x)

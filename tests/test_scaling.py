@@ -563,3 +563,23 @@ def test_scaled_tensor_with_inconsistent_fields_is_an_error(make, change, error,
               "block": lambda: scaling.quantize_blockwise(x, block_shape=(1, 4))}[make]()
     with pytest.raises(error, match=match):
         scaling.ScaledTensor(**{**_fields(scaled), **change})
+
+
+def test_power_of_two_scales_dequantize_the_top_of_float32_to_inf_as_documented():
+    """Found in a review: the docs said power-of-two scales make dequantize exact division, and the
+    comment in ScaledTensor.dequantize named delayed scaling as the only source of Inf. An E4M3
+    amax of 1.9375 * 2^127 gets the scale 2^-120 (448 / amax is 1.36e-36, and 2^-119 is 1.5e-36),
+    which takes it to 248, the tie between 240 (mantissa 111) and 256 (mantissa 000): it rounds to
+    256, and 256 * 2^120 = 2^128 is Inf in float32. One float32 step below, 247.99... rounds to 240."""
+    edge = np.float32(1.9375 * 2.0**127)
+    below = np.nextafter(edge, np.float32(0))
+    for quantize in (lambda x: scaling.quantize_current(x, "E4M3", power_of_2=True),
+                     lambda x: scaling.quantize_rowwise(x[None], "E4M3", power_of_2=True),
+                     lambda x: scaling.quantize_blockwise(x, "E4M3", block_shape=(1, 1))):
+        for amax, expected in ((edge, np.inf), (below, np.float32(240.0 * 2.0**120))):
+            q = quantize(np.array([amax, 1.0], np.float32))
+            assert float(np.ravel(q.scale)[0]) == 2.0**-120
+            assert np.ravel(q.dequantize())[0] == expected
+    q = scaling.quantize_current(np.array([edge], np.float32), "E4M3")  # (a scale that is not a power of two)
+    assert np.isfinite(q.dequantize()).all()
+    assert "1.9375 * 2^127" in scaling.__doc__
