@@ -990,7 +990,8 @@ def _check_layout(entry: dict, arrays: dict[str, np.ndarray], where: str) -> Non
                              f"got {type(listed).__name__}")
         for name, expected in listed.items():
             if name not in arrays:
-                raise ValueError(f"{where} gives the {key[:-1]} of an array {name!r} that {entry['file']} does not hold")
+                raise ValueError(f"{where} gives the {key[:-1]} of an array {name!r} that {entry['file']} "
+                                 f"does not hold")
             if actual(arrays[name]) != expected:
                 raise ValueError(f"{where} gives array {name!r} the {key[:-1]} {expected!r}, but {entry['file']} "
                                  f"holds it with {key[:-1]} {actual(arrays[name])!r}")

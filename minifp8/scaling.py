@@ -10,11 +10,12 @@ dequantized = decode(codes) * scale_inv,        scale_inv = float32(1 / scale)
 
 (so ``dequantized`` is ``decode(codes) / scale`` up to one float32 rounding, exactly so for the
 power-of-two scales, but for one band: with ``power_of_2``, an amax at the top of float32's last
-binade, at or above the value that rounds to 2^emax once scaled by the power of two below ``max / amax``
-(E4M3: 1.9375 * 2^127), makes codes that decode to 2^emax and dequantize to 2^128, which float32
-holds as Inf, as `minifp8.mx.MXArray.dequantize` says of its scale modes that round up.) Casts saturate: values beyond the format's range clip to +-max, as
-TransformerEngine's casts do (NaN stays NaN in E4M3 and E5M2; a NaN cast to a format without one,
-such as E2M1, is a ValueError). Inputs are converted to float32 first (float64 is
+binade, at or above the value that rounds to 2^emax once scaled by the power of two below
+``max / amax`` (E4M3: 1.9375 * 2^127), makes codes that decode to 2^emax and dequantize to 2^128,
+which float32 holds as Inf, as `minifp8.mx.MXArray.dequantize` says of its scale modes that round
+up.) Casts saturate: values beyond the format's range clip to +-max, as TransformerEngine's casts
+do (NaN stays NaN in E4M3 and E5M2; a NaN cast to a format without one, such as E2M1, is a
+ValueError). Inputs are converted to float32 first (float64 is
 rounded once to float32), as TransformerEngine computes in float32; a finite float64 beyond
 float32's range, which would become Inf there, is a ValueError. Inputs are float16/32/64 or
 integer arrays, or ml_dtypes floats (bfloat16, float8_*, ...) and integers (int4, ...), which

@@ -674,9 +674,10 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
 
 
 def _one_code_cause(step: int, differs: np.ndarray, expected_scales: np.ndarray, amax: np.ndarray,
-                    blocks: np.ndarray, moved_shape: tuple, axis: int, elem, scale_mode: str) -> str:
+                    blocks: np.ndarray, per_block: Callable[[np.ndarray], np.ndarray], elem, scale_mode: str) -> str:
     """The cause of MX scales one E8M0 code off (``step`` +1 or -1) in some blocks, where one is
-    checked to give every such block's scale; else "" (a cause is never a guess).
+    checked to give every such block's scale; else "" (a cause is never a guess). ``blocks``: x's
+    blocks as rows; ``per_block`` lays a value per row out as the scales.
 
     - +1, every expected scale code 0 (2^-127): the scale kept a normal float32, 2^-126 (a clamp,
       as torchao's, or ``exp2f`` under flush-to-zero);
@@ -686,7 +687,6 @@ def _one_code_cause(step: int, differs: np.ndarray, expected_scales: np.ndarray,
     """
     from . import mx
 
-    wanted = expected_scales[differs].astype(np.int64) + step
     if step == 1 and (expected_scales[differs] == 0).all():
         return ("the scale kept at 2^-126, float32's smallest normal, where it should be 2^-127: a clamp, "
                 "or exp2f under flush-to-zero")
@@ -703,10 +703,9 @@ def _one_code_cause(step: int, differs: np.ndarray, expected_scales: np.ndarray,
         return "each block's amax lies just above a power of two, and its float32 log2 rounds down to it"
     if step == -1 and scale_mode == "floor" and blocks.shape[1] > 1:
         with np.errstate(invalid="ignore"):
-            second = np.partition(np.abs(blocks), -2, axis=1)[:, -2]
-        second = np.moveaxis(second.reshape(moved_shape[:-1] + (amax.shape[axis],)), -1, axis)
+            second = per_block(np.partition(np.abs(blocks), -2, axis=1)[:, -2])
         codes, _ = mx.shared_exponents(second[differs], elem, scale_mode)
-        if np.array_equal(codes.astype(np.int64), wanted):
+        if np.array_equal(codes.astype(np.int64), expected_scales[differs].astype(np.int64) + step):
             return ("each block's second largest magnitude, taken as its amax, gives that scale: an amax that "
                     "missed the block's largest element, such as one over part of the block")
     return ""
@@ -1112,6 +1111,10 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         flat = np.moveaxis(per_block, axis, -1).reshape(-1, 1)
         return mx._from_blocks(np.repeat(flat, blocks.shape[1], axis=1), moved_shape, axis)
 
+    def per_block(per_row):
+        """A value per row of ``blocks`` -> laid out as the scales."""
+        return np.moveaxis(per_row.reshape(moved_shape[:-1] + (expected.scales.shape[axis],)), -1, axis)
+
     checked = []
     for name, got, want, fmt in (("scales", scales, expected.scales, scale_format),
                                  ("codes", codes, expected.codes, element_format)):
@@ -1129,8 +1132,7 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
 
     # Scales: one row per block that differs.
     scale_table = scale_format.values()
-    amax = np.moveaxis(np.max(np.abs(blocks), axis=1, initial=0).reshape(
-        moved_shape[:-1] + (expected.scales.shape[axis],)), -1, axis)
+    amax = per_block(np.max(np.abs(blocks), axis=1, initial=0))
     scale_differs = scales != expected.scales
     scale_rows = []
     for flat in np.flatnonzero(scale_differs.reshape(-1))[:max_rows]:
@@ -1206,8 +1208,8 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 note = (f"every scale is the expected code {sign} 1: an E8M0 bias of {bias}, not {mx.E8M0_BIAS}, or "
                         f"a shared exponent one too {size} in every block")
             else:
-                cause = _one_code_cause(1 if step == 1 else -1, scale_differs, expected.scales, amax, blocks, moved_shape, axis,
-                                        element_format, quantize_options.get("scale_mode", "floor"))
+                cause = _one_code_cause(1 if step == 1 else -1, scale_differs, expected.scales, amax, blocks,
+                                        per_block, element_format, quantize_options.get("scale_mode", "floor"))
                 note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too {size} "
                         f"in those blocks" + (f" ({cause})" if cause else ""))
             notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)

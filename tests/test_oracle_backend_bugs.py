@@ -509,7 +509,8 @@ def test_golden_load_checks_the_shapes_and_dtypes_the_manifest_gives(golden_mx_d
          rf"'{files[entry['file']]['x'].dtype.str}'"),
         ({"shapes": {**entry["shapes"], "nothing": [3]}},
          rf"entry {index} gives the shape of an array 'nothing' that {entry['file']} does not hold"),
-        ({"dtypes": ["<f4"]}, rf"entry {index}: dtypes must be an object mapping array names to their dtypes, got list"),
+        ({"dtypes": ["<f4"]},
+         rf"entry {index}: dtypes must be an object mapping array names to their dtypes, got list"),
     ]:
         entries = [dict(item) for item in manifest["entries"]]
         entries[index].update(change)
