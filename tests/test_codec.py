@@ -534,6 +534,10 @@ def test_decode_checks_its_input():
     with pytest.raises(ValueError, match=r"E2M1 codes lie in \[0, 16\)"):
         codec.decode(np.array([16], np.uint8), "E2M1")
     assert codec.decode(np.array([[0x40]], np.uint8), "E4M3").dtype == np.float32
+    # bools are not codes (True is not code 0x01), empty, 0-d or a list of them alike
+    for bools in (np.array([True, False]), np.array(True), np.zeros(0, bool), [True, False]):
+        with pytest.raises(TypeError, match=r"^codes must be an integer array \(uint8\), got dtype bool$"):
+            codec.decode(bools, "E4M3")
 
 
 # ---- 6. bad inputs ----------------------------------------------------------------------------------

@@ -127,9 +127,18 @@ def test_decode_says_how_to_read_codes_held_as_ml_dtypes_floats_or_int8_bytes():
         codec.decode(values, "E4M3")
     assert codec.decode(values.view(np.uint8), "E4M3").tolist() == [1.0, -2.0, 448.0]
     signed = values.view(np.int8)  # -2.0 is 0xC0, -64 as a signed byte
-    with pytest.raises(ValueError, match=r"codes\.view\(np\.uint8\)"):
+    with pytest.raises(ValueError, match=r"^E4M3 codes lie in \[0, 256\), got values in \[-64, 126\] "
+                                         r"\(int8 bytes: codes\.view\(np\.uint8\) reads them as codes\)$"):
         codec.decode(signed, "E4M3")
     assert codec.decode(signed.view(np.uint8), "E4M3").tolist() == [1.0, -2.0, 448.0]
+    # the hint is for int8 bytes of an 8-bit format only: a wider integer's -64 is not a byte, and
+    # a 4-bit format's code never needs a byte's sign bit
+    for codes, fmt, expected in (
+            (signed.astype(np.int64), "E4M3", r"^E4M3 codes lie in \[0, 256\), got values in \[-64, 126\]$"),
+            (signed.astype(np.int16), "E5M2", r"^E5M2 codes lie in \[0, 256\), got values in \[-64, 126\]$"),
+            (np.array([-1, 3], np.int8), "E2M1", r"^E2M1 codes lie in \[0, 16\), got values in \[-1, 3\]$")):
+        with pytest.raises(ValueError, match=expected):
+            codec.decode(codes, fmt)
 
 
 @pytest.mark.parametrize("make_view", [lambda x: x.T, lambda x: np.asfortranarray(x), lambda x: x.astype(">f4"),

@@ -1037,6 +1037,17 @@ def test_nvfp4_refuses_a_signed_block_scale():
         with pytest.raises(ValueError, match="NVFP4 block scales are unsigned E4M3 .* got 2 with the sign bit set, "
                                              "first 0xfe at flat index 0"):
             call()
+    # the boundary: 0x80 (-0) is the first signed code; 0x7E (448) the largest unsigned finite one
+    for scales, message in (([0x7E, 0x80], "got 1 with the sign bit set, first 0x80 at flat index 1"),
+                            ([0x80, 0x00], "got 1 with the sign bit set, first 0x80 at flat index 0")):
+        edge = mx.NVFP4Array(scales=np.array(scales, np.uint8), codes=q.codes, global_amax=q.global_amax,
+                             encode_scale=q.encode_scale, axis=-1, shape=q.shape)
+        for call in (edge.dequantize, edge.scale_values):
+            with pytest.raises(ValueError, match=message + "$"):
+                call()
+    unsigned_edge = mx.NVFP4Array(scales=np.array([0x7E, 0x00], np.uint8), codes=q.codes, global_amax=q.global_amax,
+                                  encode_scale=q.encode_scale, axis=-1, shape=q.shape)
+    assert np.all(unsigned_edge.dequantize()[16:] == 0) and np.isfinite(unsigned_edge.scale_values()).all()
     assert np.array_equal(q.dequantize(), mx.NVFP4Array(scales=q.scales, codes=q.codes, global_amax=q.global_amax,
                                                          encode_scale=q.encode_scale, axis=-1,
                                                          shape=q.shape).dequantize())
