@@ -234,6 +234,38 @@ def test_delayed_scaling_outlier_counts_the_values_its_delayed_scale_overflows(n
 
 
 @needs_matplotlib
+def test_delayed_scaling_outlier_draws_each_steps_amax_and_both_recipes_scales():
+    """The lines, not only the bars (a review found them unread): each step's amax; the delayed
+    scale, fp8_max over the max amax of the history_len steps before it (scale 1 at step 0, no
+    line drawn there), and the amax it came from, which keeps the outlier for history_len steps;
+    and the current scale, fp8_max over the step's own amax. Replayed from the seed by hand."""
+    steps, spike, factor, history, size = 30, 8, 8.0, 5, 256
+    figure = plots.delayed_scaling_outlier(steps=steps, spike_step=spike, spike_factor=factor,
+                                           history_len=history, size=size, name="E4M3", seed=3)
+    rng = np.random.default_rng(3)
+    amaxes = []
+    for step in range(steps):
+        x = rng.normal(0.0, 1.0, size).astype(np.float32)
+        amaxes.append(np.max(np.abs(x * np.float32(factor) if step == spike else x)))
+    amaxes = np.array(amaxes, np.float32)
+    window_max = np.array([amaxes[max(0, step - history):step].max() for step in range(1, steps)])
+    fp8_max = np.float32(448)
+    amax_axis, scale_axis, _ = figure.axes
+    lines = {line.get_label(): line for axis in (amax_axis, scale_axis) for line in axis.get_lines()}
+    assert list(lines["amax of this step's tensor"].get_ydata()) == list(amaxes.astype(float))
+    from_history = lines[f"amax the delayed scale came from (max of the {history} steps before)"]
+    assert list(from_history.get_xdata()) == list(range(1, steps))
+    np.testing.assert_allclose(from_history.get_ydata(), window_max, rtol=2**-23)
+    held = np.flatnonzero(from_history.get_ydata() > 2 * amaxes[1:])  # (the outlier held in the history)
+    assert list(held + 1) == list(range(spike + 1, spike + history + 1))
+    delayed = lines["delayed: fp8_max / amax of the history"]
+    assert list(delayed.get_xdata()) == list(range(1, steps))
+    assert list(delayed.get_ydata()) == list((fp8_max / window_max).astype(float))
+    current = lines["current: fp8_max / amax of this step"]
+    assert list(current.get_ydata()) == list((fp8_max / amaxes).astype(float))
+
+
+@needs_matplotlib
 def test_block_scaling_snr_is_computed_in_float64_near_float32s_smallest_normal():
     rows, columns, low = 2, 64, -126
     figure = plots.block_scaling_snr(rows=rows, columns=columns, low_exponent=low, seed=0)

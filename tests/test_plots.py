@@ -82,6 +82,38 @@ def test_fp8lm_options_refuses_more_runs_than_it_can_tell_apart():
         plots.fp8lm_options({"runs": {f"r{i}": run(f"r{i}") for i in range(41)}})
 
 
+def test_fp8lm_options_draws_each_runs_loss_change_gradient_error_and_memory():
+    """The values of all three panels (a review found the error panel's unread): the validation loss
+    against the recipe's run without options after step 0, the FP8 gradients' relative error where
+    they were cast (None: not cast, nothing drawn), and the bytes per parameter stacked by component."""
+    def memory(*values):
+        names = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
+        return {"bytes_per_parameter": dict(zip(names, values))}
+
+    val = [{"step": 0, "loss": 2.7}, {"step": 2, "loss": 2.0}, {"step": 4, "loss": 1.6}]
+    results = {"runs": {
+        "unit": run("unit", val=val, fp8_grads=[{"step": 2, "relative_error": None}],
+                    memory=memory(4, 0, 4, 4, 4)),
+        "unit + fp8 grads": run("unit", val=[{"step": 0, "loss": 2.7}, {"step": 2, "loss": 2.2},
+                                             {"step": 4, "loss": 1.2}],
+                                fp8_grads=[{"step": 2, "relative_error": 0.25}, {"step": 4, "relative_error": 0.5}],
+                                memory=memory(1, 2, 1, 1, 2))}}
+    loss_axis, error_axis, memory_axis = plots.fp8lm_options(results).axes
+    changes = {line.get_label(): line for line in loss_axis.get_lines()}
+    assert list(changes["unit"].get_xdata()) == [2, 4] and list(changes["unit"].get_ydata()) == [0, 0]
+    assert list(changes["unit + fp8 grads"].get_xdata()) == [2, 4]
+    np.testing.assert_allclose(changes["unit + fp8 grads"].get_ydata(), [2.2 / 2.0 - 1, 1.2 / 1.6 - 1])
+    errors = {line.get_label(): line for line in error_axis.get_lines()}
+    assert list(errors) == ["unit + fp8 grads"]
+    assert list(errors["unit + fp8 grads"].get_xdata()) == [2, 4]
+    assert list(errors["unit + fp8 grads"].get_ydata()) == [0.25, 0.5]
+    bars = [(patch.get_x(), patch.get_width()) for patch in memory_axis.patches]  # (component by component)
+    rows = [bars[0::2], bars[1::2]]  # (runs in order within each component)
+    assert [width for _, width in rows[0]] == [4, 0, 4, 4, 4] and [width for _, width in rows[1]] == [1, 2, 1, 1, 2]
+    assert [left for left, _ in rows[1]] == [0, 1, 3, 4, 5]  # stacked
+    assert {"16.0 B", "7.0 B"} <= {text.get_text() for text in memory_axis.texts}  # (the totals)
+
+
 def test_fp8lm_options_draws_the_headline_runs_apart_and_labelled_as_what_they_are():
     """The headline's "unit fp32" (recipe fp32, the unit-scaled model) is no option of the fp32
     run: it was labelled "fp32" in the memory panel and compared with the standard fp32 run."""
@@ -134,6 +166,31 @@ def test_a_run_that_diverged_in_its_first_step_is_crossed_on_its_validation_loss
                                                            diverged={"step": 1, "message": "x"})}}
     crosses = [line for line in plots.training_curves(results).axes[0].get_lines() if line.get_marker() == "x"]
     assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [1] and list(crosses[0].get_ydata()) == [2.7]
+
+
+def test_training_curves_draws_each_runs_validation_losses_and_worst_underflow_in_percent():
+    """The values drawn, not only the legend: each run's validation markers in its colour at its
+    evaluation steps, and its worst cast point's underflow as a percentage at each progress line
+    (a review found no test that read them)."""
+    results = {"runs": {
+        "fp32": run("fp32", val=[{"step": 0, "loss": 2.7}, {"step": 2, "loss": 2.1}, {"step": 4, "loss": 1.8}],
+                    cast_stats=[]),
+        "fp8": run("fp8", cast_stats=[{"step": 2, "max_underflow": 0.5}, {"step": 4, "max_underflow": 0.125}]),
+    }}
+    loss_axis, underflow_axis = plots.training_curves(results, smooth_steps=1).axes
+    curves = {line.get_label(): line for line in loss_axis.get_lines() if line.get_label() in results["runs"]}
+    for label, metrics in results["runs"].items():
+        markers = [(list(line.get_xdata()), list(line.get_ydata())) for line in loss_axis.get_lines()
+                   if line.get_label().startswith("_") and line.get_linestyle() == "None"
+                   and line.get_color() == curves[label].get_color()]
+        assert markers == [([entry["step"] for entry in metrics["val"]], [entry["loss"] for entry in metrics["val"]])]
+        assert curves[label].get_marker() == [line.get_marker() for line in loss_axis.get_lines()
+                                              if line.get_color() == curves[label].get_color()
+                                              and line.get_linestyle() == "None"][0]  # (the legend shows it)
+    underflow = {line.get_label(): line for line in underflow_axis.get_lines()}
+    assert list(underflow) == ["fp8"]  # (fp32 has no casts)
+    assert list(underflow["fp8"].get_xdata()) == [2, 4] and list(underflow["fp8"].get_ydata()) == [50.0, 12.5]
+    assert underflow["fp8"].get_color() == curves["fp8"].get_color()
 
 
 def test_a_loss_that_blows_up_does_not_flatten_the_other_curves():
