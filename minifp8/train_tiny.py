@@ -913,8 +913,18 @@ def _percent(fraction: float | None) -> str:
 
 
 def _duration(seconds: float) -> str:
+    """``16s``; ``3m05s`` from 100 s; ``2h05m`` from 100 minutes; ``3d04h`` from 48 hours (so that
+    the eta of a huge ``--steps`` stays readable), each rounded before it is split."""
     seconds = round(seconds)
-    return f"{seconds}s" if seconds < 100 else f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 100:
+        return f"{seconds}s"
+    if seconds < 100 * 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    minutes = round(seconds / 60)
+    if minutes < 48 * 60:
+        return f"{minutes // 60}h{minutes % 60:02d}m"
+    hours = round(seconds / 3600)
+    return f"{hours // 24}d{hours % 24:02d}h"
 
 
 def train(run: Run, config: TrainConfig, dataset: data_module.Dataset, *, out: Path | None = None,

@@ -960,7 +960,12 @@ def test_summary_reports_the_mean_training_loss_of_the_last_steps(tmp_path, caps
 
 
 @pytest.mark.parametrize("seconds, text", [(0.4, "0s"), (99.4, "99s"), (99.6, "1m40s"), (119.7, "2m00s"),
-                                           (3599.9, "60m00s"), (61 * 60 + 5, "61m05s")])
+                                           (3599.9, "60m00s"), (61 * 60 + 5, "61m05s"), (5999.4, "99m59s"),
+                                           (5999.6, "1h40m"), (2 * 3600 + 5 * 60 + 29, "2h05m"),
+                                           (2 * 3600 + 59 * 60 + 31, "3h00m"), (47 * 3600 + 59 * 60 + 29, "47h59m"),
+                                           (47 * 3600 + 59 * 60 + 31, "2d00h"), (3 * 86400 + 4 * 3600, "3d04h"),
+                                           # found at stop 62: --steps 10**15 printed "eta 880651875732m44s"
+                                           (1e15 * 0.052, "601851851d20h")])
 def test_durations_round_before_splitting_minutes(seconds, text):
     assert train_tiny._duration(seconds) == text
 
