@@ -544,6 +544,11 @@ class MatmulReport:
         (Keyword-only, as is ``tolerance``.) What the outputs were compared with.
     tolerance : numpy.ndarray
         M x N float64: each output's tolerance.
+    zero_would_pass : int
+        (Keyword-only.) How many outputs with a nonzero reference have a tolerance of at least
+        ``|reference|``, where an output of 0 (or a sign-flipped one, up to twice as large) would
+        agree too: there the bound, rigorous for the worst case, cannot tell a dropped output. Large
+        K with cancelling signs gets there: S grows as K, the reference as sqrt(K). `head` names them.
     """
 
     title: str
@@ -556,6 +561,7 @@ class MatmulReport:
     hints: list[str] = field(default_factory=list)
     reference: MatmulReference = field(kw_only=True)  # (always given: keyword-only, after the defaults)
     tolerance: np.ndarray = field(kw_only=True)
+    zero_would_pass: int = field(default=0, kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -565,8 +571,10 @@ class MatmulReport:
         """The first line: the GEMM, the options, the count and the classes."""
         classes = ", ".join(f"{kind} {n}" for kind, n in self.by_class.items() if n)
         options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+        loose = (f"; at {self.zero_would_pass} of the {self.total} the tolerance reaches |reference| (0 would "
+                 f"agree there)" if self.zero_would_pass else "")
         return (f"{self.title} ({options}): {self.count} of {self.total} outputs beyond tolerance"
-                + (f" [{classes}]" if classes else ""))
+                + (f" [{classes}]" if classes else "") + loose)
 
     def __str__(self) -> str:
         if self.ok:
@@ -634,7 +642,10 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     overflow threshold (max plus half a spacing). The classes of the others, first match wins:
     ``overflow`` (the reference is beyond the output's range and the kernel did not give that Inf,
     or the kernel gave an Inf near it of the other sign), ``NaN/Inf`` (the reference or the output
-    is NaN or Inf, otherwise), ``sign`` (the output is the negated reference), ``other``.
+    is NaN or Inf, otherwise), ``sign`` (the output is the negated reference), ``other``. Where a
+    tolerance reaches ``|reference|`` (a large K whose signs cancel; a narrow accumulator) an output
+    of 0 would agree as well: the report counts those outputs (``zero_would_pass``) and its first
+    line names them, since the bound cannot check them.
 
     Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
     ``2**26`` and something disagrees): the output matches the product with a scale array applied
@@ -700,6 +711,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     tolerance = _tolerance(reference, inner, model, output, carried)
     kinds = _judge(got, reference.value, tolerance, output)
     where = np.flatnonzero(kinds.reshape(-1) != _AGREE)
+    zeros_agree = _judge(np.zeros_like(got), reference.value, tolerance, output) == _AGREE
+    zero_would_pass = int(np.count_nonzero(zeros_agree & (reference.value != 0)))
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs(got - reference.value)
         ratio = np.where(np.isfinite(got) & np.isfinite(reference.value), _tolerance_ratio(error, tolerance), np.inf)
@@ -724,7 +737,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
                         int(rows * columns), int(where.size),
                         {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)},
                         [row_of(flat) for flat in where[:max_rows]], worst, hints, reference=reference,
-                        tolerance=tolerance)
+                        tolerance=tolerance, zero_would_pass=zero_would_pass)
 
 
 def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike,

@@ -322,6 +322,30 @@ def test_fourteen_bit_accumulator_fails_float32_and_passes_as_declared():
         gemm.assert_matmul_close(out, **p)
 
 
+def test_outputs_an_output_of_zero_would_pass_are_counted_and_named():
+    """Found in a review: where a worst-case bound reaches |reference| (signs cancel: S grows as K,
+    the reference as sqrt(K)), an output of zeros, or the negated product, passed without a word;
+    bfloat16 accumulation over K = 100 passed them at every output. The report counts those
+    outputs and its first line names them; where the bound is tighter it says nothing."""
+    rng = np.random.default_rng(0)
+    for inner, accumulator in ((100, "bfloat16"), (64, "bfloat16"), (2**14, "float32"), (512, "float32")):
+        a = codec.encode(rng.standard_normal((4, inner)), "E4M3")
+        b = codec.encode(rng.standard_normal((inner, 4)), "E4M3")
+        options = dict(a_scales=1.0, b_scales=1.0, a_format="E4M3", b_format="E4M3", accumulator=accumulator)
+        exact = gemm.reference_matmul(a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3").value
+        for actual in (np.zeros((4, 4), np.float32), exact.astype(np.float32), (-exact).astype(np.float32)):
+            report = gemm.compare_matmul(actual, a, b_codes=b, **options)
+            loose = (np.abs(exact) <= report.tolerance) & (exact != 0)  # (by hand: 0 lies within tolerance)
+            assert report.zero_would_pass == np.count_nonzero(loose)
+            assert report.count == np.count_nonzero(np.abs(actual - exact) > report.tolerance)  # (all finite)
+            clause = f"; at {report.zero_would_pass} of the 16 the tolerance reaches |reference| (0 would agree there)"
+            assert report.head().endswith(clause) == bool(loose.any()) and (clause in str(report)) == bool(loose.any())
+        if inner == 100:
+            assert loose.all()  # (every output: this declaration checks nothing)
+        if inner == 512:
+            assert not loose.any()
+
+
 def test_an_accumulator_with_no_useful_bound_is_refused():
     """gamma_(K+3)(2**-8) is Inf for K >= 253 and above 1 from K = 126 on: a bfloat16 accumulator
     over that many products bounds nothing, so every output passed, garbage and zeros included (a
