@@ -503,6 +503,9 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
 
 def _runs(parser, config: TrainConfig) -> list[Run]:
     recipes = [name.strip() for name in config.recipe.split(",")]
+    if "" in recipes:
+        parser.error(f"--recipe {config.recipe!r} has an empty entry: list recipes separated by commas, e.g. "
+                     f"fp32,fp8,unit")
     unknown = [name for name in recipes if name not in fp8.RECIPES]
     if unknown:
         parser.error(f"unknown recipe {', '.join(map(repr, unknown))}; choose from {', '.join(fp8.RECIPES)}")
@@ -517,6 +520,9 @@ def _runs(parser, config: TrainConfig) -> list[Run]:
         runs.append(Run(recipe, family, _loss_scale(parser.error, config.loss_scale),
                         fp8_grads=config.fp8_grads or config.fp8_allreduce > 0, fp8_optimizer=config.fp8_optimizer,
                         workers=max(config.fp8_allreduce, 1)))
+    if {("fp8", "unit"), ("unit", "unit")} <= {(run.recipe, run.family) for run in runs}:
+        parser.error("--recipe lists fp8 and unit, which under --family unit are the same run: naive FP8 casts of "
+                     "the unit-scaled model; list one of them")
     return runs
 
 
@@ -539,6 +545,11 @@ def _loss_scale(fail: Callable[[str], NoReturn], text: str) -> str:
     except (TypeError, ValueError):
         value = math.nan
     smallest, largest = _SMALLEST_LOSS_SCALE, float(scaling.FLOAT32_MAX)  # (compared in float64)
+    if math.isfinite(value) and not smallest <= value <= largest:
+        with np.errstate(over="ignore", under="ignore"):
+            rounded = float(np.float32(value))
+        if rounded in (smallest, largest):  # (the usual spellings: 3.4028235e38, C's 1.17549435e-38)
+            value = rounded
     if not (math.isfinite(value) and smallest <= value <= largest):
         fail(f"--loss-scale must be none, dynamic or a number that float32 holds as a normal number "
              f"(2^-126 = {smallest!r} to FLT_MAX = {largest!r}), got {text!r}")
@@ -657,6 +668,9 @@ def _check_uncast_modules(fail: Callable[[str], NoReturn], config: TrainConfig, 
     family (the module names depend on the family and the layers only)."""
     if config.fp32_modules is None:
         return
+    if "" in _fp32_patterns(config):
+        fail(f"--fp32-modules {config.fp32_modules!r} has an empty entry: list module names or patterns separated "
+             f"by commas, e.g. lm_head,*.mlp.*")
     first_cast = {run.family: run.recipe for run in reversed(runs) if run.recipe != "fp32"}
     for family, recipe in sorted(first_cast.items()):
         shape = GPTConfig(vocab_size=2, block_size=1, n_layer=config.n_layer, n_head=1, n_embd=1, family=family)
@@ -1528,6 +1542,10 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
         figures = "loss.png or scales.png" if config.track_scales else "loss.png"
         print_fn(f"wrote {out / 'metrics.json'} (no {figures}: pip install matplotlib to get the "
                  f"figure{'s' if config.track_scales else ''})")
+        return
+    except Exception as error:  # (a matplotlib that fails, e.g. MPLBACKEND=bogus: the results stand, exit 0)
+        print_fn(f"wrote {out / 'metrics.json'} (no loss.png: matplotlib failed to draw it: "
+                 f"{type(error).__name__}: {error})")
         return
     figure.savefig(out / "loss.png", dpi=120)
     written = [out / "metrics.json", out / "loss.png"]

@@ -384,6 +384,24 @@ def test_center_lm_head_keeps_the_mean_row_at_zero_and_resumes_bit_exactly(tmp_p
             assert metrics(parts)["runs"][label][key] == run[key], (label, key)
 
 
+def test_a_matplotlib_that_fails_to_draw_leaves_the_results_and_exit_status(tmp_path, capsys, monkeypatch):
+    """Found in a review: MPLBACKEND=bogus made matplotlib raise a ValueError after training, which
+    ended the command in a traceback with exit status 1 (a diverged run's) and without the results
+    file of an experiment. The figure is skipped with one line saying why; the rest is written."""
+    pytest.importorskip("matplotlib")
+    from minifp8 import plots
+
+    def failing(*args, **kwargs):
+        raise ValueError("Key backend: 'bogus' is not a valid value for backend")
+
+    monkeypatch.setattr(plots, "training_curves", failing)
+    status, printed, err = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(tmp_path / "run"))
+    assert status == 0 and err == ""
+    assert printed.endswith(f"wrote {tmp_path / 'run' / 'metrics.json'} (no loss.png: matplotlib failed to draw it: "
+                            f"ValueError: Key backend: 'bogus' is not a valid value for backend)\n")
+    assert metrics(tmp_path / "run")["runs"]["fp32"]["final"] and not (tmp_path / "run" / "loss.png").exists()
+
+
 def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path, capsys):
     """--track-scales records the scales of the model's tracked tensors and their gradients at every
     progress line's step, in both families, and trains to the same bits as a run without it. They
@@ -1021,8 +1039,19 @@ def test_durations_round_before_splitting_minutes(seconds, text):
      "--loss-scale dynamic finds an overflow by the Inf an overflowing gradient cast gives, but "
      "--saturate-gradients auto clamps it for current, delayed and blockwise (as TransformerEngine does), so the "
      "factor would grow unchecked (delayed + loss scale dynamic); use --saturate-gradients no"),
-    (["--loss-scale", "3.4028235e38"], "(2^-126 = 1.1754943508222875e-38 to FLT_MAX = 3.4028234663852886e+38), "
-                                       "got '3.4028235e38'"),
+    # found in a review: an empty entry was an unknown recipe '' or matched no module ''
+    (["--recipe", ","], "--recipe ',' has an empty entry: list recipes separated by commas, e.g. fp32,fp8,unit"),
+    (["--recipe", "fp8,,unit"], "--recipe 'fp8,,unit' has an empty entry"),
+    (["--fp32-modules", "lm_head,"], "--fp32-modules 'lm_head,' has an empty entry: list module names or patterns"),
+    (["--fp32-modules", " , *.mlp.*"], "--fp32-modules ' , *.mlp.*' has an empty entry"),
+    # and under --family unit, fp8 and unit trained the same run twice, under two labels
+    (["--recipe", "fp32,unit,fp8", "--family", "unit"],
+     "--recipe lists fp8 and unit, which under --family unit are the same run: naive FP8 casts of the unit-scaled "
+     "model; list one of them"),
+    # (3.4028235e38, NumPy's spelling of FLT_MAX, is taken as FLT_MAX; the next float32 is beyond it)
+    (["--loss-scale", "3.4028236e38"], "(2^-126 = 1.1754943508222875e-38 to FLT_MAX = 3.4028234663852886e+38), "
+                                       "got '3.4028236e38'"),
+    (["--loss-scale", "1.1754942e-38"], "got '1.1754942e-38'"),  # (float32 rounds it to a subnormal)
     (["--recipe", "unit,fp32", "--family", "unit", "--grad-clip", "0.5"],
      "--grad-clip 0.5 clips the standard model's gradient norm, but every run is unit-scaled"),
     (["--recipe", "fp32", "--family", "unit", "--fp32-lm-head"],
@@ -1037,7 +1066,7 @@ def test_durations_round_before_splitting_minutes(seconds, text):
      "blocks.0.mlp.linear_1, blocks.0.mlp.linear_2, lm_head (see -h)"),
     (["--recipe", "current", "--n-layer", "3", "--fp32-modules", "blocks.3.*"],
      "in the standard model: exclude matches no module with a gemm or an attention core: 'blocks.3.*'"),
-    (["--recipe", "delayed", "--fp32-modules", ""], "exclude matches no module with a gemm or an attention core: ''"),
+    (["--recipe", "delayed", "--fp32-modules", ""], "--fp32-modules '' has an empty entry"),
     (["--recipe", "current", "--fp32-modules", "lm_head:x_t"],
      "--fp32-modules lm_head:x_t in the standard model: exclude entry 'lm_head:x_t' names the tensor 'x_t'; after "
      "':' comes x, w, grad, fprop, dgrad or wgrad (a gemm's tensors and GEMMs) or q, k, v or grad (an attention "
@@ -1307,6 +1336,12 @@ def test_loss_scale_labels_are_short_and_exact():
                         ("123456789012345", "123456789012345"), ("1e-30", "1e-30")]:
         run = parse_args(["--recipe", "fp8", "--loss-scale", text])[1][0]
         assert (run.loss_scale, float(run.loss_scale)) == (label, float(text))
+    # found in a review: the printed spellings of float32's bounds were refused, as just beyond them;
+    # they read as the bounds themselves (what float32 rounds them to)
+    for text, bound in [("3.4028235e+38", np.finfo(np.float32).max), ("3.40282347e+38", np.finfo(np.float32).max),
+                        ("1.17549435e-38", np.finfo(np.float32).tiny)]:
+        run = parse_args(["--recipe", "fp8", "--loss-scale", text])[1][0]
+        assert float(run.loss_scale) == float(bound) and run.loss_scale == repr(float(bound))
 
 
 def test_loss_scaler():
