@@ -278,12 +278,19 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
     bias = None if bias is None else _floating(bias, "layer_norm", "bias")
     _non_negative(eps, "layer_norm", "eps")  # (an infinite eps would zero every output)
     x2 = x.data.reshape(-1, features)
-    xhat = x2 - x2.mean(axis=1, keepdims=True)
-    var = np.einsum("ij,ij->i", xhat, xhat)[:, None]
+    with np.errstate(over="ignore"):  # (a finite row whose mean or squares overflow: redone below)
+        xhat = x2 - x2.mean(axis=1, keepdims=True)
+        var = np.einsum("ij,ij->i", xhat, xhat)[:, None]
     var /= features
     var += eps
     rstd = 1.0 / np.sqrt(var)
-    xhat *= rstd
+    huge = np.isinf(var) & np.isfinite(x2).all(axis=1, keepdims=True)
+    if huge.any():  # (their variance came out Inf, and every output 0: found in a review)
+        rows = huge[:, 0]
+        xhat[rows], rstd[rows] = _normalized_huge_rows(x2[rows], eps)
+        np.multiply(xhat, rstd, out=xhat, where=~huge)
+    else:
+        xhat *= rstd
     out = xhat * weight.data if weight is not None else xhat.copy()
     if bias is not None:
         out += bias.data
@@ -310,6 +317,18 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
 
     parents = (x,) + tuple(p for p in (weight, bias) if p is not None)
     return make_op(out, parents, backward, "layer_norm")
+
+
+def _normalized_huge_rows(rows: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """`layer_norm`'s ``xhat`` and ``rstd`` of finite rows whose mean or sum of squares overflows
+    (magnitudes near sqrt(FLT_MAX) = 1.8e19 and up): computed on the rows divided by their largest
+    magnitude, then scaled back, ``rstd = 1 / (m * sqrt(var(x / m) + eps / m**2))``."""
+    largest = np.max(np.abs(rows), axis=1, keepdims=True)  # (> 1e18: the squares overflowed)
+    with np.errstate(under="ignore"):  # (small entries over m, eps / m**2 and 1 / m may leave the normals)
+        scaled = rows / largest
+        scaled -= scaled.mean(axis=1, keepdims=True)
+        local = 1.0 / np.sqrt(np.mean(scaled * scaled, axis=1, keepdims=True) + (eps / largest) / largest)
+        return scaled * local, local / largest
 
 
 # ---- lookups and losses ------------------------------------------------------------------------

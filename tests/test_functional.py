@@ -309,6 +309,32 @@ def test_layer_norm_constant_row_is_finite():
     np.testing.assert_array_equal(out.data, np.tile(np.arange(4.0), (2, 1)))
 
 
+def test_layer_norm_of_rows_whose_squares_overflow_float32():
+    """Found in a review: a float32 row of magnitudes near 2e19 (D = 4, or a std of 3e17 over 4096
+    features) had an Inf variance, and layer_norm returned zeros, output and gradient, with no
+    warning even under np.errstate(all="raise"); a row whose mean overflows gave NaN. Such rows now
+    agree with the float64 reference (math.fsum), their gradient with the float64 path's, and the
+    other rows of the batch keep their bits."""
+    rng = np.random.default_rng(0)
+    wide = (rng.standard_normal((1, 4096)) * 3e17).astype(np.float32)
+    ordinary = rng.standard_normal((2, 4096)).astype(np.float32)
+    for rows in (np.array([[2e19, -2e19, 1e19, 0.0]], np.float32), np.array([[3e38, 3e38, 0, 0]], np.float32),
+                 np.array([[3.4e38, -3.4e38, 1, 2], [1, 2, 3, 5]], np.float32), np.concatenate([ordinary, wide])):
+        x = Tensor(rows, requires_grad=True)
+        g = rng.standard_normal(rows.shape).astype(np.float32)
+        with np.errstate(all="raise"):
+            out = F.layer_norm(x)
+            out.backward(g)
+        expected = layer_norm_reference(rows.astype(np.float64), 1.0, 0.0, 1e-5)
+        np.testing.assert_allclose(out.data, expected, rtol=2e-6, atol=1e-6)
+        x64 = Tensor(rows.astype(np.float64), requires_grad=True)
+        F.layer_norm(x64).backward(g.astype(np.float64))
+        np.testing.assert_allclose(x.grad, x64.grad, rtol=1e-5, atol=1e-45)
+        assert np.abs(x.grad).max() > 0
+    alone = F.layer_norm(Tensor(ordinary)).data
+    np.testing.assert_array_equal(F.layer_norm(Tensor(np.concatenate([ordinary, wide]))).data[:2], alone)
+
+
 def test_layer_norm_bad_shapes_raise():
     with pytest.raises(ValueError, match=r"weight must have shape \(4,\)"):
         F.layer_norm(Tensor(np.ones((2, 4))), Tensor(np.ones(3)))
