@@ -476,6 +476,10 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
     checks still resumes."""
     which = (f"the runs of --experiment {config.experiment}" if config.experiment is not None
              else f"runs: {','.join(run.label for run in runs)}")
+    if config.min_lr_ratio != TrainConfig.min_lr_ratio and config.steps - _warmup_steps(config) < 2:
+        fail(f"--min-lr-ratio {config.min_lr_ratio:g} sets where the cosine decay ends, but with --steps "
+             f"{config.steps} and --warmup-steps {config.warmup_steps} no step decays (the warmup, cut to --steps, "
+             f"ends at the peak); lower --warmup-steps or raise --steps")
     if config.loss_scale_interval != TrainConfig.loss_scale_interval and all(run.loss_scale != "dynamic"
                                                                             for run in runs):
         fail(f"--loss-scale-interval {config.loss_scale_interval} sets when dynamic loss scaling doubles its "

@@ -1039,7 +1039,13 @@ def test_durations_round_before_splitting_minutes(seconds, text):
      "--loss-scale dynamic finds an overflow by the Inf an overflowing gradient cast gives, but "
      "--saturate-gradients auto clamps it for current, delayed and blockwise (as TransformerEngine does), so the "
      "factor would grow unchecked (delayed + loss scale dynamic); use --saturate-gradients no"),
-    # found in a review: an empty entry was an unknown recipe '' or matched no module ''
+    # found in a review: where every step is warmup (the last one at the peak: its cosine is at 0), the
+    # learning rate never decays, and --min-lr-ratio changed no bit
+    (["--steps", "20", "--min-lr-ratio", "0.5"],
+     "--min-lr-ratio 0.5 sets where the cosine decay ends, but with --steps 20 and --warmup-steps 50 no step decays "
+     "(the warmup, cut to --steps, ends at the peak); lower --warmup-steps or raise --steps"),
+    (["--steps", "51", "--min-lr-ratio", "0"], "with --steps 51 and --warmup-steps 50 no step decays"),
+    # an empty entry was an unknown recipe '' or matched no module ''
     (["--recipe", ","], "--recipe ',' has an empty entry: list recipes separated by commas, e.g. fp32,fp8,unit"),
     (["--recipe", "fp8,,unit"], "--recipe 'fp8,,unit' has an empty entry"),
     (["--fp32-modules", "lm_head,"], "--fp32-modules 'lm_head,' has an empty entry: list module names or patterns"),
