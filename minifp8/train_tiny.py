@@ -111,9 +111,10 @@ Outputs (``--out DIR``)
 * ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (the
   corpus' entropy rate, with whole lines of context) and ``window_loss_floor`` (the floor of the
   loss this run reports, over ``--block-size`` windows: `minifp8.data.Dataset.window_loss_floor`;
-  both null but for the arithmetic corpus), the ``environment`` the runs started in (NumPy's version and the
-  BLAS kernels, `blas_kernels`: the same seed trains to the same bits only under the same kernels,
-  and uninterrupted and resumed runs compare only there; ``continued_in``, the last session's,
+  both null but for the arithmetic corpus), the ``environment`` the runs started in (NumPy's version, the
+  BLAS kernels, `blas_kernels`, and threads, `blas_threads`: the same seed trains to the same bits
+  only under the same kernels (under the Haswell ones, on as many threads), and uninterrupted
+  and resumed runs compare only there; ``continued_in``, the last session's,
   where a ``--resume`` ran under another) and ``runs``, by label, each with its
   ``recipe``, ``family``, ``loss_scale_mode``, ``lr`` and ``warmup_steps`` (the peak learning rate
   it used, ``--lr`` or its family's default, and its warmup, cut to ``--steps``), ``parameters``,
@@ -1532,7 +1533,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
     now = environment()
     document = {"config": asdict(config), "data": dataset.name, "loss_floor": dataset.loss_floor,
                 "window_loss_floor": dataset.window_loss_floor(config.block_size), "environment": started_in or now}
-    if started_in is not None and started_in != now:
+    if started_in is not None and _environment_changed(started_in, now):
         document["continued_in"] = now
     document["runs"] = {run.label: results[run.label] for run in runs if run.label in results}
     _write_text(out / "metrics.json", _strict_json(document))
@@ -1687,17 +1688,10 @@ def _tune_malloc() -> None:
 
 
 @functools.cache  # (the kernels stay those OpenBLAS picked when it loaded)
-def blas_kernels() -> str | None:
-    """The CPU kernels OpenBLAS chose for NumPy's GEMMs (``SkylakeX``, ``Haswell``, ...), or None
-    where that cannot be told (another BLAS, or no ``/proc/self/maps``: not Linux).
-
-    They decide the order of a GEMM's sums, so one seed trains to other losses under other kernels:
-    the committed results were made under ``Haswell`` (AVX2) kernels, and an AVX-512 machine picks
-    ``SkylakeX`` ones. OpenBLAS takes the kernels named by ``OPENBLAS_CORETYPE`` when the variable
-    is set before NumPy loads it (README, "Results and BLAS kernels"). Best effort: the library is
-    found among those this process mapped, and asked through ``openblas_get_corename`` (NumPy's
-    wheels prefix and suffix the name).
-    """
+def _openblas() -> tuple[ctypes.CDLL, str, str] | None:
+    """The OpenBLAS library NumPy's GEMMs run in, and the prefix and suffix of its symbols (NumPy's
+    wheels name them ``scipy_openblas_..._64_``), or None where it cannot be found (another BLAS, or
+    no ``/proc/self/maps``: not Linux). Best effort: among the libraries this process mapped."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "openblas" in line.lower()}
@@ -1708,26 +1702,66 @@ def blas_kernels() -> str | None:
             library = ctypes.CDLL(path)
         except OSError:
             continue
-        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
-                     "openblas_get_corename"):
-            function = getattr(library, name, None)
-            if function is not None:
-                function.restype = ctypes.c_char_p
-                corename = function()
-                return corename.decode("ascii", "replace") if corename else None
+        for prefix, suffix in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", "")):
+            if getattr(library, f"{prefix}openblas_get_corename{suffix}", None) is not None:
+                return library, prefix, suffix
     return None
 
 
+def blas_kernels() -> str | None:
+    """The CPU kernels OpenBLAS chose for NumPy's GEMMs (``SkylakeX``, ``Haswell``, ...), or None
+    where that cannot be told (another BLAS, or no ``/proc/self/maps``: not Linux).
+
+    They decide the order of a GEMM's sums, so one seed trains to other losses under other kernels:
+    the committed results were made under ``Haswell`` (AVX2) kernels, and an AVX-512 machine picks
+    ``SkylakeX`` ones. OpenBLAS takes the kernels named by ``OPENBLAS_CORETYPE`` when the variable
+    is set before NumPy loads it (README, "Results and BLAS kernels"). Asked through
+    ``openblas_get_corename`` (`_openblas`).
+    """
+    found = _openblas()
+    if found is None:
+        return None
+    library, prefix, suffix = found
+    function = getattr(library, f"{prefix}openblas_get_corename{suffix}")
+    function.restype = ctypes.c_char_p
+    corename = function()
+    return corename.decode("ascii", "replace") if corename else None
+
+
+def blas_threads() -> int | None:
+    """The number of threads OpenBLAS runs NumPy's GEMMs on (``OPENBLAS_NUM_THREADS``, capped at the
+    cores it finds), or None where that cannot be told (`_openblas`). Under the ``Haswell`` kernels it
+    changes a GEMM's last bits (README, "Results and BLAS kernels")."""
+    found = _openblas()
+    if found is None:
+        return None
+    library, prefix, suffix = found
+    function = getattr(library, f"{prefix}openblas_get_num_threads{suffix}", None)
+    if function is None:
+        return None
+    function.restype = ctypes.c_int
+    return int(function())
+
+
 def environment() -> dict:
-    """What decides a run's last bits besides the code and the seed: NumPy's version and the BLAS
-    kernels (`blas_kernels`), as ``metrics.json`` records them."""
-    return {"numpy": np.__version__, "blas_kernels": blas_kernels()}
+    """What decides a run's last bits besides the code and the seed: NumPy's version, the BLAS
+    kernels (`blas_kernels`) and the number of BLAS threads (`blas_threads`), as ``metrics.json``
+    records them."""
+    return {"numpy": np.__version__, "blas_kernels": blas_kernels(), "blas_threads": blas_threads()}
 
 
 def environment_line(info: dict) -> str:
-    """`environment` as ``numpy 2.4.6, OpenBLAS SkylakeX kernels``."""
-    kernels = info["blas_kernels"]
-    return f"numpy {info['numpy']}, " + (f"OpenBLAS {kernels} kernels" if kernels else "BLAS kernels unknown")
+    """`environment` as ``numpy 2.4.6, OpenBLAS SkylakeX kernels, 2 threads`` (the threads where
+    recorded: directories older than them record only the first two)."""
+    kernels, threads = info["blas_kernels"], info.get("blas_threads")
+    return (f"numpy {info['numpy']}, " + (f"OpenBLAS {kernels} kernels" if kernels else "BLAS kernels unknown")
+            + (f", {threads} thread{'s' * (threads != 1)}" if threads is not None else ""))
+
+
+def _environment_changed(started_in: dict, now: dict) -> bool:
+    """Whether ``now`` differs from ``started_in`` in what ``started_in`` records (a directory older
+    than `blas_threads` records no threads: its resumes are not told of a change nobody recorded)."""
+    return any(started_in[key] != now.get(key) for key in started_in)
 
 
 _JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": (type(None),)}
@@ -1788,9 +1822,12 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
     if others:
         raise ValueError(f"checkpoints/ holds {', '.join(others)}, of runs that config.json does not list")
     started_in = saved.get("environment")  # (absent in directories older than it)
-    if started_in is not None and not (isinstance(started_in, dict) and set(started_in) == {"numpy", "blas_kernels"}
-                                       and all(isinstance(v, (str, type(None))) for v in started_in.values())):
-        fail(f"environment must map numpy and blas_kernels to strings, got {started_in!r}")
+    if started_in is not None and not (
+            isinstance(started_in, dict) and set(started_in) - {"blas_threads"} == {"numpy", "blas_kernels"}
+            and all(isinstance(started_in[key], (str, type(None))) for key in ("numpy", "blas_kernels"))
+            and (started_in.get("blas_threads") is None or _is_int(started_in["blas_threads"]))):
+        fail(f"environment must map numpy and blas_kernels to strings (and blas_threads to an int), got "
+             f"{started_in!r}")
     data_sha256 = saved.get("data_sha256")  # (absent in directories older than it)
     if data_sha256 is not None and not (isinstance(data_sha256, str) and len(data_sha256) == 64
                                         and set(data_sha256) <= set("0123456789abcdef")):
@@ -1980,12 +2017,15 @@ def _main(argv: list[str] | None) -> int:
                 f"version can continue ({error})")
             return 2
         now = environment()
-        if started_in is not None and started_in != now:
-            kernels = started_in.get("blas_kernels")
+        if started_in is not None and _environment_changed(started_in, now):
+            kernels, threads = started_in.get("blas_kernels"), started_in.get("blas_threads")
+            remedies = [f"OPENBLAS_CORETYPE={kernels} picks those kernels"] if kernels and kernels != now["blas_kernels"] \
+                else []
+            if threads and threads != now["blas_threads"]:
+                remedies.append(f"OPENBLAS_NUM_THREADS={threads} those threads")
             print(f"note: --resume {resume_dir}: started with {environment_line(started_in)}, continues with "
                   f"{environment_line(now)}; the continuation may differ in its last bits from an uninterrupted "
-                  f"run" + (f" (OPENBLAS_CORETYPE={kernels} picks those kernels)"
-                            if kernels and kernels != now["blas_kernels"] else ""))
+                  f"run" + (f" ({', '.join(remedies)})" if remedies else ""))
     elif config.data is not None:  # a later --resume may run elsewhere
         config = replace(config, data=os.path.abspath(config.data))
     available = _physical_memory()

@@ -576,8 +576,50 @@ def test_resume_says_when_the_environment_changed(tmp_path, capsys):
     saved["environment"] = "SkylakeX"
     (out / "config.json").write_text(json.dumps(saved))
     status, _, err = run_main(capsys, "--resume", str(out))
-    assert status == 2 and "config.json: environment must map numpy and blas_kernels to strings, got 'SkylakeX'" in err
+    assert status == 2 and ("config.json: environment must map numpy and blas_kernels to strings (and blas_threads "
+                            "to an int), got 'SkylakeX'") in err
     assert err.count("\n") == 1
+
+
+def test_resume_says_when_the_number_of_blas_threads_changed(tmp_path, capsys):
+    """Found in a review: under the Haswell kernels the number of BLAS threads changes the last bits
+    (README, "Results and BLAS kernels"), but the environment recorded only NumPy and the kernels,
+    so a resume on other threads said nothing. It records the threads; a directory older than that
+    (no threads recorded) is told of no change."""
+    now = train_tiny.environment()
+    if now["blas_threads"] is None:
+        pytest.skip("OpenBLAS's thread count cannot be told here")
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out), "--stop-after", "6")[0] == 130
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["environment"]["blas_threads"] == now["blas_threads"] >= 1
+    other = now["blas_threads"] + 1
+    saved["environment"] = {**now, "blas_threads": other}
+    (out / "config.json").write_text(json.dumps(saved))
+    status, printed, _ = run_main(capsys, "--resume", str(out), "--stop-after", "2")
+    assert status == 130
+    assert (f"note: --resume {out}: started with {train_tiny.environment_line(saved['environment'])}, continues with "
+            f"{train_tiny.environment_line(now)}; the continuation may differ in its last bits from an uninterrupted "
+            f"run (OPENBLAS_NUM_THREADS={other} those threads)\n") in printed
+    assert f"OpenBLAS {now['blas_kernels']} kernels, {other} threads, continues" in printed
+    saved["environment"] = {"numpy": now["numpy"], "blas_kernels": now["blas_kernels"]}  # (an older directory)
+    (out / "config.json").write_text(json.dumps(saved))
+    status, printed, _ = run_main(capsys, "--resume", str(out))
+    assert status == 0 and "note:" not in printed and "continued_in" not in metrics(out)
+    for bad in ("2", 2.0, True):
+        saved["environment"] = {**now, "blas_threads": bad}
+        (out / "config.json").write_text(json.dumps(saved))
+        status, _, err = run_main(capsys, "--resume", str(out))
+        assert status == 2 and "(and blas_threads to an int)" in err
+
+
+def test_blas_threads_reads_what_openblas_was_told():
+    if train_tiny.blas_threads() is None:
+        pytest.skip("OpenBLAS's thread count cannot be told here")
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", "from minifp8.train_tiny import environment; print(environment())"],
+                            capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    assert result.stdout.strip().endswith("'blas_threads': 1}")
 
 
 def test_stop_after_counts_the_steps_of_every_run_in_the_session(tmp_path, capsys):
