@@ -861,8 +861,14 @@ def quantize_nvfp4(x: ArrayLike, *, axis: int = -1, global_amax: float | np.floa
 
 def _check_float32_number(value, name: str, positive: bool = False) -> np.float32:
     """``value`` (the argument ``name``: an amax or a scale) as a finite float32, >= 0 (> 0 if ``positive``);
-    -0.0 as +0.0 (an amax is a magnitude: NVFP4's -0.0 flipped the sign of every dequantized value)."""
+    -0.0 as +0.0 (an amax is a magnitude: NVFP4's -0.0 flipped the sign of every dequantized value).
+    A 0-d array is its number (as `minifp8.golden.load` and ``torch.Tensor.numpy()`` give one)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
     value = codec._from_ml_dtypes_scalar(value)
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a real number (int or float), got an array of shape {value.shape}: pass "
+                        f"one number (x.item() for a 1-element array)")
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} "
                         f"{value!r}")

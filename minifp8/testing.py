@@ -1061,6 +1061,25 @@ class BlockReport:
         return "\n".join(lines)
 
 
+def _scale_layout_hint(shape: tuple, x_shape: tuple, axis: int, block_size: int, is_nvfp4: bool) -> str:
+    """`compare_mx`'s words on a scales array of the wrong shape: the blocks expected, and the other
+    block sizes (powers of two, 2 to 256: MX's; NVFP4's is 16) or axes whose blocks give ``shape``."""
+    def scale_shape(along: int, size: int) -> tuple:
+        return x_shape[:along] + (-(-x_shape[along] // size),) + x_shape[along + 1:]
+
+    sizes = (block_size,) if is_nvfp4 else tuple(2**k for k in range(1, 9))
+    fits = [(along, size) for along in range(len(x_shape)) for size in sizes
+            if (along, size) != (axis, block_size) and scale_shape(along, size) == tuple(shape)]
+    hint = f" with blocks of {block_size} along axis {axis}"
+    if fits:
+        by_axis = {along: [str(size) for other, size in fits if other == along] for along, _ in fits}
+        named = [(", ".join(sizes[:-1]) + " or " if len(sizes) > 1 else "") + f"{sizes[-1]} along axis {along}"
+                 for along, sizes in by_axis.items()]
+        hint += (f"; blocks of {' or '.join(named)} give that shape: pass the backend's "
+                 + ("axis" if is_nvfp4 else "block_size and axis"))
+    return hint
+
+
 def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | FloatFormat | MXFormat, *,
                nan: str = "exact", max_rows: int = 20, **quantize_options: Any) -> BlockReport:
     """Compare a backend's block-scaled result with `minifp8.mx.quantize` (or NVFP4).
@@ -1121,7 +1140,8 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         got = _backend_array(got, name)
         if got.shape != want.shape:
             raise ValueError(f"{name} has shape {got.shape}, expected {want.shape} for x of shape {x.shape}"
-                             + (" (unpack FP4 nibbles first)" if name == "codes" else ""))
+                             + (" (unpack FP4 nibbles first)" if name == "codes" else
+                                _scale_layout_hint(got.shape, x.shape, axis, block_size, is_nvfp4)))
         if name == "codes" and not is_nvfp4 and (expected.scales == 0xFF).any():
             # the codes of a block whose expected scale is NaN are don't-care (the golden notes):
             # any byte there, as a 0 for the range check below

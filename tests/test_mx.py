@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, mx
+from minifp8 import codec, formats, mx, testing
 
 MODES = ("floor", "ceil", "even", "rceil")
 ELEMENTS = ("E4M3", "E5M2", "E3M2", "E2M3", "E2M1")
@@ -975,12 +975,19 @@ def test_quantize_block_reference_blocks_it_takes():
     (float("inf"), ValueError, "finite"),
     (True, TypeError, "real number"),
     ("6", TypeError, "real number"),
-    (np.array([6.0]), TypeError, "real number"),
+    (np.array([6.0]), TypeError, r"got an array of shape \(1,\): pass one number \(x.item\(\) for a 1-element array\)"),
+    (np.array(True), TypeError, "real number .* got bool"),
+    (np.array(np.nan, np.float32), ValueError, "finite"),
+    # found in a review: a 0-d array, as golden.load and torch's .numpy() give it, was refused
+    (np.array(6.0), None, None),
+    (np.array(6, np.int16), None, None),
 ])
 def test_bad_global_amax(global_amax, error, match):
     x = np.ones(16, np.float32)
     if error is None:
-        mx.quantize_nvfp4(x, global_amax=global_amax)
+        q = mx.quantize_nvfp4(x, global_amax=global_amax)
+        assert q.global_amax == np.float32(global_amax) and type(q.global_amax) is np.float32
+        assert testing.compare_mx(q.scales, q.codes, x, "NVFP4", global_amax=global_amax).ok
         return
     with pytest.raises(error, match=match):
         mx.quantize_nvfp4(x, global_amax=global_amax)

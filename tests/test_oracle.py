@@ -812,6 +812,30 @@ def test_compare_mx_accepts_empty_inputs(shape, axis):
     assert report.ok and report.elements.total == 0
 
 
+def test_compare_mx_names_the_block_size_or_axis_whose_scales_have_the_backends_shape():
+    """Found in a review: scales from blocks of 16, or along the other axis, got only "scales has
+    shape (4, 5), expected (4, 3)". The message names the blocks expected and the block sizes and
+    axes whose scales have the backend's shape, where some do."""
+    from minifp8 import mx
+
+    x = np.random.default_rng(0).standard_normal((4, 80)).astype(np.float32)
+    square = np.random.default_rng(1).standard_normal((32, 32)).astype(np.float32)
+    for scales, inputs, elem, message in (
+            (mx.quantize(x, "MXFP8_E4M3", block_size=16).scales, x, "MXFP8_E4M3",
+             r"scales has shape \(4, 5\), expected \(4, 3\) for x of shape \(4, 80\) with blocks of 32 along axis 1; "
+             r"blocks of 16 along axis 1 give that shape: pass the backend's block_size and axis$"),
+            (mx.quantize(square, "MXFP8_E4M3", axis=0).scales, square, "MXFP8_E4M3",
+             r"expected \(32, 1\) .* with blocks of 32 along axis 1; blocks of 32, 64, 128 or 256 along axis 0 give "
+             r"that shape"),
+            (mx.quantize_nvfp4(square, axis=0).scales, square, "NVFP4",
+             r"with blocks of 16 along axis 1; blocks of 16 along axis 0 give that shape: pass the backend's axis$"),
+            (np.zeros((4, 7), np.uint8), x, "MXFP8_E4M3",
+             r"expected \(4, 3\) for x of shape \(4, 80\) with blocks of 32 along axis 1$")):
+        codes = np.zeros(inputs.shape, np.uint8)
+        with pytest.raises(ValueError, match=message):
+            testing.compare_mx(scales, codes, inputs, elem)
+
+
 def test_compare_mx_rejects_bad_shapes_and_dtypes():
     from minifp8 import mx
 
