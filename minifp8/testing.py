@@ -10,7 +10,7 @@ Sections:
   and ``assert_mx_equal`` return None and raise ``AssertionError`` with that report's table when
   anything differs. Every mismatch is explained: the input and its bits, the expected and actual
   code and value, the distance in codes and a class (tie, near-tie, overflow, subnormal, NaN/Inf,
-  sign-of-zero). ``sweep`` and ``edge_cases`` give the inputs that find bugs.
+  sign-of-zero, sign). ``sweep`` and ``edge_cases`` give the inputs that find bugs.
 """
 from __future__ import annotations
 
@@ -297,7 +297,7 @@ def _worst(ratio: np.ndarray) -> tuple[int, ...]:
 # ================================================================================================
 # The oracle for other backends: compare a backend's codes with ours and explain every mismatch.
 # ================================================================================================
-MISMATCH_CLASSES = ("NaN/Inf", "overflow", "sign-of-zero", "subnormal", "tie", "near-tie", "other")
+MISMATCH_CLASSES = ("NaN/Inf", "overflow", "sign-of-zero", "sign", "subnormal", "tie", "near-tie", "other")
 NEAR_TIE_WINDOW = 2.0**-8  # a "near-tie" input lies within 1/256 of a quantum from a midpoint
 _SLICE_ELEMENTS = 1 << 18  # big tensors: mismatches are classified (in float64) this many at a time
 
@@ -448,11 +448,12 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
         Never raises for a mismatch: check ``report.ok``, or call `assert_codes_equal`.
         Classes: ``NaN/Inf`` (the input is NaN or Inf, or one the format maps to NaN, such as
         0 and negative numbers in E8M0), ``sign-of-zero`` (zero expected, and the other zero back,
-        or in FNUZ formats 0x80, the NaN a backend writes when it keeps the sign of -0.0),
-        ``overflow`` (|x| >= max, or either code is non-finite), ``subnormal`` (|x| below the
+        or in FNUZ formats 0x80, the NaN a backend writes when it keeps the sign of -0.0), ``sign``
+        (the expected code with its sign bit flipped, of a finite nonzero value: a lost or flipped
+        sign), ``overflow`` (|x| >= max, or either code is non-finite), ``subnormal`` (|x| below the
         smallest normal), ``tie`` (x exactly halfway between neighbours and the backend picked the
         other neighbour), ``near-tie`` (within 1/256 of a quantum from halfway, other neighbour),
-        ``other``. The first class that applies is given, in the order NaN/Inf, sign-of-zero,
+        ``other``. The first class that applies is given, in the order NaN/Inf, sign-of-zero, sign,
         flushed subnormal in a format without a zero (E8M0: NaN back for a float32 subnormal
         input, the NaN of the zero a flushing kernel made of it) or with one zero (FNUZ: 0x80 back for
         a negative subnormal input, the -0 a flushing kernel kept the sign of), overflow, flushed subnormal
@@ -888,6 +889,9 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
         # Zero expected, and a code with zero magnitude bits back: -0 for +0 (or the reverse), or
         # a backend that kept a sign FNUZ cannot spell and wrote 0x80, its NaN.
         ("sign-of-zero", (table[expected] == 0) & ((actual & ~np.uint8(fmt.sign_mask)) == 0)),
+        # The expected value negated (a finite nonzero one): a sign lost (|x| encoded) or flipped.
+        ("sign", (fmt.sign_mask != 0) & (table[expected] != 0) & np.isfinite(table[expected])
+         & (actual == (expected ^ np.uint8(fmt.sign_mask)))),
         # A format without a zero (E8M0) maps 0 to NaN: NaN back for a float32 subnormal input is a
         # backend that flushed the input to zero first (DAZ), not an overflow.
         ("subnormal", (not np.any(table == 0)) & (magnitude > 0) & (magnitude < np.finfo(np.float32).tiny)

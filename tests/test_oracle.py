@@ -78,7 +78,33 @@ def test_code_distance_counts_steps_across_zero():
     # and +0 and -0 are one point. A sign error on 1.0 is 112 steps away; -0 for +0 is 0 steps.
     x = np.array([-1.0, 0.0], np.float32)
     report = testing.compare(np.array([0x38, 0x80], np.uint8), x, "E4M3")
-    assert [(row.distance, row.kind) for row in report.mismatches] == [(112, "other"), (0, "sign-of-zero")]
+    assert [(row.distance, row.kind) for row in report.mismatches] == [(112, "sign"), (0, "sign-of-zero")]
+
+
+@pytest.mark.parametrize("name", ["E4M3", "E5M2", "E4M3FNUZ", "E2M1", "E3M2"])
+def test_a_lost_or_flipped_sign_is_classed_sign(name):
+    """Found in a review: a backend that encoded |x|, or -x, got 'other' (tutorial 8: "a real bug in
+    the rounding") at every negative input. A code that is the expected one with its sign bit
+    flipped, for a finite nonzero value, is 'sign'; a zero's other sign stays 'sign-of-zero', and
+    an overflow to the other Inf stays 'overflow' (where the format has Inf)."""
+    fmt = formats.get(name)
+    x = np.linspace(-fmt.max, fmt.max, 201).astype(np.float32)
+    expected = codec.encode(x, fmt, saturate=True)
+    for backend in (np.abs(x), -x):
+        actual = codec.encode(backend, fmt, saturate=True)
+        report = testing.compare(actual, x, fmt, saturate=True)
+        differ, nonzero = actual != expected, codec.decode(expected, fmt) != 0
+        assert report.count == np.count_nonzero(differ)
+        assert report.by_class["sign"] == np.count_nonzero(differ & nonzero) > 0
+        assert report.by_class["sign-of-zero"] == np.count_nonzero(differ & ~nonzero)  # (x rounds to 0 there)
+    if fmt.nan_style != "negative_zero":  # (FNUZ has one zero)
+        zeros = testing.compare(np.array([fmt.sign_mask], np.uint8), np.array([0.0], np.float32), fmt)
+        assert zeros.mismatches[0].kind == "sign-of-zero"
+    if fmt.has_infinity:
+        inf = testing.compare(codec.encode(np.float32(-1e30), fmt)[None], np.array([1e30], np.float32), fmt)
+        assert inf.mismatches[0].kind == "overflow"
+    off_by_one = testing.compare(codec.encode(x, fmt, saturate=True) ^ np.uint8(1), x, fmt, saturate=True)
+    assert off_by_one.by_class["sign"] == 0  # (the low bit, not the sign: no such class)
 
 
 @pytest.mark.parametrize("name", ["E4M3FNUZ", "E5M2FNUZ"])
