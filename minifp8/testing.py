@@ -1025,7 +1025,8 @@ class BlockReport:
     hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
     names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
     in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) where
-    most block scales differ, the tensor amax they imply, if it is far from the one minifp8 used;
+    most block scales differ, the tensor amax they imply, if it is far from the one minifp8 used,
+    and element codes that differ in blocks whose scale code is 0x00 (unread by dequantize);
     and, where no rule over whole blocks fits, the `compare` rule (an element cast that does not
     saturate, rounds toward zero, ...) that gives every element code in the blocks whose scale agrees.
     For NVFP4, ``tensor_scale`` gives the tensor amax and ``S_enc`` the expected scales come from: a backend that
@@ -1063,6 +1064,24 @@ class BlockReport:
             lines += ["", "elements (each input as given, then after block scaling, as the element encoder saw it):",
                       *str(self.elements).splitlines()[2:]]
         return "\n".join(lines)
+
+
+def _zero_scale_note(codes: np.ndarray, x: np.ndarray, zero_scale: np.ndarray, expected: np.ndarray,
+                     element_format: FloatFormat, rounding: str) -> str:
+    """`compare_mx`'s words on element codes that differ in MX blocks whose scale code 0x00 agrees:
+    where every one of them is x times 1 or times 2**126 cast, not times 2**127 (OCP MX section
+    5.4.1), the library behaviour that gives it (the `minifp8.mx` module docstring)."""
+    differ = zero_scale & (codes != expected)
+    if not differ.any():
+        return ""
+    for factor, who in ((1.0, "TransformerEngine's exp2f_rcp(0x00) = 1, and torchao's _to_mx_rceil"),
+                        (2.0**126, "torchao's to_mx, which clamps the float32 scale to the smallest normal")):
+        if np.array_equal(codes[zero_scale], codec.encode(x[zero_scale].astype(np.float64) * factor, element_format,
+                                                          rounding=rounding, saturate=True)):
+            return (f"in the blocks whose scale code 0x00 agrees, the element codes are x times "
+                    f"{'1' if factor == 1 else '2**126'} cast, not x times 2**127 (0x00 is 2**-127, OCP MX section "
+                    f"5.4.1): {who}")
+    return ""
 
 
 def _scale_layout_hint(shape: tuple, x_shape: tuple, axis: int, block_size: int, is_nvfp4: bool) -> str:
@@ -1108,7 +1127,10 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         element mismatches.
     **quantize_options
         ``block_size``, ``axis``, ``scale_mode``, ``rounding``, ``random_bits``, ``random_bit_count``
-        (MX) or ``axis``, ``global_amax`` (NVFP4).
+        (MX) or ``axis``, ``global_amax`` (NVFP4). NVFP4's tensor scale is not among the arrays
+        compared: pass the ``global_amax`` the backend used (by default max |x|), and compare the
+        amax or ``S_enc`` it stores with `compare` or bit for bit (a slightly wrong amax changes
+        few codes, and its dequantised values by as little).
 
     Returns
     -------
@@ -1237,6 +1259,9 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too {size} "
                         f"in those blocks" + (f" ({cause})" if cause else ""))
             notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)
+    if not is_nvfp4 and element_options.get("rounding") != "stochastic":
+        notes.append(_zero_scale_note(codes, x, same_scale & (element_scale_codes == 0), expected.codes,
+                                      element_format, element_options["rounding"]))
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
     tensor_scale = ""
@@ -1251,6 +1276,12 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         tensor_scale = (f"tensor scale: global amax {float(expected.global_amax):.9g} ({source}), "
                         f"S_enc {float(expected.encode_scale):.9g} ({rule})")
         notes.insert(0, _implied_amax_note(scales, scale_table, amax, scale_differs, expected))
+        unread = np.count_nonzero(same_scale & (element_scale_codes == 0) & (codes != expected.codes))
+        if unread:  # (an encode scale of FLT_MAX saturates every nonzero input of such a block to +-6)
+            notes.append(f"{unread} of the element codes that differ lie in blocks whose scale code is 0x00, which "
+                         f"dequantise to zeros whatever their codes: minifp8 encodes them as TransformerEngine does "
+                         f"(encode = min(1 / 0, FLT_MAX): nonzero inputs saturate to +-6); other codes there change "
+                         f"no dequantised value")
     return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report,
                        "\n".join(note for note in notes if note), tensor_scale)
 

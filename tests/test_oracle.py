@@ -838,6 +838,50 @@ def test_compare_mx_accepts_empty_inputs(shape, axis):
     assert report.ok and report.elements.total == 0
 
 
+def test_nvfp4_codes_of_a_block_with_scale_zero_are_named_as_unread():
+    """Found in a review: a backend writing zeros in a block whose scale code is 0x00 (it dequantises
+    to zeros whatever its codes) got three 'overflow' rows and no word. minifp8 keeps comparing them
+    (bit for bit with TransformerEngine), and a note says what they are; codes differing elsewhere
+    get no such note."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0], x[0, 16:20] = 1000, [1e-3, -2e-3, 0, 5e-4]
+    q = mx.quantize_nvfp4(x)
+    assert list(q.scales[0]) == [0x7E, 0x00]
+    codes = q.codes.copy()
+    codes[0, 16:] = 0
+    report = testing.compare_mx(q.scales, codes, x, "NVFP4")
+    assert report.elements.count == 3 and np.array_equal(
+        mx.NVFP4Array(codes=codes, scales=q.scales, global_amax=q.global_amax, encode_scale=q.encode_scale,
+                      axis=-1, shape=q.shape).dequantize(), q.dequantize())
+    assert ("3 of the element codes that differ lie in blocks whose scale code is 0x00, which dequantise to zeros "
+            "whatever their codes") in report.layout
+    codes = q.codes.copy()
+    codes[0, 1] ^= 1  # (a block with a nonzero scale)
+    assert "0x00" not in testing.compare_mx(q.scales, codes, x, "NVFP4").layout
+
+
+def test_mx_blocks_with_scale_zero_cast_times_one_or_two_to_the_126_are_named():
+    """Found in a review: TransformerEngine's MXFP8 cast multiplies a 0x00-scale block by 1, not
+    2**127 (the mx module docstring), and such a backend got 64 'other' rows and no hint. The note
+    names it, and torchao's to_mx (times 2**126); codes that differ elsewhere get no such note."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 32)) * 1e-37).astype(np.float32)
+    q = mx.quantize(x, "MXFP8_E4M3")
+    assert (q.scales == 0).all()
+    for factor, words in ((1.0, "times 1 cast, not x times 2**127 (0x00 is 2**-127, OCP MX section 5.4.1): "
+                                "TransformerEngine's exp2f_rcp(0x00) = 1"),
+                          (2.0**126, "times 2**126 cast, not x times 2**127 (0x00 is 2**-127, OCP MX section "
+                                     "5.4.1): torchao's to_mx")):
+        codes = codec.encode(x.astype(np.float64) * factor, "E4M3", saturate=True)
+        report = testing.compare_mx(q.scales, codes, x, "MXFP8_E4M3")
+        assert report.elements.count > 0 and words in report.layout
+    wide = np.concatenate([x, rng.standard_normal((2, 32)).astype(np.float32)])
+    q = mx.quantize(wide, "MXFP8_E4M3")
+    codes = q.codes.copy()
+    codes[2, 3] ^= 1
+    assert "0x00" not in testing.compare_mx(q.scales, codes, wide, "MXFP8_E4M3").layout
+
+
 def test_compare_mx_names_the_block_size_or_axis_whose_scales_have_the_backends_shape():
     """Found in a review: scales from blocks of 16, or along the other axis, got only "scales has
     shape (4, 5), expected (4, 3)". The message names the blocks expected and the block sizes and
