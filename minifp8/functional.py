@@ -278,14 +278,14 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
     bias = None if bias is None else _floating(bias, "layer_norm", "bias")
     _non_negative(eps, "layer_norm", "eps")  # (an infinite eps would zero every output)
     x2 = x.data.reshape(-1, features)
-    with np.errstate(over="ignore"):  # (a finite row whose mean or squares overflow: redone below)
+    with np.errstate(over="ignore", invalid="ignore"):  # (a finite row whose sums overflow: redone below)
         xhat = x2 - x2.mean(axis=1, keepdims=True)
         var = np.einsum("ij,ij->i", xhat, xhat)[:, None]
     var /= features
     var += eps
     rstd = 1.0 / np.sqrt(var)
-    huge = np.isinf(var) & np.isfinite(x2).all(axis=1, keepdims=True)
-    if huge.any():  # (their variance came out Inf, and every output 0: found in a review)
+    huge = ~np.isfinite(var) & np.isfinite(x2).all(axis=1, keepdims=True)
+    if huge.any():  # (a variance of Inf gave every output 0, a mean of Inf - Inf NaN: found in reviews)
         rows = huge[:, 0]
         xhat[rows], rstd[rows] = _normalized_huge_rows(x2[rows], eps)
         np.multiply(xhat, rstd, out=xhat, where=~huge)
@@ -324,11 +324,15 @@ def _normalized_huge_rows(rows: np.ndarray, eps: float) -> tuple[np.ndarray, np.
     (magnitudes near sqrt(FLT_MAX) = 1.8e19 and up): computed on the rows divided by their largest
     magnitude, then scaled back, ``rstd = 1 / (m * sqrt(var(x / m) + eps / m**2))``."""
     largest = np.max(np.abs(rows), axis=1, keepdims=True)  # (> 1e18: the squares overflowed)
-    with np.errstate(under="ignore"):  # (small entries over m, eps / m**2 and 1 / m may leave the normals)
+    with np.errstate(under="ignore", divide="ignore"):  # (x / m, eps / m**2 and 1 / m may leave the normals)
         scaled = rows / largest
         scaled -= scaled.mean(axis=1, keepdims=True)
-        local = 1.0 / np.sqrt(np.mean(scaled * scaled, axis=1, keepdims=True) + (eps / largest) / largest)
-        return scaled * local, local / largest
+        variance = np.mean(scaled * scaled, axis=1, keepdims=True)
+        local = 1.0 / np.sqrt(variance + (eps / largest) / largest)
+        constant = variance == 0  # (a constant row: xhat 0 and rstd 1 / sqrt(eps), as for any constant row)
+        xhat = np.multiply(scaled, local, out=np.zeros_like(scaled), where=~constant)
+        rstd = np.where(constant, 1.0 / np.sqrt(np.asarray(eps, rows.dtype)), local / largest)
+        return xhat, rstd
 
 
 # ---- lookups and losses ------------------------------------------------------------------------

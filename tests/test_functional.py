@@ -318,8 +318,13 @@ def test_layer_norm_of_rows_whose_squares_overflow_float32():
     rng = np.random.default_rng(0)
     wide = (rng.standard_normal((1, 4096)) * 3e17).astype(np.float32)
     ordinary = rng.standard_normal((2, 4096)).astype(np.float32)
+    # and (a review of that fix) rows whose pairwise sum is Inf - Inf, a NaN variance, and constant
+    # huge rows, whose scaled variance is 0
+    pairwise = (rng.standard_normal((1, 4096)) * 5e37).astype(np.float32)
     for rows in (np.array([[2e19, -2e19, 1e19, 0.0]], np.float32), np.array([[3e38, 3e38, 0, 0]], np.float32),
-                 np.array([[3.4e38, -3.4e38, 1, 2], [1, 2, 3, 5]], np.float32), np.concatenate([ordinary, wide])):
+                 np.array([[3.4e38, -3.4e38, 1, 2], [1, 2, 3, 5]], np.float32), np.concatenate([ordinary, wide]),
+                 pairwise, np.array([[3e38, 3e38, -3e38, -3e38, 0, 0, 0, 0]], np.float32),
+                 np.array([[3e38] * 8, [-2e19] * 8, [3.0] * 8], np.float32)):
         x = Tensor(rows, requires_grad=True)
         g = rng.standard_normal(rows.shape).astype(np.float32)
         with np.errstate(all="raise"):
@@ -330,7 +335,7 @@ def test_layer_norm_of_rows_whose_squares_overflow_float32():
         x64 = Tensor(rows.astype(np.float64), requires_grad=True)
         F.layer_norm(x64).backward(g.astype(np.float64))
         np.testing.assert_allclose(x.grad, x64.grad, rtol=1e-5, atol=1e-45)
-        assert np.abs(x.grad).max() > 0
+        assert np.abs(x.grad).max() > 0 and np.isfinite(out.data).all()
     alone = F.layer_norm(Tensor(ordinary)).data
     np.testing.assert_array_equal(F.layer_norm(Tensor(np.concatenate([ordinary, wide]))).data[:2], alone)
 
