@@ -22,6 +22,7 @@ Sections:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -546,9 +547,10 @@ class MatmulReport:
         M x N float64: each output's tolerance.
     zero_would_pass : int
         (Keyword-only.) How many outputs with a nonzero reference have a tolerance of at least
-        ``|reference|``, where an output of 0 (or a sign-flipped one, up to twice as large) would
-        agree too: there the bound, rigorous for the worst case, cannot tell a dropped output. Large
-        K with cancelling signs gets there: S grows as K, the reference as sqrt(K). `head` names them.
+        ``|reference|``, where an output of 0 would agree too (and the negated reference, where it
+        reaches twice ``|reference|``): there the bound, rigorous for the worst case, cannot tell a
+        dropped output. Large K with cancelling signs gets there: S grows as K, the reference as
+        sqrt(K). `head` names them; `assert_matmul_close` warns when they are most outputs.
     """
 
     title: str
@@ -745,11 +747,20 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
                         accumulator: str | int = "float32", promote_every: int | None = None,
                         output: str = "float32", max_rows: int = 20) -> None:
     """Raise ``AssertionError`` with the `MatmulReport` when an output lies beyond its tolerance
-    (the arguments are `compare_matmul`'s)."""
+    (the arguments are `compare_matmul`'s).
+
+    Warns (UserWarning) when the outputs pass but at more than half of those with a nonzero
+    reference the tolerance reaches ``|reference|`` (``MatmulReport.zero_would_pass``): an output
+    of zeros would have passed too, so the assertion checked little (a narrow accumulator, or a
+    large K whose signs cancel; a smaller K checks more).
+    """
     report = compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, a_format=a_format, b_format=b_format,
                             accumulator=accumulator, promote_every=promote_every, output=output, max_rows=max_rows)
     if not report.ok:
         raise AssertionError(str(report))
+    if 2 * report.zero_would_pass > np.count_nonzero(report.reference.value):
+        warnings.warn(f"assert_matmul_close checked little: {report.head()}; an output of zeros would pass at "
+                      f"{report.zero_would_pass} of them (test a smaller K)", stacklevel=2)
 
 
 def _output_values(actual, shape: tuple, output: str) -> np.ndarray:

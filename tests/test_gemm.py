@@ -10,6 +10,7 @@
 - Simulated buggy kernels fail, each with the diagnosis its bug calls for.
 - Bad input gets a TypeError or ValueError that names what was expected.
 """
+import warnings
 from fractions import Fraction
 from functools import lru_cache
 
@@ -344,6 +345,19 @@ def test_outputs_an_output_of_zero_would_pass_are_counted_and_named():
             assert loose.all()  # (every output: this declaration checks nothing)
         if inner == 512:
             assert not loose.any()
+        # assert_matmul_close passes those outputs, and (a review's find) warns where they are most
+        for actual in (np.zeros((4, 4), np.float32), exact.astype(np.float32)):
+            report = gemm.compare_matmul(actual, a, b_codes=b, **options)
+            if not report.ok:
+                continue
+            most = 2 * report.zero_would_pass > np.count_nonzero(exact)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                gemm.assert_matmul_close(actual, a, b_codes=b, **options)
+            assert [str(warning.message) for warning in caught] == (
+                [f"assert_matmul_close checked little: {report.head()}; an output of zeros would pass at "
+                 f"{report.zero_would_pass} of them (test a smaller K)"] if most else [])
+            assert most == (inner in (100, 64))
 
 
 def test_an_accumulator_with_no_useful_bound_is_refused():
