@@ -1067,17 +1067,22 @@ class BlockReport:
 
 
 def _zero_scale_note(codes: np.ndarray, x: np.ndarray, zero_scale: np.ndarray, expected: np.ndarray,
-                     element_format: FloatFormat, rounding: str) -> str:
+                     element_format: FloatFormat, quantize_options: dict) -> str:
     """`compare_mx`'s words on element codes that differ in MX blocks whose scale code 0x00 agrees:
     where every one of them is x times 1 or times 2**126 cast, not times 2**127 (OCP MX section
-    5.4.1), the library behaviour that gives it (the `minifp8.mx` module docstring)."""
+    5.4.1), the library behaviour that gives it (the `minifp8.mx` module docstring). ``quantize_options``:
+    `minifp8.mx.quantize`'s (the rounding, and its random bits, element by element)."""
     differ = zero_scale & (codes != expected)
     if not differ.any():
         return ""
+    rounding = quantize_options.get("rounding", "nearest_even")
+    bits = {} if rounding != "stochastic" else {
+        "random_bits": np.asarray(quantize_options["random_bits"])[zero_scale],
+        "random_bit_count": quantize_options.get("random_bit_count")}
     for factor, who in ((1.0, "TransformerEngine's exp2f_rcp(0x00) = 1, and torchao's _to_mx_rceil"),
                         (2.0**126, "torchao's to_mx, which clamps the float32 scale to the smallest normal")):
         if np.array_equal(codes[zero_scale], codec.encode(x[zero_scale].astype(np.float64) * factor, element_format,
-                                                          rounding=rounding, saturate=True)):
+                                                          rounding=rounding, saturate=True, **bits)):
             return (f"in the blocks whose scale code 0x00 agrees, the element codes are x times "
                     f"{'1' if factor == 1 else '2**126'} cast, not x times 2**127 (0x00 is 2**-127, OCP MX section "
                     f"5.4.1): {who}")
@@ -1259,9 +1264,9 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too {size} "
                         f"in those blocks" + (f" ({cause})" if cause else ""))
             notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)
-    if not is_nvfp4 and element_options.get("rounding") != "stochastic":
+    if not is_nvfp4:
         notes.append(_zero_scale_note(codes, x, same_scale & (element_scale_codes == 0), expected.codes,
-                                      element_format, element_options["rounding"]))
+                                      element_format, quantize_options))
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
     tensor_scale = ""
@@ -1280,8 +1285,8 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         if unread:  # (an encode scale of FLT_MAX saturates every nonzero input of such a block to +-6)
             notes.append(f"{unread} of the element codes that differ lie in blocks whose scale code is 0x00, which "
                          f"dequantise to zeros whatever their codes: minifp8 encodes them as TransformerEngine does "
-                         f"(encode = min(1 / 0, FLT_MAX): nonzero inputs saturate to +-6); other codes there change "
-                         f"no dequantised value")
+                         f"(encode = min(1 / 0, FLT_MAX): inputs of |x| >= 6 / FLT_MAX saturate to +-6); other codes "
+                         f"there change no dequantised value")
     return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report,
                        "\n".join(note for note in notes if note), tensor_scale)
 

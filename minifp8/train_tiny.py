@@ -1549,8 +1549,8 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
                  f"figure{'s' if config.track_scales else ''})")
         return
     except Exception as error:  # (a matplotlib that fails, e.g. MPLBACKEND=bogus: the results stand, exit 0)
-        print_fn(f"wrote {out / 'metrics.json'} (no loss.png: matplotlib failed to draw it: "
-                 f"{type(error).__name__}: {error})")
+        figures = "loss.png or scales.png" if config.track_scales else "loss.png"
+        print_fn(f"wrote {out / 'metrics.json'} (no {figures}: drawing failed: {type(error).__name__}: {error})")
         return
     figure.savefig(out / "loss.png", dpi=120)
     written = [out / "metrics.json", out / "loss.png"]

@@ -854,7 +854,8 @@ def test_nvfp4_codes_of_a_block_with_scale_zero_are_named_as_unread():
         mx.NVFP4Array(codes=codes, scales=q.scales, global_amax=q.global_amax, encode_scale=q.encode_scale,
                       axis=-1, shape=q.shape).dequantize(), q.dequantize())
     assert ("3 of the element codes that differ lie in blocks whose scale code is 0x00, which dequantise to zeros "
-            "whatever their codes") in report.layout
+            "whatever their codes: minifp8 encodes them as TransformerEngine does (encode = min(1 / 0, FLT_MAX): "
+            "inputs of |x| >= 6 / FLT_MAX saturate to +-6)") in report.layout
     codes = q.codes.copy()
     codes[0, 1] ^= 1  # (a block with a nonzero scale)
     assert "0x00" not in testing.compare_mx(q.scales, codes, x, "NVFP4").layout
@@ -875,6 +876,13 @@ def test_mx_blocks_with_scale_zero_cast_times_one_or_two_to_the_126_are_named():
         codes = codec.encode(x.astype(np.float64) * factor, "E4M3", saturate=True)
         report = testing.compare_mx(q.scales, codes, x, "MXFP8_E4M3")
         assert report.elements.count > 0 and words in report.layout
+    # stochastic rounding too, each element with its own random bits (a review of the note's first version)
+    bits = rng.integers(0, 256, size=x.shape, dtype=np.uint8)
+    options = dict(rounding="stochastic", random_bits=bits)
+    q = mx.quantize(x, "MXFP8_E4M3", **options)
+    codes = codec.encode(x.astype(np.float64), "E4M3", saturate=True, **options)
+    report = testing.compare_mx(q.scales, codes, x, "MXFP8_E4M3", **options)
+    assert report.elements.count > 0 and "x times 1 cast" in report.layout
     wide = np.concatenate([x, rng.standard_normal((2, 32)).astype(np.float32)])
     q = mx.quantize(wide, "MXFP8_E4M3")
     codes = q.codes.copy()

@@ -397,9 +397,12 @@ def test_a_matplotlib_that_fails_to_draw_leaves_the_results_and_exit_status(tmp_
     monkeypatch.setattr(plots, "training_curves", failing)
     status, printed, err = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(tmp_path / "run"))
     assert status == 0 and err == ""
-    assert printed.endswith(f"wrote {tmp_path / 'run' / 'metrics.json'} (no loss.png: matplotlib failed to draw it: "
+    assert printed.endswith(f"wrote {tmp_path / 'run' / 'metrics.json'} (no loss.png: drawing failed: "
                             f"ValueError: Key backend: 'bogus' is not a valid value for backend)\n")
     assert metrics(tmp_path / "run")["runs"]["fp32"]["final"] and not (tmp_path / "run" / "loss.png").exists()
+    status, printed, err = run_main(capsys, *TINY, "--recipe", "current", "--track-scales", "--out", str(tmp_path / "s"))
+    assert status == 0 and err == "" and "(no loss.png or scales.png: drawing failed: ValueError: " in printed
+    assert not (tmp_path / "s" / "scales.png").exists()
 
 
 def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path, capsys):
