@@ -69,8 +69,11 @@ overflowing gradient stays visible, which is what dynamic loss scaling needs to 
 ``current``, ``delayed`` and ``blockwise``, whose scaling.py functions always saturate, the
 gradient elements those clamp come out as +-Inf instead. ``mxfp8`` follows OCP MX v1.0 section
 6.3 unchanged: elements saturate inside a block (the floor scale rule makes that part of the
-format). A block holding Inf or NaN decodes to NaN (`minifp8.mx`'s rule, microxcaling's), so a
-non-finite gradient shows there too.
+format). Under the ``floor``, ``ceil`` and ``even`` scale rules a block holding Inf or NaN decodes
+to NaN (`minifp8.mx`'s rule, microxcaling's), so a non-finite gradient shows there too; under
+``scale_mode="rceil"`` (NVIDIA's conversion) an Inf gets the scale 2^127 and stays Inf, in E4M3
+forward casts too (its element saturates, and the maximum times 2^127 overflows float32), while the
+block's finite elements flush to zero (counted as underflow).
 The recipe option ``saturate_gradients=True`` gives TransformerEngine's saturating E5M2 casts
 instead. It matters most for ``delayed``: a gradient whose amax outgrows the history's by more
 than 61440/57344 (7%) overflows, where TransformerEngine clamps it; ``margin`` adds headroom.
@@ -82,9 +85,11 @@ quantized along head_dim, the contraction axis of ``dP = dO v^T``, the GEMM that
 For per-tensor recipes the axis makes no difference. A scale taken from the current tensor lets
 later tokens change earlier ones' values: under ``current`` (one amax over every token) and
 ``mxfp8`` (v's 32-token blocks along the sequence), changing the tokens from position 30 on moved
-the logits before it (by up to 0.03, at init), where the other recipes leave them exactly as they
-were. Real per-tensor and block scaling do the same; a causality test, or decoding with cached
-keys and values, sees it.
+the logits before it (by up to 0.03, at init), where the other recipes left them exactly as they
+were. ``blockwise`` can too, rarely: v's 1x128 tiles also span tokens, but its power-of-two scales
+move only the values that scale into E4M3's subnormals (a value of 2.2e-5 among 0.5s moved by a
+third when a later token became 3.0). Real per-tensor and block scaling do the same; a causality
+test, or decoding with cached keys and values, sees it.
 
 Statistics. Every cast records (`CastStats`, in ``state.points[name].stats[role]``) the amax of
 its unscaled input, the number of nonzero inputs that became zero (underflow) and the number of
