@@ -1101,8 +1101,8 @@ def _scale_layout_hint(shape: tuple, x_shape: tuple, axis: int, block_size: int,
     hint = f" with blocks of {block_size} along axis {axis}"
     if fits:
         by_axis = {along: [str(size) for other, size in fits if other == along] for along, _ in fits}
-        named = [(", ".join(sizes[:-1]) + " or " if len(sizes) > 1 else "") + f"{sizes[-1]} along axis {along}"
-                 for along, sizes in by_axis.items()]
+        named = [(", ".join(listed[:-1]) + " or " if len(listed) > 1 else "") + f"{listed[-1]} along axis {along}"
+                 for along, listed in by_axis.items()]
         hint += (f"; blocks of {' or '.join(named)} give that shape: pass the backend's "
                  + ("axis" if is_nvfp4 else "block_size and axis"))
     return hint
@@ -1282,7 +1282,7 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                         f"S_enc {float(expected.encode_scale):.9g} ({rule})")
         notes.insert(0, _implied_amax_note(scales, scale_table, amax, scale_differs, expected))
         unread = np.count_nonzero(same_scale & (element_scale_codes == 0) & (codes != expected.codes))
-        if unread:  # (an encode scale of FLT_MAX saturates every nonzero input of such a block to +-6)
+        if unread:  # (an encode scale of FLT_MAX saturates such a block's inputs of |x| >= 6 / FLT_MAX to +-6)
             notes.append(f"{unread} of the element codes that differ lie in blocks whose scale code is 0x00, which "
                          f"dequantise to zeros whatever their codes: minifp8 encodes them as TransformerEngine does "
                          f"(encode = min(1 / 0, FLT_MAX): inputs of |x| >= 6 / FLT_MAX saturate to +-6); other codes "
