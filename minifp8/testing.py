@@ -1264,9 +1264,9 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too {size} "
                         f"in those blocks" + (f" ({cause})" if cause else ""))
             notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)
+    zero_scale = same_scale & (element_scale_codes == 0)  # (elements of the blocks whose scale 0x00 agrees)
     if not is_nvfp4:
-        notes.append(_zero_scale_note(codes, x, same_scale & (element_scale_codes == 0), expected.codes,
-                                      element_format, quantize_options))
+        notes.append(_zero_scale_note(codes, x, zero_scale, expected.codes, element_format, quantize_options))
     name = "NVFP4" if is_nvfp4 else f"MX {element_format.name}/{block_size}"
     options = {key: value for key, value in quantize_options.items() if key != "random_bits"}
     tensor_scale = ""
@@ -1281,7 +1281,7 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         tensor_scale = (f"tensor scale: global amax {float(expected.global_amax):.9g} ({source}), "
                         f"S_enc {float(expected.encode_scale):.9g} ({rule})")
         notes.insert(0, _implied_amax_note(scales, scale_table, amax, scale_differs, expected))
-        unread = np.count_nonzero(same_scale & (element_scale_codes == 0) & (codes != expected.codes))
+        unread = np.count_nonzero(zero_scale & (codes != expected.codes))
         if unread:  # (an encode scale of FLT_MAX saturates such a block's inputs of |x| >= 6 / FLT_MAX to +-6)
             notes.append(f"{unread} of the element codes that differ lie in blocks whose scale code is 0x00, which "
                          f"dequantise to zeros whatever their codes: minifp8 encodes them as TransformerEngine does "

@@ -1687,7 +1687,7 @@ def _tune_malloc() -> None:
         libc.mallopt(m_trim_threshold, 1 << 30)
 
 
-@functools.cache  # (the kernels stay those OpenBLAS picked when it loaded)
+@functools.cache  # (the library, and the kernels it picked, stay those NumPy loaded: /proc/self/maps read once)
 def _openblas() -> tuple[ctypes.CDLL, str, str] | None:
     """The OpenBLAS library NumPy's GEMMs run in, and the prefix and suffix of its symbols (NumPy's
     wheels name them ``scipy_openblas_..._64_``), or None where it cannot be found (another BLAS, or
@@ -2019,8 +2019,9 @@ def _main(argv: list[str] | None) -> int:
         now = environment()
         if started_in is not None and _environment_changed(started_in, now):
             kernels, threads = started_in.get("blas_kernels"), started_in.get("blas_threads")
-            remedies = [f"OPENBLAS_CORETYPE={kernels} picks those kernels"] if kernels and kernels != now["blas_kernels"] \
-                else []
+            remedies = []
+            if kernels and kernels != now["blas_kernels"]:
+                remedies.append(f"OPENBLAS_CORETYPE={kernels} picks those kernels")
             if threads and threads != now["blas_threads"]:
                 remedies.append(f"OPENBLAS_NUM_THREADS={threads} those threads")
             print(f"note: --resume {resume_dir}: started with {environment_line(started_in)}, continues with "
