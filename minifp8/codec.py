@@ -86,7 +86,7 @@ def encode_scalar(x: int | float | Fraction | np.generic, fmt: str | FloatFormat
         it takes an int of any size, exactly: a Python int is no float64.)
     """
     fmt = get(fmt)
-    random_bit_count = _check_scalar_rounding(rounding, random_bits, random_bit_count)
+    random_bits, random_bit_count = _check_scalar_rounding(rounding, random_bits, random_bit_count)
     _check_bool(saturate, "saturate")
     value: int | float | Fraction
     if isinstance(x, np.generic):
@@ -508,13 +508,14 @@ def _check_fits(array: np.ndarray, converted: np.ndarray, name: str = "x", conse
                          f"{consequence or f'this computation works in {dtype}, where it would become Inf'}")
 
 
-def _check_scalar_rounding(rounding, random_bits, random_bit_count) -> int | None:
+def _check_scalar_rounding(rounding, random_bits, random_bit_count) -> tuple[int | None, int | None]:
     """`encode_scalar`'s rounding arguments: ``random_bits`` (one int) and ``random_bit_count`` are
-    required for, and only allowed with, ``rounding="stochastic"``. Returns the checked count."""
+    required for, and only allowed with, ``rounding="stochastic"``. Returns both as Python ints
+    (NumPy integers wrap: ``np.uint8(200) + 128`` is 72), or both None."""
     _check_rounding(rounding)
     if rounding != "stochastic":
         _check_no_random_bits(rounding, random_bits, random_bit_count)
-        return None
+        return None, None
     if random_bits is None or random_bit_count is None:
         raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
     random_bit_count = _check_random_bit_count(random_bit_count, 32)
@@ -522,7 +523,7 @@ def _check_scalar_rounding(rounding, random_bits, random_bit_count) -> int | Non
         raise TypeError(f"random_bits must be an int, got {type(random_bits).__name__} {random_bits!r}")
     if not 0 <= random_bits < 1 << random_bit_count:
         raise ValueError(f"random_bits must lie in [0, 2**{random_bit_count}), got {random_bits}")
-    return random_bit_count
+    return int(random_bits), random_bit_count
 
 
 def _check_random_bits(random_bits, random_bit_count, shape):

@@ -68,7 +68,7 @@ import numpy as np
 
 from . import formats
 from ._cli import exit_status_of, one_line
-from .codec import ROUNDING_MODES, _as_numeric_array, _floor_log2, encode_scalar
+from .codec import ROUNDING_MODES, _as_numeric_array, _check_scalar_rounding, _floor_log2, encode_scalar
 from .formats import FloatFormat
 
 __all__ = ["Explanation", "describe_code", "explain", "main"]
@@ -250,6 +250,7 @@ def explain(x: int | float | Fraction | np.generic, fmt: str | FloatFormat, *, r
         raise TypeError(f"explain takes one number, got an array of shape {x.shape} (dtype {x.dtype}): pass "
                         f"x.item() for a 0-d or 1-element array, or explain each element on its own")
     expected = encode_scalar(x, fmt, rounding, saturate, random_bits, random_bit_count)  # every input check
+    random_bits, random_bit_count = _check_scalar_rounding(rounding, random_bits, random_bit_count)  # (as ints)
     fmt = formats.get(fmt)
     number: int | float | Fraction
     if isinstance(x, np.generic):
@@ -264,8 +265,7 @@ def explain(x: int | float | Fraction | np.generic, fmt: str | FloatFormat, *, r
                            f"(rounding={rounding!r}, saturate={saturate}), but codec.encode_scalar gives "
                            f"{_hex(expected, fmt)}: a bug in one of them")
     return Explanation(fmt=fmt, x=number, input_text=_input_text(x), input_type=input_type, rounding=rounding,
-                       saturate=bool(saturate), random_bits=None if random_bits is None else int(random_bits),
-                       random_bit_count=None if random_bit_count is None else int(random_bit_count),
+                       saturate=bool(saturate), random_bits=random_bits, random_bit_count=random_bit_count,
                        value=float(fmt.values()[facts["code"]]), **facts)
 
 

@@ -212,6 +212,22 @@ def test_stochastic_rounding_adds_the_bits_to_the_position_rounded_to_k_bits():
     assert "5 + 11 = 16 >= 16: carries" in str(why)
 
 
+
+@pytest.mark.parametrize("bits_type", [np.uint8, np.uint16, np.int8, np.int64])
+def test_numpy_integer_random_bits_and_count_are_taken_as_the_ints_they_hold(bits_type):
+    """The golden files store random bits as uint8: a Python reader passes them one at a time.
+    NumPy integers wrap (np.uint8(255) + 128 is 127, 2**np.uint8(8) is 0), which once gave 0x38 for
+    1.0625 with bits 255 and "a bug in one of them" for a uint8 count. Here the same position
+    (half a spacing: 128 of 256) with every bit pattern gives the code of the Python int."""
+    count = 7 if bits_type is np.int8 else 8
+    for bits in range(1 << count):
+        for x, fmt in ((1.0625, "E4M3"), (1.1248, "E4M3"), (-2.5, "E5M2")):
+            expected = codec.encode_scalar(x, fmt, "stochastic", False, bits, count)
+            assert codec.encode_scalar(x, fmt, "stochastic", False, bits_type(bits), bits_type(count)) == expected
+    why = explain(1.0625, "E4M3", rounding="stochastic", random_bits=np.uint8(255), random_bit_count=np.uint8(8))
+    assert why.code == 0x39 and type(why.random_bits) is int and type(why.random_bit_count) is int
+    assert "128 + 255 = 383 >= 256: carries, up to 1.125" in str(why)
+
 # ---- cases derived by hand from the specs --------------------------------------------------------
 def test_hand_derived_e4m3_cases():
     # 0.3 lies in [2^-2, 2^-1): exponent field -2 + 7 = 5 (0101), spacing 2^-2 / 8 = 1/32.
