@@ -75,13 +75,14 @@ language that hides a NaN's sign must read it from the bits.
 Block files hold float32 rows blocked along the last axis, 80 elements long but for NVFP4's two cap
 tensors (4 x 32 and 1 x 32). MX (3 scales a row: blocks of 32, the last one 16 elements long and
 scaled as if zero-padded; no padding is stored), one input per element format: 24 rows of random values
-at random binades from 2^-20 to 2^20, among them an all-zero row, an outlier, float32 subnormals,
+(each row centred at a random binade from 2^-20 to 2^19, its values within 3 binades of it: 2^-23 to
+2^22), among them an all-zero row, an outlier, float32 subnormals,
 a NaN, an Inf and signed zeros; then rows built for the element format: every midpoint between
 element values, placed so that block scaling lands it exactly on the tie (at shared exponents 5
 and -127), and beside it; and blocks whose amax is 2^j, max_elem * 2^j or the "even" carry point,
 with their float32 neighbours (the scale modes' boundaries; a float32 log2 rounds the neighbours
-of 2^j to j). NVFP4 (5 scales a row: blocks of 16): one entry whose 24 rows lie at random binades
-from 2^-6 to 2^6, with an all-zero row, signed zeros and a 16x outlier; and one entry per given
+of 2^j to j). NVFP4 (5 scales a row: blocks of 16): one entry whose 24 rows are centred at random
+binades from 2^-6 to 2^5 (values from 2^-9 to 2^8), with an all-zero row, signed zeros and a 16x outlier; and one entry per given
 tensor amax (6 and 54.23361) whose block amaxes and elements lie within 2 float32 steps of E4M3
 and E2M1 rounding boundaries, where the order of float32 operations decides codes; and two small
 tensors for the note's caps: one below 2688 / FLT_MAX (S_enc is FLT_MAX) and one with a non-zero
@@ -417,8 +418,8 @@ def block_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
         The shape; at least 7 rows and 71 columns, to hold those special rows (1 to 6) and the Inf
         at column 70.
     """
-    _check_int(rows, "block_inputs: rows", 7)
-    _check_int(length, "block_inputs: length", 71)
+    rows = _check_int(rows, "block_inputs: rows", 7)
+    length = _check_int(length, "block_inputs: length", 71)
     rng = np.random.default_rng(SEED)
     x = _random_rows(rng, rows, length, -20, 20)
     x[1] = 0.0
@@ -463,7 +464,7 @@ def mx_inputs(mx_format: str | MXFormat, length: int = 80) -> np.ndarray:
         The row length, at least 71 (see `block_inputs`).
     """
     element = mx.get(mx_format).elem
-    _check_int(length, "mx_inputs: length", 71)
+    length = _check_int(length, "mx_inputs: length", 71)
     rng = np.random.default_rng(SEED + 2)
     midpoints = _midpoints(element)
     ties = (midpoints * 2.0**MX_TIE_EXPONENT).astype(np.float32)
@@ -510,9 +511,10 @@ def _boundary_rows(rng: np.random.Generator, amaxes: np.ndarray, length: int) ->
 
 
 def nvfp4_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
-    """Float32 rows for the NVFP4 file: random values at a random binade each within ``2**-6`` to
-    ``2**6``, an all-zero row, 0.0/-0.0 mixes and a row with a 16x outlier. One tensor scale serves all
-    blocks, so a wider range (the MX rows span ``2**40``) would leave most block scales at E4M3's zero.
+    """Float32 rows for the NVFP4 file: random values, each row centred at a random binade from
+    ``2**-6`` to ``2**5`` with its values within 3 binades of it (``2**-9`` to ``2**8``), an all-zero
+    row, 0.0/-0.0 mixes and a row with a 16x outlier. One tensor scale serves all blocks, so a wider
+    range (the MX rows span ``2**45``) would leave most block scales at E4M3's zero.
 
     Parameters
     ----------
@@ -520,8 +522,8 @@ def nvfp4_inputs(rows: int = 24, length: int = 80) -> np.ndarray:
         The shape; at least 7 rows and 8 columns, to hold the special rows (1, 2 and 6) and the
         outlier at column 7.
     """
-    _check_int(rows, "nvfp4_inputs: rows", 7)
-    _check_int(length, "nvfp4_inputs: length", 8)
+    rows = _check_int(rows, "nvfp4_inputs: rows", 7)
+    length = _check_int(length, "nvfp4_inputs: length", 8)
     rng = np.random.default_rng(SEED + 1)
     x = _random_rows(rng, rows, length, -6, 6)
     x[1] = 0.0
@@ -579,8 +581,8 @@ def nvfp4_boundary_inputs(global_amax: float | np.floating | np.integer, rows: i
         The shape; at least 1 row and 16 columns.
     """
     global_amax = mx._check_float32_number(global_amax, "nvfp4_boundary_inputs: global_amax", positive=True)
-    _check_int(rows, "nvfp4_boundary_inputs: rows", 1)
-    _check_int(length, "nvfp4_boundary_inputs: length", 16)
+    rows = _check_int(rows, "nvfp4_boundary_inputs: rows", 1)
+    length = _check_int(length, "nvfp4_boundary_inputs: length", 16)
     rng = np.random.default_rng(SEED + 3)
     used = 16 * (length // 16)  # the columns of whole blocks; the rest stay zero
     e4m3 = formats.E4M3.values().astype(np.float64)
@@ -696,12 +698,11 @@ _GEMM_SCALE_FORMATS = {"mx": "E8M0", "nvfp4": "E4M3"}
 
 def gemm_scale_blocks(layout: str, m: int, k: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """The blocks that one scale covers in A (M x K) and in B (K x N) under ``layout``, one of `GEMM_LAYOUTS`."""
+    if layout not in GEMM_LAYOUTS:
+        raise ValueError(f"gemm_scale_blocks: layout must be one of {', '.join(GEMM_LAYOUTS)}, got {layout!r}")
+    m, k, n = (_check_int(size, f"gemm_scale_blocks: {name}", 1) for name, size in (("m", m), ("k", k), ("n", n)))
     blocks = {"per_tensor": ((m, k), (k, n)), "rowwise": ((1, k), (k, 1)), "1x128_128x128": ((1, 128), (128, 128)),
               "mx": ((1, 32), (32, 1)), "nvfp4": ((1, 16), (16, 1))}
-    if layout not in blocks:
-        raise ValueError(f"gemm_scale_blocks: layout must be one of {', '.join(GEMM_LAYOUTS)}, got {layout!r}")
-    for name, size in (("m", m), ("k", k), ("n", n)):
-        _check_int(size, f"gemm_scale_blocks: {name}", 1)
     along_k = blocks[layout][0][1]
     if k % along_k:  # (a partial block would make minifp8.gemm read other blocks from the scales' count)
         raise ValueError(f"gemm_scale_blocks: k must be a multiple of {along_k}, the {layout} blocks along K, "
@@ -884,6 +885,12 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
             where = "the catalogue's" if known and clash is known[0] else "another listed"
             raise ValueError(f"golden.write: {fmt!r} has a name of {where} {clash!r}, whose fields differ: "
                              f"files and entries are named by the format's name; rename it")
+        folded = next((other.name for other in selected if other.name != fmt.name
+                       and other.name.casefold() == fmt.name.casefold()), None)
+        if folded is not None:
+            raise ValueError(f"golden.write: the format names {fmt.name!r} and {folded!r} differ only in case: "
+                             f"their files would be one file on a case-insensitive file system (macOS, Windows); "
+                             f"rename one")
     blocks = formats._check_bool(blocks, "golden.write: blocks")
     out = Path(out)
     try:

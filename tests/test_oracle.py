@@ -303,6 +303,24 @@ def test_golden_block_inputs_need_int_rows_and_length_that_hold_their_special_va
         with pytest.raises(ValueError, match=f"{name}: length must be >= {min_length}, got {bad}"):
             function(length=bad)
 
+
+@pytest.mark.parametrize("size_type", [np.uint8, np.uint16, np.int16])
+def test_golden_input_helpers_take_numpy_integer_sizes_as_the_ints_they_hold(size_type):
+    """Sizes were checked as ints but used as given: a uint8 length wrapped (mx_inputs' block count
+    gave an OverflowError, nvfp4_boundary_inputs a failed reshape of rows * length)."""
+    calls = [(golden.block_inputs, {"rows": 8, "length": 80}), (golden.nvfp4_inputs, {"rows": 8, "length": 80}),
+             (golden.mx_inputs, {"mx_format": "MXFP8_E4M3", "length": 80}),
+             (golden.mx_inputs, {"mx_format": "MXFP4_E2M1", "length": 72}),
+             (golden.nvfp4_boundary_inputs, {"global_amax": 6.0, "rows": 6, "length": 80})]
+    for function, options in calls:
+        typed = {name: size_type(value) if isinstance(value, int) and not isinstance(value, float) else value
+                 for name, value in options.items()}
+        np.testing.assert_array_equal(function(**typed), function(**options), err_msg=function.__name__)
+    for layout in golden.GEMM_LAYOUTS:
+        blocks = golden.gemm_scale_blocks(layout, size_type(64), size_type(128), size_type(48))
+        assert blocks == golden.gemm_scale_blocks(layout, 64, 128, 48)
+        assert all(type(size) is int for block in blocks for size in block), layout
+
 def test_the_nvfp4_golden_vector_scales_every_nonzero_block():
     """Its input used to be the MX rows (binades 2**-20 to 2**20 and a 3e6 outlier under one
     tensor scale): 70 of 120 block scales were E4M3's zero, so most blocks tested nothing."""

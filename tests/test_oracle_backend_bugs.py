@@ -619,6 +619,21 @@ def test_golden_write_refuses_a_format_name_with_letters_beyond_ascii(tmp_path):
     assert not list((tmp_path / "refused").glob("*.npz"))
 
 
+
+def test_golden_write_refuses_format_names_that_differ_only_in_case(tmp_path):
+    """Their files (codec_Tiny_float32.npz, codec_TINY_float32.npz) would be one file on macOS or
+    Windows: the second overwrote the first, whose sha256 then failed golden.load (a review's find)."""
+    from minifp8 import formats
+
+    tiny, shouting = formats.FloatFormat("Tiny", 2, 1, 1), formats.FloatFormat("TINY", 2, 1, 1)
+    with pytest.raises(ValueError, match="the format names 'TINY' and 'Tiny' differ only in case: their files would "
+                                         r"be one file on a case-insensitive file system \(macOS, Windows\)"):
+        golden.write(tmp_path / "refused", [shouting, tiny], blocks=False)
+    assert not list((tmp_path / "refused").glob("*.npz"))
+    golden.write(tmp_path / "one", [tiny, tiny], blocks=False)  # (the same format twice: its files once)
+    manifest, files = golden.load(tmp_path / "one")
+    assert {entry["format"] for entry in manifest["entries"]} == {"Tiny"} and all("Tiny" in name for name in files)
+
 def test_compare_mx_names_an_element_cast_that_does_not_saturate():
     """A review's find: compare_mx cleared the element report's hints (layout hints of a subset
     mislead), so an MX kernel whose element cast overflows to NaN instead of clamping to 448, as OCP
