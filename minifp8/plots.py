@@ -820,20 +820,26 @@ def _run_curve(losses: np.ndarray, every: int, smooth_steps: int):
     return (starts + counts / 2) * every + 0.5, means
 
 
-def _loss_axis_top(curves: dict, columns: dict) -> float | None:
-    """The top of `training_curves`' loss axis where a loss runs far above where the runs began
-    (1.25 times the highest first loss: each run's first validation loss, or its first training
-    window), else None (the axis fits the data)."""
-    firsts, highest = [], -math.inf
+def _loss_axis_limits(curves: dict, columns: dict, floors: dict[str, float | None]) -> tuple[float, float] | None:
+    """``(bottom, top)`` of `training_curves`' loss axis where a loss runs far above where the runs
+    began, else None (the axis fits the data). The top is 1.25 times the highest first loss (each
+    run's first validation loss, or its first training window); the bottom fits what lies below it,
+    the drawn floors included, with a 5% margin: matplotlib's own margin, from a loss of 1e12, would
+    leave the other curves a line along the top edge."""
+    firsts, below = [], []
+    highest = -math.inf
     for label, (_, losses) in curves.items():
         finite = [series[np.isfinite(series)] for series in (columns[label]["val"]["loss"], losses)]
         highest = max([highest, *(float(part.max()) for part in finite if part.size)])
+        below += [float(part.min()) for part in finite if part.size]
         first = next((float(part[0]) for part in finite if part.size), None)
         if first is not None:
             firsts.append(first)
     if not firsts or highest <= 1.25 * max(firsts):
         return None
-    return 1.25 * max(firsts)
+    top = 1.25 * max(firsts)
+    lowest = min([*below, *(floor for floor in floors.values() if floor is not None and math.isfinite(floor))])
+    return lowest - 0.05 * (top - lowest), top
 
 
 #: `training_curves`' title when none is given (train_tiny's loss.png adds to it).
@@ -883,7 +889,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
     looks = _run_styles({label: metrics.get("recipe") for label, metrics in runs.items()})
-    top = _loss_axis_top(curves, columns)
+    limits = _loss_axis_limits(curves, columns, loss_floor)
+    top = None if limits is None else limits[1]
     for label, metrics in runs.items():
         color, marker, style = looks[label]
         steps, losses = curves[label]
@@ -910,8 +917,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
             underflow_axis.plot(stats["step"], 100 * stats["max_underflow"], style, color=color,
                                 linewidth=1.2, marker=marker, markersize=4, markevery=marker_every, label=label)
     _draw_loss_floor(loss_axis, loss_floor)
-    if top is not None:  # (a run whose loss blew up would flatten every other curve)
-        loss_axis.set_ylim(top=top)
+    if limits is not None:  # (a run whose loss blew up would flatten every other curve)
+        loss_axis.set_ylim(*limits)
         loss_axis.text(0.01, 0.98, f"losses above {top:.2f} run off the top", transform=loss_axis.transAxes,
                        ha="left", va="top", fontsize=8, color="grey")
     loss_axis.set_ylabel("cross-entropy (nats/char)\nline: train, markers: validation")
@@ -1150,6 +1157,12 @@ def scale_curves(results: dict, tensor: str = "residual#2", statistic: str = "me
             color, marker, _ = looks[label]
             gradient_axis.plot(at[zero], np.full(zero.sum(), 2.0**low), marker, color=color, markerfacecolor="none",
                                markersize=5, clip_on=False)
+    stds = np.concatenate([curve[1] for curve in curves.values()])
+    if not (np.isfinite(stds) & (stds > 0)).any():  # (NaN, Inf or 0 throughout: a log axis has no limits)
+        value_axis.set_ylim(0.5, 2.0)
+        value_axis.autoscale(False, axis="y")
+        value_axis.text(0.5, 0.5, f"no run has a finite std > 0 of {tensor}", transform=value_axis.transAxes,
+                        ha="center", va="center", fontsize=9, color="grey")
     for axis in (value_axis, gradient_axis):
         axis.set_yscale("log", base=2)
         axis.grid(True, alpha=0.3)
@@ -1193,19 +1206,27 @@ LINE_STYLE_NAMES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot
 FP8LM_MAX_RUNS = 10 * len(LINE_STYLES)  # each its own pair of the ten colours C0-C9 and a line style
 
 
+#: `fp8lm_options`' loss panel stops at this change (+-25%) where a run's loss runs beyond it (a
+#: run that blew up; FP8-LM's options move fp8lm.json's runs by 3.2% at most).
+FP8LM_CHANGE_LIMIT = 0.25
+
+
 def fp8lm_options(results: dict) -> Figure:
     """What FP8-LM's options do to the headline config (``train_tiny --experiment fp8lm``).
 
     Top: the validation loss of every run relative to the run of the same recipe without options
     (a run that is not its recipe's name followed by options, such as ``unit fp32`` of the
-    headline results, is its own reference). With at most four recipes, one colour per
-    combination of options and one line style per recipe (for ``fp8lm.json``: solid for the
-    unit-scaled model, ``unit``, dashed for the standard model with current scaling,
-    ``current``); with more, each run its own colour and line style. Middle: the FP8 gradients
+    headline results, is its own reference). A run that diverged ends in a cross; where a change
+    runs beyond `FP8LM_CHANGE_LIMIT` (a run that blew up), the axis stops there and says so. With
+    at most four recipes, one colour per combination of options and one line style per recipe
+    (for ``fp8lm.json``: solid for the unit-scaled model, ``unit``, dashed for the standard model
+    with current scaling, ``current``); with more, each run its own colour and line style.
+    Middle: the FP8 gradients
     against the FP32 all-reduce of the same gradients, as the relative error ``||g_fp8 -
     g_fp32|| / ||g_fp32||`` at each progress line (FP8-LM section 2.1).
     Bottom: the bytes per parameter each run held for weights, master weights, gradients and both
-    Adam moments, read from its arrays (`minifp8.fp8lm.measure_memory`), against FP32 AdamW's 16.
+    Adam moments, read from its arrays (`minifp8.fp8lm.measure_memory`), against FP32 AdamW's 16:
+    the runs of the first recipe whose runs record it.
 
     Parameters
     ----------
@@ -1232,7 +1253,9 @@ def fp8lm_options(results: dict) -> Figure:
                          f"style), got {len(runs)}")
     recipes = list(dict.fromkeys(m["recipe"] for m in runs.values()))
     components = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
-    first = [(label, m) for label, m in runs.items() if m["recipe"] == recipes[0] and m.get("memory")]
+    # (the runs of the first recipe with a memory report: a document's first recipe may have none)
+    memory_recipe = next((m["recipe"] for m in runs.values() if m.get("memory")), None)
+    first = [(label, m) for label, m in runs.items() if m["recipe"] == memory_recipe and m.get("memory")]
     memory = np.zeros((len(first), len(components)))  # bytes per parameter: a row per run, a column per component
     for row, (label, m) in enumerate(first):
         _require("fp8lm_options", f"run {label!r}: memory", m["memory"], ("bytes_per_parameter",))
@@ -1256,6 +1279,8 @@ def fp8lm_options(results: dict) -> Figure:
 
     figure, (loss_axis, error_axis, memory_axis) = _new_figure(8.0, 9.0, rows=3,
                                                                gridspec_kw={"height_ratios": (2, 1.3, 1.5)})
+    drawn: list[np.ndarray] = []  # the finite changes of each run
+    crosses: list[tuple[float, float, str]] = []  # (step, change, colour) where a run diverged
     for label, metrics in runs.items():
         color, linestyle, marker = looks[label]
         style = dict(color=color, linestyle=linestyle, linewidth=1.2, marker=marker, markersize=4)
@@ -1271,12 +1296,27 @@ def fp8lm_options(results: dict) -> Figure:
         with np.errstate(divide="ignore", invalid="ignore"):
             changes = losses[compared] / np.array([alone[step] for step in steps[compared]]) - 1
         loss_axis.plot(steps[compared], changes, label=label, **style)
+        finite = np.isfinite(changes)
+        drawn.append(changes[finite])
+        if metrics.get("diverged") and finite.any():  # (a cross at its last finite change, as training_curves)
+            crosses.append((steps[compared][finite][-1], changes[finite][-1], color))
         grads = columns[label]["fp8_grads"]
         cast = ~np.isnan(grads["relative_error"])  # (None, read as NaN: nothing was cast)
         if cast.any():
             error_axis.plot(grads["step"][cast], grads["relative_error"][cast], label=label, **style)
     _percent_axis(loss_axis)
-    low, high = loss_axis.get_ylim()
+    changes = np.concatenate(drawn) if drawn else np.empty(0)
+    if changes.size and np.abs(changes).max() > FP8LM_CHANGE_LIMIT:  # (a run that blew up hides the others)
+        kept = np.clip(changes, -FP8LM_CHANGE_LIMIT, FP8LM_CHANGE_LIMIT)
+        low, high = float(kept.min()), float(kept.max())
+        low, high = low - 0.05 * (high - low), high + 0.05 * (high - low)
+        loss_axis.text(0.01, 0.02, f"changes beyond \u00b1{100 * FP8LM_CHANGE_LIMIT:g}% run off the axis",
+                       transform=loss_axis.transAxes, ha="left", va="bottom", fontsize=8, color="grey")
+    else:
+        low, high = loss_axis.get_ylim()
+    for step, change, color in crosses:
+        loss_axis.plot([step], [min(max(change, low), high)], "x", color=color, markersize=8, markeredgewidth=2,
+                       clip_on=False)
     loss_axis.set_ylim(low, high + 0.6 * (high - low))  # headroom for the legend
     loss_axis.set_ylabel("validation loss against\nthe recipe alone")
     loss_axis.set_xlabel("step")
@@ -1314,8 +1354,11 @@ def fp8lm_options(results: dict) -> Figure:
                      transform=memory_axis.get_xaxis_transform())
     memory_axis.set_yticks(np.arange(len(first)), [options[label] for label, _ in first], fontsize=8)
     memory_axis.invert_yaxis()
-    memory_axis.set_ylabel(f"options ({recipes[0]} runs)")
-    memory_axis.set_xlim(0, 19)
+    if not first:
+        memory_axis.text(0.5, 0.5, "no run records the memory it held", transform=memory_axis.transAxes,
+                         ha="center", va="center", fontsize=9, color="grey")
+    memory_axis.set_ylabel(f"options ({memory_recipe} runs)" if first else "options")
+    memory_axis.set_xlim(0, 1.15 * max([16.0, *left]))  # (room for the longest bar's label)
     memory_axis.set_xlabel("bytes per parameter held (float32 weights are the simulation's working copy)")
     memory_axis.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     return figure

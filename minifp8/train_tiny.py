@@ -1542,7 +1542,7 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
 
         note = _every_run_note(config)
         title = f"{plots.TRAINING_CURVES_TITLE}, {note}" if note else None
-        figure = plots.training_curves(document, title=title)
+        _save_figure(plots.training_curves(document, title=title), out / "loss.png")
     except ImportError:
         figures = "loss.png or scales.png" if config.track_scales else "loss.png"
         print_fn(f"wrote {out / 'metrics.json'} (no {figures}: pip install matplotlib to get the "
@@ -1552,14 +1552,25 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
         figures = "loss.png or scales.png" if config.track_scales else "loss.png"
         print_fn(f"wrote {out / 'metrics.json'} (no {figures}: drawing failed: {type(error).__name__}: {error})")
         return
-    figure.savefig(out / "loss.png", dpi=120)
     written = [out / "metrics.json", out / "loss.png"]
     if any(metrics.get("scales") for metrics in document["runs"].values()):
         last = fp8.ScaleTracker.record_name("residual", config.n_layer)  # (what the final norm reads)
-        figure = plots.scale_curves(document, tensor=last, title=f"The last block's output ({last}) and its gradient")
-        figure.savefig(out / "scales.png", dpi=120)
+        try:
+            _save_figure(plots.scale_curves(document, tensor=last,
+                                            title=f"The last block's output ({last}) and its gradient"),
+                         out / "scales.png")
+        except Exception as error:  # (the loss figure and the results stand, exit 0)
+            print_fn(f"wrote {written[0]} and {written[1]} (no scales.png: drawing failed: "
+                     f"{type(error).__name__}: {error})")
+            return
         written.append(out / "scales.png")
     print_fn(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
+
+
+def _save_figure(figure, path: Path) -> None:
+    """``figure`` as a PNG at ``path``, whole or not at all (`_replace_whole`): a figure that fails
+    while it is drawn, or a full disk, leaves no truncated file."""
+    _replace_whole(path, lambda temporary: figure.savefig(temporary, dpi=120, format="png"))
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -114,6 +114,44 @@ def test_fp8lm_options_draws_each_runs_loss_change_gradient_error_and_memory():
     assert {"16.0 B", "7.0 B"} <= {text.get_text() for text in memory_axis.texts}  # (the totals)
 
 
+
+def test_fp8lm_options_keeps_the_other_runs_visible_beside_one_that_blew_up():
+    """A review's find: one option's loss at 90x its recipe's drew the axis from -528% to +18041%,
+    and the healthy runs' 1% changes vanished; a diverged run drew no cross. The axis now stops at
+    +-25% and says so, and a diverged run ends in a cross at its last finite change, on the edge."""
+    values = lambda *losses: [{"step": 4 * i, "loss": loss} for i, loss in enumerate(losses)]
+    results = {"runs": {
+        "current": run("current", val=values(2.63, 2.5, 2.3, 2.2)),
+        "current + fp8 grads": run("current", val=values(2.63, 2.52, 2.28, 2.21)),
+        "current + fp8 optimizer O2": run("current", val=values(2.63, 18.6, 67.3, float("inf")),
+                                          diverged={"step": 12, "message": "x"})}}
+    axis = plots.fp8lm_options(results).axes[0]
+    low, high = axis.get_ylim()
+    kept = [0.0, 2.52 / 2.5 - 1, 2.28 / 2.3 - 1, 2.21 / 2.2 - 1, 0.25]  # (the blown-up run's cut at +25%)
+    span = max(kept) - min(kept)
+    assert low == pytest.approx(min(kept) - 0.05 * span)
+    assert high == pytest.approx(max(kept) + 0.05 * span + 0.6 * (1.1 * span))  # (and the legend's headroom)
+    assert any(text.get_text() == "changes beyond \u00b125% run off the axis" for text in axis.texts)
+    crosses = [line for line in axis.get_lines() if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [8]
+    assert list(crosses[0].get_ydata()) == [pytest.approx(max(kept) + 0.05 * span)]  # (on the top edge)
+    healthy = plots.fp8lm_options({"runs": dict(list(results["runs"].items())[:2])}).axes[0]
+    assert not [text for text in healthy.texts if "run off" in text.get_text()]
+
+
+def test_fp8lm_options_draws_the_memory_of_the_first_recipe_that_records_it_and_fits_its_bars():
+    """A review's find: the panel read only the first recipe's runs (empty, without a word, where
+    they had no memory report), and its axis stopped at 19 B, cutting off a 20 B bar's label."""
+    names = ("weights", "master_weights", "gradients", "first_moment", "second_moment")
+    memory = {"bytes_per_parameter": dict(zip(names, (4, 4, 4, 4, 4)))}
+    results = {"runs": {"unit": run("unit"), "current": run("current", memory=memory)}}
+    axis = plots.fp8lm_options(results).axes[2]
+    assert axis.get_ylabel() == "options (current runs)" and "20.0 B" in [text.get_text() for text in axis.texts]
+    assert axis.get_xlim() == (0, pytest.approx(1.15 * 20))
+    none = plots.fp8lm_options({"runs": {"unit": run("unit")}}).axes[2]
+    assert "no run records the memory it held" in [text.get_text() for text in none.texts]
+    assert none.get_xlim() == (0, pytest.approx(1.15 * 16))
+
 def test_fp8lm_options_draws_the_headline_runs_apart_and_labelled_as_what_they_are():
     """The headline's "unit fp32" (recipe fp32, the unit-scaled model) is no option of the fp32
     run: it was labelled "fp32" in the memory panel and compared with the standard fp32 run."""
@@ -201,6 +239,11 @@ def test_a_loss_that_blows_up_does_not_flatten_the_other_curves():
                                                            diverged={"step": 4, "message": "x"})}}
     axis = plots.training_curves(results, smooth_steps=1).axes[0]
     assert axis.get_ylim()[1] == pytest.approx(1.25 * 2.7)  # (the first validation loss)
+    # the bottom fits what lies below the top (the lowest loss, 1.9), as the top alone did not: it
+    # kept matplotlib's margin from 1e12, -5e10, and the other curves ran along the top edge
+    assert axis.get_ylim()[0] == pytest.approx(1.9 - 0.05 * (1.25 * 2.7 - 1.9))
+    floored = plots.training_curves({**results, "loss_floor": 1.2}, smooth_steps=1).axes[0]
+    assert floored.get_ylim() == pytest.approx((1.2 - 0.05 * (1.25 * 2.7 - 1.2), 1.25 * 2.7))  # (the floor shows)
     assert "losses above 3.38 run off the top" in [text.get_text() for text in axis.texts]
     crosses = [line for line in axis.get_lines() if line.get_marker() == "x"]
     assert list(crosses[0].get_ydata()) == [pytest.approx(1.25 * 2.7)]
@@ -253,6 +296,20 @@ def test_scale_curves_keeps_e5m2s_range_in_view_and_marks_zero_gradients():
     hollow = [line for line in gradient_axis.get_lines() if line.get_markerfacecolor() == "none"]
     assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [100] and list(hollow[0].get_ydata()) == [low]
 
+
+
+@pytest.mark.parametrize("std", [None, float("inf"), 0.0], ids=["NaN", "Inf", "zero"])
+def test_scale_curves_of_a_tensor_without_a_finite_positive_std_saves_and_says_so(std, tmp_path):
+    """A review's find: a run whose std was None (NaN) or Inf at every record returned a figure that
+    raised "Data cannot be log-scaled" only when saved (train_tiny's scales.png ended in a traceback)."""
+    results = {"runs": {"a": {"recipe": "fp8", "scales": [_scales(1, std, 1e-5), _scales(2, std, 1e-5)]}}}
+    figure = plots.scale_curves(results, tensor="residual")
+    figure.savefig(tmp_path / "scales.png")
+    value_axis = figure.axes[0]
+    assert value_axis.get_ylim() == (0.5, 2.0)
+    assert "no run has a finite std > 0 of residual" in [text.get_text() for text in value_axis.texts]
+    fine = plots.scale_curves({"runs": {"a": {"recipe": "fp8", "scales": [_scales(1, 1.0, 1e-5)]}}}, tensor="residual")
+    assert not fine.axes[0].texts
 
 @pytest.mark.parametrize("figure", [plots.training_curves, plots.fp8lm_options, plots.validation_curves])
 @pytest.mark.parametrize("results, error, message", [

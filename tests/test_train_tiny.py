@@ -405,6 +405,27 @@ def test_a_matplotlib_that_fails_to_draw_leaves_the_results_and_exit_status(tmp_
     assert not (tmp_path / "s" / "scales.png").exists()
 
 
+
+def test_a_scales_figure_that_fails_to_draw_leaves_loss_png_and_the_exit_status(tmp_path, capsys, monkeypatch):
+    """Found in a review: scales.png was drawn and both figures saved outside the guard, so a figure
+    that failed when saved ended the command in a traceback after training. Now one line says so;
+    loss.png and the results stand, and no partly written PNG is left behind."""
+    pytest.importorskip("matplotlib")
+    from minifp8 import plots
+
+    class Unsavable:
+        def savefig(self, path, **options):
+            Path(path).write_bytes(b"half a PNG")
+            raise ValueError("Data cannot be log-scaled because all values are <= 0.")
+
+    monkeypatch.setattr(plots, "scale_curves", lambda *args, **kwargs: Unsavable())
+    out = tmp_path / "run"
+    status, printed, err = run_main(capsys, *TINY, "--recipe", "current", "--track-scales", "--out", str(out))
+    assert status == 0 and err == ""
+    assert printed.endswith(f"wrote {out / 'metrics.json'} and {out / 'loss.png'} (no scales.png: drawing failed: "
+                            f"ValueError: Data cannot be log-scaled because all values are <= 0.)\n")
+    assert (out / "loss.png").stat().st_size > 1000 and sorted(path.name for path in out.glob("*.png*")) == ["loss.png"]
+
 def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path, capsys):
     """--track-scales records the scales of the model's tracked tensors and their gradients at every
     progress line's step, in both families, and trains to the same bits as a run without it. They
