@@ -16,7 +16,8 @@ NumPy arrays, plus a memory table:
   "Optimization Level"). Our O2 keeps float32 weights; our O3's FP16 master weights hold what
   MS-AMP O2's FP16 weights hold.
 - `memory_rows` / `measure_memory` / `format_memory_table`: bytes per parameter
-  of weights, master weights, gradients and both moments, read from the arrays actually held.
+  of weights, master weights, gradients and both moments, read from the arrays actually held (FP8
+  gradients as their store; the float32 ``p.grad`` read back from it is a working copy, see Memory).
 
 A training loop (``--fp8-grads``, ``--fp8-optimizer``, ``--fp8-allreduce N``):
 
@@ -122,7 +123,9 @@ and reads the bytes from the arrays held. In this simulation the model's weights
 arrays (the autograd engine computes in float32 with fake-quantised FP8 GEMMs), so FP16 master
 weights (O3) come *on top* of those 4 bytes; a real FP8 system keeps no float32 copy (the paper
 counts the FP16 master as the weight). `MemoryRow.persistent` is that accounting: it leaves
-out the float32 copy of the masters' values.
+out the float32 copy of the masters' values. FP8 gradients count as their codes and scale: the
+float32 ``p.grad`` that the optimizer reads back from them is a working copy of the same kind,
+not counted.
 """
 from __future__ import annotations
 
@@ -350,7 +353,8 @@ class AllReduceResult:
     fmt : FloatFormat
         The FP8 format of ``codes`` (E4M3 or E5M2).
     reference : numpy.ndarray of float32
-        The FP32 all-reduce of the same gradients: float32 sum in worker order, divided by N.
+        The FP32 all-reduce of the same gradients: float32 sum in worker order, divided by N (Inf
+        where the sum leaves float32's range, as in FP32; the FP8 ``gradient`` stays finite there).
     error_norm, reference_norm : float
         ``||gradient - reference||_2`` and ``||reference||_2`` (float64).
     nonzero_count, underflow_count : int
@@ -381,7 +385,8 @@ class AllReduceResult:
 
     @property
     def relative_error(self) -> float:
-        """``||gradient - reference|| / ||reference||`` (0 when both are zero, Inf when only the reference is)."""
+        """``||gradient - reference|| / ||reference||`` (0 when both are zero, Inf when only the reference
+        is, NaN when the reference overflowed to Inf)."""
         return _ratio(self.error_norm, self.reference_norm)
 
     @property
@@ -484,10 +489,13 @@ def _times_factor(power_of_two_scale, factor: float) -> np.float32:
 
 
 def _fp32_all_reduce(grads: list[np.ndarray]) -> np.ndarray:
-    """The FP32 all-reduce: float32 sum in worker order, then divided by N in float32."""
+    """The FP32 all-reduce: float32 sum in worker order, then divided by N in float32. A sum beyond
+    float32's range is Inf, as an FP32 all-reduce gives it, without a warning (the FP8 all-reduce,
+    scaled before it sums, stays finite there, and its relative error against Inf is NaN)."""
     total = np.array(grads[0], dtype=np.float32, copy=True)
-    for g in grads[1:]:
-        total += g
+    with np.errstate(over="ignore"):
+        for g in grads[1:]:
+            total += g
     return total / np.float32(len(grads))
 
 
@@ -1004,7 +1012,8 @@ def measure_memory(named_parameters: Iterable[tuple[str, Tensor]] | Module, opti
 
     Call it after an optimizer step and before ``zero_grad`` (so gradients and optimizer state
     exist). A parameter's gradient counts the FP8 store's codes and scale when ``gradients`` holds
-    them, else ``p.grad``.
+    them, else ``p.grad`` (which, beside an FP8 store, holds the float32 values the optimizer reads
+    back from it: this simulation's working copy, as the float32 weights are, and not counted).
 
     Parameters
     ----------

@@ -251,6 +251,17 @@ def test_the_all_reduce_of_tiny_gradients_is_their_mean(workers):
     assert 0.9 < np.median(result.gradient / result.reference) < 1.1
 
 
+
+def test_an_fp32_all_reduce_that_overflows_is_inf_without_a_warning_and_the_fp8_one_stays_finite():
+    """A review's find: two workers' 3e38 sum overflowed the float32 reference with a RuntimeWarning
+    (an error under ``-W error``). As in FP32 the reference is Inf; the FP8 mean, scaled first, is
+    3e38 to E4M3's precision, and the relative error against Inf is NaN, as documented."""
+    grads = [np.array([3e38, 1.0], np.float32)] * 2
+    result = fp8lm.fp8_all_reduce(grads)  # (pytest's filterwarnings turns a leaked warning into an error)
+    assert np.isinf(result.reference[0]) and result.reference[1] == 1.0
+    assert np.isfinite(result.gradient).all() and result.gradient[0] == pytest.approx(3e38, rel=2.0**-4)
+    assert math.isnan(result.relative_error)
+
 def test_a_worker_with_an_all_zero_gradient_sets_no_limit_on_the_shared_scale():
     """Its amax 0 gives scale mu * 1, which was the minimum (Eq. 4): the other worker's 1e-4
     gradient was cast at scale 1, all below E4M3's smallest subnormal, and the mean came out zero.
