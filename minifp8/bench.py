@@ -39,8 +39,8 @@ SECTIONS: dict[str, _Section] = {}
 
 
 class BenchError(Exception):
-    """A section that cannot finish (a results file that cannot be written); `main` prints the
-    message as one line and exits with status 2."""
+    """A section that cannot finish (a results file that cannot be written, a training run whose
+    gradients overflow); `main` prints the message as one line and exits with status 2."""
 #: ``python -m minifp8.bench train --json`` of the default config, as committed (package data).
 SPEED_RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 
@@ -332,7 +332,8 @@ def bench_train(args: argparse.Namespace) -> None:
     ``--family auto`` trains each recipe, and its fp32 partner, in the family that
     ``python -m minifp8.train_tiny --recipe R`` gives it (nanoGPT's, except for unit), instead of
     all on the default run's unit-scaled model. ``--json PATH`` writes the measurements, with the
-    ratio's median over each twentieth of the run, for ``plots.train_speed``. ``--mx-scale-mode``
+    ratio's median over each window of ``steps // 20`` steps (at least 1) from the first step (a last,
+    partial window is left out), for ``plots.train_speed``. ``--mx-scale-mode``
     sets the block scales of the mxfp8 runs (train_tiny's flag; mxfp8's target is stated for floor, and
     shown only under it).
     """
@@ -362,7 +363,8 @@ def bench_train(args: argparse.Namespace) -> None:
             optimizer.zero_grad()
             loss.backward()
             if not all(np.isfinite(p.grad).all() for p in params if p.grad is not None):
-                raise RuntimeError(f"bench train: the gradients of {recipe} overflowed at step {index + 1}")
+                raise BenchError(f"the gradients of {recipe} overflowed at step {index + 1}: its steps cannot be "
+                                 f"timed as train_tiny's (the lines above stand)")
             if clip > 0:
                 clip_grad_norm(params, clip)
             optimizer.step()
@@ -448,7 +450,8 @@ JSON_LAYOUT = """\
                  written before the flag existed, such as the committed run 22, whose were floor)
   model          {family (unit or auto), n_layer, n_embd, batch_size, block_size}
   steps          the training steps of every run
-  window_steps   the steps of each window of window_ratios: steps // 20, at least 1
+  window_steps   the steps of each window of window_ratios: steps // 20, at least 1, from
+                 the first step (a last, partial window is left out)
   fp32           {step_ms: the median fp32 step over all the pairs, tokens_per_second}
   recipes        {recipe: {family: its pair's model family, target: null where none is
                  stated, ratio: the median over the steps of its step time over its fp32
@@ -559,20 +562,24 @@ def _unwritable(path: str) -> str | None:
     created is removed again, so that a run interrupted before its end leaves no empty results
     file behind.
     """
-    existed = os.path.lexists(path)
     with contextlib.suppress(OSError):  # (a path that cannot be stat'ed is judged by the open below)
         kind = os.stat(path).st_mode
         if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # (a folder: the open names it)
             # a FIFO blocked the open until a reader came, which it then handed an empty file
             return "not a regular file (a pipe, socket or device): give a file path"
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as error:
-        return error.strerror or str(error)
-    if not existed:
-        with contextlib.suppress(OSError):
-            os.remove(path)
+    # the file, then the temporary file beside it that the results are written to first and renamed
+    # from (`train_tiny._replace_whole`): 4 characters longer, a name can be too long for it alone
+    for candidate in (path, path + ".tmp"):
+        existed = os.path.lexists(candidate)
+        try:
+            with open(candidate, "a", encoding="utf-8"):
+                pass
+        except OSError as error:
+            reason = error.strerror or str(error)
+            return reason if candidate == path else f"{reason}, for the temporary file {candidate} written first"
+        if not existed:
+            with contextlib.suppress(OSError):
+                os.remove(candidate)
     return None
 
 
@@ -588,8 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(  # one-line errors, as train_tiny's
         prog="python -m minifp8.bench",
         description="Time minifp8 against baselines measured in the same run (medians; quote the ratios).",
-        epilog=f"Sections (all of them by default):\n{sections}\n\n{JSON_LAYOUT}\n\n"
-               f"Exit status: 0 done, 2 bad flags or a --json file that cannot be written.",
+        epilog=f"Sections (all of them by default):\n{sections}\n\n{JSON_LAYOUT}\n\n" + textwrap.fill(
+            "Exit status: 0 done, 2 bad flags, a --json file that cannot be written or a section that cannot "
+            "finish (a training run whose gradients overflow), 130 Ctrl-C (the lines printed before it stand).", 100),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sections", nargs="*", metavar="SECTION",
@@ -630,7 +638,8 @@ def _summary(function) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (`build_parser`); returns the exit status: 0 done, 2 a results file that
-    cannot be written (bad flags exit with 2 through ``parser.error``)."""
+    cannot be written or a section that cannot finish (bad flags exit with 2 through
+    ``parser.error``), 130 Ctrl-C (one line; the results printed before it stand)."""
     from .fp8 import RECIPES
     from .train_tiny import TrainConfig, _bytes, _physical_memory, _tune_malloc
 
@@ -689,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
         except BenchError as error:
             print(one_line(f"{parser.prog}: error: {error}"), file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # (Ctrl-C: the lines printed so far are whole measurements)
+            print(f"{parser.prog}: interrupted in the {name} section; the lines above are complete", file=sys.stderr)
+            return 130
     return 0
 
 

@@ -141,7 +141,9 @@ def test_train_section_follows_the_path_of_train_tiny(capsys, monkeypatch, famil
     """The bench's steps are train_tiny's: the same batches, learning-rate schedule and (in the
     standard family, ``--family auto``) gradient clipping, so the same losses, bit for bit, as
     ``python -m minifp8.train_tiny --recipe R`` (its first steps). Before, the bench drew other
-    batches and trained at the peak learning rate from step 0, and did not clip."""
+    batches and trained at the peak learning rate from step 0, and did not clip. The recipe is
+    delayed, whose losses move if a step skips the FP8 state's step (current's do not: a review
+    found a bench without ``state.step()`` passed)."""
     from minifp8 import train_tiny
     from minifp8.autograd import is_grad_enabled
 
@@ -164,10 +166,10 @@ def test_train_section_follows_the_path_of_train_tiny(capsys, monkeypatch, famil
 
     monkeypatch.setattr(train_tiny, "_build", recording_build)
     losses["bench"] = True
-    assert bench.main(["--steps", "4", "--recipes", "current", "train"] + (["--family", "auto"] if family == "standard"
+    assert bench.main(["--steps", "4", "--recipes", "delayed", "train"] + (["--family", "auto"] if family == "standard"
                                                                           else [])) == 0
     del losses["bench"]
-    for recipe in ("fp32", "current"):
+    for recipe in ("fp32", "delayed"):  # (delayed: its casts read the amax history its state's step keeps)
         config, runs = train_tiny.parse_args(["--recipe", recipe, "--family", family, "--stop-after", "4"])
         with pytest.raises(train_tiny.Interrupted):
             train_tiny.train(runs[0], config, train_tiny.data_module.load_dataset(), stop_after=4,
@@ -219,20 +221,49 @@ def test_json_that_cannot_be_written_is_refused_before_the_timing(capsys):
     assert captured.err.startswith("python -m minifp8.bench: error: --json /proc/x.json: cannot write it (")
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
-def test_json_that_is_a_pipe_is_refused_before_the_timing(capsys, tmp_path):
-    """A review's find: the check opened a FIFO to append, which blocked until a reader came and then
-    handed it an empty file, and the write at the end blocked for ever. A path that exists and is no
-    regular file (a pipe, a device) is refused with one line, before any timing."""
-    fifo = tmp_path / "speed.json"
-    os.mkfifo(fifo)
-    for path in (str(fifo), os.devnull):
-        with pytest.raises(SystemExit) as exit_:
-            bench.main(["--steps", "1", "--recipes", "fp8", "--json", path, "train"])
-        captured = capsys.readouterr()
-        assert exit_.value.code == 2 and captured.out == "", captured
-        assert captured.err == (f"python -m minifp8.bench: error: --json {path}: cannot write it (not a regular "
-                                f"file (a pipe, socket or device): give a file path) (see -h)\n")
+
+@pytest.mark.skipif(not hasattr(os, "pathconf"), reason="needs os.pathconf for the file system's longest name")
+def test_json_whose_temporary_file_cannot_be_written_is_refused_before_the_timing(capsys, tmp_path):
+    """A review's find: the check opened the file, but the results are written to ``NAME.tmp`` first
+    and renamed (`train_tiny._replace_whole`): a name of the file system's longest length passed the
+    check, and the measurements were lost after the timing (File name too long)."""
+    longest = os.pathconf(tmp_path, "PC_NAME_MAX")
+    path = tmp_path / ("s" * (longest - len(".json")) + ".json")
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and captured.out == "", captured
+    assert captured.err == (f"python -m minifp8.bench: error: --json {path}: cannot write it (File name too long, "
+                            f"for the temporary file {path}.tmp written first) (see -h)\n")
+    assert list(tmp_path.iterdir()) == []  # (the check's own file removed again)
+
+
+def test_gradients_that_overflow_in_the_train_section_end_it_with_one_line(capsys, monkeypatch):
+    """A review's find: a RuntimeError and its traceback (exit status 1); the help promises 2. The
+    fp8 model's first weight gradient is made Inf after its backward."""
+    from minifp8 import train_tiny
+    from minifp8.autograd import Tensor
+
+    real_build, real_backward, pending = train_tiny._build, Tensor.backward, []
+
+    def overflowing_build(run, config, vocab_size):
+        built = real_build(run, config, vocab_size)
+        model, forward = built[0], built[0].forward
+        if run.recipe == "fp8":
+            model.forward = lambda *args: pending.append(model) or forward(*args)
+        return built
+
+    def backward(self, *args, **kwargs):
+        real_backward(self, *args, **kwargs)
+        if pending:
+            pending.pop().parameters()[0].grad[...] = float("inf")
+
+    monkeypatch.setattr(train_tiny, "_build", overflowing_build)
+    monkeypatch.setattr(Tensor, "backward", backward)
+    assert bench.main(["--steps", "1", "--recipes", "fp8", "train"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("python -m minifp8.bench: error: the gradients of fp8 overflowed at step 1: its steps "
+                            "cannot be timed as train_tiny's (the lines above stand)\n")
 
 
 def test_json_that_fails_at_the_end_gives_one_line_and_an_interrupted_run_leaves_no_file(capsys, tmp_path,
@@ -272,9 +303,11 @@ def test_json_that_fails_at_the_end_gives_one_line_and_an_interrupted_run_leaves
     for earlier in (None, "an earlier run's measurements"):
         if earlier is not None:
             path.write_text(earlier)
-        with pytest.raises(KeyboardInterrupt):
-            bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"])
+        assert bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"]) == 130  # (Ctrl-C)
+        assert capsys.readouterr().err == ("python -m minifp8.bench: interrupted in the train section; the lines "
+                                           "above are complete\n")
         assert (path.read_text() if path.exists() else None) == earlier
+        assert sorted(p.name for p in tmp_path.iterdir()) == ([] if earlier is None else ["speed.json"])
 
 
 def test_mx_scale_mode_sets_the_block_scales_of_the_mxfp8_runs(capsys, tmp_path, monkeypatch):
