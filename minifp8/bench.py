@@ -120,6 +120,14 @@ def report(label: str, seconds: float, elements: int | None = None, baseline: fl
 
 # ---- sections (each adds itself below) ---------------------------------------------------------
 
+#: The codec section's arrays: CODEC_SIDE ** 2 = 2^24 values, a CODEC_SIDE-square for the layouts;
+#: the mx section's, MX_SIDE x MX_SIDE; the block and fp8 sections' GPT block: (batch, seq, d, heads).
+#: (The tests time smaller ones: they check the lines and the states, not the speed.)
+CODEC_SIDE = 1 << 12
+MX_SIDE = 4096
+BLOCK_SHAPE = (16, 128, 256, 4)
+
+
 @section("codec")
 def bench_codec(args: argparse.Namespace) -> None:
     """Encode and decode 2^24 float32 values (E4M3, E5M2); baseline: ml_dtypes ``astype``. Then
@@ -133,7 +141,7 @@ def bench_codec(args: argparse.Namespace) -> None:
     except ImportError:
         ml_dtypes = None
         print("  (ml_dtypes is not installed: no baseline; pip install ml_dtypes for the ratios)")
-    x = np.random.default_rng(0).standard_normal(1 << 24).astype(np.float32) * 64
+    x = np.random.default_rng(0).standard_normal(CODEC_SIDE ** 2).astype(np.float32) * 64
     for name, dtype_name in (("E4M3", "float8_e4m3fn"), ("E5M2", "float8_e5m2")):
         codes = codec.encode(x, name)
         steps: dict[str, Callable[[], object]] = {
@@ -150,7 +158,7 @@ def bench_codec(args: argparse.Namespace) -> None:
         report(f"minifp8 decode {name}", best["decode"], x.size, best.get("astype decode"))
     # The same values laid out otherwise: a transposed view is encoded in the order its elements
     # lie, and big-endian data is swapped once, so both come close to the contiguous speed (x1.00).
-    square = x.reshape(1 << 12, 1 << 12)
+    square = x.reshape(CODEC_SIDE, CODEC_SIDE)
     layouts = {"a C-contiguous square": square, "its transposed view": square.T,
                "its big-endian copy": square.astype(">f4")}
     best = best_of_rounds({label: functools.partial(codec.encode, view, "E4M3") for label, view in layouts.items()},
@@ -161,7 +169,7 @@ def bench_codec(args: argparse.Namespace) -> None:
         report(f"minifp8 encode E4M3, {label}", seconds, x.size, contiguous)
 
 
-def _gpt_block(batch: int = 16, seq: int = 128, d: int = 256, heads: int = 4, seed: int = 0):
+def _gpt_block(batch: int, seq: int, d: int, heads: int, seed: int = 0):
     """The GPT-style pre-norm block that the "block" and "fp8" sections time.
 
     Causal attention, GELU MLP 4x. Returns ``(block, step)``: ``block`` is an ``nn.Module`` whose
@@ -214,7 +222,7 @@ def bench_block(args: argparse.Namespace) -> None:
     Both are measured in alternating rounds; each keeps its best round median, so a burst of load
     from another process does not land on one side only.
     """
-    batch, seq, d, heads = 16, 128, 256, 4
+    batch, seq, d, heads = BLOCK_SHAPE
     head_dim = d // heads
     _, step = _gpt_block(batch, seq, d, heads)
     rng = np.random.default_rng(1)
@@ -259,7 +267,7 @@ def bench_mx(args: argparse.Namespace) -> None:
     """
     from . import codec, mx
 
-    x = np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32)
+    x = np.random.default_rng(0).standard_normal((MX_SIDE, MX_SIDE), dtype=np.float32)
     quantized = mx.quantize(x, mx.MXFP8_E4M3)
     codes = codec.encode(x, "E4M3")
     best = best_of_rounds({"encode": lambda: codec.encode(x, "E4M3"),
@@ -295,7 +303,7 @@ def bench_fp8(args: argparse.Namespace) -> None:
 
     steps = {}
     for recipe in fp8.RECIPES:
-        block, step = _gpt_block()
+        block, step = _gpt_block(*BLOCK_SHAPE)
         state = fp8.apply_recipe(block, recipe)
 
         def training_step(step=step, state=state):

@@ -350,11 +350,15 @@ def test_only_no_path_reads_the_committed_speed_results():
 REPORT_LINE = re.compile(r"  (?P<label>\S.*?) +(?P<ms>\d+\.\d\d) ms(?: +(?P<melem>\d+\.\d) Melem/s)?"
                          r"(?:   x ?(?P<speed>\d+\.\d\d) speed of baseline)?")
 ROUNDS = 2
+#: The sections' sizes here: the codec's and mx's arrays a sixteenth and a quarter of theirs, the
+#: smallest whose steps take some milliseconds (the lines print ms to 2 decimals), and the GPT
+#: block's batch a quarter: about 8 s of the test run, not 32.
+CODEC_SIDE, MX_SIDE, BLOCK_SHAPE = 1 << 10, 2048, (4, 128, 256, 4)
 
 
 @pytest.fixture(scope="module")
 def short_run():
-    """One run of the codec, block, mx and fp8 sections with the fewest repetitions (about 12 s on
+    """One run of the codec, block, mx and fp8 sections with the fewest repetitions (about 8 s on
     a 2-core machine): each section's stdout lines, and the (recipe, FP8State) of every
     ``fp8.apply_recipe`` call the fp8 section made."""
     applied, apply_recipe = [], fp8.apply_recipe
@@ -368,6 +372,9 @@ def short_run():
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(io.StringIO()):
         patch.setattr(fp8, "apply_recipe", recording)
+        patch.setattr(bench, "CODEC_SIDE", CODEC_SIDE)
+        patch.setattr(bench, "MX_SIDE", MX_SIDE)
+        patch.setattr(bench, "BLOCK_SHAPE", BLOCK_SHAPE)
         assert bench.main(["--repeats", "1", "--rounds", str(ROUNDS), "codec", "block", "mx", "fp8"]) == 0
     sections, name = {}, None
     for line in out.getvalue().splitlines()[1:]:
@@ -426,10 +433,10 @@ def test_codec_section_reports_encode_and_decode_against_ml_dtypes(short_run):
     for name in ("E4M3", "E5M2"):
         for label, baseline in ((f"minifp8 encode {name}", f"ml_dtypes astype float32 -> {name}"),
                                 (f"minifp8 decode {name}", f"ml_dtypes astype {name} -> float32")):
-            assert_consistent(parsed, label, 1 << 24, baseline if have_baseline else None)
-    assert_consistent(parsed, square, 1 << 24, None)
+            assert_consistent(parsed, label, CODEC_SIDE ** 2, baseline if have_baseline else None)
+    assert_consistent(parsed, square, CODEC_SIDE ** 2, None)
     for label in layouts:
-        assert_consistent(parsed, label, 1 << 24, square)
+        assert_consistent(parsed, label, CODEC_SIDE ** 2, square)
 
 
 def test_block_section_reports_the_step_against_its_gemms(short_run):
@@ -452,7 +459,7 @@ def test_mx_section_reports_quantize_against_encode_and_dequantize_against_decod
     decode, dequantize = "codec.decode E4M3 (baseline of dequantize)", "MXArray.dequantize MXFP8_E4M3"
     assert list(parsed) == [encode, quantize, decode, dequantize]
     for label, baseline in ((encode, None), (quantize, encode), (decode, None), (dequantize, decode)):
-        assert_consistent(parsed, label, 4096 * 4096, baseline)
+        assert_consistent(parsed, label, MX_SIDE ** 2, baseline)
     ratios = re.fullmatch(r"  ratio quantize / encode: (\d+\.\d\d) \(target <= 1\.5\); "
                           r"dequantize / decode: (\d+\.\d\d)", lines[4]).groups()
     for text, (numerator, denominator) in zip(ratios, ((quantize, encode), (dequantize, decode))):
