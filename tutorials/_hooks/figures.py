@@ -194,9 +194,13 @@ def figure_settings():
 def render_svg(name: str) -> bytes:
     """Draw the registered figure ``name`` and return it as deterministic SVG bytes."""
     with figure_settings():
-        figure = FIGURES[name]()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
+        return svg_bytes(FIGURES[name]())
+
+
+def svg_bytes(figure) -> bytes:
+    """``figure`` as SVG bytes without a date in their metadata (call it under `figure_settings`)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
     return buffer.getvalue()
 
 
