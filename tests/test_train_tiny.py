@@ -1733,8 +1733,8 @@ def test_committed_long_scales_is_what_its_commands_train(tmp_path):
     """long_scales.json: six of long.json's runs trained again with --track-scales, each with
     long.json's validation curve, the scales of the residual stream and of the final norm's output
     at the steps of its progress lines (every 50 to step 1000, every 250 after), and its gradient
-    casts' worst underflow there. The first 50 steps of three runs, trained here, record the same
-    scales."""
+    casts' worst underflow there. The first 50 steps of naive fp8's run, trained here, record the
+    same scales (fp32's and dynamic loss scaling's: under ``-m slow``)."""
     document = _committed_long_study("long_scales.json")
     long = train_tiny.load_results(train_tiny.LONG_RESULTS)["runs"]
     labels = []
@@ -1758,8 +1758,19 @@ def test_committed_long_scales_is_what_its_commands_train(tmp_path):
             assert list(entry["backward_mean_abs"]) == document["tensors"]
             assert all(value > 0 for key in ("forward_std", "backward_mean_abs") for value in entry[key].values())
             assert all(0 < value <= 1 for value in entry["forward_shared_fraction"].values())
-    for recipe, loss_scale, label in (("fp32", "none", "fp32"), ("fp8", "none", "fp8"),
-                                      ("fp8", "dynamic", "fp8 + loss scale dynamic")):
+    _check_first_scales_of_long_scales_runs(tmp_path, document, [("fp8", "none", "fp8")])
+
+
+@pytest.mark.slow
+def test_committed_long_scales_of_fp32_and_dynamic_loss_scaling_are_what_their_commands_train(tmp_path):
+    _check_first_scales_of_long_scales_runs(tmp_path, _committed_long_study("long_scales.json"), [
+        ("fp32", "none", "fp32"), ("fp8", "dynamic", "fp8 + loss scale dynamic")])
+
+
+def _check_first_scales_of_long_scales_runs(tmp_path, document: dict, runs: list) -> None:
+    """Train the first 50 steps of long_scales.json's runs ``(recipe, loss scale, label)`` under the
+    file's kernels and check their first scales record against the file's, to its 3 digits."""
+    for recipe, loss_scale, label in runs:
         out = tmp_path / label.replace(" ", "")
         _train_under_committed_kernels(document, "--steps", "4000", "--recipe", recipe, "--loss-scale", loss_scale,
                                        "--track-scales", "--out", str(out), "--stop-after", "50")
