@@ -67,6 +67,7 @@ Examples
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -112,14 +113,21 @@ def _held_out_count(total: int, val_fraction: float, what: str) -> int:
 
 # ---- the arithmetic corpus ---------------------------------------------------------------------
 
-def _arithmetic_lines(max_operand, operators) -> list[str]:
-    """Every line ``f"{a}{op}{b}={a op b}\\n"``, operator-major then a then b (a fixed order)."""
+def _check_corpus(max_operand, operators) -> tuple[int, str]:
+    """The arithmetic corpus' ``max_operand`` (an int in [1, 999]) and ``operators`` (distinct
+    characters of `OPERATORS`), checked; the operand as a Python int."""
     max_operand = _check_int(max_operand, "max_operand", 1, 999)
     if not isinstance(operators, str):
         raise TypeError(f"operators must be a str drawn from {''.join(OPERATORS)!r}, got {operators!r}")
     if not operators or set(operators) - set(OPERATORS) or len(set(operators)) != len(operators):
         raise ValueError(f"operators must be distinct characters from {''.join(OPERATORS)!r}, "
                          f"got {operators!r}")
+    return max_operand, str(operators)
+
+
+def _arithmetic_lines(max_operand, operators) -> list[str]:
+    """Every line ``f"{a}{op}{b}={a op b}\\n"``, operator-major then a then b (a fixed order)."""
+    max_operand, operators = _check_corpus(max_operand, operators)
     values = np.arange(max_operand + 1, dtype=np.int64)
     left, right = (grid.ravel() for grid in np.meshgrid(values, values, indexing="ij"))
     lines = []
@@ -191,14 +199,22 @@ def arithmetic_loss_floor(max_operand: int = 99, operators: str = "+-", *,
         the rate plus a fixed excess over ``B``: for the default corpus 1.0763 + 4.059 / B, 1.2031
         for ``train_tiny``'s 32-character windows and 1.1397 for 64. Its cost grows with the
         corpus: about 0.1 s for the default one, and about 1 KB of memory a line (0.9 GB and 12 s
-        for ``max_operand=999`` with ``"+"``, a million lines: measured 2026-12-03).
+        for ``max_operand=999`` with ``"+"``, a million lines: measured 2026-12-03). Each floor is
+        computed once in a process (the last 16 are kept): a sweep of runs, or a figure beside
+        them, asks for the same one.
     """
+    max_operand, operators = _check_corpus(max_operand, operators)
+    return _loss_floor(max_operand, operators, None if block_size is None else _check_int(block_size, "block_size", 1))
+
+
+@functools.lru_cache(maxsize=16)
+def _loss_floor(max_operand: int, operators: str, block_size: int | None) -> float:
+    """`arithmetic_loss_floor` of checked arguments."""
     lines = _arithmetic_lines(max_operand, operators)
     mean_length = sum(map(len, lines)) / len(lines)
     rate = math.log(len(lines)) / mean_length
     if block_size is None:
         return rate
-    block_size = _check_int(block_size, "block_size", 1)
     stream = _Stream(lines)
     longest = int(stream.lengths.max())
     if block_size < longest:
