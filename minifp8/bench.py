@@ -570,21 +570,21 @@ def _unwritable(path: str) -> str | None:
     created is removed again, so that a run interrupted before its end leaves no empty results
     file behind.
     """
-    with contextlib.suppress(OSError):  # (a path that cannot be stat'ed is judged by the open below)
-        kind = os.stat(path).st_mode
-        if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # (a folder: the open names it)
-            # a FIFO blocked the open until a reader came, which it then handed an empty file
-            return "not a regular file (a pipe, socket or device): give a file path"
     # the file, then the temporary file beside it that the results are written to first and renamed
     # from (`train_tiny._replace_whole`): 4 characters longer, a name can be too long for it alone
     for candidate in (path, path + ".tmp"):
+        which = "" if candidate == path else f", for the temporary file {candidate} written first"
+        with contextlib.suppress(OSError):  # (a path that cannot be stat'ed is judged by the open below)
+            kind = os.stat(candidate).st_mode
+            if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # (a folder: the open names it)
+                # a FIFO blocked the open until a reader came, which it then handed an empty file
+                return f"not a regular file (a pipe, socket or device){which}: give a file path"
         existed = os.path.lexists(candidate)
         try:
             with open(candidate, "a", encoding="utf-8"):
                 pass
         except OSError as error:
-            reason = error.strerror or str(error)
-            return reason if candidate == path else f"{reason}, for the temporary file {candidate} written first"
+            return f"{error.strerror or error}{which}"
         if not existed:
             with contextlib.suppress(OSError):
                 os.remove(candidate)

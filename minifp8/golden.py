@@ -82,13 +82,13 @@ element values, placed so that block scaling lands it exactly on the tie (at sha
 and -127), and beside it; and blocks whose amax is 2^j, max_elem * 2^j or the "even" carry point,
 with their float32 neighbours (the scale modes' boundaries; a float32 log2 rounds the neighbours
 of 2^j to j). NVFP4 (5 scales a row: blocks of 16): one entry whose 24 rows are centred at random
-binades from 2^-6 to 2^5 (values from 2^-9 to 2^8), with an all-zero row, signed zeros and a 16x outlier; and one entry per given
-tensor amax (6 and 54.23361) whose block amaxes and elements lie within 2 float32 steps of E4M3
-and E2M1 rounding boundaries, where the order of float32 operations decides codes; and two small
-tensors for the note's caps: one below 2688 / FLT_MAX (S_enc is FLT_MAX) and one with a non-zero
-block whose scale code is 0 (its encode scale is 1 / 0, so FLT_MAX). Every input is
-built from random integers with exact or correctly rounded IEEE operations (no libm), so the files
-are the same bytes on every machine.
+binades from 2^-6 to 2^5 (values from 2^-9 to 2^8), with an all-zero row, signed zeros and a 16x
+outlier; and one entry per given tensor amax (6 and 54.23361) whose block amaxes and elements lie
+within 2 float32 steps of E4M3 and E2M1 rounding boundaries, where the order of float32
+operations decides codes; and two small tensors for the note's caps: one below 2688 / FLT_MAX
+(S_enc is FLT_MAX) and one with a non-zero block whose scale code is 0 (its encode scale is 1 / 0,
+so FLT_MAX). Every input is built from random integers with exact or correctly rounded IEEE
+operations (no libm), so the files are the same bytes on every machine.
 
 The GEMM file (``gemm.npz``, the "gemm" note; `GEMM_PROBLEMS`) holds one scaled GEMM per layout,
 16 x 256 times 256 x 32 (256 columns for DeepSeek-V3's 128 x 128 blocks of B, two by two): per

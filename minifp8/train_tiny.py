@@ -1548,6 +1548,8 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
         print_fn(f"wrote {out / 'metrics.json'} (no {figures}: pip install matplotlib to get the "
                  f"figure{'s' if config.track_scales else ''})")
         return
+    except OSError:  # (the file could not be written, a full disk: main's --out error, as for metrics.json)
+        raise
     except Exception as error:  # (a matplotlib that fails, e.g. MPLBACKEND=bogus: the results stand, exit 0)
         figures = "loss.png or scales.png" if config.track_scales else "loss.png"
         print_fn(f"wrote {out / 'metrics.json'} (no {figures}: drawing failed: {type(error).__name__}: {error})")
@@ -1559,6 +1561,8 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
             _save_figure(plots.scale_curves(document, tensor=last,
                                             title=f"The last block's output ({last}) and its gradient"),
                          out / "scales.png")
+        except OSError:
+            raise
         except Exception as error:  # (the loss figure and the results stand, exit 0)
             print_fn(f"wrote {written[0]} and {written[1]} (no scales.png: drawing failed: "
                      f"{type(error).__name__}: {error})")

@@ -266,6 +266,29 @@ def test_gradients_that_overflow_in_the_train_section_end_it_with_one_line(capsy
                             "cannot be timed as train_tiny's (the lines above stand)\n")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_json_that_is_a_pipe_is_refused_before_the_timing(capsys, tmp_path):
+    """A review's find: the check opened a FIFO to append, which blocked until a reader came and then
+    handed it an empty file, and the write at the end blocked for ever. A path that exists and is no
+    regular file (a pipe, a device) is refused with one line, before any timing; so is a pipe in
+    the place of the temporary file written first (the check of it blocked before any line)."""
+    fifo = tmp_path / "speed.json"
+    os.mkfifo(fifo)
+    for path in (str(fifo), os.devnull):
+        with pytest.raises(SystemExit) as exit_:
+            bench.main(["--steps", "1", "--recipes", "fp8", "--json", path, "train"])
+        captured = capsys.readouterr()
+        assert exit_.value.code == 2 and captured.out == "", captured
+        assert captured.err == (f"python -m minifp8.bench: error: --json {path}: cannot write it (not a regular "
+                                f"file (a pipe, socket or device): give a file path) (see -h)\n")
+    path = tmp_path / "other.json"
+    os.mkfifo(tmp_path / "other.json.tmp")
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--steps", "1", "--recipes", "fp8", "--json", str(path), "train"])
+    assert exit_.value.code == 2 and capsys.readouterr().err == (
+        f"python -m minifp8.bench: error: --json {path}: cannot write it (not a regular file (a pipe, socket or "
+        f"device), for the temporary file {path}.tmp written first: give a file path) (see -h)\n")
+
 def test_json_that_fails_at_the_end_gives_one_line_and_an_interrupted_run_leaves_no_file(capsys, tmp_path,
                                                                                         monkeypatch):
     """A write that fails after the timing (a full disk) is one line and exit status 2, not a

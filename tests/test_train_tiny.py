@@ -429,6 +429,25 @@ def test_a_scales_figure_that_fails_to_draw_leaves_loss_png_and_the_exit_status(
     assert (out / "loss.png").stat().st_size > 1000 and sorted(path.name for path in out.glob("*.png*")) == ["loss.png"]
 
 @pytest.mark.draws_figures
+def test_a_png_that_cannot_be_written_is_the_out_directorys_error(tmp_path, capsys, monkeypatch):
+    """A full disk while loss.png is written is an --out error with status 2, as for metrics.json,
+    not a drawing failure with status 0 (the review of this change found the guard took it)."""
+    pytest.importorskip("matplotlib")
+    replace = os.replace
+
+    def full_disk(source, target):
+        if str(target).endswith(".png"):
+            raise OSError(28, "No space left on device")
+        return replace(source, target)
+
+    monkeypatch.setattr(train_tiny.os, "replace", full_disk)
+    out = tmp_path / "run"
+    status, printed, err = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out))
+    assert status == 2 and "drawing failed" not in printed
+    assert err == f"python -m minifp8.train_tiny: error: --out {out}: [Errno 28] No space left on device\n"
+    assert sorted(path.name for path in out.glob("*.png*")) == []
+
+@pytest.mark.draws_figures
 def test_track_scales_records_every_progress_line_and_changes_no_value(tmp_path, capsys):
     """--track-scales records the scales of the model's tracked tensors and their gradients at every
     progress line's step, in both families, and trains to the same bits as a run without it. They
