@@ -169,6 +169,7 @@ import argparse
 import contextlib
 import ctypes
 import functools
+import io
 import json
 import math
 import os
@@ -1542,39 +1543,43 @@ def _write_outputs(out: Path, config: TrainConfig, runs: list[Run], results: dic
 
         note = _every_run_note(config)
         title = f"{plots.TRAINING_CURVES_TITLE}, {note}" if note else None
-        _save_figure(plots.training_curves(document, title=title), out / "loss.png")
+        loss_png = _png_bytes(plots.training_curves(document, title=title))
     except ImportError:
         figures = "loss.png or scales.png" if config.track_scales else "loss.png"
         print_fn(f"wrote {out / 'metrics.json'} (no {figures}: pip install matplotlib to get the "
                  f"figure{'s' if config.track_scales else ''})")
         return
-    except OSError:  # (the file could not be written, a full disk: main's --out error, as for metrics.json)
-        raise
     except Exception as error:  # (a matplotlib that fails, e.g. MPLBACKEND=bogus: the results stand, exit 0)
         figures = "loss.png or scales.png" if config.track_scales else "loss.png"
         print_fn(f"wrote {out / 'metrics.json'} (no {figures}: drawing failed: {type(error).__name__}: {error})")
         return
+    # (written outside the guards: a full disk is main's --out error, as for metrics.json)
+    _write_bytes(out / "loss.png", loss_png)
     written = [out / "metrics.json", out / "loss.png"]
     if any(metrics.get("scales") for metrics in document["runs"].values()):
         last = fp8.ScaleTracker.record_name("residual", config.n_layer)  # (what the final norm reads)
         try:
-            _save_figure(plots.scale_curves(document, tensor=last,
-                                            title=f"The last block's output ({last}) and its gradient"),
-                         out / "scales.png")
-        except OSError:
-            raise
+            scales_png = _png_bytes(plots.scale_curves(document, tensor=last,
+                                                       title=f"The last block's output ({last}) and its gradient"))
         except Exception as error:  # (the loss figure and the results stand, exit 0)
             print_fn(f"wrote {written[0]} and {written[1]} (no scales.png: drawing failed: "
                      f"{type(error).__name__}: {error})")
             return
+        _write_bytes(out / "scales.png", scales_png)
         written.append(out / "scales.png")
     print_fn(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
 
 
-def _save_figure(figure, path: Path) -> None:
-    """``figure`` as a PNG at ``path``, whole or not at all (`_replace_whole`): a figure that fails
-    while it is drawn, or a full disk, leaves no truncated file."""
-    _replace_whole(path, lambda temporary: figure.savefig(temporary, dpi=120, format="png"))
+def _png_bytes(figure) -> bytes:
+    """``figure`` drawn as PNG bytes, in memory: a figure that fails while it is drawn writes nothing."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=120, format="png")
+    return buffer.getvalue()
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """``data`` into ``path``, whole (`_replace_whole`)."""
+    _replace_whole(path, lambda temporary: temporary.write_bytes(data))
 
 
 def _write_text(path: Path, text: str) -> None:

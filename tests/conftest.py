@@ -48,10 +48,10 @@ UNDRAWN_FIGURE = b"(a figure that this test did not draw: tests/conftest.py)"
 @pytest.fixture(autouse=True)
 def train_tiny_figures_undrawn(request, monkeypatch):
     """``python -m minifp8.train_tiny --out`` run in the test's process builds its figures but does
-    not draw them (`train_tiny._save_figure` writes `UNDRAWN_FIGURE`): drawing loss.png took 1 s of
+    not draw them (`train_tiny._png_bytes` gives `UNDRAWN_FIGURE`): drawing loss.png took 1 s of
     a 1.8 s 20-step run, for the ~100 runs of tests about resuming, flags and results. Tests of the
     figures (`draws_figures`), tests/test_plots.py and the site's figures draw them."""
     if request.node.get_closest_marker("draws_figures") is None:
         from minifp8 import train_tiny
 
-        monkeypatch.setattr(train_tiny, "_save_figure", lambda figure, path: path.write_bytes(UNDRAWN_FIGURE))
+        monkeypatch.setattr(train_tiny, "_png_bytes", lambda figure: UNDRAWN_FIGURE)

@@ -416,8 +416,8 @@ def test_a_scales_figure_that_fails_to_draw_leaves_loss_png_and_the_exit_status(
     from minifp8 import plots
 
     class Unsavable:
-        def savefig(self, path, **options):
-            Path(path).write_bytes(b"half a PNG")
+        def savefig(self, target, **options):  # (half a PNG written where it is told, a file or a buffer)
+            target.write(b"half a PNG") if hasattr(target, "write") else Path(target).write_bytes(b"half a PNG")
             raise ValueError("Data cannot be log-scaled because all values are <= 0.")
 
     monkeypatch.setattr(plots, "scale_curves", lambda *args, **kwargs: Unsavable())
