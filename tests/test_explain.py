@@ -212,7 +212,6 @@ def test_stochastic_rounding_adds_the_bits_to_the_position_rounded_to_k_bits():
     assert "5 + 11 = 16 >= 16: carries" in str(why)
 
 
-
 @pytest.mark.parametrize("bits_type", [np.uint8, np.uint16, np.int8, np.int64])
 def test_numpy_integer_random_bits_and_count_are_taken_as_the_ints_they_hold(bits_type):
     """The golden files store random bits as uint8: a Python reader passes them one at a time.
@@ -227,6 +226,7 @@ def test_numpy_integer_random_bits_and_count_are_taken_as_the_ints_they_hold(bit
     why = explain(1.0625, "E4M3", rounding="stochastic", random_bits=np.uint8(255), random_bit_count=np.uint8(8))
     assert why.code == 0x39 and type(why.random_bits) is int and type(why.random_bit_count) is int
     assert "128 + 255 = 383 >= 256: carries, up to 1.125" in str(why)
+
 
 # ---- cases derived by hand from the specs --------------------------------------------------------
 def test_hand_derived_e4m3_cases():

@@ -151,8 +151,9 @@ def test_the_package_passes_mypy(package_reports, platform):
 @pytest.mark.slow
 def test_the_package_passes_mypy_as_macos_sees_it(tmp_path):
     pytest.importorskip("mypy.api", reason="mypy is not installed (pip install -e '.[test]' installs it)")
-    report = _start_mypy_on_the_package("darwin", tmp_path).communicate(timeout=600)[0]
-    assert report.strip() == "", f"mypy on minifp8/ (darwin):\n{report}"
+    process = _start_mypy_on_the_package("darwin", tmp_path)
+    report = process.communicate(timeout=600)[0]
+    assert process.returncode == 0 and report.strip() == "", f"mypy on minifp8/ (darwin):\n{report}"
 
 
 def test_a_backend_test_module_passes_mypy_strict_and_runs(mypy_run, tmp_path):
