@@ -304,8 +304,11 @@ class GPT(nn.Module):
         u-muP's Adam rule (``unit_scaling.optim.lr_scale_func_adam``): a hidden weight or an embedding
         gets ``lr / sqrt(fan_in)`` (an embedding's fan-in is its width), the readout ``lr``, and every
         parameter inside the residual blocks a further ``1 / sqrt(n_layer)`` (the depth rule). With
-        N(0, 1) weights this makes an Adam update change a unit-scaled layer's output by the same
-        amount whatever its width.
+        N(0, 1) weights this makes an Adam update change a hidden layer's or the readout's output by
+        about the same amount whatever the width (muP's aim, for a batch much smaller than the width).
+        The embedding's ``lr / sqrt(width)`` is u-muP's empirical rule, not muP's (which keeps an
+        embedding's ``lr`` whatever the width): an embedding's output moves by ``lr / sqrt(width)``
+        per element, half as much at 4x the width.
 
         Weight decay is AdamW's, coupled to each group's learning rate: a step shrinks a weight by
         its own (scaled) ``lr`` times ``weight_decay``, so in the unit family a hidden weight, its

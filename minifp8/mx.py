@@ -460,7 +460,8 @@ def quantize(x: ArrayLike, elem: str | FloatFormat | MXFormat, *, block_size: in
         A named MX format (``MXFP8_E4M3`` or ``"mxfp8_e4m3"``) or an element format
         (``formats.E4M3``, ``"E4M3"``, ``"float8_e4m3fn"``; E4M3, E5M2, E3M2, E2M3 or E2M1).
     block_size : int, optional
-        A power of two; default 32 (the MX format's block size).
+        A power of two; default the MXFormat's own ``block_size`` (32 for the named formats and
+        for a bare element format, the OCP MX v1.0 block, section 5).
     axis : int
         The axis along which consecutive elements form blocks.
     scale_mode : {"floor", "ceil", "even", "rceil"}

@@ -389,14 +389,25 @@ def dropout(x: Tensor | ArrayLike, p: float, rng: np.random.Generator, training:
     return scale_fwd(F.dropout(scale_bwd(x, scale), p, rng, training=training), scale)
 
 
-def _residual_weights(tau, op: str) -> tuple[float, float]:
+def _residual_weights(tau, op: str, *tensors: Tensor) -> tuple[float, float]:
     """``(tau / sqrt(1 + tau^2), 1 / sqrt(1 + tau^2))`` for a finite ``tau > 0``. Past about 1e154,
-    where ``tau^2`` overflows, the root comes from ``math.hypot`` (the plain formula gave two zeros)."""
+    where ``tau^2`` overflows, the root comes from ``math.hypot`` (the plain formula gave two zeros).
+
+    A weight that is 0 in a tensor's dtype is refused here, naming ``tau``: in float32 that is a tau
+    beyond about 1e45 or below about 1e-45, so the hypot path matters for float64 data only.
+    """
     tau = _positive(tau, "tau", op)
     denominator = math.sqrt(1.0 + tau * tau)
     if math.isinf(denominator):
         denominator = math.hypot(1.0, tau)
-    return tau / denominator, 1.0 / denominator
+    weights = tau / denominator, 1.0 / denominator
+    for tensor in tensors:
+        for name, weight in zip(("branch", "skip"), weights):
+            if weight != 0.0 and tensor.data.dtype.type(weight) == 0.0:
+                raise ValueError(f"{op}: tau={tau!r} gives the {name} weight {weight:.3g}, which is 0 in "
+                                 f"{tensor.data.dtype}: pick a tau whose weights tau / sqrt(1 + tau^2) and "
+                                 f"1 / sqrt(1 + tau^2) are both representable")
+    return weights
 
 
 def residual_split(x: Tensor | ArrayLike, tau: float = 1.0) -> tuple[Tensor, Tensor]:
@@ -408,8 +419,8 @@ def residual_split(x: Tensor | ArrayLike, tau: float = 1.0) -> tuple[Tensor, Ten
     (u-muP, arXiv:2407.17465; ``unit_scaling.functional.residual_split``). Not the 2023 paper's
     ``sqrt(tau), sqrt(1 - tau)`` weights.
     """
-    residual_weight, skip_weight = _residual_weights(tau, "residual_split")
     x = _floating(x, "residual_split")
+    residual_weight, skip_weight = _residual_weights(tau, "residual_split", x)
     return scale_bwd(x, residual_weight), scale_bwd(x, skip_weight)
 
 
@@ -421,9 +432,9 @@ def residual_add(residual: Tensor | ArrayLike, skip: Tensor | ArrayLike, tau: fl
     itself; `residual_split` applies the matching backward weights.
     ``unit_scaling.functional.residual_add``; u-muP (arXiv:2407.17465).
     """
-    residual_weight, skip_weight = _residual_weights(tau, "residual_add")
     residual = _floating(residual, "residual_add", "residual")
     skip = _floating(skip, "residual_add", "skip")
+    residual_weight, skip_weight = _residual_weights(tau, "residual_add", residual, skip)
     try:
         np.broadcast_shapes(residual.shape, skip.shape)
     except ValueError:

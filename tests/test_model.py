@@ -255,6 +255,41 @@ def test_optimizer_groups():
     assert lr["lm_head.weight"] == 0.5
 
 
+
+def first_adam_step_change(width, name, lr, rng):
+    """The RMS change of a unit-scaled layer's output after one AdamW step at ``lr`` (a sign step)
+    from N(0, 1) weights, with 4 unit-variance inputs and output gradients (a batch much smaller than
+    the width, muP's regime: a batch of 256 spreads the step over more directions as width grows)."""
+    from minifp8 import optim, uu
+    from minifp8.autograd import Tensor
+    if name == "wte.weight":
+        layer, x = uu.Embedding(64, width, rng=rng), rng.integers(0, 64, size=(4,))
+    else:
+        kind = uu.LinearReadout if name == "lm_head.weight" else uu.Linear
+        layer = kind(width, width, rng=rng)
+        x = Tensor(rng.standard_normal((4, width)).astype(np.float32))
+    before = layer(x)
+    before.backward(rng.standard_normal(before.shape).astype(np.float32))
+    optim.AdamW([{"params": [layer.weight], "lr": lr}], weight_decay=0.0).step()
+    return float(np.sqrt(np.mean((layer(x).data - before.data) ** 2)))
+
+
+def test_optimizer_groups_width_rule_is_what_the_docstring_says():
+    """Under u-muP's Adam rule a first step moves a hidden layer's and the readout's output by about
+    the same amount at width 64 and 256, and an embedding's by half as much (its lr / sqrt(width) is
+    u-muP's empirical rule, not muP's): what GPT.optimizer_groups' docstring and tutorial 6 say."""
+    changes = {}
+    for width in (64, 256):
+        unit = tiny("unit", n_embd=width, n_head=4, n_layer=1)
+        lr = {name: group["lr"] for (name, _), group in zip(unit.named_parameters(), unit.optimizer_groups(1e-2))}
+        for name in ("blocks.0.mlp.linear_1.weight", "lm_head.weight", "wte.weight"):
+            changes[name, width] = first_adam_step_change(width, name, lr[name], np.random.default_rng(0))
+    ratio = {name: changes[name, 256] / changes[name, 64] for name, _ in changes}
+    assert 0.8 < ratio["blocks.0.mlp.linear_1.weight"] < 1.25, ratio
+    assert 0.8 < ratio["lm_head.weight"] < 1.25, ratio
+    assert ratio["wte.weight"] == pytest.approx(0.5, rel=0.02), ratio
+
+
 # ---- gradients ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides", [{}, {"bias": False, "n_layer": 1}, {"dropout": 0.3, "n_layer": 1}],

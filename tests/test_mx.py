@@ -880,6 +880,7 @@ def test_every_catalogued_mx_format_passes_its_own_checks():
     assert type(small.block_size) is int and small == mx.MXFormat("MXFP4_16", formats.E2M1, 16)
     assert mx.quantize(np.ones(48, np.float32), small).scales.shape == (3,)
 
+
 def test_mx_array_fields_that_pass_are_stored_normalised():
     x = spread_rows()
     q = mx.quantize(x, "E4M3")

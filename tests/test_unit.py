@@ -595,6 +595,21 @@ def test_residual_weights_past_where_tau_squared_overflows():
                                       (1e150 / math.sqrt(1.0 + 1e300)) * 1.0 + 2.0 / math.sqrt(1.0 + 1e300))
 
 
+@pytest.mark.parametrize("op", ["residual_split", "residual_add"])
+@pytest.mark.parametrize("tau, weight", [(1e50, "skip"), (1e-50, "branch")])
+def test_a_tau_whose_weight_is_zero_in_float32_is_refused_naming_tau(op, tau, weight):
+    """In float32 a tau past about 1e45 (or below 1e-45) makes one weight 0: the error names tau and
+    the weight (it named the scale of an inner scale_fwd / scale_bwd), and float64 data still takes it."""
+    x = np.ones(3, np.float32)
+    call = (lambda data: U.residual_split(data, tau)) if op == "residual_split" else \
+        (lambda data: U.residual_add(data, data, tau))
+    with pytest.raises(ValueError, match=rf"^{op}: tau=1e[+-]50 gives the {weight} weight 1e-50, which is 0 in "
+                                         r"float32"):
+        call(x)
+    with default_dtype(np.float64):
+        call(Tensor(np.ones(3)))
+
+
 def attention_scale(seq, d_head, causal, mult, dropout_p=0.0):
     """unit_scaling.functional.scaled_dot_product_attention's rule (u-muP), written out."""
     alpha = 1.0 / (1.0 + 4.0 * d_head / mult ** 2)
