@@ -403,7 +403,11 @@ class Tensor:
                 raise TypeError(f"backward(grad=...) must be a real array, got dtype {grad.dtype}")
             if grad.shape != self.shape:
                 raise ValueError(f"backward(grad=...) must have the tensor's shape {self.shape}, got {grad.shape}")
-            grad = grad.astype(self.data.dtype, copy=False)
+            with np.errstate(over="ignore"):
+                converted = grad.astype(self.data.dtype, copy=False)
+            codec._check_fits(grad, converted, "backward(grad=...)", f"the tensor is {self.data.dtype}, where "
+                              f"it would become Inf")
+            grad = converted
 
         order = self._topological_order()
         _check_versions(order)
@@ -524,7 +528,11 @@ class Tensor:
         array = _plain_array(other, "the other operand")
         if array.dtype.kind not in "fiub":
             raise TypeError(f"unsupported operand of dtype {array.dtype} for a Tensor op")
-        return Tensor._result(array.astype(self.data.dtype, copy=False), (), None, "")
+        with np.errstate(over="ignore"):
+            converted = array.astype(self.data.dtype, copy=False)
+        codec._check_fits(array, converted, "the other operand", f"the op works in {self.data.dtype}, the "
+                          f"Tensor's dtype, where it would become Inf")  # (t + 1e39 became Inf silently)
+        return Tensor._result(converted, (), None, "")
 
     def __add__(self, other) -> "Tensor":
         other = self._operand(other)
@@ -559,8 +567,11 @@ class Tensor:
         out_data = _elementwise(np.divide, a, b, "div")
 
         def backward(g):
-            grad_a = g / b.data if a._requires_grad else None
-            grad_b = -(g * out_data) / b.data if b._requires_grad else None
+            # d(a/b)/db = -(g / b) * (a / b): the two quotients first, as g * out overflowed (or underflowed)
+            # where the gradient itself is a float32 number (g = 1e20, a = 1e25, b = 1e5: -1e35, not -inf)
+            quotient = g / b.data
+            grad_a = quotient if a._requires_grad else None
+            grad_b = -(quotient * out_data) if b._requires_grad else None
             return grad_a, grad_b
 
         return make_op(out_data, (a, b), backward, "div")

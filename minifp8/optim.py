@@ -412,14 +412,21 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, error_if_
     As ``torch.nn.utils.clip_grad_norm_``: ``total = sqrt(sum of all grad^2)`` (computed in
     float64), and if ``max_norm / (total + 1e-6) < 1`` every grad is multiplied in place by
     that factor. Returns ``total``, the norm *before* clipping. A non-finite
-    total leaves the gradients untouched (torch would multiply them by NaN), or raises
-    ``RuntimeError`` when ``error_if_nonfinite``.
+    total leaves the gradients untouched (torch would multiply them by NaN for a NaN total, and
+    zero the finite ones for an Inf total), or raises ``RuntimeError`` when ``error_if_nonfinite``.
+    A parameter, or a ``.grad`` array, given twice is a ``ValueError``, as in the optimizers (torch
+    counts it twice in the norm and scales it twice).
     """
     max_norm = _real(max_norm, "clip_grad_norm", "max_norm")  # (True passed as 1, "1" failed in a comparison)
     if not max_norm > 0:
         raise ValueError(f"clip_grad_norm: max_norm must be > 0, got {max_norm}")
     error_if_nonfinite = _check_bool(error_if_nonfinite, "clip_grad_norm: error_if_nonfinite")
-    grads = [p.grad for p in _tensors(params, "clip_grad_norm: params") if p.grad is not None]
+    tensors = _tensors(params, "clip_grad_norm: params")
+    grads = [p.grad for p in tensors if p.grad is not None]
+    for what, items in (("a parameter", tensors), ("a .grad array", grads)):
+        if len({id(item) for item in items}) != len(items):
+            raise ValueError(f"clip_grad_norm: {what} appears twice (its norm would count twice, and it would be "
+                             f"scaled twice)")
     for g in grads:  # (they are scaled in place)
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
             raise TypeError(f"clip_grad_norm: every .grad must be a floating ndarray (as backward leaves it), "

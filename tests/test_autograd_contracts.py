@@ -265,6 +265,41 @@ def test_float64_data_beyond_float32_is_refused_where_a_tensor_stores_float32():
         assert Tensor(np.array([1e300])).data[0] == 1e300
 
 
+def test_an_operand_or_output_gradient_beyond_float32_is_refused_where_the_tensor_is_float32():
+    """A review's find, after the test above: t * np.array([1e300, 1.0]) gave [inf, 2], t + 1e39 [inf, inf],
+    and backward(grad=[1e300, 1]) an Inf gradient, each with a RuntimeWarning only."""
+    from minifp8.autograd import default_dtype
+    t = Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    for call in (lambda: t * np.array([1e300, 1.0]), lambda: t + 1e39, lambda: 1e39 - t, lambda: t / -1e39):
+        with pytest.raises(ValueError, match=r"^the other operand holds finite values beyond float32's range .* "
+                                             r"e\.g\. -?1e\+(300|39): the op works in float32"):
+            call()
+    y = t * 2.0
+    with pytest.raises(ValueError, match=r"^backward\(grad=\.\.\.\) holds finite values beyond float32's range"):
+        y.backward(np.array([1e300, 1.0]))
+    assert t.grad is None
+    assert np.isinf((t + np.inf).data).all() and (t * 1e-50).data.tolist() == [0.0, 0.0]  # (Inf a value; 0 a rounding)
+    y.backward(np.array([np.inf, 1.0]))
+    assert t.grad.tolist() == [np.inf, 2.0]
+    with default_dtype(np.float64):
+        u = Tensor(np.array([1.0]), requires_grad=True)
+        y = u * 1e300
+        y.backward(np.array([1e-290]))
+        assert y.data[0] == 1e300 and u.grad[0] == pytest.approx(1e10)
+
+
+@pytest.mark.parametrize("a, b, g", [(1e25, 1e5, 1e20), (1e-38, 1e-18, 1e-30)], ids=["overflow", "underflow"])
+def test_the_divisors_gradient_is_a_float32_number_where_the_true_one_is(a, b, g):
+    """A review's find: d(a/b)/db was -(g * (a/b)) / b, whose g * (a/b) overflowed to -inf (or underflowed
+    to -0) where -g a / b^2 (-1e35, -1e-32) is a float32 number."""
+    left = Tensor(np.array([a], np.float32), requires_grad=True)
+    right = Tensor(np.array([b], np.float32), requires_grad=True)
+    (left / right).backward(np.array([g], np.float32))
+    exact = -float(np.float32(g)) * float(np.float32(a)) / float(np.float32(b)) ** 2
+    assert right.grad[0] == pytest.approx(exact, rel=1e-6, abs=0.0)
+    assert left.grad[0] == pytest.approx(float(np.float32(g)) / float(np.float32(b)), rel=1e-6, abs=0.0)
+
+
 def test_equality_iteration_and_numpy_conversion_of_a_tensor_are_never_silently_wrong():
     """Found by a review: ``t == 0.0`` gave one False (identity), not a mask; ``list(Tensor(3.0))`` gave [];
     ``np.asarray(t)`` an object array of 0-d Tensors. Hashing stays by identity, and so does list membership

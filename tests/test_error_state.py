@@ -285,6 +285,28 @@ def test_functional_ops_whose_exponentials_and_products_underflow():
     _default_then_strict(call)
 
 
+def test_softmax_loss_and_attention_whose_logits_span_more_than_float32_max():
+    """A review's find: the max shift of logits 3e38 and -3e38 overflowed (a FloatingPointError here),
+    where the answer, exp(-inf) = 0, is exact: softmax [1, 0, 0], the loss 0, attention the first row."""
+    logits = _as(np.float32, [[3e38, -3e38, 0.0]])
+
+    def call():
+        z = Tensor(logits, requires_grad=True)
+        loss = F.cross_entropy(z, np.array([0]))
+        loss.backward()
+        q = Tensor(_as(np.float32, [[1.0, 0.0]]), requires_grad=True)
+        k = Tensor(_as(np.float32, [[3e38, 0.0], [-3e38, 0.0]]), requires_grad=True)
+        v = Tensor(_as(np.float32, [[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+        out = F.scaled_dot_product_attention(q, k, v, scale=1.0)
+        out.backward(np.ones(out.shape, np.float32))
+        return [F.softmax(Tensor(logits)).data, loss.data, z.grad, out.data, q.grad, k.grad, v.grad]
+
+    results = _default_then_strict(call)
+    np.testing.assert_array_equal(results[0], [[1.0, 0.0, 0.0]])
+    assert results[1] == 0.0
+    np.testing.assert_array_equal(results[3], [[1.0, 2.0]])
+
+
 def test_golden_files(tmp_path):
     def call():
         folder = tmp_path / f"run{len(list(tmp_path.iterdir()))}"

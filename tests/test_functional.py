@@ -152,6 +152,35 @@ def test_linear_gradcheck_when_only_some_inputs_need_grad(needs_grad, with_bias)
     gradcheck(lambda *t: F.linear(*t), *((x, w, b) if with_bias else (x, w)))
 
 
+def test_linear_and_layer_norm_promote_a_float64_bias_as_numpy_does():
+    """A review's find: ``out += bias`` rounded a float64 bias into float32 data ([2, inf] for a bias 1e300),
+    where ``x @ w.T + b`` and every other op give float64."""
+    x = Tensor(np.ones((1, 2), np.float32), requires_grad=True)
+    w = Tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    with default_dtype(np.float64):
+        b = Tensor(np.array([1e-9, 1e300]), requires_grad=True)
+    for y, expected in ((F.linear(x, w, b), (x @ w.T + b).data), (F.layer_norm(x, None, b), np.array([[1e-9, 1e300]]))):
+        assert y.dtype == np.float64
+        np.testing.assert_array_equal(y.data, expected)
+        y.backward(np.ones(y.shape))
+        assert b.grad.dtype == np.float64 and x.grad.dtype == np.float32
+        b.grad = x.grad = None
+
+
+def test_gelu_float32_precision_for_negative_inputs_is_what_its_docstring_says():
+    """1 + tanh(u) cancels for negative x: relative error past 1e-3 below about -3.9 and 10% below -4.8,
+    absolute error under 1.6e-7 (the docstring's numbers, against the formula in float64)."""
+    x = np.linspace(-12.0, 0.0, 200_001).astype(np.float32)
+    xd = x.astype(np.float64)
+    exact = 0.5 * xd * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (xd + 0.044715 * xd ** 3)))
+    error = np.abs(F.gelu(x).data - exact)
+    assert error.max() < 1.6e-7
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = error / np.abs(exact)
+    assert -4.0 < xd[np.flatnonzero(relative > 1e-3).max()] < -3.8
+    assert -4.9 < xd[np.flatnonzero(relative > 0.1).max()] < -4.7
+
+
 def test_linear_bad_shapes_raise():
     with pytest.raises(ValueError, match="in_features=4"):
         F.linear(Tensor(np.ones((2, 3))), Tensor(np.ones((5, 4))))

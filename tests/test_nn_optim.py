@@ -629,6 +629,21 @@ def test_clip_grad_norm_scales_all_gradients_together():
     assert optim.clip_grad_norm([big], 1.0) == pytest.approx(5e30, rel=1e-6)
 
 
+def test_clip_grad_norm_refuses_a_parameter_or_a_grad_given_twice():
+    """A review's find: [q, q] counted q's gradient twice (norm 7.07 for a gradient of norm 5) and scaled it
+    twice (to norm 2.5), where the optimizers refuse a parameter given twice. Nothing is scaled then."""
+    q, r = (Tensor(np.zeros(2, np.float32), requires_grad=True) for _ in range(2))
+    q.grad = np.array([3.0, 4.0], np.float32)
+    with pytest.raises(ValueError, match=r"^clip_grad_norm: a parameter appears twice"):
+        optim.clip_grad_norm([q, q], 5.0)
+    r.grad = q.grad  # (one array set by hand as two parameters' .grad)
+    with pytest.raises(ValueError, match=r"^clip_grad_norm: a \.grad array appears twice"):
+        optim.clip_grad_norm([q, r], 1.0)
+    assert q.grad.tolist() == [3.0, 4.0]
+    r.grad = q.grad.copy()
+    assert optim.clip_grad_norm([q, r], 100.0) == pytest.approx(math.sqrt(50.0))
+
+
 def test_schedule_and_clipping_numbers_are_checked():
     """Found by an audit: max_norm=True was taken as 1, max_norm="1" failed inside a comparison,
     and max_lr=inf gave an infinite learning rate."""
