@@ -563,7 +563,8 @@ def load_dataset(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None
                  val_fraction: float = 0.1) -> Dataset:
     """The data for ``train_tiny``: the arithmetic corpus when ``path`` is None, else a text file.
 
-    ``seed`` shuffles the arithmetic corpus and is ignored for a file. A file is read with
+    ``seed`` (an int >= 0, checked either way) shuffles the arithmetic corpus and is ignored for a
+    file. A file is read with
     `load_text` (so its errors apply) and split by position with `Dataset.from_text`.
 
     Memory for a file of N characters: at peak the text, its two splits and the int64 token ids,
@@ -573,6 +574,7 @@ def load_dataset(path: str | os.PathLike[str] | os.PathLike[bytes] | None = None
     """
     if path is None:
         return Dataset.arithmetic(seed, val_fraction=val_fraction)
+    _check_int(seed, "seed", 0)  # (a seed of "banana" passed with a file; refused without one)
     val_fraction = _check_fraction("val_fraction", val_fraction)  # (before a file is read)
     text, shown = load_text(path), os.fsdecode(os.fspath(path))
     try:

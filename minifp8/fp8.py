@@ -64,19 +64,25 @@ Recipes (`RECIPES`) choose the scale at every cast point:
 `fake_quantize` applies one recipe's cast to an array, with its statistics.
 
 Saturation. Forward E4M3 casts saturate (overflow and Inf clamp to +-448), as TransformerEngine's
-do. Backward E5M2 casts do **not** saturate: overflow and Inf give +-Inf, NaN stays NaN, so an
-overflowing gradient stays visible, which is what dynamic loss scaling needs to back off. For
-``current``, ``delayed`` and ``blockwise``, whose scaling.py functions always saturate, the
-gradient elements those clamp come out as +-Inf instead. ``mxfp8`` follows OCP MX v1.0 section
+do. Backward E5M2 casts of ``fp8``, ``unit``, ``current`` and ``blockwise`` do **not** saturate by
+default: overflow and Inf give +-Inf, NaN stays NaN, so an overflowing gradient stays visible, which
+is what dynamic loss scaling needs to back off. For ``current`` and ``blockwise``, whose scaling.py
+functions always saturate, the gradient elements those clamp come out as +-Inf instead (their scale
+comes from the gradient itself, so only an Inf or NaN in it can overflow). ``delayed``'s E5M2
+casts saturate by default, as TransformerEngine's do: they use last step's scale, and a gradient
+whose amax outgrows the history's by more than 61440/57344 (7%) overflows, as early gradients do
+(a small GPT with plain AdamW overflowed at step 1, and its loss was NaN at step 2, without
+clamping). ``mxfp8`` follows OCP MX v1.0 section
 6.3 unchanged: elements saturate inside a block (the floor scale rule makes that part of the
 format). Under the ``floor``, ``ceil`` and ``even`` scale rules a block holding Inf or NaN decodes
 to NaN (`minifp8.mx`'s rule, microxcaling's), so a non-finite gradient shows there too; under
 ``scale_mode="rceil"`` (NVIDIA's conversion) an Inf gets the scale 2^127 and stays Inf, in E4M3
 forward casts too (its element saturates, and the maximum times 2^127 overflows float32), while the
 block's finite elements flush to zero (counted as underflow).
-The recipe option ``saturate_gradients=True`` gives TransformerEngine's saturating E5M2 casts
-instead. It matters most for ``delayed``: a gradient whose amax outgrows the history's by more
-than 61440/57344 (7%) overflows, where TransformerEngine clamps it; ``margin`` adds headroom.
+The recipe option ``saturate_gradients`` chooses: True gives TransformerEngine's saturating E5M2
+casts, False the overflow to +-Inf (``delayed`` with dynamic loss scaling needs False; ``margin``
+adds headroom instead of clamping). `minifp8.train_tiny`'s ``--saturate-gradients auto`` clamps
+for ``current``, ``delayed`` and ``blockwise``.
 
 Attention. The attention core is one fused op that sees a single copy of each input, so each of
 q, k and v is quantized once, along the contraction axis of its forward GEMM: q and k along
@@ -132,14 +138,14 @@ __all__ = [
 RECIPES = ("fp32", "fp8", "unit", "current", "delayed", "mxfp8", "blockwise")
 
 # The options each recipe takes (apply_recipe(model, recipe, **options)) and their defaults.
-# saturate_gradients=True clamps E5M2 gradient casts to +-max as TransformerEngine does, instead
-# of the default overflow to Inf (module docstring, "Saturation").
+# saturate_gradients=True clamps E5M2 gradient casts to +-max as TransformerEngine does, False lets
+# them overflow to Inf (module docstring, "Saturation": delayed clamps by default, the others not).
 RECIPE_OPTIONS: dict[str, dict] = {
     "fp32": {},
     "fp8": {"saturate_gradients": False},
     "unit": {"saturate_gradients": False},
     "current": {"power_of_2": False, "saturate_gradients": False},
-    "delayed": {"history_len": 1024, "amax_compute_algo": "max", "margin": 0, "saturate_gradients": False},
+    "delayed": {"history_len": 1024, "amax_compute_algo": "max", "margin": 0, "saturate_gradients": True},
     "mxfp8": {"scale_mode": "floor"},
     "blockwise": {"power_of_2": True, "saturate_gradients": False},
 }
@@ -467,7 +473,8 @@ def fake_quantize(x: ArrayLike, recipe: str, fmt: str | formats.FloatFormat = "E
         One of `RECIPES` (``fp32`` returns float32 ``x`` unchanged).
     fmt : {"E4M3", "E5M2"}
         E4M3 is a forward cast and saturates; E5M2 is a gradient cast and does not (overflow and
-        Inf give Inf), except inside MX blocks (module docstring).
+        Inf give Inf), except inside MX blocks and where ``saturate_gradients`` is True (by
+        default under ``delayed``; module docstring).
     axis : int
         The contraction axis the scales run along (block recipes; per-tensor recipes ignore it).
     weight : bool

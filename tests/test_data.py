@@ -427,6 +427,17 @@ def test_tokenizer_covers_val_only_characters(tmp_path):
     assert data.window_loss_floor(8) is None
 
 
+@pytest.mark.parametrize("seed, error", [("banana", TypeError), (-3, ValueError), (1.5, TypeError)])
+def test_load_dataset_checks_its_seed_with_a_file_too(tmp_path, seed, error):
+    """A review's find: with a file the seed is unused, and "banana" or -3 passed, where the same call
+    without a file refuses them."""
+    path = tmp_path / "t.txt"
+    path.write_text("abcdefghij" * 3, encoding="utf-8")
+    for where in (path, None):
+        with pytest.raises(error, match="seed"):
+            D.load_dataset(where, seed=seed)
+
+
 @pytest.mark.parametrize("args, error, message", [
     (("test", 2, 4, np.random.default_rng(0)), ValueError, "split"),
     (("train", 0, 4, np.random.default_rng(0)), ValueError, "batch_size"),

@@ -124,11 +124,14 @@ def non_saturating(x32, scale_per_element, scale_inv_per_element):
     return codec.quantize(scaled, "E5M2", saturate=False) * scale_inv_per_element
 
 
-def reference(x, recipe, fmt, axis=-1, weight=False, scaler=None):
-    """What a cast point of ``recipe`` must produce, from the reference functions."""
+def reference(x, recipe, fmt, axis=-1, weight=False, scaler=None, saturate_gradients=None):
+    """What a cast point of ``recipe`` must produce, from the reference functions; E5M2 casts clamp or
+    overflow by ``saturate_gradients`` (default: the recipe's default, `fp8.RECIPE_OPTIONS`)."""
+    if saturate_gradients is None:
+        saturate_gradients = fp8.RECIPE_OPTIONS[recipe].get("saturate_gradients", False)
     x32 = np.asarray(x, np.float32)
     if recipe in ("fp8", "unit"):
-        return codec.quantize(x32, fmt, saturate=fmt == "E4M3")
+        return codec.quantize(x32, fmt, saturate=fmt == "E4M3" or saturate_gradients)
     if recipe == "mxfp8":
         return mx.quantize(x32, "MXFP8_" + fmt, axis=axis).dequantize()
     if recipe == "current":
@@ -140,7 +143,7 @@ def reference(x, recipe, fmt, axis=-1, weight=False, scaler=None):
     else:
         tile_shape = (128, 128) if weight else (1, 128)
         scaled = scaling.quantize_blockwise(x32, fmt, block_shape=tile_shape, axis=axis)
-    if fmt == "E4M3":
+    if fmt == "E4M3" or saturate_gradients:
         return scaled.dequantize()
     scale, scale_inv = scaled.scale, scaled.scale_inv
     if tile_shape is not None:
@@ -171,14 +174,16 @@ def primed_scaler(fmt, amaxes=(3.0, 0.75)):
 def test_fake_quantize_equals_reference(recipe, fmt, shape, axis):
     rng = rng_for(recipe, fmt, shape, axis)
     x = wide_tensor(rng, shape, high=10 if fmt == "E4M3" else 18, ties=fmt)
-    scaler = primed_scaler(fmt) if recipe == "delayed" else None
-    reference_scaler = copy.deepcopy(scaler)
-    values, stats = fp8.fake_quantize(x, recipe, fmt, axis=axis, scaler=scaler)
-    assert_same(values, reference(x, recipe, fmt, axis, scaler=reference_scaler))
-    assert stats.size == x.size and stats.amax == np.max(np.abs(x))
-    if recipe == "delayed":  # the amax went into the history exactly as scaler.quantize(x) puts it
-        np.testing.assert_array_equal(scaler.amax_history, reference_scaler.amax_history)
-        assert scaler.scale == reference_scaler.scale
+    takes_option = fmt == "E5M2" and "saturate_gradients" in fp8.RECIPE_OPTIONS[recipe]
+    for options in [{}] + ([{"saturate_gradients": False}, {"saturate_gradients": True}] if takes_option else []):
+        scaler = primed_scaler(fmt) if recipe == "delayed" else None
+        reference_scaler = copy.deepcopy(scaler)
+        values, stats = fp8.fake_quantize(x, recipe, fmt, axis=axis, scaler=scaler, **options)
+        assert_same(values, reference(x, recipe, fmt, axis, scaler=reference_scaler, **options))
+        assert stats.size == x.size and stats.amax == np.max(np.abs(x))
+        if recipe == "delayed":  # the amax went into the history exactly as scaler.quantize(x) puts it
+            np.testing.assert_array_equal(scaler.amax_history, reference_scaler.amax_history)
+            assert scaler.scale == reference_scaler.scale
 
 
 def extreme_blocks(rng, fmt, rows, columns, high=120):
@@ -300,7 +305,8 @@ def test_blockwise_weight_tiles(shape):
 
 @pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
 def test_special_values(recipe):
-    """NaN, +-Inf and overflow, as each reference treats them; E5M2 gradients give Inf, not max.
+    """NaN, +-Inf and overflow, as each reference treats them; E5M2 gradients give Inf, not max (but
+    under delayed, whose E5M2 casts clamp by default).
     NaNs of either sign, with payloads, quiet or signalling, come out with the reference's bits."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal((64, 128)).astype(np.float32)
@@ -313,8 +319,8 @@ def test_special_values(recipe):
         values, stats = fp8.fake_quantize(x, recipe, fmt, scaler=scaler)
         assert_same(values, expected)
         assert np.isnan(stats.amax)
-        if recipe != "mxfp8":  # E4M3 clamps Inf to +-max*scale_inv; E5M2 keeps it
-            assert np.isinf(values[10, 100]) == (fmt == "E5M2")
+        if recipe != "mxfp8":  # E4M3 clamps Inf to +-max*scale_inv; E5M2 keeps it unless it saturates
+            assert np.isinf(values[10, 100]) == (fmt == "E5M2" and recipe != "delayed")
         else:  # OCP MX: a block holding NaN or Inf is all NaN
             assert np.isnan(values[10, 96:128]).all() and np.isnan(values[3, 0:32]).all()
 
@@ -341,7 +347,10 @@ def test_saturate_gradients_option_gives_the_reference_itself(recipe):
         expected = scaling.quantize_blockwise(g, "E5M2").dequantize()
     assert_same(values, expected)
     assert np.isfinite(values).all() and stats.saturation_count >= 1
-    assert np.isinf(fp8.fake_quantize(g, recipe, "E5M2", scaler=copy.deepcopy(reference_scaler))[0]).any()
+    unclamped = fp8.fake_quantize(g, recipe, "E5M2", scaler=copy.deepcopy(reference_scaler), saturate_gradients=False)
+    assert np.isinf(unclamped[0]).any()
+    default = fp8.fake_quantize(g, recipe, "E5M2", scaler=copy.deepcopy(reference_scaler))[0]
+    assert_same(default, values if recipe == "delayed" else unclamped[0])  # (delayed clamps by default)
 
 
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
@@ -628,12 +637,15 @@ def test_statistics_scaled_recipes_by_hand():
     assert (stats.underflow_count, stats.saturation_count) == (0, 3)
     assert values[0] == values[2] == np.float32(448) * np.float32(1 / 448)
     assert scaler.amax_history[0] == 2.0  # recorded for the next update
-    # ...and in E5M2 the same overflow gives Inf: history amax 1 -> scale 57344; 1.1 * 57344 > 61440
-    scaler = scaling.DelayedScaling("E5M2", history_len=2)
-    scaler.quantize(np.array([1.0], np.float32))
-    values, stats = fp8.fake_quantize(np.array([1.1, 1.0, -1.2], np.float32), "delayed", "E5M2", scaler=scaler)
-    assert values[0] == np.inf and values[2] == -np.inf and stats.saturation_count == 2
-    assert values[1] == np.float32(57344) * (np.float32(1) / np.float32(57344))
+    # ...and in E5M2 the same overflow clamps (the default) or gives Inf: history amax 1 -> scale 57344;
+    # 1.1 * 57344 > 61440
+    for saturate, expected in ((True, 1.0), (False, np.inf)):
+        scaler = scaling.DelayedScaling("E5M2", history_len=2)
+        scaler.quantize(np.array([1.0], np.float32))
+        values, stats = fp8.fake_quantize(np.array([1.1, 1.0, -1.2], np.float32), "delayed", "E5M2", scaler=scaler,
+                                          **({} if saturate else {"saturate_gradients": False}))
+        assert values[0] == -values[2] == np.float32(expected) and stats.saturation_count == 2
+        assert values[1] == np.float32(57344) * (np.float32(1) / np.float32(57344))
 
     # mxfp8 (floor): block amax 500 -> shared exponent 8 - 8 = 0, scale 1: 500 and 470 lie beyond
     # 464 and clamp to 448, 460 rounds to 448; 2**-20 underflows. The second block holds an Inf:
@@ -735,9 +747,13 @@ def test_e5m2_overflow_tie_counts_as_saturated(recipe):
     scaler = scaling.DelayedScaling("E5M2", history_len=2) if recipe == "delayed" else None
     if scaler is not None:
         scaler.quantize(np.array([57344.0], np.float32))  # scale 1
-    values, stats = fp8.fake_quantize(x, recipe, "E5M2", scaler=scaler)
+    options = {"saturate_gradients": False} if recipe == "delayed" else {}  # (delayed clamps by default)
+    values, stats = fp8.fake_quantize(x, recipe, "E5M2", scaler=copy.deepcopy(scaler), **options)
     assert stats.saturation_count == 1
     assert np.isinf(values[1, 3]) or recipe == "mxfp8"  # MX elements saturate inside a block
+    if recipe == "delayed":
+        values, stats = fp8.fake_quantize(x, recipe, "E5M2", scaler=scaler)
+        assert stats.saturation_count == 1 and values[1, 3] == 57344
 
 
 @pytest.mark.parametrize("fmt, scale_mode, big, tiny", [("E4M3", "floor", 2.0**20, 1e-36),
@@ -830,6 +846,38 @@ def test_roles_are_every_role_cast_and_gradient_roles_the_backward_casts():
 # ================================================================================================
 # Delayed scaling: one history per role per point, advanced once per state.step().
 # ================================================================================================
+def test_delayed_gradients_clamp_by_default_so_plain_training_stays_finite():
+    """A review's find: with E5M2 gradient casts that overflowed by default, ``apply_recipe(model,
+    "delayed")`` and plain AdamW gave a small GPT Inf gradients at step 1 and a NaN loss at step 2 (early
+    gradients outgrow last step's scale by more than 7%). They clamp by default now, as TransformerEngine's
+    do; ``saturate_gradients=False``, for dynamic loss scaling, still shows the overflow."""
+    from minifp8 import optim
+    from minifp8.model import GPT, GPTConfig
+
+    def train(**options):
+        model = GPT(GPTConfig(vocab_size=32, block_size=32, n_layer=2, n_head=4, n_embd=64),
+                    rng=np.random.default_rng(0))
+        state = fp8.apply_recipe(model, "delayed", **options)
+        optimizer = optim.AdamW(list(model.parameters()), lr=3e-3)
+        rng, stream = np.random.default_rng(1), np.arange(10_000) % 29
+        for step in range(4):
+            starts = rng.integers(0, len(stream) - 33, 16)
+            ids = np.stack([stream[start:start + 33] for start in starts])
+            optimizer.zero_grad()
+            loss = model(ids[:, :-1], ids[:, 1:])[1]
+            loss.backward()
+            if not all(np.isfinite(p.grad).all() for p in model.parameters()):
+                return step, state.summary(fp8.GRADIENT_ROLES)["max_saturation"]
+            optimizer.step()
+            state.step()
+        return None, state.summary(fp8.GRADIENT_ROLES)["max_saturation"]
+
+    assert train()[0] is None
+    with np.errstate(over="ignore", invalid="ignore"):  # (the Inf gradients' products, NaN)
+        step, saturation = train(saturate_gradients=False)
+    assert step == 1 and saturation > 0
+
+
 def test_delayed_history_advances_once_per_step():
     rng = np.random.default_rng(4)
     layer = nn.Linear(64, 32, bias=False, rng=rng)
@@ -1788,7 +1836,7 @@ def test_fp8_state_load_state_dict_checks_everything_before_loading_anything():
             (prefix + "scale_inv", np.float32(123.0), ValueError, r"scale_inv must be float32\(1 / scale\)"),
             ("options.margin", np.array(1), ValueError, "the state is for delayed with margin=1, this model uses margin=0"),
             ("options.amax_compute_algo", np.array("most_recent"), ValueError, "amax_compute_algo='most_recent'"),
-            ("options.saturate_gradients", np.array(0), ValueError, "saturate_gradients=0, this model uses .*=False"),
+            ("options.saturate_gradients", np.array(0), ValueError, "saturate_gradients=0, this model uses .*=True"),
             ("options.history_len", np.array([3]), ValueError, r"history_len=array\(\[3\]\)"),
             ("steps", np.array(2.7), ValueError, r"steps must be an integer in \[0, 2\*\*63\)"),
             ("steps", np.array(-1), ValueError, r"steps must be an integer in \[0, 2\*\*63\)"),
