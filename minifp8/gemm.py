@@ -18,10 +18,12 @@ Sections:
   other), and the report adds hints that it has verified by recomputing: a scale applied twice,
   omitted or inverted, scales read transposed, applied along the wrong axis or shifted by one
   block, one block's scale off by a power of two, a dropped K block, a transposed output, one
-  factor common to every mismatched output, an accumulator narrower than declared.
+  factor common to every mismatched output, operands rounded to bfloat16, float16 or TF32 before the
+  product, an accumulator narrower than declared.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +35,8 @@ from . import codec, formats, mx
 from .formats import FloatFormat, _check_int, _is_int, _plain_array
 from .testing import _check_max_rows, _codes_of, _tolerance_ratio, _widening_hint
 
-__all__ = ["MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference", "MatmulReport",
-           "assert_matmul_close", "compare_matmul", "dequantize", "reference_matmul"]
+__all__ = ["LOOSE_RELATIVE_TOLERANCE", "MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference",
+           "MatmulReport", "assert_matmul_close", "compare_matmul", "dequantize", "reference_matmul"]
 
 # IEEE binary types a kernel accumulates or writes in: significand bits p (the implicit bit
 # included), emin, emax (IEEE 754-2019 table 3.5; bfloat16 is float32 with its low 16 bits cut).
@@ -123,11 +125,12 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
 
 
 def _decoded_operand(codes, fmt, name: str) -> np.ndarray:
-    """A 2-d, non-empty operand's decoded values (float32), or a clear error."""
+    """A 2-d operand's decoded values (float32), or a clear error. It may be empty: with K = 0 every
+    output is 0 (an empty sum), which a kernel must write."""
     codec._check_float_environment()
     array = _plain_array(codes, name)
-    if array.ndim != 2 or 0 in array.shape:
-        raise ValueError(f"{name} must be a non-empty 2-d array of {fmt.name} codes, got shape {array.shape}")
+    if array.ndim != 2:
+        raise ValueError(f"{name} must be a 2-d array of {fmt.name} codes, got shape {array.shape}")
     return codec.decode(_codes_of(array, fmt, array.shape, name, signed_zero=False), fmt)
 
 
@@ -153,7 +156,9 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
                          f"{operand}, shape {shape}), got shape {array.shape}; rowwise scales of A are (M, 1), "
                          f"of B (1, N)")
     for axis, (size, count) in enumerate(zip(shape, array.shape)):
-        if count < 1 or size % count:
+        if size == 0 and count <= 1:
+            continue  # (an empty axis: one scale, or none, covers it)
+        if count < 1 or size % count or size == 0:
             raise ValueError(f"{name} has shape {array.shape}, which does not tile {operand} of shape {shape}: "
                              f"along axis {axis}, {count} scales for {size} elements (a scale dimension must be "
                              f"1 or divide the operand's; pad {operand} with zero codes to a multiple of the block)")
@@ -186,6 +191,8 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
 
 def _scaled(decoded: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """``decoded * scales`` in float64, each scale over its block (``scales`` is 2-d and tiles)."""
+    if decoded.size == 0:
+        return decoded.astype(np.float64)
     rows, columns = scales.shape
     # Splitting each axis into (blocks, block length) is a view in any layout: no copy of the
     # operand, and no M x K array of expanded scales
@@ -238,7 +245,9 @@ def reference_matmul(a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike
     Parameters
     ----------
     a_codes, b_codes : array_like
-        The operands' element codes, ``A`` M x K and ``B`` K x N, as `dequantize` takes them.
+        The operands' element codes, ``A`` M x K and ``B`` K x N, as `dequantize` takes them. Any of
+        M, K and N may be 0 (K = 0: every output is 0, an empty sum; an empty axis takes one scale
+        or none).
     a_scales, b_scales : array_like or float
         Their scale values (a ``ScaledTensor``'s ``scale_inv``: see `dequantize`), laid out as there:
         ``()``, ``(M, 1)``, ``(M, K / block)`` for A; ``()``, ``(1, N)``, ``(K / block, N)``,
@@ -420,17 +429,20 @@ def _carried_underflow(a: _Operand, b: _Operand, accumulator: _Accumulator) -> n
     A term ``t = x alpha y beta`` (elements x, y; scales alpha, beta) is formed by multiplications
     in the accumulator's format in one of the ways kernels group it: ``(x alpha)(y beta)``,
     ``((x y) alpha) beta`` (a block's partial sum scaled), ``(x y)(alpha beta)``, ``((x alpha) y) beta``
-    (B's scale in the epilogue), or their mirror images. ``x y`` is exact. With gradual underflow a
+    (B's scale in the epilogue), ``(x (alpha beta)) y`` (both scales folded into one operand), or
+    their mirror images. ``x y`` is exact. With gradual underflow a
     product P rounds to ``P (1 + delta) + eta`` with ``|eta| <= s / 2`` (the subnormal spacing s), and
     ``eta != 0`` only where ``|P|`` is below the smallest normal number, lambda (the model of
     arithmetic with gradual underflow: Higham, 2nd ed., chapter 2), while a sum that underflows is
     exact (every float is a multiple of s, so a sum below lambda is itself a subnormal number). The
     final product's eta is in `compare_matmul`'s ``(4K + 4) s_acc``; an intermediate P's eta is multiplied by the rest of the term,
     ``t / P``, and it can be far larger. Summed over the intermediates P = ``x alpha``, ``y beta``,
-    ``alpha beta``, ``x alpha y`` and ``x y beta``, each where it can be below lambda, this is
+    ``alpha beta``, ``x alpha y``, ``x y beta``, ``x alpha beta`` and ``y alpha beta``, each where it
+    can be below lambda, this is
     ``s / 2 * sum_k (|b| [|a| < lambda] + |a| [|b| < lambda] + |x y| [alpha beta < lambda]
-    + beta [|a| y < lambda] + alpha [x |b| < lambda])``; a condition that involves both operands is
-    widened to one on each (``alpha < lambda / min beta``), which keeps every sum a matrix product.
+    + beta [|a| y < lambda] + alpha [x |b| < lambda] + y [|a| beta < lambda] + x [alpha |b| < lambda])``;
+    a condition that involves both operands is widened to one on each (``alpha < lambda / min beta``),
+    which keeps every sum a matrix product.
     It is 0 unless a scale or a dequantised value is small (near lambda times a few powers of two).
     """
     normal = accumulator.spacing * 2.0 ** (accumulator.bits - 1)  # lambda = 2**emin
@@ -451,7 +463,8 @@ def _carried_underflow(a: _Operand, b: _Operand, accumulator: _Accumulator) -> n
     least = [float(array[array > 0].min()) for array in (alpha, beta, x, y)]  # (nonzero terms only)
     pairs = [(below(abs_a, normal), abs_b), (abs_a, below(abs_b, normal)),
              (x * below(alpha, normal / least[1]), y * below(beta, normal / least[0])),
-             (below(abs_a, normal / least[3]), beta), (alpha, below(abs_b, normal / least[2]))]
+             (below(abs_a, normal / least[3]), beta), (alpha, below(abs_b, normal / least[2])),
+             (below(abs_a, normal / least[1]), y), (x, below(abs_b, normal / least[0]))]
     carried = 0.0
     for left, right in pairs:
         if left.any() and right.any():
@@ -518,12 +531,17 @@ class MatmulMismatch:
     kind: str
 
 
+#: From this median ``tolerance / |reference|`` on, `MatmulReport.head` says that the check is loose.
+LOOSE_RELATIVE_TOLERANCE = 0.01
+
+
 @dataclass
 class MatmulReport:
     """The result of `compare_matmul`: how many outputs lie beyond their tolerance, and why.
 
     ``str(report)`` is a table for a failing test's message, with the worst output and the hints
-    under its first line.
+    under its first line. The property ``median_relative_tolerance`` says how loose the check is:
+    the first line names it from `LOOSE_RELATIVE_TOLERANCE` (1%) up.
 
     Attributes
     ----------
@@ -549,8 +567,9 @@ class MatmulReport:
         (Keyword-only.) How many outputs with a nonzero reference have a tolerance of at least
         ``|reference|``, where an output of 0 would agree too (and the negated reference, where it
         reaches twice ``|reference|``): there the bound, rigorous for the worst case, cannot tell a
-        dropped output. Large K with cancelling signs gets there: S grows as K, the reference as
-        sqrt(K). `head` names them; `assert_matmul_close` warns when they are most outputs.
+        dropped output. Large K with cancelling signs gets there: the accumulation bound
+        ``gamma_(K+3) S`` grows as K**2, the reference as sqrt(K). `head` names them;
+        `assert_matmul_close` warns when they are most outputs.
     """
 
     title: str
@@ -569,12 +588,27 @@ class MatmulReport:
     def ok(self) -> bool:
         return self.count == 0
 
+    @property
+    def median_relative_tolerance(self) -> float:
+        """The median of ``tolerance / |reference|`` over the outputs with a finite nonzero reference (NaN
+        where there are none). With random signs it grows as K**1.5: about 0.19% at K = 1024, 1.4% at
+        4096 and 12% at 16384 for N(0, 1) E4M3 operands (per-tensor or MX scales), where a float16
+        accumulator, or a 14-bit one never promoted, goes unseen at most outputs."""
+        magnitude = np.abs(self.reference.value)
+        counted = np.isfinite(magnitude) & (magnitude > 0)
+        return float(np.median(self.tolerance[counted] / magnitude[counted])) if counted.any() else math.nan
+
     def head(self) -> str:
-        """The first line: the GEMM, the options, the count and the classes."""
+        """The first line: the GEMM, the options, the count and the classes (and how loose the check is,
+        where it is: ``zero_would_pass``, and a median tolerance of `LOOSE_RELATIVE_TOLERANCE` or more)."""
         classes = ", ".join(f"{kind} {n}" for kind, n in self.by_class.items() if n)
         options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
         loose = (f"; at {self.zero_would_pass} of the {self.total} the tolerance reaches |reference| (0 would "
                  f"agree there)" if self.zero_would_pass else "")
+        median = self.median_relative_tolerance
+        if median >= LOOSE_RELATIVE_TOLERANCE:
+            loose += (f"; the median tolerance is {100 * median:.3g}% of |reference| (a loose check: a smaller K, "
+                      f"or operands of one sign, check more)")
         return (f"{self.title} ({options}): {self.count} of {self.total} outputs beyond tolerance"
                 + (f" [{classes}]" if classes else "") + loose)
 
@@ -663,8 +697,10 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     mismatched output is the reference times one factor beyond that rounding (a power of two is
     named as one), or, with ``output="float32"``, every output
     is a bfloat16 (or float16) value and all are within tolerance judged as that output type (an
-    output type not declared), or the errors fit a narrower accumulator (only one whose bound is at
-    most S / 8, and errors not confined to one row or column). A cause whose product an output of
+    output type not declared), or the output matches the product of the dequantized operands each
+    rounded to bfloat16, float16 or TF32 (a cast after dequantizing, or TF32 inputs), or the errors
+    fit a narrower accumulator (only one whose bound is at most S / 8, and errors not confined to one
+    row or column). A cause whose product an output of
     zeros matches as well is not named.
 
     Parameters
@@ -728,7 +764,10 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     worst = row_of(where[np.argmax(np.nan_to_num(ratio.reshape(-1)[where], nan=np.inf))]) if where.size else None
     hints = []
     if where.size:
-        if rows * inner * columns <= _HINT_WORK_LIMIT:
+        if inner == 0:  # (no product to recompute a cause with)
+            hints = ["K = 0: every output is an empty sum, 0, and the kernel wrote other values: an output left "
+                     "unwritten (uninitialised memory), or K taken from another dimension?"]
+        elif rows * inner * columns <= _HINT_WORK_LIMIT:
             hints = _hints(got, a, b, reference, kinds, model, output, carried)
         else:
             hints = [f"none computed: M * K * N = {rows * inner * columns} is above 2**26; compare a smaller GEMM"]
@@ -868,6 +907,22 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                              f"{narrow} output (accumulator of {model.describe()}): pass output={narrow!r}, the "
                              f"type the kernel wrote?")
                 break
+    # Operands rounded to a 16-bit type (or TF32) after dequantization, then multiplied and summed
+    # correctly: their product is checked before a narrower accumulator, whose looser bound it fits too.
+    if not hints:
+        with np.errstate(over="ignore"):  # (beyond float16's range: Inf, as the kernel's cast gives)
+            for narrow, rounded in _ROUNDED_OPERANDS:
+                a_rounded, b_rounded = (_Operand(operand.decoded, operand.scales, rounded(operand.values))
+                                        for operand in (a, b))
+                if (np.array_equal(a_rounded.values, a.values, equal_nan=True)
+                        and np.array_equal(b_rounded.values, b.values, equal_nan=True)):
+                    continue  # (the operands are exact in that type: the product is the reference)
+                if matches(_reference(a_rounded.values, b_rounded.values),
+                           carried=_carried_underflow(a_rounded, b_rounded, model)):
+                    hints.append(f"the output matches the product of the dequantized operands each rounded to "
+                                 f"{narrow}: operands rounded before the multiply (a cast after dequantizing, or "
+                                 f"TF32 inputs), not the accumulation?")
+                    break
     # A narrower accumulator errs all over the output: not where the errors lie in one row or column,
     # nor where its bound is over an eighth of sum |a b| (a bound that loose fits many bugs too).
     hit_rows, hit_columns = (np.unique(where).size for where in np.nonzero(mismatched))
@@ -884,6 +939,26 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                              f"arXiv:2412.19437, section 3.3.2)")
                 break
     return hints
+
+
+def _to_significand_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """``values`` (float64) rounded to float32, as a kernel holds them, then to ``bits`` significant
+    bits, to nearest even, in float32's exponent range (bfloat16: 8 bits; TF32: 11), with that type's
+    subnormal spacing, ``2**(-125 - bits)``, below 2**-126."""
+    with np.errstate(over="ignore", under="ignore"):
+        single = values.astype(np.float32).astype(np.float64)
+    mantissa, exponent = np.frexp(single)
+    clamped = np.maximum(exponent, -125)  # (frexp's exponent of 2**-126 is -125)
+    rounded = np.ldexp(np.rint(np.ldexp(mantissa, bits + exponent - clamped)), clamped - bits)
+    return np.where(np.abs(rounded) >= 2.0**128, np.copysign(np.inf, rounded), rounded)  # (past max: Inf)
+
+
+#: The types a kernel may round its dequantized operands to before the product (`compare_matmul`'s
+#: hints), each with its rounding of float64 values: bfloat16 and TF32 keep float32's range.
+_ROUNDED_OPERANDS = (("bfloat16", lambda values: _to_significand_bits(values, 8)),
+                     ("float16 (or TF32, whose 11 significant bits are float16's within its range)",
+                      lambda values: values.astype(np.float32).astype(np.float16).astype(np.float64)),
+                     ("TF32 (11 significant bits)", lambda values: _to_significand_bits(values, 11)))
 
 
 def _scale_variants(scales: np.ndarray, shape: tuple, name: str, axes: tuple):
