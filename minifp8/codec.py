@@ -196,7 +196,7 @@ def encode(x: ArrayLike, fmt: str | FloatFormat, *, rounding: str = "nearest_eve
         mantissa bits, ``nearest_even`` rounds a tie between two normal values up (module docstring).
     saturate : bool
         Clamp overflow to +-max instead of producing Inf/NaN (see the module docstring).
-    random_bits : array_like of unsigned int, optional
+    random_bits : numpy.ndarray of uint8, uint16, uint32 or uint64, optional
         For ``stochastic``: one uniform random integer in ``[0, 2**random_bit_count)`` per element,
         with x's shape. Rounds away from zero when the discarded fraction, rounded to
         ``random_bit_count`` bits, plus ``random_bits`` reaches ``2**random_bit_count``
@@ -531,7 +531,11 @@ def _check_random_bits(random_bits, random_bit_count, shape):
         raise ValueError("rounding='stochastic' needs random_bits: an unsigned integer array of x's shape")
     bits = _plain_array(random_bits, "random_bits")
     if bits.dtype.kind != "u":
-        raise TypeError(f"random_bits must be an unsigned integer array, got dtype {bits.dtype}")
+        hint = (f" (ml_dtypes' {bits.dtype}: .astype(np.uint8), with random_bit_count)" if bits.dtype.kind == "V"
+                else " (a list of ints becomes int64: pass np.asarray(bits, np.uint32))" if bits.dtype.kind == "i"
+                else "")
+        raise TypeError(f"random_bits must be a NumPy uint8, uint16, uint32 or uint64 array, got dtype "
+                        f"{bits.dtype}{hint}")
     if bits.shape != shape:
         raise ValueError(f"random_bits must have x's shape {shape}, got {bits.shape}")
     width = bits.dtype.itemsize * 8
