@@ -941,15 +941,24 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     return hints
 
 
+def _rounded_to_bits(values: np.ndarray, bits: int, lowest_exponent: int | None = None) -> np.ndarray:
+    """float64 ``values`` rounded to ``bits`` significant bits, to nearest even, with float64's exponent
+    range; with ``lowest_exponent``, below ``2**lowest_exponent`` (a format's smallest normal) the
+    spacing stays that of its subnormals, ``2**(lowest_exponent + 1 - bits)``."""
+    mantissa, exponent = np.frexp(values)  # values = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    if lowest_exponent is None:
+        return np.ldexp(np.rint(np.ldexp(mantissa, bits)), exponent - bits)
+    clamped = np.maximum(exponent, lowest_exponent + 1)  # (frexp's exponent of 2**e is e + 1)
+    return np.ldexp(np.rint(np.ldexp(mantissa, bits + exponent - clamped)), clamped - bits)
+
+
 def _to_significand_bits(values: np.ndarray, bits: int) -> np.ndarray:
     """``values`` (float64) rounded to float32, as a kernel holds them, then to ``bits`` significant
     bits, to nearest even, in float32's exponent range (bfloat16: 8 bits; TF32: 11), with that type's
-    subnormal spacing, ``2**(-125 - bits)``, below 2**-126."""
+    subnormal spacing, ``2**(-125 - bits)``, below 2**-126, and Inf past its largest value."""
     with np.errstate(over="ignore", under="ignore"):
         single = values.astype(np.float32).astype(np.float64)
-    mantissa, exponent = np.frexp(single)
-    clamped = np.maximum(exponent, -125)  # (frexp's exponent of 2**-126 is -125)
-    rounded = np.ldexp(np.rint(np.ldexp(mantissa, bits + exponent - clamped)), clamped - bits)
+    rounded = _rounded_to_bits(single, bits, lowest_exponent=-126)
     return np.where(np.abs(rounded) >= 2.0**128, np.copysign(np.inf, rounded), rounded)  # (past max: Inf)
 
 
