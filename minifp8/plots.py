@@ -691,6 +691,60 @@ def gpt_cast_scales(config: GPTConfig, batch_size: int, seed: int = 0) -> list[S
             for name in names]
 
 
+# The contraction axis of each GEMM of a linear layer Y = X W^T, and what it computes (fp8.GEMMS
+# gives the copies each reads).
+_LINEAR_GEMMS = {"fprop": ("in_features", "Y = X W\u1d40"), "dgrad": ("out_features", "dX = dY W"),
+                 "wgrad": ("tokens", "dW = dY\u1d40 X")}
+_LINEAR_TENSORS = {"x": "X", "w": "W", "grad": "dY"}
+
+
+def fp8_linear_gemms() -> Figure:
+    """The three GEMMs of an FP8 linear layer ``Y = X W^T`` and the casts in front of each.
+
+    One row per GEMM of `minifp8.fp8.GEMMS` (TransformerEngine's fprop, dgrad and wgrad), with the
+    two copies it reads: X and W cast to `minifp8.fastcast.FORWARD_FORMAT` (E4M3), the output
+    gradient dY to `BACKWARD_FORMAT` (E5M2), each along the GEMM's contraction axis. A ``_t`` copy
+    is the same tensor cast along its other axis: under a per-tensor recipe it is the plain copy,
+    under a block recipe it has scales of its own. A cast's backward pass is the identity (the
+    straight-through estimator), so dX and dW reach the float32 X and W unrounded.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from .fastcast import BACKWARD_FORMAT, FORWARD_FORMAT
+    from .fp8 import GEMMS
+
+    figure, axes = _new_figure(9.0, 5.0)  # (without matplotlib: its ImportError first)
+    axis = axes[0]
+    axis.set_xlim(0, 10)
+    axis.set_ylim(0, 9.4)
+    axis.set_axis_off()
+    box = {"boxstyle": "round,pad=0.3", "linewidth": 1.0}
+    arrow = {"arrowstyle": "-|>", "color": "#444444", "linewidth": 1.0, "shrinkA": 2, "shrinkB": 2}
+    for row, (gemm, copies) in enumerate(GEMMS.items()):
+        contraction, product = _LINEAR_GEMMS[gemm]
+        middle = 7.6 - 3.0 * row
+        for offset, copy in zip((0.65, -0.65), copies):
+            tensor = copy.removesuffix("_t")
+            fmt = BACKWARD_FORMAT if tensor == "grad" else FORWARD_FORMAT
+            name = _LINEAR_TENSORS[tensor] + (f" ({copy} copy)" if copy != tensor else "")
+            y = middle + offset
+            axis.text(1.2, y, name, ha="center", va="center", fontsize=9,
+                      bbox={**box, "facecolor": "#f2f2f2", "edgecolor": "#999999"})
+            axis.text(4.0, y, f"cast to {fmt.name}\nalong {contraction}", ha="center", va="center", fontsize=9,
+                      bbox={**box, "facecolor": "white", "edgecolor": _color(fmt)}, color=_color(fmt))
+            axis.annotate("", xy=(3.05, y), xytext=(2.0, y), arrowprops=arrow)
+            axis.annotate("", xy=(6.2, middle), xytext=(4.95, y), arrowprops=arrow)
+        axis.text(7.05, middle, f"{gemm}\n{product}", ha="center", va="center", fontsize=10,
+                  bbox={**box, "facecolor": "#fff7e0", "edgecolor": "#E69F00"})
+        axis.annotate("", xy=(8.75, middle), xytext=(7.95, middle), arrowprops=arrow)
+        axis.text(9.35, middle, product.split(" = ")[0], ha="center", va="center", fontsize=10)
+    axis.text(5.0, 0.2, "The casts' backward passes are the identity (straight-through): dX and dW reach the "
+              "float32 X and W", ha="center", va="center", fontsize=8.5, style="italic")
+    return figure
+
+
 # ================================================================================================
 # Training (tutorial 07): add figures here as that part lands.
 # ================================================================================================

@@ -699,6 +699,21 @@ def test_parameter_figures_draw_small_inputs():
     labelled(plots.block_scaling_snr(rows=1, columns=10, low_exponent=-1))
 
 
+def test_fp8_linear_gemms_draws_the_casts_fp8_places_in_front_of_each_gemm():
+    """The diagram is drawn from fp8.GEMMS and the two formats: each GEMM's box, and in front of it one
+    cast per copy it reads, in its format and along its contraction axis; a change there changes it."""
+    texts = [text.get_text() for text in plots.fp8_linear_gemms().axes[0].texts]
+    axes = {"fprop": "in_features", "dgrad": "out_features", "wgrad": "tokens"}
+    for gemm, copies in fp8.GEMMS.items():
+        assert any(text.startswith(f"{gemm}\n") for text in texts)
+        for copy in copies:
+            fmt = "E5M2" if copy.startswith("grad") else "E4M3"
+            assert texts.count(f"cast to {fmt}\nalong {axes[gemm]}") >= 1
+            assert any(text.endswith(f"({copy} copy)") for text in texts) == copy.endswith("_t")
+    assert sum(text.startswith("cast to E5M2") for text in texts) == 2
+    assert sum(text.startswith("cast to ") for text in texts) == 6
+
+
 def test_scale_plot_draws_records_whose_statistics_are_all_zero_or_nan():
     zero = fp8.ScaleRecord("zeros", (4,), 0.0, 0.0, 0.0, 0.0)  # e.g. a zero-initialised layer
     nan = fp8.ScaleRecord("nan", (4,), float("nan"), float("nan"), None, None)
@@ -727,7 +742,7 @@ from minifp8.bench import load_speed_results
 calls = [plots.value_grid, plots.rounding_error, plots.stochastic_rounding_bias, plots.delayed_scaling_outlier,
          plots.block_scaling_snr, lambda: plots.scale_plot([fp8.ScaleRecord("x", (1,), 1.0, 1.0, 1.0, 1.0)]),
          lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS)),
-         lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors,
+         lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors, plots.fp8_linear_gemms,
          lambda: plots.validation_curves(load_results()),
          lambda: plots.gap_curves({"arm": {"0": ([{"step": 0, "loss": 2.0}], [{"step": 0, "loss": 2.0}])}}),
          lambda: plots.scale_curves({"runs": {"fp32": {"scales": [{"step": 50, "forward_std": {"residual#2": 1.0},
@@ -742,7 +757,7 @@ for call in calls:
         print(error)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 13
+    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 14
 
 
 # ---- found in a review: each failed before its fix ----------------------------------------------------

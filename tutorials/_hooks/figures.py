@@ -78,6 +78,7 @@ FIGURES = {
     "delayed-scaling-outlier": lambda: plots.delayed_scaling_outlier(steps=50, spike_step=30, spike_factor=8.0,
                                                                      history_len=16, seed=0),
     "block-scaling-snr": lambda: plots.block_scaling_snr(rows=57, columns=2048, low_exponent=-28, seed=0),
+    "fp8-linear-gemms": plots.fp8_linear_gemms,
     "scales-standard-gpt": lambda: headline_gpt_scales("standard"),
     "scales-unit-gpt": lambda: headline_gpt_scales("unit"),
     "headline-training": lambda: plots.training_curves(train_results()),
