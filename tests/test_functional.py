@@ -369,6 +369,25 @@ def test_layer_norm_of_rows_whose_squares_overflow_float32():
     np.testing.assert_array_equal(F.layer_norm(Tensor(np.concatenate([ordinary, wide]))).data[:2], alone)
 
 
+@pytest.mark.parametrize("eps, first", [(1e36, 1.2623888), (1e38, 1.069045)])
+def test_layer_norm_of_rows_whose_squares_overflow_keeps_eps(eps, first):
+    """A mutation test's find: the rows above scale eps by 1 / m**2 with the row (m its largest
+    magnitude), which eps = 1e-5 never shows (far below float32's resolution there); an eps near the
+    variance (4e38 / 2.5 here) does. Values and gradient against the float64 formula and path."""
+    rows = np.array([[2e19, -2e19, 1e19, -1e19]], np.float32)
+    x = Tensor(rows, requires_grad=True)
+    g = np.array([[1.0, -2.0, 0.5, 3.0]], np.float32)
+    with np.errstate(all="raise"):
+        out = F.layer_norm(x, eps=eps)
+        out.backward(g)
+    expected = layer_norm_reference(rows.astype(np.float64), 1.0, 0.0, eps)
+    np.testing.assert_allclose(out.data, expected, rtol=2e-6)
+    assert out.data[0, 0] == pytest.approx(first, rel=1e-6)
+    x64 = Tensor(rows.astype(np.float64), requires_grad=True)
+    F.layer_norm(x64, eps=eps).backward(g.astype(np.float64))
+    np.testing.assert_allclose(x.grad, x64.grad, rtol=1e-5, atol=1e-45)
+
+
 def test_layer_norm_bad_shapes_raise():
     with pytest.raises(ValueError, match=r"weight must have shape \(4,\)"):
         F.layer_norm(Tensor(np.ones((2, 4))), Tensor(np.ones(3)))

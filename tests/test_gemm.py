@@ -801,6 +801,20 @@ def test_sign_flip_in_one_element():
         gemm.assert_matmul_close(out, **p)
 
 
+def test_a_negated_output_within_its_tolerance_is_other_not_sign():
+    """A mutation test's find: "sign" (the negated reference) is named only where |reference| exceeds
+    the tolerance, so that a sign is told from rounding; nothing pinned that. K = 5 with a 13-bit
+    accumulator: S = 4 * 448 + 1 = 1793, tolerance about gamma_8(2**-13) S = 1.75, reference 1: its
+    negation, 2 away, lies beyond the tolerance but |reference| does not, so it is "other"."""
+    a = codec.encode(np.array([[448.0, -448.0, 448.0, -448.0, 1.0]]), "E4M3")
+    b = codec.encode(np.ones((5, 1)), "E4M3")
+    options = dict(a_format="E4M3", b_format="E4M3", accumulator=13)
+    reference = gemm.reference_matmul(a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3").value
+    report = gemm.compare_matmul(-reference, a, 1.0, b, 1.0, **options)
+    assert reference[0, 0] == 1.0 and 1.0 < report.tolerance[0, 0] < 2.0
+    assert report.count == 1 and report.by_class["other"] == 1 and report.by_class["sign"] == 0
+
+
 def test_report_table_rows():
     p = problem("rowwise")
     out = sequential(*dequantized32(p))
