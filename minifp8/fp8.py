@@ -790,8 +790,9 @@ def apply_recipe(model: _ModuleTree, recipe: str, *, exclude: Iterable[str] = ()
         Recipe options (`RECIPE_OPTIONS`): ``current``: ``power_of_2=False``; ``delayed``:
         ``history_len=1024, amax_compute_algo="max", margin=0`` (scaling.DelayedScaling);
         ``mxfp8``: ``scale_mode="floor"`` (mx.quantize); ``blockwise``: ``power_of_2=True``.
-        Every recipe but ``fp32`` and ``mxfp8`` takes ``saturate_gradients=False``: True clamps
-        the E5M2 gradient casts to +-max (TransformerEngine) instead of overflowing to Inf.
+        Every recipe but ``fp32`` and ``mxfp8`` takes ``saturate_gradients`` (default False, True
+        under ``delayed``): True clamps the E5M2 gradient casts to +-max (TransformerEngine)
+        instead of overflowing to Inf.
 
     Returns
     -------
