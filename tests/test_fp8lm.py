@@ -914,6 +914,11 @@ def test_saturation_anywhere_in_the_reduction_counts_toward_mu():
     g0 = np.array([[1.0, 0.5], [0.25, 0.125]], np.float32)  # amax 1: s = 256 mu, so 1.0 clips from mu = 1.75
     result = fp8lm.fp8_all_reduce([g0, -0.5 * g0], "E4M3", factor=2.0)
     assert result.gradient[0, 0] != np.float32(0.25) and result.saturation_count == 1
+    # the clipping worker second (a mutation audit's find: the first worker's cast alone was tested).
+    # By hand: s_g = min(2 * 2**floor(log2(448 / 0.5)), 2 * 2**floor(log2(448 / 1))) = min(1024, 512);
+    # -0.5 * 512 = -256 is exact, 1.0 * 512 clips to 448, and (-256 + 448) / (2 * 512) = 0.1875
+    result = fp8lm.fp8_all_reduce([-0.5 * g0, g0], "E4M3", factor=2.0)
+    assert result.saturation_count == 1 and result.gradient[0, 0] == np.float32(0.1875)
     # partial sums: 416 + 416 clips to 448, and 448 - 416 = 32 (the exact sum is 416) is no max
     grads = [np.array([0.8, 0.1], np.float32)] * 2 + [np.array([-0.8, 0.1], np.float32)]
     result = fp8lm.fp8_all_reduce(grads, "E4M3")

@@ -1617,3 +1617,13 @@ def test_a_float64_input_rounded_through_float32_is_named_as_that_double_roundin
     layout = testing.compare(codec.encode(x.astype(np.float32), "E4M3"), x, "E4M3").layout
     assert layout.startswith("actual equals encode(x.astype(float32), 'E4M3') at every element: the backend "
                              "rounds x to float32 first (a double rounding)")
+
+
+def test_a_tie_between_zero_and_the_smallest_subnormal_returned_as_zero_is_a_flushed_subnormal():
+    """The class order puts a flushed subnormal before a tie (README's table): 2**-10, half of E4M3's
+    smallest subnormal 2**-9, rounds away to 0x01 under nearest_away; a backend's 0 is "subnormal",
+    not "tie" (a mutation audit's find: nothing pinned the order there)."""
+    report = testing.compare(np.array([0x00], np.uint8), np.array([2.0**-10], np.float32), "E4M3",
+                             rounding="nearest_away")
+    assert report.count == 1 and report.mismatches[0].expected_code == 0x01
+    assert report.mismatches[0].kind == "subnormal"

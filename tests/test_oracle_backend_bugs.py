@@ -181,6 +181,14 @@ def test_compare_mx_names_an_unbiased_shared_exponent_written_as_the_scale():
                                              "(shared_exp + 127)")
     off_by_one = (expected.scales + 1).astype(np.uint8)
     assert "minus 127" not in testing.compare_mx(off_by_one, expected.codes, x, "MXFP4_E2M1").layout
+    # one block minus 127 and another plus 1: not "every scale" (a mutation audit's find: .any() passed).
+    # By hand the three blocks' scales are 127 (amax 256 = 2**8 * 1), 119 (amax 1) and 120 (amax 2)
+    mixed = np.concatenate([np.full(32, 256.0), np.ones(32), np.full(32, 2.0)]).astype(np.float32)[None, :]
+    assert mx.quantize(mixed, "MXFP8_E4M3").scales.tolist() == [[127, 119, 120]]
+    codes = mx.quantize(mixed, "MXFP8_E4M3").codes
+    assert "minus 127" not in testing.compare_mx(np.array([[0, 120, 120]], np.uint8), codes, mixed,
+                                                 "MXFP8_E4M3").layout
+    assert "minus 127" in testing.compare_mx(np.array([[0, 248, 120]], np.uint8), codes, mixed, "MXFP8_E4M3").layout
 
 
 @pytest.mark.parametrize("step, hint", [

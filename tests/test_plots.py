@@ -692,6 +692,15 @@ def test_figure_parameters_are_checked(call, error, message):
         call()
 
 
+def test_stochastic_rounding_bias_draws_the_bias_in_gaps():
+    """A mutation audit's find: the stochastic line's units were not checked (``mean - x`` for
+    ``(mean - x) / gap`` passed). 1.0625 and 1.1875 are midpoints between E4M3 neighbours 0.125
+    apart, so one stochastic rounding lands half a gap away, up or down: +-0.5 gaps."""
+    figure = plots.stochastic_rounding_bias("E4M3", low=1.0625, high=1.1875, points=2, samples=1)
+    line, = [line for line in figure.axes[1].get_lines() if line.get_label() == "stochastic (mean)"]
+    assert np.abs(line.get_ydata()).tolist() == [0.5, 0.5]
+
+
 def test_parameter_figures_draw_small_inputs():
     labelled(plots.stochastic_rounding_bias("E5M2", low=2.0, high=3.0, points=5, samples=8))
     labelled(plots.delayed_scaling_outlier(steps=6, spike_step=5, history_len=2, size=8))

@@ -1384,6 +1384,20 @@ def test_nan_loss_stops_with_a_one_line_message(capsys, monkeypatch):
     assert "current: loss became nan at step 1; worst overflow at cast point" in err
 
 
+def test_an_infinite_loss_with_finite_gradients_stops_the_run_too(capsys, monkeypatch):
+    """A mutation audit's find: the test above poisons the weights with NaN, so a loss check that
+    caught NaN alone (``isnan`` for ``not isfinite``) passed it, and a run whose loss is +Inf while
+    its gradients stay finite would have exited 0 with a summary of loss inf."""
+    from minifp8 import functional as F
+    from minifp8.autograd import Tensor
+    cross_entropy = F.cross_entropy
+    monkeypatch.setattr(F, "cross_entropy", lambda logits, targets, **options:
+                        cross_entropy(logits, targets, **options) + Tensor(np.float32(np.inf)))
+    status, out, err = run_main(capsys, *TINY, "--recipe", "fp32", "--steps", "4")
+    assert status == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert "fp32: loss became inf at step 1" in err
+
+
 def test_dynamic_loss_scaling_stops_where_its_factor_would_leave_float32s_normal_numbers(tmp_path, capsys,
                                                                                          monkeypatch):
     """Gradients that overflow at every step: dynamic loss scaling skips each step and halves its
