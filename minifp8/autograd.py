@@ -567,11 +567,18 @@ class Tensor:
         out_data = _elementwise(np.divide, a, b, "div")
 
         def backward(g):
-            # d(a/b)/db = -(g / b) * (a / b): the two quotients first, as g * out overflowed (or underflowed)
-            # where the gradient itself is a float32 number (g = 1e20, a = 1e25, b = 1e5: -1e35, not -inf)
-            quotient = g / b.data
-            grad_a = quotient if a._requires_grad else None
-            grad_b = -(quotient * out_data) if b._requires_grad else None
+            grad_a = g / b.data if a._requires_grad else None
+            grad_b = None
+            if b._requires_grad:  # d(a/b)/db = -g a / b**2
+                if out_data.dtype.itemsize < 8:  # (in float64, where no product of float32 values overflows or
+                    # underflows: in float32 any order of g, a, 1/b and 1/b can, where -g a / b**2 is a float32
+                    # number: g = 1e20, a = 1e25, b = 1e5 gave -inf for -1e35 from g * (a / b) first)
+                    wide_b = b.data.astype(np.float64)
+                    grad_b = (-(g.astype(np.float64) / wide_b) * (a.data.astype(np.float64) / wide_b))
+                    with np.errstate(over="ignore", under="ignore"):  # (the float32 answer's own range)
+                        grad_b = grad_b.astype(out_data.dtype)
+                else:
+                    grad_b = -(g * out_data) / b.data
             return grad_a, grad_b
 
         return make_op(out_data, (a, b), backward, "div")

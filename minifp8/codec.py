@@ -531,8 +531,11 @@ def _check_random_bits(random_bits, random_bit_count, shape):
         raise ValueError("rounding='stochastic' needs random_bits: an unsigned integer array of x's shape")
     bits = _plain_array(random_bits, "random_bits")
     if bits.dtype.kind != "u":
-        hint = (f" (ml_dtypes' {bits.dtype}: .astype(np.uint8), with random_bit_count)" if bits.dtype.kind == "V"
-                else " (a list of ints becomes int64: pass np.asarray(bits, np.uint32))" if bits.dtype.kind == "i"
+        name = bits.dtype.name
+        hint = (f" (ml_dtypes' {name}: .astype(np.uint8), with random_bit_count, the bits per value)"
+                if bits.dtype.kind == "V" and name.startswith(("int", "uint"))
+                else f" (signed integers, as a list of ints becomes: pass np.asarray(bits, np.uint32) with "
+                     f"random_bit_count, the bits per value, or the count defaults to 32)" if bits.dtype.kind == "i"
                 else "")
         raise TypeError(f"random_bits must be a NumPy uint8, uint16, uint32 or uint64 array, got dtype "
                         f"{bits.dtype}{hint}")

@@ -71,8 +71,8 @@ functions always saturate, the gradient elements those clamp come out as +-Inf i
 comes from the gradient itself, so only an Inf or NaN in it can overflow). ``delayed``'s E5M2
 casts saturate by default, as TransformerEngine's do: they use last step's scale, and a gradient
 whose amax outgrows the history's by more than 61440/57344 (7%) overflows, as early gradients do
-(a small GPT with plain AdamW overflowed at step 1, and its loss was NaN at step 2, without
-clamping). ``mxfp8`` follows OCP MX v1.0 section
+(a small GPT with plain AdamW overflowed at its second step, and its loss was NaN at its third,
+without clamping). ``mxfp8`` follows OCP MX v1.0 section
 6.3 unchanged: elements saturate inside a block (the floor scale rule makes that part of the
 format). Under the ``floor``, ``ceil`` and ``even`` scale rules a block holding Inf or NaN decodes
 to NaN (`minifp8.mx`'s rule, microxcaling's), so a non-finite gradient shows there too; under

@@ -698,7 +698,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     named as one), or, with ``output="float32"``, every output
     is a bfloat16 (or float16) value and all are within tolerance judged as that output type (an
     output type not declared), or the output matches the product of the dequantized operands each
-    rounded to bfloat16, float16 or TF32 (a cast after dequantizing, or TF32 inputs), or the errors
+    rounded to nearest bfloat16, float16 or TF32 (a cast after dequantizing, or TF32 inputs; a
+    truncating conversion is not recognised), or the errors
     fit a narrower accumulator (only one whose bound is at most S / 8, and errors not confined to one
     row or column). A cause whose product an output of
     zeros matches as well is not named.
@@ -919,9 +920,9 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                     continue  # (the operands are exact in that type: the product is the reference)
                 if matches(_reference(a_rounded.values, b_rounded.values),
                            carried=_carried_underflow(a_rounded, b_rounded, model)):
+                    cause = "TF32 inputs" if narrow.startswith("TF32") else "a cast after dequantizing"
                     hints.append(f"the output matches the product of the dequantized operands each rounded to "
-                                 f"{narrow}: operands rounded before the multiply (a cast after dequantizing, or "
-                                 f"TF32 inputs), not the accumulation?")
+                                 f"{narrow}: operands rounded before the multiply ({cause}), not the accumulation?")
                     break
     # A narrower accumulator errs all over the output: not where the errors lie in one row or column,
     # nor where its bound is over an eighth of sum |a b| (a bound that loose fits many bugs too).
@@ -963,7 +964,8 @@ def _to_significand_bits(values: np.ndarray, bits: int) -> np.ndarray:
 
 
 #: The types a kernel may round its dequantized operands to before the product (`compare_matmul`'s
-#: hints), each with its rounding of float64 values: bfloat16 and TF32 keep float32's range.
+#: hints), each with its rounding of float64 values: bfloat16 and TF32 keep float32's range. Only
+#: rounding to nearest (ties to even) is recognised: a conversion that truncates is not named.
 _ROUNDED_OPERANDS = (("bfloat16", lambda values: _to_significand_bits(values, 8)),
                      ("float16 (or TF32, whose 11 significant bits are float16's within its range)",
                       lambda values: values.astype(np.float32).astype(np.float16).astype(np.float64)),

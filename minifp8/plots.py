@@ -705,7 +705,8 @@ def fp8_linear_gemms() -> Figure:
     two copies it reads: X and W cast to `minifp8.fastcast.FORWARD_FORMAT` (E4M3), the output
     gradient dY to `BACKWARD_FORMAT` (E5M2), each along the GEMM's contraction axis. A ``_t`` copy
     is the same tensor cast along its other axis: under a per-tensor recipe it is the plain copy,
-    under a block recipe it has scales of its own. A cast's backward pass is the identity (the
+    under a block recipe it has scales of its own (but ``blockwise``'s 128x128 weight tiles serve
+    ``w_t`` too). A cast's backward pass is the identity (the
     straight-through estimator), so dX and dW reach the float32 X and W unrounded.
 
     Returns

@@ -645,10 +645,11 @@ def test_bad_options_raise_clear_errors():
     with pytest.raises(ValueError, match=r"x's shape \(4,\), got \(3,\)"):
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(3, np.uint8))
     with pytest.raises(TypeError, match=r"^random_bits must be a NumPy uint8, uint16, uint32 or uint64 array, got "
-                                         r"dtype int32 \(a list of ints becomes int64: pass np.asarray\(bits, "
-                                         r"np.uint32\)\)$"):  # (a review's find: a list said only "unsigned")
+                                         r"dtype int32 \(signed integers, as a list of ints becomes: pass "
+                                         r"np.asarray\(bits, np.uint32\) with random_bit_count, the bits per value, "
+                                         r"or the count defaults to 32\)$"):  # (a review: a list said only "unsigned")
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.int32))
-    with pytest.raises(TypeError, match=r"got dtype int64 \(a list of ints"):
+    with pytest.raises(TypeError, match=r"got dtype int64 \(signed integers"):
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=[0, 1, 2, 3], random_bit_count=4)
     with pytest.raises(TypeError, match=r"got dtype float64$"):
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4))
@@ -658,8 +659,10 @@ def test_bad_options_raise_clear_errors():
         ml_dtypes = None
     if ml_dtypes is not None:  # (uint4 was "must be an unsigned integer array, got dtype uint4")
         with pytest.raises(TypeError, match=r"got dtype uint4 \(ml_dtypes' uint4: .astype\(np.uint8\), with "
-                                             r"random_bit_count\)$"):
+                                             r"random_bit_count, the bits per value\)$"):
             codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, ml_dtypes.uint4))
+        with pytest.raises(TypeError, match=r"got dtype bfloat16$"):  # (a float: no integer hint)
+            codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, ml_dtypes.bfloat16))
     with pytest.raises(ValueError, match="random_bit_count must be an int in \\[1, 8\\]"):
         codec.encode(x, "E4M3", rounding="stochastic", random_bits=np.zeros(4, np.uint8), random_bit_count=9)
     with pytest.raises(ValueError, match="random_bit_count"):

@@ -848,9 +848,10 @@ def test_roles_are_every_role_cast_and_gradient_roles_the_backward_casts():
 # ================================================================================================
 def test_delayed_gradients_clamp_by_default_so_plain_training_stays_finite():
     """A review's find: with E5M2 gradient casts that overflowed by default, ``apply_recipe(model,
-    "delayed")`` and plain AdamW gave a small GPT Inf gradients at step 1 and a NaN loss at step 2 (early
-    gradients outgrow last step's scale by more than 7%). They clamp by default now, as TransformerEngine's
-    do; ``saturate_gradients=False``, for dynamic loss scaling, still shows the overflow."""
+    "delayed")`` and plain AdamW gave a small GPT Inf gradients at its second step (step 1 counted from 0
+    here) and a NaN loss at its third (early gradients outgrow last step's scale by more than 7%). They
+    clamp by default now, as TransformerEngine's do; ``saturate_gradients=False``, for dynamic loss
+    scaling, still shows the overflow."""
     from minifp8 import optim
     from minifp8.model import GPT, GPTConfig
 
