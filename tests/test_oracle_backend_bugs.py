@@ -663,3 +663,27 @@ def test_compare_mx_names_an_element_cast_that_does_not_saturate():
     assert testing.compare_mx(expected.scales, truncated, x, "MXFP8_E4M3").layout == (
         "scales and codes equal mx.quantize(x, 'MXFP8_E4M3', scale_mode='floor', rounding='toward_zero') in every "
         "block: the backend uses rounding='toward_zero'")
+
+
+def test_compare_mx_names_a_cause_of_one_code_off_only_where_every_differing_block_fits_it():
+    """A second mutation audit's find: the causes of a scale one code off (kept at 2^-126; a float32
+    log2 of an amax just above a power of two, under ceil) are named only where every differing
+    block fits them, and nothing tested blocks of which only some do (.any() for .all() passed).
+    By hand: MX E4M3 scales of amax 2**-140, 1 and 2 are 0 (clamped), 119 and 120; under ceil, of
+    amax 2**20 + 2**-3 (float32 log2 exactly 20), 3 and 2 they are 140, 121 and 120."""
+    x = np.concatenate([np.full(32, 2.0**-140), np.ones(32), np.full(32, 2.0)]).astype(np.float32)[None, :]
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    assert expected.scales.tolist() == [[0, 119, 120]]
+    both = testing.compare_mx(np.array([[1, 120, 120]], np.uint8), expected.codes, x, "MXFP8_E4M3").layout
+    alone = testing.compare_mx(np.array([[1, 119, 120]], np.uint8), expected.codes, x, "MXFP8_E4M3").layout
+    assert "2^-126" not in both and "2^-126" in alone
+    top = np.float32(2.0**20 + 2.0**-3)
+    assert np.log2(top) == 20.0
+    x = np.concatenate([np.full(32, top), np.full(32, 3.0), np.full(32, 2.0)]).astype(np.float32)[None, :]
+    expected = mx.quantize(x, "MXFP8_E4M3", scale_mode="ceil")
+    assert expected.scales.tolist() == [[140, 121, 120]]
+    reports = {}
+    for name, minus in (("both", [1, 1, 0]), ("alone", [1, 0, 0])):
+        scales = (expected.scales - np.array([minus], np.uint8)).astype(np.uint8)
+        reports[name] = testing.compare_mx(scales, expected.codes, x, "MXFP8_E4M3", scale_mode="ceil").layout
+    assert "just above a power of two" not in reports["both"] and "just above a power of two" in reports["alone"]
