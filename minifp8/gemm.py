@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 
 from . import codec, formats, mx
 from .formats import FloatFormat, _check_int, _is_int, _plain_array
-from .testing import _check_max_rows, _codes_of, _tolerance_ratio, _widening_hint
+from .testing import _check_max_rows, _codes_of, _through_bfloat16, _tolerance_ratio, _widening_hint
 
 __all__ = ["LOOSE_RELATIVE_TOLERANCE", "MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference",
            "MatmulReport", "assert_matmul_close", "compare_matmul", "dequantize", "reference_matmul"]
@@ -942,25 +942,13 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     return hints
 
 
-def _rounded_to_bits(values: np.ndarray, bits: int, lowest_exponent: int | None = None) -> np.ndarray:
-    """float64 ``values`` rounded to ``bits`` significant bits, to nearest even, with float64's exponent
-    range; with ``lowest_exponent``, below ``2**lowest_exponent`` (a format's smallest normal) the
-    spacing stays that of its subnormals, ``2**(lowest_exponent + 1 - bits)``."""
-    mantissa, exponent = np.frexp(values)  # values = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
-    if lowest_exponent is None:
-        return np.ldexp(np.rint(np.ldexp(mantissa, bits)), exponent - bits)
-    clamped = np.maximum(exponent, lowest_exponent + 1)  # (frexp's exponent of 2**e is e + 1)
-    return np.ldexp(np.rint(np.ldexp(mantissa, bits + exponent - clamped)), clamped - bits)
-
-
 def _to_significand_bits(values: np.ndarray, bits: int) -> np.ndarray:
     """``values`` (float64) rounded to float32, as a kernel holds them, then to ``bits`` significant
-    bits, to nearest even, in float32's exponent range (bfloat16: 8 bits; TF32: 11), with that type's
-    subnormal spacing, ``2**(-125 - bits)``, below 2**-126, and Inf past its largest value."""
+    bits, to nearest even (`minifp8.testing._through_bfloat16`'s rounding in float32's bits:
+    bfloat16 with 8, TF32 with 11), as float64."""
     with np.errstate(over="ignore", under="ignore"):
-        single = values.astype(np.float32).astype(np.float64)
-    rounded = _rounded_to_bits(single, bits, lowest_exponent=-126)
-    return np.where(np.abs(rounded) >= 2.0**128, np.copysign(np.inf, rounded), rounded)  # (past max: Inf)
+        single = values.astype(np.float32)
+    return _through_bfloat16(single, bits).astype(np.float64)
 
 
 #: The types a kernel may round its dequantized operands to before the product (`compare_matmul`'s

@@ -25,7 +25,6 @@ from .codec import quantize
 from .fastcast import _overflow_threshold
 from .formats import FloatFormat, _check_int, _described, _is_int, _is_real, _is_real_type
 from .fp8 import ScaleRecord, ScaleTracker
-from .gemm import _rounded_to_bits
 from .model import GPTConfig
 
 if TYPE_CHECKING:
@@ -1536,10 +1535,17 @@ def _gemm_kernel_outputs(a, b) -> list:
     a_values, b_values = decode(a.codes, "E4M3"), decode(b.codes, "E4M3")  # float32, exact
     b_scales = np.repeat(b.scale_inv, GEMM_BLOCK, axis=1)  # (K / 128, N): one per output column
     float32 = _blockwise_gemm(a_values, a.scale_inv, b_values, b_scales)
-    return [float32, _rounded_to_bits(float32.astype(np.float64), 8),  # bfloat16 (normal range)
+    return [float32, _significand_rounded(float32.astype(np.float64), 8),  # bfloat16 (normal range)
             _narrow_gemm(a_values, a.scale_inv, b_values, b_scales, bits=14),
             _blockwise_gemm(a_values, a.scale_inv, b_values, b_scales, bits=14),
             _blockwise_gemm(a_values, a.scale_inv, b_values, b_scales, shift=1)]
+
+
+def _significand_rounded(x: np.ndarray, bits: int) -> np.ndarray:
+    """float64 ``x`` rounded to ``bits`` significant bits, to nearest even, with float64's exponent
+    range (as a narrow type for values well inside its range: bfloat16 is 8 bits)."""
+    mantissa, exponent = np.frexp(x)  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    return np.ldexp(np.round(np.ldexp(mantissa, bits)), exponent - bits)
 
 
 def _blockwise_gemm(a_values, a_scales, b_values, b_scales, bits: int | None = None, shift: int = 0):
@@ -1555,7 +1561,7 @@ def _blockwise_gemm(a_values, a_scales, b_values, b_scales, bits: int | None = N
         else:
             partial = np.zeros(out.shape)  # each sum exact in float64 (E4M3 products: multiples of 2**-18)
             for column in range(k.start, k.stop):
-                partial = _rounded_to_bits(partial + a_values[:, column, None].astype(np.float64)
+                partial = _significand_rounded(partial + a_values[:, column, None].astype(np.float64)
                                                * b_values[column], bits)
             partial = partial.astype(np.float32)
         out += partial * a_scales[:, (j + shift) % blocks, None] * b_scales[j]
@@ -1569,9 +1575,9 @@ def _narrow_gemm(a_values, a_scales, b_values, b_scales, bits: int):
     for column in range(a_values.shape[1]):
         block = column // GEMM_BLOCK
         product = a_values[:, column, None].astype(np.float64) * b_values[column]  # exact
-        term = _rounded_to_bits(_rounded_to_bits(product * a_scales[:, block, None], bits)
+        term = _significand_rounded(_significand_rounded(product * a_scales[:, block, None], bits)
                                     * b_scales[block], bits)  # each product exact before its rounding
-        out = _rounded_to_bits(out + term, bits)
+        out = _significand_rounded(out + term, bits)
     return out
 
 

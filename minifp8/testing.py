@@ -565,12 +565,14 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
     return ""
 
 
-def _through_bfloat16(x: np.ndarray) -> np.ndarray:
+def _through_bfloat16(x: np.ndarray, significant_bits: int = 8) -> np.ndarray:
     """float32 ``x`` rounded to bfloat16 (nearest even, overflow to Inf; a NaN kept), as float32: its
-    low 16 bits rounded off in the bits (bfloat16 is float32's top half)."""
+    low 16 bits rounded off in the bits (bfloat16 is float32's top half). Another ``significant_bits``
+    keeps that many (TF32: 11), with that type's subnormal spacing below float32's normals."""
+    dropped = 24 - significant_bits
     bits = x.view(np.uint32).astype(np.uint64)
-    rounded = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
-    return np.where(np.isnan(x), x, rounded)
+    rounded = (((bits + ((1 << (dropped - 1)) - 1) + ((bits >> dropped) & 1)) >> dropped) << dropped)
+    return np.where(np.isnan(x), x, rounded.astype(np.uint32).view(np.float32))
 
 
 def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: str, options: dict) -> str:
