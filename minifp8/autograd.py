@@ -139,6 +139,15 @@ def get_default_dtype() -> np.dtype:
     return _switches.default_dtype
 
 
+def _narrowed(array: np.ndarray, dtype, what: str, consequence: str) -> np.ndarray:
+    """``array`` as ``dtype`` (no copy where it already is), or a ValueError where a finite value
+    would become Inf there (`minifp8.codec._check_fits`)."""
+    with np.errstate(over="ignore"):
+        converted = array.astype(dtype, copy=False)
+    codec._check_fits(array, converted, what, consequence)
+    return converted
+
+
 def _to_array(data, what: str = "Tensor data") -> np.ndarray:
     """``data`` as an ndarray of the default float dtype or of an integer dtype; never copies needlessly."""
     if isinstance(data, Tensor):
@@ -149,10 +158,7 @@ def _to_array(data, what: str = "Tensor data") -> np.ndarray:
         dtype = _switches.default_dtype
         if array.dtype == dtype:
             return array
-        with np.errstate(over="ignore"):
-            converted = array.astype(dtype)
-        codec._check_fits(array, converted, what, f"a {dtype} Tensor would hold Inf")  # (1e300 became Inf silently)
-        return converted
+        return _narrowed(array, dtype, what, f"a {dtype} Tensor would hold Inf")  # (1e300 became Inf silently)
     if kind in "iu":
         return array
     if kind == "b":
@@ -403,11 +409,8 @@ class Tensor:
                 raise TypeError(f"backward(grad=...) must be a real array, got dtype {grad.dtype}")
             if grad.shape != self.shape:
                 raise ValueError(f"backward(grad=...) must have the tensor's shape {self.shape}, got {grad.shape}")
-            with np.errstate(over="ignore"):
-                converted = grad.astype(self.data.dtype, copy=False)
-            codec._check_fits(grad, converted, "backward(grad=...)", f"the tensor is {self.data.dtype}, where "
-                              f"it would become Inf")
-            grad = converted
+            grad = _narrowed(grad, self.data.dtype, "backward(grad=...)",
+                             f"the tensor is {self.data.dtype}, where it would become Inf")
 
         order = self._topological_order()
         _check_versions(order)
@@ -528,10 +531,8 @@ class Tensor:
         array = _plain_array(other, "the other operand")
         if array.dtype.kind not in "fiub":
             raise TypeError(f"unsupported operand of dtype {array.dtype} for a Tensor op")
-        with np.errstate(over="ignore"):
-            converted = array.astype(self.data.dtype, copy=False)
-        codec._check_fits(array, converted, "the other operand", f"the op works in {self.data.dtype}, the "
-                          f"Tensor's dtype, where it would become Inf")  # (t + 1e39 became Inf silently)
+        converted = _narrowed(array, self.data.dtype, "the other operand", f"the op works in {self.data.dtype}, "
+                              f"the Tensor's dtype, where it would become Inf")  # (t + 1e39 became Inf silently)
         return Tensor._result(converted, (), None, "")
 
     def __add__(self, other) -> "Tensor":
