@@ -667,8 +667,9 @@ def test_compare_mx_names_an_element_cast_that_does_not_saturate():
 
 def test_compare_mx_names_a_cause_of_one_code_off_only_where_every_differing_block_fits_it():
     """A second mutation audit's find: the causes of a scale one code off (kept at 2^-126; a float32
-    log2 of an amax just above a power of two, under ceil) are named only where every differing
-    block fits them, and nothing tested blocks of which only some do (.any() for .all() passed).
+    log2 of an amax just above a power of two, under ceil, or just below one, under floor) are named
+    only where every differing block fits them, and nothing tested blocks of which only some do
+    (.any() for .all() passed).
     By hand: MX E4M3 scales of amax 2**-140, 1 and 2 are 0 (clamped), 119 and 120; under ceil, of
     amax 2**20 + 2**-3 (float32 log2 exactly 20), 3 and 2 they are 140, 121 and 120."""
     x = np.concatenate([np.full(32, 2.0**-140), np.ones(32), np.full(32, 2.0)]).astype(np.float32)[None, :]
@@ -687,3 +688,13 @@ def test_compare_mx_names_a_cause_of_one_code_off_only_where_every_differing_blo
         scales = (expected.scales - np.array([minus], np.uint8)).astype(np.uint8)
         reports[name] = testing.compare_mx(scales, expected.codes, x, "MXFP8_E4M3", scale_mode="ceil").layout
     assert "just above a power of two" not in reports["both"] and "just above a power of two" in reports["alone"]
+    # under floor, of amax 2**20 - 2**-4 (float32 log2 rounds up to exactly 20), 3 and 2: 138, 120 and 120
+    below = np.nextafter(np.float32(2.0**20), np.float32(0))
+    assert below == 2.0**20 - 2.0**-4 and np.log2(below) == 20.0
+    x = np.concatenate([np.full(32, below), np.full(32, 3.0), np.full(32, 2.0)]).astype(np.float32)[None, :]
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    assert expected.scales.tolist() == [[138, 120, 120]]
+    for name, plus in (("both", [1, 1, 0]), ("alone", [1, 0, 0])):
+        scales = (expected.scales + np.array([plus], np.uint8)).astype(np.uint8)
+        reports[name] = testing.compare_mx(scales, expected.codes, x, "MXFP8_E4M3").layout
+    assert "just below a power of two" not in reports["both"] and "just below a power of two" in reports["alone"]
