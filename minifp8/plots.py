@@ -287,6 +287,98 @@ def rounding_error(names: str | FloatFormat | Sequence[str | FloatFormat] = ("E4
 # ================================================================================================
 # Rounding (tutorial 02)
 # ================================================================================================
+def rounding_modes(name: str | FloatFormat = "E4M3", inputs: Sequence[float] = (1.0625, 1.1875, 1.28, 1.45),
+                   random_bit_count: int = 8) -> Figure:
+    """Where each rounding mode of `minifp8.quantize` sends a few inputs, on a number line.
+
+    One row per mode: the format's values as ticks, each input as a dot with an arrow to the value
+    it becomes. ``nearest_even`` and ``nearest_away`` part only at a tie (labelled), ``toward_zero``
+    takes the neighbour below a positive input, and ``stochastic`` takes either neighbour: its two
+    arrows are labelled with the fraction of the ``2**random_bit_count`` random-bit patterns that
+    give each one, counted by running `minifp8.quantize` on every pattern (so the labels are the
+    codec's own probabilities, ``f`` rounded to ``random_bit_count`` bits, not a formula's).
+
+    Parameters
+    ----------
+    name : str or FloatFormat
+        Format name.
+    inputs : sequence of float
+        Positive finite inputs, at most the format's largest value, that together span at most 40
+        of its values (so that the ticks stay readable); rounded to float32 first.
+    random_bit_count : int
+        Width of the random bits of ``stochastic``, in ``[1, 16]``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fmt = _formats.get(name)
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or not inputs:
+        raise TypeError(f"rounding_modes needs inputs: a non-empty sequence of numbers, got {_described(inputs)}")
+    x = np.array([_number(value, f"inputs[{index}]", positive=True) for index, value in enumerate(inputs)],
+                 np.float32)
+    if not (0 < x).all() or (x > fmt.max).any():  # (a number > 0 can round to 0 or Inf in float32)
+        raise ValueError(f"rounding_modes needs inputs in (0, {fmt.max:g}], {fmt.name}'s largest value, as float32; "
+                         f"got {x.tolist()}")
+    random_bit_count = _check_int(random_bit_count, "random_bit_count", 1, 16)
+    values = _positive_finite_values(fmt)
+    below = values[np.searchsorted(values, x.min(), side="right") - 1] if x.min() >= values[0] else 0.0
+    above = values[min(np.searchsorted(values, x.max(), side="left"), values.size - 1)]
+    shown = values[(values >= below) & (values <= above)]
+    if below == 0.0:
+        shown = np.concatenate([[0.0], shown])
+    if shown.size > 40:
+        raise ValueError(f"rounding_modes draws one tick per {fmt.name} value between the inputs; these span "
+                         f"{shown.size} of them, more than 40: keep the inputs within a few gaps of each other")
+    patterns = np.arange(1 << random_bit_count, dtype=np.uint16)
+    every_pattern = quantize(np.repeat(x[:, None], patterns.size, axis=1), fmt, rounding="stochastic",
+                             random_bits=np.broadcast_to(patterns, (x.size, patterns.size)),
+                             random_bit_count=random_bit_count).astype(np.float64)
+    low_neighbour = quantize(x, fmt, rounding="toward_zero").astype(np.float64)
+    away = quantize(x, fmt, rounding="nearest_away").astype(np.float64)
+    ties = set(x[(x != low_neighbour) & (x - low_neighbour == away - x)].astype(np.float64).tolist())
+
+    rules = {"nearest_even": "the nearer; a tie to the even code", "nearest_away": "the nearer; a tie away from 0",
+             "toward_zero": "the one toward 0 (truncation)",
+             "stochastic": f"either one, with the probability marked ({random_bit_count} random bits)"}
+    figure, axes = _new_figure(8.0, 6.4, rows=len(rules), sharex=True)
+    color = _color(fmt)
+    arrow = {"arrowstyle": "-|>", "color": color, "shrinkA": 3, "shrinkB": 1}
+    for axis, (mode, rule) in zip(axes, rules.items()):
+        axis.axhline(0, color="black", linewidth=0.8)
+        axis.vlines(shown, -0.12, 0.12, color="black", linewidth=1.0)
+        axis.plot(x, np.full(x.size, 0.75), "o", color=color, markersize=5)
+        axis.set_ylim(-0.35, 1.25)
+        axis.set_yticks([])
+        axis.tick_params(axis="x", length=0)
+        for side in ("left", "right", "top", "bottom"):
+            axis.spines[side].set_visible(False)
+        axis.set_title(f"{mode}: {rule}", fontsize=9, loc="left")
+        if mode == "stochastic":
+            for value, low, rounded in zip(x.astype(np.float64), low_neighbour, every_pattern):
+                up = int(np.count_nonzero(rounded != low))
+                if up == 0:  # (x is one of the format's values)
+                    axis.annotate("", xy=(low, 0.12), xytext=(value, 0.75), arrowprops=arrow)
+                    continue
+                high = float(rounded[rounded != low][0])
+                for target, count in ((low, patterns.size - up), (high, up)):
+                    if count:
+                        axis.annotate("", xy=(target, 0.12), xytext=(value, 0.75),
+                                      arrowprops={**arrow, "linewidth": 0.5 + 2.5 * count / patterns.size})
+                        axis.text((value + target) / 2, 0.43, f"{count}/{patterns.size}", ha="center",
+                                  va="center", fontsize=7, color=color,
+                                  bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+            continue
+        rounded = quantize(x, fmt, rounding=mode).astype(np.float64)
+        for value, target, low in zip(x.astype(np.float64), rounded, low_neighbour):
+            axis.annotate("", xy=(target, 0.12), xytext=(value, 0.75), arrowprops=arrow)
+            if mode != "toward_zero" and value in ties:
+                axis.text(value, 0.95, "tie", ha="center", va="bottom", fontsize=7)
+    axes[-1].set_xticks(shown, [f"{value:g}" for value in shown], fontsize=7)
+    axes[-1].set_xlabel(f"{fmt.name} values (ticks) and the inputs (dots)")
+    return figure
+
+
 def stochastic_rounding_bias(name: str = "E4M3", low: float = 1.0, high: float = 1.5, points: int = 161,
                              samples: int = 4096, seed: int = 0) -> Figure:
     """Mean of many stochastic roundings against the input, next to round-to-nearest-even.

@@ -4,12 +4,15 @@ import math
 import re
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
+
+import matplotlib.text  # noqa: E402
 
 from minifp8 import formats, fp8, plots, quantize  # noqa: E402
 from minifp8.train_tiny import FP8LM_RESULTS, HEADLINE_RESULTS, load_results  # noqa: E402
@@ -723,6 +726,67 @@ def test_fp8_linear_gemms_draws_the_casts_fp8_places_in_front_of_each_gemm():
     assert sum(text.startswith("cast to ") for text in texts) == 6
 
 
+@pytest.mark.parametrize("name, inputs, bits", [("E4M3", (1.0625, 1.1875, 1.28, 1.45), 8),
+                                                 ("E5M2", (0.3, 0.375, 0.40625, 0.45), 3),
+                                                 ("E2M1", (0.25, 2.5, 5.0, 6.0), 2)])
+def test_rounding_modes_draws_each_mode_to_the_neighbour_its_rule_picks(name, inputs, bits):
+    """The arrows and labels against a rule applied in exact arithmetic to the format's value table:
+    the neighbours below and above each input, the nearer (a tie to the even code, or away from 0),
+    the one below, and for stochastic the count of ``2**bits`` patterns, ``f * 2**bits`` rounded to
+    nearest even, that pick the one above. Each case has a tie, an exact value or a subnormal."""
+    fmt = formats.get(name)
+    values = [Fraction(float(v)) for v in np.unique(fmt.values()[np.isfinite(fmt.values())]) if v >= 0]
+    figure = plots.rounding_modes(name, inputs, random_bit_count=bits)
+    for axis in figure.axes:
+        mode = axis.get_title(loc="left").split(":")[0]
+        arrows = [(float(a.xyann[0]), float(a.xy[0]), a.arrow_patch.get_linewidth())
+                  for a in axis.texts if isinstance(a, matplotlib.text.Annotation)]
+        labels = [(round(float(text.get_position()[0]), 9), text.get_text()) for text in axis.texts
+                  if not isinstance(text, matplotlib.text.Annotation)]
+        expected_arrows, expected_labels = [], []
+        for x in map(Fraction, np.float32(inputs).astype(float)):
+            low = max(v for v in values if v <= x)
+            high = min((v for v in values if v > x), default=low)
+            even = values.index(low) % 2 == 0  # (the codes of positive values count up from 0x00)
+            nearer = low if x - low < high - x or (x - low == high - x and even) else high
+            if x == low:
+                choices = {"stochastic": [(low, None)]}
+            else:
+                up = round((x - low) / (high - low) * 2**bits)  # (Python's round: ties to even)
+                split = ((low, 2**bits - up), (high, up))
+                choices = {"stochastic": [(value, count) for value, count in split if count]}
+            choices |= {"nearest_even": [(nearer, None)], "toward_zero": [(low, None)],
+                        "nearest_away": [(low if x - low < high - x else high, None)]}
+            expected_arrows += [(float(x), float(target)) for target, _ in choices[mode]]
+            expected_labels += [(round(float(x + target) / 2, 9), f"{count}/{2**bits}")  # (midway along its arrow)
+                                for target, count in choices[mode] if count is not None]
+            if mode.startswith("nearest") and low < x and x - low == high - x:
+                expected_labels.append((round(float(x), 9), "tie"))
+        assert sorted(arrow[:2] for arrow in arrows) == sorted(expected_arrows), mode
+        assert sorted(labels) == sorted(expected_labels), mode
+
+
+def test_rounding_modes_checks_its_inputs():
+    for inputs, error, message in [(1.5, TypeError, "a non-empty sequence of numbers, got float 1.5"),
+                                   ((), TypeError, "a non-empty sequence of numbers, got tuple"),
+                                   ("1.5", TypeError, "a non-empty sequence of numbers, got str"),
+                                   ((1.0, "2"), TypeError, r"inputs\[1\] must be a number, got str '2'"),
+                                   ((1.0, -1.0), ValueError, r"inputs\[1\] must be a finite number > 0, got -1.0"),
+                                   ((1.0, math.nan), ValueError, "finite number > 0, got nan"),
+                                   ((1.0, 500.0), ValueError, r"inputs in \(0, 448\], E4M3's largest value"),
+                                   ((1e-50,), ValueError, r"as float32; got \[0.0\]"),
+                                   ]:
+        with pytest.raises(error, match=message):
+            plots.rounding_modes("E4M3", inputs)
+    with pytest.raises(ValueError, match=r"these span 57 of them, more than 40"):
+        plots.rounding_modes("E4M3", (0.001, 1.0))
+    for bits, error in ((0, ValueError), (17, ValueError), (2.0, TypeError)):
+        with pytest.raises(error, match="random_bit_count must"):
+            plots.rounding_modes(random_bit_count=bits)
+    with pytest.raises(ValueError, match="unknown format 'nope'"):
+        plots.rounding_modes("nope")
+
+
 def test_scale_plot_draws_records_whose_statistics_are_all_zero_or_nan():
     zero = fp8.ScaleRecord("zeros", (4,), 0.0, 0.0, 0.0, 0.0)  # e.g. a zero-initialised layer
     nan = fp8.ScaleRecord("nan", (4,), float("nan"), float("nan"), None, None)
@@ -752,6 +816,7 @@ calls = [plots.value_grid, plots.rounding_error, plots.stochastic_rounding_bias,
          plots.block_scaling_snr, lambda: plots.scale_plot([fp8.ScaleRecord("x", (1,), 1.0, 1.0, 1.0, 1.0)]),
          lambda: plots.training_curves(load_results()), lambda: plots.fp8lm_options(load_results(FP8LM_RESULTS)),
          lambda: plots.train_speed(load_speed_results()), plots.scaled_gemm_errors, plots.fp8_linear_gemms,
+         plots.rounding_modes,
          lambda: plots.validation_curves(load_results()),
          lambda: plots.gap_curves({"arm": {"0": ([{"step": 0, "loss": 2.0}], [{"step": 0, "loss": 2.0}])}}),
          lambda: plots.scale_curves({"runs": {"fp32": {"scales": [{"step": 50, "forward_std": {"residual#2": 1.0},
@@ -766,7 +831,7 @@ for call in calls:
         print(error)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 14
+    assert result.stdout.splitlines() == ['minifp8.plots needs matplotlib: pip install "minifp8[plot]"'] * 15
 
 
 # ---- found in a review: each failed before its fix ----------------------------------------------------

@@ -74,6 +74,7 @@ log = logging.getLogger("mkdocs.hooks.figures")  # under "mkdocs", so strict mod
 FIGURES = {
     "value-grid": lambda: plots.value_grid(("E4M3", "E5M2")),
     "rounding-error": lambda: plots.rounding_error(("E4M3", "E5M2")),
+    "rounding-modes": lambda: plots.rounding_modes("E4M3", (1.0625, 1.1875, 1.28, 1.45), random_bit_count=8),
     "stochastic-rounding-bias": lambda: plots.stochastic_rounding_bias("E4M3", low=1.0, high=1.5, seed=0),
     "delayed-scaling-outlier": lambda: plots.delayed_scaling_outlier(steps=50, spike_step=30, spike_factor=8.0,
                                                                      history_len=16, seed=0),
