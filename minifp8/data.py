@@ -457,7 +457,9 @@ class Dataset:
         passed through): for `load_dataset` of a file, its text as `load_text` reads it (no
         byte-order mark, ``\\n`` line ends), so for a file already so what ``sha256sum FILE``
         prints; for the arithmetic corpus, the text generated from its seed. ``train_tiny`` records
-        it, so that ``--resume`` refuses to continue on another text.
+        it, so that ``--resume`` refuses to continue on another text. It covers the text, not where
+        it is split: ``Dataset("ab", "c")`` and ``Dataset("a", "bc")`` share it (``train_tiny`` has
+        one split per text, so its ``--resume`` check is not weakened).
     """
 
     def __init__(self, train_text: str, val_text: str, *, name: str = "text",
@@ -666,7 +668,9 @@ def _answer_spans(sequence: np.ndarray, equals_id: int, newline_id: int):
     Position j is a scored answer character when (1) the last '=' or newline before j is an '='
     (j lies after the '=' and up to and including the newline that ends the line), (2) a newline
     occurs before j (the whole question is in the window) and (3) a newline occurs at or after j
-    (the whole answer is in the window). Answers are identified by the flat index of their '='.
+    (the whole answer is in the window). Answers are identified by the flat index of the newline
+    that starts their line, so a line with a second '=' ("1=2=3") is one answer, "2=3\n", as the
+    scored positions say (keyed by the last '=', it counted as two).
     """
     batch, length = sequence.shape
     if length == 0:  # windows of no token: nothing to score
@@ -685,7 +689,7 @@ def _answer_spans(sequence: np.ndarray, equals_id: int, newline_id: int):
     question_seen = last_before(is_newline) >= 0
     next_newline = np.minimum.accumulate(np.where(is_newline, positions, length)[:, ::-1], axis=1)[:, ::-1]
     answer_ends = next_newline < length
-    return after_equals & question_seen & answer_ends, rows * length + last_marker
+    return after_equals & question_seen & answer_ends, rows * length + last_before(is_newline)
 
 
 def answer_mask(inputs: ArrayLike, targets: ArrayLike, tokenizer: CharTokenizer) -> np.ndarray:

@@ -845,7 +845,7 @@ class FP8AdamW(AdamW):
     @np.errstate(all="ignore")  # (as AdamW.step)
     def step(self) -> None:
         """One AdamW step of every parameter with a gradient (all shapes are checked first: an error updates none)."""
-        self._check_grads()
+        self._check_before_step()
         for group in self.param_groups:
             lr, beta1, beta2, eps, weight_decay = _adamw_hyperparameters(group)
             for p in group["params"]:

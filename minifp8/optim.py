@@ -45,6 +45,10 @@ class Optimizer:
         if isinstance(params, Tensor):  # list(t) would give the slices t[0], t[1], ..., which never get a grad
             raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors or of parameter groups, "
                             "got a Tensor (pass [t])")
+        if isinstance(params, Mapping):  # (iterating a dict gives its keys: "got 'params'" blamed a string)
+            raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors or of parameter groups, "
+                            "got a dict: pass [group] for one group, or list(d.values()) for a dict of Tensors")
+        _check_ordered(params, f"{type(self).__name__}: params")
         groups = _listed(params, f"{type(self).__name__}: params", "an iterable of Tensors or of parameter groups")
         if not groups:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list")
@@ -61,6 +65,7 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}: unknown hyperparameter(s) {sorted(unknown)}")
             if isinstance(group["params"], Tensor):
                 raise TypeError(f"{type(self).__name__}: a group's 'params' must be a list of Tensors, got a Tensor")
+            _check_ordered(group["params"], f"{type(self).__name__}: a group's 'params'")
             settings = {**defaults, **group, "params": _listed(group["params"], f"{type(self).__name__}: a group's "
                                                                 "'params'", "a list of Tensors")}
             for p in settings["params"]:
@@ -84,10 +89,15 @@ class Optimizer:
             if name in group:
                 group[name] = _non_negative(group[name], type(self).__name__, name)
 
-    def _check_grads(self) -> None:
-        """Raise before any update if a gradient is not a floating ndarray shaped like its parameter (it would
-        broadcast; a complex one would fail part way through the update, or lose its imaginary part), or
-        a parameter to update holds a read-only array (the update would stop at it, part way)."""
+    def _check_before_step(self) -> None:
+        """Raise before any update if a group's hyperparameter is invalid (values set directly,
+        ``group["lr"] = ...``, are checked here: a NaN or negative rate updated every weight wrongly, and
+        a None in a later group failed after the earlier groups had stepped), if a gradient is not a
+        floating ndarray shaped like its parameter (it would broadcast; a complex one would fail part way
+        through the update, or lose its imaginary part), or if a parameter to update holds a read-only
+        array (the update would stop at it, part way)."""
+        for group in self.param_groups:
+            self._check({key: value for key, value in group.items() if key != "params"})
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None and (not isinstance(p.grad, np.ndarray) or p.grad.dtype.kind != "f"):
@@ -157,7 +167,8 @@ class Optimizer:
 
         Everything is checked before anything is loaded: the hyperparameters as in the constructor,
         and each parameter's state against what ``step`` would create (the same keys, arrays of the
-        same kind and shape, cast to the parameter's dtype; ``step`` an int). The state's keys are
+        same kind and shape, cast to the parameter's dtype; ``step`` an int; no value no step makes,
+        such as a negative second moment of `AdamW`). The state's keys are
         parameter indices, ints, as ``state_dict`` gives them (a dict that went through JSON has
         strings there: convert them back first). On error the optimizer is unchanged.
         """
@@ -272,7 +283,7 @@ class SGD(Optimizer):
     # step stopped part way, earlier parameters and this one's first moment updated, its second not
     @np.errstate(all="ignore")
     def step(self) -> None:
-        self._check_grads()
+        self._check_before_step()
         for group in self.param_groups:
             # (as floats: a group's values set directly, group["lr"] = np.float64(...), skip _check)
             lr, momentum, dampening = float(group["lr"]), float(group["momentum"]), float(group["dampening"])
@@ -308,7 +319,12 @@ class AdamW(Optimizer):
 
     In the paper's Alg. 2 the decay is scaled by the schedule multiplier eta_t; torch (and we)
     scale it by the learning rate lr, which is the same when lr = alpha * eta_t with alpha
-    folded in. Computed in the parameter's dtype (float32), in place.
+    folded in. Computed in the parameter's dtype (float32), in place. As in torch, the decay
+    factor ``1 - lr * wd`` is rounded to that dtype, so in float32 a decay of ``lr * wd <= 2**-25``
+    (about 3e-8, e.g. at the tail of a cosine schedule) rounds to 1 and does nothing. ``eps = 0``
+    is allowed, as in torch, but then ``m_hat / sqrt(v_hat)`` is 0/0 = NaN wherever ``v`` is still 0:
+    a parameter whose gradient has been exactly 0 at every step so far, such as the embedding row
+    of a token no batch has held yet.
     """
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
@@ -338,11 +354,22 @@ class AdamW(Optimizer):
         self._init_state(p, state)
         return state
 
+    def _checked_state(self, owner: str, i, p: Tensor, saved: Mapping) -> dict:
+        """`Optimizer._checked_state`, and a second moment with no negative value: a mean of squared
+        gradients is never below 0, and the next step would take the square root of one (NaN)."""
+        state = super()._checked_state(owner, i, p, saved)
+        second = state.get("exp_avg_sq")
+        if isinstance(second, np.ndarray) and second.dtype.kind == "f" and (second < 0).any():
+            raise ValueError(f"{owner}: 'exp_avg_sq' of parameter {i} holds {int((second < 0).sum())} negative "
+                             f"value(s), e.g. {float(second[second < 0][0])!r}, which no step makes (a mean of "
+                             f"squared gradients): is the checkpoint corrupted?")
+        return state
+
     # IEEE results (Inf, NaN, subnormals) whatever the caller's np.errstate: under over="raise" a
     # step stopped part way, earlier parameters and this one's first moment updated, its second not
     @np.errstate(all="ignore")
     def step(self) -> None:
-        self._check_grads()
+        self._check_before_step()
         for group in self.param_groups:
             lr, beta1, beta2, eps, weight_decay = _adamw_hyperparameters(group)
             for p in group["params"]:
@@ -394,6 +421,15 @@ def _tensors(params, where: str = "params") -> list:
             raise TypeError(f"{where} must be a Tensor or an iterable of Tensors, got an element "
                             f"{_described(p)}")
     return tensors
+
+
+def _check_ordered(params, where: str) -> None:
+    """TypeError for a set of parameters: its order follows memory addresses, and `Optimizer.state_dict`
+    names parameters by their position, so a resumed run would load one parameter's state into
+    another of the same shape (torch refuses sets for the same reason)."""
+    if isinstance(params, (set, frozenset)):
+        raise TypeError(f"{where} must be an ordered iterable (a list), got a {type(params).__name__}: its order "
+                        "changes between runs, and the saved state names parameters by position")
 
 
 def _listed(params, where: str, expected: str = "a Tensor or an iterable of Tensors") -> list:

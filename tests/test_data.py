@@ -693,3 +693,17 @@ def test_a_split_or_task_that_is_no_str_is_a_type_error(dataset, call, message):
     "truth value of an array ... is ambiguous"), and a 0-d one was taken as its string."""
     with pytest.raises(TypeError, match=message):
         call(dataset)
+
+
+def test_a_line_with_two_equals_signs_is_one_answer_as_the_mask_scores_it():
+    """Found by a review: answers were keyed by the last '=' before each character, while the mask
+    scores everything after the first, so "1=2=3" counted as two answers ("2=" and "3\\n") of one
+    scored span."""
+    tokenizer = D.CharTokenizer("\n=0123456789+-")
+    sequence = tokenizer.encode("\n1=2=3\n4=5\n")
+    inputs, targets = sequence[None, :-1], sequence[None, 1:]
+    assert D.answer_mask(inputs, targets, tokenizer).tolist() == [[0, 0, 1, 1, 1, 1, 0, 0, 1, 1]]
+    wrong = targets.copy()
+    wrong[0, 4] = tokenizer.encode("7")[0]  # the "3" of the first line's answer
+    assert D.answer_accuracy(inputs, targets, wrong, tokenizer) == D.AnswerAccuracy(
+        correct_chars=5, total_chars=6, correct_answers=1, total_answers=2)

@@ -925,3 +925,90 @@ def test_a_gradient_of_another_dtype_updates_as_its_float32_value(make, grad_dty
     expected = run(as_float32=True)
     assert np.isfinite(expected).all() and expected.dtype == np.float32
     np.testing.assert_array_equal(run(as_float32=False), expected)
+
+
+# ---- a review of the optimizers (stop 65) ------------------------------------------------------------
+OPTIMIZERS = {"SGD": lambda params: optim.SGD(params, lr=0.1, momentum=0.9),
+              "AdamW": lambda params: optim.AdamW(params, lr=0.1),
+              "FP8AdamW": lambda params: fp8lm.FP8AdamW(params, lr=0.1)}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_set_of_parameters_is_refused_as_it_has_no_order_that_the_saved_state_can_name(name):
+    """Found by a review: a set was accepted; its order follows memory addresses, and state_dict
+    names parameters by position, so a resumed AdamW loaded one parameter's moments into another of
+    the same shape (0.2, 0.4, 0.3, 0.1 for 0.1, 0.2, 0.3, 0.4)."""
+    params = [Tensor(np.zeros(3, np.float32), requires_grad=True) for _ in range(4)]
+    for given in (set(params), frozenset(params), [{"params": set(params)}]):
+        with pytest.raises(TypeError, match="must be an ordered iterable .a list., got a (frozen)?set"):
+            OPTIMIZERS[name](given)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_dict_of_parameters_gets_an_error_that_says_what_to_pass(name):
+    """Found by a review: one group dict, or a name -> Tensor dict, was iterated for its keys and the
+    error blamed a string ("parameters must be Tensors that require grad, got 'params'")."""
+    p = Tensor(np.zeros(3, np.float32), requires_grad=True)
+    for given in ({"params": [p], "lr": 0.01}, {"weight": p}):
+        with pytest.raises(TypeError, match=r"got a dict: pass \[group\] for one group, or list\(d.values\(\)\)"):
+            OPTIMIZERS[name](given)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("key, value, error", [("lr", math.nan, ValueError), ("lr", -0.1, ValueError),
+                                               ("lr", math.inf, ValueError), ("lr", None, TypeError),
+                                               ("weight_decay", -1.0, ValueError)])
+def test_a_hyperparameter_set_directly_is_checked_before_any_parameter_is_updated(name, key, value, error):
+    """Found by a review: step() read ``group["lr"]`` (which the module docstring says to set) without
+    a check, so a NaN rate made every weight NaN, a negative one stepped up the gradient, and a None
+    in the second group failed only after the first group had stepped."""
+    first, second = (Tensor(np.ones(2, np.float32), requires_grad=True) for _ in range(2))
+    optimizer = OPTIMIZERS[name]([{"params": [first]}, {"params": [second]}])
+    optimizer.param_groups[1][key] = value
+    first.grad, second.grad = np.ones(2, np.float32), np.ones(2, np.float32)
+    with pytest.raises(error, match=key):
+        optimizer.step()
+    assert first.data.tolist() == [1.0, 1.0] and second.data.tolist() == [1.0, 1.0] and optimizer.state == {}
+
+
+def test_adamw_betas_set_directly_are_checked_before_any_parameter_is_updated():
+    """The same review: betas of (1.0, 0.999) divided by 1 - 1**t = 0 after the first group had stepped
+    and the failing parameter had been decayed."""
+    first, second = (Tensor(np.ones(2, np.float32), requires_grad=True) for _ in range(2))
+    optimizer = optim.AdamW([{"params": [first]}, {"params": [second]}], lr=0.1)
+    optimizer.param_groups[1]["betas"] = (1.0, 0.999)
+    first.grad, second.grad = np.ones(2, np.float32), np.ones(2, np.float32)
+    with pytest.raises(ValueError, match=r"betas must be two numbers in \[0, 1\)"):
+        optimizer.step()
+    assert first.data.tolist() == [1.0, 1.0] and second.data.tolist() == [1.0, 1.0] and optimizer.state == {}
+
+
+def test_adamw_load_state_dict_refuses_a_negative_second_moment_and_loads_nothing():
+    """Found by a review: a negative exp_avg_sq loaded, and the next step took its square root (NaN)."""
+    p = Tensor(np.ones(2, np.float32), requires_grad=True)
+    optimizer = optim.AdamW([p], lr=0.1)
+    p.grad = np.ones(2, np.float32)
+    optimizer.step()
+    saved, before = optimizer.state_dict(), copy.deepcopy(optimizer.state_dict())
+    saved["state"][0]["exp_avg_sq"][1] = -1.0
+    with pytest.raises(ValueError, match=r"'exp_avg_sq' of parameter 0 holds 1 negative value\(s\), e\.g\. -1\.0"):
+        optimizer.load_state_dict(saved)
+    after = optimizer.state_dict()
+    assert after["state"][0]["exp_avg_sq"].tolist() == before["state"][0]["exp_avg_sq"].tolist()
+
+
+def test_adamw_docstring_cases_eps_zero_and_a_decay_below_float32_resolution():
+    """What AdamW's docstring says, as torch does it: eps = 0 gives 0/0 = NaN where the second moment
+    is still 0; a decay factor 1 - lr * wd with lr * wd <= 2**-25 rounds to 1 in float32 (half an
+    ulp below 1), and 2**-24 does decay (to 1 - 2**-24, the float32 just below 1)."""
+    p = Tensor(np.ones(2, np.float32), requires_grad=True)
+    optimizer = optim.AdamW([p], lr=0.1, eps=0.0, weight_decay=0.0)
+    p.grad = np.array([0.0, 1.0], np.float32)
+    optimizer.step()
+    assert math.isnan(p.data[0]) and math.isfinite(p.data[1])
+    for rate, expected in ((2.0**-25, 1.0), (2.0**-24, 1.0 - 2.0**-24)):
+        p = Tensor(np.ones(2, np.float32), requires_grad=True)
+        optimizer = optim.AdamW([p], lr=rate, weight_decay=1.0)
+        p.grad = np.zeros(2, np.float32)
+        optimizer.step()
+        assert p.data.tolist() == [expected, expected]
