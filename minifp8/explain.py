@@ -568,8 +568,10 @@ def _input_text(x: object) -> str:
     """The input as it prints; ``~2^e`` for an int or Fraction too long to print (`_LONGEST_EXACT_BITS`)."""
     if isinstance(x, (int, Fraction)) and not isinstance(x, bool) and _too_long(Fraction(x)):
         return _about(Fraction(x))
-    if isinstance(x, (float, np.floating)) and math.isnan(x) and math.copysign(1.0, x) < 0:
-        return "-nan"  # (str drops a NaN's sign, which its code keeps)
+    if isinstance(x, (float, np.generic)) and not isinstance(x, (np.integer, np.bool_)):
+        number = float(x)  # (ml_dtypes' scalars, such as bfloat16, are np.generic but not np.floating)
+        if math.isnan(number) and math.copysign(1.0, number) < 0:
+            return "-nan"  # (str drops a NaN's sign, which its code keeps)
     return str(x)
 
 
@@ -583,7 +585,7 @@ def _narrative(why: Explanation) -> str:
     fmt = why.fmt
     options = why.rounding + (", saturate" if why.saturate else "")
     if why.rounding == "stochastic":
-        options += f", random_bits={why.random_bits} of {why.random_bit_count}"
+        options += f", random_bits={why.random_bits}, random_bit_count={why.random_bit_count}"
     hex_code = _hex(why.code, fmt)
     lines = [f"{why.format_name} encoding of {why.input_text} ({options}): {hex_code}, case {why.case}"]
     described = f"{why.input_text} ({why.input_type}"
@@ -835,7 +837,19 @@ def main(argv: list[str] | None = None) -> int:
     if hex_text and isinstance(number, int) and abs(number) < 1 << fmt.bits:  # (a code pasted from a report)
         print(f"note: {args.value.strip()} was read as the number {number}; for what the code "
               f"{args.value.strip()} means, add --code", file=sys.stderr)
+    digits = args.value.strip()[2:]
+    if hex_text and isinstance(number, int) and number >= 1 << fmt.bits and len(digits) in _FLOAT_BITS:
+        # (the bits of a float, as a report's "input bits" column shows them: the value they hold, exactly)
+        dtype = _FLOAT_BITS[len(digits)]
+        held = float(np.array(number, f"u{dtype.itemsize}").view(dtype))
+        text = "-nan" if math.isnan(held) and math.copysign(1.0, held) < 0 else held.hex()  # (hex drops its sign)
+        print(f"note: {args.value.strip()} was read as the number {number}; if it is the bits of a {dtype.name} (a "
+              f"report's input bits), explain the value they hold: python -m minifp8.explain {text} "
+              f"{args.format}", file=sys.stderr)
     return 0
+
+
+_FLOAT_BITS = {4: np.dtype(np.float16), 8: np.dtype(np.float32), 16: np.dtype(np.float64)}  # hex digits -> float
 
 
 if __name__ == "__main__":

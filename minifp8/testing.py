@@ -532,10 +532,33 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
     Codes that differ only in sign (both zeros, NaN signs, a negated symmetric sweep) hold the same
     codes too, but point at a sign bug: they get no hint. ``where``, the C-order positions of the
     differing codes where the caller has them, rules a shift out without flattening whole arrays.
+    Where each expected code also became one same code wherever it occurs (inputs that hold each
+    code once, such as ``decode(np.arange(256))``), a bug that maps codes to codes (a wrong bit
+    field, a code one too high) gives the same arrays, and the hint names both.
     """
+    rearrangement = _rearrangement(actual, expected, fmt, where)
+    if not rearrangement:
+        return ""
+    description, verdict = rearrangement
+    if _codes_map_one_to_one(actual, expected):
+        return (f"{name} holds the expected codes {description}; or each expected code became one other code wherever "
+                f"it occurs (a bug that builds codes wrongly, such as a misplaced bit field or a code one too high): "
+                f"these inputs cannot tell the two apart (inputs that repeat each value, in shuffled order, can)")
+    return f"{name} holds the expected codes {description}: {verdict}"
+
+
+def _codes_map_one_to_one(actual: np.ndarray, expected: np.ndarray) -> bool:
+    """True when ``actual`` is a function of ``expected`` (each expected code meets one actual code)."""
+    pairs = expected.reshape(-1).astype(np.int64) * 256 + actual.reshape(-1)
+    met = np.bincount(pairs, minlength=256 * 256).reshape(256, 256) > 0
+    return bool((met.sum(axis=1) <= 1).all())
+
+
+def _rearrangement(actual: np.ndarray, expected: np.ndarray, fmt, where: np.ndarray | None) -> tuple[str, str] | None:
+    """How ``actual`` holds ``expected``'s codes rearranged, and what that points at, or None."""
     if actual.ndim >= 2 and np.array_equal(actual, np.swapaxes(expected, -1, -2).reshape(actual.shape)):
-        return (f"{name} holds the expected codes with the last two axes swapped (a transposed or column-major "
-                f"result): a layout bug, not a rounding one")
+        return ("with the last two axes swapped (a transposed or column-major result)",
+                "a layout bug, not a rounding one")
     for step, direction in ((1, "later"), (-1, "earlier")):  # actual[i] == expected[i - step], C order
         if where is not None:  # a shift must hold at the differing codes first (only they are read)
             sample = where[:64]
@@ -545,24 +568,22 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
         got, want = actual.reshape(-1), expected.reshape(-1)
         shifted = np.array_equal(got[1:], want[:-1]) if step == 1 else np.array_equal(got[:-1], want[1:])
         if got.size > 2 and shifted:
-            return f"{name} holds the expected codes shifted by one element, each one place {direction} in C order" \
-                   + _SHIFT_VERDICT
+            return f"shifted by one element, each one place {direction} in C order", _SHIFT_VERDICT[2:]
     if fmt.bits == 4 and actual.ndim >= 1 and actual.shape[-1] >= 2:  # FP4: two codes a byte when packed
         pairs = actual.shape[-1] // 2 * 2
         if (np.array_equal(actual[..., 0:pairs:2], expected[..., 1:pairs:2])
                 and np.array_equal(actual[..., 1:pairs:2], expected[..., 0:pairs:2])):
             lost = (", and the last code of each odd-length row lost to the padding nibble"
                     if pairs < actual.shape[-1] and not np.array_equal(actual[..., -1], expected[..., -1]) else "")
-            return (f"{name} holds the expected codes with each pair along the last axis swapped{lost}: the two "
-                    f"nibbles of each packed byte read in the other order (mx.MXArray.packed puts the first code in "
-                    f"the low nibble), a layout bug, not a rounding one")
+            return (f"with each pair along the last axis swapped{lost}",
+                    "the two nibbles of each packed byte read in the other order (mx.MXArray.packed puts the first "
+                    "code in the low nibble), a layout bug, not a rounding one")
     magnitude = np.uint8(~np.uint8(fmt.sign_mask))
     if (np.any((actual & magnitude) != (expected & magnitude))
             and np.array_equal(np.bincount(actual.reshape(-1), minlength=256),
                                np.bincount(expected.reshape(-1), minlength=256))):
-        return (f"{name} holds the expected codes in another order: look for a layout bug (order, strides, "
-                f"indexing) before a rounding one")
-    return ""
+        return "in another order", "look for a layout bug (order, strides, indexing) before a rounding one"
+    return None
 
 
 def _through_bfloat16(x: np.ndarray, significant_bits: int = 8) -> np.ndarray:

@@ -26,7 +26,7 @@ import pytest
 
 import minifp8
 from minifp8 import codec, formats, testing
-from minifp8.explain import Explanation, describe_code, explain, main
+from minifp8.explain import Explanation, _parse_number, describe_code, explain, main
 
 explain_module = importlib.import_module("minifp8.explain")
 
@@ -676,3 +676,34 @@ def test_the_fnuz_rules_name_the_lost_signs_and_a_finite_overflow_clamps_by_onnx
     assert explain(1000.0, "E4M3", saturate=True).rule == "saturate=True: +max (OCP OFP8 rev 1.0 section 5)"
     assert explain(1e39, "E8M0", saturate=True).rule.startswith("saturate=True: +max (the rule OCP OFP8 rev 1.0 "
                                                                  "section 5 gives E4M3 and E5M2, which minifp8 applies")
+
+
+@pytest.mark.parametrize("text, dtype, held", [("0x3f880000", np.float32, "0x1.1000000000000p+0"),
+                                               ("0xbba00000", np.float32, "-0x1.4000000000000p-8"),
+                                               ("0xffc00000", np.float32, "-nan"),
+                                               ("0x3c00", np.float16, "0x1.0000000000000p+0"),
+                                               ("0x3ff8000000000000", np.float64, "0x1.8000000000000p+0")])
+def test_cli_notes_the_value_that_a_float_s_pasted_bits_hold(text, dtype, held, capsys):
+    """Found by a review: a report's "input bits" pasted as VALUE was explained as an integer, with no
+    word; the note now names the value those bits hold, as a VALUE that reads back exactly."""
+    assert main([text, "E4M3"]) == 0
+    name = np.dtype(dtype).name
+    assert capsys.readouterr().err == (f"note: {text} was read as the number {int(text, 16)}; if it is the bits of a "
+                                       f"{name} (a report's input bits), explain the value they hold: "
+                                       f"python -m minifp8.explain {held} E4M3\n")
+    value = np.array(int(text, 16), f"u{np.dtype(dtype).itemsize}").view(dtype)
+    assert explain(_parse_number(held), "E4M3").code == explain(float(value), "E4M3").code
+    if not math.isnan(value):
+        assert _parse_number(held) == float(value)
+    assert main(["0x123456", "E4M3"]) == 0 and capsys.readouterr().err == ""  # (6 digits: no float's width)
+
+
+def test_a_negative_nan_of_an_ml_dtypes_scalar_prints_its_sign():
+    """Found by a review: the sign of an ml_dtypes NaN was dropped from the header ("nan"), while its
+    code, 0xFE, keeps it; and a stochastic header read "random_bits=15 of 4", as if 15 out of 4."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for value in (-ml_dtypes.bfloat16(math.nan), -np.array(math.nan, ml_dtypes.float8_e4m3fn)[()]):
+        why = explain(value, "E5M2")
+        assert why.code == 0xFE and str(why).startswith("E5M2 encoding of -nan (nearest_even)")
+    why = explain(1.3, "E4M3", rounding="stochastic", random_bits=15, random_bit_count=4)
+    assert str(why).startswith("E4M3 encoding of 1.3 (stochastic, random_bits=15, random_bit_count=4): 0x3B")

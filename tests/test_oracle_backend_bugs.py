@@ -698,3 +698,30 @@ def test_compare_mx_names_a_cause_of_one_code_off_only_where_every_differing_blo
         scales = (expected.scales + np.array([plus], np.uint8)).astype(np.uint8)
         reports[name] = testing.compare_mx(scales, expected.codes, x, "MXFP8_E4M3").layout
     assert "just below a power of two" not in reports["both"] and "just below a power of two" in reports["alone"]
+
+
+def test_a_rearrangement_on_inputs_that_hold_each_code_once_is_also_named_a_per_code_bug():
+    """Found by a review: on round-trip inputs (each code once, in code order: ``decode(arange)``, as the
+    golden decode files hold), a bug that maps codes to codes gives the same arrays as a rearrangement,
+    and the layout verdicts ("an off-by-one offset, not a rounding bug", "a layout bug") were stated
+    alone. The same bug on inputs that repeat values, shuffled, keeps no layout hint; a real shift
+    there keeps its verdict."""
+    both = "; or each expected code became one other code wherever it occurs (a bug that builds codes wrongly"
+    codes = np.arange(1, 0x7E, dtype=np.uint8)  # code + 1 (no NaN reached): a shift by one, in code order
+    layout = testing.compare(codes + 1, codec.decode(codes, "E4M3").astype(np.float32), "E4M3", max_rows=0).layout
+    assert layout.startswith("actual holds the expected codes shifted by one element, each one place earlier")
+    assert both in layout and "not a rounding bug" not in layout
+    codes = np.arange(16, dtype=np.uint8)  # E2M1 with its last mantissa bit flipped: pairs swapped
+    layout = testing.compare(codes ^ 1, codec.decode(codes, "E2M1").astype(np.float32), "E2M1", max_rows=0).layout
+    assert layout.startswith("actual holds the expected codes with each pair along the last axis swapped; or each")
+    codes = np.arange(256, dtype=np.uint8).reshape(16, 16)  # nibbles of each code swapped: a transpose
+    swapped = ((codes << 4) | (codes >> 4)).astype(np.uint8)
+    layout = testing.compare(swapped, codec.decode(codes, "E4M3").astype(np.float32), "E4M3", max_rows=0).layout
+    assert layout.startswith("actual holds the expected codes with the last two axes swapped (a transposed or "
+                             "column-major result); or each expected code became")
+    # the same inputs, each value four times, shuffled: the code + 1 bug is no rearrangement, a shift is one
+    x = np.random.default_rng(0).permutation(np.repeat(codec.decode(np.arange(1, 0x7E, dtype=np.uint8), "E4M3"), 4))
+    expected = codec.encode(x.astype(np.float32), "E4M3")
+    assert "holds the expected codes" not in testing.compare(expected + 1, x.astype(np.float32), "E4M3").layout
+    assert testing.compare(np.roll(expected, 1), x.astype(np.float32), "E4M3").layout.endswith(
+        "each one place later in C order: an off-by-one offset, not a rounding bug")
