@@ -785,6 +785,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
 
 
+_FLOAT_BITS: dict[int, np.dtype] = {4: np.dtype(np.float16), 8: np.dtype(np.float32),  # hex digits -> float
+                                    16: np.dtype(np.float64)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status 0 (explained). Bad input or flags print a one-line
     error and raise ``SystemExit(2)``, as argparse does; ``-h`` raises ``SystemExit(0)``."""
@@ -847,9 +851,6 @@ def main(argv: list[str] | None = None) -> int:
               f"report's input bits), explain the value they hold: python -m minifp8.explain {text} "
               f"{args.format}", file=sys.stderr)
     return 0
-
-
-_FLOAT_BITS = {4: np.dtype(np.float16), 8: np.dtype(np.float32), 16: np.dtype(np.float64)}  # hex digits -> float
 
 
 if __name__ == "__main__":
