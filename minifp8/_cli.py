@@ -101,6 +101,15 @@ def escape_unencodable_stdout() -> None:
         reconfigure(errors="backslashreplace")
 
 
+def line_buffered_stdout() -> None:
+    """Flush stdout at every line, as a terminal does, also where it is a file or a pipe (``nohup ... >
+    log``, ``| tee log``): progress shows as it comes, in order with the errors on stderr, and a Ctrl-C
+    loses none of it (block-buffered, a whole run's lines came at its end, after its errors)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)  # (a replaced sys.stdout may have none)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
+
+
 _LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 

@@ -111,7 +111,8 @@ Outputs (``--out DIR``)
 * ``metrics.json``: ``config`` (every flag), ``data`` (the text's name), ``loss_floor`` (the
   corpus' entropy rate, with whole lines of context) and ``window_loss_floor`` (the floor of the
   loss this run reports, over ``--block-size`` windows: `minifp8.data.Dataset.window_loss_floor`;
-  both null but for the arithmetic corpus), the ``environment`` the runs started in (NumPy's version, the
+  both null but for the arithmetic corpus), the ``environment`` the runs started in (minifp8's and
+  NumPy's versions, the
   BLAS kernels, `blas_kernels`, and threads, `blas_threads`: the same seed trains to the same bits
   only under the same kernels (under the Haswell ones, on as many threads), and uninterrupted
   and resumed runs compare only there; ``continued_in``, the last session's,
@@ -174,6 +175,7 @@ import json
 import math
 import os
 import reprlib
+import shlex
 import signal
 import sys
 import threading
@@ -185,9 +187,9 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 
 from . import data as data_module
-from . import codec, fp8, fp8lm, mx, scaling
+from . import __version__, codec, fp8, fp8lm, mx, scaling
 from ._cli import (SIGPIPE_STATUS, StdoutError, brief, escape_unencodable_stdout, flush_stdout, guarded_stdout,
-                   one_line, report_stdout_error, silence_stdout)
+                   line_buffered_stdout, one_line, report_stdout_error, silence_stdout)
 from .autograd import no_grad
 from .formats import _check_bool, _check_int, _described, _is_int, _is_real
 from .model import FAMILIES, GPT, GPTConfig
@@ -424,11 +426,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
 
 
+_EPILOG = ("With --out DIR: DIR/config.json, metrics.json, loss.png, scales.png (with --track-scales) and "
+           "checkpoints/ (one per run, for --resume DIR; a new run into DIR replaces them). Exit status: 0 done, "
+           "1 a run diverged, 2 bad flags or data, 130 stopped (--stop-after, Ctrl-C: checkpointed), 143 SIGTERM "
+           "(checkpointed), 141 output closed (| head).")
+
+
 def build_parser(argument_default: Any = None) -> argparse.ArgumentParser:
     """The command line, one flag per `TrainConfig` field, with its default in the help."""
     parser = _Parser(prog="python -m minifp8.train_tiny", argument_default=argument_default,
                      formatter_class=_HelpFormatter,
-                     description="Train a mini-GPT in simulated FP8 on 2 CPU cores (see the module docstring).")
+                     description="Train a mini-GPT in simulated FP8 on 2 CPU cores (see the module docstring).",
+                     epilog=_EPILOG)
     for f in fields(TrainConfig):
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
         options = {"help": f.metadata["help"]} if "action" in f.metadata else {"help": f.metadata["help"], "type": kind}
@@ -1764,17 +1773,19 @@ def blas_threads() -> int | None:
 
 
 def environment() -> dict:
-    """What decides a run's last bits besides the code and the seed: NumPy's version, the BLAS
-    kernels (`blas_kernels`) and the number of BLAS threads (`blas_threads`), as ``metrics.json``
-    records them."""
-    return {"numpy": np.__version__, "blas_kernels": blas_kernels(), "blas_threads": blas_threads()}
+    """What decides a run's bits besides the seed: the code (minifp8's version; the README's "What
+    changed between versions" lists what changed a run's numbers), NumPy's version, the BLAS kernels
+    (`blas_kernels`) and the number of BLAS threads (`blas_threads`), as ``metrics.json`` records them."""
+    return {"minifp8": __version__, "numpy": np.__version__, "blas_kernels": blas_kernels(),
+            "blas_threads": blas_threads()}
 
 
 def environment_line(info: dict) -> str:
-    """`environment` as ``numpy 2.4.6, OpenBLAS SkylakeX kernels, 2 threads`` (the threads where
-    recorded: directories older than them record only the first two)."""
-    kernels, threads = info["blas_kernels"], info.get("blas_threads")
-    return (f"numpy {info['numpy']}, " + (f"OpenBLAS {kernels} kernels" if kernels else "BLAS kernels unknown")
+    """`environment` as ``minifp8 0.3.2, numpy 2.4.6, OpenBLAS SkylakeX kernels, 2 threads`` (the
+    version and the threads where recorded: directories older than them record neither)."""
+    kernels, threads, version = info["blas_kernels"], info.get("blas_threads"), info.get("minifp8")
+    return ((f"minifp8 {version}, " if version is not None else "") + f"numpy {info['numpy']}, "
+            + (f"OpenBLAS {kernels} kernels" if kernels else "BLAS kernels unknown")
             + (f", {threads} thread{'s' * (threads != 1)}" if threads is not None else ""))
 
 
@@ -1843,10 +1854,12 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
         raise ValueError(f"checkpoints/ holds {', '.join(others)}, of runs that config.json does not list")
     started_in = saved.get("environment")  # (absent in directories older than it)
     if started_in is not None and not (
-            isinstance(started_in, dict) and set(started_in) - {"blas_threads"} == {"numpy", "blas_kernels"}
+            isinstance(started_in, dict) and set(started_in) - {"blas_threads", "minifp8"} == {"numpy", "blas_kernels"}
             and all(isinstance(started_in[key], (str, type(None))) for key in ("numpy", "blas_kernels"))
+            and isinstance(started_in.get("minifp8", ""), str)
             and (started_in.get("blas_threads") is None or _is_int(started_in["blas_threads"]))):
-        fail(f"environment must map numpy and blas_kernels to strings (and blas_threads to an int), got "
+        fail(f"environment must map numpy and blas_kernels to strings (and blas_threads to an int, minifp8 to a "
+             f"string), got "
              f"{started_in!r}")
     data_sha256 = saved.get("data_sha256")  # (absent in directories older than it)
     if data_sha256 is not None and not (isinstance(data_sha256, str) and len(data_sha256) == 64
@@ -1997,6 +2010,7 @@ def main(argv: list[str] | None = None) -> int:
     SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead); 2 too where
     stdout cannot be written (a full disk: the run stops there, its checkpoints standing, and a run
     list that has finished still writes its results to ``--out``)."""
+    line_buffered_stdout()  # (a long run under nohup or | tee shows its progress as it comes)
     try:
         with guarded_stdout():
             status = _main(argv)
@@ -2115,14 +2129,13 @@ def _main(argv: list[str] | None) -> int:
     results: dict[str, dict] = {}
     status = 0
     session_steps = [0]  # --stop-after counts the steps of this session, over all its runs
-    hint = f"; continue with --resume {out}" if out is not None else " (no --out: nothing saved)"
+    hint = f"; continue with --resume {shlex.quote(str(out))}" if out is not None else " (no --out: nothing saved)"
 
     def stopped(stop: Interrupted, first_waiting: int) -> int:
         """Say where the list stopped, write the runs finished so far (readable before a resume
         ends the rest) and return the exit status."""
         waiting = [later.label for later in runs[first_waiting:]]  # (not started in this session)
-        print(f"{stop}{hint}" + (f" (not started yet: {', '.join(waiting)})" if waiting else ""))
-        if out is not None and results:
+        if out is not None and results:  # (first: a print that meets a closed pipe ends the session)
             try:
                 _write_outputs(out, config, runs, results, dataset, print, started_in)
             except BrokenPipeError:  # (printing, not --out: `main`)
@@ -2131,6 +2144,7 @@ def _main(argv: list[str] | None) -> int:
                 say(f"{prog}: error: --out {out}: {error}")
             except KeyboardInterrupt:  # (a second Ctrl-C: the checkpoints stand)
                 pass
+        print(f"{stop}{hint}" + (f" (not started yet: {', '.join(waiting)})" if waiting else ""))
         return stop.status
 
     for run in runs:

@@ -623,8 +623,12 @@ def test_resume_says_when_the_environment_changed(tmp_path, capsys):
     (out / "config.json").write_text(json.dumps(saved))
     status, _, err = run_main(capsys, "--resume", str(out))
     assert status == 2 and ("config.json: environment must map numpy and blas_kernels to strings (and blas_threads "
-                            "to an int), got 'SkylakeX'") in err
+                            "to an int, minifp8 to a string), got 'SkylakeX'") in err
     assert err.count("\n") == 1
+    saved["environment"] = {**train_tiny.environment(), "minifp8": 3}  # (the version is a string)
+    (out / "config.json").write_text(json.dumps(saved))
+    status, _, err = run_main(capsys, "--resume", str(out))
+    assert status == 2 and "minifp8 to a string), got {'minifp8': 3" in err
 
 
 def test_resume_says_when_the_number_of_blas_threads_changed(tmp_path, capsys):
@@ -656,7 +660,7 @@ def test_resume_says_when_the_number_of_blas_threads_changed(tmp_path, capsys):
         saved["environment"] = {**now, "blas_threads": bad}
         (out / "config.json").write_text(json.dumps(saved))
         status, _, err = run_main(capsys, "--resume", str(out))
-        assert status == 2 and "(and blas_threads to an int)" in err
+        assert status == 2 and "(and blas_threads to an int, minifp8 to a string)" in err
 
 
 def test_blas_threads_reads_what_openblas_was_told():

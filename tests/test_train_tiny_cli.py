@@ -4,6 +4,7 @@ resumed run's text gone, paths that are not UTF-8, and the documented layout of 
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -198,3 +199,56 @@ def test_paths_that_are_not_utf8_are_printed_escaped(tmp_path):
     assert result.returncode == 0 and result.stderr == b"", result.stderr.decode(errors="replace")
     assert b"data: Dataset(" + os.fsencode(tmp_path) + b"/caf\\udce9.txt, " in result.stdout
     assert os.path.isfile(out + b"/metrics.json")
+
+
+# ---- a review of the researcher's experience (stop 65) -----------------------------------------------
+def test_progress_reaches_a_pipe_line_by_line_in_order_with_the_errors(tmp_path):
+    """Found by a review: stdout was block-buffered where it was a file or a pipe (nohup, | tee), so a
+    run's progress came at its end, after its errors on stderr (and a Ctrl-C of | tee lost it all)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    flags = ["--steps", "6", "--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2",
+             "--n-embd", "16", "--eval-interval", "1000", "--eval-batches", "1", "--log-interval", "2",
+             "--warmup-steps", "1", "--recipe", "fp32,fp8", "--lr", "1e30"]
+    result = subprocess.run([sys.executable, "-m", "minifp8.train_tiny", *flags], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, timeout=300)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1, result.stdout
+    errors = [i for i, line in enumerate(lines) if line.startswith("python -m minifp8.train_tiny: error: fp")]
+    starts = [i for i, line in enumerate(lines) if line.startswith(("fp32: ", "fp8: "))]
+    assert lines[0].startswith("data: ") and len(errors) == 2 and len(starts) == 2, result.stdout
+    assert starts[0] < errors[0] < starts[1] < errors[1]  # fp32 starts, diverges; then fp8
+
+
+def test_the_resume_hint_quotes_a_directory_the_shell_would_split(tmp_path, capsys):
+    """Found by a review: "continue with --resume my runs/a b" could not be pasted."""
+    out = tmp_path / "my runs" / "a b"
+    flags = ["--steps", "4", "--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2",
+             "--n-embd", "16", "--eval-interval", "1000", "--eval-batches", "1", "--warmup-steps", "1"]
+    status = main([*flags, "--stop-after", "2", "--out", str(out)])
+    assert status == 130
+    assert f"stopped after step 2; continue with --resume {shlex.quote(str(out))}\n" in capsys.readouterr().out
+    assert main(["--resume", str(out)]) == 0
+
+
+def test_help_lists_the_exit_statuses_and_the_output_files(capsys):
+    """Found by a review: -h said nothing of --stop-after's status 130 (which stops a set -e script)
+    nor of what --out writes, where bench -h and explain -h do."""
+    assert main(["-h"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("Exit status: 0 done, 1 a run diverged, 2 bad flags or data, 130 stopped (--stop-after, Ctrl-C: "
+            "checkpointed), 143 SIGTERM (checkpointed), 141 output closed (| head).") in text
+    for name in ("config.json", "metrics.json", "loss.png", "scales.png", "checkpoints/"):
+        assert name in text.split("With --out DIR:")[1]
+
+
+def test_the_environment_records_minifp8_s_version(tmp_path):
+    """Found by a review: a results file could not say which code made it, though the README lists
+    changes between versions that changed a run's numbers; an older directory (no version) resumes."""
+    from minifp8 import __version__
+
+    assert train_tiny.environment()["minifp8"] == __version__
+    assert train_tiny.environment_line(train_tiny.environment()).startswith(f"minifp8 {__version__}, numpy ")
+    older = {key: value for key, value in train_tiny.environment().items() if key != "minifp8"}
+    assert train_tiny.environment_line(older).startswith("numpy ")
+    assert not train_tiny._environment_changed(older, train_tiny.environment())
+    assert train_tiny._environment_changed({**older, "minifp8": "0.3.1"}, train_tiny.environment())
