@@ -392,11 +392,28 @@ def get(name: str | FloatFormat) -> FloatFormat:
     if isinstance(name, FloatFormat):
         return name
     if not isinstance(name, str):
-        raise TypeError(f"format must be a FloatFormat or a name (str), got {type(name).__name__}")
+        raise TypeError(f"format must be a FloatFormat or a name (str), got {type(name).__name__}"
+                        + _block_format_hint(name))
     key = name.lower().removeprefix("torch.")
     if key not in _BY_SPELLING:
-        raise ValueError(f"unknown format {name!r}; known: {', '.join(sorted(_BY_SPELLING))}")
+        raise ValueError(f"unknown format {name!r}{_block_format_hint(name)}; known: {', '.join(sorted(_BY_SPELLING))}")
     return _BY_SPELLING[key]
+
+
+def _block_format_hint(name) -> str:
+    """Where ``name`` is a block format (an MX one, or NVFP4), which an element cast does not take:
+    what to pass instead, else ""."""
+    from . import mx  # (mx builds on this module)
+
+    if isinstance(name, str) and name.upper() == "NVFP4":
+        return (" (NVFP4, a block format: its elements are E2M1, pass 'E2M1'; or quantize blocks with "
+                "minifp8.mx.quantize_nvfp4)")
+    try:
+        block_format = mx.get(name)
+    except (TypeError, ValueError):
+        return ""
+    return (f" ({block_format.name}, a block format: its elements are {block_format.elem.name}, pass "
+            f"{block_format.elem.name!r}; or quantize blocks with minifp8.mx.quantize)")
 
 
 def get_list(names: str | FloatFormat | Iterable[str | FloatFormat], what: str = "names") -> list[FloatFormat]:

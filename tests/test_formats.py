@@ -169,3 +169,22 @@ def test_formats_that_differ_print_differently():
     assert repr(formats.E8M0) == "FloatFormat(E8M0: E8M0, bias 127, unsigned, no subnormals)"
     reprs = [repr(f) for f in formats.CATALOGUE.values()]
     assert len(set(reprs)) == len(reprs)
+
+
+def test_a_block_format_given_for_an_element_format_gets_told_what_to_pass():
+    """Found by a review of explain: ``explain(1.0, "MXFP4_E2M1")`` (and encode, and golden's
+    --formats) said "unknown format" with a list of lowercase aliases, and an MXFormat gave "got
+    MXFormat", though the element format it names was the fix."""
+    from minifp8 import mx
+
+    for name, element, function in (("MXFP4_E2M1", "E2M1", "mx.quantize"), ("mxfp8_e4m3", "E4M3", "mx.quantize"),
+                                    ("NVFP4", "E2M1", "mx.quantize_nvfp4")):
+        hint = rf"\(\w+, a block format: its elements are {element}, pass '{element}'; or quantize blocks with "
+        with pytest.raises(ValueError, match=rf"unknown format '{name}' {hint}minifp8\.{function}\)"):
+            formats.get(name)
+    with pytest.raises(TypeError, match=r"got MXFormat \(MXFP8_E5M2, a block format: its elements are E5M2"):
+        formats.get(mx.get("MXFP8_E5M2"))
+    for name in ("bogus", "MXFP9"):
+        with pytest.raises(ValueError) as error:
+            formats.get(name)
+        assert "block format" not in str(error.value)
