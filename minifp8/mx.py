@@ -803,7 +803,9 @@ def quantize_nvfp4(x: ArrayLike, *, axis: int = -1, global_amax: float | np.floa
     4. Per 16-element block: ``S_dec_b = e4m3(min(block_amax * (S_enc * float32(1/6)), FLT_MAX))``,
        a saturating round-to-nearest-even cast to E4M3 (the block scale that is stored).
        TransformerEngine folds ``1/6`` into the multiplier ``S_enc * float32(1/6)``; this is not
-       always the same float32 as ``S_enc / 6``, and the tests pin the difference.
+       always the same float32 as ``S_enc / 6``, and the tests pin the difference. (Earlier
+       TransformerEngine code, and kernels derived from it, compute ``block_amax / 6 * S_enc``,
+       which can give a block scale one code apart.)
     5. ``encode = min(1 / (float(S_dec_b) * S_dec), FLT_MAX)`` (``1/0`` gives ``FLT_MAX``).
     6. ``q = e2m1_rne(clamp(x * encode, -6, 6))``. The product is rounded to float32 before the
        E2M1 rounding, so it is part of the definition (the tests show a code it changes). Signs
