@@ -28,7 +28,8 @@ grid (`_cast_in_tiles`); where that path declines and more than a quarter of the
 to fix one by one (`_FIXUP_FRACTION`), and, under a block recipe, for a tensor holding a NaN, an
 Inf or a magnitude of 2**100, the codec's table (`_round_into`) casts it instead. A per-tensor
 recipe casts the elements beyond max, NaN and Inf among them, on their own (`_round_beyond_max`),
-NaN and Inf into the codec's NaN (its sign kept, its payload not).
+Inf to +-max where the cast saturates (else to Inf, or to NaN in a format without Inf) and NaN to
+the codec's NaN (its sign kept, its payload not).
 
 Proof. tests/test_fp8.py holds every recipe equal to its reference function, bit for bit,
 through each path (its fixtures set this module's knobs to force each one);
@@ -1037,7 +1038,10 @@ model (n_embd 64) that is every tensor (the largest, its GELU outputs and MLP gr
 exactly ``2**18``); at n_embd 128 its GELU outputs and the output gradients of its MLP's first linear
 and its q, k, v projection are split, and in ``bench fp8``'s block 12 of a step's 16 casts. NumPy
 releases the GIL inside its loops, so the slabs can run in parallel. Each writes its own part of
-the output, so the results are the same for any number of threads. The threading experiments of
+the output, so the results are the same for any number of threads. A slab holds whole blocks or
+tiles, so a block cast along axis 0 of a very wide tensor (its blocks span 32 or 128 rows) gets
+fewer, larger slabs, down to one for a (64, 262144) ``blockwise`` cast; and each thread keeps the
+largest scratch arrays it has used, for the next cast. The threading experiments of
 the speed measurement log (tutorials/speed-log.md) cut the default model's tensors into smaller
 slabs (the steps were slower); whether the threads help the wider tensors in a step is not
 measured there."""
@@ -1099,7 +1103,8 @@ def _amax(x: np.ndarray):
     """max |x| (NaN if x holds a NaN, 0 for an empty x), without a temporary |x|."""
     if x.size == 0:
         return x.dtype.type(0)
-    return np.maximum(x.max(), -x.min()) + x.dtype.type(0)  # (+ 0: -0.0 for a tensor of zeros is +0.0)
+    with np.errstate(invalid="ignore"):  # (a signalling NaN as the max flags "invalid" in the scalar add)
+        return np.maximum(x.max(), -x.min()) + x.dtype.type(0)  # (+ 0: -0.0 for a tensor of zeros is +0.0)
 
 
 def _float32(x: np.ndarray) -> np.ndarray:
@@ -1108,7 +1113,7 @@ def _float32(x: np.ndarray) -> np.ndarray:
     not an Inf that sets the amax."""
     if x.dtype == np.float32:
         return x if x.flags.c_contiguous else np.require(x, np.float32, "C")
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # (invalid: a signalling NaN, quieted as the codec does)
         converted = np.require(x, np.float32, "C")
     codec._check_fits(x, converted)
     return converted
@@ -1463,7 +1468,7 @@ def cast_pair(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatForma
     Returns ``[(values, stats), (values, stats)]``, or None where the fast path declines (not
     C-contiguous float32, not power-of-two scales, an empty tensor, NaN, Inf or huge values, many
     elements outside the range); then the caller casts them one by one. Where no element needed
-    fixing, the two values are one array (the same object): read them, do not write into them. A
+    fixing, the two values may be one array (the same object): read them, do not write into them. A
     recipe other than ``mxfp8`` and ``blockwise`` is a ValueError.
     """
     if recipe not in ("mxfp8", "blockwise"):  # (a per-tensor recipe's options could pass for blockwise's)
@@ -1514,7 +1519,8 @@ def cast(x: np.ndarray, recipe: str, options: dict, fmt: formats.FloatFormat, ax
 def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: bool, scaler, new=np.empty):
     """`cast`, in the error state it sets."""
     if recipe == "fp32":
-        values = x.astype(np.float32)
+        with np.errstate(invalid="ignore"):  # (a signalling NaN)
+            values = x.astype(np.float32)
         return values, CastStats(float(_amax(values)), int(values.size), 0, 0)
     saturate = _saturates(fmt, options)
     # A cast is elementwise once the scales are known, and they are known per tensor or per block
@@ -1562,7 +1568,8 @@ def _cast(x: np.ndarray, recipe: str, options: dict, fmt, axis: int, weight: boo
         if fast is not None:
             return _with_stats(x, fast)
     if x.dtype == np.float64:  # (exact in float64, but values beyond float32's range are refused, as by
-        codec._check_fits(x, x.astype(np.float32))  # fake_quantize and the other recipes' casts)
+        with np.errstate(invalid="ignore"):  # fake_quantize and the other recipes' casts; invalid: a signalling NaN)
+            codec._check_fits(x, x.astype(np.float32))
     return _cast_mx(x, fmt, axis, options["scale_mode"], new)
 
 

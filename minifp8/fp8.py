@@ -540,7 +540,7 @@ def fake_quantize(x: ArrayLike, recipe: str, fmt: str | formats.FloatFormat = "E
         array = array.astype(np.float32)  # exact
     elif array.dtype == np.float64 and recipe not in ("fp8", "unit"):  # float32 work, or float32 values
         # beyond its range (mxfp8 rounds float64 exactly, but a block of 1e39 dequantizes to Inf)
-        with np.errstate(over="ignore", under="ignore"):
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # (invalid: a signalling NaN)
             codec._check_fits(array, array.astype(np.float32))
     weight = formats._check_bool(weight, "fake_quantize: weight")
     if weight and recipe != "blockwise":  # (fp8.py's cast points pass it for every recipe, to fastcast.cast)

@@ -212,6 +212,27 @@ def test_fake_quantize(recipe):
     _default_then_strict(call)
 
 
+@pytest.mark.parametrize("recipe", fp8.RECIPES)
+def test_fake_quantize_of_a_signalling_nan_as_the_largest_element(recipe):
+    """Found by a review of fastcast: a signalling NaN that x.max() returns (here the last element)
+    flagged "invalid" in the amax's scalar arithmetic, and a float64 one in the float32 conversions,
+    under a raising error state or warnings as errors, where the references stay silent."""
+    snan32 = np.array([0x7F800001, 0xFFA00000], np.uint32).view(np.float32)
+    snan64 = np.array([0x7FF0000000000001], np.uint64).view(np.float64)[0]
+    inputs = [np.array([1.0, -2.5, snan32[0]], np.float32), np.array([[3.0, snan32[1]], [0.5, -1.0]], np.float32),
+              np.array([1.0, -2.5, snan64]), np.full(3, snan32[0])]
+
+    def call():
+        results = []
+        for x in inputs:
+            scaler = scaling.DelayedScaling() if recipe == "delayed" else None
+            results.append(fp8.fake_quantize(x, recipe, scaler=scaler))
+        return results
+
+    for (values, _), x in zip(_default_then_strict(call), inputs):
+        assert np.isnan(values.reshape(-1)[np.isnan(x.reshape(-1))]).all()
+
+
 @pytest.mark.parametrize("recipe", ["current", "delayed", "blockwise"])
 def test_fake_quantize_whose_scaled_back_values_overflow(recipe):
     """An amax near float32's largest value, under power-of-two scales, rounds up to a scaled value
