@@ -82,7 +82,7 @@ fine: they give empty codes and scales of the documented shapes, and dequantize 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -834,10 +834,21 @@ def quantize_nvfp4(x: ArrayLike, *, axis: int = -1, global_amax: float | np.floa
     if array.size and not np.isfinite(array).all():
         raise ValueError("quantize_nvfp4 needs finite inputs (float32): E2M1 has no NaN or Inf")
     if global_amax is None:
-        global_amax = np.max(np.abs(array), initial=np.float32(0))
+        amax = np.float32(np.max(np.abs(array), initial=np.float32(0)))
     else:
-        global_amax = _check_float32_number(global_amax, "global_amax")
+        amax = _check_float32_number(global_amax, "global_amax")
+    return _nvfp4_of(array, axis, amax, _block_scale_before_rounding)
 
+
+def _block_scale_before_rounding(block_amax: np.ndarray, encode_scale: np.float32) -> np.ndarray:
+    """Step 4 of `quantize_nvfp4` before its E4M3 cast, in TransformerEngine's order."""
+    return block_amax * (encode_scale * (np.float32(1) / FP4_MAX))
+
+
+def _nvfp4_of(array: np.ndarray, axis: int, global_amax: np.float32,
+              block_scale: Callable[[np.ndarray, np.float32], np.ndarray]) -> NVFP4Array:
+    """Steps 2-6 of `quantize_nvfp4` for a checked float32 ``array``, with step 4's product before its
+    E4M3 cast computed by ``block_scale(block_amax, S_enc)`` (`minifp8.testing` tries other orders)."""
     with np.errstate(divide="ignore", over="ignore", under="ignore"):
         encode_scale = np.minimum(np.float32(E4M3_MAX * FP4_MAX) / global_amax, FLOAT32_MAX)  # step 2
         if global_amax == 0:  # (a finite amax gives encode_scale >= 2688 / FLT_MAX > 0: never 0)
@@ -846,9 +857,8 @@ def quantize_nvfp4(x: ArrayLike, *, axis: int = -1, global_amax: float | np.floa
 
     blocks, moved_shape = _to_blocks(array, axis, NVFP4_BLOCK_SIZE)
     block_amax_values = np.max(np.abs(blocks), axis=1, initial=np.float32(0))
-    multiplier = encode_scale * (np.float32(1) / FP4_MAX)  # step 4
-    with np.errstate(over="ignore", under="ignore"):
-        block_scale_codes = codec.encode(np.minimum(block_amax_values * multiplier, FLOAT32_MAX),
+    with np.errstate(over="ignore", under="ignore"):  # step 4
+        block_scale_codes = codec.encode(np.minimum(block_scale(block_amax_values, encode_scale), FLOAT32_MAX),
                                          formats.E4M3, saturate=True)
     block_scales = codec.decode(block_scale_codes, formats.E4M3)
     with np.errstate(divide="ignore", over="ignore", under="ignore"):

@@ -735,6 +735,34 @@ def _one_code_cause(step: int, differs: np.ndarray, expected_scales: np.ndarray,
     return ""
 
 
+# Other float32 orders of NVFP4's block scale (step 4 of `minifp8.mx.quantize_nvfp4`, before its E4M3
+# cast) that kernels write, each checked against every scale and code of a backend's result.
+_NVFP4_BLOCK_SCALE_ORDERS: dict[str, Callable[[np.ndarray, np.float32], np.ndarray]] = {
+    "block_amax / 6 * S_enc": lambda amax, encode: amax / np.float32(6) * encode,  # earlier TransformerEngine
+    "block_amax * (S_enc / 6)": lambda amax, encode: amax * (encode / np.float32(6)),
+    "block_amax * S_enc / 6": lambda amax, encode: amax * encode / np.float32(6),
+}
+
+
+def _nvfp4_order_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, expected) -> str:
+    """Where the backend's NVFP4 scales and codes are those of another float32 order of the block
+    scale (`_NVFP4_BLOCK_SCALE_ORDERS`), that order, else ""."""
+    from . import mx
+
+    array = codec._to_float32(x)
+    fits = []
+    for order, block_scale in _NVFP4_BLOCK_SCALE_ORDERS.items():
+        other = mx._nvfp4_of(array, expected.axis, expected.global_amax, block_scale)
+        if np.array_equal(other.scales, scales) and np.array_equal(other.codes, codes):
+            fits.append(f"e4m3({order})")
+    if not fits:
+        return ""
+    alike = " (these inputs cannot tell those orders apart)" if len(fits) > 1 else ""
+    return (f"scales and codes equal NVFP4's with the block scale {' or '.join(fits)} in float32{alike}: the "
+            f"backend rounds step 4 in another order than TransformerEngine's current e4m3(block_amax * (S_enc * "
+            f"float32(1/6))), which minifp8 follows (earlier TransformerEngine code computes block_amax / 6 * S_enc)")
+
+
 def _implied_amax_note(scales: np.ndarray, scale_table: np.ndarray, amax: np.ndarray, scale_differs: np.ndarray,
                        expected) -> str:
     """For NVFP4 block scales that mostly differ: the tensor amax they imply, where it is far from the
@@ -1304,6 +1332,8 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         tensor_scale = (f"tensor scale: global amax {float(expected.global_amax):.9g} ({source}), "
                         f"S_enc {float(expected.encode_scale):.9g} ({rule})")
         notes.insert(0, _implied_amax_note(scales, scale_table, amax, scale_differs, expected))
+        if scale_differs.any():
+            notes.insert(0, _nvfp4_order_note(scales, codes, x, expected))
         unread = np.count_nonzero(zero_scale & (codes != expected.codes))
         if unread:  # (an encode scale of FLT_MAX saturates such a block's inputs of |x| >= 6 / FLT_MAX to +-6)
             notes.append(f"{unread} of the element codes that differ lie in blocks whose scale code is 0x00, which "

@@ -725,3 +725,30 @@ def test_a_rearrangement_on_inputs_that_hold_each_code_once_is_also_named_a_per_
     assert "holds the expected codes" not in testing.compare(expected + 1, x.astype(np.float32), "E4M3").layout
     assert testing.compare(np.roll(expected, 1), x.astype(np.float32), "E4M3").layout.endswith(
         "each one place later in C order: an off-by-one offset, not a rounding bug")
+
+
+def test_compare_mx_names_an_nvfp4_block_scale_rounded_in_another_float32_order():
+    """A review of tutorial 4 found that earlier TransformerEngine code computes NVFP4's block scale as
+    block_amax / 6 * S_enc, the current code (and minifp8) as block_amax * (S_enc * float32(1/6)). By
+    hand: a global amax of 26.52745 gives S_enc = 2688 / 26.52745, and a block amax of 13.73743 a
+    block scale of 232 in exact arithmetic, E4M3's tie between 224 (0x76) and 240 (0x77). The current
+    order lands a hair above, on 240; the earlier one lands on 232 exactly, and the tie goes to the
+    even 224. Both orders are named wherever they give every scale and code, and only there."""
+    x = np.zeros(32, np.float32)
+    x[0], x[16], x[17], x[18] = 26.52745, 13.73743, 1.7, -2.0
+    encode_scale = np.float32(2688) / np.float32(26.52745)
+    assert np.float32(13.73743) / np.float32(6) * encode_scale == 232.0
+    assert np.float32(13.73743) * (encode_scale * (np.float32(1) / np.float32(6))) > 232.0
+    expected = mx.quantize_nvfp4(x)
+    assert expected.scales.tolist() == [0x7E, 0x77]
+    earlier = expected.scales.copy()
+    earlier[1] = 0x76  # 224
+    element_scale = np.float32(1) / (np.float32(224) * (np.float32(1) / encode_scale))  # steps 5 and 6
+    codes = expected.codes.copy()
+    codes[16:] = codec.encode(np.clip(x[16:] * element_scale, -6, 6), "E2M1")
+    assert codes[17] != expected.codes[17]  # 1.7 x S_enc / 224 = 0.77 rounds to 1; 1.7 x S_enc / 240 = 0.72 to 0.5
+    layout = testing.compare_mx(earlier, codes, x, "NVFP4").layout
+    assert layout.startswith("scales and codes equal NVFP4's with the block scale e4m3(block_amax / 6 * S_enc) or ")
+    assert "which minifp8 follows" in layout
+    # the same scale with codes the other order does not give: no order is named
+    assert "equal NVFP4's" not in testing.compare_mx(earlier, expected.codes, x, "NVFP4").layout
