@@ -299,6 +299,7 @@ def test_json_document_loaders_refuse_what_is_not_a_json_object(tmp_path, load, 
     ([{"file": "..\\outside.npz", "sha256": "0" * 64}], "a Windows path outside the directory"),
     ([{"file": "..", "sha256": "0" * 64}], "a FileNotFoundError (a second mutation audit)"),
     ([{"file": ".", "sha256": "0" * 64}], "the directory itself"),
+    ([{"file": "codec.npz", "sha256": "abc"}], "a FileNotFoundError (a third mutation audit: a short sha256)"),
 ])
 def test_golden_load_refuses_malformed_entries(tmp_path, entries, before):
     manifest = {"schema": "minifp8-golden", "schema_version": golden.SCHEMA_VERSION}

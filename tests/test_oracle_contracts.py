@@ -451,3 +451,75 @@ def test_edge_cases_hold_the_overflow_threshold_where_max_is_subnormal():
     assert fmt.max == 1.5 and codec.encode(np.float32(1.75), fmt) == fmt.inf_code(False)
     cases = testing.edge_cases(fmt)
     assert 1.75 in cases and -1.75 in cases
+
+
+# ---- a third mutation audit (stop 65): what the golden inputs' docstrings promise ----------------------
+# Each of these was caught only by the pinned manifest digest, which a version bump re-pins.
+def test_codec_inputs_hold_what_the_docstring_promises():
+    """Float64 files: beyond float32's range both ways, 2**-151 (half float32's smallest subnormal)
+    and float64's smallest subnormal, with both signs; and last the stochastic ties."""
+    x = golden.codec_inputs("E4M3", np.float64)
+    for value in (1e300, 2.0**128, 2.0**-151, 5e-324):
+        assert value in x and -value in x
+    ties = golden.stochastic_ties("E4M3")[0]
+    assert np.array_equal(x[-ties.size:], ties.astype(np.float64))
+
+
+def test_stochastic_ties_lie_half_a_random_step_into_the_gap_above_the_smallest_value():
+    """By hand for E4M3 and 8 random bits: the smallest positive value is 2**-9 and the gap above it
+    2**-9 (subnormal spacing); k = 0 puts f * 2**8 at 1/2, so x = 2**-9 * (1 + 1/512), with the bits
+    255 (k = 0 rounds to r = 0: 0 + 255 < 256, toward zero; away would reach 256)."""
+    assert golden.RANDOM_BIT_COUNT == 8 and 0 in golden.STOCHASTIC_TIE_STEPS
+    x, bits = golden.stochastic_ties("E4M3")
+    first = np.float32(2.0**-9 * (1 + 1 / 512))
+    assert first in x and -first in x
+    assert bits[np.flatnonzero(x == first)[0]] == 255
+
+
+def test_codec_entries_name_their_arrays_and_random_bits_as_their_options_say(tmp_path):
+    """An entry's expected codes end in _sat exactly when it saturates, and only a stochastic entry
+    has random bits and a random_bit_count."""
+    entries = golden.codec_entries("E5M2", tmp_path)
+    assert entries
+    for entry in entries:
+        stochastic = entry["rounding"] == "stochastic"
+        assert entry["arrays"]["expected_codes"].endswith("_sat") == entry["saturate"]
+        assert (entry["random_bit_count"] is not None) == stochastic == (entry["arrays"]["random_bits"] is not None)
+
+
+def test_mx_inputs_hold_the_ties_beside_them_and_the_even_carry_points():
+    """MXFP8_E4M3: every midpoint of neighbouring E4M3 values times 2**5, and the float32 values just
+    below it, with both signs; for each boundary binade j, the "even" carry point
+    (2 - 2**-(M + 1)) * 2**j = 1.9375 * 2**j and the float32 below it (as block amaxes, of a random
+    sign)."""
+    x = golden.mx_inputs("MXFP8_E4M3")
+    values = formats.E4M3.values()
+    values = np.unique(values[np.isfinite(values) & (values >= 0)])
+    ties = ((values[1:] + values[:-1]) / 2 * 2.0**5).astype(np.float32)
+    below = np.nextafter(ties, np.float32(0))
+    for wanted in (ties, -ties, below, -below):
+        assert np.isin(wanted, x).all()
+    for j in golden.MX_BOUNDARY_BINADES:
+        carry = np.float32(1.9375 * 2.0**j)
+        assert carry in np.abs(x) and np.nextafter(carry, np.float32(0)) in np.abs(x)
+
+
+def test_gemm_inputs_hold_what_their_descriptions_say():
+    """mx_nan: A[5, 10] is 0x7F, A[9, 40] is 0xFF, B's scale [1, 7] is 0xFF; rowwise: row 3 of A is
+    zero codes, of both signs (0x00 and 0x80)."""
+    descriptions = {name: description for name, *_, description in golden.GEMM_PROBLEMS}
+    assert "A[5, 10] is 0x7F and A[9, 40] is 0xFF" in descriptions["mx_nan"]
+    nan = golden.gemm_inputs("mx_nan")
+    assert nan["a_codes"][5, 10] == 0x7F and nan["a_codes"][9, 40] == 0xFF and nan["b_scale_codes"][1, 7] == 0xFF
+    assert "row 3 of A is zero codes (0x00 and 0x80)" in descriptions["rowwise"]
+    assert set(golden.gemm_inputs("rowwise")["a_codes"][3].tolist()) == {0x00, 0x80}
+
+
+def test_check_exact_sums_refuses_54_bits():
+    """A third mutation audit: 55 and 53 bits were tested, not 54 (> 54 for > 53 passed). By hand: spans
+    of 27 and 26 bits and K = 2 need 27 + 26 + 1 = 54 bits; the sum (2**28 - 3) * (2**26 - 1) =
+    18014398039719939 is odd and above 2**53, so float64 cannot hold it."""
+    a, b = np.array([[2**27 - 1, 2**27 - 2]]), np.array([[2**26 - 1], [2**26 - 1]])
+    assert (2**28 - 3) * (2**26 - 1) == 18014398039719939 > 2**53
+    with pytest.raises(RuntimeError, match="need 54 bits for exact float64 sums"):
+        golden._check_exact_sums(a, b)

@@ -591,3 +591,28 @@ def test_power_of_two_scales_dequantize_the_top_of_float32_to_inf_as_documented(
     q = scaling.quantize_current(np.array([edge], np.float32), "E4M3")  # (a scale that is not a power of two)
     assert np.isfinite(q.dequantize()).all()
     assert "1.9375 * 2^127" in scaling.__doc__
+
+
+# ---- a third mutation audit (stop 65) -----------------------------------------------------------------
+def test_a_negative_amax_between_minus_one_and_zero_is_refused_and_minus_zero_is_zero():
+    """Only -3.0 and -5.0 were tested (< -1 for < 0 passed: a scale of -896 for -0.5, which flips every
+    sign, and a DelayedScaling that recorded 0.5). -0.0 is an amax of 0: scale 1."""
+    for amax in (-0.5, np.float32(-0.5), -1e-30):
+        with pytest.raises(ValueError, match="amax must be >= 0"):
+            scaling.scale_from_amax(amax, "E4M3")
+    assert scaling.scale_from_amax(-0.0, "E4M3") == 1.0
+    delayed = scaling.DelayedScaling()
+    with pytest.raises(ValueError, match="amax must be >= 0"):
+        delayed.record_amax(-0.5)
+    assert not delayed.amax_history.any()
+
+
+def test_delayed_scaling_of_an_empty_tensor_records_an_amax_of_zero():
+    delayed = scaling.DelayedScaling(history_len=2)
+    quantized = delayed.quantize(np.zeros((0, 4), np.float32))
+    assert quantized.codes.shape == (0, 4) and delayed.amax_history.tolist() == [0.0, 0.0] and delayed.scale == 1
+
+
+def test_weight_tiles_of_a_one_dimensional_array_say_what_they_need():
+    with pytest.raises(ValueError, match=r"tiles of 128x128 need a 2-d array, got 1-d shape \(5,\)"):
+        scaling.quantize_blockwise(np.ones(5, np.float32), block_shape=(128, 128))

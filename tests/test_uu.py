@@ -482,3 +482,13 @@ def test_mult_outside_its_range_is_a_clear_error():
                 call(mult)
     with pytest.raises(ValueError, match="lower and upper must be > 0"):
         U.logarithmic_interpolation(0.5, 0.0, 1.0)
+
+
+def test_transformer_layer_passes_eps_to_both_norms_and_layer_norm_starts_as_the_identity_affine():
+    """A third mutation audit: LayerNorm(dim) for LayerNorm(dim, eps) in either norm of a
+    TransformerLayer passed (every test used the default eps), and so did a weight of 2s for the
+    documented ones (every test set the affine parameters before use)."""
+    layer = uu.TransformerLayer(8, 2, rng=np.random.default_rng(0), tau_attn=0.6, tau_mlp=0.4, eps=0.5)
+    assert layer.attn_norm.eps == layer.mlp_norm.eps == 0.5
+    norm = uu.LayerNorm(8, elementwise_affine=True)
+    assert norm.weight.data.tolist() == [1.0] * 8 and norm.bias.data.tolist() == [0.0] * 8
