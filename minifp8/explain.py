@@ -841,8 +841,9 @@ def main(argv: list[str] | None = None) -> int:
     if hex_text and isinstance(number, int) and abs(number) < 1 << fmt.bits:  # (a code pasted from a report)
         print(f"note: {args.value.strip()} was read as the number {number}; for what the code "
               f"{args.value.strip()} means, add --code", file=sys.stderr)
-    digits = args.value.strip()[2:]
-    if hex_text and isinstance(number, int) and number >= 1 << fmt.bits and len(digits) in _FLOAT_BITS:
+    digits = args.value.strip().lstrip("+")[2:]  # (a float's bits carry no minus sign: "-0x..." is a number)
+    if hex_text and isinstance(number, int) and number >= 0 and len(digits) in _FLOAT_BITS \
+            and (number >= 1 << fmt.bits or len(digits) > fmt.bits // 4):  # (0x00000001: a float32's bits too)
         # (the bits of a float, as a report's "input bits" column shows them: the value they hold, exactly)
         dtype = _FLOAT_BITS[len(digits)]
         held = float(np.array(number, f"u{dtype.itemsize}").view(dtype))

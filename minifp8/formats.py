@@ -24,6 +24,7 @@ Examples
 """
 from __future__ import annotations
 
+import re
 import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -401,19 +402,21 @@ def get(name: str | FloatFormat) -> FloatFormat:
 
 
 def _block_format_hint(name) -> str:
-    """Where ``name`` is a block format (an MX one, or NVFP4), which an element cast does not take:
-    what to pass instead, else ""."""
-    from . import mx  # (mx builds on this module)
-
-    if isinstance(name, str) and name.upper() == "NVFP4":
-        return (" (NVFP4, a block format: its elements are E2M1, pass 'E2M1'; or quantize blocks with "
-                "minifp8.mx.quantize_nvfp4)")
-    try:
-        block_format = mx.get(name)
-    except (TypeError, ValueError):
+    """Where ``name`` is a block format (an MX name or MXFormat, or NVFP4), which takes a block cast,
+    not an element format: what to use instead, else "". (From the name's spelling, MXFP<n>_<element>,
+    and an MXFormat's ``elem``: `minifp8.mx` builds on this module, which does not import it.)"""
+    if isinstance(name, str) and name.lower() == "nvfp4":
+        return (" (NVFP4, a block format: quantize with minifp8.mx.quantize_nvfp4 and compare with "
+                "testing.compare_mx(..., 'NVFP4'); 'E2M1' names its elements alone)")
+    if isinstance(name, str):
+        spelled = re.fullmatch(r"mxfp\d+_(e\dm\d)", name.lower())
+        label, element = name, _BY_SPELLING.get(spelled.group(1)) if spelled else None
+    else:
+        label, element = getattr(name, "name", ""), getattr(name, "elem", None)
+    if not isinstance(element, FloatFormat):
         return ""
-    return (f" ({block_format.name}, a block format: its elements are {block_format.elem.name}, pass "
-            f"{block_format.elem.name!r}; or quantize blocks with minifp8.mx.quantize)")
+    return (f" ({label}, a block format: quantize with minifp8.mx.quantize and compare with testing.compare_mx; "
+            f"{element.name!r} names its elements alone)")
 
 
 def get_list(names: str | FloatFormat | Iterable[str | FloatFormat], what: str = "names") -> list[FloatFormat]:

@@ -65,6 +65,9 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}: unknown hyperparameter(s) {sorted(unknown)}")
             if isinstance(group["params"], Tensor):
                 raise TypeError(f"{type(self).__name__}: a group's 'params' must be a list of Tensors, got a Tensor")
+            if isinstance(group["params"], Mapping):
+                raise TypeError(f"{type(self).__name__}: a group's 'params' must be a list of Tensors, got a dict: "
+                                "pass list(d.values())")
             _check_ordered(group["params"], f"{type(self).__name__}: a group's 'params'")
             settings = {**defaults, **group, "params": _listed(group["params"], f"{type(self).__name__}: a group's "
                                                                 "'params'", "a list of Tensors")}
@@ -96,8 +99,11 @@ class Optimizer:
         floating ndarray shaped like its parameter (it would broadcast; a complex one would fail part way
         through the update, or lose its imaginary part), or if a parameter to update holds a read-only
         array (the update would stop at it, part way)."""
-        for group in self.param_groups:
-            self._check({key: value for key, value in group.items() if key != "params"})
+        for index, group in enumerate(self.param_groups):
+            try:
+                self._check({key: value for key, value in group.items() if key != "params"})
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{type(self).__name__}.step: param_groups[{index}], as set there: {error}") from None
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None and (not isinstance(p.grad, np.ndarray) or p.grad.dtype.kind != "f"):

@@ -503,11 +503,13 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
         layout_actual, layout_expected = (np.where(nan_codes[codes], canonical, codes).astype(np.uint8)
                                           for codes in (actual_codes, expected_codes))
     layout = _layout_note(layout_actual, layout_expected, "actual", fmt, where) if len(where) > 1 else ""
-    if where.size and (not layout or layout.endswith(_SHIFT_VERDICT)):
+    if where.size and (not layout or layout.endswith((_SHIFT_VERDICT, _PER_CODE_VERDICT))):
         # A monotone rounding bug on sorted inputs (an arange sweep) can look like a shift too: where a
-        # rule also explains every code, both are named.
+        # rule also explains every code, both are named (the rule first, where a per-code bug fits too).
         rule = _rule_note(actual_codes, x, fmt, where, nan, encode_options)
-        if rule and layout:
+        if rule and layout.endswith(_PER_CODE_VERDICT):
+            layout = f"{rule}; or {layout}"
+        elif rule and layout:
             layout = (f"{layout[:-len(_SHIFT_VERDICT)]} (an off-by-one offset); or {rule}; these inputs cannot tell "
                       f"an offset from a rule apart (shuffled inputs can)")
         elif rule:
@@ -541,10 +543,14 @@ def _layout_note(actual: np.ndarray, expected: np.ndarray, name: str, fmt, where
         return ""
     description, verdict = rearrangement
     if _codes_map_one_to_one(actual, expected):
-        return (f"{name} holds the expected codes {description}; or each expected code became one other code wherever "
-                f"it occurs (a bug that builds codes wrongly, such as a misplaced bit field or a code one too high): "
-                f"these inputs cannot tell the two apart (inputs that repeat each value, in shuffled order, can)")
+        return f"{name} holds the expected codes {description}; or {_PER_CODE_VERDICT}"
     return f"{name} holds the expected codes {description}: {verdict}"
+
+
+# (the end of `_layout_note`'s hint where each expected code also became one other code)
+_PER_CODE_VERDICT = ("each expected code became one other code wherever it occurs (a bug that builds codes wrongly, "
+                     "such as a misplaced bit field or a code one too high): these inputs cannot tell them apart "
+                     "(inputs that repeat each value, in shuffled order, can)")
 
 
 def _codes_map_one_to_one(actual: np.ndarray, expected: np.ndarray) -> bool:

@@ -426,10 +426,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
 
 
-_EPILOG = ("With --out DIR: DIR/config.json, metrics.json, loss.png, scales.png (with --track-scales) and "
-           "checkpoints/ (one per run, for --resume DIR; a new run into DIR replaces them). Exit status: 0 done, "
-           "1 a run diverged, 2 bad flags or data, 130 stopped (--stop-after, Ctrl-C: checkpointed), 143 SIGTERM "
-           "(checkpointed), 141 output closed (| head).")
+_EPILOG = ("With --out DIR: DIR/config.json, metrics.json, loss.png, scales.png (with --track-scales), "
+           "<experiment>.json (with --experiment) and checkpoints/ (one per run, for --resume DIR; a new run into "
+           "DIR replaces them). Exit status: 0 done, 1 a run diverged, 2 bad flags or data (or an --out or stdout "
+           "that cannot be written, or a CPU that flushes subnormals), 130 stopped (--stop-after, Ctrl-C: "
+           "checkpointed), 143 SIGTERM (checkpointed), 141 output closed (| head).")
 
 
 def build_parser(argument_default: Any = None) -> argparse.ArgumentParser:
@@ -1773,9 +1774,10 @@ def blas_threads() -> int | None:
 
 
 def environment() -> dict:
-    """What decides a run's bits besides the seed: the code (minifp8's version; the README's "What
-    changed between versions" lists what changed a run's numbers), NumPy's version, the BLAS kernels
-    (`blas_kernels`) and the number of BLAS threads (`blas_threads`), as ``metrics.json`` records them."""
+    """What decides a run's bits besides the seed: the code (minifp8's version, a coarse mark: the
+    README's "What changed between versions" lists, by date within a version, what changed a run's
+    numbers), NumPy's version, the BLAS kernels (`blas_kernels`) and the number of BLAS threads
+    (`blas_threads`), as ``metrics.json`` records them."""
     return {"minifp8": __version__, "numpy": np.__version__, "blas_kernels": blas_kernels(),
             "blas_threads": blas_threads()}
 
@@ -2010,7 +2012,6 @@ def main(argv: list[str] | None = None) -> int:
     SIGPIPE ends; Python ignores SIGPIPE, so a write raises BrokenPipeError instead); 2 too where
     stdout cannot be written (a full disk: the run stops there, its checkpoints standing, and a run
     list that has finished still writes its results to ``--out``)."""
-    line_buffered_stdout()  # (a long run under nohup or | tee shows its progress as it comes)
     try:
         with guarded_stdout():
             status = _main(argv)
@@ -2058,9 +2059,12 @@ def _main(argv: list[str] | None) -> int:
                 remedies.append(f"OPENBLAS_CORETYPE={kernels} picks those kernels")
             if threads and threads != now["blas_threads"]:
                 remedies.append(f"OPENBLAS_NUM_THREADS={threads} those threads")
+            code_changed = started_in.get("minifp8") not in (None, now["minifp8"])
+            differs = ("may differ from an uninterrupted run (README, \"What changed between versions\")"
+                       if code_changed else "may differ in its last bits from an uninterrupted run")
             print(f"note: --resume {resume_dir}: started with {environment_line(started_in)}, continues with "
-                  f"{environment_line(now)}; the continuation may differ in its last bits from an uninterrupted "
-                  f"run" + (f" ({', '.join(remedies)})" if remedies else ""))
+                  f"{environment_line(now)}; the continuation {differs}"
+                  + (f" ({', '.join(remedies)})" if remedies else ""))
     elif config.data is not None:  # a later --resume may run elsewhere
         config = replace(config, data=os.path.abspath(config.data))
     available = _physical_memory()
@@ -2132,8 +2136,8 @@ def _main(argv: list[str] | None) -> int:
     hint = f"; continue with --resume {shlex.quote(str(out))}" if out is not None else " (no --out: nothing saved)"
 
     def stopped(stop: Interrupted, first_waiting: int) -> int:
-        """Say where the list stopped, write the runs finished so far (readable before a resume
-        ends the rest) and return the exit status."""
+        """Write the runs finished so far (readable before a resume ends the rest), say where the list
+        stopped and return the exit status."""
         waiting = [later.label for later in runs[first_waiting:]]  # (not started in this session)
         if out is not None and results:  # (first: a print that meets a closed pipe ends the session)
             try:
@@ -2212,4 +2216,5 @@ def _main(argv: list[str] | None) -> int:
 
 if __name__ == "__main__":
     escape_unencodable_stdout()  # (a path that is not UTF-8, or not in stdout's encoding, prints escaped)
+    line_buffered_stdout()  # (a long run under nohup or | tee shows its progress as it comes)
     sys.exit(main())

@@ -28,9 +28,9 @@ def test_machine_line_names_the_processor(tmp_path, monkeypatch):
     cpu_name = bench.cpu_name
     assert cpu_name(str(cpuinfo)) == "AMD EPYC 7B13"  # the first, its spaces collapsed
     monkeypatch.setattr(bench, "cpu_name", lambda: "Some CPU")
-    assert bench.machine_line().startswith("machine: ") and " cores (Some CPU), numpy " in bench.machine_line()
+    assert bench.machine_line().startswith("machine: ") and " cores (Some CPU), minifp8 " in bench.machine_line()
     monkeypatch.setattr(bench, "cpu_name", lambda: None)
-    assert "(" not in bench.machine_line().split(", numpy")[0]
+    assert "(" not in bench.machine_line().split(", minifp8")[0]
     import platform
 
     monkeypatch.setattr(platform, "processor", lambda: "")

@@ -698,6 +698,20 @@ def test_cli_notes_the_value_that_a_float_s_pasted_bits_hold(text, dtype, held, 
     assert main(["0x123456", "E4M3"]) == 0 and capsys.readouterr().err == ""  # (6 digits: no float's width)
 
 
+def test_cli_notes_float_bits_that_are_small_or_signed_plus(capsys):
+    """A review of the note: 0x00000001 (8 digits: a float32's bits, the smallest subnormal) got only
+    the --code note, and +0x3f800000 no note at all; -0x3f800000 is a number, not bits."""
+    assert main(["0x00000001", "E4M3"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "note: 0x00000001 was read as the number 1; for what the code 0x00000001 means, add --code",
+        "note: 0x00000001 was read as the number 1; if it is the bits of a float32 (a report's input bits), explain "
+        "the value they hold: python -m minifp8.explain 0x1.0000000000000p-149 E4M3"]
+    assert main(["+0x3f800000", "E4M3"]) == 0
+    assert capsys.readouterr().err.endswith("explain the value they hold: python -m minifp8.explain "
+                                            "0x1.0000000000000p+0 E4M3\n")
+    assert main(["--", "-0x3f800000", "E4M3"]) == 0 and capsys.readouterr().err == ""
+
+
 def test_a_negative_nan_of_an_ml_dtypes_scalar_prints_its_sign():
     """Found by a review: the sign of an ml_dtypes NaN was dropped from the header ("nan"), while its
     code, 0xFE, keeps it; and a stochastic header read "random_bits=15 of 4", as if 15 out of 4."""

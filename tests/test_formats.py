@@ -174,17 +174,20 @@ def test_formats_that_differ_print_differently():
 def test_a_block_format_given_for_an_element_format_gets_told_what_to_pass():
     """Found by a review of explain: ``explain(1.0, "MXFP4_E2M1")`` (and encode, and golden's
     --formats) said "unknown format" with a list of lowercase aliases, and an MXFormat gave "got
-    MXFormat", though the element format it names was the fix."""
+    MXFormat"; the hint names the block cast and comparison to use, and the element format."""
     from minifp8 import mx
 
-    for name, element, function in (("MXFP4_E2M1", "E2M1", "mx.quantize"), ("mxfp8_e4m3", "E4M3", "mx.quantize"),
-                                    ("NVFP4", "E2M1", "mx.quantize_nvfp4")):
-        hint = rf"\(\w+, a block format: its elements are {element}, pass '{element}'; or quantize blocks with "
-        with pytest.raises(ValueError, match=rf"unknown format '{name}' {hint}minifp8\.{function}\)"):
+    for name, element in (("MXFP4_E2M1", "E2M1"), ("mxfp8_e4m3", "E4M3"), ("MXFP6_E3M2", "E3M2")):
+        with pytest.raises(ValueError, match=rf"unknown format '{name}' \({name}, a block format: quantize with "
+                                             rf"minifp8\.mx\.quantize and compare with testing\.compare_mx; "
+                                             rf"'{element}' names its elements alone\)"):
             formats.get(name)
-    with pytest.raises(TypeError, match=r"got MXFormat \(MXFP8_E5M2, a block format: its elements are E5M2"):
+    with pytest.raises(ValueError, match=r"\(NVFP4, a block format: quantize with minifp8\.mx\.quantize_nvfp4 and "
+                                         r"compare with testing\.compare_mx\(\.\.\., 'NVFP4'\); 'E2M1' names"):
+        formats.get("NVFP4")
+    with pytest.raises(TypeError, match=r"got MXFormat \(MXFP8_E5M2, a block format: .* 'E5M2' names its elements"):
         formats.get(mx.get("MXFP8_E5M2"))
-    for name in ("bogus", "MXFP9"):
-        with pytest.raises(ValueError) as error:
+    for name in ("bogus", "MXFP9", "mxfp8_e9m9", 3):
+        with pytest.raises((ValueError, TypeError)) as error:
             formats.get(name)
         assert "block format" not in str(error.value)

@@ -952,6 +952,9 @@ def test_a_dict_of_parameters_gets_an_error_that_says_what_to_pass(name):
     for given in ({"params": [p], "lr": 0.01}, {"weight": p}):
         with pytest.raises(TypeError, match=r"got a dict: pass \[group\] for one group, or list\(d.values\(\)\)"):
             OPTIMIZERS[name](given)
+    for params in ({"w": p}, {p: 1}):  # (a review of this change: a group's dict was its keys too)
+        with pytest.raises(TypeError, match=r"a group's 'params' must be a list of Tensors, got a dict"):
+            OPTIMIZERS[name]([{"params": params}])
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
@@ -966,7 +969,7 @@ def test_a_hyperparameter_set_directly_is_checked_before_any_parameter_is_update
     optimizer = OPTIMIZERS[name]([{"params": [first]}, {"params": [second]}])
     optimizer.param_groups[1][key] = value
     first.grad, second.grad = np.ones(2, np.float32), np.ones(2, np.float32)
-    with pytest.raises(error, match=key):
+    with pytest.raises(error, match=rf"{name}.step: param_groups\[1\], as set there: .*{key}"):
         optimizer.step()
     assert first.data.tolist() == [1.0, 1.0] and second.data.tolist() == [1.0, 1.0] and optimizer.state == {}
 
@@ -978,7 +981,8 @@ def test_adamw_betas_set_directly_are_checked_before_any_parameter_is_updated():
     optimizer = optim.AdamW([{"params": [first]}, {"params": [second]}], lr=0.1)
     optimizer.param_groups[1]["betas"] = (1.0, 0.999)
     first.grad, second.grad = np.ones(2, np.float32), np.ones(2, np.float32)
-    with pytest.raises(ValueError, match=r"betas must be two numbers in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"AdamW.step: param_groups\[1\], as set there: AdamW: betas must be two "
+                                         r"numbers in \[0, 1\)"):
         optimizer.step()
     assert first.data.tolist() == [1.0, 1.0] and second.data.tolist() == [1.0, 1.0] and optimizer.state == {}
 

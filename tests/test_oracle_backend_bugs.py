@@ -725,6 +725,14 @@ def test_a_rearrangement_on_inputs_that_hold_each_code_once_is_also_named_a_per_
     assert "holds the expected codes" not in testing.compare(expected + 1, x.astype(np.float32), "E4M3").layout
     assert testing.compare(np.roll(expected, 1), x.astype(np.float32), "E4M3").layout.endswith(
         "each one place later in C order: an off-by-one offset, not a rounding bug")
+    # a review of this change: a rule that explains every code is still named, first (truncation of
+    # sorted inputs, one in each gap, 3/4 of the way up: every code one below, a shift by one too)
+    values = codec.decode(np.arange(0x08, 0x70, dtype=np.uint8), "E4M3").astype(np.float64)
+    x = (values[:-1] + 0.75 * np.diff(values)).astype(np.float32)
+    layout = testing.compare(codec.encode(x, "E4M3", rounding="toward_zero"), x, "E4M3").layout
+    assert layout.startswith("actual equals encode(x, 'E4M3', rounding='toward_zero') at every element: the backend "
+                             "rounds toward zero, not nearest even; or actual holds the expected codes shifted by one")
+    assert both in layout
 
 
 def test_compare_mx_names_an_nvfp4_block_scale_rounded_in_another_float32_order():
