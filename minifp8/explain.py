@@ -502,9 +502,11 @@ def describe_code(code: int, fmt: str | FloatFormat) -> str:
     header = ([] if sign is None else [f"sign {sign}"]) + [f"exponent {exponent_bits}"]
     header += [f"mantissa {mantissa_bits}"] if fmt.mantissa_bits else ["no mantissa"]
     lines = [f"{fmt.name} code {_hex(code, fmt)}: {', '.join(header)}" + (" (unsigned)" if sign is None else "")]
-    if sign is not None:
-        lines.append(f"  sign      {sign}: {'-' if sign else '+'}")
     special = _special(code, fmt)
+    if sign is not None and special == "NaN" and int(np.isnan(fmt.values()).sum()) == 1:
+        lines.append(f"  sign      {sign}: none (the format's one NaN, whose pattern has this bit set)")
+    elif sign is not None:
+        lines.append(f"  sign      {sign}: {'-' if sign else '+'}")
     if special:
         kind = f"special ({special})"
     elif fmt.has_subnormals and exponent == 0:

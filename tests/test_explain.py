@@ -721,3 +721,13 @@ def test_a_negative_nan_of_an_ml_dtypes_scalar_prints_its_sign():
         assert why.code == 0xFE and str(why).startswith("E5M2 encoding of -nan (nearest_even)")
     why = explain(1.3, "E4M3", rounding="stochastic", random_bits=15, random_bit_count=4)
     assert str(why).startswith("E4M3 encoding of 1.3 (stochastic, random_bits=15, random_bit_count=4): 0x3B")
+
+
+def test_describe_code_gives_the_fnuz_nan_no_sign():
+    """A review of explain: the FNUZ formats' one NaN, 0x80, read "sign 1: -", as if a negative NaN
+    existed there; formats with NaNs of both signs keep theirs."""
+    for name in ("E4M3FNUZ", "E5M2FNUZ"):
+        assert describe_code(0x80, name).splitlines()[1] == (
+            "  sign      1: none (the format's one NaN, whose pattern has this bit set)")
+    assert describe_code(0xFF, "E4M3").splitlines()[1] == "  sign      1: -"
+    assert describe_code(0x7F, "E4M3").splitlines()[1] == "  sign      0: +"
