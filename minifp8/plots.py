@@ -334,9 +334,10 @@ def rounding_modes(name: str | FloatFormat = "E4M3", inputs: Sequence[float] = (
     every_pattern = quantize(np.repeat(x[:, None], patterns.size, axis=1), fmt, rounding="stochastic",
                              random_bits=np.broadcast_to(patterns, (x.size, patterns.size)),
                              random_bit_count=random_bit_count).astype(np.float64)
-    low_neighbour = quantize(x, fmt, rounding="toward_zero").astype(np.float64)
-    away = quantize(x, fmt, rounding="nearest_away").astype(np.float64)
-    ties = set(x[(x != low_neighbour) & (x - low_neighbour == away - x)].astype(np.float64).tolist())
+    rounded = {mode: quantize(x, fmt, rounding=mode).astype(np.float64)
+               for mode in ("nearest_even", "nearest_away", "toward_zero")}
+    low_neighbour, away, x64 = rounded["toward_zero"], rounded["nearest_away"], x.astype(np.float64)
+    tie = (x64 != low_neighbour) & (x64 - low_neighbour == away - x64)
 
     rules = {"nearest_even": "the nearer; a tie to the even code", "nearest_away": "the nearer; a tie away from 0",
              "toward_zero": "the one toward 0 (truncation)",
@@ -355,12 +356,12 @@ def rounding_modes(name: str | FloatFormat = "E4M3", inputs: Sequence[float] = (
             axis.spines[side].set_visible(False)
         axis.set_title(f"{mode}: {rule}", fontsize=9, loc="left")
         if mode == "stochastic":
-            for value, low, rounded in zip(x.astype(np.float64), low_neighbour, every_pattern):
-                up = int(np.count_nonzero(rounded != low))
+            for value, low, patterns_rounded in zip(x64, low_neighbour, every_pattern):
+                up = int(np.count_nonzero(patterns_rounded != low))
                 if up == 0:  # (x is one of the format's values)
                     axis.annotate("", xy=(low, 0.12), xytext=(value, 0.75), arrowprops=arrow)
                     continue
-                high = float(rounded[rounded != low][0])
+                high = float(patterns_rounded[patterns_rounded != low][0])
                 for target, count in ((low, patterns.size - up), (high, up)):
                     if count:
                         axis.annotate("", xy=(target, 0.12), xytext=(value, 0.75),
@@ -369,10 +370,9 @@ def rounding_modes(name: str | FloatFormat = "E4M3", inputs: Sequence[float] = (
                                   va="center", fontsize=7, color=color,
                                   bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
             continue
-        rounded = quantize(x, fmt, rounding=mode).astype(np.float64)
-        for value, target, low in zip(x.astype(np.float64), rounded, low_neighbour):
+        for value, target, is_tie in zip(x64, rounded[mode], tie):
             axis.annotate("", xy=(target, 0.12), xytext=(value, 0.75), arrowprops=arrow)
-            if mode != "toward_zero" and value in ties:
+            if mode != "toward_zero" and is_tie:
                 axis.text(value, 0.95, "tie", ha="center", va="bottom", fontsize=7)
     axes[-1].set_xticks(shown, [f"{value:g}" for value in shown], fontsize=7)
     axes[-1].set_xlabel(f"{fmt.name} values (ticks) and the inputs (dots)")
