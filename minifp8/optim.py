@@ -42,14 +42,9 @@ class Optimizer:
     defaults: dict = {}
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], defaults: dict) -> None:
-        if isinstance(params, Tensor):  # list(t) would give the slices t[0], t[1], ..., which never get a grad
-            raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors or of parameter groups, "
-                            "got a Tensor (pass [t])")
-        if isinstance(params, Mapping):  # (iterating a dict gives its keys: "got 'params'" blamed a string)
-            raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors or of parameter groups, "
-                            "got a dict: pass [group] for one group, or list(d.values()) for a dict of Tensors")
-        _check_ordered(params, f"{type(self).__name__}: params")
-        groups = _listed(params, f"{type(self).__name__}: params", "an iterable of Tensors or of parameter groups")
+        groups = _parameter_list(params, f"{type(self).__name__}: params",
+                                 "an iterable of Tensors or of parameter groups", " (pass [t])",
+                                 "pass [group] for one group, or list(d.values()) for a dict of Tensors")
         if not groups:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list")
         if not isinstance(groups[0], dict):
@@ -63,14 +58,9 @@ class Optimizer:
             unknown = set(group) - set(defaults) - {"params"}
             if unknown:
                 raise ValueError(f"{type(self).__name__}: unknown hyperparameter(s) {sorted(unknown)}")
-            if isinstance(group["params"], Tensor):
-                raise TypeError(f"{type(self).__name__}: a group's 'params' must be a list of Tensors, got a Tensor")
-            if isinstance(group["params"], Mapping):
-                raise TypeError(f"{type(self).__name__}: a group's 'params' must be a list of Tensors, got a dict: "
-                                "pass list(d.values())")
-            _check_ordered(group["params"], f"{type(self).__name__}: a group's 'params'")
-            settings = {**defaults, **group, "params": _listed(group["params"], f"{type(self).__name__}: a group's "
-                                                                "'params'", "a list of Tensors")}
+            settings = {**defaults, **group, "params": _parameter_list(
+                group["params"], f"{type(self).__name__}: a group's 'params'", "a list of Tensors", "",
+                "pass list(d.values())")}
             for p in settings["params"]:
                 if not isinstance(p, Tensor) or not p.requires_grad:
                     raise TypeError(f"{type(self).__name__}: parameters must be Tensors that require grad, "
@@ -429,13 +419,20 @@ def _tensors(params, where: str = "params") -> list:
     return tensors
 
 
-def _check_ordered(params, where: str) -> None:
-    """TypeError for a set of parameters: its order follows memory addresses, and `Optimizer.state_dict`
-    names parameters by their position, so a resumed run would load one parameter's state into
-    another of the same shape (torch refuses sets for the same reason)."""
+def _parameter_list(params, where: str, expected: str, tensor_hint: str, dict_hint: str) -> list:
+    """An optimizer's ``params``, or one group's, as a list; a TypeError for a Tensor (iterating it gives
+    its slices t[0], t[1], ..., which never get a grad), a dict (iterating it gives its keys, which the
+    error blamed) or a set: its order follows memory addresses, and `Optimizer.state_dict` names
+    parameters by their position, so a resumed run would load one parameter's state into another of
+    the same shape (torch refuses sets for the same reason)."""
+    if isinstance(params, Tensor):
+        raise TypeError(f"{where} must be {expected}, got a Tensor{tensor_hint}")
+    if isinstance(params, Mapping):
+        raise TypeError(f"{where} must be {expected}, got a dict: {dict_hint}")
     if isinstance(params, (set, frozenset)):
         raise TypeError(f"{where} must be an ordered iterable (a list), got a {type(params).__name__}: its order "
                         "changes between runs, and the saved state names parameters by position")
+    return _listed(params, where, expected)
 
 
 def _listed(params, where: str, expected: str = "a Tensor or an iterable of Tensors") -> list:
