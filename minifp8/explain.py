@@ -503,7 +503,7 @@ def describe_code(code: int, fmt: str | FloatFormat) -> str:
     header += [f"mantissa {mantissa_bits}"] if fmt.mantissa_bits else ["no mantissa"]
     lines = [f"{fmt.name} code {_hex(code, fmt)}: {', '.join(header)}" + (" (unsigned)" if sign is None else "")]
     special = _special(code, fmt)
-    if sign is not None and special == "NaN" and int(np.isnan(fmt.values()).sum()) == 1:
+    if sign is not None and special == "NaN" and fmt.nan_style == "negative_zero":  # (FNUZ: one NaN, 0x80)
         lines.append(f"  sign      {sign}: none (the format's one NaN, whose pattern has this bit set)")
     elif sign is not None:
         lines.append(f"  sign      {sign}: {'-' if sign else '+'}")
@@ -849,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
         # (the bits of a float, as a report's "input bits" column shows them: the value they hold, exactly)
         dtype = _FLOAT_BITS[len(digits)]
         held = float(np.array(number, f"u{dtype.itemsize}").view(dtype))
-        text = "-nan" if math.isnan(held) and math.copysign(1.0, held) < 0 else held.hex()  # (hex drops its sign)
+        text = _input_text(held) if math.isnan(held) else held.hex()  # (float.hex drops a NaN's sign)
         print(f"note: {args.value.strip()} was read as the number {number}; if it is the bits of a {dtype.name} (a "
               f"report's input bits), explain the value they hold: python -m minifp8.explain {text} "
               f"{args.format}", file=sys.stderr)

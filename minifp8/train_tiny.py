@@ -1861,8 +1861,7 @@ def _resumed(resume_dir: Path, stop_after: int | None) -> tuple[TrainConfig, lis
             and isinstance(started_in.get("minifp8", ""), str)
             and (started_in.get("blas_threads") is None or _is_int(started_in["blas_threads"]))):
         fail(f"environment must map numpy and blas_kernels to strings (and blas_threads to an int, minifp8 to a "
-             f"string), got "
-             f"{started_in!r}")
+             f"string), got {started_in!r}")
     data_sha256 = saved.get("data_sha256")  # (absent in directories older than it)
     if data_sha256 is not None and not (isinstance(data_sha256, str) and len(data_sha256) == 64
                                         and set(data_sha256) <= set("0123456789abcdef")):
