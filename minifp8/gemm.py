@@ -16,10 +16,12 @@ Sections:
   is a bound on what a correct kernel may differ by: accumulation rounding, output rounding and the
   reference's own error. Every output beyond it is listed and classed (NaN/Inf, overflow, sign,
   other), and the report adds hints that it has verified by recomputing: a scale applied twice,
-  omitted or inverted, scales read transposed, applied along the wrong axis or shifted by one
-  block, one block's scale off by a power of two, a dropped K block, a transposed output, one
-  factor common to every mismatched output, operands rounded to bfloat16, float16 or TF32 before the
-  product, an accumulator narrower than declared.
+  omitted or inverted, scales read transposed, applied along the wrong axis, shifted by one block
+  or read from other entries of their array, both scales wrong at once, one block's scale off by a
+  power of two, a dropped K block, a transposed output, outputs rounded in one direction, one
+  factor common to every mismatched output, an output type not declared, operands rounded to
+  bfloat16, float16 or TF32 before the product, an accumulator narrower than declared; and, by
+  observation alone, an output of zeros (left unwritten).
 """
 from __future__ import annotations
 
@@ -114,10 +116,12 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, fmt: str | FloatFormat) -> n
         For codes or scales of the wrong kind: NumPy integer scales (scale codes, not
         decoded; a Python int is one scale value, as a float is), bool, complex, a Python list of
         codes (int64: convert with ``.astype(np.uint8)``); an `minifp8.mx.MXFormat` for ``fmt`` (pass
-        its ``.elem``; its name is a ValueError).
+        its ``.elem``; its name is a ValueError); a whole quantized tensor (an ``MXArray``,
+        ``NVFP4Array`` or ``ScaledTensor``: pass its ``.codes`` and its scales).
     ValueError
         For a layout that does not tile the operand, a scale with too many significant bits, or one
-        that takes the operand's values outside [``2**-500``, ``2**500``].
+        that could take a value of the format (not only the operand's) outside [``2**-500``,
+        ``2**500``].
     """
     fmt = _element_format(fmt, "fmt")
     decoded = _decoded_operand(codes, fmt, "codes")
@@ -128,6 +132,7 @@ def _decoded_operand(codes, fmt, name: str) -> np.ndarray:
     """A 2-d operand's decoded values (float32), or a clear error. It may be empty: with K = 0 every
     output is 0 (an empty sum), which a kernel must write."""
     codec._check_float_environment()
+    _refuse_quantized(codes, name, name)
     array = _plain_array(codes, name)
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-d array of {fmt.name} codes, got shape {array.shape}")
@@ -142,6 +147,7 @@ def _scale_array(scales, shape: tuple, fmt, name: str, operand: str) -> np.ndarr
             raise ValueError(f"{name} must be a real scale value, exact in float64, got the int {scales}")
         array = np.array(float(scales))
     else:
+        _refuse_quantized(scales, name, operand)
         array = _plain_array(scales, name)
         array = codec._ml_floats_as_float32(array)  # float8_e8m0fnu scales, ...: exact in float32
         if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
@@ -298,7 +304,24 @@ def _element_format(fmt, name: str) -> FloatFormat:
         raise (ValueError if named else TypeError)(
             f"{name}: {block_format.name} is a block format; pass its element format, {block_format.elem.name!r} "
             f"({block_format.name}'s .elem), and its block scales decoded to values (MXArray.scale_values())")
-    return formats.get(fmt)
+    try:
+        return formats.get(fmt)
+    except (TypeError, ValueError) as error:  # (formats.get cannot know which argument it was)
+        raise type(error)(f"{name}: {error}") from None
+
+
+def _refuse_quantized(x, name: str, codes_name: str) -> None:
+    """A TypeError where ``x``, an operand's codes or scales, is a whole quantized tensor (an
+    `minifp8.mx.MXArray`, `minifp8.mx.NVFP4Array` or `minifp8.scaling.ScaledTensor`), saying which
+    of its attributes to pass instead (NumPy would read it as a 0-d object array)."""
+    if isinstance(x, (mx.MXArray, mx.NVFP4Array)):
+        scales = ".scale_values()"
+    elif hasattr(x, "codes") and hasattr(x, "scale_inv"):  # (scaling.ScaledTensor: scaling lies beside gemm)
+        scales = ".scale_inv"
+    else:
+        return
+    raise TypeError(f"{name} is a quantized tensor ({type(x).__name__}), not an array: pass its .codes as "
+                    f"{codes_name} and its {scales} as {codes_name.replace('codes', 'scales')}")
 
 
 def _operands(a_codes, a_scales, b_codes, b_scales, a_format, b_format) -> tuple[_Operand, _Operand]:
@@ -688,7 +711,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     twice, omitted (all ones) or inverted, read in transposed (column-major) order, transposed as
     the layout (``scales.T``, where its shape differs and tiles the operand: scales applied along
     the wrong axis), or shifted by one block along an axis (wrapping round, or keeping the last
-    block's own); or the product without one K block (block sizes from the scale layouts, and 16,
+    block's own), or read from other entries of the array (each block's scale fitted by least
+    squares and taken to the nearest value the array holds); or both scale arrays wrong at once;
+    or the product without one K block (block sizes from the scale layouts, and 16,
     32, 64, 128, 256); or the product with one scale alone times ``2**e``, e = -2, -1, 1 or 2 (tried
     where one block row of A, or one block column of B, holds every mismatched output); or the
     reference transposed; or, when nothing above matched, every mismatched output lies on one side
@@ -702,7 +727,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     truncating conversion is not recognised), or the errors
     fit a narrower accumulator (only one whose bound is at most S / 8, and errors not confined to one
     row or column). A cause whose product an output of
-    zeros matches as well is not named.
+    zeros matches as well is not named; an output that is all zeros where the product is not gets
+    a hint of its own (left unwritten?), as does any output where K = 0.
 
     Parameters
     ----------
@@ -768,6 +794,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
         if inner == 0:  # (no product to recompute a cause with)
             hints = ["K = 0: every output is an empty sum, 0, and the kernel wrote other values: an output left "
                      "unwritten (uninitialised memory), or K taken from another dimension?"]
+        elif not got.any() and reference.value.any():  # (no cause can be checked against an output of zeros)
+            hints = ["every output is 0 and the product is not: an output left unwritten, or a kernel that did not "
+                     "run?"]
         elif rows * inner * columns <= _HINT_WORK_LIMIT:
             hints = _hints(got, a, b, reference, kinds, model, output, carried)
         else:
@@ -789,7 +818,7 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
     """Raise ``AssertionError`` with the `MatmulReport` when an output lies beyond its tolerance
     (the arguments are `compare_matmul`'s).
 
-    Warns (UserWarning) when the outputs pass but at more than half of those with a nonzero
+    Warns (UserWarning) when the outputs pass but at more than half of those with a finite nonzero
     reference the tolerance reaches ``|reference|`` (``MatmulReport.zero_would_pass``): an output
     of zeros would have passed too, so the assertion checked little (a narrow accumulator, or a
     large K whose signs cancel; a smaller K checks more).
@@ -798,7 +827,8 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
                             accumulator=accumulator, promote_every=promote_every, output=output, max_rows=max_rows)
     if not report.ok:
         raise AssertionError(str(report))
-    if 2 * report.zero_would_pass > np.count_nonzero(report.reference.value):
+    reference = report.reference.value
+    if 2 * report.zero_would_pass > np.count_nonzero(np.isfinite(reference) & (reference != 0)):
         warnings.warn(f"assert_matmul_close checked little: {report.head()}; an output of zeros would pass at "
                       f"{report.zero_would_pass} of them (test a smaller K)", stacklevel=2)
 
@@ -809,8 +839,11 @@ def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     array = _plain_array(actual, "actual")
     if codec._ml_dtypes_kind(array.dtype) == "float" and array.dtype.itemsize == 1:
         raise TypeError(f"actual is a {array.dtype} array, but compare_matmul checks the product itself (float16, "
-                        f"bfloat16, float32 or float64 values): compare a kernel's {array.dtype} output as a cast of "
-                        f"the product, with minifp8.testing.compare(actual, product, fmt)")
+                        f"bfloat16, float32 or float64 values): check the kernel's float32 result before its cast "
+                        f"here, and its {array.dtype} output as the cast of that result (times its output scale) "
+                        f"with minifp8.testing.compare; a cast of the exact product is no reference for it (where "
+                        f"the float32 result and the exact product lie either side of a rounding boundary, a "
+                        f"correct kernel's code differs by one)")
     array = codec._ml_floats_as_float32(array)  # bfloat16, ...: float32 holds them exactly
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"actual must be the kernel's output as float16, float32 or float64 values, got dtype "
@@ -821,8 +854,11 @@ def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     representable = _values_of(values, output)
     if not representable.all():
         index = tuple(int(i) for i in np.unravel_index(np.argmin(representable), shape))
+        wider = "" if _values_of(values[index], "float32") else (
+            "; no output type holds it (a float64 kernel's output?): round it with .astype(np.float32) and check "
+            "it as float32, whose tolerance covers that rounding")
         raise ValueError(f"actual[{index}] = {float(values[index])!r} is not a {output} value: pass output= the type "
-                         f"the kernel wrote ({', '.join(map(repr, OUTPUT_TYPES))})")
+                         f"the kernel wrote ({', '.join(map(repr, OUTPUT_TYPES))}){wider}")
     return values
 
 

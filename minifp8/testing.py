@@ -886,7 +886,7 @@ def _codes_of(actual, fmt, shape, name: str = "actual", signed_zero: bool = True
         named = _format_named(array.dtype.name)  # an ml_dtypes float8/6/4 dtype names its format
         if named is not None and replace(named, name=fmt.name) != fmt:  # (by its fields, not its name)
             raise TypeError(f"{name} has dtype {array.dtype.name}, which holds {named.name} codes, "
-                            f"but the comparison is for {fmt.name}")
+                            f"not the {fmt.name} codes that the format given names")
         if named is None and array.dtype.kind not in "iu":  # another format's codes, read as these
             raise TypeError(f"{name} has dtype {array.dtype.name}, a 1-byte format minifp8 does not know, not "
                             f"{fmt.name}: pass its bytes as uint8 codes (.view(np.uint8)) if they are {fmt.name} codes")

@@ -11,6 +11,7 @@
 - Bad input gets a TypeError or ValueError that names what was expected.
 """
 import math
+import re
 import warnings
 from fractions import Fraction
 from functools import lru_cache
@@ -18,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from minifp8 import codec, formats, gemm, mx, scaling
+from minifp8 import codec, formats, gemm, mx, scaling, testing
 
 rng_seed = 20260511
 
@@ -359,6 +360,72 @@ def test_outputs_an_output_of_zero_would_pass_are_counted_and_named():
                 [f"assert_matmul_close checked little: {report.head()}; an output of zeros would pass at "
                  f"{report.zero_would_pass} of them (test a smaller K)"] if most else [])
             assert most == (inner in (100, 64))
+
+
+def test_the_checked_little_warning_counts_finite_references_alone():
+    """A review's find: the warning's denominator counted NaN references as nonzero, so two NaN rows of
+    four (NaN scales: outputs that must be NaN) hid it while every finite output passed as zeros."""
+    rng = np.random.default_rng(0)
+    a = codec.encode(rng.standard_normal((4, 100)), "E4M3")
+    b = codec.encode(rng.standard_normal((100, 4)), "E4M3")
+    options = dict(a_format="E4M3", b_format="E4M3", accumulator="bfloat16")
+    for nan_rows in (0, 2):
+        a_scales = np.ones((4, 1))
+        a_scales[4 - nan_rows:] = np.nan
+        zeros = np.zeros((4, 4), np.float32)
+        zeros[4 - nan_rows:] = np.nan
+        report = gemm.compare_matmul(zeros, a, a_scales, b, 1.0, **options)
+        assert report.ok and report.zero_would_pass == 4 * (4 - nan_rows)  # (every finite output: see above)
+        with pytest.warns(UserWarning, match=f"assert_matmul_close checked little: .* an output of zeros would "
+                                             f"pass at {4 * (4 - nan_rows)} of them"):
+            gemm.assert_matmul_close(zeros, a, a_scales, b, 1.0, **options)
+
+
+def test_an_output_of_zeros_is_named_as_left_unwritten():
+    """A review's find: with K = 0 an unwritten output got a hint, but the same bug at K > 0 got none (no
+    cause can be checked against zeros, which a negligible product matches too)."""
+    rng = np.random.default_rng(1)
+    a = codec.encode(rng.standard_normal((8, 128)), "E4M3")
+    b = codec.encode(rng.standard_normal((128, 16)), "E4M3")
+    report = gemm.compare_matmul(np.zeros((8, 16), np.float32), a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3")
+    assert not report.ok and report.hints == [
+        "every output is 0 and the product is not: an output left unwritten, or a kernel that did not run?"]
+    half = gemm.reference_matmul(a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3").value.astype(np.float32)
+    half[:4] = 0  # (some outputs written: not this hint)
+    assert "left unwritten" not in " ".join(gemm.compare_matmul(half, a, 1.0, b, 1.0, a_format="E4M3",
+                                                                b_format="E4M3").hints)
+
+
+def test_a_quantized_tensor_or_a_bad_format_is_refused_naming_the_argument():
+    """A review's find: an MXArray passed as codes read as a 0-d object array ("a 2-d array ..., got
+    shape ()"), a ScaledTensor as scales as "dtype object", and a_format=None's error named no argument."""
+    x = np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)
+    quantized = mx.quantize(x, "MXFP8_E4M3")
+    scaled = scaling.quantize_current(x, "E4M3")
+    for call, message in (
+            (lambda: gemm.dequantize(quantized, quantized.scale_values(), "E4M3"),
+             "codes is a quantized tensor (MXArray), not an array: pass its .codes as codes and its .scale_values() "
+             "as scales"),
+            (lambda: gemm.dequantize(quantized.codes, quantized, "E4M3"),
+             "scales is a quantized tensor (MXArray), not an array"),
+            (lambda: gemm.reference_matmul(scaled.codes, scaled, scaled.codes.T, 1.0, a_format="E4M3",
+                                           b_format="E4M3"),
+             "a_scales is a quantized tensor (ScaledTensor), not an array: pass its .codes as a_codes and its "
+             ".scale_inv as a_scales"),
+            (lambda: gemm.reference_matmul(scaled.codes, 1.0, mx.quantize_nvfp4(x.T), 1.0, a_format="E4M3",
+                                           b_format="E2M1"),
+             "b_codes is a quantized tensor (NVFP4Array)")):
+        with pytest.raises(TypeError, match=re.escape(message)):
+            call()
+    with pytest.raises(TypeError, match=r"^a_format: format must be a FloatFormat or a name \(str\), got NoneType"):
+        gemm.reference_matmul(scaled.codes, 1.0, scaled.codes.T, 1.0, a_format=None, b_format="E4M3")
+    with pytest.raises(ValueError, match=r"^b_format: unknown format 'E9M9'"):
+        gemm.reference_matmul(scaled.codes, 1.0, scaled.codes.T, 1.0, a_format="E4M3", b_format="E9M9")
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # (its dtypes name their formats: the wording of the error)
+    with pytest.raises(TypeError, match=r"^a_codes has dtype float8_e5m2, which holds E5M2 codes, not the E4M3 codes "
+                                        r"that the format given names$"):
+        gemm.reference_matmul(scaled.codes.view(ml_dtypes.float8_e5m2), 1.0, scaled.codes.T, 1.0, a_format="E4M3",
+                              b_format="E4M3")
 
 
 def test_the_first_line_says_how_loose_the_check_is_from_a_median_tolerance_of_one_percent():
@@ -764,7 +831,8 @@ def test_a_hint_needs_a_product_that_zeros_would_not_match():
     p = dict(problem("per-tensor", inner=64, columns=8), a_scales=e8m0(np.full((8, 2), 67)),
              b_scales=e8m0(np.full((2, 8), 67)))
     report = gemm.compare_matmul(np.zeros((8, 8), np.float32), **p)
-    assert report.count > 0 and report.hints == [], report.hints
+    assert report.count > 0 and report.hints == [  # (the observation alone: no cause)
+        "every output is 0 and the product is not: an output left unwritten, or a kernel that did not run?"]
 
 
 @pytest.mark.parametrize("narrow", ["float16", "bfloat16"])
@@ -1011,12 +1079,46 @@ def test_block_scales_that_would_tile_k_in_blocks_of_no_power_of_two_are_refused
 
 
 def test_an_fp8_output_is_refused_with_the_way_to_check_it():
+    """A review's find: the message said to compare an FP8 output with a cast of the exact product, which
+    fails a correct kernel wherever its float32 sum and the exact product straddle a rounding boundary.
+    Here 256 + 16 + 2**-18 sums to 272 in float32 (2**-18 is below half its spacing there), an E4M3 tie
+    that rounds to 256, while the exact product rounds to 288. The message names the check that holds."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    a, b = np.full((2, 32), 0x38, np.uint8), np.full((32, 2), 0x38, np.uint8)  # 1.0 each: the product is 32
+    a = codec.encode(np.array([[256.0, 16.0, 2.0**-9]]), "E4M3")
+    b = codec.encode(np.array([[1.0], [1.0], [2.0**-9]]), "E4M3")
+    products = (codec.decode(a, "E4M3")[0] * codec.decode(b, "E4M3")[:, 0]).astype(np.float32)
+    float32_result = np.float32(0)
+    for product in products:  # (a float32 kernel's sum, in order)
+        float32_result = np.float32(float32_result + product)
+    assert float32_result == 272
+    gemm.assert_matmul_close(np.array([[float32_result]]), a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3")
+    output = codec.encode(np.array([[float32_result]]), "E4M3")  # the kernel's E4M3 output: 256
+    exact = gemm.reference_matmul(a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3").value
+    assert not testing.compare(output, exact, "E4M3").ok  # (the old message's check: a false failure)
+    assert testing.compare(output, np.array([[float32_result]]), "E4M3").ok  # (the message's check)
     with pytest.raises(TypeError, match=r"actual is a float8_e4m3fn array, but compare_matmul checks the product "
-                                        r"itself .* minifp8\.testing\.compare\(actual, product, fmt\)"):
-        gemm.compare_matmul(np.full((2, 2), 32, ml_dtypes.float8_e4m3fn), a, 1.0, b, 1.0, a_format="E4M3",
-                            b_format="E4M3")
+                                        r"itself .*: check the kernel's float32 result before its cast here, and its "
+                                        r"float8_e4m3fn output as the cast of that result \(times its output scale\) "
+                                        r"with minifp8\.testing\.compare; a cast of the exact product is no "
+                                        r"reference for it"):
+        gemm.compare_matmul(output.view(ml_dtypes.float8_e4m3fn), a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3")
+
+
+def test_a_float64_output_is_told_to_round_to_float32():
+    """A review's find: a float64 kernel's output was refused with "pass output= the type the kernel
+    wrote", though no output type fits it. The error now says so and what to do, and that works."""
+    a = codec.encode(np.array([[1.0, 2.0**-9]]), "E4M3")
+    b = codec.encode(np.array([[1.0], [1.5]]), "E4M3")
+    scale = 1 + 2.0**-30
+    output = (codec.decode(a, "E4M3").astype(np.float64) * scale) @ codec.decode(b, "E4M3")  # exact in float64
+    assert output[0, 0] != np.float32(output[0, 0])
+    with pytest.raises(ValueError, match=r"is not a float32 value: pass output= .*; no output type holds it \(a "
+                                         r"float64 kernel's output\?\): round it with \.astype\(np\.float32\)"):
+        gemm.compare_matmul(output, a, scale, b, 1.0, a_format="E4M3", b_format="E4M3")
+    gemm.assert_matmul_close(output.astype(np.float32), a, scale, b, 1.0, a_format="E4M3", b_format="E4M3")
+    bfloat16_miss = np.array([[1.0 + 2.0**-10]])  # (a float32 value, not a bfloat16 one: no float64 advice)
+    with pytest.raises(ValueError, match=r"is not a bfloat16 value: pass output= [^;]*$"):
+        gemm.compare_matmul(bfloat16_miss, a, scale, b, 1.0, a_format="E4M3", b_format="E4M3", output="bfloat16")
 
 
 def test_a_python_int_scale_is_taken_wherever_float64_holds_it_exactly():

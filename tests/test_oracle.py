@@ -1033,10 +1033,10 @@ def test_golden_cli_reports_an_unusable_out_path_in_one_line(tmp_path, capsys, m
 def test_compare_rejects_a_float8_dtype_of_another_format():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     x = np.array([1.0, 2.5, -3.0], np.float32)
-    with pytest.raises(TypeError, match="actual has dtype float8_e5m2, which holds E5M2 codes, but the "
-                                        "comparison is for E4M3"):
+    with pytest.raises(TypeError, match="actual has dtype float8_e5m2, which holds E5M2 codes, not the "
+                                        "E4M3 codes that the format given names"):
         testing.compare(x.astype(ml_dtypes.float8_e5m2), x, "E4M3")
-    with pytest.raises(TypeError, match="holds E4M3 codes, but the comparison is for E4M3FNUZ"):
+    with pytest.raises(TypeError, match="holds E4M3 codes, not the E4M3FNUZ codes"):
         testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, "E4M3FNUZ")
     assert testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, "float8_e4m3fn").ok  # (an alias)
     # A float8 dtype minifp8 does not know (ml_dtypes' IEEE-style E4M3, max 240) was read as E4M3

@@ -276,8 +276,8 @@ def test_compare_mx_takes_ml_dtypes_codes_and_scales_as_compare_does():
     expected = mx.quantize(x, "MXFP4_E2M1")
     scales, codes = expected.scales.view(ml_dtypes.float8_e8m0fnu), expected.codes.view(ml_dtypes.float4_e2m1fn)
     assert testing.compare_mx(scales, codes, x, "MXFP4_E2M1").ok  # was: "scales must be uint8 codes"
-    with pytest.raises(TypeError, match="codes has dtype float8_e4m3fn, which holds E4M3 codes, but the "
-                                        "comparison is for E2M1"):
+    with pytest.raises(TypeError, match="codes has dtype float8_e4m3fn, which holds E4M3 codes, not the "
+                                        "E2M1 codes"):
         testing.compare_mx(expected.scales, expected.codes.view(ml_dtypes.float8_e4m3fn), x, "MXFP4_E2M1")
     with pytest.raises(TypeError, match="scales must be uint8 codes.*got dtype int64; if they are E8M0 codes "
                                         r"\(a Python int or list of ints becomes int64\), convert them"):

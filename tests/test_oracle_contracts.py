@@ -440,7 +440,7 @@ def test_compare_knows_an_ml_dtypes_array_by_its_format_fields():
     x = np.float32([1.0, 2.0, -3.0])
     renamed = formats.FloatFormat("OFP8_E4M3", 4, 3, 7)
     assert testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, renamed).count == 0
-    with pytest.raises(TypeError, match="holds E4M3 codes, but the comparison is for E5M2"):
+    with pytest.raises(TypeError, match="holds E4M3 codes, not the E5M2 codes"):
         testing.compare(x.astype(ml_dtypes.float8_e4m3fn), x, "E5M2")
 
 
