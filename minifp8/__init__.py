@@ -7,6 +7,6 @@ from . import formats
 from .codec import decode, encode, quantize
 from .formats import FloatFormat
 
-__version__ = "0.3.2"
+__version__ = "0.3.3"
 
 __all__ = ["FloatFormat", "decode", "encode", "formats", "quantize", "__version__"]

@@ -41,11 +41,11 @@ Each entry describes one expected result:
 - ``arrays``: which array in the file plays which role, e.g. ``{"input": "x", "expected_codes":
   "codes_nearest_even_nosat", "random_bits": null}`` (codec), ``codes`` and ``expected_values``
   (decode), ``expected_scales`` and
-  ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax`` and
-  ``encode_scale``); gemm: ``a_codes``, ``b_codes``,
+  ``expected_codes`` (mx: E8M0 scale codes; nvfp4: E4M3 scale codes, plus ``global_amax``,
+  ``encode_scale`` and, from 0.3.3, ``expected_dequantized``); gemm: ``a_codes``, ``b_codes``,
   ``a_scales``, ``b_scales``, ``a_scale_codes``, ``b_scale_codes``, ``a_tensor_scale``,
   ``b_tensor_scale`` (null where the layout has none), ``reference``, ``magnitude``,
-  ``reference_error_bound`` and ``tolerance``;
+  ``reference_error_bound``, ``tolerance`` and, from 0.3.3, ``underflow_term``;
 - ``shapes`` and ``dtypes``: the shape and the dtype (numpy's ``dtype.str``: ``"<f4"``, ``"<f8"``,
   ``"|u1"``) of every array the entry names in ``arrays``, random bits included.
 
@@ -65,9 +65,14 @@ in its float32 file those become +Inf); ``float64`` files add the midpoints time
 or max, and ``f * 2^8 = k + 1/2`` exactly (k = 0, 1, 254, 255), with random bits ``255 - k``,
 where rounding ``k + 1/2`` to even decides whether to round away. ``float64`` files also hold
 magnitudes float32 cannot: 1e300, 2 * FLT_MAX, 2^128, 1e-300, 2^-151 and 5e-324 (with their
-negatives where the format is signed). The NaN inputs are quiet NaNs of both signs (float32
-0x7FC00000 and 0xFFC00000; float64 0x7FF8000000000000 and 0xFFF8000000000000): a reader in a
-language that hides a NaN's sign must read it from the bits.
+negatives where the format is signed). The NaN inputs are the quiet NaNs of both signs (float32
+0x7FC00000 and 0xFFC00000; float64 0x7FF8000000000000 and 0xFFF8000000000000) and, from 0.3.3,
+NaNs with payloads, both signs (`NAN_PAYLOAD_BITS`): signalling ones (float32 0x7F800001 and
+0x7FBFFFFF; float64 0x7FF0000000000001, 0x7FF7FFFFFFFFFFFF and 0x7FF0000020000000, whose payload
+survives a truncation to float32) and quiet ones with a payload (0x7FC00001, 0x7FF8000000000001):
+each gives the NaN code of its sign (IEEE 754-2019 section 6.2: every NaN input gives NaN), where a
+backend that truncates the mantissa writes Inf. A reader in a language that hides a NaN's sign,
+or quiets a signalling NaN as it loads it, must read the input from its bits.
 
 ``decode`` entries (``decode_<format>.npz``) give the value of every code of a format, 0 to
 2^bits - 1, as float64: a decoder's golden vectors (the "decode" note).
@@ -97,16 +102,17 @@ blocks, MX (E8M0 scales per 32) and NVFP4 (E2M1, E4M3 scales per 16, a float32 t
 two small ones, 16 x 64 times 64 x 16: MX with NaN codes and a NaN scale, and float32 subnormal
 scales whose dequantised values a float32 kernel rounds (the tolerance's underflow term). Each
 entry gives the operands' codes and scales (MX's E8M0 and NVFP4's E4M3 scale codes too), and from
-`minifp8.gemm` the float64 reference, S = sum |a b|, the reference's error bound and the tolerance
-of a float32 kernel. The scales have few significant bits (at most 14), so every float64 sum of the
-reference is exact (`_check_exact_sums` proves it as it writes): the reference is the exact
-product, and no BLAS, summing in its own order, changes a bit of the file.
+`minifp8.gemm` the float64 reference, S = sum |a b|, the reference's error bound, the tolerance
+of a float32 kernel and its underflow term. The scales have few significant bits (at most 14), so
+every float64 sum of the reference is exact (`_check_exact_sums` proves it as it writes): the
+reference is the exact product, and no BLAS, summing in its own order, changes a bit of the file.
 
 Schema 2 added ``notes``, ``dtypes``, ``ignore_codes_where_scale``, ``global_amax_given`` and the
 NVFP4 entries with a given tensor amax, and made ``shapes`` list random bits too. Later files and
 entries came within schema 2, as they change nothing that a reader of the earlier ones reads: the
-stochastic ties and NVFP4's caps, the ``gemm`` entries, and in 0.3.1 the ``decode`` entries and the
-"fields" note (a reader must skip the kinds it does not know, as the "arrays" note says).
+stochastic ties and NVFP4's caps, the ``gemm`` entries, in 0.3.1 the ``decode`` entries and the
+"fields" note (a reader must skip the kinds it does not know, as the "arrays" note says), and in
+0.3.3 the NaN inputs with payloads and NVFP4's ``expected_dequantized`` arrays.
 """
 from __future__ import annotations
 
@@ -202,7 +208,8 @@ NOTES = {
              "sign (-0.0 gives 0x08). Use the global_amax array as the tensor amax; the encode_scale array holds "
              "S_enc. Dequantised element = value of its E2M1 code * ((S_dec_b * global_amax) * float32(1/2688)), "
              "float32, left to right: TransformerEngine's dequantize kernel, which reads the amax, not S_dec (the "
-             "two differ by a float32 step in many blocks). A block whose scale code is 0 dequantises to zeros "
+             "two differ by a float32 step in many blocks); the expected_dequantized array holds them (float32, "
+             "the input's shape). A block whose scale code is 0 dequantises to zeros (of its codes' signs) "
              "whatever its codes. minifp8.mx.quantize_nvfp4 and NVFP4Array.dequantize.",
     "decode": "codes: every code of the format, 0 to 2**bits - 1 (uint8); expected_values: the value of each "
               "(float64, exact), by the fields note: -0 is -0.0 where the format has it, Inf is Inf, and a NaN "
@@ -230,10 +237,13 @@ NOTES = {
             "acc * S / (1 - gamma_K) + (4K + 4) * 2**-149 + (1 + acc) * C, where acc = gamma_(K+3) with u = "
             "2**-24 (K + 3 roundings of each product: the K - 1 additions, dequantising each operand or scaling "
             "a block's sum, the product, one epilogue scale) and C bounds underflow that later multiplications "
-            "carry (0 unless a scale or a dequantised value is below about 2**-126); plus 2**-24 * (|reference| "
-            "+ reference_error_bound + the accumulation term) + 2**-150 for rounding to float32 output, plus "
-            "reference_error_bound; 0 where reference is NaN. C is not stored. Use the stored tolerance array "
-            "rather than recomputing it. An output agrees "
+            "carry (0 unless a scale or a dequantised value is below about 2**-126; the underflow_term array, "
+            "M x N, holds it from 0.3.3); plus 2**-24 * (|reference| + reference_error_bound + the accumulation "
+            "term) + 2**-150 for rounding to float32 output, plus reference_error_bound; 0 where reference is "
+            "NaN. In float64, in this order, it gives the stored tolerance bit for bit: S / (1 - gamma_K) = E; "
+            "T = (acc * E if E > 0 else 0) + (4K + 4) * 2**-149, plus (1 + acc) * C where C > 0; "
+            "(2**-24 * ((|reference| + reference_error_bound) + T) + 2**-150) + T + reference_error_bound. "
+            "An output agrees "
             "when |output - reference| <= tolerance where reference is finite, and is NaN where reference is "
             "NaN: a NaN code in row i of A (or column j of B), or a NaN scale (0xFF) covering part of it, makes "
             "D[i, :] (or D[:, j]) NaN. No reference here is Inf. minifp8.gemm's module docstring.",
@@ -246,6 +256,12 @@ def write_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> st
         raise TypeError(f"golden.write_npz: path must be a file path (str or os.PathLike), got {type(path).__name__}")
     if not isinstance(arrays, Mapping):
         raise TypeError(f"golden.write_npz: arrays must be a mapping of names to arrays, got {type(arrays).__name__}")
+    for name in arrays:  # (a name is a zip member's: no folders, nothing a file system reads differently)
+        if not (isinstance(name, str) and name and all(c.isascii() and (c.isalnum() or c in "_.-") for c in name)
+                and name not in (".", "..")):
+            error = ValueError if isinstance(name, str) else TypeError
+            raise error(f"golden.write_npz: an array's name names its zip member: a non-empty str of letters, "
+                        f"digits, '_', '.' and '-', got {name!r}")
     path = Path(path)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
@@ -301,7 +317,20 @@ def codec_inputs(fmt: str | FloatFormat, dtype: DTypeLike) -> np.ndarray:
         # there; E8M0 must give its smallest code, not the NaN of zero)
         wide = np.array([1e300, 2.0 * float(np.finfo(np.float32).max), 2.0**128, 1e-300, 2.0**-151, 5e-324])
         x = np.concatenate([x, near, -near if fmt.signed else near, wide, -wide if fmt.signed else wide])
+    if fmt.has_nan:  # (by their bits: a float conversion may quiet a signalling NaN)
+        x = np.concatenate([x, np.array(NAN_PAYLOAD_BITS[dtype.itemsize], f"u{dtype.itemsize}").view(dtype)])
     return np.concatenate([x, stochastic_ties(fmt)[0].astype(dtype)])
+
+
+# NaN inputs with payloads, by bits (IEEE 754-2019 section 6.2.1: the top mantissa bit set is quiet), each with
+# both signs: signalling NaNs with only the lowest payload bit or every one, and a quiet NaN with a payload;
+# float64 adds a signalling NaN whose payload survives a truncation to float32's mantissa. A backend that
+# truncates the mantissa, or tests the quiet bit alone, turns a signalling NaN into Inf.
+NAN_PAYLOAD_BITS = {
+    4: [0x7F800001, 0xFF800001, 0x7FBFFFFF, 0xFFBFFFFF, 0x7FC00001, 0xFFC00001],
+    8: [0x7FF0000000000001, 0xFFF0000000000001, 0x7FF7FFFFFFFFFFFF, 0xFFF7FFFFFFFFFFFF, 0x7FF8000000000001,
+        0xFFF8000000000001, 0x7FF0000020000000, 0xFFF0000020000000],
+}
 
 
 STOCHASTIC_TIE_STEPS = (0, 1, 254, 255)  # k, with f * 2**RANDOM_BIT_COUNT = k + 1/2
@@ -448,8 +477,8 @@ def mx_inputs(mx_format: str | MXFormat, length: int = 80) -> np.ndarray:
        on the midpoints and one float32 step beside them (ceil gives 6: half of each midpoint,
        still a tie in the normal range).
     2. The midpoints below ``2**emax`` times ``2**-127``, both signs, in blocks of amax
-       ``2**(emax - 127)``: every scale mode gives -127, so ceil meets exact ties too, and the
-       inputs are float32 subnormals.
+       ``2**(emax - 127)``: every scale mode gives -127, so ceil meets exact ties too; most of the
+       inputs are float32 subnormals (the larger midpoints of E4M3 and E5M2 are normal).
     3. Boundary amaxes, for ``j`` in `MX_BOUNDARY_BINADES`: ``2**j`` and the float32 values either
        side (floor and ceil change there, and a float32 ``log2`` rounds both neighbours to ``j``),
        ``max_elem * 2**j`` and its neighbours (rceil), and the "even" carry point
@@ -658,10 +687,12 @@ def block_entries(out: Path) -> list[dict[str, Any]]:
         nvfp4 = mx.quantize_nvfp4(x, global_amax=global_amax)
         arrays.update({f"x{suffix}": x, f"scales{suffix}": nvfp4.scales, f"codes{suffix}": nvfp4.codes,
                        f"global_amax{suffix}": np.array(nvfp4.global_amax, np.float32),
-                       f"encode_scale{suffix}": np.array(nvfp4.encode_scale, np.float32)})
+                       f"encode_scale{suffix}": np.array(nvfp4.encode_scale, np.float32),
+                       f"dequantized{suffix}": nvfp4.dequantize()})
         nvfp4_roles.append(({"input": f"x{suffix}", "expected_scales": f"scales{suffix}",
                              "expected_codes": f"codes{suffix}", "global_amax": f"global_amax{suffix}",
-                             "encode_scale": f"encode_scale{suffix}"}, global_amax is not None))
+                             "encode_scale": f"encode_scale{suffix}", "expected_dequantized": f"dequantized{suffix}"},
+                            global_amax is not None))
     digest = write_npz(out / "nvfp4.npz", arrays)
     for names, given in nvfp4_roles:
         entries.append({
@@ -825,8 +856,11 @@ def gemm_entries(out: Path) -> list[dict]:
                                      b_format=b_format, accumulator="float32", output="float32", max_rows=0)
         if not report.ok:
             raise RuntimeError(f"golden: the float32 rounding of the GEMM reference {name} is beyond its tolerance")
+        carried = gemm._carried_underflow(*gemm._operands(*operands, a_format, b_format), gemm._accumulator("float32",
+                                                                                                      None))
         results = {"reference": report.reference.value, "magnitude": report.reference.magnitude,
-                   "reference_error_bound": report.reference.error_bound, "tolerance": report.tolerance}
+                   "reference_error_bound": report.reference.error_bound, "tolerance": report.tolerance,
+                   "underflow_term": np.broadcast_to(np.asarray(carried, np.float64), (m, n)).copy()}
         roles = {role: f"{name}_{role}" for role in (*inputs, *results)}
         arrays.update({roles[role]: array for role, array in {**inputs, **results}.items()})
         a_block, b_block = gemm_scale_blocks(layout, m, k, n)
@@ -869,7 +903,10 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
     if format_names is None:
         selected = list(formats.CATALOGUE.values())
     else:
-        selected = formats.get_list(format_names, "format_names")
+        try:
+            selected = formats.get_list(format_names, "format_names")
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"golden.write: {error}") from None
     for fmt in selected:  # (a file is named by its format's name, which the manifest gives as the format)
         if not all(c.isascii() and (c.isalnum() or c in "_.-") for c in fmt.name):  # (never empty: FloatFormat)
             raise ValueError(f"golden.write: a format's name names its files: letters, digits, '_', '.' and '-' "
@@ -894,6 +931,8 @@ def write(out: str | os.PathLike[str], format_names: str | FloatFormat | Iterabl
     blocks = formats._check_bool(blocks, "golden.write: blocks")
     out = Path(out)
     try:
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError("it is a file, not a folder")
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".minifp8-write-test"
         probe.write_bytes(b"")

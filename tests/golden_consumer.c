@@ -33,27 +33,32 @@
  *         [rounding=nearest_even|nearest_away|toward_zero]
  *       INPUT: float32 rows, blocked along the last axis; SCALES: E8M0 codes; CODES: element
  *       codes (don't care in a block whose scale is 0xFF); default floor and nearest_even.
- *   nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN
+ *   nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN DEQUANTIZED
  *       INPUT: float32 rows, blocks of 16 along the last axis; SCALES: E4M3 codes; CODES: E2M1
  *       codes; GLOBAL_AMAX, ENCODE_SCALE: 0-d float32 arrays; GIVEN: 1 if the tensor amax is
- *       given (manifest: global_amax_given), 0 if it must be max |x|.
- *   gemm FILE A_CODES A_FORMAT A_SCALES B_CODES B_FORMAT B_SCALES REFERENCE MAGNITUDE TOLERANCE
+ *       given (manifest: global_amax_given), 0 if it must be max |x|; DEQUANTIZED: the float32
+ *       value of each code by the note's rule, which must hold bit for bit.
+ *   gemm FILE A_CODES A_FORMAT A_SCALES B_CODES B_FORMAT B_SCALES REFERENCE MAGNITUDE ERROR_BOUND
+ *         TOLERANCE UNDERFLOW_TERM
  *         [scale_format=E8M0|E4M3 a_scale_codes=ARRAY b_scale_codes=ARRAY]
  *         [a_tensor_scale=ARRAY b_tensor_scale=ARRAY]
  *       The "gemm" note: A_CODES M x K and B_CODES K x N (uint8), their float32 scales 2-d, each
  *       dimension dividing the codes'; the scale codes (MX: E8M0, NVFP4: E4M3) must decode to the
- *       scales; the 0-d float32 tensor scales (NVFP4) multiply their operand. REFERENCE, MAGNITUDE
- *       and TOLERANCE: M x N float64. A float64 GEMM must give REFERENCE and S = sum |a b| exactly
- *       (the note: these sums are exact), and a float32 kernel (dequantise in float32, multiply and
- *       add in float32, k in order, the tensor scales in the epilogue) must lie within TOLERANCE of
- *       REFERENCE, and be NaN where it is NaN.
+ *       scales; the 0-d float32 tensor scales (NVFP4) multiply their operand. REFERENCE, MAGNITUDE,
+ *       ERROR_BOUND, TOLERANCE and UNDERFLOW_TERM (the note's C): M x N float64. A float64 GEMM must
+ *       give REFERENCE and S = sum |a b| exactly (the note: these sums are exact); the note's
+ *       formulas must give ERROR_BOUND and TOLERANCE bit for bit (C taken from the file); and a
+ *       float32 kernel (dequantise in float32, multiply and add in float32, k in order, the tensor
+ *       scales in the epilogue) must lie within TOLERANCE of REFERENCE, and be NaN where it is NaN.
  * FILE is relative to DIR; the array names are those of manifest.json's "arrays" (without .npy).
  *
  * Output: one line per entry, "ok ..." or "FAIL ..." with the number of expected values it
- * compared (values, codes and scales, not the don't-care codes; a GEMM's scale codes, and three values an
- * output: its float32 result, its float64 result and S), then at most 5 mismatch lines an entry,
- * then "summary: N entries, M values checked, K mismatches".
- * Exit status: 0 every value matches, 1 some value differs, 2 bad usage or a malformed file.
+ * compared (values, codes and scales, not the don't-care codes; NVFP4's dequantised values; a GEMM's
+ * scale codes, and five values an output: its float32 result, its float64 result, S, the error bound
+ * and the tolerance), then at most 5 mismatch lines an entry, then "summary: N entries, M values
+ * checked, K mismatches".
+ * Exit status: 0 every value matches, 1 some value differs, 2 bad usage or a malformed file (an
+ * entry with no value to check is one: an emptied file must not pass).
  */
 #include <float.h>
 #include <stdint.h>
@@ -796,6 +801,16 @@ static void report_scalar(Tally *tally, const char *array, uint32_t expected, ui
     }
 }
 
+/* One mismatching float32 element (NVFP4's dequantised values). */
+static void report_scalar_at(Tally *tally, const char *array, long index, uint32_t expected, uint32_t got)
+{
+    if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
+        printf("  mismatch %s:%s[%ld]: expected 0x%08lX (%.9g), this consumer gives 0x%08lX (%.9g)\n", tally->file,
+               array, index, (unsigned long)expected, (double)float_of_bits(expected), (unsigned long)got,
+               (double)float_of_bits(got));
+    }
+}
+
 /* The value of option NAME=VALUE among the entry's COUNT options, or FALLBACK. */
 static const char *option(char **arguments, int count, const char *name, const char *fallback)
 {
@@ -822,7 +837,27 @@ static void check_option_names(char **arguments, int count, const char *const *a
         if (!known) {
             fail_usage("unknown option (see the usage in golden_consumer.c)", arguments[i]);
         }
+        for (known = 0; known < i; known++) {
+            if (strncmp(arguments[known], arguments[i], length + 1) == 0) {
+                fail_usage("an option given twice", arguments[i]);
+            }
+        }
     }
+}
+
+/* TEXT as a decimal integer, all of it (no sign, no trailing characters), or a usage error. */
+static long whole_number(const char *text, const char *what)
+{
+    char *end;
+    long value;
+    if (text[0] < '0' || text[0] > '9') {
+        fail_usage(what, text);
+    }
+    value = strtol(text, &end, 10);
+    if (*end != '\0') {
+        fail_usage(what, text);
+    }
+    return value;
 }
 
 static int flag_argument(const char *text, const char *what)
@@ -879,7 +914,8 @@ static Tally check_codec(const char *directory, char **arguments, char **options
     const char *dtype = option(options, option_count, "input_dtype", "float32");
     const Rounding rounding = rounding_named(option(options, option_count, "rounding", "nearest_even"));
     const char *bits_name = option(options, option_count, "random_bits", NULL);
-    const int bit_count = atoi(option(options, option_count, "random_bit_count", "0"));
+    const long bit_count = whole_number(option(options, option_count, "random_bit_count", "0"),
+                                        "random_bit_count must be a whole number");
     const int item_size = strcmp(dtype, "float64") == 0 ? 8 : 4;
     Tally tally = {0, 0, 0};
     char path[4096];
@@ -921,7 +957,7 @@ static Tally check_codec(const char *directory, char **arguments, char **options
         if (x.kind == NOT_A_NUMBER && format->nan_style == NAN_NONE) {
             fail_malformed(file, "a NaN input for a format without NaN");
         }
-        got = encode(&x, format, rounding, saturate, random, bit_count);
+        got = encode(&x, format, rounding, saturate, random, (int)bit_count);
         if (got != codes.data[i]) {
             report_code(&tally, codes_name, i, bits, item_size, codes.data[i], got);
         }
@@ -954,7 +990,7 @@ static Tally check_mx(const char *directory, char **arguments, char **options, i
     const char *file = arguments[0], *input_name = arguments[1];
     const char *scales_name = arguments[2], *codes_name = arguments[3];
     const Format *element = format_named(arguments[4]);
-    const long block_size = strtol(arguments[5], NULL, 10);
+    const long block_size = whole_number(arguments[5], "BLOCK_SIZE must be a whole number");
     const ScaleMode mode = scale_mode_named(option(options, option_count, "scale_mode", "floor"));
     const Rounding rounding = rounding_named(option(options, option_count, "rounding", "nearest_even"));
     Tally tally = {0, 0, 0};
@@ -1023,12 +1059,13 @@ static Tally check_nvfp4(const char *directory, char **arguments)
     const char *file = arguments[0], *input_name = arguments[1], *scales_name = arguments[2];
     const char *codes_name = arguments[3], *amax_name = arguments[4], *encode_scale_name = arguments[5];
     const int given = flag_argument(arguments[6], "GIVEN must be 0 or 1");
+    const char *dequantized_name = arguments[7];
     const long block_size = 16;
     Tally tally = {0, 0, 0};
     long size, rows, length, blocks_per_row, row, block, i;
     char path[4096];
     unsigned char *zip;
-    Array input, scales, codes, amax_array, encode_scale_array;
+    Array input, scales, codes, amax_array, encode_scale_array, dequantized;
     float global_amax, s_enc, s_dec, multiplier;
     tally.file = file;
     zip = read_whole_file(join_path(path, sizeof path, directory, file), &size);
@@ -1037,9 +1074,11 @@ static Tally check_nvfp4(const char *directory, char **arguments)
     codes = read_array(file, zip, size, codes_name, "|u1", 1);
     amax_array = read_array(file, zip, size, amax_name, "<f4", 4);
     encode_scale_array = read_array(file, zip, size, encode_scale_name, "<f4", 4);
-    if (input.ndim != 2 || scales.ndim != 2 || codes.count != input.count || amax_array.ndim != 0
-        || encode_scale_array.ndim != 0) {
-        fail_malformed(file, "NVFP4 arrays must be 2-d (one code per input) and 0-d (amax, S_enc)");
+    dequantized = read_array(file, zip, size, dequantized_name, "<f4", 4);
+    if (input.ndim != 2 || scales.ndim != 2 || codes.count != input.count || dequantized.count != input.count
+        || amax_array.ndim != 0 || encode_scale_array.ndim != 0) {
+        fail_malformed(file, "NVFP4 arrays must be 2-d (one code and one dequantised value per input) and 0-d "
+                       "(amax, S_enc)");
     }
     rows = input.shape[0];
     length = input.shape[1];
@@ -1079,7 +1118,7 @@ static Tally check_nvfp4(const char *directory, char **arguments)
             const unsigned expected_scale = scales.data[row * blocks_per_row + block];
             uint32_t amax_bits = 0;
             unsigned scale;
-            float element_scale;
+            float element_scale, factor;
             for (i = start; i < stop; i++) {
                 uint32_t magnitude = (uint32_t)float_bits_at(&input, i) & 0x7FFFFFFFu;
                 amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
@@ -1091,12 +1130,23 @@ static Tally check_nvfp4(const char *directory, char **arguments)
                 continue; /* the codes depend on the scale */
             }
             element_scale = nvfp4_element_scale(scale, s_dec);
+            /* the dequantised values (the note: TransformerEngine's kernel, in float32, left to right; these
+             * files' amaxes keep S_dec_b * global_amax within float32) */
+            factor = (code_value(scale, format_named("E4M3")) * global_amax) * (float)(1.0 / 2688.0);
             for (i = start; i < stop; i++) {
                 const uint64_t bits = float_bits_at(&input, i);
                 const unsigned got = nvfp4_element_code(float_of_bits((uint32_t)bits), element_scale);
+                float value;
                 tally.checked++;
                 if (got != codes.data[i]) {
                     report_code(&tally, codes_name, i, bits, 4, codes.data[i], got);
+                    continue; /* the value depends on the code */
+                }
+                value = code_value(got, format_named("E2M1")) * factor;
+                tally.checked++;
+                if (bits_of_float(value) != (uint32_t)float_bits_at(&dequantized, i)) {
+                    report_scalar_at(&tally, dequantized_name, i, (uint32_t)float_bits_at(&dequantized, i),
+                                     bits_of_float(value));
                 }
             }
         }
@@ -1210,7 +1260,8 @@ static Tally check_gemm(const char *directory, char **arguments, char **options,
     static const char *const allowed[] = {"scale_format", "a_scale_codes", "b_scale_codes", "a_tensor_scale",
                                           "b_tensor_scale", NULL};
     const char *file = arguments[0];
-    const char *reference_name = arguments[7], *magnitude_name = arguments[8], *tolerance_name = arguments[9];
+    const char *reference_name = arguments[7], *magnitude_name = arguments[8], *error_bound_name = arguments[9];
+    const char *tolerance_name = arguments[10], *underflow_name = arguments[11];
     const char *scale_format_name = option(options, option_count, "scale_format", NULL);
     const char *a_scale_codes_name = option(options, option_count, "a_scale_codes", NULL);
     const char *b_scale_codes_name = option(options, option_count, "b_scale_codes", NULL);
@@ -1223,7 +1274,8 @@ static Tally check_gemm(const char *directory, char **arguments, char **options,
     long size, rows, inner, columns, i, j, k;
     unsigned char *zip;
     Operand a, b;
-    Array reference, magnitude, tolerance;
+    Array reference, magnitude, error_bound, tolerance, underflow;
+    double gamma_k, accumulator_bound;
     float *a_scales, *b_scales, *a32, *b32, a_tensor = 1.0f, b_tensor = 1.0f, alpha;
     double *a64, *b64;
     check_option_names(options, option_count, allowed);
@@ -1248,11 +1300,18 @@ static Tally check_gemm(const char *directory, char **arguments, char **options,
     columns = b.codes.shape[1];
     reference = read_array(file, zip, size, reference_name, "<f8", 8);
     magnitude = read_array(file, zip, size, magnitude_name, "<f8", 8);
+    error_bound = read_array(file, zip, size, error_bound_name, "<f8", 8);
     tolerance = read_array(file, zip, size, tolerance_name, "<f8", 8);
+    underflow = read_array(file, zip, size, underflow_name, "<f8", 8);
     if (b.codes.shape[0] != inner || reference.ndim != 2 || reference.shape[0] != rows
-        || reference.shape[1] != columns || magnitude.count != reference.count || tolerance.count != reference.count) {
-        fail_malformed(file, "gemm shapes: a_codes M x K, b_codes K x N, reference, magnitude, tolerance M x N");
+        || reference.shape[1] != columns || magnitude.count != reference.count || error_bound.count != reference.count
+        || tolerance.count != reference.count || underflow.count != reference.count) {
+        fail_malformed(file, "gemm shapes: a_codes M x K, b_codes K x N, reference, magnitude, reference_error_bound, "
+                       "tolerance and underflow_term M x N");
     }
+    /* Higham's gamma_n = n u / (1 - n u): K roundings in float64 (u = 2**-53), and the float32 kernel's K + 3 */
+    gamma_k = (double)inner * 0x1p-53 / (1.0 - (double)inner * 0x1p-53);
+    accumulator_bound = (double)(inner + 3) * 0x1p-24 / (1.0 - (double)(inner + 3) * 0x1p-24);
     a_scales = malloc(sizeof *a_scales * (size_t)a.scales.count);
     b_scales = malloc(sizeof *b_scales * (size_t)b.scales.count);
     a32 = malloc(sizeof *a32 * (size_t)a.codes.count);
@@ -1330,6 +1389,33 @@ static Tally check_gemm(const char *directory, char **arguments, char **options,
                          read_f64(&magnitude, at));
                 report_output(&tally, magnitude_name, i, j, what);
             }
+            {   /* the reference's error bound and the tolerance, from the note's formulas, in its order; the
+                 * underflow term C is the file's (its derivation is minifp8.gemm's, not the note's) */
+                const double s_bound = read_f64(&magnitude, at), c = read_f64(&underflow, at);
+                const double reference_bound = is_finite_double(expected)
+                                               ? gamma_k * s_bound / (1.0 - gamma_k) : 0.0;
+                const double exact_magnitude = s_bound / (1.0 - gamma_k);
+                double accumulated = (exact_magnitude > 0.0 ? accumulator_bound * exact_magnitude : 0.0)
+                                     + (double)(4 * inner + 4) * 0x1p-149;
+                double rebuilt;
+                if (c > 0.0) {
+                    accumulated = accumulated + (1.0 + accumulator_bound) * c;
+                }
+                rebuilt = is_finite_double(expected)
+                          ? 0x1p-24 * (magnitude_of(expected) + reference_bound + accumulated) + 0x1p-150
+                            + accumulated + reference_bound
+                          : 0.0;
+                tally.checked += 2;
+                if (!(c >= 0.0) || reference_bound != read_f64(&error_bound, at)) {
+                    snprintf(what, sizeof what, "the reference's error bound is %.17g, expected %.17g (C %.3g)",
+                             reference_bound, read_f64(&error_bound, at), c);
+                    report_output(&tally, error_bound_name, i, j, what);
+                }
+                if (rebuilt != bound) {
+                    snprintf(what, sizeof what, "the note's tolerance is %.17g, expected %.17g", rebuilt, bound);
+                    report_output(&tally, tolerance_name, i, j, what);
+                }
+            }
             error = magnitude_of((double)output - expected);
             if (expected != expected ? !is_nan_float(output) : !(error <= bound)) {
                 snprintf(what, sizeof what, "the float32 kernel gives %.9g, reference %.17g: error %.3g, "
@@ -1361,19 +1447,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: golden_consumer DIR ENTRY...  (ENTRY: decode FILE CODES VALUES FORMAT | "
                 "codec FILE INPUT CODES FORMAT SATURATE "
                 "[OPTION=VALUE...] | mx FILE INPUT SCALES CODES ELEMENT_FORMAT BLOCK_SIZE [OPTION=VALUE...] | "
-                "nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN | gemm FILE A_CODES A_FORMAT A_SCALES "
-                "B_CODES B_FORMAT B_SCALES REFERENCE MAGNITUDE TOLERANCE [OPTION=VALUE...]; see golden_consumer.c)\n");
+                "nvfp4 FILE INPUT SCALES CODES GLOBAL_AMAX ENCODE_SCALE GIVEN DEQUANTIZED | gemm FILE A_CODES A_FORMAT "
+                "A_SCALES B_CODES B_FORMAT B_SCALES REFERENCE MAGNITUDE ERROR_BOUND TOLERANCE UNDERFLOW_TERM "
+                "[OPTION=VALUE...]; see golden_consumer.c)\n");
         return 2;
     }
     while (next < argc) {
         const char *kind = argv[next];
         const int fixed = strcmp(kind, "decode") == 0 ? 4 : strcmp(kind, "codec") == 0 ? 5 : strcmp(kind, "mx") == 0 ? 6
-                          : strcmp(kind, "nvfp4") == 0 ? 7 : strcmp(kind, "gemm") == 0 ? 10 : -1;
+                          : strcmp(kind, "nvfp4") == 0 ? 8 : strcmp(kind, "gemm") == 0 ? 12 : -1;
         int options = 0;
         Tally tally;
         if (fixed < 0 || next + 1 + fixed > argc) {
             fprintf(stderr, "golden_consumer: error: expected an entry (decode with 4 arguments, codec with 5, "
-                    "mx with 6, nvfp4 with 7, gemm with 10) at argument %d, got %s\n", next, kind);
+                    "mx with 6, nvfp4 with 8, gemm with 12) at argument %d, got %s\n", next, kind);
             return 2;
         }
         while (next + 1 + fixed + options < argc && strchr(argv[next + 1 + fixed + options], '=') != NULL) {
@@ -1395,6 +1482,9 @@ int main(int argc, char **argv)
                 fail_usage("an nvfp4 entry takes no options", argv[next + 1 + fixed]);
             }
             tally = check_nvfp4(argv[1], argv + next + 1);
+        }
+        if (tally.checked == 0) {
+            fail_malformed(tally.file, "the entry holds no value to check");
         }
         checked += tally.checked;
         mismatches += tally.mismatches;

@@ -71,7 +71,8 @@ def consumer_arguments(entry: dict) -> list[str]:
     if entry["kind"] == "gemm":
         assert (entry["accumulator"], entry["output"], entry["promote_every"]) == ("float32", "float32", None)
         arguments = ["gemm", entry["file"], roles["a_codes"], entry["a_format"], roles["a_scales"], roles["b_codes"],
-                     entry["b_format"], roles["b_scales"], roles["reference"], roles["magnitude"], roles["tolerance"]]
+                     entry["b_format"], roles["b_scales"], roles["reference"], roles["magnitude"],
+                     roles["reference_error_bound"], roles["tolerance"], roles["underflow_term"]]
         if entry["scale_format"] is not None:
             arguments += [f"scale_format={entry['scale_format']}", f"a_scale_codes={roles['a_scale_codes']}",
                           f"b_scale_codes={roles['b_scale_codes']}"]
@@ -87,7 +88,8 @@ def consumer_arguments(entry: dict) -> list[str]:
     assert entry["kind"] == "nvfp4" and entry["block_size"] == 16
     assert (entry["element_format"], entry["scale_format"]) == ("E2M1", "E4M3")
     return ["nvfp4", entry["file"], roles["input"], roles["expected_scales"], roles["expected_codes"],
-            roles["global_amax"], roles["encode_scale"], str(int(entry["global_amax_given"]))]
+            roles["global_amax"], roles["encode_scale"], str(int(entry["global_amax_given"])),
+            roles["expected_dequantized"]]
 
 
 def run_consumer(consumer: Path, folder: Path, entries: list[dict]) -> subprocess.CompletedProcess:
@@ -103,12 +105,13 @@ def load_arrays(folder: Path, entry: dict) -> dict:
 def expected_line(entry: dict, arrays: dict) -> tuple[str, int]:
     """The consumer's line for an entry that passes, and the number of values it must compare,
     counted here from the arrays: every code; for blocks every scale, and the codes of the blocks
-    whose scale is not NaN (their others are don't-care); NVFP4 adds S_enc and, where it is not
-    given, the tensor amax."""
+    whose scale is not NaN (their others are don't-care); NVFP4 adds S_enc, every dequantised value
+    and, where it is not given, the tensor amax."""
     roles = entry["arrays"]
-    if entry["kind"] == "gemm":  # three values an output (float32 within tolerance, reference, S), and scale codes
+    if entry["kind"] == "gemm":  # five values an output (float32 within tolerance, reference, S, the reference's
+        # error bound, the tolerance), and scale codes
         outputs = arrays[roles["reference"]].size
-        checked = 3 * outputs + sum(arrays[roles[name]].size for name in ("a_scale_codes", "b_scale_codes")
+        checked = 5 * outputs + sum(arrays[roles[name]].size for name in ("a_scale_codes", "b_scale_codes")
                                     if roles[name] is not None)
         return (f"ok gemm {entry['a_format']}x{entry['b_format']} {entry['m']}x{entry['k']}x{entry['n']} "
                 f"{entry['file']}:{roles['reference']}: {outputs} outputs, {checked} values checked, 0 mismatches"
@@ -129,7 +132,7 @@ def expected_line(entry: dict, arrays: dict) -> tuple[str, int]:
     if entry["kind"] == "mx":
         return (f"ok mx {entry['element_format']} block_size={size} scale_mode={entry['scale_mode']} {described}, "
                 f"{checked} values checked, 0 mismatches"), checked
-    checked += 1 + (not entry["global_amax_given"])
+    checked += 1 + (not entry["global_amax_given"]) + inputs.size  # (S_enc, the amax, the dequantised values)
     return (f"ok nvfp4 given={int(entry['global_amax_given'])} {described}, {checked} values checked, "
             f"0 mismatches"), checked
 
@@ -226,6 +229,42 @@ def _damage_the_reference(arrays: dict, entry: dict) -> tuple[str, tuple[str, st
                   f"expected {arrays[name][2, 3]:.17g}")
 
 
+def _damage_a_gemm_bound(role: str, what: str):
+    """Inflate one output's stored reference error bound or tolerance a thousandfold (a review's find: the
+    consumer used the tolerance as given, so any inflated one passed every kernel)."""
+    def damage(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+        name = entry["arrays"][role]
+        original = arrays[name][2, 3]
+        arrays[name][2, 3] = 1000 * original
+        return name, (f"  mismatch {entry['file']}:{name}[2, 3]: {what} {original:.17g}, ",
+                      f"expected {arrays[name][2, 3]:.17g}")
+    damage.__name__ = f"_damage_the_{role}"
+    return damage
+
+
+def _damage_a_dequantized_value(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+    """Move one NVFP4 dequantised value (a nonzero one) to the next float32 up."""
+    name = entry["arrays"]["expected_dequantized"]
+    values = arrays[name].reshape(-1)
+    index = int(np.flatnonzero(values)[3])
+    original = int(values[index:index + 1].view("<u4")[0])
+    values[index:index + 1].view("<u4")[0] += 1
+    return name, (f"  mismatch {entry['file']}:{name}[{index}]: expected 0x{original + 1:08X} (",
+                  f"), this consumer gives 0x{original:08X} (")
+
+
+def _damage_a_signalling_nan_code(arrays: dict, entry: dict) -> tuple[str, tuple[str, str]]:
+    """Make the code of the first signalling NaN input the Inf of its sign, as a backend that truncates
+    its mantissa writes (0x7F800001 keeps only the payload bits that truncation drops)."""
+    roles = entry["arrays"]
+    name, inputs = roles["expected_codes"], arrays[roles["input"]]
+    index = int(np.flatnonzero(inputs.view("<u4") == golden.NAN_PAYLOAD_BITS[4][0])[0])
+    original = int(arrays[name][index])
+    arrays[name][index] = 0x7C
+    return name, (f"  mismatch {entry['file']}:{name}[{index}]: input 0x7F800001 (",
+                  f"): expected 0x7C, this encoder gives 0x{original:02X}")
+
+
 def _entry(kind: str, **fields):
     """A test of whether a manifest entry is of ``kind`` with these fields (``input``: its input array)."""
     def matches(entry):
@@ -245,10 +284,17 @@ def _entry(kind: str, **fields):
     (_entry("nvfp4", input="x_2"), _damage_a_code),
     (_entry("nvfp4", input="x"), _damage_the_encode_scale),
     (_entry("gemm", name="mx"), _damage_the_reference),
+    (_entry("gemm", name="rowwise"), _damage_a_gemm_bound("tolerance", "the note's tolerance is")),
+    (_entry("gemm", name="rowwise_tiny"), _damage_a_gemm_bound("tolerance", "the note's tolerance is")),
+    (_entry("gemm", name="nvfp4"), _damage_a_gemm_bound("reference_error_bound", "the reference's error bound is")),
+    (_entry("nvfp4", input="x"), _damage_a_dequantized_value),
+    (_entry("codec", format="E5M2", input_dtype="float32", rounding="toward_zero", saturate=False),
+     _damage_a_signalling_nan_code),
 ], ids=["decode-E5M2-value",
         "codec-E4M3-code", "codec-E8M0-float64-stochastic-code", "codec-E2M3-code", "mx-MXFP4-rceil-scale",
         "mx-MXFP6-even-code", "nvfp4-given-amax-scale", "nvfp4-given-amax-code", "nvfp4-encode-scale",
-        "gemm-mx-reference"])
+        "gemm-mx-reference", "gemm-rowwise-tolerance", "gemm-rowwise-tiny-tolerance", "gemm-nvfp4-error-bound",
+        "nvfp4-dequantized", "codec-E5M2-signalling-nan"])
 def test_consumer_in_c_names_a_damaged_expected_value(consumer, golden_files, tmp_path, selected, damage):
     """One expected code or scale changed in a file: the consumer exits 1 and names the index (row and
     block for a scale), the input (the block amax) and both values; the file's other entries pass."""
@@ -265,7 +311,9 @@ def test_consumer_in_c_names_a_damaged_expected_value(consumer, golden_files, tm
         (mismatches, line_start, line_end)
     failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1 and failed[0].endswith(", 1 mismatches") and f" {damaged_entry['file']}:" in failed[0]
-    assert name in failed[0] or damage is _damage_the_encode_scale
+    # (the line names the damaged array, or, for an array it does not list, the entry's own)
+    named = {"gemm": "reference", "nvfp4": "expected_scales"}.get(damaged_entry["kind"])
+    assert name in failed[0] or (named is not None and f":{damaged_entry['arrays'][named]}" in failed[0])
     passed = [line for line in result.stdout.splitlines() if line.startswith("ok ")]
     assert len(passed) == len(manifest["entries"]) - 1  # the other entries, of the same file too
     assert result.stdout.endswith(" 1 mismatches\n")
@@ -378,10 +426,17 @@ def _deflate(path: Path, arrays: dict) -> None:
 
 
 def _as_float64(path: Path, arrays: dict) -> None:
-    np.savez(path, **{**arrays, "x": arrays["x"].astype(np.float64)})
+    with np.errstate(invalid="ignore"):  # (a signalling NaN input is quieted as it widens)
+        np.savez(path, **{**arrays, "x": arrays["x"].astype(np.float64)})
+
+
+def _emptied(path: Path, arrays: dict) -> None:
+    """Every array cut to no element (a review's find: such an entry printed "ok ...: 0 inputs")."""
+    np.savez(path, **{name: array[:0] for name, array in arrays.items()})
 
 
 @pytest.mark.parametrize("damage, message", [
+    (_emptied, "the entry holds no value to check"),
     (_truncate, "not a zip archive"),
     (_flip_a_data_byte, "fails its CRC-32 check"),
     (_deflate, "is compressed (method 8); this reader reads stored members only"),
@@ -405,10 +460,19 @@ def test_consumer_in_c_rejects_a_malformed_file(consumer, golden_files, tmp_path
     (["codec", "f.npz", "x", "c", "E4M3", "2"], "SATURATE must be 0 or 1, got 2"),
     (["codec", "f.npz", "x", "c", "E3M3", "1"], "FORMAT must be E4M3, E5M2, E4M3FNUZ"),
     (["mx", "f.npz", "x", "s", "c", "E4M3", "32", "scale_mode=round"], "scale_mode must be floor, ceil"),
-    (["nvfp4", "f.npz", "x", "s", "c", "a", "e"], "expected an entry"),
-    (["gemm", "f.npz", "a", "E4M3", "sa", "b", "E4M3", "sb", "r", "m", "t", "a_scale_codes=ca"],
+    (["nvfp4", "f.npz", "x", "s", "c", "a", "e", "1"], "expected an entry"),
+    (["gemm", "f.npz", "a", "E4M3", "sa", "b", "E4M3", "sb", "r", "m", "e", "t", "u", "a_scale_codes=ca"],
      "a_scale_codes, b_scale_codes and scale_format together"),
-    (["gemm", "f.npz", "a", "E8M0", "sa", "b", "E4M3", "sb", "r", "m", "t"], "a gemm operand's FORMAT must be"),
+    (["gemm", "f.npz", "a", "E8M0", "sa", "b", "E4M3", "sb", "r", "m", "e", "t", "u"],
+     "a gemm operand's FORMAT must be"),
+    # (a review's finds: trailing characters were read as the number before them, and a repeated option
+    # silently took its first value)
+    (["mx", "f.npz", "x", "s", "c", "E4M3", "32abc"], "BLOCK_SIZE must be a whole number, got 32abc"),
+    (["mx", "f.npz", "x", "s", "c", "E4M3", "-32"], "BLOCK_SIZE must be a whole number, got -32"),
+    (["codec", "f.npz", "x", "c", "E4M3", "1", "rounding=stochastic", "random_bits=r", "random_bit_count=8junk"],
+     "random_bit_count must be a whole number, got 8junk"),
+    (["codec", "f.npz", "x", "c", "E4M3", "1", "rounding=toward_zero", "rounding=nearest_even"],
+     "an option given twice, got rounding=nearest_even"),
 ])
 def test_consumer_in_c_rejects_bad_usage(consumer, tmp_path, arguments, message):
     result = subprocess.run([str(consumer), str(tmp_path), *arguments], capture_output=True, text=True, timeout=60)

@@ -368,10 +368,10 @@ def test_golden_files_reload_with_numpy_and_agree_with_ml_dtypes(golden_dir):
         with np.load(golden_dir / entry["file"], allow_pickle=False) as archive:
             x, expected = archive[entry["arrays"]["input"]], archive[entry["arrays"]["expected_codes"]]
         fmt = formats.get(entry["format"])
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # (invalid: a signalling NaN, quieted)
             exactly_float32 = x.astype(np.float32).astype(x.dtype) == x
-        exactly_float32 |= np.isnan(x)  # ml_dtypes rounds float64 twice: compare float32-exact inputs only
-        x32 = x[exactly_float32].astype(np.float32)
+            exactly_float32 |= np.isnan(x)  # ml_dtypes rounds float64 twice: compare float32-exact inputs only
+            x32 = x[exactly_float32].astype(np.float32)  # (a float32 file's signalling NaNs stay as they are)
         if fmt.name == "E8M0":  # ml_dtypes' subnormal quirk, see test_codec
             keep = ~((x32 > 2.0**-127) & (x32 < 1.5 * 2.0**-127))
             x32, got = x32[keep], expected[exactly_float32][keep]
@@ -436,11 +436,31 @@ def test_golden_write_takes_one_name_or_a_non_empty_list_once_each(tmp_path):
     per_format = 2 * len(golden.ROUNDINGS) * 2 + 1  # input dtypes x roundings x saturation, and the decode entry
     assert written_formats("E4M3") == ["E4M3"] * per_format  # one name is one format, not its characters
     assert written_formats(["E4M3", "e4m3", formats.E4M3, "E2M1"]) == ["E4M3"] * per_format + ["E2M1"] * per_format
-    with pytest.raises(ValueError, match="at least one format.*empty list"):
+    with pytest.raises(ValueError, match="^golden.write: format_names must name at least one format.*empty list"):
         golden.write(tmp_path / "empty", [])
-    with pytest.raises(ValueError, match="unknown format 'bogus'"):
+    with pytest.raises(TypeError, match="^golden.write: format_names must be a format name or a sequence of them, "
+                                        "got int 123"):
+        golden.write(tmp_path / "number", 123)
+    with pytest.raises(ValueError, match="^golden.write: unknown format 'bogus'"):
         golden.write(tmp_path / "bogus", ["E4M3", "bogus"])
     assert not (tmp_path / "bogus").exists()  # names are checked before anything is written
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(OSError, match="cannot write golden files to .*a_file: it is a file, not a folder$"):
+        golden.write(tmp_path / "a_file", "E4M3", blocks=False)  # (it said "File exists")
+
+
+def test_golden_write_npz_takes_plain_member_names_only(tmp_path):
+    """A review's find: a name became a zip member's path as given ("a/../b.npy", a path traversal for
+    whoever unzips it), an int name was written as "1.npy", and mixed name types failed in sorted()."""
+    for name, error in (("a/../b", ValueError), ("", ValueError), ("..", ValueError), ("x y", ValueError),
+                        (1, TypeError)):
+        with pytest.raises(error, match=r"^golden.write_npz: an array's name names its zip member: a non-empty str "
+                                        r"of letters, digits, '_', '\.' and '-', got "):
+            golden.write_npz(tmp_path / "bad.npz", {name: np.ones(2), "fine": np.ones(1)})
+        assert not (tmp_path / "bad.npz").exists()
+    golden.write_npz(tmp_path / "good.npz", {"x_1.a-b": np.ones(2)})
+    with np.load(tmp_path / "good.npz") as archive:
+        assert archive.files == ["x_1.a-b"]
 
 
 # ---- found in a review: the notes said saturate=true gives +-max for Inf (FNUZ too: ONNX Cast-24) and that
@@ -454,7 +474,8 @@ def rounds_above_max(x, fmt, rounding, random_bits, random_bit_count):
     """Whether finite ``x`` rounds, with an unbounded exponent, to a magnitude above ``fmt.max``, from
     the definitions (not codec.encode): beyond max plus the top binade's quantum always (toward
     zero too); between the two by the rounding's rule for the fraction ``f`` of a quantum above max."""
-    magnitude = np.abs(x.astype(np.float64))
+    with np.errstate(invalid="ignore"):  # (a signalling NaN input, quieted)
+        magnitude = np.abs(x.astype(np.float64))
     quantum = 2.0 ** (fmt.emax - fmt.mantissa_bits)
     with np.errstate(invalid="ignore"):  # (Inf - Inf)
         fraction = magnitude / quantum - fmt.max / quantum  # exact: powers of two and one binade
@@ -531,7 +552,8 @@ def test_golden_stochastic_files_pin_the_ties_of_f_times_2_to_the_k(golden_dir):
         if entry["rounding"] != "stochastic":
             continue
         fmt, bit_count = formats.get(entry["format"]), entry["random_bit_count"]
-        magnitude = np.abs(arrays["input"].astype(np.float64))
+        with np.errstate(invalid="ignore"):  # (a signalling NaN input, quieted)
+            magnitude = np.abs(arrays["input"].astype(np.float64))
         finite = np.isfinite(magnitude) & (magnitude > 0)
         magnitude = np.where(finite, magnitude, 1.0)
         exponent = np.frexp(magnitude)[1] - 1  # floor(log2 |x|)
@@ -1490,9 +1512,31 @@ def test_golden_gemm_note_says_what_a_consumer_needs(golden_dir):
                    "rowwise [1, K], [K, 1]", "1x128_128x128 [1, 128], [128, 128]", "mx [1, 32], [32, 1]",
                    "nvfp4 [1, 16], [16, 1]", "2**(code - 127), 0xFF NaN", "computed exactly",
                    "reference is the exact D", "gamma_n = n u / (1 - n u)", "acc = gamma_(K+3) with u = 2**-24",
-                   "Use the stored tolerance array", "|output - reference| <= tolerance",
-                   "is NaN where reference is NaN"):
+                   "it gives the stored tolerance bit for bit", "|output - reference| <= tolerance",
+                   "is NaN where reference is NaN", "the underflow_term array, M x N, holds it"):
         assert stated in note, stated
+
+
+def test_golden_gemm_note_rebuilds_the_error_bound_and_the_tolerance_bit_for_bit(golden_dir):
+    """The note's formulas, written here from its text in its order, give the stored reference error bound and
+    tolerance of every GEMM entry bit for bit, with C from the underflow_term array (0.3.3; before, C was not
+    stored and the note said to use the tolerance as given, which no consumer could check)."""
+    for entry, arrays in gemm_entries_of(golden_dir):
+        k, reference, magnitude = entry["k"], arrays["reference"], arrays["magnitude"]
+        finite = np.isfinite(reference)
+        gamma_k = k * 2.0**-53 / (1 - k * 2.0**-53)
+        acc = (k + 3) * 2.0**-24 / (1 - (k + 3) * 2.0**-24)
+        error_bound = np.where(finite, gamma_k * magnitude / (1 - gamma_k), 0.0)
+        exact_magnitude = magnitude / (1 - gamma_k)
+        accumulated = np.where(exact_magnitude > 0, acc * exact_magnitude, 0.0) + (4 * k + 4) * 2.0**-149
+        carried = arrays["underflow_term"]
+        accumulated = np.where(carried > 0, accumulated + (1 + acc) * carried, accumulated)
+        with np.errstate(invalid="ignore"):
+            tolerance = np.where(finite, (2.0**-24 * ((np.abs(reference) + error_bound) + accumulated) + 2.0**-150)
+                                 + accumulated + error_bound, 0.0)
+        assert np.array_equal(error_bound, arrays["reference_error_bound"]), entry["name"]
+        assert np.array_equal(tolerance, arrays["tolerance"]), entry["name"]
+        assert (carried > 0).any() == (entry["name"] == "rowwise_tiny"), entry["name"]
 
 
 def test_golden_gemm_builders_name_a_bad_problem_or_layout():

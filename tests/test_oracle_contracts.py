@@ -264,11 +264,14 @@ def test_golden_npz_arrays_are_written_in_c_order(tmp_path):
 # under Python 3.10 with NumPy 2.0.0, 3.11 with 2.4.6 and 3.13 with 2.5.5 (2026-11-30).
 # 0.3.1 adds the decode files and the "fields" and "decode" notes, and states NVFP4's dequantisation
 # and the rounding names in the notes; every other file's bytes are 0.3.0's. 0.3.2's manifest differs
-# from 0.3.1's in its version alone (2026-12-01).
+# from 0.3.1's in its version alone (2026-12-01). 0.3.3 adds NaN inputs with payloads to the codec files,
+# NVFP4's dequantised values and the GEMMs' underflow term, and states the tolerance's order of operations
+# (2026-12-03).
 GOLDEN_MANIFEST_SHA256 = {"0.2.0": "320f4885cd792526b56e3115dfc4953adb0f49854a8aeb0c20894ae664018dd7",
                           "0.3.0": "eb7019e908816ce8dca9403e8721d782b5a2e7c58cdef07fe2598437e9d1d70f",
                           "0.3.1": "5d93e5bba11aa1d389d201a0bcb5937bdf99f740c6bed70744ecf9e1690dd4dc",
-                          "0.3.2": "42deef43ceeb89d2296a4da5221f39538d7f494b9e633af03208a3ce838cfb0e"}
+                          "0.3.2": "42deef43ceeb89d2296a4da5221f39538d7f494b9e633af03208a3ce838cfb0e",
+                          "0.3.3": "4831efd59d74394daa1a2652db49e29238fe024c30267cdd75d9cdc4938c8b4a"}
 
 
 def test_this_version_writes_the_golden_bytes_it_promised(tmp_path):
