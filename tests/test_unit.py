@@ -266,6 +266,21 @@ def test_attention_query_and_key_gradients_at_mult_1(causal):
     close(k.grad.std(), expected)
 
 
+@pytest.mark.parametrize("queries", [16, 1])
+def test_causal_attention_with_fewer_queries_than_keys_is_not_unit_scaled(queries):
+    """The documented limit: the causal rule takes s = the key length (256) and assumes as many
+    queries. The mask is top-left aligned, so query row i averages i + 1 values: variance H_q / q
+    averaged over the rows in the flat limit, which the rule's scale for s keys (6.74, about
+    sqrt(s / ln s)) makes a std of 3.10 (q = 16) or 6.74 (q = 1), as in the library. Without the
+    mask every row averages all 256 keys: std 1 for any q."""
+    s, d_head = 256, 64
+    q, k, v = normal(0, 16, 8, queries, d_head), normal(1, 16, 8, s, d_head), normal(2, 16, 8, s, d_head)
+    expected = attention_scale(s, d_head, True, 1.0) * math.sqrt(harmonic(queries) / queries)
+    assert expected == pytest.approx({16: 3.10, 1: 6.74}[queries], abs=0.005)
+    close(U.scaled_dot_product_attention(q, k, v, causal=True).data.std(), expected)
+    close(U.scaled_dot_product_attention(q, k, v, causal=False).data.std(), 1.0)
+
+
 # ================================================================================================
 # 2. Gradients against the definition: b_i times the unscaled op's gradient
 # ================================================================================================
