@@ -114,7 +114,7 @@ def sigmoid(x: Tensor | ArrayLike) -> Tensor:
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 # |x| beyond which gelu's backward clips x after an overflow: far past where tanh rounds to +-1
-# (|x| ~ 4.6 in float32, 7.5 in float64), so the gradient there is already exactly its limit,
+# (|x| ~ 5.4 in float32, 7.2 in float64), so the gradient there is already exactly its limit,
 # and far below where 2 x (c/2 + 3 a c x^2 / 2) overflows (|x| 1.47e13 in float32).
 _GELU_CLIP = 1e6
 
@@ -259,7 +259,8 @@ def log_softmax(x: Tensor | ArrayLike, axis: int = -1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``. Backward: ``dx = g - softmax(x) * sum(g, axis)``."""
     x = _floating(x, "log_softmax")
     axis = _nonempty_axis(x, axis, "log_softmax")
-    shifted = x.data - x.data.max(axis=axis, keepdims=True)
+    with np.errstate(over="ignore"):  # (as in softmax: logits more than FLT_MAX below the max give -inf)
+        shifted = x.data - x.data.max(axis=axis, keepdims=True)
     with np.errstate(under="ignore"):  # (as in softmax)
         out_data = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
@@ -278,6 +279,9 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
     and D the axis length, the fused backward is
     ``dx = (h - mean(h) - xhat * mean(h * xhat)) / sqrt(var + eps)``,
     ``dweight = sum(g * xhat)``, ``dbias = sum(g)`` over all leading axes.
+
+    With ``eps = 0`` a constant row has no scale to divide by: its outputs and gradients are NaN, as
+    in torch, whatever its magnitude (quietly: the row, not an operation, is undefined).
     """
     x = _floating(x, "layer_norm", "x")
     if x.ndim == 0:
@@ -297,14 +301,15 @@ def layer_norm(x: Tensor | ArrayLike, weight: Tensor | ArrayLike | None = None, 
         var = np.einsum("ij,ij->i", xhat, xhat)[:, None]
     var /= features
     var += eps
-    rstd = 1.0 / np.sqrt(var)
-    huge = ~np.isfinite(var) & np.isfinite(x2).all(axis=1, keepdims=True)
-    if huge.any():  # (a variance of Inf gave every output 0, a mean of Inf - Inf NaN: found in reviews)
-        rows = huge[:, 0]
-        xhat[rows], rstd[rows] = _normalized_huge_rows(x2[rows], eps)
-        np.multiply(xhat, rstd, out=xhat, where=~huge)
-    else:
-        xhat *= rstd
+    with np.errstate(divide="ignore", invalid="ignore"):  # (eps = 0 and a constant row: 0 * Inf, NaN)
+        rstd = 1.0 / np.sqrt(var)
+        huge = ~np.isfinite(var) & np.isfinite(x2).all(axis=1, keepdims=True)
+        if huge.any():  # (a variance of Inf gave every output 0, a mean of Inf - Inf NaN: found in reviews)
+            rows = huge[:, 0]
+            xhat[rows], rstd[rows] = _normalized_huge_rows(x2[rows], eps)
+            np.multiply(xhat, rstd, out=xhat, where=~huge)
+        else:
+            xhat *= rstd
     out = _plus_bias(xhat * weight.data if weight is not None else xhat.copy(), bias)
     out = out.reshape(x.shape)
 
@@ -341,8 +346,9 @@ def _normalized_huge_rows(rows: np.ndarray, eps: float) -> tuple[np.ndarray, np.
         scaled -= scaled.mean(axis=1, keepdims=True)
         variance = np.mean(scaled * scaled, axis=1, keepdims=True)
         local = 1.0 / np.sqrt(variance + (eps / largest) / largest)
-        constant = variance == 0  # (a constant row: xhat 0 and rstd 1 / sqrt(eps), as for any constant row)
-        xhat = np.multiply(scaled, local, out=np.zeros_like(scaled), where=~constant)
+        constant = variance == 0  # (a constant row: xhat 0 and rstd 1 / sqrt(eps), as for any constant row;
+        # with eps = 0, NaN, as 0 * Inf gives the others)
+        xhat = np.multiply(scaled, local, out=np.full_like(scaled, 0.0 if eps > 0 else np.nan), where=~constant)
         rstd = np.where(constant, 1.0 / np.sqrt(np.asarray(eps, rows.dtype)), local / largest)
         return xhat, rstd
 

@@ -22,6 +22,7 @@ finite); ``load_state_dict`` refuses a same-size array of another
 shape. References are NumPy or ``math`` evaluations of the documented formulas, never our output.
 """
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -122,6 +123,45 @@ def test_layer_norm_accepts_eps_zero():
     out = F.layer_norm(Tensor(x), eps=0.0)
     np.testing.assert_allclose(out.data, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(nn.LayerNorm(5, eps=0)(Tensor(x)).data, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_layer_norm_eps_zero_gives_a_constant_row_nan_whatever_its_magnitude():
+    """A review's find: with eps = 0 a constant row of 3.0 gave NaN with divide and invalid warnings, one of
+    3e38 gave outputs 0 and gradients +-Inf. Now every constant row gives NaN quietly (as torch), other rows
+    are untouched, and eps > 0 still gives a constant row zeros."""
+    rows = np.array([[3.0] * 4, [2e19] * 4, [3e38] * 4, [1.0, 2.0, 3.0, 4.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = Tensor(rows, requires_grad=True)
+        out = F.layer_norm(x, eps=0.0)
+        out.backward(np.tile(np.array([1.0, 2.0, 3.0, 4.0], np.float32), (4, 1)))
+        with_eps = F.layer_norm(Tensor(rows[:3]), eps=1e-5).data
+    assert np.isnan(out.data[:3]).all() and np.isnan(x.grad[:3]).all()
+    assert np.isfinite(out.data[3]).all() and np.isfinite(x.grad[3]).all()
+    np.testing.assert_array_equal(with_eps, np.zeros((3, 4)))
+
+
+def test_mean_over_an_empty_axis_is_refused():
+    """A review's find: it gave NaN with NumPy's 'Mean of empty slice' warnings, where every other reduction
+    over nothing (softmax, layer_norm, cross_entropy) is a ValueError."""
+    x = Tensor(np.zeros((0, 3), np.float32), requires_grad=True)
+    for axis, named in ((0, "axis 0"), (None, "axis 0"), ((0, 1), "axis 0")):
+        with pytest.raises(ValueError, match=rf"^mean: {named} of shape \(0, 3\) is empty: the mean of no values"):
+            x.mean(axis=axis)
+    assert x.mean(axis=1).shape == (0,)  # (over the 3: no empty mean)
+    with pytest.raises(ValueError, match=r"^mean: axis \(0, 2\) of shape \(0, 2, 0\) is empty"):
+        Tensor(np.zeros((0, 2, 0), np.float32)).mean()
+
+
+def test_a_numpy_array_exponent_is_a_constant_tensor():
+    """A review's find: t ** ndarray was a TypeError, though every other binary op (and ndarray ** t) takes
+    NumPy operands. It now equals t ** Tensor(array), value and gradient."""
+    exponent = np.array([2.0, 3.0], np.float32)
+    for given in (exponent, np.array(2.0, np.float32)):
+        a, b = Tensor([1.5, 2.0], requires_grad=True), Tensor([1.5, 2.0], requires_grad=True)
+        (a ** given).sum().backward()
+        (b ** Tensor(given)).sum().backward()
+        assert np.array_equal((a ** given).data, (b ** Tensor(given)).data) and np.array_equal(a.grad, b.grad)
 
 
 def test_dropout_keep_mask_is_the_documented_draw():

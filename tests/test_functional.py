@@ -95,6 +95,23 @@ def test_sigmoid_keeps_its_relative_precision_in_both_tails():
     assert np.isnan(F.sigmoid(Tensor(np.array([np.nan]))).data).all()
 
 
+def test_tanh_gradient_keeps_its_relative_precision_in_the_tails():
+    """A review's find: the gradient 1 - tanh(x)**2, from the float32 output, cancels in the tails (96%
+    off at x = 9, 0 at x = 10, where sech(x)**2 is 8e-9), as sigmoid's did. sech(x)**2 to a few float32
+    ulps against float64 wherever it is a normal float32 number."""
+    x = np.concatenate([np.linspace(-44.0, 44.0, 20001), [-0.0, 0.0]]).astype(np.float32)
+    t = Tensor(x, requires_grad=True)
+    F.tanh(t).backward(np.ones_like(x))
+    exact = 1.0 / np.cosh(x.astype(np.float64)) ** 2
+    kept = exact >= np.finfo(np.float32).tiny
+    assert t.grad.dtype == np.float32 and kept.sum() > 19000 and (np.abs(x[kept]) > 40).any()
+    np.testing.assert_allclose(t.grad[kept], exact[kept], rtol=8 * 2.0**-24, atol=0)
+    edges = Tensor(np.array([np.inf, -np.inf, 100.0, np.nan], np.float32), requires_grad=True)
+    F.tanh(edges).backward(np.ones(4, np.float32))
+    np.testing.assert_array_equal(edges.grad[:3], [0, 0, 0])
+    assert np.isnan(edges.grad[3])
+
+
 @pytest.mark.parametrize("name, reference, low", [
     ("exp", math.exp, None), ("log", math.log, 0.1), ("tanh", math.tanh, None), ("sqrt", math.sqrt, 0.1),
     ("sigmoid", lambda v: 1.0 / (1.0 + math.exp(-v)), None), ("relu", lambda v: max(v, 0.0), None),
