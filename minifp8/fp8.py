@@ -427,8 +427,13 @@ class FP8State:
                 raise TypeError(f"FP8State.load_state_dict: {key} must be a floating array, got dtype {array.dtype}")
             if array.shape != current.shape:
                 raise ValueError(f"FP8State.load_state_dict: {key} has shape {array.shape}, expected {current.shape}")
-            with np.errstate(over="ignore", under="ignore"):
-                array = array.astype(np.float32)
+            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+                converted = array.astype(np.float32)
+                lost = (np.isfinite(array) & ~np.isfinite(converted)) | ((converted == 0) & (array != 0))
+            if lost.any():  # (a review's find: 1e39 became an Inf amax, which froze a scale for history_len steps)
+                raise ValueError(f"FP8State.load_state_dict: {key} holds {float(array[lost].flat[0])!r}, which float32 "
+                                 f"cannot hold (a state that minifp8 saved holds float32 values)")
+            array = converted
             if key.endswith(".amax_history") and (array < 0).any():  # amaxes are |x| (NaN and Inf are recorded)
                 raise ValueError(f"FP8State.load_state_dict: {key} holds a negative amax, {array[array < 0][0]}")
             if not key.endswith(".amax_history") and not (np.isfinite(array) and array > 0):

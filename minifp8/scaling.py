@@ -182,7 +182,7 @@ def scale_from_amax(amax: ArrayLike, fmt: str | FloatFormat, *, power_of_2: bool
         codec._check_float_environment()  # (float(amax) of a subnormal is 0 where the CPU flushes)
         value = float(amax)
     else:
-        array = codec._to_float32(amax, "amax")
+        array = _amaxes_in_float32(amax)
         if array.ndim:
             return _scales_from_amaxes(array, fmt, power_of_2)
         value = float(array)
@@ -194,9 +194,40 @@ def scale_from_amax(amax: ArrayLike, fmt: str | FloatFormat, *, power_of_2: bool
     # A float64 quotient rounded to float32 is the float32 quotient (53 >= 2 * 24 + 2 bits: the
     # double rounding is innocuous, Figueroa 1995); past FLT_MAX it is FLT_MAX either way.
     scale = np.float32(min(fmt.max / value, float(FLOAT32_MAX)))
+    if scale < _FLOAT32_SMALLEST_NORMAL:
+        raise _subnormal_scale_error(fmt, value)
     if power_of_2:
         scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
     return np.array(scale, np.float32)
+
+
+def _amaxes_in_float32(amax: ArrayLike) -> np.ndarray:
+    """``amax`` as float32 (`codec._to_float32`), refusing what the conversion would hide: a negative
+    amax that rounds to -0.0, and a positive one that underflows to 0 (which would read as "no
+    values": scale 1, not TransformerEngine's FLT_MAX for a tiny amax)."""
+    array = codec._to_float32(amax, "amax")
+    given = np.asarray(amax)
+    if given.dtype.kind == "f" and given.dtype.itemsize > 4:
+        with np.errstate(invalid="ignore"):
+            negative, vanished = given < 0, (array == 0) & (given > 0)
+        if negative.any():
+            raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(given[negative].flat[0])!r}")
+        if vanished.any():
+            raise ValueError(f"amax {float(given[vanished].flat[0])!r} underflows float32 to 0: an amax is a float32 "
+                             f"tensor's largest magnitude, so float32 holds it")
+    return array
+
+
+_FLOAT32_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+
+
+def _subnormal_scale_error(fmt: FloatFormat, amax: float) -> ValueError:
+    """The error where ``fmt.max / amax`` leaves float32's normal range (a format whose max is below 4,
+    as a hand-made FP4 of max 1.5, with an amax near FLT_MAX): the scale's mantissa would be cut
+    short, its power of two would clear to 0, and ``1 / scale`` could overflow to Inf."""
+    return ValueError(f"{fmt.name}'s max {fmt.max} over amax {amax!r} is below float32's normal range: a scale "
+                      f"there loses precision (and its power of two is 0); formats whose max is 4 or more never "
+                      f"meet this")
 
 
 def _scales_from_amaxes(amax: np.ndarray, fmt: FloatFormat, power_of_2: bool) -> np.ndarray:
@@ -206,6 +237,9 @@ def _scales_from_amaxes(amax: np.ndarray, fmt: FloatFormat, power_of_2: bool) ->
         raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax[negative][0])}")
     with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
         scale = np.minimum(np.float32(fmt.max) / amax, FLOAT32_MAX)  # Inf -> FLT_MAX; NaN stays NaN
+    low = (scale < _FLOAT32_SMALLEST_NORMAL) & np.isfinite(amax) & (amax != 0)
+    if low.any():
+        raise _subnormal_scale_error(fmt, float(amax[low].flat[0]))
     if power_of_2:
         scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
     return np.where(np.isfinite(amax) & (amax != 0), scale, np.float32(1))
@@ -353,10 +387,21 @@ def _tiles(moved: np.ndarray, block_shape: tuple) -> np.ndarray:
 def _expand_tiles(grid: np.ndarray, moved_shape: tuple, block_shape: tuple) -> np.ndarray:
     """One value per tile -> one value per element of an array of ``moved_shape`` (axis last)."""
     rows, columns = block_shape
-    expanded = np.repeat(grid, columns, axis=-1)[..., :moved_shape[-1]]
+    expanded = _repeat_cut(grid, columns, -1, moved_shape[-1])
     if rows > 1:
-        expanded = np.repeat(expanded, rows, axis=0)[:moved_shape[0]]
+        expanded = _repeat_cut(expanded, rows, 0, moved_shape[0])
     return expanded
+
+
+def _repeat_cut(grid: np.ndarray, repeats: int, axis: int, length: int) -> np.ndarray:
+    """``np.repeat(grid, repeats, axis)`` cut to ``length`` along ``axis``, without first making the
+    whole tiles where an axis is shorter than one (a 1-column tensor in 128-column tiles: 128 times
+    its size, found in a review): the full tiles, then the last one's remainder."""
+    full, remainder = divmod(length, repeats)
+    pieces = [np.repeat(np.take(grid, np.arange(full), axis=axis), repeats, axis=axis)]  # (empty if full = 0)
+    if remainder:
+        pieces.append(np.repeat(np.take(grid, [full], axis=axis), remainder, axis=axis))
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=axis)
 
 
 # ---- delayed scaling ---------------------------------------------------------------------------
@@ -485,7 +530,7 @@ class DelayedScaling:
         if isinstance(amax, np.float32):  # (the casts pass a np.float32 on every cast)
             codec._check_float_environment()  # (as _to_float32 does for the others)
         else:
-            amax = codec._to_float32(amax, "amax")
+            amax = _amaxes_in_float32(amax)
             if amax.ndim:
                 raise ValueError(f"amax must be one number (a tensor's max|x|), got an array of shape {amax.shape}")
         if amax < 0:

@@ -1829,6 +1829,10 @@ def test_fp8_state_load_state_dict_checks_everything_before_loading_anything():
             (last, np.zeros(5, np.float32), ValueError, r"amax_history has shape \(5,\), expected \(3,\)"),
             (last, np.array(["a", "b", "c"]), TypeError, "amax_history must be a floating array, got dtype <U1"),
             (last, np.array([1.0, -2.0, 0.0], np.float32), ValueError, "amax_history holds a negative amax"),
+            # (a review's find: a finite float64 beyond float32's range became an Inf amax, one below it 0)
+            (last, np.array([1e39, 0.0, 0.0]), ValueError, r"amax_history holds 1e\+39, which float32 cannot hold"),
+            (last, np.array([1e-50, 0.0, 0.0]), ValueError, r"amax_history holds 1e-50, which float32 cannot hold"),
+            (prefix + "scale", np.float64(1e39), ValueError, r"scale holds 1e\+39, which float32 cannot hold"),
             (prefix + "scale", np.array([1.0, 2.0], np.float32), ValueError, r"scale has shape \(2,\), expected \(\)"),
             (prefix + "scale", np.float32(np.nan), ValueError, "scale must be finite and > 0, got nan"),
             (prefix + "scale_inv", np.float32(-1.0), ValueError, "scale_inv must be finite and > 0, got -1.0"),

@@ -86,6 +86,55 @@ def test_current_scaling_special_inputs():
                                   scaling.quantize_current(x64.astype(np.float32)).codes)  # float32 first
 
 
+def test_amaxes_that_float32_would_hide_or_scales_below_its_normals_are_refused():
+    """Review's finds: a float64 amax that underflows float32 (1e-50) gave scale 1, as "no values" (TE's rule
+    for a tiny amax is FLT_MAX), and -1e-46, which rounds to -0.0, passed as 0; a hand-made format of max 1.5
+    with an amax near FLT_MAX gave a subnormal scale, whose power of two cleared to 0 and whose inverse
+    dequantised a finite input to Inf. Formats of max 4 or more meet none of this."""
+    for amax in (1e-50, np.array([1.0, 1e-50]), np.float64(1e-46)):
+        with pytest.raises(ValueError, match=r"^amax 1e-(50|46) underflows float32 to 0"):
+            scaling.scale_from_amax(amax, "E4M3")
+    for amax in (-1e-46, np.array([1.0, -1e-46])):
+        with pytest.raises(ValueError, match=r"^amax must be >= 0 \(a largest magnitude\), got -1e-46"):
+            scaling.scale_from_amax(amax, "E4M3")
+    scaler = scaling.DelayedScaling("E4M3")
+    with pytest.raises(ValueError, match="underflows float32 to 0"):
+        scaler.record_amax(1e-50)
+    assert scaling.scale_from_amax(np.float32(2.0**-149), "E4M3") == np.float32(3.4028235e38)  # (TE: FLT_MAX)
+    small = formats.FloatFormat("E2M1b3", 2, 1, 3, nan_style="none")  # max 1.5
+    big = np.float32(3.4e38)
+    assert np.float32(small.max) / big < np.finfo(np.float32).tiny  # (the quotient is subnormal)
+    for call in (lambda: scaling.scale_from_amax(big, small),
+                 lambda: scaling.scale_from_amax(big, small, power_of_2=True),
+                 lambda: scaling.scale_from_amax(np.array([1.0, big], np.float32), small),
+                 lambda: scaling.quantize_current(np.array([big, 1.0], np.float32), small),
+                 lambda: scaling.quantize_rowwise(np.array([[big, 1.0], [1.0, 1.0]], np.float32), small)):
+        with pytest.raises(ValueError, match=r"E2M1b3's max 1.5 over amax 3.39999\d*e\+38 is below float32's "
+                                             r"normal range"):
+            call()
+    assert scaling.scale_from_amax(np.float32(2.0), small) == np.float32(0.75)  # (ordinary amaxes: as ever)
+    smallest_safe = min((f for f in formats.CATALOGUE.values() if f.name != "E8M0"), key=lambda f: f.max)
+    assert smallest_safe.max >= 4 and scaling.scale_from_amax(np.float32(3.4028235e38), smallest_safe) > 0
+
+
+def test_rows_and_tiles_with_nan_or_inf_get_scale_one_and_leave_the_others_alone():
+    """The module docstring's rule (a review found it pinned for per-tensor scaling only): a row or tile
+    whose amax is NaN or Inf gets scale 1; every other row or tile gets fp8_max / its own amax, computed
+    here from the definition, and its codes are encode(x * scale) with saturation."""
+    x = np.full((3, 256), 0.01, np.float32)
+    x[0, 5], x[1, 200] = np.nan, np.inf
+    x[2, 7] = 0.5
+    rowwise = scaling.quantize_rowwise(x)
+    np.testing.assert_array_equal(rowwise.scale[:, 0], [1.0, 1.0, np.float32(448) / np.float32(0.5)])
+    np.testing.assert_array_equal(rowwise.codes[2], codec.encode(x[2] * (np.float32(448) / np.float32(0.5)), "E4M3",
+                                                                saturate=True))
+    blockwise = scaling.quantize_blockwise(x, block_shape=(1, 128), power_of_2=False)
+    tile_amax = np.abs(x.reshape(3, 2, 128)).max(axis=2)  # (NaN where a tile holds one)
+    expected = np.where(np.isfinite(tile_amax), np.float32(448) / tile_amax.astype(np.float32), np.float32(1))
+    np.testing.assert_array_equal(blockwise.scale, expected.astype(np.float32))
+    assert blockwise.scale[0, 0] == blockwise.scale[1, 1] == 1 and blockwise.scale[2, 0] == np.float32(896)
+
+
 def test_quantize_with_scale_keeps_x_shape_for_every_scale_that_broadcasts_into_it():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     for scale in (2, np.float32(2), np.full((3, 1), 2.0), np.full((1, 4), 2.0), np.full((3, 4), 2.0)):
