@@ -194,7 +194,7 @@ def scale_from_amax(amax: ArrayLike, fmt: str | FloatFormat, *, power_of_2: bool
     # A float64 quotient rounded to float32 is the float32 quotient (53 >= 2 * 24 + 2 bits: the
     # double rounding is innocuous, Figueroa 1995); past FLT_MAX it is FLT_MAX either way.
     scale = np.float32(min(fmt.max / value, float(FLOAT32_MAX)))
-    if scale < _FLOAT32_SMALLEST_NORMAL:
+    if fmt.max < 4 and scale < _FLOAT32_SMALLEST_NORMAL:  # (max >= 4: max / FLT_MAX is normal)
         raise _subnormal_scale_error(fmt, value)
     if power_of_2:
         scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
@@ -237,9 +237,10 @@ def _scales_from_amaxes(amax: np.ndarray, fmt: FloatFormat, power_of_2: bool) ->
         raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(amax[negative][0])}")
     with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
         scale = np.minimum(np.float32(fmt.max) / amax, FLOAT32_MAX)  # Inf -> FLT_MAX; NaN stays NaN
-    low = (scale < _FLOAT32_SMALLEST_NORMAL) & np.isfinite(amax) & (amax != 0)
-    if low.any():
-        raise _subnormal_scale_error(fmt, float(amax[low].flat[0]))
+    if fmt.max < 4:  # (max >= 4: max / FLT_MAX is normal, and the casts' tiles skip this)
+        low = (scale < _FLOAT32_SMALLEST_NORMAL) & np.isfinite(amax) & (amax != 0)
+        if low.any():
+            raise _subnormal_scale_error(fmt, float(amax[low].flat[0]))
     if power_of_2:
         scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
     return np.where(np.isfinite(amax) & (amax != 0), scale, np.float32(1))
