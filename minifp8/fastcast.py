@@ -32,9 +32,11 @@ Inf to +-max where the cast saturates (else to Inf, or to NaN in a format withou
 the codec's NaN (its sign kept, its payload not).
 
 Proof. tests/test_fp8.py holds every recipe equal to its reference function, bit for bit,
-through each path (its fixtures set this module's knobs to force each one);
-tests/test_fp8_rounding.py proves the arithmetic of each piece against the codec, in every binade
-(every float32 under ``pytest -m slow``).
+through each path (its fixtures set this module's knobs to force each one: the dense path, the
+codec's table, the tile fixups); tests/test_fp8_rounding.py proves the arithmetic of the rounding
+pieces (`_round_normal`, `_round_below_normal`, `_round_beyond_max`, the tile rounding and the
+table `_round_into`) against the codec, in every binade (the first three for every float32 under
+``pytest -m slow``).
 """
 from __future__ import annotations
 
@@ -962,10 +964,12 @@ def _round_in_tiles(x: np.ndarray, fmt, exponents: np.ndarray) -> tuple[np.ndarr
 
 def _round_beyond_max(scaled: np.ndarray, fmt, saturate: bool) -> np.ndarray:
     """The cast of magnitudes beyond max's rounding interval (Inf and NaN too): +-max where the cast
-    saturates, else +-Inf (an infinite product, no overflow); a NaN becomes the codec's, the quiet
-    NaN ``+-0x7FC00000`` of its sign (a NaN code decodes to it, whatever the payload it came from)."""
+    saturates, else +-Inf (an infinite product, no overflow), or NaN of that sign in a format without
+    Inf (E4M3: OFP8 v1.0 section 5; the casts here always saturate E4M3, so only a caller of this
+    function meets it); a NaN becomes the codec's, the quiet NaN ``+-0x7FC00000`` of its sign (a NaN
+    code decodes to it, whatever the payload it came from)."""
     if not saturate:
-        result = scaled * np.float32(np.inf)
+        result = scaled * np.float32(np.inf) if fmt.has_infinity else np.copysign(np.float32(np.nan), scaled)
     else:
         largest = _MAXIMA[fmt.name]
         result = np.minimum(np.maximum(scaled, -largest), largest)
@@ -1054,7 +1058,7 @@ _pool_lock = threading.Lock()  # taken only to make the pool: threads casting at
 
 def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
     """``[kernel(start, stop), ...]`` over consecutive slices of ``range(rows)`` of about
-    ``_CHUNK_ELEMENTS`` elements each, on ``CAST_THREADS`` threads."""
+    ``_CHUNK_ELEMENTS`` elements each, on ``CAST_THREADS`` threads; the results in slice order."""
     global _pool, _pool_workers
     if rows * row_elements <= _CHUNK_ELEMENTS:
         return [kernel(0, rows)]
@@ -1075,9 +1079,10 @@ def _map_slices(kernel: Callable, rows: int, row_elements: int) -> list:
     # overflow while it rescales did not ignore it in the slabs the workers ran)
     errors = dict(np.geterr())
     futures = [pool.submit(_run_slices, kernel, group, errors) for group in groups[1:]]
-    results = _run_slices(kernel, groups[0], errors)  # this thread works too
-    for future in futures:
-        results.extend(future.result())
+    results: list = [None] * len(slices)
+    results[0::threads] = _run_slices(kernel, groups[0], errors)  # this thread works too
+    for thread, future in enumerate(futures, 1):  # (thread t ran slices t, t + threads, ...: back in order)
+        results[thread::threads] = future.result()
     return results
 
 

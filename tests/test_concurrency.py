@@ -163,6 +163,64 @@ def test_track_while_another_thread_leaves_its_tracker():
 
 
 # ---- fastcast's pool ---------------------------------------------------------------------------
+def test_map_slices_returns_its_results_in_slice_order(monkeypatch):
+    """A review's find: with threads the results came back grouped by thread ([(0, 1), (2, 3), (4, 5),
+    (1, 2), ...]); every caller only summed them, but one that concatenated would have permuted rows."""
+    monkeypatch.setattr(fastcast, "_CHUNK_ELEMENTS", 10)
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(fastcast, "CAST_THREADS", threads)
+        assert fastcast._map_slices(lambda start, stop: (start, stop), 7, 10) == [(i, i + 1) for i in range(7)]
+
+
+def test_threads_casting_mixed_recipes_formats_and_shapes_at_once_match_serial_casts(monkeypatch):
+    """Eight caller threads, each casting its own mix of recipes, formats and shapes (the per-thread scratch
+    of each regrows and its caches turn over) through the shared pool, equal the same casts run one by one,
+    bit for bit (a review found only equal-size fp8 casts tested at once)."""
+    monkeypatch.setattr(fastcast, "CAST_THREADS", 2)
+    rng = np.random.default_rng(31)
+    jobs = []
+    for i in range(24):
+        shape = [(3, 700), (257, 129), (4096,), (64, 300)][i % 4]
+        recipe = ["fp8", "current", "mxfp8", "blockwise"][i // 4 % 4]
+        fmt = "E4M3" if i % 3 else "E5M2"
+        x = (rng.standard_normal(shape) * 2.0 ** int(rng.integers(-20, 20))).astype(np.float32)
+        if recipe in ("mxfp8", "blockwise") and x.ndim == 1:
+            x = x.reshape(16, -1)
+        jobs.append((x, recipe, fmt))
+
+    def cast(job):
+        x, recipe, fmt = job
+        values, stats = fp8.fake_quantize(x, recipe, fmt)
+        return values.tobytes(), stats
+
+    serial = [cast(job) for job in jobs]
+    results: dict = {}
+    errors = []
+
+    def worker(index):
+        try:
+            for turn in range(3):
+                for j in range(index, len(jobs), 8):
+                    results[(turn, j)] = cast(jobs[j])
+        except Exception as error:  # (re-raised below, in the test's thread)
+            errors.append(error)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (switch threads as often as possible)
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors, errors
+    assert len(results) == 3 * len(jobs)
+    for (turn, j), result in results.items():
+        assert result == serial[j], (turn, j, jobs[j][1:])
+
+
 def test_threads_casting_at_once_make_one_pool(monkeypatch):
     """The first thread makes the pool while a second starts casting: the second waits for that
     pool instead of making its own. The first makes it only once the second has asked for the lock
