@@ -249,7 +249,8 @@ def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic
     random_bit_count : int, optional
         The width of each of ``random_bits``, in ``[1, 32]``. Python ints carry no width, so it
         is required with them (and only allowed with ``rounding="stochastic"``), as in
-        `minifp8.codec.encode_scalar`.
+        `minifp8.codec.encode_scalar`; an unsigned NumPy array's default is its dtype's width, as
+        in `quantize`.
 
     Returns
     -------
@@ -266,6 +267,11 @@ def quantize_block_reference(block: Sequence[int | float | Fraction | np.generic
     codec._check_float_environment()  # (float(np.float32) of a subnormal is 0 where the CPU flushes)
     values = [_exact_number(v) for v in block]
     element_bits: Sequence[int | None] | np.ndarray
+    if random_bits is not None and (np.ndim(random_bits) != 1 or isinstance(random_bits, (str, bytes))):
+        raise TypeError(f"random_bits must be a 1-d sequence or array of ints, one per element, got "
+                        f"{type(random_bits).__name__} {random_bits!r}")
+    if random_bit_count is None and isinstance(random_bits, np.ndarray) and random_bits.dtype.kind == "u":
+        random_bit_count = random_bits.dtype.itemsize * 8  # (as quantize: the array carries its width)
     if random_bits is None:
         element_bits = [None] * len(values)
     elif len(random_bits) != len(values):  # (zip would drop elements or bits without a word)
@@ -773,6 +779,10 @@ class NVFP4Array:
             raise ValueError(f"scales: NVFP4 block scales are unsigned E4M3 (sign bit clear, codes < 0x80), got "
                              f"{negative.size} with the sign bit set, first {int(flat_scales[negative[0]]):#04x} "
                              f"at flat index {negative[0]}")
+        nan = np.flatnonzero(flat_scales == 0x7F)
+        if nan.size:  # (a review's find: it dequantised its block to NaN without a word)
+            raise ValueError(f"scales: 0x7f is E4M3's NaN, which no NVFP4 block scale is (the scale cast saturates "
+                             f"at 0x7e, 448), got {nan.size}, first at flat index {nan[0]}")
         block_scales = codec.decode(self.scales, formats.E4M3)
         one_over_2688 = np.float32(1 / (6 * 448))
         with np.errstate(over="ignore", under="ignore"):
@@ -892,6 +902,8 @@ def _check_float32_number(value, name: str, positive: bool = False) -> np.float3
         number = np.float32(np.inf)
     if (isinstance(value, (int, np.integer)) or np.isfinite(value)) and not np.isfinite(number):
         raise ValueError(f"{name}={value!r} overflows float32 (max {np.finfo(np.float32).max:.7g})")
+    if number == 0 and value > 0:  # (a review's find: global_amax 1e-46 read as 0, giving scale 1, not FLT_MAX)
+        raise ValueError(f"{name}={value!r} underflows float32 to 0 (its smallest positive value is about 1.4e-45)")
     if not np.isfinite(number) or number < 0 or (positive and number == 0):
         raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
     return np.float32(0) if number == 0 else number

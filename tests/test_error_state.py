@@ -413,7 +413,8 @@ def test_compare_mx_nvfp4_under_a_strict_caller():
 
 
 def test_fp8_state_loads_a_float64_amax_history_that_rounds_into_the_subnormals():
-    """A checkpoint's float64 amax history (1e-50, 1e-40) becomes float32 (0, a subnormal) on load."""
+    """A checkpoint's float64 amax history (1e-40) becomes float32 (a subnormal) on load, quietly under
+    either error state; one float32 cannot hold (1e-50, once loaded as 0) is refused (test_fp8)."""
     from minifp8.model import GPT, GPTConfig
     config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
 
@@ -422,7 +423,7 @@ def test_fp8_state_loads_a_float64_amax_history_that_rounds_into_the_subnormals(
         saved = state.state_dict()
         key = next(key for key in saved if key.endswith(".amax_history"))
         history = np.zeros(np.shape(saved[key]), np.float64)
-        history[:3] = [1e-50, 1e-40, 2.0]
+        history[:2] = [1e-40, 2.0]
         state.load_state_dict({**saved, key: history})
         return state.state_dict()[key]
 

@@ -8,6 +8,7 @@ References, none of them the vectorised code under test:
 - for NVFP4, a model of TransformerEngine's float32 steps in exact rationals, rounded to float32
   by a small function written here (checked against NumPy on random values first).
 """
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -1060,3 +1061,96 @@ def test_nvfp4_refuses_a_signed_block_scale():
     assert np.array_equal(q.dequantize(), mx.NVFP4Array(scales=q.scales, codes=q.codes, global_amax=q.global_amax,
                                                          encode_scale=q.encode_scale, axis=-1,
                                                          shape=q.shape).dequantize())
+
+
+# ---- a review's finds: every scale mode against an outside reference; NVFP4 and reference inputs ---------------
+ML_DTYPES_ELEMENTS = {"E4M3": "float8_e4m3fn", "E5M2": "float8_e5m2", "E3M2": "float6_e3m2fn",
+                      "E2M3": "float6_e2m3fn", "E2M1": "float4_e2m1fn"}
+
+
+def _shared_exponent_by_definition(amax: float, element: formats.FloatFormat, scale_mode: str) -> int:
+    """The "mx" note's rules, from Python's exact frexp and Fractions (none of minifp8's code)."""
+    if amax == 0:
+        return -127
+    significand, exponent = math.frexp(amax)  # amax = significand * 2**exponent, significand in [0.5, 1)
+    floor_log2, power_of_two = exponent - 1, significand == 0.5
+    emax = math.frexp(element.max)[1] - 1
+    if scale_mode == "floor":
+        shared = floor_log2 - emax
+    elif scale_mode == "ceil":
+        shared = floor_log2 + (not power_of_two) - emax
+    elif scale_mode == "even":  # the significand in [1, 2) rounded to the element's mantissa bits, ties away
+        steps = Fraction(amax) / 2**floor_log2 * 2**element.mantissa_bits
+        rounded = math.floor(steps + Fraction(1, 2))
+        shared = floor_log2 + (rounded == 2 ** (element.mantissa_bits + 1)) - emax
+    else:  # rceil: the least k with max * 2**k >= amax
+        shared = floor_log2 - emax - 1
+        while Fraction(element.max) * Fraction(2) ** shared < Fraction(amax):
+            shared += 1
+    return min(max(shared, -127), 127)
+
+
+@pytest.mark.parametrize("mx_name", list(mx.FORMATS))
+def test_every_scale_mode_equals_an_outside_reference(mx_name):
+    """floor, ceil, even and rceil were checked against mx.py's own reference alone where torch is absent
+    (a review's find). Here the shared exponent comes from the definitions above and the elements from
+    ml_dtypes' casts of x * 2**-shared (exact in float32 for these inputs), clamped to +-max first."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    mx_format = mx.get(mx_name)
+    element, size = mx_format.elem, mx_format.block_size
+    element_type = getattr(ml_dtypes, ML_DTYPES_ELEMENTS[element.name])
+    rng = np.random.default_rng(41)
+    rows = []
+    for binade in range(-126, 124, 5):  # blocks whose values lie within 8 binades of 2**binade
+        rows.append(np.ldexp(rng.uniform(1, 2, size) * rng.choice([-1, 1], size), binade - rng.integers(0, 8, size)))
+        edge = rows[-1].copy()
+        edge[0] = np.float32(element.max) * 2.0 ** (binade - 8)  # an amax on rceil's boundary
+        rows.append(edge)
+    x = np.array(rows).astype(np.float32)
+    x[np.abs(x) < 2.0**-126] = 0  # (no float32 subnormal elements: their scaled values stay exact)
+    for scale_mode in mx.SCALE_MODES:
+        quantized = mx.quantize(x, mx_format, scale_mode=scale_mode)
+        for row in range(len(x)):
+            amax = float(np.max(np.abs(x[row].astype(np.float64))))
+            shared = _shared_exponent_by_definition(amax, element, scale_mode)
+            assert quantized.scales[row, 0] == shared + 127, (scale_mode, row, amax)
+            scaled = np.clip(x[row].astype(np.float64) * 2.0**-shared, -element.max, element.max)
+            assert (scaled.astype(np.float32) == scaled).all()  # (one rounding: ml_dtypes' own)
+            expected = scaled.astype(np.float32).astype(element_type).view(np.uint8)
+            np.testing.assert_array_equal(quantized.codes[row], expected, err_msg=f"{scale_mode} row {row}")
+
+
+def test_nvfp4_refuses_an_amax_that_float32_rounds_to_zero_and_a_nan_block_scale():
+    """A review's finds: a given global_amax of 1e-46 (0 in float32) gave the tensor scale 1, not FLT_MAX,
+    and every block scale 0; a block scale code 0x7F, E4M3's NaN, which TransformerEngine's saturating
+    scale cast never writes, dequantised its block to NaN without a word (a set sign bit is refused)."""
+    x = np.full(16, 1e-40)
+    assert mx.quantize_nvfp4(x, global_amax=1e-45).encode_scale == np.float32(3.4028235e38)
+    with pytest.raises(ValueError, match=r"^global_amax=1e-46 underflows float32 to 0"):
+        mx.quantize_nvfp4(x, global_amax=1e-46)
+    quantized = mx.quantize_nvfp4(np.ones(16, np.float32))
+    with pytest.raises(ValueError, match=r"^encode_scale=1e-50 underflows float32 to 0"):
+        mx.NVFP4Array(quantized.scales, quantized.codes, quantized.global_amax, 1e-50, -1, quantized.shape)
+    scales = quantized.scales.copy()
+    scales[0] = 0x7F
+    nan_scale = mx.NVFP4Array(scales, quantized.codes, quantized.global_amax, quantized.encode_scale, -1,
+                              quantized.shape)
+    for call in (nan_scale.dequantize, nan_scale.scale_values):
+        with pytest.raises(ValueError, match=r"^scales: 0x7f is E4M3's NaN, which no NVFP4 block scale is"):
+            call()
+
+
+def test_the_block_reference_takes_random_bits_as_quantize_does():
+    """A review's find: an unsigned NumPy array of random bits needed random_bit_count here (with an error
+    saying random_bits was missing), where quantize takes the array's width; a scalar failed in len()."""
+    rng = np.random.default_rng(43)
+    x = rng.standard_normal(32).astype(np.float32)
+    bits = rng.integers(0, 2**16, 32).astype(np.uint16)
+    quantized = mx.quantize(x, "MXFP4_E2M1", rounding="stochastic", random_bits=bits)
+    scale, codes = mx.quantize_block_reference(x, "E2M1", rounding="stochastic", random_bits=bits)
+    assert scale == quantized.scales[0] and codes == list(quantized.codes)
+    assert (scale, codes) == mx.quantize_block_reference(x, "E2M1", rounding="stochastic",
+                                                         random_bits=[int(b) for b in bits], random_bit_count=16)
+    with pytest.raises(TypeError, match=r"^random_bits must be a 1-d sequence or array of ints, one per element"):
+        mx.quantize_block_reference([1.1], "E4M3", rounding="stochastic", random_bits=np.uint8(3),
+                                    random_bit_count=8)
