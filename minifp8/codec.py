@@ -294,10 +294,13 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
         For an unknown format, or codes outside ``[0, 2**fmt.bits)``.
     """
     fmt = get(fmt)
+    _check_float_environment()  # (its float32 table, built on first use and kept, would hold flushed values)
     if isinstance(codes, bytes):  # (bytearray and memoryview already read as uint8)
         raise TypeError("codes is a bytes object, which NumPy reads as one string: "
                         "np.frombuffer(codes, np.uint8) reads it as one code a byte")
     codes = _plain_array(codes, "codes")
+    if _ml_dtypes_kind(codes.dtype) == "int":  # (ml_dtypes' uint4, int2, ...: integers, as encode takes them)
+        codes = _from_ml_dtypes(codes, "int")
     if codes.size == 0 and codes.dtype.kind in "fiu":
         return np.zeros(codes.shape, np.float32)
     if codes.dtype.kind not in "ui":
@@ -429,6 +432,8 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     """
     _check_float_environment()
     array = _plain_array(x, name)
+    if not isinstance(x, np.ndarray) and array.dtype == np.float64 and array.size:
+        _check_listed_ints(x, array, name)
     ml_kind = _ml_dtypes_kind(array.dtype)
     if ml_kind in ("float", "int"):
         return _from_ml_dtypes(array, ml_kind)
@@ -449,6 +454,19 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     if not array.dtype.isnative:  # (big-endian data, read from a file): the same values in this machine's order
         array = array.astype(array.dtype.newbyteorder("="))
     return array
+
+
+def _check_listed_ints(x, array: np.ndarray, name: str) -> None:
+    """A ValueError where ``np.asarray`` rounded a Python int beyond 2**53 into ``array``, float64 because
+    ``x`` (a list, say) mixes it with floats: the codec would round it a second time (a review's find:
+    ``[3 * 2**52 - 1, 1.0]`` encoded to E8M0's 2**54, not 2**53), where an int array is refused. Only
+    where some value of ``array`` lies beyond 2**53, so ordinary lists pay one comparison."""
+    if not (np.abs(array) > _EXACT_INTEGER_LIMIT).any():
+        return
+    objects = np.asarray(x, dtype=object)
+    large = [value for value in objects.flat if type(value) is int and abs(value) > _EXACT_INTEGER_LIMIT]
+    if large:
+        raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {large[0]} in {name}")
 
 
 def _memory_order(x: np.ndarray) -> tuple[int, ...] | None:
@@ -698,6 +716,7 @@ def _encode_float32_by_table(x: np.ndarray, fmt: FloatFormat, rounding, saturate
 
 @lru_cache(maxsize=256)
 def _float32_table(fmt: FloatFormat) -> np.ndarray:
+    _check_float_environment()  # (a table built under flush-to-zero would be kept, wrong, for good)
     table = fmt.values().astype(np.float32)
     table.flags.writeable = False
     return table

@@ -392,9 +392,16 @@ def get(name: str | FloatFormat) -> FloatFormat:
     """
     if isinstance(name, FloatFormat):
         return name
+    if isinstance(name, np.dtype) or (isinstance(name, type) and issubclass(name, np.generic)):
+        dtype_name = np.dtype(name).name  # (an ml_dtypes dtype, or its scalar type, names its format)
+        if dtype_name.lower() in _BY_SPELLING:
+            return _BY_SPELLING[dtype_name.lower()]
+        raise ValueError(f"format: the dtype {dtype_name} is not a format minifp8 knows; known: "
+                         f"{', '.join(sorted(_BY_SPELLING))}")
     if not isinstance(name, str):
+        hint = _block_format_hint(name)  # (a block format: named by the hint; anything else: its repr)
         raise TypeError(f"format must be a FloatFormat or a name (str), got {type(name).__name__}"
-                        + _block_format_hint(name))
+                        + (hint or f" {_shown(name)}"))
     key = name.lower().removeprefix("torch.")
     if key not in _BY_SPELLING:
         raise ValueError(f"unknown format {name!r}{_block_format_hint(name)}; known: {', '.join(sorted(_BY_SPELLING))}")
@@ -422,7 +429,10 @@ def _block_format_hint(name) -> str:
 def get_list(names: str | FloatFormat | Iterable[str | FloatFormat], what: str = "names") -> list[FloatFormat]:
     """The formats ``names`` names, each once, in order: one name (or FloatFormat), or a non-empty
     sequence of them. ``what`` names the argument in the errors."""
-    if isinstance(names, (str, FloatFormat)):
+    if isinstance(names, (bytes, bytearray)):  # (iterating them gives ints)
+        raise TypeError(f"{what} must be a format name (str) or a sequence of them, got {type(names).__name__} "
+                        f"{names!r}: decode it first")
+    if isinstance(names, (str, FloatFormat, np.dtype)):
         names = [names]
     if isinstance(names, (set, frozenset)):  # (files and figures would change with PYTHONHASHSEED)
         raise TypeError(f"{what} must be a format name or a sequence of them, got a {type(names).__name__}, whose "

@@ -33,6 +33,22 @@ def ml_dtypes_rounds_once(ml_dtypes) -> bool:
     return tuple(int(part) for part in ml_dtypes.__version__.split(".")[:2]) >= (0, 7)
 
 
+def test_get_takes_an_ml_dtypes_dtype_and_names_what_it_refuses():
+    """A review's finds: formats.get(np.dtype(float8_e4m3fn)) said "got float8_e4m3fn" as if that were
+    wrong, the scalar type said "got type", and get_list(b"e4m3") iterated the bytes ("got int")."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert formats.get(np.dtype(ml_dtypes.float8_e4m3fn)) is formats.E4M3
+    assert formats.get(ml_dtypes.float8_e5m2) is formats.E5M2
+    assert formats.get_list(np.dtype(ml_dtypes.float4_e2m1fn)) == [formats.E2M1]
+    with pytest.raises(ValueError, match="^format: the dtype float32 is not a format minifp8 knows"):
+        formats.get(np.float32)
+    with pytest.raises(TypeError, match="^format must be a FloatFormat or a name \\(str\\), got NoneType None"):
+        formats.get(None)
+    with pytest.raises(TypeError, match="^names must be a format name \\(str\\) or a sequence of them, got bytes "
+                                        "b'e4m3': decode it first"):
+        formats.get_list(b"e4m3")
+
+
 @pytest.mark.parametrize("name", SPEC)
 def test_decode_table_matches_spec(name):
     fmt = formats.get(name)
