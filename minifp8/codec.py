@@ -294,7 +294,7 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
         For an unknown format, or codes outside ``[0, 2**fmt.bits)``.
     """
     fmt = get(fmt)
-    _check_float_environment()  # (its float32 table, built on first use and kept, would hold flushed values)
+    _check_float_environment()  # (as encode: its results would meet flushed arithmetic; the table is checked as built)
     if isinstance(codes, bytes):  # (bytearray and memoryview already read as uint8)
         raise TypeError("codes is a bytes object, which NumPy reads as one string: "
                         "np.frombuffer(codes, np.uint8) reads it as one code a byte")
@@ -432,7 +432,7 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     """
     _check_float_environment()
     array = _plain_array(x, name)
-    if not isinstance(x, np.ndarray) and array.dtype == np.float64 and array.size:
+    if isinstance(x, (list, tuple)) and array.dtype == np.float64:
         _check_listed_ints(x, array, name)
     ml_kind = _ml_dtypes_kind(array.dtype)
     if ml_kind in ("float", "int"):
@@ -457,14 +457,16 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
 
 
 def _check_listed_ints(x, array: np.ndarray, name: str) -> None:
-    """A ValueError where ``np.asarray`` rounded a Python int beyond 2**53 into ``array``, float64 because
-    ``x`` (a list, say) mixes it with floats: the codec would round it a second time (a review's find:
-    ``[3 * 2**52 - 1, 1.0]`` encoded to E8M0's 2**54, not 2**53), where an int array is refused. Only
-    where some value of ``array`` lies beyond 2**53, so ordinary lists pay one comparison."""
+    """A ValueError where ``np.asarray`` rounded an int beyond 2**53 (Python's or NumPy's) into ``array``,
+    float64 because ``x``, a list or tuple, mixes it with floats: the codec would round it a second
+    time (a review's find: ``[3 * 2**52 - 1, 1.0]`` encoded to E8M0's 2**54, not 2**53), where an int
+    array is refused. Only where some value of ``array`` lies beyond 2**53, so ordinary lists pay one
+    comparison."""
     if not (np.abs(array) > _EXACT_INTEGER_LIMIT).any():
         return
     objects = np.asarray(x, dtype=object)
-    large = [value for value in objects.flat if type(value) is int and abs(value) > _EXACT_INTEGER_LIMIT]
+    large = [value for value in objects.flat if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+             and abs(int(value)) > _EXACT_INTEGER_LIMIT]
     if large:
         raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {large[0]} in {name}")
 

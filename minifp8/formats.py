@@ -400,7 +400,7 @@ def get(name: str | FloatFormat) -> FloatFormat:
                          f"{', '.join(sorted(_BY_SPELLING))}")
     if not isinstance(name, str):
         hint = _block_format_hint(name)  # (a block format: named by the hint; anything else: its repr)
-        raise TypeError(f"format must be a FloatFormat or a name (str), got {type(name).__name__}"
+        raise TypeError(f"format must be a FloatFormat, a name (str) or an ml_dtypes dtype, got {type(name).__name__}"
                         + (hint or f" {_shown(name)}"))
     key = name.lower().removeprefix("torch.")
     if key not in _BY_SPELLING:
@@ -429,10 +429,10 @@ def _block_format_hint(name) -> str:
 def get_list(names: str | FloatFormat | Iterable[str | FloatFormat], what: str = "names") -> list[FloatFormat]:
     """The formats ``names`` names, each once, in order: one name (or FloatFormat), or a non-empty
     sequence of them. ``what`` names the argument in the errors."""
-    if isinstance(names, (bytes, bytearray)):  # (iterating them gives ints)
+    if isinstance(names, (bytes, bytearray, memoryview)):  # (iterating them gives ints)
         raise TypeError(f"{what} must be a format name (str) or a sequence of them, got {type(names).__name__} "
                         f"{names!r}: decode it first")
-    if isinstance(names, (str, FloatFormat, np.dtype)):
+    if isinstance(names, (str, FloatFormat, np.dtype)) or (isinstance(names, type) and issubclass(names, np.generic)):
         names = [names]
     if isinstance(names, (set, frozenset)):  # (files and figures would change with PYTHONHASHSEED)
         raise TypeError(f"{what} must be a format name or a sequence of them, got a {type(names).__name__}, whose "

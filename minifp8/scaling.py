@@ -194,7 +194,7 @@ def scale_from_amax(amax: ArrayLike, fmt: str | FloatFormat, *, power_of_2: bool
     # A float64 quotient rounded to float32 is the float32 quotient (53 >= 2 * 24 + 2 bits: the
     # double rounding is innocuous, Figueroa 1995); past FLT_MAX it is FLT_MAX either way.
     scale = np.float32(min(fmt.max / value, float(FLOAT32_MAX)))
-    if fmt.max < 4 and scale < _FLOAT32_SMALLEST_NORMAL:  # (max >= 4: max / FLT_MAX is normal)
+    if scale < _FLOAT32_SMALLEST_NORMAL:  # (only a format of max below 4 can: max / FLT_MAX is normal from 4)
         raise _subnormal_scale_error(fmt, value)
     if power_of_2:
         scale = (scale.view(np.uint32) & np.uint32(0xFF80_0000)).view(np.float32)
@@ -206,10 +206,9 @@ def _amaxes_in_float32(amax: ArrayLike) -> np.ndarray:
     amax that rounds to -0.0, and a positive one that underflows to 0 (which would read as "no
     values": scale 1, not TransformerEngine's FLT_MAX for a tiny amax)."""
     array = codec._to_float32(amax, "amax")
-    given = np.asarray(amax)
-    if given.dtype.kind == "f" and given.dtype.itemsize > 4:
-        with np.errstate(invalid="ignore"):
-            negative, vanished = given < 0, (array == 0) & (given > 0)
+    given = amax if isinstance(amax, np.ndarray) else np.asarray(amax)
+    if given.dtype == np.float64 and not (array != 0).all():  # (only a zero can hide a value: NaN != 0 too)
+        negative, vanished = given < 0, (array == 0) & (given > 0)  # (comparisons with NaN raise nothing)
         if negative.any():
             raise ValueError(f"amax must be >= 0 (a largest magnitude), got {float(given[negative].flat[0])!r}")
         if vanished.any():
@@ -397,12 +396,12 @@ def _expand_tiles(grid: np.ndarray, moved_shape: tuple, block_shape: tuple) -> n
 def _repeat_cut(grid: np.ndarray, repeats: int, axis: int, length: int) -> np.ndarray:
     """``np.repeat(grid, repeats, axis)`` cut to ``length`` along ``axis``, without first making the
     whole tiles where an axis is shorter than one (a 1-column tensor in 128-column tiles: 128 times
-    its size, found in a review): the full tiles, then the last one's remainder."""
+    its size, found in a review): each tile's value repeated its length, the last one's cut short."""
     full, remainder = divmod(length, repeats)
-    pieces = [np.repeat(np.take(grid, np.arange(full), axis=axis), repeats, axis=axis)]  # (empty if full = 0)
+    counts = np.full(full + (remainder > 0), repeats)
     if remainder:
-        pieces.append(np.repeat(np.take(grid, [full], axis=axis), remainder, axis=axis))
-    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=axis)
+        counts[-1] = remainder
+    return np.repeat(np.take(grid, np.arange(len(counts)), axis=axis), counts, axis=axis)
 
 
 # ---- delayed scaling ---------------------------------------------------------------------------

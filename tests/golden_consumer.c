@@ -60,6 +60,7 @@
  * Exit status: 0 every value matches, 1 some value differs, 2 bad usage or a malformed file (an
  * entry with no value to check is one: an emptied file must not pass).
  */
+#include <errno.h>
 #include <float.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -853,8 +854,9 @@ static long whole_number(const char *text, const char *what)
     if (text[0] < '0' || text[0] > '9') {
         fail_usage(what, text);
     }
+    errno = 0;
     value = strtol(text, &end, 10);
-    if (*end != '\0') {
+    if (*end != '\0' || errno == ERANGE) {
         fail_usage(what, text);
     }
     return value;
@@ -999,8 +1001,8 @@ static Tally check_mx(const char *directory, char **arguments, char **options, i
     unsigned char *zip;
     Array input, scales, codes;
     check_option_names(options, option_count, allowed);
-    if (block_size <= 0) {
-        fail_usage("BLOCK_SIZE must be a positive integer", arguments[5]);
+    if (block_size <= 0 || block_size > 1L << 30) { /* (the bound keeps a row's block count from overflowing) */
+        fail_usage("BLOCK_SIZE must be a positive integer up to 2**30", arguments[5]);
     }
     if (rounding == STOCHASTIC || !element->is_signed || element->nan_style == NAN_NEGATIVE_ZERO) {
         fail_usage("an MX entry takes E4M3, E5M2, E3M2, E2M3 or E2M1 elements and no stochastic rounding",
@@ -1132,7 +1134,8 @@ static Tally check_nvfp4(const char *directory, char **arguments)
             element_scale = nvfp4_element_scale(scale, s_dec);
             /* the dequantised values (the note: TransformerEngine's kernel, in float32, left to right; these
              * files' amaxes keep S_dec_b * global_amax within float32) */
-            factor = (code_value(scale, format_named("E4M3")) * global_amax) * (float)(1.0 / 2688.0);
+            factor = code_value(scale, format_named("E4M3")) * global_amax; /* (one rounding a statement) */
+            factor = factor * (float)(1.0 / 2688.0);
             for (i = start; i < stop; i++) {
                 const uint64_t bits = float_bits_at(&input, i);
                 const unsigned got = nvfp4_element_code(float_of_bits((uint32_t)bits), element_scale);
@@ -1249,6 +1252,63 @@ static void report_output(Tally *tally, const char *array, long row, long column
     if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
         printf("  mismatch %s:%s[%ld, %ld]: %s\n", tally->file, array, row, column, what);
     }
+}
+
+/* Whether a double this consumer computed is the file's: bit for bit where double arithmetic rounds
+ * each operation to double (FLT_EVAL_METHOD 0: SSE2, every 64-bit platform); within a few units in
+ * the last place where it computes in a wider format first (x87's 64-bit significands, then double:
+ * a double rounding that, unlike float's, is not innocuous for double). */
+static int same_double(double got, double expected)
+{
+#if FLT_EVAL_METHOD == 0
+    return got == expected;
+#else
+    return magnitude_of(got - expected) <= magnitude_of(expected) * 0x1p-50;
+#endif
+}
+
+/* x rounded to double and stored: a product passed through it is never fused with the addition that
+ * follows (GCC's -ffp-contract=fast, its default outside ISO C modes, fuses across statements). */
+static double stored(double x)
+{
+    volatile double kept = x;
+    return kept;
+}
+
+/* The "gemm" note's tolerance of one output, and (in *reference_bound) the reference's error bound, in
+ * the note's order with one operation a statement: each result is rounded to double before the next
+ * (x87 keeps no wider intermediate past an assignment in ISO C), and each product that an addition
+ * follows goes through `stored`, so no compiler fuses the two (clang does within one expression by
+ * default, GCC across statements outside ISO C modes). 0 for both where the reference is NaN or Inf. */
+static double note_tolerance(double expected, double s, double c, long inner, double gamma_k, double acc,
+                             double *reference_bound)
+{
+    double one_less_gamma, bound, exact_magnitude, accumulated, spacing_term, carried, before, rounded;
+    if (!is_finite_double(expected)) {
+        *reference_bound = 0.0;
+        return 0.0;
+    }
+    one_less_gamma = 1.0 - gamma_k;
+    bound = gamma_k * s;
+    bound = bound / one_less_gamma;
+    exact_magnitude = s / one_less_gamma;
+    accumulated = exact_magnitude > 0.0 ? stored(acc * exact_magnitude) : 0.0;
+    spacing_term = (double)(4 * inner + 4) * 0x1p-149;
+    accumulated = accumulated + spacing_term;
+    if (c > 0.0) {
+        carried = 1.0 + acc;
+        carried = stored(carried * c);
+        accumulated = accumulated + carried;
+    }
+    before = magnitude_of(expected);
+    before = before + bound;
+    before = before + accumulated;
+    rounded = stored(0x1p-24 * before);
+    rounded = rounded + 0x1p-150;
+    rounded = rounded + accumulated;
+    rounded = rounded + bound;
+    *reference_bound = bound;
+    return rounded;
 }
 
 /* One GEMM entry (the "gemm" note): the scale codes' values; a float64 GEMM, whose sums are exact
@@ -1389,29 +1449,19 @@ static Tally check_gemm(const char *directory, char **arguments, char **options,
                          read_f64(&magnitude, at));
                 report_output(&tally, magnitude_name, i, j, what);
             }
-            {   /* the reference's error bound and the tolerance, from the note's formulas, in its order; the
-                 * underflow term C is the file's (its derivation is minifp8.gemm's, not the note's) */
-                const double s_bound = read_f64(&magnitude, at), c = read_f64(&underflow, at);
-                const double reference_bound = is_finite_double(expected)
-                                               ? gamma_k * s_bound / (1.0 - gamma_k) : 0.0;
-                const double exact_magnitude = s_bound / (1.0 - gamma_k);
-                double accumulated = (exact_magnitude > 0.0 ? accumulator_bound * exact_magnitude : 0.0)
-                                     + (double)(4 * inner + 4) * 0x1p-149;
-                double rebuilt;
-                if (c > 0.0) {
-                    accumulated = accumulated + (1.0 + accumulator_bound) * c;
-                }
-                rebuilt = is_finite_double(expected)
-                          ? 0x1p-24 * (magnitude_of(expected) + reference_bound + accumulated) + 0x1p-150
-                            + accumulated + reference_bound
-                          : 0.0;
+            {   /* the reference's error bound and the tolerance, from the note's formulas; the underflow
+                 * term C is the file's (its derivation is minifp8.gemm's, not the note's) */
+                const double c = read_f64(&underflow, at);
+                double reference_bound;
+                const double rebuilt = note_tolerance(expected, read_f64(&magnitude, at), c, inner, gamma_k,
+                                                      accumulator_bound, &reference_bound);
                 tally.checked += 2;
-                if (!(c >= 0.0) || reference_bound != read_f64(&error_bound, at)) {
+                if (!(c >= 0.0) || !same_double(reference_bound, read_f64(&error_bound, at))) {
                     snprintf(what, sizeof what, "the reference's error bound is %.17g, expected %.17g (C %.3g)",
                              reference_bound, read_f64(&error_bound, at), c);
                     report_output(&tally, error_bound_name, i, j, what);
                 }
-                if (rebuilt != bound) {
+                if (!same_double(rebuilt, bound)) {
                     snprintf(what, sizeof what, "the note's tolerance is %.17g, expected %.17g", rebuilt, bound);
                     report_output(&tally, tolerance_name, i, j, what);
                 }

@@ -119,6 +119,8 @@ def test_a_list_mixing_floats_and_ints_beyond_2_to_53_is_refused_not_rounded_twi
         codec.encode([value, 1.0], "E8M0")
     with pytest.raises(ValueError, match="to convert exactly"):
         codec.encode([[1.0, 2.0], [value, 0.5]], "E8M0")
+    with pytest.raises(ValueError, match="to convert exactly"):  # (a NumPy int in the list: the same rounding)
+        codec.encode((np.int64(value), 1.0), "E8M0")
     np.testing.assert_array_equal(codec.encode([1.5, 2.0**60, 2**53], "E8M0"), [0x80, 0xBB, 0xB4])
 
 

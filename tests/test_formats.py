@@ -40,9 +40,13 @@ def test_get_takes_an_ml_dtypes_dtype_and_names_what_it_refuses():
     assert formats.get(np.dtype(ml_dtypes.float8_e4m3fn)) is formats.E4M3
     assert formats.get(ml_dtypes.float8_e5m2) is formats.E5M2
     assert formats.get_list(np.dtype(ml_dtypes.float4_e2m1fn)) == [formats.E2M1]
+    assert formats.get_list(ml_dtypes.float8_e4m3fn) == [formats.E4M3]  # (the scalar type, as get takes it)
+    with pytest.raises(TypeError, match="^names must be a format name .* got memoryview"):
+        formats.get_list(memoryview(b"e4m3"))
     with pytest.raises(ValueError, match="^format: the dtype float32 is not a format minifp8 knows"):
         formats.get(np.float32)
-    with pytest.raises(TypeError, match="^format must be a FloatFormat or a name \\(str\\), got NoneType None"):
+    with pytest.raises(TypeError, match="^format must be a FloatFormat, a name \\(str\\) or an ml_dtypes dtype, got "
+                                        "NoneType None"):
         formats.get(None)
     with pytest.raises(TypeError, match="^names must be a format name \\(str\\) or a sequence of them, got bytes "
                                         "b'e4m3': decode it first"):

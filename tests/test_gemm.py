@@ -417,7 +417,8 @@ def test_a_quantized_tensor_or_a_bad_format_is_refused_naming_the_argument():
              "b_codes is a quantized tensor (NVFP4Array)")):
         with pytest.raises(TypeError, match=re.escape(message)):
             call()
-    with pytest.raises(TypeError, match=r"^a_format: format must be a FloatFormat or a name \(str\), got NoneType"):
+    with pytest.raises(TypeError, match=r"^a_format: format must be a FloatFormat, a name \(str\) or an ml_dtypes dtype, "
+                                        r"got NoneType"):
         gemm.reference_matmul(scaled.codes, 1.0, scaled.codes.T, 1.0, a_format=None, b_format="E4M3")
     with pytest.raises(ValueError, match=r"^b_format: unknown format 'E9M9'"):
         gemm.reference_matmul(scaled.codes, 1.0, scaled.codes.T, 1.0, a_format="E4M3", b_format="E9M9")

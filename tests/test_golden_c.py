@@ -162,6 +162,26 @@ def test_consumer_in_c_checks_every_entry_of_every_file(consumer, golden_files):
         f"summary: {len(entries)} entries, {total} values checked, 0 mismatches"]
 
 
+@pytest.mark.parametrize("flags", [["-ffp-contract=fast", "-march=native"], ["-mfpmath=387"]],
+                         ids=["fused multiply-add", "x87"])
+def test_consumer_in_c_rebuilds_the_tolerances_under_any_float_code_generation(golden_files, tmp_path, flags):
+    """A review's find: the note's tolerance, rebuilt in one expression, failed 58 outputs where the compiler
+    fuses a multiply and an add (clang's default within an expression, GCC's across statements outside ISO
+    C; FMA hardware, as -march=native gives here) and thousands under x87's wider intermediates. Built so,
+    the consumer still agrees with every value (a compiler that lacks a flag skips its case)."""
+    if COMPILER is None:
+        pytest.skip("no C compiler on PATH")
+    executable = tmp_path / "golden_consumer"
+    build = subprocess.run([COMPILER, "-std=c99", "-O2", *flags, str(SOURCE), "-o", str(executable)],
+                           capture_output=True, text=True, timeout=120)
+    if build.returncode != 0:
+        pytest.skip(f"{COMPILER} cannot build with {' '.join(flags)} here: {build.stderr.strip()[:200]}")
+    folder, manifest = golden_files
+    result = run_consumer(executable, folder, manifest["entries"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert result.stdout.splitlines()[-1].endswith(" 0 mismatches")
+
+
 def _block_of(arrays: dict, entry: dict, wanted) -> tuple[int, int]:
     """The first (row, block) whose expected scale satisfies ``wanted``."""
     scales = arrays[entry["arrays"]["expected_scales"]]
@@ -469,6 +489,9 @@ def test_consumer_in_c_rejects_a_malformed_file(consumer, golden_files, tmp_path
     # silently took its first value)
     (["mx", "f.npz", "x", "s", "c", "E4M3", "32abc"], "BLOCK_SIZE must be a whole number, got 32abc"),
     (["mx", "f.npz", "x", "s", "c", "E4M3", "-32"], "BLOCK_SIZE must be a whole number, got -32"),
+    (["mx", "f.npz", "x", "s", "c", "E4M3", "99999999999999999999"],
+     "BLOCK_SIZE must be a whole number, got 99999999999999999999"),  # (strtol's overflow, ERANGE)
+    (["mx", "f.npz", "x", "s", "c", "E4M3", "9223372036854775807"], "BLOCK_SIZE must be a positive integer up to"),
     (["codec", "f.npz", "x", "c", "E4M3", "1", "rounding=stochastic", "random_bits=r", "random_bit_count=8junk"],
      "random_bit_count must be a whole number, got 8junk"),
     (["codec", "f.npz", "x", "c", "E4M3", "1", "rounding=toward_zero", "rounding=nearest_even"],

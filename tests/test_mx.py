@@ -1128,6 +1128,8 @@ def test_nvfp4_refuses_an_amax_that_float32_rounds_to_zero_and_a_nan_block_scale
     assert mx.quantize_nvfp4(x, global_amax=1e-45).encode_scale == np.float32(3.4028235e38)
     with pytest.raises(ValueError, match=r"^global_amax=1e-46 underflows float32 to 0"):
         mx.quantize_nvfp4(x, global_amax=1e-46)
+    with pytest.raises(ValueError, match=r"^global_amax must be a finite number >= 0, got -1e-46"):
+        mx.quantize_nvfp4(x, global_amax=-1e-46)  # (it rounds to -0.0, once read as the amax 0)
     quantized = mx.quantize_nvfp4(np.ones(16, np.float32))
     with pytest.raises(ValueError, match=r"^encode_scale=1e-50 underflows float32 to 0"):
         mx.NVFP4Array(quantized.scales, quantized.codes, quantized.global_amax, 1e-50, -1, quantized.shape)

@@ -208,7 +208,7 @@ def test_sweep_checks_its_arguments_when_called_not_at_the_first_batch():
             testing.sweep(kind="exhaustive", batch_size=bad)
     with pytest.raises(ValueError, match="unknown format 'bogus'"):
         testing.sweep("bogus", kind="structured")
-    with pytest.raises(TypeError, match="format must be a FloatFormat or a name"):
+    with pytest.raises(TypeError, match="format must be a FloatFormat, a name \\(str\\) or an ml_dtypes dtype"):
         testing.sweep(3, kind="exhaustive")
     with pytest.raises(ValueError, match="needs the format"):
         testing.sweep(kind="edge")

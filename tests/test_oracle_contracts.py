@@ -271,7 +271,7 @@ GOLDEN_MANIFEST_SHA256 = {"0.2.0": "320f4885cd792526b56e3115dfc4953adb0f49854a8a
                           "0.3.0": "eb7019e908816ce8dca9403e8721d782b5a2e7c58cdef07fe2598437e9d1d70f",
                           "0.3.1": "5d93e5bba11aa1d389d201a0bcb5937bdf99f740c6bed70744ecf9e1690dd4dc",
                           "0.3.2": "42deef43ceeb89d2296a4da5221f39538d7f494b9e633af03208a3ce838cfb0e",
-                          "0.3.3": "4831efd59d74394daa1a2652db49e29238fe024c30267cdd75d9cdc4938c8b4a"}
+                          "0.3.3": "8616b6a40fa2909bd35bd4a424d54b91d007f034fdac0bf6c61aaad5be614d17"}
 
 
 def test_this_version_writes_the_golden_bytes_it_promised(tmp_path):
