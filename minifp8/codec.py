@@ -537,7 +537,10 @@ def _check_scalar_rounding(rounding, random_bits, random_bit_count) -> tuple[int
         _check_no_random_bits(rounding, random_bits, random_bit_count)
         return None, None
     if random_bits is None or random_bit_count is None:
-        raise ValueError("rounding='stochastic' needs random_bits and random_bit_count")
+        missing = " and ".join(name for name, value in (("random_bits", random_bits),
+                                                        ("random_bit_count", random_bit_count)) if value is None)
+        raise ValueError(f"rounding='stochastic' needs random_bits and random_bit_count: {missing} not given "
+                         f"(a Python int carries no width)")
     random_bit_count = _check_random_bit_count(random_bit_count, 32)
     if not _is_int(random_bits):
         raise TypeError(f"random_bits must be an int, got {type(random_bits).__name__} {random_bits!r}")

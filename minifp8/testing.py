@@ -376,8 +376,12 @@ class Report:
         if any(m.scaled_input is not None for m in rows):  # block formats
             columns += [("after scaling", 16, [repr(m.scaled_input) for m in rows]),
                         ("scaled bits", 20, [str(m.scaled_bits) for m in rows])]  # (str: set with scaled_input)
-        columns += [("expected", 16, [_code_text(m.expected_code, m.expected_value) for m in rows]),
-                    ("actual", 16, [_code_text(m.actual_code, m.actual_value) for m in rows]),
+        try:  # (the format, for its NaN's sign: a custom format's name may be one get does not know)
+            fmt: FloatFormat | None = formats.get(self.format_name)
+        except ValueError:
+            fmt = None
+        columns += [("expected", 16, [_code_text(m.expected_code, m.expected_value, fmt) for m in rows]),
+                    ("actual", 16, [_code_text(m.actual_code, m.actual_value, fmt) for m in rows]),
                     ("codes", 5, ["-" if m.distance is None else str(m.distance) for m in rows])]
         widths = [max([minimum] + [len(text) for text in texts]) for _, minimum, texts in columns]
 
@@ -406,9 +410,12 @@ def _input_text(value: float, dtype_name: str) -> str:
     return repr(value) if dtype_name == "float64" else f"{value:.9g}"
 
 
-def _code_text(code: int, value: float) -> str:
-    """A code and its value, a NaN with its sign: ``0x38 1``, ``0xff -nan``."""
-    return f"{code:#04x} " + (_nan_text(value) if math.isnan(value) else f"{value:.6g}")
+def _code_text(code: int, value: float, fmt=None) -> str:
+    """A code and its value, a NaN with its sign: ``0x38 1``, ``0xff -nan``; FNUZ's one NaN, 0x80, has
+    no sign (``fmt``'s nan_style says so), so ``nan`` (a review's find: it read ``-nan`` for +NaN inputs)."""
+    if math.isnan(value):
+        return f"{code:#04x} " + ("nan" if fmt is not None and fmt.nan_style == "negative_zero" else _nan_text(value))
+    return f"{code:#04x} {value:.6g}"
 
 
 def _nan_text(value: float) -> str:
@@ -698,8 +705,16 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
             changes = [f"{name}={value!r}" for name, value, given in (
                 ("scale_mode", other_mode, mode), ("rounding", other_rounding, rounding)) if value != given]
             shown = ", ".join([f"'{getattr(elem, 'name', elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
+            # (a review's find: on random data ceil is floor + 1 in every block, so a backend whose shared
+            # exponent is one too large was said to use ceil)
+            expected = mx.quantize(x, elem, **options).scales
+            read = (expected != mx.E8M0_NAN) & ~nan_blocks
+            shift = np.unique(scales[read].astype(np.int64) - expected[read].astype(np.int64))
+            caveat = "" if shift.size != 1 or not shift[0] else (
+                f"; these scales are also the expected ones {int(shift[0]):+d} in every block, which these inputs "
+                f"cannot tell from it (golden.mx_inputs' boundary rows can)")
             return (f"scales and codes equal mx.quantize(x, {shown}) in every block: the backend uses "
-                    f"{' and '.join(changes)}")
+                    f"{' and '.join(changes)}{caveat}")
     return ""
 
 
@@ -938,7 +953,10 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
     exponent = np.maximum(np.frexp(safe)[1] - 1, fmt.emin)
     position = np.ldexp(safe, fmt.mantissa_bits - exponent)
     distance_from_half = np.abs(position - np.floor(position) - 0.5)
-    picked_other_neighbour = np.abs(_ordinals(expected, fmt) - _ordinals(actual, fmt)) == 1
+    with np.errstate(invalid="ignore", over="ignore"):  # (the other neighbour lies on the other side of x: a
+        # code one step beyond the expected one is no pick between x's neighbours, found in a review)
+        opposite = np.sign(table[actual] - x) * np.sign(table[expected] - x) < 0
+    picked_other_neighbour = (np.abs(_ordinals(expected, fmt) - _ordinals(actual, fmt)) == 1) & opposite
     rules = [  # first match wins
         # Non-finite input, or a finite input the oracle maps to NaN by definition (E8M0's 0 and x < 0).
         ("NaN/Inf", ~np.isfinite(x) | (np.isnan(table[expected]) & ((magnitude < fmt.max) |

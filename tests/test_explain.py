@@ -459,7 +459,8 @@ def test_cli_prints_the_narrative_and_describes_codes(capsys):
     (["1p3", "E4M3"], "VALUE: cannot read '1p3' as a number"),
     (["1/0", "E4M3"], "VALUE: cannot read '1/0' as a fraction"),
     (["1", "E4M3", "--random-bits", "3"], "random_bits is only used with rounding='stochastic'"),
-    (["1", "E4M3", "--rounding", "stochastic", "--random-bits", "3"], "needs random_bits and random_bit_count"),
+    (["1", "E4M3", "--rounding", "stochastic", "--random-bits", "3"],
+     "needs random_bits and random_bit_count: random_bit_count not given"),  # (a review's find: it named both)
     (["300", "E4M3", "--code"], r"--code: E4M3 codes lie in \[0, 256\)"),
     (["0.5", "E4M3", "--code"], "--code: VALUE must be an integer code"),
     (["7", "E4M3", "--code", "--saturate"], "--code describes a code"),
@@ -731,3 +732,16 @@ def test_describe_code_gives_the_fnuz_nan_no_sign():
             "  sign      1: none (the format's one NaN, whose pattern has this bit set)")
     assert describe_code(0xFF, "E4M3").splitlines()[1] == "  sign      1: -"
     assert describe_code(0x7F, "E4M3").splitlines()[1] == "  sign      0: +"
+
+
+def test_the_help_says_a_decimal_value_is_read_as_float64(capsys):
+    """A review's find: 1.0625000001 explains as float64 (0x39), while a kernel's float32 constant of that
+    spelling is 1.0625 (0x38); the help said only "a float". It says how VALUE is read, and the float32
+    value, given exactly, explains as the kernel sees it."""
+    from minifp8 import explain as module
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    assert "read as a float64 (a Python float; a kernel's float32 constant may be another number" in " ".join(
+        capsys.readouterr().out.split())
+    assert module.explain(1.0625000001, "E4M3").code == 0x39
+    assert module.explain(np.float32(1.0625000001), "E4M3").code == 0x38

@@ -156,6 +156,19 @@ def test_compare_mx_names_the_rule_an_mx_kernel_follows(elem, bug, uses):
     assert testing.compare_mx(buggy.scales, buggy.codes, x, call.group(1), **rule).ok
 
 
+def test_compare_mx_says_when_its_inputs_cannot_tell_ceil_from_a_shared_exponent_one_too_large():
+    """A review's find: on random data no block amax is a power of two, so ceil is floor + 1 in every block,
+    and a kernel whose shared exponent is one too large was said to use ceil, flatly. The note now says the
+    inputs cannot tell them apart; on golden.mx_inputs (above) it names ceil alone."""
+    x = np.random.default_rng(0).normal(size=(8, 64)).astype(np.float32)
+    ceil = mx.quantize(x, "MXFP8_E4M3", scale_mode="ceil")
+    floor = mx.quantize(x, "MXFP8_E4M3")
+    assert np.array_equal(ceil.scales, floor.scales + 1)  # (the premise: these inputs cannot tell them apart)
+    layout = testing.compare_mx(ceil.scales, ceil.codes, x, "MXFP8_E4M3").layout.splitlines()[0]
+    assert layout.endswith("the backend uses scale_mode='ceil'; these scales are also the expected ones +1 in every "
+                           "block, which these inputs cannot tell from it (golden.mx_inputs' boundary rows can)")
+
+
 @pytest.mark.parametrize("length", [64, 33])
 def test_compare_mx_names_fp4_codes_whose_nibbles_were_swapped(length):
     # (an odd row length moved the last code into the dropped padding nibble, so the "another order" hint

@@ -66,6 +66,24 @@ def test_a_tie_or_near_tie_is_a_wrong_pick_of_the_other_neighbour_only():
     assert [(row.kind, row.distance) for row in report.mismatches] == [("other", 2), ("other", 2)]
 
 
+def test_a_code_one_step_beyond_the_expected_one_is_no_pick_of_the_other_neighbour():
+    """A later review's find: a code one step off on the far side (1.0625, a tie of 1.0 and 1.125, returned
+    as 0.9375; its near-tie as 1.25) was called tie and near-tie, though neither is a neighbour of x: every
+    code one too low read as the tie rule's or double rounding's doing. Now "other"; the other neighbour
+    (1.125 for the tie, 1.0 for the near-tie) still reads as tie and near-tie."""
+    x = np.array([1.0625, 1.0625 + 2.0**-11, 1.0625, 1.0625 + 2.0**-11], np.float32)
+    report = testing.compare(np.array([0x37, 0x3A, 0x39, 0x38], np.uint8), x, "E4M3")
+    assert [(row.kind, row.distance) for row in report.mismatches] == [("other", 1), ("other", 1), ("tie", 1),
+                                                                         ("near-tie", 1)]
+
+
+def test_the_fnuz_nan_prints_without_a_sign():
+    """A review's find: FNUZ's one NaN, 0x80, printed as -nan in report rows (its value's sign bit), even for
+    a +NaN input; describe_code says it has no sign."""
+    report = testing.compare(np.array([0x7F] * 2, np.uint8), np.array([np.nan, 1000], np.float32), "E4M3FNUZ")
+    assert " 0x80 nan " in str(report) and "-nan" not in str(report)
+
+
 def test_a_non_finite_code_for_a_finite_input_is_overflow():
     """``overflow``: |x| >= max, "or either code is non-finite": 1.0 returned as E4M3's NaN or E5M2's +Inf."""
     one = np.array([1.0, -1.0], np.float32)
