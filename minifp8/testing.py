@@ -649,6 +649,17 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     candidates += [({"rounding": other}, fmt, None, "x",
                     f"the backend rounds {other.replace('_', ' ')}, not {rounding.replace('_', ' ')}")
                    for other in codec.ROUNDING_MODES if other not in (rounding, "stochastic")]
+    # (a review's find: a bit-level truncation, rounding toward zero that overflows to Inf or NaN from max
+    # plus one spacing up, matched no rule: toward_zero clamps; tried where some input lies there, since
+    # below it the rule is toward_zero's)
+    beyond = fmt.max + 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits)
+    if (fmt.has_infinity or fmt.has_nan) and bool((np.abs(wide) >= beyond).any()):
+        candidates.append(({"rounding": "toward_zero", "saturate": False}, fmt,
+                           lambda v: np.where(np.abs(v) >= beyond, v * np.inf, v),
+                           f"np.where(abs(x) >= {beyond:g}, x * np.inf, x)",
+                           f"the backend truncates (rounds toward zero) and, as a cut of the bits does, overflows "
+                           f"to {'Inf' if fmt.has_infinity else 'NaN'} from {beyond:g} up"))
+
     def times(factor: float) -> Callable[[np.ndarray], np.ndarray]:
         return lambda v: v * factor
 

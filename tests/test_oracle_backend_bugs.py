@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from minifp8 import codec, golden, mx, testing
+from minifp8 import codec, formats, golden, mx, testing
 
 
 def _random_e4m3_inputs(shape, seed=0):
@@ -773,3 +773,26 @@ def test_compare_mx_names_an_nvfp4_block_scale_rounded_in_another_float32_order(
     assert "which minifp8 follows" in layout
     # the same scale with codes the other order does not give: no order is named
     assert "equal NVFP4's" not in testing.compare_mx(earlier, expected.codes, x, "NVFP4").layout
+
+
+@pytest.mark.parametrize("name, beyond, overflow", [("E4M3", 480, "NaN"), ("E5M2", 65536, "Inf")])
+def test_a_bit_level_truncation_that_overflows_is_named(name, beyond, overflow):
+    """A review's find: a cast that cuts the bits rounds toward zero but, past max plus one spacing, lands on
+    the NaN (E4M3) or Inf (E5M2) codes; no rule matched it (toward_zero clamps finite overflow, IEEE 754
+    section 7.4), so its report had no hint. The truncation is simulated here from the definition: each
+    input's magnitude cut to the grid below it, and the overflow codes set by hand."""
+    fmt = formats.get(name)
+    x = next(testing.sweep(name, kind="edge"))
+    magnitudes = fmt.values()[: 1 << (fmt.bits - 1)]
+    finite = np.isfinite(magnitudes)
+    grid, codes_of = magnitudes[finite], np.flatnonzero(finite).astype(np.uint8)
+    below = np.searchsorted(grid, np.abs(x.astype(np.float64)), side="right") - 1  # the largest value <= |x|
+    actual = codes_of[np.clip(below, 0, None)] | np.where(np.signbit(x), np.uint8(fmt.sign_mask), np.uint8(0))
+    too_big = np.abs(x) >= beyond
+    actual[too_big] = (0x7F if name == "E4M3" else 0x7C) | np.where(np.signbit(x[too_big]), 0x80, 0).astype(np.uint8)
+    actual[np.isnan(x)] = codec.encode(x[np.isnan(x)], name)
+    report = testing.compare(actual, x, name)
+    assert not report.ok and report.layout.startswith(
+        f"actual equals encode(np.where(abs(x) >= {beyond}, x * np.inf, x), '{name}', rounding='toward_zero', "
+        f"saturate=False) at every element: the backend truncates (rounds toward zero) and, as a cut of the bits "
+        f"does, overflows to {overflow} from {beyond} up")
