@@ -539,8 +539,8 @@ def _check_scalar_rounding(rounding, random_bits, random_bit_count) -> tuple[int
     if random_bits is None or random_bit_count is None:
         missing = " and ".join(name for name, value in (("random_bits", random_bits),
                                                         ("random_bit_count", random_bit_count)) if value is None)
-        raise ValueError(f"rounding='stochastic' needs random_bits and random_bit_count: {missing} not given "
-                         f"(a Python int carries no width)")
+        why = " (a Python int carries no width)" if random_bit_count is None else ""
+        raise ValueError(f"rounding='stochastic' needs random_bits and random_bit_count: {missing} not given{why}")
     random_bit_count = _check_random_bit_count(random_bit_count, 32)
     if not _is_int(random_bits):
         raise TypeError(f"random_bits must be an int, got {type(random_bits).__name__} {random_bits!r}")

@@ -798,8 +798,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m minifp8.explain",
         description="Explain how one number encodes in a format (or, with --code, what one code means): the "
                     "binade, the two representable neighbours, the rounding decision and the code's bit fields.",
-        epilog="VALUE: a float (0.3, -0.0, inf, -inf, nan, 1e-3, 0x1.8p-3), read as a float64 (a Python float; a "
-               "kernel's float32 constant may be another number: give its float32 value, e.g. as a hex float), an "
+        epilog="VALUE: a float (0.3, -0.0, inf, -inf, nan, 1e-3, 0x1.8p-3), read as a float64 (a Python float; "
+               "beyond its range, exactly; a kernel's float32 constant may be another number: give its float32 "
+               "value, e.g. as a hex float), an "
                "integer (448) or an exact fraction (3/10). FORMAT: " + ", ".join(formats.CATALOGUE)
                + " or an ml_dtypes name (float8_e4m3fn, ...). Exit status: 0 explained, 2 bad input.",
     )

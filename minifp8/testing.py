@@ -352,6 +352,8 @@ class Report:
     nan: str = "exact"
     input_dtype: str = "float32"
     layout: str = ""
+    # (the format itself, for its NaN's sign in the rows: a custom format's name may be one get does not know)
+    fmt: FloatFormat | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -376,12 +378,8 @@ class Report:
         if any(m.scaled_input is not None for m in rows):  # block formats
             columns += [("after scaling", 16, [repr(m.scaled_input) for m in rows]),
                         ("scaled bits", 20, [str(m.scaled_bits) for m in rows])]  # (str: set with scaled_input)
-        try:  # (the format, for its NaN's sign: a custom format's name may be one get does not know)
-            fmt: FloatFormat | None = formats.get(self.format_name)
-        except ValueError:
-            fmt = None
-        columns += [("expected", 16, [_code_text(m.expected_code, m.expected_value, fmt) for m in rows]),
-                    ("actual", 16, [_code_text(m.actual_code, m.actual_value, fmt) for m in rows]),
+        columns += [("expected", 16, [_code_text(m.expected_code, m.expected_value, self.fmt) for m in rows]),
+                    ("actual", 16, [_code_text(m.actual_code, m.actual_value, self.fmt) for m in rows]),
                     ("codes", 5, ["-" if m.distance is None else str(m.distance) for m in rows])]
         widths = [max([minimum] + [len(text) for text in texts]) for _, minimum, texts in columns]
 
@@ -521,7 +519,7 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
                       f"an offset from a rule apart (shuffled inputs can)")
         elif rule:
             layout = rule
-    return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout)
+    return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout, fmt)
 
 
 def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -653,12 +651,13 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
     # plus one spacing up, matched no rule: toward_zero clamps; tried where some input lies there, since
     # below it the rule is toward_zero's)
     beyond = fmt.max + 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits)
-    if (fmt.has_infinity or fmt.has_nan) and bool((np.abs(wide) >= beyond).any()):
+    if (fmt.has_infinity or fmt.has_nan) and bool((np.isfinite(wide) & (np.abs(wide) >= beyond)).any()):
+        spelled = str(int(beyond)) if beyond < 2**53 else repr(beyond)  # (exact: the call reproduces actual)
         candidates.append(({"rounding": "toward_zero", "saturate": False}, fmt,
                            lambda v: np.where(np.abs(v) >= beyond, v * np.inf, v),
-                           f"np.where(abs(x) >= {beyond:g}, x * np.inf, x)",
+                           f"np.where(abs(x) >= {spelled}, x * np.inf, x)",
                            f"the backend truncates (rounds toward zero) and, as a cut of the bits does, overflows "
-                           f"to {'Inf' if fmt.has_infinity else 'NaN'} from {beyond:g} up"))
+                           f"to {'Inf' if fmt.has_infinity else 'NaN'} from {spelled} up"))
 
     def times(factor: float) -> Callable[[np.ndarray], np.ndarray]:
         return lambda v: v * factor
@@ -722,8 +721,8 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
             read = (expected != mx.E8M0_NAN) & ~nan_blocks
             shift = np.unique(scales[read].astype(np.int64) - expected[read].astype(np.int64))
             caveat = "" if shift.size != 1 or not shift[0] else (
-                f"; these scales are also the expected ones {int(shift[0]):+d} in every block, which these inputs "
-                f"cannot tell from it (golden.mx_inputs' boundary rows can)")
+                f", or every scale {int(shift[0]):+d} (below): these inputs cannot tell them apart "
+                f"(golden.mx_inputs' boundary rows can)")
             return (f"scales and codes equal mx.quantize(x, {shown}) in every block: the backend uses "
                     f"{' and '.join(changes)}{caveat}")
     return ""

@@ -741,7 +741,7 @@ def test_the_help_says_a_decimal_value_is_read_as_float64(capsys):
     from minifp8 import explain as module
     with pytest.raises(SystemExit):
         module.main(["--help"])
-    assert "read as a float64 (a Python float; a kernel's float32 constant may be another number" in " ".join(
-        capsys.readouterr().out.split())
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "read as a float64 (a Python float; beyond its range, exactly; a kernel's float32 constant may be" in shown
     assert module.explain(1.0625000001, "E4M3").code == 0x39
     assert module.explain(np.float32(1.0625000001), "E4M3").code == 0x38

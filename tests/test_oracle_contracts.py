@@ -82,6 +82,9 @@ def test_the_fnuz_nan_prints_without_a_sign():
     a +NaN input; describe_code says it has no sign."""
     report = testing.compare(np.array([0x7F] * 2, np.uint8), np.array([np.nan, 1000], np.float32), "E4M3FNUZ")
     assert " 0x80 nan " in str(report) and "-nan" not in str(report)
+    custom = formats.FloatFormat("MyFNUZ", 4, 3, 8, nan_style="negative_zero")  # (a name get does not know)
+    report = testing.compare(np.array([0x7F] * 2, np.uint8), np.array([np.nan, 1000], np.float32), custom)
+    assert " 0x80 nan " in str(report) and "-nan" not in str(report)
 
 
 def test_a_non_finite_code_for_a_finite_input_is_overflow():
