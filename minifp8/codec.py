@@ -36,6 +36,7 @@ Semantics (OFP8 rev 1.0 section 5; ONNX Cast-24):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -294,7 +295,8 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> np.ndarray:
         For an unknown format, or codes outside ``[0, 2**fmt.bits)``.
     """
     fmt = get(fmt)
-    _check_float_environment()  # (as encode: its results would meet flushed arithmetic; the table is checked as built)
+    _check_float_environment()  # (as encode; and its float32 table, built on first use and kept, would hold
+    # flushed values: a review found E8M0's 2**-127 cached as 0 for the rest of the process)
     if isinstance(codes, bytes):  # (bytearray and memoryview already read as uint8)
         raise TypeError("codes is a bytes object, which NumPy reads as one string: "
                         "np.frombuffer(codes, np.uint8) reads it as one code a byte")
@@ -433,7 +435,7 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     _check_float_environment()
     array = _plain_array(x, name)
     if isinstance(x, (list, tuple)) and array.dtype == np.float64:
-        _check_listed_ints(x, array, name)
+        _check_listed_ints(x, array)
     ml_kind = _ml_dtypes_kind(array.dtype)
     if ml_kind in ("float", "int"):
         return _from_ml_dtypes(array, ml_kind)
@@ -445,9 +447,7 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
         raise TypeError(f"{name} must hold real numbers, got complex values ({array.dtype})")
     if kind == "O" and array.size and all(type(value) in (int, float) for value in array.flat):
         # Python ints beyond int64/uint64 (2**64) leave NumPy with an object array: a range error, not a type error
-        largest = max((value for value in array.flat if type(value) is int), key=abs, default=0)
-        if abs(largest) > _EXACT_INTEGER_LIMIT:
-            raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {largest}")
+        _check_exact_ints(array.flat)
     if kind not in "fiu" or array.dtype.itemsize > 8:
         raise TypeError(f"{name} must hold float16, float32, float64 or integer values, got dtype {array.dtype} "
                         f"(ml_dtypes' bfloat16, float8_*, ... and int4, ... are accepted too)")
@@ -456,19 +456,23 @@ def _as_numeric_array(x, name: str = "x") -> np.ndarray:
     return array
 
 
-def _check_listed_ints(x, array: np.ndarray, name: str) -> None:
+def _check_listed_ints(x, array: np.ndarray) -> None:
     """A ValueError where ``np.asarray`` rounded an int beyond 2**53 (Python's or NumPy's) into ``array``,
     float64 because ``x``, a list or tuple, mixes it with floats: the codec would round it a second
     time (a review's find: ``[3 * 2**52 - 1, 1.0]`` encoded to E8M0's 2**54, not 2**53), where an int
     array is refused. Only where some value of ``array`` lies beyond 2**53, so ordinary lists pay one
     comparison."""
-    if not (np.abs(array) > _EXACT_INTEGER_LIMIT).any():
-        return
-    objects = np.asarray(x, dtype=object)
-    large = [value for value in objects.flat if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-             and abs(int(value)) > _EXACT_INTEGER_LIMIT]
-    if large:
-        raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {large[0]} in {name}")
+    if (np.abs(array) > _EXACT_INTEGER_LIMIT).any():
+        _check_exact_ints(np.asarray(x, dtype=object).flat)
+
+
+def _check_exact_ints(values: Iterable) -> None:
+    """A ValueError naming the int of largest magnitude among ``values`` (Python's or NumPy's; bools
+    are not ints here) where it lies beyond 2**53, which float64 cannot hold exactly."""
+    largest = max((int(value) for value in values if isinstance(value, (int, np.integer))
+                   and not isinstance(value, (bool, np.bool_))), key=abs, default=0)
+    if abs(largest) > _EXACT_INTEGER_LIMIT:
+        raise ValueError(f"integer inputs must satisfy |x| <= 2**53 to convert exactly, got {largest}")
 
 
 def _memory_order(x: np.ndarray) -> tuple[int, ...] | None:
@@ -721,7 +725,6 @@ def _encode_float32_by_table(x: np.ndarray, fmt: FloatFormat, rounding, saturate
 
 @lru_cache(maxsize=256)
 def _float32_table(fmt: FloatFormat) -> np.ndarray:
-    _check_float_environment()  # (a table built under flush-to-zero would be kept, wrong, for good)
     table = fmt.values().astype(np.float32)
     table.flags.writeable = False
     return table

@@ -382,7 +382,7 @@ _TABLES.update({f: _decode_table(f) for f in CATALOGUE.values()})
 _BY_SPELLING = {spelling.lower(): f for f in CATALOGUE.values() for spelling in (f.name, *f.aliases)}
 
 
-def get(name: str | FloatFormat) -> FloatFormat:
+def get(name: str | FloatFormat | np.dtype | type) -> FloatFormat:
     """Look a format up by our name or an ml_dtypes/PyTorch spelling (case-insensitive).
 
     Examples
@@ -392,7 +392,7 @@ def get(name: str | FloatFormat) -> FloatFormat:
     """
     if isinstance(name, FloatFormat):
         return name
-    if isinstance(name, np.dtype) or (isinstance(name, type) and issubclass(name, np.generic)):
+    if _is_dtype(name):
         dtype_name = np.dtype(name).name  # (an ml_dtypes dtype, or its scalar type, names its format)
         if dtype_name.lower() in _BY_SPELLING:
             return _BY_SPELLING[dtype_name.lower()]
@@ -406,6 +406,11 @@ def get(name: str | FloatFormat) -> FloatFormat:
     if key not in _BY_SPELLING:
         raise ValueError(f"unknown format {name!r}{_block_format_hint(name)}; known: {', '.join(sorted(_BY_SPELLING))}")
     return _BY_SPELLING[key]
+
+
+def _is_dtype(name) -> TypeGuard[np.dtype | type]:
+    """Whether ``name`` is a NumPy dtype or a scalar type (an ml_dtypes one names its format)."""
+    return isinstance(name, np.dtype) or (isinstance(name, type) and issubclass(name, np.generic))
 
 
 def _block_format_hint(name) -> str:
@@ -432,8 +437,8 @@ def get_list(names: str | FloatFormat | Iterable[str | FloatFormat], what: str =
     if isinstance(names, (bytes, bytearray, memoryview)):  # (iterating them gives ints)
         raise TypeError(f"{what} must be a format name (str) or a sequence of them, got {type(names).__name__} "
                         f"{names!r}: decode it first")
-    if isinstance(names, (str, FloatFormat, np.dtype)) or (isinstance(names, type) and issubclass(names, np.generic)):
-        names = [names]
+    if isinstance(names, (str, FloatFormat)) or _is_dtype(names):
+        return [get(names)]
     if isinstance(names, (set, frozenset)):  # (files and figures would change with PYTHONHASHSEED)
         raise TypeError(f"{what} must be a format name or a sequence of them, got a {type(names).__name__}, whose "
                         f"order changes from run to run: pass a list or tuple")

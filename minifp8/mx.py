@@ -904,8 +904,6 @@ def _check_float32_number(value, name: str, positive: bool = False) -> np.float3
         raise ValueError(f"{name}={value!r} overflows float32 (max {np.finfo(np.float32).max:.7g})")
     if number == 0 and value > 0:  # (a review's find: global_amax 1e-46 read as 0, giving scale 1, not FLT_MAX)
         raise ValueError(f"{name}={value!r} underflows float32 to 0 (its smallest positive value is about 1.4e-45)")
-    if number == 0 and value < 0:  # (-1e-46 rounds to -0.0, which would pass as the amax 0)
-        raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
-    if not np.isfinite(number) or number < 0 or (positive and number == 0):
+    if not np.isfinite(number) or value < 0 or (positive and number == 0):  # (value: -1e-46 rounds to -0.0)
         raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
     return np.float32(0) if number == 0 else number

@@ -398,10 +398,10 @@ def _repeat_cut(grid: np.ndarray, repeats: int, axis: int, length: int) -> np.nd
     whole tiles where an axis is shorter than one (a 1-column tensor in 128-column tiles: 128 times
     its size, found in a review): each tile's value repeated its length, the last one's cut short."""
     full, remainder = divmod(length, repeats)
-    counts = np.full(full + (remainder > 0), repeats)
+    counts = np.full(full + (remainder > 0), repeats)  # (one per tile: grid has ceil(length / repeats) along axis)
     if remainder:
         counts[-1] = remainder
-    return np.repeat(np.take(grid, np.arange(len(counts)), axis=axis), counts, axis=axis)
+    return np.repeat(grid, counts, axis=axis)
 
 
 # ---- delayed scaling ---------------------------------------------------------------------------

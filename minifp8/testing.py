@@ -688,13 +688,14 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
 
 
 def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem, options: dict,
-                     unread: np.ndarray) -> str:
-    """A hint when a backend's MX scales and codes (which differ from `mx.quantize`'s) are, in every
-    block, what `mx.quantize` gives under another scale mode or rounding, else "". The codes of a
-    block whose scale is NaN under either rule are don't-care, as in the comparison (``unread``: the
-    blocks whose expected scale is NaN, whose codes `compare_mx` has set to 0)."""
+                     expected_scales: np.ndarray) -> str:
+    """A hint when a backend's MX scales and codes (which differ from `mx.quantize`'s, whose scales are
+    ``expected_scales``) are, in every block, what `mx.quantize` gives under another scale mode or
+    rounding, else "". The codes of a block whose scale is NaN under either rule are don't-care, as in
+    the comparison (the blocks whose expected scale is NaN have had their codes set to 0 by `compare_mx`)."""
     from . import mx
 
+    unread = expected_scales == mx.E8M0_NAN
     mode, rounding = options.get("scale_mode", "floor"), options.get("rounding", "nearest_even")
     if rounding == "stochastic":  # (another rule would need other random bits)
         return ""
@@ -717,9 +718,8 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
             shown = ", ".join([f"'{getattr(elem, 'name', elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
             # (a review's find: on random data ceil is floor + 1 in every block, so a backend whose shared
             # exponent is one too large was said to use ceil)
-            expected = mx.quantize(x, elem, **options).scales
-            read = (expected != mx.E8M0_NAN) & ~nan_blocks
-            shift = np.unique(scales[read].astype(np.int64) - expected[read].astype(np.int64))
+            read = ~unread & ~nan_blocks
+            shift = np.unique(scales[read].astype(np.int64) - expected_scales[read].astype(np.int64))
             caveat = "" if shift.size != 1 or not shift[0] else (
                 f", or every scale {int(shift[0]):+d} (below): these inputs cannot tell them apart "
                 f"(golden.mx_inputs' boundary rows can)")
@@ -1328,7 +1328,7 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                  ("scales", scales, expected.scales, scale_format), ("codes", codes, expected.codes, element_format))
              if np.count_nonzero(got != want) > 1]
     if not is_nvfp4 and (scale_differs.any() or element_report.count):
-        notes.insert(0, _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales == mx.E8M0_NAN))
+        notes.insert(0, _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales))
     if element_rule and not any(notes):  # (a block rule, which names scales and codes, comes first)
         notes.append(f"in the blocks whose scale agrees, the element codes, where x is each input as the element "
                      f"cast sees it (divided by its block's scale): {element_rule}")
