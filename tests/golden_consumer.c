@@ -792,22 +792,17 @@ static void report_scale(Tally *tally, const char *array, long row, long block, 
     }
 }
 
-/* One mismatching float32 scalar (NVFP4's global amax or S_enc). */
-static void report_scalar(Tally *tally, const char *array, uint32_t expected, uint32_t got)
+/* One mismatching float32 value: a scalar (NVFP4's global amax or S_enc; INDEX < 0) or element INDEX
+ * of an array (NVFP4's dequantised values). */
+static void report_float(Tally *tally, const char *array, long index, uint32_t expected, uint32_t got)
 {
-    if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
-        printf("  mismatch %s:%s: expected 0x%08lX (%.9g), this consumer gives 0x%08lX (%.9g)\n", tally->file,
-               array, (unsigned long)expected, (double)float_of_bits(expected), (unsigned long)got,
-               (double)float_of_bits(got));
+    char where[32] = "";
+    if (index >= 0) {
+        snprintf(where, sizeof where, "[%ld]", index);
     }
-}
-
-/* One mismatching float32 element (NVFP4's dequantised values). */
-static void report_scalar_at(Tally *tally, const char *array, long index, uint32_t expected, uint32_t got)
-{
     if (++tally->mismatches <= MAX_REPORTED_MISMATCHES) {
-        printf("  mismatch %s:%s[%ld]: expected 0x%08lX (%.9g), this consumer gives 0x%08lX (%.9g)\n", tally->file,
-               array, index, (unsigned long)expected, (double)float_of_bits(expected), (unsigned long)got,
+        printf("  mismatch %s:%s%s: expected 0x%08lX (%.9g), this consumer gives 0x%08lX (%.9g)\n", tally->file,
+               array, where, (unsigned long)expected, (double)float_of_bits(expected), (unsigned long)got,
                (double)float_of_bits(got));
     }
 }
@@ -1101,14 +1096,15 @@ static Tally check_nvfp4(const char *directory, char **arguments)
         }
         tally.checked++;
         if (amax_bits != bits_of_float(global_amax)) {
-            report_scalar(&tally, amax_name, bits_of_float(global_amax), amax_bits);
+            report_float(&tally, amax_name, -1, bits_of_float(global_amax), amax_bits);
         }
     }
     /* S_enc, S_dec, and the block scale multiplier */
     s_enc = nvfp4_encode_scale(global_amax);
     tally.checked++;
     if (bits_of_float(s_enc) != (uint32_t)float_bits_at(&encode_scale_array, 0)) {
-        report_scalar(&tally, encode_scale_name, (uint32_t)float_bits_at(&encode_scale_array, 0), bits_of_float(s_enc));
+        report_float(&tally, encode_scale_name, -1, (uint32_t)float_bits_at(&encode_scale_array, 0),
+                     bits_of_float(s_enc));
     }
     s_dec = 1.0f / s_enc;
     multiplier = nvfp4_scale_multiplier(s_enc);
@@ -1148,7 +1144,7 @@ static Tally check_nvfp4(const char *directory, char **arguments)
                 value = code_value(got, format_named("E2M1")) * factor;
                 tally.checked++;
                 if (bits_of_float(value) != (uint32_t)float_bits_at(&dequantized, i)) {
-                    report_scalar_at(&tally, dequantized_name, i, (uint32_t)float_bits_at(&dequantized, i),
+                    report_float(&tally, dequantized_name, i, (uint32_t)float_bits_at(&dequantized, i),
                                      bits_of_float(value));
                 }
             }
