@@ -200,7 +200,12 @@ def _element_and_block_size(elem, block_size) -> tuple[FloatFormat, int]:
     if isinstance(elem, MXFormat):
         element, default_block_size = elem.elem, elem.block_size
     elif isinstance(elem, (str, FloatFormat)):
-        element, default_block_size = formats.get(elem), 32
+        try:
+            element, default_block_size = formats.get(elem), 32
+        except ValueError as error:  # (a mistyped name: the MX names are accepted too)
+            if not isinstance(elem, str):
+                raise
+            raise ValueError(f"{error}; or an MX format: {', '.join(FORMATS)}") from None
     else:
         raise TypeError(f"elem must be an MXFormat, a FloatFormat or a format name (str), got "
                         f"{_described(elem)}")

@@ -1232,6 +1232,11 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     _check_max_rows(max_rows)
     x = _float_inputs(x)
     is_nvfp4 = isinstance(elem, str) and elem.lower() == "nvfp4"
+    if isinstance(elem, str) and not is_nvfp4:
+        try:
+            mx._element_and_block_size(elem, None)
+        except ValueError as error:  # (a mistyped name: say that NVFP4 is accepted too)
+            raise ValueError(f"compare_mx: {error}; or 'NVFP4'") from None
     _check_options(quantize_options, mx.quantize_nvfp4 if is_nvfp4 else mx.quantize,
                    "compare_mx" + (" (NVFP4)" if is_nvfp4 else ""))
     expected = mx.quantize_nvfp4(x, **quantize_options) if is_nvfp4 else mx.quantize(x, elem, **quantize_options)

@@ -1671,3 +1671,17 @@ def test_a_tie_between_zero_and_the_smallest_subnormal_returned_as_zero_is_a_flu
                              rounding="nearest_away")
     assert report.count == 1 and report.mismatches[0].expected_code == 0x01
     assert report.mismatches[0].kind == "subnormal"
+
+
+def test_compare_mx_names_every_kind_of_format_it_takes_for_a_mistyped_name():
+    """A mistyped element name listed the element formats alone, though compare_mx (and mx.quantize)
+    also take the MX names, and compare_mx "NVFP4" (a left-alone item of stop 66)."""
+    x = np.ones(32, np.float32)
+    scales, codes = np.zeros(1, np.uint8), np.zeros(32, np.uint8)
+    for name in ("nvfp5", "MXFP9"):
+        with pytest.raises(ValueError, match=rf"^compare_mx: unknown (MX )?format '{name}'") as info:
+            testing.compare_mx(scales, codes, x, name)
+        assert "MXFP8_E4M3" in str(info.value) and str(info.value).endswith("; or 'NVFP4'")
+    with pytest.raises(ValueError, match=r"unknown format 'fp12'; known: e2m1, .*; or an MX format: MXFP8_E4M3, "):
+        mx.quantize(x, "fp12")
+    assert not testing.compare_mx(scales, codes, x, "e4m3").ok  # a known name still reaches the comparison
