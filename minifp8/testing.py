@@ -332,7 +332,8 @@ class Report:
 
     ``mismatches`` holds the first ``max_rows`` rows; ``count`` and ``by_class`` cover all of them.
     ``layout`` is a hint, or "": when the backend's codes are the expected ones rearranged (the
-    last two axes swapped, or any other order), every mismatch is a layout bug, not a rounding one;
+    last two axes swapped, pairs swapped (FP4 nibbles, or bytes across an endianness change), or
+    any other order), every mismatch is a layout bug, not a rounding one;
     and, from `compare`, when every code is what `minifp8.encode` gives under another rule (another
     rounding, the other saturation, another format of the same width, the input rounded to a
     narrower float first, or the inputs times 2 or 1/2: an exponent bias off by one), which it
@@ -589,6 +590,14 @@ def _rearrangement(actual: np.ndarray, expected: np.ndarray, fmt, where: np.ndar
             return (f"with each pair along the last axis swapped{lost}",
                     "the two nibbles of each packed byte read in the other order (mx.MXArray.packed puts the first "
                     "code in the low nibble), a layout bug, not a rounding one")
+    if fmt.bits == 8 and actual.size >= 8:  # bytes moved as 16- or 32-bit words (2 swapped codes: "another order")
+        for group, word in ((2, "16"), (4, "32")):
+            if actual.size % group == 0 and np.array_equal(
+                    actual.reshape(-1, group), expected.reshape(-1, group)[:, ::-1]):
+                return ("with each pair of codes (C order) swapped" if group == 2 else
+                        "with each 4 consecutive codes (C order) in reverse order",
+                        f"the bytes of {word}-bit words in the other byte order (codes copied or viewed as "
+                        f"uint{word} across an endianness change), a layout bug, not a rounding one")
     magnitude = np.uint8(~np.uint8(fmt.sign_mask))
     if (np.any((actual & magnitude) != (expected & magnitude))
             and np.array_equal(np.bincount(actual.reshape(-1), minlength=256),

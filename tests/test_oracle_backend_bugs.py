@@ -800,3 +800,18 @@ def test_a_bit_level_truncation_that_overflows_is_named(name, beyond, overflow):
         f"actual equals encode(np.where(abs(x) >= {beyond}, x * np.inf, x), '{name}', rounding='toward_zero', "
         f"saturate=False) at every element: the backend truncates (rounds toward zero) and, as a cut of the bits "
         f"does, overflows to {overflow} from {beyond} up")
+
+
+def test_bytes_of_words_in_the_other_byte_order_are_named():
+    """8-bit codes moved as 16- or 32-bit words across an endianness change hold the expected codes with
+    each pair swapped, or each four reversed: they got the generic "in another order" hint, where FP4's
+    swapped nibbles got a specific one (a left-alone item of stop 66). Two swapped codes alone keep the
+    generic hint (test_two_swapped_codes_get_the_layout_hint)."""
+    x = _random_e4m3_inputs(64).reshape(8, 8)
+    expected = codec.encode(x, "E4M3")
+    for word in (16, 32):
+        moved = expected.view(f"<u{word // 8}").byteswap().view(np.uint8).reshape(x.shape)
+        layout = testing.compare(moved, x, "E4M3").layout
+        assert f"the bytes of {word}-bit words in the other byte order" in layout, layout
+    layout = testing.compare(expected[:, ::-1].copy(), x, "E4M3").layout  # rows reversed: no byte-order hint
+    assert "in another order" in layout and "byte order" not in layout, layout
