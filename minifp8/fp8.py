@@ -81,7 +81,10 @@ forward casts too (its element saturates, and the maximum times 2^127 overflows 
 block's finite elements flush to zero (counted as underflow).
 The recipe option ``saturate_gradients`` chooses: True gives TransformerEngine's saturating E5M2
 casts, False the overflow to +-Inf (``delayed`` with dynamic loss scaling needs False; ``margin``
-adds headroom instead of clamping). `minifp8.train_tiny`'s ``--saturate-gradients auto`` clamps
+adds headroom instead of clamping). Under ``delayed`` an overflow's Inf reaches the gradient casts
+below it, and each holds its scale while the Inf stays in its amax history (``history_len`` steps
+under ``"max"``; `minifp8.scaling.DelayedScaler`): steps the loss scaler skips, until its scale
+has shrunk the gradients to fit the held scales. `minifp8.train_tiny`'s ``--saturate-gradients auto`` clamps
 for ``current``, ``delayed`` and ``blockwise``.
 
 Attention. The attention core is one fused op that sees a single copy of each input, so each of

@@ -313,9 +313,9 @@ class AdamW(Optimizer):
     * ``m_hat = m / (1 - beta1^t)``, ``v_hat = v / (1 - beta2^t)``  (bias correction)
     * ``p = p - lr * m_hat / (sqrt(v_hat) + eps)``
 
-    In the paper's Alg. 2 the decay is scaled by the schedule multiplier eta_t; torch (and we)
-    scale it by the learning rate lr, which is the same when lr = alpha * eta_t with alpha
-    folded in. Computed in the parameter's dtype (float32), in place. As in torch, the decay
+    In the paper's Alg. 2 (line 12) the decay is ``eta_t * lambda * p``, scaled by the schedule
+    multiplier eta_t alone; torch (and we) scale it by the learning rate lr = alpha * eta_t, which
+    is the same when wd = lambda / alpha (the base rate alpha folded into the weight decay). Computed in the parameter's dtype (float32), in place. As in torch, the decay
     factor ``1 - lr * wd`` is rounded to that dtype, so in float32 a decay of ``lr * wd <= 2**-25``
     (about 3e-8, e.g. at the tail of a cosine schedule) rounds to 1 and does nothing. ``eps = 0``
     is allowed, as in torch, but then ``m_hat / sqrt(v_hat)`` is 0/0 = NaN wherever ``v`` is still 0:

@@ -430,7 +430,11 @@ class DelayedScaling:
 
     So the cast at step t uses the scale computed from the amaxes up to step t-1. An Inf amax (a
     step whose float32 tensor overflowed) holds the old scale for as long as it stays in the
-    history, ``history_len`` steps under ``"max"``, as the kernel's rule does.
+    history, ``history_len`` steps under ``"max"``, as the kernel's rule does. In a graph of
+    non-saturating E5M2 gradient casts (`minifp8.fp8`'s ``saturate_gradients=False``) one cast
+    that overflows sends its +-Inf down to the casts below it, which record Inf too and hold their
+    scales as well; ``"most_recent"`` or a short history lets them follow their gradients again
+    one step later.
 
     TransformerEngine has two other update paths for this recipe, and they differ from this one:
 

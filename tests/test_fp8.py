@@ -1987,3 +1987,30 @@ def test_fake_quantize_names_itself_in_option_errors():
         fp8.fake_quantize(x, "current", power_of_2=1)
     with pytest.raises(ValueError, match="^fake_quantize: unknown scale_mode 'round'"):
         fp8.fake_quantize(x.reshape(1, 4), "mxfp8", scale_mode="round")
+
+
+@pytest.mark.parametrize("algo, held_steps", [("max", 4), ("most_recent", 1)])
+def test_an_overflowing_gradient_cast_holds_the_delayed_scales_below_it(algo, held_steps):
+    """Documents (fp8.py, scaling.DelayedScaler) what a review found undocumented: with non-saturating
+    E5M2 gradient casts, one cast that overflows sends its Inf down to the cast below it, which
+    records an Inf amax and holds its old scale while the Inf stays in its history: history_len steps
+    under "max", one under "most_recent". (Behaviour unchanged: TransformerEngine's rule.)"""
+    rng = np.random.default_rng(0)
+    model = nn.Sequential(nn.Linear(8, 8, rng=rng), nn.Linear(8, 8, rng=rng))
+    state = fp8.apply_recipe(model, "delayed", history_len=4, amax_compute_algo=algo, saturate_gradients=False)
+    lower = state.points["0"].scalers["grad"]
+    x = Tensor(rng.standard_normal((4, 8)).astype(np.float32))
+    scales, finite = [], []
+    for step in range(8):
+        gradient = np.full((4, 8), 0.5 if step >= 3 else 1.0, np.float32)  # smaller after the overflow
+        gradient[0, 0] = 1e6 if step == 2 else gradient[0, 0]  # the top cast overflows at step 2 alone
+        model.zero_grad()
+        with np.errstate(invalid="ignore", over="ignore"):  # (Inf times 0 in the backward GEMMs)
+            model(x).backward(gradient)
+        finite.append(bool(np.isfinite(model[0].weight.grad).all()))
+        state.step()
+        scales.append(float(lower.scale))
+    assert finite == [True, True, False] + [True] * 5
+    # the scale after step 2 is held for held_steps steps, then follows the halved gradients (twice the scale)
+    assert scales[2:2 + held_steps] == [scales[1]] * held_steps
+    assert scales[2 + held_steps] > 1.5 * scales[1]
