@@ -784,6 +784,12 @@ _NVFP4_BLOCK_SCALE_ORDERS: dict[str, Callable[[np.ndarray, np.float32], np.ndarr
 }
 
 
+def _orders_named(fits: list[str]) -> str:
+    """The float32 orders of NVFP4's arithmetic that fit a backend's result, for a note."""
+    return " or ".join(fits) + " in float32" + (" (these inputs cannot tell those orders apart)" if len(fits) > 1
+                                                 else "")
+
+
 def _nvfp4_order_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, expected) -> str:
     """Where the backend's NVFP4 scales and codes are those of another float32 order of the block
     scale (`_NVFP4_BLOCK_SCALE_ORDERS`), that order, else ""."""
@@ -797,10 +803,48 @@ def _nvfp4_order_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, expe
             fits.append(f"e4m3({order})")
     if not fits:
         return ""
-    alike = " (these inputs cannot tell those orders apart)" if len(fits) > 1 else ""
-    return (f"scales and codes equal NVFP4's with the block scale {' or '.join(fits)} in float32{alike}: the "
+    return (f"scales and codes equal NVFP4's with the block scale {_orders_named(fits)}: the "
             f"backend rounds step 4 in another order than TransformerEngine's current e4m3(block_amax * (S_enc * "
             f"float32(1/6))), which minifp8 follows (earlier TransformerEngine code computes block_amax / 6 * S_enc)")
+
+
+# Steps 5-6 of NVFP4 (each element times the inverse of its block's dequantisation scale, clipped to
+# +-6) in other float32 orders, as (x, s_block, S_enc, S_dec, global_amax) -> the value E2M1 encodes.
+# minifp8 follows TransformerEngine: x * min(1 / (s_block * S_dec), FLT_MAX).
+_NVFP4_ELEMENT_ORDERS: dict[str, Callable[..., np.ndarray]] = {
+    "x / (s_block * S_dec)": lambda x, block, encode, decode, amax: x / (block * decode),
+    "x / (s_block * (global_amax / 2688))": lambda x, block, encode, decode, amax:  # torchao's nvfp4_quantize
+        x / (block * (amax / np.float32(2688))),
+    "x * (S_enc / s_block)": lambda x, block, encode, decode, amax: x * (encode / block),
+    "x * S_enc / s_block": lambda x, block, encode, decode, amax: x * encode / block,
+}
+
+
+def _nvfp4_element_order_note(codes: np.ndarray, x: np.ndarray, block_scales: np.ndarray, where: np.ndarray,
+                              expected) -> str:
+    """Where the backend's NVFP4 element codes at the C-order positions ``where`` (the elements of blocks
+    whose scale agrees; ``block_scales`` their blocks' E4M3 scale values) are those of another float32
+    order of steps 5-6 (`_NVFP4_ELEMENT_ORDERS`), that order, else "". Blocks of scale 0 are skipped
+    (their codes are unread)."""
+    read = block_scales > 0
+    where, block_scales = where[read], block_scales[read].astype(np.float32)
+    got = codes.reshape(-1)[where]
+    if np.array_equal(got, expected.codes.reshape(-1)[where]):
+        return ""
+    inputs = codec._to_float32(x).reshape(-1)[where]
+    encode = np.float32(expected.encode_scale)
+    fits = []
+    for order, scaled in _NVFP4_ELEMENT_ORDERS.items():
+        with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
+            values = np.clip(scaled(inputs, block_scales, encode, np.float32(1) / encode,
+                                    np.float32(expected.global_amax)), -6, 6).astype(np.float32)
+        if not np.isnan(values).any() and np.array_equal(codec.encode(values, formats.E2M1), got):
+            fits.append(f"e2m1({order})")
+    if not fits:
+        return ""
+    return (f"the element codes equal NVFP4's with each element scaled as {_orders_named(fits)}, clipped to "
+            f"+-6: the backend scales the elements (steps 5-6) in another order than "
+            f"TransformerEngine's x * min(1 / (s_block * S_dec), FLT_MAX), which minifp8 follows")
 
 
 def _implied_amax_note(scales: np.ndarray, scale_table: np.ndarray, amax: np.ndarray, scale_differs: np.ndarray,
@@ -1118,8 +1162,10 @@ class BlockReport:
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
     hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
     names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
-    in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) where
-    most block scales differ, the tensor amax they imply, if it is far from the one minifp8 used,
+    in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) another
+    float32 order of the block scale (step 4) or of the elements' scaling (steps 5-6) that gives the
+    backend's scales and codes, where one does; where most block scales differ, the tensor amax they
+    imply, if it is far from the one minifp8 used,
     and element codes that differ in blocks whose scale code is 0x00 (unread by dequantize);
     and, where no rule over whole blocks fits, the `compare` rule (an element cast that does not
     saturate, rounds toward zero, ...) that gives every element code in the blocks whose scale agrees.
@@ -1382,6 +1428,10 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         notes.insert(0, _implied_amax_note(scales, scale_table, amax, scale_differs, expected))
         if scale_differs.any():
             notes.insert(0, _nvfp4_order_note(scales, codes, x, expected))
+        elif element_report.count:
+            every = np.flatnonzero(same_scale.reshape(-1))
+            notes.insert(0, _nvfp4_element_order_note(codes, x, scale_table[element_scale_codes.reshape(-1)[every]],
+                                                      every, expected))
         unread = np.count_nonzero(zero_scale & (codes != expected.codes))
         if unread:  # (an encode scale of FLT_MAX saturates such a block's inputs of |x| >= 6 / FLT_MAX to +-6)
             notes.append(f"{unread} of the element codes that differ lie in blocks whose scale code is 0x00, which "

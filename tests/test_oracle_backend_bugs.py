@@ -815,3 +815,35 @@ def test_bytes_of_words_in_the_other_byte_order_are_named():
         assert f"the bytes of {word}-bit words in the other byte order" in layout, layout
     layout = testing.compare(expected[:, ::-1].copy(), x, "E4M3").layout  # rows reversed: no byte-order hint
     assert "in another order" in layout and "byte order" not in layout, layout
+
+
+def test_compare_mx_names_nvfp4_elements_scaled_in_another_float32_order():
+    """Steps 5-6 of NVFP4 (TransformerEngine, minifp8: x * min(1 / (s_block * S_dec), FLT_MAX), clipped
+    to +-6) in another float32 order (torchao divides, x / (s_block * S_dec)) give other E2M1 codes where
+    the scaled value lies within float32 rounding of a midpoint between E2M1 values; only step 4's
+    orders were tried (a left-alone item of stop 66). Inputs a few float32 ulps either side of those
+    midpoints, times each block's dequantisation scale; the backend is simulated from each order's
+    formula. Where the scales agree and the codes follow an order, the note names it, and only then."""
+    f32 = np.float32
+    rng = np.random.default_rng(1)
+    global_amax, n = f32(1000.0), 256
+    x = np.zeros((n, 16), f32)
+    x[:, 0] = rng.uniform(1, 1000, n).astype(f32)  # each block's amax, so its scale
+    encode = f32(2688) / global_amax
+    block = codec.decode(mx.quantize_nvfp4(x, global_amax=global_amax).scales.ravel(), "E4M3").astype(f32)[:, None]
+    midpoints = rng.choice([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], (n, 15)) * rng.choice([-1, 1], (n, 15))
+    x[:, 1:] = midpoints * (block * (f32(1) / encode)) * (1 + rng.integers(-4, 5, (n, 15)) * 2.0**-24)
+    expected = mx.quantize_nvfp4(x, global_amax=global_amax)
+    assert np.array_equal(codec.decode(expected.scales.ravel(), "E4M3")[:, None], block)  # (the blocks' scales)
+    backends = {"x / (s_block * S_dec)": lambda: x / (block * (f32(1) / encode)),
+                "x * (S_enc / s_block)": lambda: x * (encode / block),
+                "x * S_enc / s_block": lambda: x * encode / block}
+    for order, scaled in backends.items():
+        codes = codec.encode(np.clip(scaled(), -6, 6).astype(f32), "E2M1")
+        assert np.count_nonzero(codes != expected.codes) > 100, order
+        layout = testing.compare_mx(expected.scales, codes, x, "NVFP4", global_amax=global_amax).layout
+        assert layout.startswith(f"the element codes equal NVFP4's with each element scaled as e2m1({order})"), layout
+        assert "(steps 5-6) in another order" in layout
+    wrong = expected.codes ^ np.uint8(1)  # a per-code bug: no order fits
+    assert "steps 5-6" not in testing.compare_mx(expected.scales, wrong, x, "NVFP4", global_amax=global_amax).layout
+    assert testing.compare_mx(expected.scales, expected.codes, x, "NVFP4", global_amax=global_amax).ok
