@@ -136,7 +136,8 @@ Outputs (``--out DIR``)
 * ``scales.png``: with ``--track-scales``, the last block's output (the residual stream the final
   norm reads) and its gradient over training in every run, against E5M2's range
   (`minifp8.plots.scale_curves`), when matplotlib is installed;
-* ``checkpoints/<run>.npz``: written at every evaluation after the first step, at the end, on
+* ``checkpoints/<run>.npz`` (the run's label with each character but letters and digits made ``_``:
+  ``fp8___loss_scale_dynamic.npz``): written at every evaluation after the first step, at the end, on
   Ctrl-C or SIGTERM and at ``--stop-after``. ``--resume DIR`` continues every unfinished run from
   its checkpoint bit-exactly: weights, optimizer moments, the batch and dropout generators, the
   loss-scaling state and the FP8 state (delayed-scaling histories) all come back, so the
@@ -169,6 +170,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fnmatch
 import functools
 import io
 import json
@@ -287,7 +289,8 @@ class TrainConfig:
         "help": "UTF-8 text file to train on, its last 10%% held out for validation (default: the bundled "
                 "arithmetic corpus)", "metavar": "PATH"})
     seed: int = field(default=0, metadata={"help": "seed of the weights, the batches and the corpus"})
-    steps: int = field(default=1000, metadata={"help": "optimizer steps per run"})
+    steps: int = field(default=1000, metadata={"help": "training steps (batches) per run, those that dynamic loss "
+                                                       "scaling skips included"})
     batch_size: int = field(default=32, metadata={"help": "sequences per batch"})
     block_size: int = field(default=32, metadata={"help": "tokens per sequence (context length)"})
     n_layer: int = field(default=2, metadata={"help": "transformer blocks"})
@@ -430,7 +433,7 @@ _EPILOG = ("With --out DIR: DIR/config.json, metrics.json, loss.png, scales.png 
            "<experiment>.json (with --experiment) and checkpoints/ (one per run, for --resume DIR; a new run into "
            "DIR replaces them). Exit status: 0 done, 1 a run diverged, 2 bad flags or data (or an --out or stdout "
            "that cannot be written, or a CPU that flushes subnormals), 130 stopped (--stop-after, Ctrl-C: "
-           "checkpointed), 143 SIGTERM (checkpointed), 141 output closed (| head).")
+           "checkpointed with --out), 143 SIGTERM (checkpointed with --out), 141 output closed (| head).")
 
 
 def build_parser(argument_default: Any = None) -> argparse.ArgumentParser:
@@ -510,6 +513,13 @@ def _check_flags_apply(fail: Callable[[str], NoReturn], config: TrainConfig, run
         fail(f"--fp32-modules {config.fp32_modules} names {repeated!r} twice"
              + (" (--fp32-lm-head leaves lm_head in float32 already)" if config.fp32_lm_head and repeated == "lm_head"
                 else ""))
+    covered = next(((part, whole) for part in uncast if ":" in part for whole in uncast
+                    if ":" not in whole and fnmatch.fnmatchcase(part.split(":", 1)[0], whole)), None)
+    if covered is not None:  # (the log named both, as if the part were a choice of its own)
+        part, whole = covered
+        by = "--fp32-lm-head" if config.fp32_lm_head and whole == "lm_head" else repr(whole)
+        fail(f"--fp32-modules {config.fp32_modules} names {part!r}, a tensor or GEMM of a module that {by} leaves "
+             f"in float32 whole already")
     if config.track_scales and config.out is None:
         fail("--track-scales records the scales in metrics.json, which only --out DIR writes")
     if config.grad_clip not in (TrainConfig.grad_clip, 0.0) and all(run.family == "unit" for run in runs):
@@ -1416,8 +1426,10 @@ def _restore(path: Path, identity: dict, model, model_rng, state, optimizer, dat
     if recorded is not None and recorded != identity["data_sha256"]:
         raise CheckpointError(f"{path} was trained on another text (SHA-256 {str(recorded)[:16]}..., the "
                               f"text now {identity['data_sha256'][:16]}...); start afresh without --resume")
+    # where the text is, once its SHA-256 says it is the same text, may differ (a run moved with its data)
+    moved = {("config", "data")} if recorded is not None else set()
     differing = sorted({key for part in ("config", "run") for key in {*saved[part], *identity[part]}
-                        if saved[part].get(key) != identity[part].get(key)})
+                        if (part, key) not in moved and saved[part].get(key) != identity[part].get(key)})
     if differing:
         raise CheckpointError(f"{path} was written by another config or run (it differs in "
                               f"{', '.join(differing)}); start afresh without --resume")
@@ -1883,14 +1895,19 @@ def _holds_earlier_run(out: Path) -> bool:
             and {"recipe", "steps"} <= set(saved["config"]))
 
 
-def _earlier_checkpoint_names(out: Path) -> set[str] | None:
-    """The checkpoint file names of the runs ``out/config.json`` lists (``<slug>.npz``), or None
-    where that file lists none that train_tiny can read (every ``*.npz`` is then the earlier run's)."""
+def _earlier_checkpoint_names(out: Path) -> set[str]:
+    """The checkpoint file names of the runs ``out/config.json`` lists (``<slug>.npz``; none without
+    that file). A ValueError where it lists a run this version cannot read (one written by another
+    version, or edited): its checkpoints could not be told from a copy the user kept there."""
+    if not os.path.lexists(out / "config.json"):
+        return set()
     try:
         saved = _load_json_object(out / "config.json")
         return {f"{Run(**entry).slug}.npz" for entry in saved["runs"]}
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"config.json lists an earlier run this version cannot read ({error}), so its "
+                         f"checkpoints cannot be told from others kept there; choose a new or empty directory, "
+                         f"or move it away") from None
 
 
 def _check_checkpoints_directory(out: Path) -> None:
@@ -1908,7 +1925,8 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     otherwise be resumed under the new config) and its results (``metrics.json``, ``loss.png``,
     ``scales.png``, an experiment's results file), which a new run that stops early would otherwise
     leave beside its own config. Only an earlier run's: a directory that holds any of those files but no
-    ``config.json`` that train_tiny wrote is refused (ValueError), and nothing in it is touched;
+    ``config.json`` that train_tiny wrote, or one that lists a run this version cannot read, is refused
+    (ValueError), and nothing in it is touched;
     other files (notes, an empty directory, a checkpoint copied under a name no run of either
     config takes) are no obstacle and stay."""
     if os.path.lexists(out) and not out.is_dir():
@@ -1932,8 +1950,8 @@ def _prepare_out(out: Path, config: TrainConfig, runs: list[Run], print_fn, data
     out.mkdir(parents=True, exist_ok=True)
     # the earlier run's checkpoints, and any under a name this run's will take; other files (a copy
     # the user kept, fp32_keep.npz) stay
-    names = None if earlier is None else earlier | {f"{run.slug}.npz" for run in runs}
-    stale = [path for path in sorted((out / "checkpoints").glob("*.npz")) if names is None or path.name in names]
+    names = earlier | {f"{run.slug}.npz" for run in runs}
+    stale = [path for path in sorted((out / "checkpoints").glob("*.npz")) if path.name in names]
     for path in stale:
         path.unlink()
     if stale:
@@ -2077,7 +2095,11 @@ def _main(argv: list[str] | None) -> int:
         dataset = data_module.load_dataset(config.data, seed=config.seed)
     except (OSError, ValueError) as error:  # (under --resume, the --data of the run it continues)
         flag = "--data" if config.resume is None else f"--resume {resume_dir}: the run's --data"
-        say(f"{prog}: error: {flag}: {error}")
+        moved = ""
+        if config.resume is not None and isinstance(error, FileNotFoundError):
+            moved = (f" (moved? set \"data\" under \"config\" in {Path(resume_dir) / 'config.json'} to where it is "
+                     f"now: the run checks the text's SHA-256)")
+        say(f"{prog}: error: {flag}: {error}{moved}")
         return 2
     except MemoryError:  # (tokenizing holds several times the file's size at its peak: data.load_text)
         say(f"{prog}: error: --data {config.data}: out of memory while reading and tokenizing it; use a "
@@ -2153,7 +2175,8 @@ def _main(argv: list[str] | None) -> int:
     for run in runs:
         budget = None if config.stop_after is None else config.stop_after - session_steps[0]
         if budget == 0:  # the last run stopped exactly at the budget, at its end: this one waits
-            return stopped(Interrupted(f"stopped after {config.stop_after} steps in this session, before {run.label}"),
+            steps = f"{config.stop_after} step{'s' * (config.stop_after != 1)}"
+            return stopped(Interrupted(f"stopped after {steps} in this session, before {run.label}"),
                            runs.index(run) + 1)
         try:
             results[run.label] = train(run, config, dataset, out=out, resume=config.resume is not None,

@@ -859,6 +859,15 @@ def test_a_new_run_into_an_old_directory_replaces_its_checkpoints(tmp_path, caps
     status, printed, _ = run_main(capsys, *TINY, "--recipe", "fp8", "--out", str(out), "--stop-after", "2")
     assert status == 130 and "removed 2 checkpoint(s) of an earlier run" in printed   # fp32's and current's
     assert sorted(path.name for path in (out / "checkpoints").iterdir()) == ["fp32_keep.npz", "fp8.npz"]
+    # another review's find: where config.json lists a run this version cannot read (a field another
+    # version adds, a hand edit), every checkpoints/*.npz went, the kept copy too; now nothing is touched
+    saved = json.loads((out / "config.json").read_text())
+    saved["runs"][0]["precision"] = "bf16"
+    (out / "config.json").write_text(json.dumps(saved))
+    status, printed, err = run_main(capsys, *TINY, "--recipe", "fp32", "--out", str(out), "--stop-after", "2")
+    assert status == 2 and "config.json lists an earlier run this version cannot read (" in err, err
+    assert "cannot be told from others kept there" in err and "removed" not in printed
+    assert sorted(path.name for path in (out / "checkpoints").iterdir()) == ["fp32_keep.npz", "fp8.npz"]
 
 
 def test_a_new_run_into_an_old_directory_removes_its_results(tmp_path, capsys):
@@ -1186,6 +1195,12 @@ def test_durations_round_before_splitting_minutes(seconds, text):
      "--fp32-modules lm_head, *.mlp.*,lm_head names 'lm_head' twice (see -h)"),
     (["--recipe", "current", "--fp32-lm-head", "--fp32-modules", "lm_head"],
      "--fp32-modules lm_head names 'lm_head' twice (--fp32-lm-head leaves lm_head in float32 already) (see -h)"),
+    # another review's: a tensor of a module left whole in float32 was taken, and the log named both
+    (["--recipe", "current", "--fp32-lm-head", "--fp32-modules", "lm_head:grad"],
+     "--fp32-modules lm_head:grad names 'lm_head:grad', a tensor or GEMM of a module that --fp32-lm-head leaves "
+     "in float32 whole already (see -h)"),
+    (["--recipe", "current", "--fp32-modules", "*.mlp.*,blocks.0.mlp.c_fc:wgrad"],
+     "names 'blocks.0.mlp.c_fc:wgrad', a tensor or GEMM of a module that '*.mlp.*' leaves in float32 whole already"),
     (["--out", __file__], f"--out {__file__}: exists and is not a directory: --out names the directory"),  # (errno 17)
     (["--recipe", "delayed", "--fp32-lm-head", "--fp32-modules", "blocks.*"],
      "--fp32-modules blocks.* in the standard model: found no linear (a module with a gemm) or attention core "

@@ -180,6 +180,36 @@ def test_resume_says_when_the_text_it_trained_on_is_gone(tmp_path, capsys):
                           f"found: {text}"), err
 
 
+def test_a_run_resumes_after_its_text_moves_once_config_json_says_where(tmp_path, capsys):
+    """A review's find: after the --data file moved, the error gave no way on, and with config.json's
+    "data" set to the new path every checkpoint was refused as "another config or run (it differs in
+    data)", though its SHA-256 proves the same text: the run was lost. The error now says what to
+    edit, and a checkpoint's identity rests on the text's SHA-256, not where the file lies."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    (first / "input.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 20)
+    out = tmp_path / "run"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--data", str(first / "input.txt"), "--out", str(out),
+                    "--stop-after", "2")[0] == 130
+    uninterrupted = tmp_path / "whole"
+    assert run_main(capsys, *TINY, "--recipe", "fp32", "--data", str(first / "input.txt"),
+                    "--out", str(uninterrupted))[0] == 0
+    first.rename(second)
+    status, _, err = run_main(capsys, "--resume", str(out))
+    assert status == 2 and err.rstrip().endswith(f'(moved? set "data" under "config" in {out / "config.json"} to '
+                                                 f'where it is now: the run checks the text\'s SHA-256)'), err
+    config = json.loads((out / "config.json").read_text())
+    config["config"]["data"] = str(second / "input.txt")
+    (out / "config.json").write_text(json.dumps(config))
+    status, printed, err = run_main(capsys, "--resume", str(out))
+    assert status == 0, err
+    resumed, whole = (json.loads((path / "metrics.json").read_text()) for path in (out, uninterrupted))
+    assert resumed["runs"]["fp32"]["val"] == whole["runs"]["fp32"]["val"]
+    (second / "input.txt").write_text("another text entirely, of other letters: xyz\n" * 20)
+    status, _, err = run_main(capsys, "--resume", str(out))  # (the SHA-256 still guards the text)
+    assert status == 2 and "is not the text this run started on" in err, err
+
+
 def test_paths_that_are_not_utf8_are_printed_escaped(tmp_path):
     """A --data or --out name that is not UTF-8 (a Latin-1 "café") comes back from os.fsdecode with a
     lone surrogate, which the strict stdout of a UTF-8 locale could not print: the command died with
