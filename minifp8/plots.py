@@ -646,7 +646,10 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
     values are cast to and the lower half the E5M2 range of the gradients: shaded for the normal
     numbers, lighter and dotted for the subnormals (fewer significant bits). A scale left of the
     shading is flushed to zero by a naive cast; right of it, it overflows. A statistic of exactly 0
-    is drawn at the left edge as a hollow marker.
+    is drawn as a hollow marker on the left edge, an Inf one (a tensor holding an Inf: its mean |x|)
+    as a hollow marker on the right edge, and a NaN one (a tensor holding a NaN, or an Inf: its std)
+    as a cross on the right edge; the legend then says so. A record without a gradient
+    (``backward_*`` None) draws no triangle.
 
     Parameters
     ----------
@@ -674,8 +677,9 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
             raise TypeError(f"scale_plot needs ScaleRecords (what a ScaleTracker records), got "
                             f"{type(record).__name__} {record!r}")
     forward = np.array([getattr(r, f"forward_{statistic}") for r in tracked], dtype=np.float64)
-    backward = np.array([np.nan if getattr(r, f"backward_{statistic}") is None else getattr(r, f"backward_{statistic}")
-                         for r in tracked], dtype=np.float64)
+    gradients = [getattr(r, f"backward_{statistic}") for r in tracked]
+    backward = np.array([np.nan if g is None else g for g in gradients], dtype=np.float64)
+    no_gradient = np.array([g is None for g in gradients])  # (NaN in backward, but drawn as nothing)
     fmts = [_formats.get(name) for name in SCALE_FORMATS]
     shown = np.concatenate([forward, backward])
     positive = shown[np.isfinite(shown) & (shown > 0)]
@@ -694,17 +698,29 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
             ax.fill_betweenx(band, fmt.min_subnormal, fmt.min_normal, color=color, alpha=SUBNORMAL_BAND_ALPHA,
                              linewidth=0, hatch="....", edgecolor=color)  # (dots: apart from the normals without colour)
     y = np.arange(rows)
-    for values, offset, marker, fmt, label in ((forward, -0.22, "o", fmts[0], "value (forward)"),
-                                               (backward, 0.22, "^", fmts[1], "gradient (backward)")):
+    hollow = crossed = False  # (whether the legend must explain the edge markers)
+    for values, absent, offset, marker, fmt, label in (
+            (forward, np.zeros(rows, dtype=bool), -0.22, "o", fmts[0], "value (forward)"),
+            (backward, no_gradient, 0.22, "^", fmts[1], "gradient (backward)")):
         finite = np.isfinite(values) & (values > 0)
         ax.plot(values[finite], y[finite] + offset, marker, color=_color(fmt), markersize=6, linestyle="none",
                 label=f"{label}: {statistic}")
-        zero = values == 0
-        ax.plot(np.full(int(zero.sum()), 2.0**low), y[zero] + offset, marker, markerfacecolor="none",
-                color=_color(fmt), markersize=6, linestyle="none")
+        # on the edges, not clipped: 0 on the left, Inf on the right (hollow), NaN on the right (a cross)
+        for where, at, look in ((values == 0, 2.0**low, marker), (values == np.inf, 2.0**high, marker),
+                                (np.isnan(values) & ~absent, 2.0**high, "x")):
+            if where.any():
+                ax.plot(np.full(int(where.sum()), at), y[where] + offset, look, color=_color(fmt), markersize=6,
+                        linestyle="none", clip_on=False, **({"markerfacecolor": "none"} if look != "x" else {}))
+                hollow, crossed = hollow or look != "x", crossed or look == "x"
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     handles, _ = ax.get_legend_handles_labels()
+    if hollow:
+        handles.append(Line2D([], [], marker="o", markerfacecolor="none", color="grey", linestyle="none",
+                              label="hollow: 0 (left edge) or Inf (right edge)"))
+    if crossed:
+        handles.append(Line2D([], [], marker="x", color="grey", linestyle="none", label="cross: NaN (right edge)"))
     for fmt in fmts:
         handles.append(Patch(facecolor=_color(fmt), alpha=NORMAL_BAND_ALPHA, linewidth=0, label=f"{fmt.name} normal"))
         handles.append(Patch(facecolor=_color(fmt), alpha=SUBNORMAL_BAND_ALPHA, linewidth=0, hatch="....",
@@ -722,7 +738,8 @@ def scale_plot(records: ScaleTracker | dict[str, ScaleRecord] | Iterable[ScaleRe
 
 
 def gpt_cast_scales(config: GPTConfig, batch_size: int, seed: int = 0) -> list[ScaleRecord]:
-    """What the FP8 casts of a freshly initialised GPT would see, from one forward and backward pass.
+    """The activations and gradients that the FP8 casts of a freshly initialised GPT would see, from
+    one forward and backward pass.
 
     Builds ``minifp8.model.GPT(config)`` (weights from ``seed``), takes one training batch of
     ``batch_size`` windows of ``config.block_size`` tokens from the bundled arithmetic corpus, and
@@ -736,7 +753,9 @@ def gpt_cast_scales(config: GPTConfig, batch_size: int, seed: int = 0) -> list[S
     * an attention core: ``forward_*`` of q, k and v together (each cast to E4M3), ``backward_*``
       of the gradient of its output (cast to E5M2).
 
-    The model's own ``track`` calls (embedding, residual stream, ...) are left out.
+    The weights, which the recipes cast to E4M3 too, are not recorded (their scale is the
+    initialisation's: tutorial 6 counts the share of each below E4M3's smallest normal), nor are the
+    model's own ``track`` calls (embedding, residual stream, ...).
 
     Parameters
     ----------
@@ -1017,7 +1036,8 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
         (``minifp8.train_tiny.load_results()``), whose training losses are window means
         (``train_loss_every`` steps each). At least one run; each needs ``train_loss`` (a list of
         numbers), and is drawn with the ``val`` and ``cast_stats`` it has. A missing key raises a
-        ValueError that names the run and the key; a value of the wrong type, a TypeError.
+        ValueError that names the run and the key, as does a document in which no run has a training
+        loss or an evaluation; a value of the wrong type, a TypeError.
     smooth_steps : int
         Width of the averaging window of the training loss, in steps (at least 1).
     title : str, optional
@@ -1033,6 +1053,9 @@ def training_curves(results: dict, smooth_steps: int = 20, title: str | None = N
     loss_floor = _loss_floor(results, "training_curves")
     curves = {label: _run_curve(_series(metrics["train_loss"], f"training_curves: run {label!r}: 'train_loss'"),
                                 every, smooth_steps) for label, metrics in runs.items()}
+    if not any(curves[label][0].size or columns[label]["val"]["step"].size for label in runs):  # (an empty figure)
+        raise ValueError("training_curves: no run has a training loss or an evaluation (every run's 'train_loss' "
+                         "and 'val' are empty): nothing to draw")
     figure, (loss_axis, underflow_axis) = _new_figure(8.0, 6.4, rows=2, sharex=True,
                                                       gridspec_kw={"height_ratios": (2.2, 1)})
     looks = _run_styles({label: metrics.get("recipe") for label, metrics in runs.items()})
@@ -1146,7 +1169,9 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
         and a ``loss`` (None for NaN), the two at the same steps, or the arm's at the first of its
         fp32 run's (an arm that stopped early or diverged, drawn to a cross). The panels follow the
         first arm's seeds, and every arm needs each of them. A missing key raises a ValueError
-        naming it; a value of the wrong type, a TypeError.
+        naming it; a value of the wrong type, a TypeError. So do an fp32 loss that is not a finite
+        number > 0 at a step the arm reached (the gap divides by it), and arms without a single
+        evaluation (every list empty: nothing to draw).
     title : str, optional
 
     Returns
@@ -1187,7 +1212,16 @@ def gap_curves(arms: dict, title: str | None = None) -> Figure:
                 shown = [", ".join(f"{step:g}" for step in steps) for steps in (run["step"], baseline["step"])]
                 raise ValueError(f"{name}: {where}: its evaluations are not its fp32 run's steps, or the first of "
                                  f"them (an arm that stopped early): steps {shown[0]} against {shown[1]}")
-            gaps[label][seed] = run["step"], run["loss"] / baseline["loss"][:run["step"].size] - 1
+            divisor = baseline["loss"][:run["step"].size]
+            bad = np.flatnonzero(~(np.isfinite(divisor) & (divisor > 0)))  # (NaN included: None in the results)
+            if bad.size:
+                loss = divisor[bad[0]]
+                raise ValueError(f"{name}: {where}: fp32 val: the loss at step {run['step'][bad[0]]:g} is "
+                                 f"{'None (NaN)' if np.isnan(loss) else f'{loss:g}'}: the gap divides by the fp32 "
+                                 "run's loss, which must be a finite number > 0")
+            gaps[label][seed] = run["step"], run["loss"] / divisor - 1
+    if not any(steps.size for per_seed in gaps.values() for steps, _ in per_seed.values()):  # (an empty figure)
+        raise ValueError(f"{name}: no arm has an evaluation (every val list is empty): nothing to draw")
     figure, axes = _new_figure(3.2 * len(seeds) + 0.8, 3.8, columns=len(seeds), sharey=True)
     markers = "osD^v<>ph*"
     looks = {label: (f"C{index % 10}", markers[index % len(markers)]) for index, label in enumerate(arms)}

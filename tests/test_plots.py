@@ -429,10 +429,33 @@ _VAL = [{"step": 0, "loss": 2.0}]
     ({"a": {"0": ([{"step": 0, "loss": 2.0}, {"step": 250, "loss": 2.0}], _VAL)}}, ValueError,  # (more than fp32's)
      "arm 'a' at seed '0': its evaluations are not its fp32 run's steps, or the first of them (an arm that stopped "
      "early): steps 0, 250 against 0"),
+    # found in a review: a loss of 0 divided unchecked (a RuntimeWarning, an Inf gap), and arms without a single
+    # evaluation drew an empty figure where validation_curves and scale_curves say so
+    ({"a": {"0": (_VAL, [{"step": 0, "loss": 0.0}])}}, ValueError,
+     "arm 'a' at seed '0': fp32 val: the loss at step 0 is 0: the gap divides by the fp32 run's loss, which must be "
+     "a finite number > 0"),
+    ({"a": {"0": (_VAL, [{"step": 0, "loss": -1.5}])}}, ValueError,
+     "arm 'a' at seed '0': fp32 val: the loss at step 0 is -1.5: the gap divides"),
+    ({"a": {"0": ([{"step": 0, "loss": 2.0}, {"step": 9, "loss": 2.0}], [{"step": 0, "loss": 2.0},
+                                                                          {"step": 9, "loss": None}])}}, ValueError,
+     "arm 'a' at seed '0': fp32 val: the loss at step 9 is None (NaN): the gap divides"),
+    ({"a": {"0": ([], _VAL), "1": ([], [])}, "b": {"0": ([], []), "1": ([], _VAL)}}, ValueError,
+     "no arm has an evaluation (every val list is empty): nothing to draw"),
 ])
 def test_gap_curves_says_what_it_cannot_draw(arms, error, message):
     with pytest.raises(error, match=re.escape(f"gap_curves: {message}")):
         plots.gap_curves(arms)
+
+
+def test_gap_curves_checks_only_the_fp32_losses_it_divides_by():
+    """An arm that stopped early is divided by its fp32 run's first losses only: a later fp32 loss
+    that could not be divided by is no reason to refuse it; an arm with no evaluation at one seed
+    draws nothing there."""
+    fp32 = [{"step": 0, "loss": 2.0}, {"step": 250, "loss": None}]
+    axes = labelled(plots.gap_curves({"stopped": {"0": ([{"step": 0, "loss": 2.5}], fp32), "1": ([], fp32)}})).axes
+    drawn = [line for line in axes[0].get_lines() if line.get_label() == "stopped"]
+    np.testing.assert_allclose(drawn[0].get_ydata(), [0.25])
+    assert [len(line.get_xdata()) for line in axes[1].get_lines() if line.get_label() == "stopped"] == [0]
 
 def _scales(step, value, gradient, **more):
     return {"step": step, "forward_std": {"residual": value, **more}, "backward_mean_abs": {"residual": gradient},
@@ -795,6 +818,34 @@ def test_scale_plot_draws_records_whose_statistics_are_all_zero_or_nan():
         assert [label.get_text() for label in figure.axes[0].get_yticklabels()] == [r.name for r in records]
 
 
+def test_scale_plot_draws_inf_and_nan_statistics_on_the_right_edge():
+    """Found in a review: a 0 was drawn hollow on the left edge, but an Inf (a tensor that overflowed,
+    what the plot exists to show) drew nothing, as did a NaN (the std of a tensor holding an Inf):
+    neither could be told from a record without a gradient. Inf is now hollow on the right edge, NaN
+    a cross there, and the legend says so; a gradient never recorded (None) still draws nothing."""
+    inf, nan = math.inf, math.nan
+    records = [fp8.ScaleRecord("overflowed", (4,), nan, inf, inf, inf),  # (std NaN, mean |x| Inf)
+               fp8.ScaleRecord("no gradient", (4,), 1.0, 1.0, None, None),
+               fp8.ScaleRecord("nan gradient", (4,), 0.5, 0.5, nan, nan)]
+    for statistic, value_look in (("std", "cross"), ("mean_abs", "hollow")):
+        figure = plots.scale_plot(records, statistic=statistic)
+        ax = figure.axes[0]
+        right = ax.get_xlim()[1]
+        edge = {}  # (row, value or gradient) -> how it is drawn, for every marker on the right edge
+        for line in ax.get_lines():
+            for x, y in zip(line.get_xdata(), line.get_ydata()):
+                if x == right:
+                    look = ("cross" if line.get_marker() == "x" else
+                            "hollow" if line.get_markerfacecolor() == "none" else "filled")
+                    edge[round(y), "value" if y < round(y) else "gradient"] = look
+                    assert not line.get_clip_on()  # (a whole marker, not half of one)
+        assert edge == {(0, "value"): value_look, (0, "gradient"): "hollow", (2, "gradient"): "cross"}, statistic
+        texts = [text.get_text() for text in figure.legends[0].get_texts()]
+        assert "hollow: 0 (left edge) or Inf (right edge)" in texts and "cross: NaN (right edge)" in texts
+    finite = plots.scale_plot([fp8.ScaleRecord("fine", (4,), 1.0, 1.0, 0.5, 0.5)])
+    assert not [text for text in finite.legends[0].get_texts() if "edge" in text.get_text()]
+
+
 @pytest.mark.parametrize("rows", [1, 3, 30])
 def test_scale_plot_legend_sits_below_the_x_label(rows):
     records = [fp8.ScaleRecord(f"t{i}", (4,), 2.0**-i, 1.0, 2.0**(-i - 5), 1.0) for i in range(rows)]
@@ -889,6 +940,18 @@ def test_a_run_of_one_training_loss_is_drawn_as_a_point():
              if list(line.get_xdata()) == [1.0] and line.get_marker() not in (None, "None", "")
              and line.get_markevery() is None]  # (markevery [] draws no marker)
     assert drawn and drawn[0].get_ydata()[0] == pytest.approx(2.65)
+
+
+def test_training_curves_without_any_loss_is_an_error():
+    """Found in a review: runs without a training loss or an evaluation drew an empty figure, where
+    validation_curves and scale_curves say there is nothing to draw."""
+    message = (r"training_curves: no run has a training loss or an evaluation \(every run's 'train_loss' and 'val' "
+               r"are empty\): nothing to draw")
+    with pytest.raises(ValueError, match=message):
+        plots.training_curves({"runs": {"fp32": {"train_loss": []}, "fp8": run(train_loss=[], val=None)}})
+    with pytest.raises(ValueError, match=message):
+        plots.training_curves({"runs": {"fp8": run(train_loss=[], val=[])}})
+    labelled(plots.training_curves({"runs": {"fp32": {"train_loss": []}, "fp8": run(train_loss=[2.5])}}))
 
 
 def test_validation_curves_without_any_evaluation_is_an_error():
