@@ -156,16 +156,17 @@ def long_plain_curves() -> dict:
 
 
 def headline_gpt_scales(family: str):
-    """``plots.scale_plot`` of what the FP8 casts would see in the headline experiment's GPT
-    (``train_tiny.HEADLINE_CONFIG``) at initialisation, one forward and backward pass."""
+    """``plots.scale_plot`` of the activations and gradients the FP8 casts would see in the headline
+    experiment's GPT (``train_tiny.HEADLINE_CONFIG``) at initialisation, one forward and backward pass
+    (`plots.gpt_cast_scales`: the weights, cast to E4M3 too, are not drawn; tutorial 6 counts them)."""
     from minifp8.model import GPTConfig
     from minifp8.train_tiny import HEADLINE_CONFIG as shape
 
     config = GPTConfig(vocab_size=14, block_size=shape["block_size"], n_layer=shape["n_layer"],
                        n_head=shape["n_head"], n_embd=shape["n_embd"], family=family)
     records = plots.gpt_cast_scales(config, batch_size=shape["batch_size"], seed=0)
-    return plots.scale_plot(records, title=f"{family.capitalize()} GPT at initialisation: what the FP8 casts see "
-                                           f"({shape['batch_size']} x {shape['block_size']} tokens)")
+    return plots.scale_plot(records, title=f"{family.capitalize()} GPT at initialisation: activations and gradients "
+                                           f"at its FP8 casts ({shape['batch_size']} x {shape['block_size']} tokens)")
 
 FIGURE_DIRECTORY = "figures"
 SVG_SETTINGS = {"svg.hashsalt": "minifp8", "svg.fonttype": "path"}
