@@ -22,6 +22,11 @@ Sections:
   factor common to every mismatched output, an output type not declared, operands rounded to
   bfloat16, float16 or TF32 before the product, an accumulator narrower than declared; and, by
   observation alone, an output of zeros (left unwritten).
+* Outputs written as FP8 codes (a fused epilogue: cuBLASLt with an FP8 D, TransformerEngine):
+  ``compare_matmul(codes, ..., output="E4M3", output_scale=s, saturate=True)`` checks
+  ``cast(float32(S * s))`` of the kernel's hidden float32 result S. The float32 tolerance bounds S,
+  the cast is monotone, so a correct kernel's code lies between the casts of the bounds (times
+  ``s``, widened by the epilogue's float32 rounding): each code is checked against that range.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import codec, formats, mx
-from .formats import FloatFormat, _check_int, _is_int, _plain_array
+from .formats import FloatFormat, _check_bool, _check_int, _is_int, _is_real, _plain_array
 from .testing import _check_max_rows, _codes_of, _through_bfloat16, _tolerance_ratio, _widening_hint
 
 __all__ = ["LOOSE_RELATIVE_TOLERANCE", "MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference",
@@ -44,6 +49,8 @@ __all__ = ["LOOSE_RELATIVE_TOLERANCE", "MATMUL_CLASSES", "OUTPUT_TYPES", "Matmul
 # included), emin, emax (IEEE 754-2019 table 3.5; bfloat16 is float32 with its low 16 bits cut).
 _IEEE_TYPES = {"float32": (24, -126, 127), "bfloat16": (8, -126, 127), "float16": (11, -14, 15)}
 OUTPUT_TYPES = tuple(_IEEE_TYPES)
+_OUTPUT_CHOICES = (f"one of {', '.join(map(repr, OUTPUT_TYPES))} or, for an output written as codes, a signed format "
+                   f"of minifp8 ('E4M3', 'E5M2', ...: a FloatFormat or its name)")
 MATMUL_CLASSES = ("NaN/Inf", "overflow", "sign", "other")
 _FLOAT64_UNIT_ROUNDOFF = 2.0**-53
 # Dequantised magnitudes stay in [2**-500, 2**500]: products of two lie in float64's normal range,
@@ -419,13 +426,70 @@ def _accumulator(accumulator, promote_every) -> _Accumulator:
     return _Accumulator(bits, promote_every, 2.0 ** (emin + 1 - bits))
 
 
-def _output_type(output) -> str:
-    if not isinstance(output, str):
-        raise TypeError(f"output must be one of {', '.join(map(repr, OUTPUT_TYPES))}, got "
-                        f"{type(output).__name__} {output!r}")
-    if output not in _IEEE_TYPES:
-        raise ValueError(f"output must be one of {', '.join(map(repr, OUTPUT_TYPES))}, got {output!r}")
-    return output
+def _output_type(output) -> str | FloatFormat:
+    """An IEEE output type's name, or the `FloatFormat` of an output written as codes."""
+    if isinstance(output, str) and output in _IEEE_TYPES:
+        return output
+    if not isinstance(output, (str, FloatFormat)):
+        raise TypeError(f"output must be {_OUTPUT_CHOICES}, got {type(output).__name__} {output!r}")
+    try:
+        fmt = formats.get(output)
+    except ValueError:
+        raise ValueError(f"output must be {_OUTPUT_CHOICES}, got {output!r}") from None
+    if not fmt.signed:
+        raise ValueError(f"output: {fmt.name} is unsigned (a scale format, without zero or negative values): a GEMM's "
+                         f"output is written in a signed format such as 'E4M3' or 'E5M2'")
+    return fmt
+
+
+@dataclass(frozen=True)
+class _Cast:
+    """How a kernel's epilogue writes its output as codes: ``encode(float32(S * scale), fmt, saturate)``."""
+
+    fmt: FloatFormat
+    scale: float
+    saturate: bool
+
+    @property
+    def overflow_codes(self) -> np.ndarray:
+        """The codes of +Inf and -Inf under this cast: where a finite overflow goes too (nearest rounding)."""
+        return codec.encode(np.array([np.inf, -np.inf]), self.fmt, saturate=self.saturate)
+
+    @property
+    def overflow_is_nan(self) -> bool:
+        """Whether an overflow gives a NaN code (E4M3 and the FNUZ formats without saturation)."""
+        return bool(np.isnan(self.fmt.values()[self.overflow_codes]).any())
+
+
+def _cast(output, output_scale, saturate) -> _Cast | None:
+    """The cast of an output written as codes (``output`` a FloatFormat), checked; None for an IEEE output,
+    which takes neither ``output_scale`` nor ``saturate``."""
+    if isinstance(output, str):
+        given = [name for name, value in (("output_scale", output_scale), ("saturate", saturate)) if value is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} describe{'s' if len(given) == 1 else ''} the cast of an output "
+                             f"written as codes (output='E4M3', 'E5M2', ...), but output={output!r} is written as "
+                             f"values: leave {'it' if len(given) == 1 else 'them'} out")
+        return None
+    if output_scale is None:
+        scale = 1.0
+    elif not _is_real(output_scale):
+        raise TypeError(f"output_scale must be a real number (the kernel's float32 output scale), got "
+                        f"{type(output_scale).__name__} {output_scale!r}")
+    else:
+        try:
+            scale = float(output_scale)
+        except OverflowError:  # (a Python int beyond float64's range)
+            scale = math.inf
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"output_scale must be positive and finite (the scale that multiplies the float32 result "
+                             f"before its cast), got {output_scale!r}")
+        with np.errstate(over="ignore", under="ignore"):  # (beyond float32's range: not one of its values)
+            single = float(np.float32(scale))
+        if single != scale or (_is_int(output_scale) and int(output_scale) != scale):
+            raise ValueError(f"output_scale must be a float32 value, as the scale a kernel multiplies by is, got "
+                             f"{output_scale!r}: pass the float32 value the kernel was given (float(np.float32(s)))")
+    return _Cast(output, scale, True if saturate is None else _check_bool(saturate, "saturate"))
 
 
 def _tolerance(reference: MatmulReference, inner: int, accumulator: _Accumulator, output: str,
@@ -516,14 +580,83 @@ def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output:
                  | (np.isinf(actual) & may_overflow & (np.sign(actual) == np.sign(value)))
                  | (~finite_value & ((actual == value) | (np.isnan(actual) & np.isnan(value)))))
         sign = finite_value & finite_actual & (np.abs(actual + value) <= tolerance) & (np.abs(value) > tolerance)
-    rules = [("overflow", must_overflow | (np.isinf(actual) & may_overflow)),
-             ("NaN/Inf", ~finite_value | ~finite_actual),
-             ("sign", sign)]
-    kinds = np.full(value.shape, MATMUL_CLASSES.index("other"), np.uint8)
-    for kind, mask in reversed(rules):  # first match wins
-        kinds[mask] = MATMUL_CLASSES.index(kind)
+    return _kinds(agree, must_overflow | (np.isinf(actual) & may_overflow), ~finite_value | ~finite_actual, sign)
+
+
+def _kinds(agree: np.ndarray, overflow: np.ndarray, nan_or_inf: np.ndarray, sign: np.ndarray) -> np.ndarray:
+    """`_AGREE` where ``agree``, else the first class of `MATMUL_CLASSES` whose mask holds (else "other")."""
+    kinds = np.full(agree.shape, MATMUL_CLASSES.index("other"), np.uint8)
+    for kind, mask in reversed((("overflow", overflow), ("NaN/Inf", nan_or_inf), ("sign", sign))):
+        kinds[mask] = MATMUL_CLASSES.index(kind)  # (first match wins)
     kinds[agree] = _AGREE
     return kinds
+
+
+# ---- outputs written as codes ---------------------------------------------------------------------
+_FLOAT32_OVERFLOW = (2.0 - 2.0**-24) * 2.0**127  # the smallest magnitude that float32 rounds to Inf
+# The epilogue's float32 rounding of x = v * scale: |fl32(x) - x| <= 2**-24 |x| + 2**-150 (float32's unit
+# roundoff; half its smallest subnormal spacing). The 2**-44 more covers the float64 roundings of the bounds.
+_EPILOGUE_RELATIVE, _EPILOGUE_ABSOLUTE = 2.0**-24 + 2.0**-44, 2.0**-150
+
+
+@dataclass(frozen=True, eq=False)
+class _Allowed:
+    """Per output, what a correct kernel's code may be: ``bounds`` (2, M, N) float64, the lowest and highest
+    values its float32 ``S * scale`` may take; ``codes`` (2, M, N) uint8, their casts, the lowest and highest
+    code allowed; ``keys`` (2, M, N), those codes' values, an overflow's NaN code read as the Inf of its side."""
+
+    bounds: np.ndarray
+    codes: np.ndarray
+    keys: np.ndarray
+
+
+def _allowed_codes(value: np.ndarray, tolerance: np.ndarray, cast: _Cast) -> _Allowed:
+    """The codes a correct kernel may write (`compare_matmul`'s rule for an output written as codes):
+    its float32 result lies within ``value +- tolerance`` (the float32 output's tolerance), or is Inf
+    where that reaches float32's overflow threshold; times ``cast.scale`` and rounded to float32 it
+    lies within the bounds below; the cast is monotone, so its code lies between theirs."""
+    finite, nan = np.isfinite(value), np.isnan(value)
+    with np.errstate(invalid="ignore", over="ignore"):
+        low = np.where(finite, value - tolerance, value)
+        high = np.where(finite, value + tolerance, value)
+        reach = _FLOAT32_OVERFLOW * (1 - 2.0**-40)  # (a margin for the float64 roundings)
+        low = np.where(low <= -reach, -np.inf, low) * cast.scale
+        high = np.where(high >= reach, np.inf, high) * cast.scale
+        low = np.where(np.isfinite(low), low - (_EPILOGUE_RELATIVE * np.abs(low) + _EPILOGUE_ABSOLUTE), low)
+        high = np.where(np.isfinite(high), high + (_EPILOGUE_RELATIVE * np.abs(high) + _EPILOGUE_ABSOLUTE), high)
+    bounds = np.stack([np.where(nan, 0.0, low), np.where(nan, 0.0, high)])
+    with np.errstate(over="ignore", under="ignore"):
+        # To float32, for the cast's table: rounding is monotone, so fl32(low) <= fl32(x) for every x >= low
+        # (the kernel's own rounding), and beyond float32's range an Inf casts as any value beyond the format's
+        single = bounds.astype(np.float32)
+    codes = codec.encode(single, cast.fmt, saturate=cast.saturate)
+    if nan.any():  # (a NaN reference: the NaN code, or any code of a format without NaN)
+        fmt = cast.fmt
+        nan_codes = (fmt.nan_code(), fmt.nan_code()) if fmt.has_nan else (fmt.max_code | fmt.sign_mask, fmt.max_code)
+        codes = np.where(nan, np.array(nan_codes, np.uint8).reshape(2, *(1,) * value.ndim), codes)
+        bounds = np.where(nan, np.nan, bounds)
+    decoded = cast.fmt.values()[codes]
+    keys = np.where(np.isnan(decoded) & ~nan, np.copysign(np.inf, bounds), decoded)
+    return _Allowed(bounds, codes.astype(np.uint8), keys)
+
+
+def _judge_codes(codes: np.ndarray, value: np.ndarray, allowed: _Allowed, cast: _Cast) -> np.ndarray:
+    """Per output written as codes: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees."""
+    fmt = cast.fmt
+    got = fmt.values()[codes]
+    (low, high), (low_key, high_key) = allowed.bounds, allowed.keys
+    finite_value, got_nan = np.isfinite(value), np.isnan(got)
+    with np.errstate(invalid="ignore"):
+        inside = ~got_nan & (low_key <= got) & (got <= high_key)
+        overflow_nan = cast.overflow_is_nan & got_nan & ((high_key == np.inf) | (low_key == -np.inf))
+        agree = np.where(np.isnan(value), got_nan | (not fmt.has_nan), inside | overflow_nan)
+        sign = (finite_value & np.isfinite(got) & (low_key <= -got) & (-got <= high_key)
+                & ((low_key > 0) | (high_key < 0)))
+        written_overflow = np.isin(codes, cast.overflow_codes) | (cast.overflow_is_nan & got_nan)
+        must_overflow = finite_value & ((low > fmt.max) | (high < -fmt.max))
+        may_overflow = finite_value & ((high > fmt.max) | (low < -fmt.max))
+    return _kinds(agree, must_overflow | (written_overflow & may_overflow & ~sign),  # (-max for max: sign)
+                  ~finite_value | ~np.isfinite(got), sign)
 
 
 @dataclass(frozen=True)
@@ -535,13 +668,22 @@ class MatmulMismatch:
     row, column : int
         Where it is in the M x N output.
     actual, reference : float
-        The kernel's value and `reference_matmul`'s.
+        The kernel's value and `reference_matmul`'s. For an output written as codes: the code's
+        value, and the reference times ``output_scale`` (what the cast rounds).
     error, tolerance : float
-        ``|actual - reference|`` and the most a correct kernel may differ by there.
+        ``|actual - reference|`` and the most a correct kernel may differ by there (for codes: from
+        the scaled reference to the end of the allowed values on the actual's side, 0 if none).
     ratio : float
         ``error / tolerance``; Inf where either side is NaN or Inf.
     kind : str
         Its class, one of `MATMUL_CLASSES`.
+    code : int or None
+        The kernel's code, for an output written as codes (None otherwise).
+    allowed_codes : tuple of int, or None
+        The lowest and the highest code a correct kernel may write there, in value order: every
+        code whose value lies between theirs agrees (None for an IEEE output).
+    allowed_values : tuple of float, or None
+        Their values (NaN for a NaN code).
     """
 
     row: int
@@ -552,6 +694,9 @@ class MatmulMismatch:
     tolerance: float
     ratio: float
     kind: str
+    code: int | None = None
+    allowed_codes: tuple[int, int] | None = None
+    allowed_values: tuple[float, float] | None = None
 
 
 #: From this median ``tolerance / |reference|`` on, `MatmulReport.head` says that the check is loose.
@@ -571,7 +716,8 @@ class MatmulReport:
     title : str
         The formats and shapes, e.g. ``"E4M3 x E4M3 GEMM, 16x512 @ 512x256"``.
     options : dict
-        ``accumulator``, ``promote_every`` (when given) and ``output``.
+        ``accumulator``, ``promote_every`` (when given) and ``output`` (a format's name for an
+        output written as codes, with ``output_scale`` and ``saturate``).
     total, count : int
         How many outputs were compared, and how many lie beyond their tolerance.
     by_class : dict
@@ -585,7 +731,8 @@ class MatmulReport:
     reference : MatmulReference
         (Keyword-only, as is ``tolerance``.) What the outputs were compared with.
     tolerance : numpy.ndarray
-        M x N float64: each output's tolerance.
+        M x N float64: each output's tolerance (for an output written as codes, that of the kernel's
+        float32 result before its cast, which ``allowed_codes`` follows from).
     zero_would_pass : int
         (Keyword-only.) How many outputs with a nonzero reference have a tolerance of at least
         ``|reference|``, where an output of 0 would agree too (and the negated reference, where it
@@ -593,6 +740,10 @@ class MatmulReport:
         dropped output. Large K with cancelling signs gets there: the accumulation bound
         ``gamma_(K+3) S`` grows as K**2, the reference as sqrt(K). `head` names them;
         `assert_matmul_close` warns when they are most outputs.
+    allowed_codes : numpy.ndarray or None
+        (Keyword-only.) For an output written as codes, 2 x M x N uint8: the lowest and the
+        highest code a correct kernel may write at each output, in value order (a NaN reference's:
+        the NaN code twice); None for an IEEE output.
     """
 
     title: str
@@ -606,6 +757,7 @@ class MatmulReport:
     reference: MatmulReference = field(kw_only=True)  # (always given: keyword-only, after the defaults)
     tolerance: np.ndarray = field(kw_only=True)
     zero_would_pass: int = field(default=0, kw_only=True)
+    allowed_codes: np.ndarray | None = field(default=None, kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -639,34 +791,57 @@ class MatmulReport:
         if self.ok:
             return self.head()
         lines = [self.head()]
-        worst = self.worst
-        if worst is not None:  # (always, where an output disagrees)
+        worst, rows = self.worst, self.mismatches
+        if worst is not None and worst.code is not None:
+            lines.append(f"worst: ({worst.row}, {worst.column}), code {_coded(worst)}, allowed {_allowed(worst)}, "
+                         f"reference x output_scale {worst.reference!r}")
+        elif worst is not None:  # (always, where an output disagrees)
             lines.append(f"worst: ({worst.row}, {worst.column}), error {worst.error:.3g} = "
                          f"{worst.ratio:.3g} x tolerance {worst.tolerance:.3g}")
         lines += [f"hint: {hint}" for hint in self.hints]
-        columns = [("row", 5, [str(m.row) for m in self.mismatches]),
-                   ("column", 6, [str(m.column) for m in self.mismatches]),
-                   ("actual", 16, [f"{m.actual:.9g}" for m in self.mismatches]),
-                   ("reference", 24, [repr(m.reference) for m in self.mismatches]),
-                   ("error", 10, [f"{m.error:.3g}" for m in self.mismatches]),
-                   ("tolerance", 10, [f"{m.tolerance:.3g}" for m in self.mismatches]),
-                   ("error/tol", 10, [f"{m.ratio:.3g}" for m in self.mismatches])]
+        columns = [("row", 5, [str(m.row) for m in rows]), ("column", 6, [str(m.column) for m in rows])]
+        if self.allowed_codes is not None:
+            columns += [("code", 4, [f"{m.code:#04x}" for m in rows]),
+                        ("value", 10, [f"{m.actual:.9g}" for m in rows]),
+                        ("reference x scale", 20, [repr(m.reference) for m in rows]),
+                        ("allowed", 16, [_allowed(m) for m in rows])]
+        else:
+            columns += [("actual", 16, [f"{m.actual:.9g}" for m in rows]),
+                        ("reference", 24, [repr(m.reference) for m in rows]),
+                        ("error", 10, [f"{m.error:.3g}" for m in rows]),
+                        ("tolerance", 10, [f"{m.tolerance:.3g}" for m in rows]),
+                        ("error/tol", 10, [f"{m.ratio:.3g}" for m in rows])]
         widths = [max([minimum] + [len(text) for text in texts]) for _, minimum, texts in columns]
 
         def line(cells, kind):
             return " ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths)) + f"  {kind}"
 
         lines += ["", line([name for name, _, _ in columns], "class")]
-        lines += [line([texts[i] for _, _, texts in columns], m.kind) for i, m in enumerate(self.mismatches)]
-        if self.count > len(self.mismatches):
-            lines.append(f"... and {self.count - len(self.mismatches)} more")
+        lines += [line([texts[i] for _, _, texts in columns], m.kind) for i, m in enumerate(rows)]
+        if self.count > len(rows):
+            lines.append(f"... and {self.count - len(rows)} more")
         return "\n".join(lines)
+
+
+def _coded(mismatch: MatmulMismatch) -> str:
+    """A code and its value, e.g. ``0x5d (104)``."""
+    return f"{mismatch.code:#04x} ({mismatch.actual:.9g})"
+
+
+def _allowed(mismatch: MatmulMismatch) -> str:
+    """The codes allowed at a mismatched output and their values, e.g. ``0x5c..0x5d (96..104)``, or one code."""
+    assert mismatch.allowed_codes is not None and mismatch.allowed_values is not None  # (a code output's row)
+    (low, high), (low_value, high_value) = mismatch.allowed_codes, mismatch.allowed_values
+    if low == high:
+        return f"{low:#04x} ({low_value:.9g})"
+    return f"{low:#04x}..{high:#04x} ({low_value:.9g}..{high_value:.9g})"
 
 
 def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike,
                    b_scales: ArrayLike, *, a_format: str | FloatFormat, b_format: str | FloatFormat,
-                   accumulator: str | int = "float32", promote_every: int | None = None, output: str = "float32",
-                   max_rows: int = 20) -> MatmulReport:
+                   accumulator: str | int = "float32", promote_every: int | None = None,
+                   output: str | FloatFormat = "float32", output_scale: float | None = None,
+                   saturate: bool | None = None, max_rows: int = 20) -> MatmulReport:
     """Compare a kernel's scaled GEMM output with `reference_matmul`, within a bound on rounding.
 
     A correct kernel differs from the exact product by rounding only, and each output's
@@ -706,6 +881,25 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     of 0 would agree as well: the report counts those outputs (``zero_would_pass``) and its first
     line names them, since the bound cannot check them.
 
+    An output written as codes (``output="E4M3"``, ``"E5M2"``, or another signed format): a fused
+    epilogue (cuBLASLt with an FP8 D, TransformerEngine) writes ``encode(float32(v * output_scale))``
+    of its float32 result v, unseen (the scale multiplies before the cast, which rounds to nearest
+    even and saturates or not). v lies within T, the float32 output's tolerance above, of the
+    reference R (or is Inf where ``|R| + T`` reaches float32's overflow threshold), so its product
+    rounded to float32 lies in [lo, hi]: ``(R -+ T) * output_scale``, widened by ``2**-24`` of their
+    magnitude plus ``2**-150`` (the product's float32 rounding: unit roundoff, half the smallest
+    subnormal spacing). The cast is monotone (in value order, an overflow's Inf or NaN code beyond
+    max), so the code lies between ``encode(lo)`` and ``encode(hi)`` (`minifp8.codec.encode` with
+    ``saturate``): the check is sound, and a correct kernel always passes. An output agrees where its
+    code's value lies between those codes' values (-0 equals +0; where they reach an overflow's NaN
+    code, a NaN code of either sign). A NaN reference needs a NaN code (a format without NaN: any
+    code); an Inf reference that Inf's cast, as `minifp8.codec.encode` casts it: with
+    ``saturate=True``, +-max (ONNX Cast-24; E5M2 too), else E5M2's Inf or E4M3's NaN. The classes
+    are as above, ``overflow`` where [lo, hi] lies beyond +-max (or reaches beyond it and the kernel
+    wrote the overflow's code). ``report.allowed_codes`` holds each output's lowest and highest
+    allowed code, and the table each mismatched code with its value and the codes allowed. Of the
+    hints below, only K = 0's and the output of zeros' are given.
+
     Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
     ``2**26`` and something disagrees): the output matches the product with a scale array applied
     twice, omitted (all ones) or inverted, read in transposed (column-major) order, transposed as
@@ -735,6 +929,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     actual : array_like
         The kernel's output, M x N: float16, float32 or float64 values of the ``output`` type, or
         an ml_dtypes float array (a bfloat16 output as it is), read as its float32 values (exact).
+        For an output written as codes: uint8 codes, or an ml_dtypes array of that format
+        (``float8_e4m3fn``, ...).
     a_codes, a_scales, b_codes, b_scales
         The operands, as `reference_matmul` takes them.
     a_format, b_format : FloatFormat or str
@@ -748,8 +944,18 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     promote_every : int, optional
         Products summed in the accumulator before each group is added into a float32 accumulator
         (128 in DeepSeek-V3). None: no promotion.
-    output : {"float32", "bfloat16", "float16"}
-        The type the kernel wrote its output in. Default "float32".
+    output : str or FloatFormat
+        The type the kernel wrote its output in, ``"float32"``, ``"bfloat16"`` or ``"float16"``;
+        or, for an output written as codes, their format: a signed `FloatFormat` or its name
+        (``"E4M3"``, ``"E5M2"``, ``"float8_e4m3fn"``, ...). Default "float32".
+    output_scale : float, optional
+        For an output written as codes: the scale that multiplied the kernel's float32 result
+        before its cast (TransformerEngine's ``scale`` of the output, not ``scale_inv``), a positive
+        float32 value, as the kernel has it. None: 1.0. Refused (ValueError) with an IEEE output.
+    saturate : bool, optional
+        For an output written as codes: whether the cast saturates (overflow and Inf give +-max)
+        or not (Inf for E5M2, NaN for E4M3), as `minifp8.codec.encode`'s ``saturate``. None:
+        True. Refused (ValueError) with an IEEE output.
     max_rows : int
         How many mismatches to keep for the printed table (an int >= 0).
 
@@ -760,7 +966,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     """
     _check_max_rows(max_rows)
     model = _accumulator(accumulator, promote_every)
-    output = _output_type(output)
+    output_type = _output_type(output)
+    cast = _cast(output_type, output_scale, saturate)
     a, b = _operands(a_codes, a_scales, b_codes, b_scales, a_format, b_format)
     (rows, inner), columns = a.values.shape, b.values.shape[1]
     bound = model.relative_bound(inner)
@@ -770,22 +977,41 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
             f"error bound (" + ("none: K u >= 1" if np.isinf(bound) else f"{bound:.3g} of S") + "), so any "
             f"output would pass; declare promote_every (DeepSeek-V3 adds every 128 products into float32) or a "
             f"wider accumulator")
-    got = _output_values(actual, (rows, columns), output)
     reference = _reference(a.values, b.values)
     carried = _carried_underflow(a, b, model)
-    tolerance = _tolerance(reference, inner, model, output, carried)
-    kinds = _judge(got, reference.value, tolerance, output)
+    allowed, codes = None, np.zeros((0, 0), np.uint8)
+    if isinstance(output_type, str):
+        got = _output_values(actual, (rows, columns), output_type)
+        tolerance = _tolerance(reference, inner, model, output_type, carried)
+        kinds = _judge(got, reference.value, tolerance, output_type)
+        zeros_agree = _judge(np.zeros_like(got), reference.value, tolerance, output_type) == _AGREE
+        scaled, row_tolerance = reference.value, tolerance
+    else:
+        assert cast is not None  # (an output of codes has its cast)
+        codes = _output_codes(actual, (rows, columns), cast.fmt)
+        got = cast.fmt.values()[codes]
+        tolerance = _tolerance(reference, inner, model, "float32", carried)
+        allowed = _allowed_codes(reference.value, tolerance, cast)
+        kinds = _judge_codes(codes, reference.value, allowed, cast)
+        zeros_agree = _judge_codes(np.zeros_like(codes), reference.value, allowed, cast) == _AGREE
+        zeros_agree &= ~np.isnan(reference.value)  # (a NaN reference of a format without NaN: any code agrees)
+        with np.errstate(invalid="ignore", over="ignore"):
+            scaled = reference.value * cast.scale  # (what the cast rounds: the rows show it)
+            row_tolerance = np.maximum(np.where(got >= scaled, allowed.keys[1] - scaled, scaled - allowed.keys[0]), 0.0)
     where = np.flatnonzero(kinds.reshape(-1) != _AGREE)
-    zeros_agree = _judge(np.zeros_like(got), reference.value, tolerance, output) == _AGREE
     zero_would_pass = int(np.count_nonzero(zeros_agree & (reference.value != 0)))
     with np.errstate(invalid="ignore", over="ignore"):
-        error = np.abs(got - reference.value)
-        ratio = np.where(np.isfinite(got) & np.isfinite(reference.value), _tolerance_ratio(error, tolerance), np.inf)
+        error = np.abs(got - scaled)
+        ratio = np.where(np.isfinite(got) & np.isfinite(scaled), _tolerance_ratio(error, row_tolerance), np.inf)
 
     def row_of(flat):
         i, j = divmod(int(flat), columns)
-        return MatmulMismatch(i, j, float(got[i, j]), float(reference.value[i, j]), float(error[i, j]),
-                              float(tolerance[i, j]), float(ratio[i, j]), MATMUL_CLASSES[kinds[i, j]])
+        coded: dict[str, Any] = {} if allowed is None or cast is None else dict(
+            code=int(codes[i, j]), allowed_codes=(int(allowed.codes[0, i, j]), int(allowed.codes[1, i, j])),
+            allowed_values=(float(cast.fmt.values()[allowed.codes[0, i, j]]),
+                            float(cast.fmt.values()[allowed.codes[1, i, j]])))
+        return MatmulMismatch(i, j, float(got[i, j]), float(scaled[i, j]), float(error[i, j]),
+                              float(row_tolerance[i, j]), float(ratio[i, j]), MATMUL_CLASSES[kinds[i, j]], **coded)
 
     counts = np.bincount(kinds.reshape(-1)[where], minlength=len(MATMUL_CLASSES))
     worst = row_of(where[np.argmax(np.nan_to_num(ratio.reshape(-1)[where], nan=np.inf))]) if where.size else None
@@ -797,24 +1023,29 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
         elif not got.any() and reference.value.any():  # (no cause can be checked against an output of zeros)
             hints = ["every output is 0 and the product is not: an output left unwritten, or a kernel that did not "
                      "run?"]
+        elif not isinstance(output_type, str):  # (the hints judge float outputs: a code output gets those above)
+            hints = []
         elif rows * inner * columns <= _HINT_WORK_LIMIT:
-            hints = _hints(got, a, b, reference, kinds, model, output, carried)
+            hints = _hints(got, a, b, reference, kinds, model, output_type, carried)
         else:
             hints = [f"none computed: M * K * N = {rows * inner * columns} is above 2**26; compare a smaller GEMM"]
     a_name, b_name = formats.get(a_format).name, formats.get(b_format).name
     options = {"accumulator": accumulator, **({"promote_every": promote_every} if promote_every else {}),
-               "output": output}
+               "output": output_type if isinstance(output_type, str) else output_type.name,
+               **({} if cast is None else {"output_scale": cast.scale, "saturate": cast.saturate})}
     return MatmulReport(f"{a_name} x {b_name} GEMM, {rows}x{inner} @ {inner}x{columns}", options,
                         int(rows * columns), int(where.size),
                         {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)},
                         [row_of(flat) for flat in where[:max_rows]], worst, hints, reference=reference,
-                        tolerance=tolerance, zero_would_pass=zero_would_pass)
+                        tolerance=tolerance, zero_would_pass=zero_would_pass,
+                        allowed_codes=None if allowed is None else allowed.codes)
 
 
 def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike,
                         b_scales: ArrayLike, *, a_format: str | FloatFormat, b_format: str | FloatFormat,
                         accumulator: str | int = "float32", promote_every: int | None = None,
-                        output: str = "float32", max_rows: int = 20) -> None:
+                        output: str | FloatFormat = "float32", output_scale: float | None = None,
+                        saturate: bool | None = None, max_rows: int = 20) -> None:
     """Raise ``AssertionError`` with the `MatmulReport` when an output lies beyond its tolerance
     (the arguments are `compare_matmul`'s).
 
@@ -824,7 +1055,8 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
     large K whose signs cancel; a smaller K checks more).
     """
     report = compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, a_format=a_format, b_format=b_format,
-                            accumulator=accumulator, promote_every=promote_every, output=output, max_rows=max_rows)
+                            accumulator=accumulator, promote_every=promote_every, output=output,
+                            output_scale=output_scale, saturate=saturate, max_rows=max_rows)
     if not report.ok:
         raise AssertionError(str(report))
     reference = report.reference.value
@@ -837,13 +1069,14 @@ def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
     """The kernel's output as float64, checked: its shape, and that it holds values of ``output``."""
     codec._check_float_environment()
     array = _plain_array(actual, "actual")
-    if codec._ml_dtypes_kind(array.dtype) == "float" and array.dtype.itemsize == 1:
-        raise TypeError(f"actual is a {array.dtype} array, but compare_matmul checks the product itself (float16, "
-                        f"bfloat16, float32 or float64 values): check the kernel's float32 result before its cast "
-                        f"here, and its {array.dtype} output as the cast of that result (times its output scale) "
-                        f"with minifp8.testing.compare; a cast of the exact product is no reference for it (where "
-                        f"the float32 result and the exact product lie either side of a rounding boundary, a "
-                        f"correct kernel's code differs by one)")
+    if array.dtype.itemsize == 1 and array.dtype.kind not in "bOSU":  # (uint8, int8, ml_dtypes' float8/6/4)
+        named = next((fmt.name for fmt in formats.CATALOGUE.values() if fmt.signed and array.dtype.name in fmt.aliases),
+                     None)
+        spelled = f"output={named!r}" if named else "output='E4M3' or 'E5M2' (the format it wrote)"
+        raise TypeError(f"actual is a {array.dtype} array, codes, but output={output!r} declares values (float16, "
+                        f"bfloat16, float32 or float64): for a kernel that writes its output as codes (a fused "
+                        f"epilogue's cast), pass {spelled}, with output_scale= (the scale that multiplied its float32 "
+                        f"result before the cast) and saturate= (whether the cast saturates)")
     array = codec._ml_floats_as_float32(array)  # bfloat16, ...: float32 holds them exactly
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"actual must be the kernel's output as float16, float32 or float64 values, got dtype "
@@ -860,6 +1093,21 @@ def _output_values(actual, shape: tuple, output: str) -> np.ndarray:
         raise ValueError(f"actual[{index}] = {float(values[index])!r} is not a {output} value: pass output= the type "
                          f"the kernel wrote ({', '.join(map(repr, OUTPUT_TYPES))}){wider}")
     return values
+
+
+def _output_codes(actual, shape: tuple, fmt: FloatFormat) -> np.ndarray:
+    """The kernel's output codes (uint8), checked: codes, not values, of ``fmt``, in the product's shape."""
+    codec._check_float_environment()
+    array = _plain_array(actual, "actual")
+    if (array.dtype.kind == "f" and array.dtype.itemsize in (2, 4, 8)) or (
+            codec._ml_dtypes_kind(array.dtype) == "float" and array.dtype.itemsize > 1):
+        raise TypeError(f"actual is a {array.dtype} array, but output={fmt.name!r} declares an output written as "
+                        f"{fmt.name} codes: pass the kernel's codes (uint8, or its ml_dtypes array of {fmt.name}); "
+                        f"an output written as {array.dtype} values is checked with output='float32', 'bfloat16' or "
+                        f"'float16'")
+    if array.shape != shape:
+        raise ValueError(f"actual has shape {array.shape}, but the product is {shape[0]} x {shape[1]}")
+    return _codes_of(array, fmt, shape, "actual")
 
 
 def _values_of(values: np.ndarray, output: str) -> np.ndarray:

@@ -1083,7 +1083,8 @@ def test_an_fp8_output_is_refused_with_the_way_to_check_it():
     """A review's find: the message said to compare an FP8 output with a cast of the exact product, which
     fails a correct kernel wherever its float32 sum and the exact product straddle a rounding boundary.
     Here 256 + 16 + 2**-18 sums to 272 in float32 (2**-18 is below half its spacing there), an E4M3 tie
-    that rounds to 256, while the exact product rounds to 288. The message names the check that holds."""
+    that rounds to 256, while the exact product rounds to 288. The message names the check that holds:
+    output="E4M3" (tests/test_gemm_fp8_output.py passes this very output that way)."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     a = codec.encode(np.array([[256.0, 16.0, 2.0**-9]]), "E4M3")
     b = codec.encode(np.array([[1.0], [1.0], [2.0**-9]]), "E4M3")
@@ -1096,12 +1097,10 @@ def test_an_fp8_output_is_refused_with_the_way_to_check_it():
     output = codec.encode(np.array([[float32_result]]), "E4M3")  # the kernel's E4M3 output: 256
     exact = gemm.reference_matmul(a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3").value
     assert not testing.compare(output, exact, "E4M3").ok  # (the old message's check: a false failure)
-    assert testing.compare(output, np.array([[float32_result]]), "E4M3").ok  # (the message's check)
-    with pytest.raises(TypeError, match=r"actual is a float8_e4m3fn array, but compare_matmul checks the product "
-                                        r"itself .*: check the kernel's float32 result before its cast here, and its "
-                                        r"float8_e4m3fn output as the cast of that result \(times its output scale\) "
-                                        r"with minifp8\.testing\.compare; a cast of the exact product is no "
-                                        r"reference for it"):
+    assert testing.compare(output, np.array([[float32_result]]), "E4M3").ok  # (the float32 result's cast)
+    with pytest.raises(TypeError, match=r"actual is a float8_e4m3fn array, codes, but output='float32' declares "
+                                        r"values .*: for a kernel that writes its output as codes \(a fused "
+                                        r"epilogue's cast\), pass output='E4M3', with output_scale="):
         gemm.compare_matmul(output.view(ml_dtypes.float8_e4m3fn), a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3")
 
 
