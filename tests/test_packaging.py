@@ -230,3 +230,21 @@ def test_the_readme_says_what_changed_in_this_version():
     section = readme.split("### What changed between versions", 1)[1].split("\n#", 1)[0]
     listed = re.findall(r"^- \*\*(\d+\.\d+\.\d+):\*\*", section, re.M)
     assert listed and listed[0] == minifp8.__version__, listed
+
+
+def test_every_module_is_an_attribute_of_the_package_imported_on_first_use():
+    """A fresh-user review's find: README names `minifp8.gemm.compare_matmul`, `minifp8.testing...`, but
+    after `import minifp8` only `formats` was an attribute (AttributeError). Each module is now one,
+    imported on first use (PEP 562), so that `import minifp8` alone still loads no training code."""
+    import minifp8
+
+    public = {path.stem for path in PACKAGE.glob("*.py") if not path.stem.startswith("_")}
+    assert minifp8._MODULES == public - {"formats"}, "a module was added or removed: list it"
+    code = ("import sys, minifp8; before = set(sys.modules); "
+            "assert 'minifp8.train_tiny' not in before and 'minifp8.gemm' not in before, sorted(before); "
+            "assert minifp8.gemm.compare_matmul and minifp8.testing.compare and minifp8.mx.quantize; "
+            "assert 'gemm' in dir(minifp8); print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.stdout == "ok\n", result.stderr
+    with pytest.raises(AttributeError, match="module 'minifp8' has no attribute 'gemmm'"):
+        minifp8.gemmm  # noqa: B018
