@@ -33,6 +33,7 @@ from minifp8 import nn
 from minifp8.autograd import Tensor, make_op
 from minifp8.model import GPT, GPTConfig
 from minifp8.optim import AdamW
+from minifp8.testing import gradcheck
 
 
 # ---- the engine -----------------------------------------------------------------------------------
@@ -162,6 +163,25 @@ def test_a_numpy_array_exponent_is_a_constant_tensor():
         (a ** given).sum().backward()
         (b ** Tensor(given)).sum().backward()
         assert np.array_equal((a ** given).data, (b ** Tensor(given)).data) and np.array_equal(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("base, exponent", [
+    ([[1.5, -2.0], [-0.7, 0.9]], [2.0, 3.0]),  # integer exponents: bases of both signs, broadcast over rows
+    ([[1.5, -2.0], [-0.7, 0.9]], [-1.0, 4.0]),
+    ([[1.5, -2.0], [-0.7, 0.9]], -2.0),  # a 0-d array
+    ([[1.5, 2.0], [0.7, 0.9]], [0.5, -1.5]),  # non-integer exponents: real powers of positive bases only
+    ([[1.5, 2.0], [0.7, 0.9]], 2.5),
+], ids=["int-signed", "int-negative-signed", "0d-int-signed", "fractional-positive", "0d-fractional-positive"])
+def test_a_numpy_array_exponent_differentiates_the_base(base, exponent):
+    """``t ** ndarray`` against float64 central differences (`minifp8.testing.gradcheck`), the exponent a
+    constant: not a comparison of the op with itself (``t ** ndarray`` is ``t ** Tensor(ndarray)``). The
+    value is NumPy's power."""
+    exponent = np.array(exponent, np.float32)
+    t = Tensor(np.array(base, np.float32), requires_grad=True)
+    out = t ** exponent
+    np.testing.assert_array_equal(out.data, np.power(np.array(base, np.float32), exponent))
+    assert out.dtype == np.float32 and out.shape == t.shape
+    gradcheck(lambda x: x ** exponent, t)
 
 
 def test_dropout_keep_mask_is_the_documented_draw():

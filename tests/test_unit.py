@@ -532,10 +532,17 @@ def test_embedding_definition():
     assert weight.grad.shape == (5, 0)
 
 
-@pytest.mark.parametrize("p", [0.3, 0.0])
+@pytest.mark.parametrize("p", [0.3, 0.0], ids=["p=0.3", "p=0-boundary-identity"])
 def test_dropout_definition(p):
+    """``sqrt(1 - p)`` both ways around ``F.dropout`` with the same mask, and the value from the documented
+    draw (``F.dropout``: keep where ``rng.random(shape, dtype=float32) >= p``, kept elements ``/ (1 - p)``):
+    ``x keep / sqrt(1 - p)``. p = 0.3 is the real case (it drops some elements and keeps others); p = 0
+    only checks the boundary, where nothing is dropped and the scale is 1: the op must be the identity,
+    value and gradient (compared there with ``F.dropout``, itself the identity)."""
     x = rand(0, 5, 6)
     scale = math.sqrt(1.0 - p)
+    keep = np.random.default_rng(11).random(x.shape, dtype=np.float32) >= p
+    assert 0 < keep.sum() < keep.size if p else keep.all()
 
     def u_fn(t):
         return U.dropout(t, p, np.random.default_rng(11))
@@ -543,7 +550,7 @@ def test_dropout_definition(p):
     def f_fn(t):  # the same mask: the same seed
         return F.dropout(t, p, np.random.default_rng(11))
 
-    check_definition(u_fn, f_fn, [x], scale, {0: scale})
+    check_definition(u_fn, f_fn, [x], scale, {0: scale}, expected_forward=lambda a: a * keep / scale)
     gradcheck(u_fn, Tensor(x, requires_grad=True))  # sqrt(1 - p) both ways: a true gradient
 
 
