@@ -10,7 +10,8 @@ that it times steps as the trainer runs them.
 
 Sections register themselves with `section`; ``python -m minifp8.bench`` with no argument
 runs them all. A flag that only some sections read (`FLAG_SECTIONS`) is refused when none of them
-runs, rather than silently ignored.
+runs, rather than silently ignored; `main` checks the sections named first, then that each flag
+given applies to one of them, then the flags' values.
 """
 from __future__ import annotations
 
@@ -132,7 +133,13 @@ BLOCK_SHAPE = (16, 128, 256, 4)
 def bench_codec(args: argparse.Namespace) -> None:
     """Encode and decode 2^24 float32 values (E4M3, E5M2); baseline: ml_dtypes ``astype``. Then
     the encode of a transposed view and of a big-endian copy, against the same values in C order.
-    Each keeps its best of three round medians (`best_of_rounds`)."""
+    Each keeps its best of three round medians (`best_of_rounds`).
+
+    The ratios against ml_dtypes move with its version as much as with minifp8: on one 2-core Intel
+    Xeon, minifp8's E4M3 encode ran at x1.30 the speed of ml_dtypes 0.5.1's ``astype`` and at x0.79
+    of 0.7.0's, and its decode at x1.81 and x2.02. The machine line printed first names the version
+    installed (`machine_line`).
+    """
     from . import codec
 
     ml_dtypes: ModuleType | None
@@ -323,7 +330,8 @@ def bench_train(args: argparse.Namespace) -> None:
     AdamW and the FP8 state's step, of the default model (unit-scaled), on train_tiny's batches
     and with its learning-rate schedule (warmup, then cosine decay over the run's steps), so that
     each run follows the path of ``python -m minifp8.train_tiny --recipe R`` (its first ``--steps``
-    steps, where ``--steps`` is less than the default run's). Each FP8 recipe trains beside its own fp32 run
+    steps, where ``--steps`` is less than the default run's; beyond, the path of ``train_tiny
+    --steps N``, whose cosine spans all N steps). Each FP8 recipe trains beside its own fp32 run
     (``--recipe fp32 --family unit``), one step each in turn, for the default run's ``--steps``
     (1000), so that both meet the same machine and the same point of training (late in training
     more elements fall below the FP8 ranges and the casts cost more). Pairs, not all seven side by
@@ -354,6 +362,9 @@ def bench_train(args: argparse.Namespace) -> None:
     if args.mx_scale_mode is not None:
         config = dataclasses.replace(config, mx_scale_mode=args.mx_scale_mode)
     steps_total = config.steps if args.steps is None else args.steps
+    # the schedule of train_tiny's run of that many steps, or of the default run where it is longer
+    # (the first steps of its path): not a cosine that ends at the default run's steps, then min_lr
+    config = dataclasses.replace(config, steps=max(config.steps, steps_total))
     tokens = config.batch_size * config.block_size
     dataset = data.load_dataset()
 
@@ -520,14 +531,29 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     return platform.processor() or None
 
 
+def ml_dtypes_version() -> str | None:
+    """The version of ml_dtypes, the codec section's baseline, where it can be imported; else None."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return str(getattr(ml_dtypes, "__version__", "(version unknown)"))
+
+
 def machine_line() -> str:
     """The cores and the load before the run: the ratios move with what else the machine runs (on a
     shared 2-core machine, a busy second core slows the multithreaded fp32 GEMMs more than the
-    single-threaded FP8 casts), so a quoted ratio should come with this line."""
+    single-threaded FP8 casts), so a quoted ratio should come with this line. It names the
+    processor, minifp8's, NumPy's and the BLAS's versions (`train_tiny.environment_line`) and, where
+    it can be imported, ml_dtypes' version: the codec section's ratios are against its ``astype``,
+    whose speed changed between its versions (`bench_codec`)."""
     from .train_tiny import environment, environment_line
 
     cpu = cpu_name()
     line = f"machine: {os.cpu_count()} cores{f' ({cpu})' if cpu else ''}, {environment_line(environment())}"
+    ml_dtypes = ml_dtypes_version()
+    if ml_dtypes is not None:
+        line += f", ml_dtypes {ml_dtypes}"
     if hasattr(os, "getloadavg"):
         line += f", load average {os.getloadavg()[0]:.2f} over the last minute before the run"
     return line
@@ -610,16 +636,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("sections", nargs="*", metavar="SECTION",
                         help=f"sections to run (default: all). Choices: {', '.join(SECTIONS) or 'none yet'}. On "
-                             f"2 cores (2026-12-01) codec took about 20 s, mx 5 s, block 40 s, fp8 about 8 min "
-                             f"and train about 7 min; progress goes to stderr")
+                             f"an idle 2-core Intel Xeon (2026-12-03) codec took about 15 s, mx 5 s, block 3 s "
+                             f"(25 s beside other work) and fp8 13 s with --rounds 1 (about 40 s with the default "
+                             f"5); train takes about 5 min on 2 cores at low load, 7 min at load 2 (2026-12-01). "
+                             f"Progress goes to stderr")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed repetitions per measurement in the codec, block, mx and fp8 sections (default: 5)")
     parser.add_argument("--rounds", type=int, default=None,
                         help="alternating rounds over the recipes in the fp8 section; the ratio to fp32 is the median "
                              "over the rounds (default: 5)")
     parser.add_argument("--steps", type=int, default=None,
-                        help=f"training steps per recipe in the train section (default: the default run's, "
-                             f"{default.steps})")
+                        help=f"training steps per recipe in the train section, with train_tiny's learning-rate "
+                             f"schedule for that many steps (train_tiny --steps N's; below {default.steps}, the "
+                             f"first N steps of the default run's) (default: the default run's, {default.steps})")
     parser.add_argument("--recipes", default=None, metavar="LIST",
                         help="comma-separated FP8 recipes that the train section times, each beside its own fp32 run "
                              "(default: all but fp32)")
@@ -653,6 +682,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the sections first, then whether each flag given applies to one of them, then its value: a
+    # flag of a section not run is refused as such, not for a value the run would never read
+    unknown = [name for name in args.sections if name not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(map(repr, unknown))}; choose from {', '.join(SECTIONS)}")
+    repeated = list(dict.fromkeys(name for name in args.sections if args.sections.count(name) > 1))
+    if repeated:  # (timed twice for one report, as --recipes refuses a recipe twice)
+        parser.error(f"section(s) {', '.join(repeated)} listed more than once: {' '.join(args.sections)}")
+    _check_flags_apply(parser, args, args.sections or list(SECTIONS))
     if args.json is not None:
         folder = os.path.dirname(os.path.abspath(args.json))
         if not args.json or os.path.isdir(args.json) or not os.path.isdir(folder):
@@ -675,13 +713,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--recipes lists a recipe twice: {','.join(args.recipes)}")
     if args.mx_scale_mode is not None and args.recipes is not None and "mxfp8" not in args.recipes:
         parser.error(f"--mx-scale-mode sets mxfp8's block scales, but --recipes leaves mxfp8 out: {','.join(args.recipes)}")
-    unknown = [name for name in args.sections if name not in SECTIONS]
-    if unknown:
-        parser.error(f"unknown section(s) {', '.join(map(repr, unknown))}; choose from {', '.join(SECTIONS)}")
-    repeated = list(dict.fromkeys(name for name in args.sections if args.sections.count(name) > 1))
-    if repeated:  # (timed twice for one report, as --recipes refuses a recipe twice)
-        parser.error(f"section(s) {', '.join(repeated)} listed more than once: {' '.join(args.sections)}")
-    _check_flags_apply(parser, args, args.sections or list(SECTIONS))
     available = _physical_memory() if args.steps is not None or args.n_embd is not None else None
     if available is not None:
         needed = _train_memory_needed(args)

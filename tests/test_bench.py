@@ -39,6 +39,22 @@ def test_machine_line_names_the_processor(tmp_path, monkeypatch):
     assert cpu_name(str(cpuinfo)) is None  # an empty name is no name
 
 
+def test_machine_line_names_the_ml_dtypes_version_where_it_can_be_imported(monkeypatch):
+    """The codec section's ratios are against ml_dtypes' ``astype``, whose speed changed between its
+    versions (minifp8's encode at x1.30 the speed of 0.5.1's, x0.79 of 0.7.0's, on one machine): a
+    review found that the line, and the JSON that records it, named no version."""
+    import sys
+    import types
+
+    monkeypatch.setattr(bench, "cpu_name", lambda: "Some CPU")
+    monkeypatch.setitem(sys.modules, "ml_dtypes", types.SimpleNamespace(__version__="9.8.7"))
+    line = bench.machine_line()
+    assert re.fullmatch(r"machine: \d+ cores \(Some CPU\), minifp8 \S+, numpy \S+, .*, ml_dtypes 9\.8\.7"
+                        r"(, load average \d+\.\d\d over the last minute before the run)?", line), line
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # (not installed: its import raises ImportError)
+    assert "ml_dtypes" not in bench.machine_line() and bench.ml_dtypes_version() is None
+
+
 def test_train_section_times_the_recipes_and_width_asked_for(capsys):
     assert bench.main(["--steps", "2", "--recipes", "blockwise, mxfp8", "--n-embd", "32", "train"]) == 0
     out = capsys.readouterr().out
@@ -71,9 +87,9 @@ def test_bad_arguments_exit_with_a_message(capsys):
 
 
 def test_rounds_and_repeats_must_be_positive(capsys):
-    for flag in ("--repeats", "--rounds", "--steps", "--n-embd"):
+    for flag, section in (("--repeats", "codec"), ("--rounds", "fp8"), ("--steps", "train"), ("--n-embd", "train")):
         with pytest.raises(SystemExit):
-            bench.main([flag, "0", "train"])
+            bench.main([flag, "0", section])  # (a section that reads the flag: else that is the error)
         assert f"{flag} must be >= 1" in capsys.readouterr().err
 
 
@@ -124,6 +140,31 @@ def test_flags_of_sections_not_run_are_refused_not_ignored(capsys, argv, message
         bench.main(argv)
     captured = capsys.readouterr()
     assert exit_.value.code == 2 and message in captured.err and captured.out == ""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["codec", "--recipes", "fp32"], "--recipes applies to the train section, which is not selected (sections: codec)"),
+    (["codec", "--json", "/no/such/x.json"], "--json applies to the train section"),
+    (["codec", "--json", ""], "--json applies to the train section"),
+    (["mx", "--steps", "0"], "--steps applies to the train section"),
+    (["mx", "--n-embd", "30"], "--n-embd applies to the train section"),
+    (["codec", "--recipes", "unit", "--mx-scale-mode", "rceil"], "--recipes applies to the train section"),
+    (["train", "--repeats", "0"], "--repeats applies to the codec, block, mx and fp8 sections"),
+    (["nonsense", "--repeats", "0"], "unknown section(s) 'nonsense'; choose from "),
+    (["nonsense", "--recipes", "fp32"], "unknown section(s) 'nonsense'"),
+    (["codec", "codec", "--repeats", "0"], "section(s) codec listed more than once: codec codec"),
+    (["codec", "codec", "--steps", "1"], "section(s) codec listed more than once"),
+])
+def test_sections_are_checked_first_then_whether_each_flag_applies_then_its_value(capsys, argv, message):
+    """A review's find: the flags' values were checked before the sections, so ``bench codec --recipes
+    fp32`` complained about the recipe, not that the codec section reads no --recipes, and ``bench
+    nonsense --repeats 0`` about the repeats."""
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+    assert captured.err.startswith("python -m minifp8.bench: error: ") and message in captured.err, captured.err
+    assert captured.err.rstrip().endswith("(see -h)")
 
 
 def test_alternating_rounds_report_progress_on_stderr(capsys):

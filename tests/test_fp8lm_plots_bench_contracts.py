@@ -50,6 +50,8 @@ bench
   last tenth (``steps // 10``) and windows of ``steps // 20`` from the first step, and fp32's median
   over all the pairs; its lines: tokens per second of each median step, and fp32's medians over the
   first and last tenths of every pair.
+- The train section steps fp32 and the recipe in turn (fp32, recipe, fp32, ...), with train_tiny's
+  learning-rate schedule for its steps (the default run's where ``--steps`` is fewer).
 """
 import dataclasses
 import math
@@ -535,3 +537,75 @@ def test_train_section_reports_medians_over_the_run_its_tenths_and_windows(monke
     assert last_ms == pytest.approx(np.median(np.concatenate([seconds[0][steps - tenth:],
                                                               seconds[2][steps - tenth:]])) * 1e3,
                                     abs=0.05 + 1e-6), fp32_line
+
+
+class _RecordingModel:
+    """A stand-in for train_tiny's model that records, at each forward pass, its recipe and the
+    learning rate that its optimizer holds then (the train section sets it before the step)."""
+
+    def __init__(self, recipe, optimizer, calls):
+        self.recipe, self.optimizer, self.calls = recipe, optimizer, calls
+
+    def __call__(self, x, y):
+        self.calls.append((self.recipe, self.optimizer.param_groups[0]["lr"]))
+        return None, self
+
+    def backward(self):
+        pass
+
+    def parameters(self):
+        return []
+
+
+class _Optimizer(_Idle):
+    def __init__(self):
+        self.param_groups = [{"lr": None}]
+
+
+def _train_section_steps(monkeypatch, argv):
+    """The (recipe, learning rate) of every step the train section takes with ``argv``, in the order
+    taken, on stand-in models (nothing is trained; the learning rates are train_tiny's `_set_lr`'s
+    for a peak of 1)."""
+    from minifp8 import train_tiny
+
+    calls = []
+
+    def build(run, config, vocab_size):
+        optimizer = _Optimizer()
+        return _RecordingModel(run.recipe, optimizer, calls), None, _Idle(), optimizer, [1.0], None
+
+    monkeypatch.setattr(train_tiny, "_build", build)
+    monkeypatch.setattr(data, "load_dataset", lambda: types.SimpleNamespace(vocab_size=14,
+                                                                           get_batch=lambda *args: (None, None)))
+    monkeypatch.setattr(bench, "machine_line", lambda: "machine: test")
+    assert bench.main(argv + ["train"]) == 0
+    return calls
+
+
+def test_train_section_steps_fp32_and_the_recipe_in_turn(monkeypatch, capsys):
+    """One step of the pair's fp32 run, then one of the recipe's, and so on, so that both meet the
+    same moments of the machine (a review's find: the loops swapped, all of fp32's steps and then all
+    of the recipe's, passed every test, as the fake clock gives each model its own step times)."""
+    calls = _train_section_steps(monkeypatch, ["--steps", "3", "--recipes", "fp8,unit"])
+    assert [recipe for recipe, _ in calls] == ["fp32", "fp8"] * 3 + ["fp32", "unit"] * 3
+
+
+@pytest.mark.parametrize("steps", [150, 1200])
+def test_train_section_takes_train_tinys_learning_rate_schedule_for_its_steps(monkeypatch, capsys, steps):
+    """Past the default run's 1000 steps, the schedule of ``train_tiny --steps N``: its cosine spans
+    the run (a review's find: the schedule stayed the default run's, and every step past the 1000th
+    trained at the minimum rate). Fewer steps follow the default run's schedule (its first steps)."""
+    from minifp8 import train_tiny
+
+    config, _ = train_tiny.parse_args(["--steps", str(max(steps, train_tiny.TrainConfig().steps))])
+    expected = []
+    for index in range(steps):
+        optimizer = _Optimizer()
+        train_tiny._set_lr(optimizer, [1.0], config, index)
+        expected.append(optimizer.param_groups[0]["lr"])
+    calls = _train_section_steps(monkeypatch, ["--steps", str(steps), "--recipes", "fp8"])
+    for recipe in ("fp32", "fp8"):
+        assert [lr for name, lr in calls if name == recipe] == expected, recipe
+    decay = expected[config.warmup_steps:]
+    assert all(later < earlier for earlier, later in zip(decay, decay[1:]))  # (a cosine that has not ended)
+    assert expected[-1] > config.min_lr_ratio
