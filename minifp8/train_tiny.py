@@ -1787,8 +1787,7 @@ def blas_threads() -> int | None:
 
 def environment() -> dict:
     """What decides a run's bits besides the seed: the code (minifp8's version, a coarse mark: the
-    README's "What changed between versions" lists, by date within a version, what changed a run's
-    numbers), NumPy's version, the BLAS kernels (`blas_kernels`) and the number of BLAS threads
+    CHANGELOG.md lists, within a version, what changed a run's numbers), NumPy's version, the BLAS kernels (`blas_kernels`) and the number of BLAS threads
     (`blas_threads`), as ``metrics.json`` records them."""
     return {"minifp8": __version__, "numpy": np.__version__, "blas_kernels": blas_kernels(),
             "blas_threads": blas_threads()}
@@ -2077,7 +2076,7 @@ def _main(argv: list[str] | None) -> int:
             if threads and threads != now["blas_threads"]:
                 remedies.append(f"OPENBLAS_NUM_THREADS={threads} those threads")
             code_changed = started_in.get("minifp8") not in (None, now["minifp8"])
-            differs = ("may differ from an uninterrupted run (README, \"What changed between versions\")"
+            differs = ("may differ from an uninterrupted run (CHANGELOG.md lists what changed)"
                        if code_changed else "may differ in its last bits from an uninterrupted run")
             print(f"note: --resume {resume_dir}: started with {environment_line(started_in)}, continues with "
                   f"{environment_line(now)}; the continuation {differs}"

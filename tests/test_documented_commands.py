@@ -1,6 +1,6 @@
 """The commands and examples the docs show work as written.
 
-- Every ``python -m minifp8...`` command in README.md, the tutorials and the package's docstrings
+- Every ``python -m minifp8...`` command in README.md, CHANGELOG.md, the tutorials and the docstrings
   gets through its module's whole command line (flags, the checks of flag combinations, the data,
   the output folder) up to the work itself, which is stubbed out: a command a reader copies must
   not stop at "error: unrecognized arguments" or a refused combination.
@@ -26,7 +26,7 @@ from minifp8 import bench, explain, fp8, golden, train_tiny
 from test_tutorials import code_blocks  # (the fenced blocks of a page, as the tutorials' test reads them)
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "tutorials").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "tutorials").glob("*.md"))]
 MODULES = sorted((ROOT / "minifp8").glob("*.py"))
 
 COMMAND = re.compile(r"python -m minifp8(?:\.(?P<module>\w+))?(?P<rest>.*)", re.S)

@@ -302,8 +302,8 @@ def test_this_version_writes_the_golden_bytes_it_promised(tmp_path):
         f"version {minifp8.__version__} has no pinned golden digest: pin {digest} once its files are final")
     assert digest == GOLDEN_MANIFEST_SHA256[minifp8.__version__], (
         "the golden files changed within a version: if the change is meant, raise the version "
-        "(pyproject.toml and minifp8.__version__), say what changed in README's 'What changed between "
-        "versions', and pin the new digest here")
+        "(pyproject.toml and minifp8.__version__), say what changed in CHANGELOG.md (and in README's "
+        "'Versions'), and pin the new digest here")
     golden.load(tmp_path)  # every file's bytes are those its manifest entry's sha256 names
 
 

@@ -221,15 +221,24 @@ def test_the_package_version_is_the_one_pyproject_declares():
     assert declared is not None and minifp8.__version__ == declared.group(1)
 
 
-def test_the_readme_says_what_changed_in_this_version():
-    """Backends pin the oracle's version (the golden files are byte-identical within one), so the
-    README's list of changes must start with the version that pip installs."""
+def test_the_changelog_says_what_changed_in_this_version():
+    """Backends pin the oracle's version (the golden files are byte-identical within one), so
+    CHANGELOG.md's first version must be the version that pip installs, with an entry that lists
+    what changed, and the README's list of versions must start with it too."""
     import minifp8
 
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    entries = re.split(r"^## ", changelog, flags=re.M)[1:]  # ("Unreleased ..." first, where there is one)
+    versions = [(match.group(1), entry) for entry in entries if (match := re.match(r"(\d+\.\d+\.\d+)\b", entry))]
+    assert versions and versions[0][0] == minifp8.__version__, [version for version, _ in versions]
+    listed = re.findall(r"^- \S", versions[0][1], re.M)
+    assert listed, f"CHANGELOG.md's {minifp8.__version__} entry lists no change"
+
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### What changed between versions", 1)[1].split("\n#", 1)[0]
-    listed = re.findall(r"^- \*\*(\d+\.\d+\.\d+):\*\*", section, re.M)
-    assert listed and listed[0] == minifp8.__version__, listed
+    section = readme.split("### Versions", 1)[1].split("\n#", 1)[0]
+    assert "](CHANGELOG.md)" in section
+    summarised = re.findall(r"^- \*\*(\d+\.\d+\.\d+)\*\*", section, re.M)
+    assert summarised and summarised[0] == minifp8.__version__, summarised
 
 
 def test_every_module_is_an_attribute_of_the_package_imported_on_first_use():

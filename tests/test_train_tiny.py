@@ -633,8 +633,8 @@ def test_resume_says_when_the_environment_changed(tmp_path, capsys):
     (out / "config.json").write_text(json.dumps(saved))
     status, printed, _ = run_main(capsys, "--resume", str(out))
     assert status == 0 and (f"started with minifp8 0.3.1, numpy {np.__version__}" in printed
-                            and "the continuation may differ from an uninterrupted run (README, \"What changed "
-                            "between versions\")" in printed)
+                            and "the continuation may differ from an uninterrupted run (CHANGELOG.md lists what "
+                            "changed)" in printed)
 
 
 def test_resume_says_when_the_number_of_blas_threads_changed(tmp_path, capsys):
