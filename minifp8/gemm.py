@@ -409,6 +409,15 @@ class _Accumulator:
     def describe(self) -> str:
         return f"{self.bits} bits" + (f", promoted every {self.promote_every}" if self.promote_every else "")
 
+    @property
+    def overflow_threshold(self) -> float:
+        """The smallest magnitude the kernel's final sum rounds to Inf: the accumulator's (max plus half a
+        spacing, with IEEE's emax = 1 - emin), or float32's where groups are promoted into float32."""
+        if self.promote_every is not None:
+            return (2.0 - 2.0**-24) * 2.0**127
+        emin = round(math.log2(self.spacing)) + self.bits - 1
+        return (2.0 - 2.0**-self.bits) * 2.0 ** (1 - emin)
+
 
 def _accumulator(accumulator, promote_every) -> _Accumulator:
     if isinstance(accumulator, str):
@@ -471,6 +480,8 @@ def _cast(output, output_scale, saturate) -> _Cast | None:
                              f"written as codes (output='E4M3', 'E5M2', ...), but output={output!r} is written as "
                              f"values: leave {'it' if len(given) == 1 else 'them'} out")
         return None
+    if isinstance(output_scale, np.ndarray) and output_scale.size == 1 and output_scale.dtype.kind in "iuf":
+        output_scale = output_scale.reshape(())[()]  # (a 0-d or 1-element scale tensor, as TransformerEngine's)
     if output_scale is None:
         scale = 1.0
     elif not _is_real(output_scale):
@@ -486,7 +497,9 @@ def _cast(output, output_scale, saturate) -> _Cast | None:
                              f"before its cast), got {output_scale!r}")
         with np.errstate(over="ignore", under="ignore"):  # (beyond float32's range: not one of its values)
             single = float(np.float32(scale))
-        if single != scale or (_is_int(output_scale) and int(output_scale) != scale):
+        wider = isinstance(output_scale, np.floating) and output_scale.dtype.itemsize > 8  # (long double)
+        if single != scale or (_is_int(output_scale) and int(output_scale) != scale) or (
+                wider and np.float32(output_scale) != output_scale):
             raise ValueError(f"output_scale must be a float32 value, as the scale a kernel multiplies by is, got "
                              f"{output_scale!r}: pass the float32 value the kernel was given (float(np.float32(s)))")
     return _Cast(output, scale, True if saturate is None else _check_bool(saturate, "saturate"))
@@ -593,7 +606,6 @@ def _kinds(agree: np.ndarray, overflow: np.ndarray, nan_or_inf: np.ndarray, sign
 
 
 # ---- outputs written as codes ---------------------------------------------------------------------
-_FLOAT32_OVERFLOW = (2.0 - 2.0**-24) * 2.0**127  # the smallest magnitude that float32 rounds to Inf
 # The epilogue's float32 rounding of x = v * scale: |fl32(x) - x| <= 2**-24 |x| + 2**-150 (float32's unit
 # roundoff; half its smallest subnormal spacing). The 2**-44 more covers the float64 roundings of the bounds.
 _EPILOGUE_RELATIVE, _EPILOGUE_ABSOLUTE = 2.0**-24 + 2.0**-44, 2.0**-150
@@ -610,16 +622,17 @@ class _Allowed:
     keys: np.ndarray
 
 
-def _allowed_codes(value: np.ndarray, tolerance: np.ndarray, cast: _Cast) -> _Allowed:
+def _allowed_codes(value: np.ndarray, tolerance: np.ndarray, cast: _Cast, model: _Accumulator) -> _Allowed:
     """The codes a correct kernel may write (`compare_matmul`'s rule for an output written as codes):
-    its float32 result lies within ``value +- tolerance`` (the float32 output's tolerance), or is Inf
-    where that reaches float32's overflow threshold; times ``cast.scale`` and rounded to float32 it
-    lies within the bounds below; the cast is monotone, so its code lies between theirs."""
+    its result lies within ``value +- tolerance`` (the float32 output's tolerance), or is Inf where
+    that reaches the overflow threshold of the format its sum ends in (``model``'s); times
+    ``cast.scale`` and rounded to float32 it lies within the bounds below; the cast is monotone, so
+    its code lies between theirs."""
     finite, nan = np.isfinite(value), np.isnan(value)
     with np.errstate(invalid="ignore", over="ignore"):
         low = np.where(finite, value - tolerance, value)
         high = np.where(finite, value + tolerance, value)
-        reach = _FLOAT32_OVERFLOW * (1 - 2.0**-40)  # (a margin for the float64 roundings)
+        reach = model.overflow_threshold * (1 - 2.0**-40)  # (a margin for the float64 roundings)
         low = np.where(low <= -reach, -np.inf, low) * cast.scale
         high = np.where(high >= reach, np.inf, high) * cast.scale
         low = np.where(np.isfinite(low), low - (_EPILOGUE_RELATIVE * np.abs(low) + _EPILOGUE_ABSOLUTE), low)
@@ -653,10 +666,22 @@ def _judge_codes(codes: np.ndarray, value: np.ndarray, allowed: _Allowed, cast: 
         sign = (finite_value & np.isfinite(got) & (low_key <= -got) & (-got <= high_key)
                 & ((low_key > 0) | (high_key < 0)))
         written_overflow = np.isin(codes, cast.overflow_codes) | (cast.overflow_is_nan & got_nan)
-        must_overflow = finite_value & ((low > fmt.max) | (high < -fmt.max))
-        may_overflow = finite_value & ((high > fmt.max) | (low < -fmt.max))
+        beyond = fmt.max + 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits - 1)  # (max + half a spacing)
+        must_overflow = finite_value & ((low >= beyond) | (high <= -beyond))
+        may_overflow = finite_value & ((high >= beyond) | (low <= -beyond))
     return _kinds(agree, must_overflow | (written_overflow & may_overflow & ~sign),  # (-max for max: sign)
                   ~finite_value | ~np.isfinite(got), sign)
+
+
+def _steps_outside(got: np.ndarray, keys: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """How many of ``fmt``'s values each code's value ``got`` lies beyond the allowed ones (``keys``:
+    the lowest and highest allowed values), 0 inside; Inf for a NaN code."""
+    ladder = np.unique(np.abs(fmt.values()[~np.isnan(fmt.values())]))  # (-0 and +0: one step)
+    ladder = np.unique(np.concatenate([-ladder, ladder]))
+    rank = np.searchsorted(ladder, np.where(np.isnan(got), 0.0, got)).astype(np.float64)
+    low, high = (np.searchsorted(ladder, np.nan_to_num(key, nan=0.0)) for key in keys)
+    steps = np.maximum(np.maximum(low - rank, rank - high), 0.0)
+    return np.where(np.isnan(got), np.inf, steps)
 
 
 @dataclass(frozen=True)
@@ -674,7 +699,9 @@ class MatmulMismatch:
         ``|actual - reference|`` and the most a correct kernel may differ by there (for codes: from
         the scaled reference to the end of the allowed values on the actual's side, 0 if none).
     ratio : float
-        ``error / tolerance``; Inf where either side is NaN or Inf.
+        ``error / tolerance``; Inf where either side is NaN or Inf. For an output written as codes:
+        how many of the format's values the code lies beyond the allowed ones (Inf for a NaN code),
+        which ranks the worst.
     kind : str
         Its class, one of `MATMUL_CLASSES`.
     code : int or None
@@ -738,12 +765,16 @@ class MatmulReport:
         ``|reference|``, where an output of 0 would agree too (and the negated reference, where it
         reaches twice ``|reference|``): there the bound, rigorous for the worst case, cannot tell a
         dropped output. Large K with cancelling signs gets there: the accumulation bound
-        ``gamma_(K+3) S`` grows as K**2, the reference as sqrt(K). `head` names them;
-        `assert_matmul_close` warns when they are most outputs.
+        ``gamma_(K+3) S`` grows as K**2, the reference as sqrt(K). For an output written as codes:
+        those where 0's code is allowed (the scaled product rounds to 0 in the format, or the
+        tolerance reaches it). `head` names them; `assert_matmul_close` warns when they are most
+        outputs.
     allowed_codes : numpy.ndarray or None
         (Keyword-only.) For an output written as codes, 2 x M x N uint8: the lowest and the
         highest code a correct kernel may write at each output, in value order (a NaN reference's:
-        the NaN code twice); None for an IEEE output.
+        the NaN code twice, or -max and max for a format without NaN, where any code agrees; where
+        the range reaches an overflow to NaN, a NaN code of either sign agrees too); None for an
+        IEEE output.
     """
 
     title: str
@@ -780,6 +811,9 @@ class MatmulReport:
         options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
         loose = (f"; at {self.zero_would_pass} of the {self.total} the tolerance reaches |reference| (0 would "
                  f"agree there)" if self.zero_would_pass else "")
+        if self.zero_would_pass and self.allowed_codes is not None:  # (codes: 0 is among the allowed ones)
+            loose = (f"; at {self.zero_would_pass} of the {self.total} the allowed codes include 0 (the scaled "
+                     f"product rounds to 0 in {self.options['output']}, or the tolerance reaches it)")
         median = self.median_relative_tolerance
         if median >= LOOSE_RELATIVE_TOLERANCE:
             loose += (f"; the median tolerance is {100 * median:.3g}% of |reference| (a loose check: a smaller K, "
@@ -895,10 +929,16 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     code, a NaN code of either sign). A NaN reference needs a NaN code (a format without NaN: any
     code); an Inf reference that Inf's cast, as `minifp8.codec.encode` casts it: with
     ``saturate=True``, +-max (ONNX Cast-24; E5M2 too), else E5M2's Inf or E4M3's NaN. The classes
-    are as above, ``overflow`` where [lo, hi] lies beyond +-max (or reaches beyond it and the kernel
-    wrote the overflow's code). ``report.allowed_codes`` holds each output's lowest and highest
-    allowed code, and the table each mismatched code with its value and the codes allowed. Of the
-    hints below, only K = 0's and the output of zeros' are given.
+    are as above, ``overflow`` where [lo, hi] lies beyond the format's overflow threshold (max plus
+    half a spacing; or reaches it and the kernel wrote the overflow's code). ``report.allowed_codes``
+    holds each output's lowest and highest allowed code, and the table each mismatched code with its
+    value and the codes allowed, the worst first (the most values beyond them). Of the hints below,
+    only K = 0's and the output of zeros' are given. What the rule assumes: one fused epilogue, the
+    float32 result times ``output_scale`` then cast (a pipeline that first writes the result as
+    bfloat16 or float16, then casts it, rounds twice: check its 16-bit result instead); the result
+    is Inf only where the format its sum ends in overflows (the declared accumulator's, or float32's
+    with ``promote_every``); and no product of scales that involves ``output_scale`` (a folded
+    ``scale_a * scale_b * output_scale``) overflows float32 or underflows into its subnormals.
 
     Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
     ``2**26`` and something disagrees): the output matches the product with a scale array applied
@@ -954,8 +994,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
         float32 value, as the kernel has it. None: 1.0. Refused (ValueError) with an IEEE output.
     saturate : bool, optional
         For an output written as codes: whether the cast saturates (overflow and Inf give +-max)
-        or not (Inf for E5M2, NaN for E4M3), as `minifp8.codec.encode`'s ``saturate``. None:
-        True. Refused (ValueError) with an IEEE output.
+        or not (Inf for E5M2, NaN for E4M3), as `minifp8.codec.encode`'s ``saturate`` (a format
+        without Inf or NaN, FP6 or FP4, saturates either way). None: True. Refused (ValueError)
+        with an IEEE output.
     max_rows : int
         How many mismatches to keep for the printed table (an int >= 0).
 
@@ -991,7 +1032,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
         codes = _output_codes(actual, (rows, columns), cast.fmt)
         got = cast.fmt.values()[codes]
         tolerance = _tolerance(reference, inner, model, "float32", carried)
-        allowed = _allowed_codes(reference.value, tolerance, cast)
+        allowed = _allowed_codes(reference.value, tolerance, cast, model)
         kinds = _judge_codes(codes, reference.value, allowed, cast)
         zeros_agree = _judge_codes(np.zeros_like(codes), reference.value, allowed, cast) == _AGREE
         zeros_agree &= ~np.isnan(reference.value)  # (a NaN reference of a format without NaN: any code agrees)
@@ -1003,6 +1044,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs(got - scaled)
         ratio = np.where(np.isfinite(got) & np.isfinite(scaled), _tolerance_ratio(error, row_tolerance), np.inf)
+    if allowed is not None and cast is not None:  # (for codes, how far outside: in steps of the format)
+        ratio = _steps_outside(got, allowed.keys, cast.fmt)
 
     def row_of(flat):
         i, j = divmod(int(flat), columns)
@@ -1061,8 +1104,9 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
         raise AssertionError(str(report))
     reference = report.reference.value
     if 2 * report.zero_would_pass > np.count_nonzero(np.isfinite(reference) & (reference != 0)):
+        remedy = "a larger output_scale, or a smaller K" if report.allowed_codes is not None else "a smaller K"
         warnings.warn(f"assert_matmul_close checked little: {report.head()}; an output of zeros would pass at "
-                      f"{report.zero_would_pass} of them (test a smaller K)", stacklevel=2)
+                      f"{report.zero_would_pass} of them (test {remedy})", stacklevel=2)
 
 
 def _output_values(actual, shape: tuple, output: str) -> np.ndarray:

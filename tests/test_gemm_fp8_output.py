@@ -529,7 +529,9 @@ def test_assert_matmul_close_warns_where_zeros_would_pass():
     (dict(output_scale=10**400), ValueError, "output_scale must be positive and finite"),
     (dict(output_scale="0.5"), TypeError, "output_scale must be a real number"),
     (dict(output_scale=True), TypeError, "output_scale must be a real number"),
-    (dict(output_scale=np.ones(1)), TypeError, "output_scale must be a real number"),
+    (dict(output_scale=np.ones(2)), TypeError, "output_scale must be a real number"),
+    (dict(output_scale=np.longdouble(0.25) + np.longdouble(2.0) ** -62), ValueError,
+     "output_scale must be a float32 value"),  # (a long double rounded to float64 first passed)
     (dict(output_scale=0.1), ValueError, r"output_scale must be a float32 value.*float\(np.float32\(s\)\)"),
     (dict(output_scale=1e39), ValueError, "output_scale must be a float32 value"),
     (dict(output_scale=2**53 + 1), ValueError, "output_scale must be a float32 value"),
@@ -588,3 +590,65 @@ def test_codes_without_an_fp8_output_are_told_to_declare_it(dtype):
             f"cast) and saturate= (whether the cast saturates)")):
         gemm.compare_matmul(np.zeros((1, 1), dtype), np.zeros((1, 1), np.uint8), 1.0, np.zeros((1, 1), np.uint8),
                             1.0, a_format="E4M3", b_format="E4M3")
+
+
+# ---- found by an adversarial review of this mode --------------------------------------------------
+def test_a_sum_that_overflows_a_float16_accumulator_is_allowed_its_inf():
+    """A float16 accumulator's sum past 65504 is Inf, which the output scale's cast then writes as max
+    (saturating): the result was allowed to be Inf only at float32's threshold, and a correct kernel
+    failed. R = 448 * 96 + 448 * 64 = 71680. With promote_every the sum ends in float32: not Inf."""
+    a = codec.encode(np.array([[448.0, 448.0]]), "E4M3")
+    b = codec.encode(np.array([[96.0], [64.0]]), "E4M3")
+    with np.errstate(over="ignore"):
+        total = np.float16(448 * 96) + np.float16(448 * 64)  # (the float16 kernel's sum)
+    assert np.isinf(total)
+    codes = codec.encode(np.array([[np.float32(total) * np.float32(2.0**-10)]]), "E4M3", saturate=True)  # 448
+    options = dict(a_format="E4M3", b_format="E4M3", output="E4M3", output_scale=2.0**-10)
+    assert gemm.compare_matmul(codes, a, 1.0, b, 1.0, accumulator="float16", **options).ok
+    assert not gemm.compare_matmul(codes, a, 1.0, b, 1.0, **options).ok  # (float32's sum: 70)
+    assert not gemm.compare_matmul(codes, a, 1.0, b, 1.0, accumulator="float16", promote_every=1, **options).ok
+
+
+def test_the_worst_row_is_the_code_furthest_outside_its_allowed_codes():
+    """The ratio of a code row was its distance over a tolerance that is 0 where the one allowed code lies
+    on the other side, about 1e307 for a code one step off, which outranked 448 written for 272. Now it
+    counts the format's values between the code and the allowed ones."""
+    a = codec.encode(np.array([[8.0, 0.125, 0.0], [256.0, 16.0, 2.0**-9]]), "E4M3")
+    b = codec.encode(np.array([[1.0], [1.0], [2.0**-9]]), "E4M3")
+    codes = np.array([[0x51], [0x7E]], np.uint8)  # 9 for 8.125 (0x50 allowed); 448 for 272 (0x78..0x79)
+    report = gemm.compare_matmul(codes, a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3", output="E4M3")
+    assert [m.ratio for m in report.mismatches] == [1.0, 5.0]  # 0x51 - 0x50; 0x7e - 0x79
+    assert report.worst is not None and report.worst.row == 1
+    nan = gemm.compare_matmul(np.array([[0x7F], [0x78]], np.uint8), a, 1.0, b, 1.0, a_format="E4M3",
+                              b_format="E4M3", output="E4M3")
+    assert nan.mismatches[0].ratio == np.inf
+
+
+def test_an_output_of_zeros_that_passes_is_explained_for_codes():
+    """Where zeros pass because the scaled product rounds to 0 in the format, the first line and the
+    warning spoke of a tolerance reaching |reference| and advised a smaller K."""
+    codes, options, _ = passing_case()
+    tiny = dict(options, output_scale=2.0**-40)
+    report = gemm.compare_matmul(np.zeros_like(codes), **tiny)
+    assert f"the allowed codes include 0 (the scaled product rounds to 0 in {options['output']}" in report.head()
+    assert "the tolerance reaches |reference|" not in report.head()
+    with pytest.warns(UserWarning, match=r"test a larger output_scale, or a smaller K\)"):
+        gemm.assert_matmul_close(np.zeros_like(codes), **tiny)
+
+
+def test_between_max_and_the_overflow_threshold_is_no_overflow():
+    """R = 455 in E4M3 rounds to 448 (the threshold is 464): a wrong code there was classed overflow,
+    where the float output path calls the like of it other."""
+    a = codec.encode(np.array([[448.0, 7.0]]), "E4M3")
+    b = codec.encode(np.array([[1.0], [1.0]]), "E4M3")
+    report = gemm.compare_matmul(np.array([[0x7D]], np.uint8), a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3",
+                                 output="E4M3")
+    assert report.by_class["other"] == 1 and report.by_class["overflow"] == 0
+
+
+def test_a_scale_tensor_of_one_element_is_taken_as_its_number():
+    """TransformerEngine keeps a scale as a 1-element tensor: a 0-d or 1-element array was a TypeError."""
+    codes, options, _ = passing_case()
+    scale = np.float32(options["output_scale"])
+    for given in (np.array(scale), np.array([scale]), scale):
+        assert gemm.compare_matmul(codes, **dict(options, output_scale=given)).ok
