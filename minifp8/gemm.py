@@ -581,9 +581,11 @@ def _overflow_threshold(output: str) -> float:
 _AGREE = 255
 
 
-def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output: str) -> np.ndarray:
-    """Per output: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees."""
-    threshold = _overflow_threshold(output)
+def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output: str,
+           model: _Accumulator) -> np.ndarray:
+    """Per output: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees. An output overflows
+    where the output type does, or the format the kernel's sum ends in (``model``'s), if sooner."""
+    threshold = min(_overflow_threshold(output), model.overflow_threshold)
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs(actual - value)
         finite_value, finite_actual = np.isfinite(value), np.isfinite(actual)
@@ -907,10 +909,12 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
 
     Outputs agree when within tolerance; NaN where the reference is NaN, the same Inf where it is
     Inf; and the Inf of its sign where the reference, within tolerance, reaches the output type's
-    overflow threshold (max plus half a spacing). The classes of the others, first match wins:
-    ``overflow`` (the reference is beyond the output's range and the kernel did not give that Inf,
-    or the kernel gave an Inf near it of the other sign), ``NaN/Inf`` (the reference or the output
-    is NaN or Inf, otherwise), ``sign`` (the output is the negated reference), ``other``. Where a
+    overflow threshold (max plus half a spacing), or the accumulator's where that is lower (a float16
+    sum overflows past 65520; with ``promote_every`` the sum ends in float32). The classes of the
+    others, first match wins: ``overflow`` (the reference is beyond the output's range and the
+    kernel did not give that Inf, or the kernel gave an Inf near it of the other sign), ``NaN/Inf``
+    (the reference or the output is NaN or Inf, otherwise), ``sign`` (the output is the negated
+    reference), ``other``. Where a
     tolerance reaches ``|reference|`` (a large K whose signs cancel; a narrow accumulator) an output
     of 0 would agree as well: the report counts those outputs (``zero_would_pass``) and its first
     line names them, since the bound cannot check them.
@@ -1024,8 +1028,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     if isinstance(output_type, str):
         got = _output_values(actual, (rows, columns), output_type)
         tolerance = _tolerance(reference, inner, model, output_type, carried)
-        kinds = _judge(got, reference.value, tolerance, output_type)
-        zeros_agree = _judge(np.zeros_like(got), reference.value, tolerance, output_type) == _AGREE
+        kinds = _judge(got, reference.value, tolerance, output_type, model)
+        zeros_agree = _judge(np.zeros_like(got), reference.value, tolerance, output_type, model) == _AGREE
         scaled, row_tolerance = reference.value, tolerance
     else:
         assert cast is not None  # (an output of codes has its cast)
@@ -1176,8 +1180,8 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                      output_type: str = output) -> np.ndarray:
         """For candidates stacked on a leading axis ``(count, M, N)``: whether the output matches each."""
         tolerance = _tolerance(candidates, inner, accumulator, output_type, carried)
-        agree = _judge(got, candidates.value, tolerance, output_type) == _AGREE
-        zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type)[:, mismatched]
+        agree = _judge(got, candidates.value, tolerance, output_type, accumulator) == _AGREE
+        zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type, accumulator)[:, mismatched]
         return agree.reshape(len(agree), -1).all(axis=1) & (zeros != _AGREE).any(axis=1)
 
     def matches(candidate: MatmulReference, accumulator: _Accumulator = model, carried=carried,

@@ -607,6 +607,10 @@ def test_a_sum_that_overflows_a_float16_accumulator_is_allowed_its_inf():
     assert gemm.compare_matmul(codes, a, 1.0, b, 1.0, accumulator="float16", **options).ok
     assert not gemm.compare_matmul(codes, a, 1.0, b, 1.0, **options).ok  # (float32's sum: 70)
     assert not gemm.compare_matmul(codes, a, 1.0, b, 1.0, accumulator="float16", promote_every=1, **options).ok
+    # the same in the float path: the float16 kernel's Inf, written as float32, failed as NaN/Inf
+    inf = np.array([[np.inf]], np.float32)
+    assert gemm.compare_matmul(inf, a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3", accumulator="float16").ok
+    assert not gemm.compare_matmul(inf, a, 1.0, b, 1.0, a_format="E4M3", b_format="E4M3").ok
 
 
 def test_the_worst_row_is_the_code_furthest_outside_its_allowed_codes():
