@@ -492,8 +492,9 @@ class Dataset:
     def from_text(cls, text: str, *, val_fraction: float = 0.1, name: str = "text") -> "Dataset":
         """Split one text by position: the first ``1 - val_fraction`` trains, the rest validates.
 
-        The validation part is the last ``round(len(text) * val_fraction)`` characters (as in
-        nanoGPT's character-level data preparation).
+        The validation part is the last ``round(len(text) * val_fraction)`` characters: split by
+        position, as nanoGPT's character-level data preparation does (its count, ``n - int(0.9 n)``,
+        can be one more).
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")

@@ -5,8 +5,10 @@
 blocks (causal self-attention, then a GELU MLP, each added to the residual stream), a final layer
 norm and a linear LM head, trained with a mean cross-entropy. ``config.family`` picks the bricks:
 
-* ``"standard"``: `minifp8.nn` layers with GPT-2's initialisation: weights N(0, 0.02^2), the
-  residual output projections N(0, (0.02 / sqrt(2 n_layer))^2), zero biases. Activations are
+* ``"standard"``: `minifp8.nn` layers with nanoGPT's initialisation, after the GPT-2 paper's:
+  weights N(0, 0.02^2), the residual output projections N(0, (0.02 / sqrt(2 n_layer))^2) (the
+  paper's 1/sqrt(N) for residual layers; GPT-2's released code draws wpe with std 0.01 and does not
+  scale the projections), zero biases. Activations are
   small (std ~0.02-1) and, because the loss is a *mean* over the B*T tokens of a batch, so are the
   gradients: every gradient carries a factor 1/(B T). With enough tokens per batch they fall below
   E5M2's smallest normal (2^-14), which is why naive FP8 training of this model degrades.

@@ -390,15 +390,18 @@ class Sequential(Module):
 
     def named_children(self) -> Iterator[tuple[str, "Module | Parameter"]]:
         """The layers, named ``0``, ``1``, ...; then any other module or parameter set as an attribute,
-        by its name, as `Module` finds them (one was left out of ``parameters()``, ``state_dict()`` and
-        ``eval()``, without a word)."""
+        by its name, as `Module` finds them (so that ``parameters()``, ``state_dict()`` and ``eval()``
+        reach them too)."""
         for i, module in enumerate(self.layers):
             yield str(i), module
         for name, value in super().named_children():
             if not name.startswith("layers."):
                 yield name, value
 
-    def __getitem__(self, i: int) -> Module:
+    def __getitem__(self, i: int | slice) -> Module:
+        """The layer at ``i``; a slice is a Sequential of those layers (shared, as torch's)."""
+        if isinstance(i, slice):
+            return Sequential(*self.layers[i])
         return self.layers[i]
 
     def __len__(self) -> int:

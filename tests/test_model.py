@@ -789,3 +789,17 @@ def test_both_families_track_the_same_tensors():
         assert all(record.backward_std is not None for record in tracker.records.values())
     assert names["unit"] == names["standard"]
     assert {"q", "k#2", "attention", "mlp_hidden#2", "logits"} <= set(names["unit"])
+
+
+@pytest.mark.parametrize("family", ["standard", "unit"])
+def test_the_rows_of_a_batch_are_independent(family):
+    """Permuting a batch's rows permutes the logits, bit for bit, and a row run alone gives its logits to
+    float32 rounding (a GEMM over fewer rows may sum in another order): nothing mixes the sequences of a
+    batch (a review found no test of it)."""
+    model = tiny(family)
+    ids, _ = batch(7, (5, 6), seed=3)
+    order = np.array([3, 0, 4, 1, 2])
+    logits = model(ids)[0].data
+    assert np.array_equal(model(ids[order])[0].data, logits[order])
+    alone = model(ids[2:3])[0].data
+    np.testing.assert_allclose(alone[0], logits[2], rtol=1e-5, atol=1e-6)

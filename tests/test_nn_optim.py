@@ -1016,3 +1016,12 @@ def test_adamw_docstring_cases_eps_zero_and_a_decay_below_float32_resolution():
         p.grad = np.zeros(2, np.float32)
         optimizer.step()
         assert p.data.tolist() == [expected, expected]
+
+
+def test_a_slice_of_a_sequential_is_a_sequential_of_the_same_layers():
+    """A review's find: a slice gave a plain list (torch's Sequential[0:2] is a Sequential)."""
+    first, second, third = nn.GELU(), nn.ReLU(), nn.Linear(2, 2, rng=np.random.default_rng(0))
+    model = nn.Sequential(first, second, third)
+    head = model[0:2]
+    assert isinstance(head, nn.Sequential) and head[0] is first and head[1] is second and len(head) == 2
+    assert model[2] is third and list(model[1:][1].parameters()) == list(third.parameters())
