@@ -40,6 +40,7 @@ from numpy.typing import ArrayLike
 
 from . import codec, formats, mx
 from .formats import FloatFormat, _check_bool, _check_int, _is_int, _is_real, _plain_array
+from .fastcast import _overflow_threshold as _format_overflow_threshold
 from .testing import _check_max_rows, _codes_of, _through_bfloat16, _tolerance_ratio, _widening_hint
 
 __all__ = ["LOOSE_RELATIVE_TOLERANCE", "MATMUL_CLASSES", "OUTPUT_TYPES", "MatmulMismatch", "MatmulReference",
@@ -410,13 +411,24 @@ class _Accumulator:
         return f"{self.bits} bits" + (f", promoted every {self.promote_every}" if self.promote_every else "")
 
     @property
-    def overflow_threshold(self) -> float:
-        """The smallest magnitude the kernel's final sum rounds to Inf: the accumulator's (max plus half a
-        spacing, with IEEE's emax = 1 - emin), or float32's where groups are promoted into float32."""
-        if self.promote_every is not None:
-            return (2.0 - 2.0**-24) * 2.0**127
+    def format_overflow_threshold(self) -> float:
+        """The smallest magnitude the accumulator's format rounds to Inf (max plus half a spacing, with
+        IEEE's emax = 1 - emin): where a running sum in it overflows."""
         emin = round(math.log2(self.spacing)) + self.bits - 1
         return (2.0 - 2.0**-self.bits) * 2.0 ** (1 - emin)
+
+    @property
+    def overflow_threshold(self) -> float:
+        """The smallest magnitude the kernel's final sum rounds to Inf: the accumulator's, or float32's
+        where groups are promoted into float32."""
+        return (2.0 - 2.0**-24) * 2.0**127 if self.promote_every is not None else self.format_overflow_threshold
+
+    def running_sum_may_overflow(self, magnitude: np.ndarray, inner: int) -> np.ndarray:
+        """Where a running sum may overflow the accumulator's format, though the final sum need not:
+        every partial sum of ``sum_k a_k b_k`` is at most ``magnitude = sum_k |a_k b_k|`` (times the
+        rounding's growth), so an Inf of either sign, or NaN (Inf - Inf), is a correct result there."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            return magnitude * (1 + self.relative_bound(inner)) >= self.format_overflow_threshold * (1 - 2.0**-40)
 
 
 def _accumulator(accumulator, promote_every) -> _Accumulator:
@@ -582,9 +594,10 @@ _AGREE = 255
 
 
 def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output: str,
-           model: _Accumulator) -> np.ndarray:
+           model: _Accumulator, running: np.ndarray) -> np.ndarray:
     """Per output: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees. An output overflows
-    where the output type does, or the format the kernel's sum ends in (``model``'s), if sooner."""
+    where the output type does, or the format the kernel's sum ends in (``model``'s), if sooner; where
+    ``running`` (`_Accumulator.running_sum_may_overflow`), any Inf or NaN agrees too."""
     threshold = min(_overflow_threshold(output), model.overflow_threshold)
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs(actual - value)
@@ -593,6 +606,7 @@ def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output:
         may_overflow = finite_value & (np.abs(value) + tolerance >= threshold)
         agree = ((finite_value & finite_actual & (error <= tolerance))
                  | (np.isinf(actual) & may_overflow & (np.sign(actual) == np.sign(value)))
+                 | (finite_value & ~finite_actual & running)
                  | (~finite_value & ((actual == value) | (np.isnan(actual) & np.isnan(value)))))
         sign = finite_value & finite_actual & (np.abs(actual + value) <= tolerance) & (np.abs(value) > tolerance)
     return _kinds(agree, must_overflow | (np.isinf(actual) & may_overflow), ~finite_value | ~finite_actual, sign)
@@ -655,8 +669,10 @@ def _allowed_codes(value: np.ndarray, tolerance: np.ndarray, cast: _Cast, model:
     return _Allowed(bounds, codes.astype(np.uint8), keys)
 
 
-def _judge_codes(codes: np.ndarray, value: np.ndarray, allowed: _Allowed, cast: _Cast) -> np.ndarray:
-    """Per output written as codes: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees."""
+def _judge_codes(codes: np.ndarray, value: np.ndarray, allowed: _Allowed, cast: _Cast,
+                 running: np.ndarray) -> np.ndarray:
+    """Per output written as codes: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees
+    (where ``running``, the cast of an Inf of either sign, or of NaN, agrees too)."""
     fmt = cast.fmt
     got = fmt.values()[codes]
     (low, high), (low_key, high_key) = allowed.bounds, allowed.keys
@@ -664,11 +680,12 @@ def _judge_codes(codes: np.ndarray, value: np.ndarray, allowed: _Allowed, cast: 
     with np.errstate(invalid="ignore"):
         inside = ~got_nan & (low_key <= got) & (got <= high_key)
         overflow_nan = cast.overflow_is_nan & got_nan & ((high_key == np.inf) | (low_key == -np.inf))
-        agree = np.where(np.isnan(value), got_nan | (not fmt.has_nan), inside | overflow_nan)
+        written_overflow = np.isin(codes, cast.overflow_codes) | (cast.overflow_is_nan & got_nan)
+        agree = np.where(np.isnan(value), got_nan | (not fmt.has_nan),
+                         inside | overflow_nan | (finite_value & running & (written_overflow | got_nan)))
         sign = (finite_value & np.isfinite(got) & (low_key <= -got) & (-got <= high_key)
                 & ((low_key > 0) | (high_key < 0)))
-        written_overflow = np.isin(codes, cast.overflow_codes) | (cast.overflow_is_nan & got_nan)
-        beyond = fmt.max + 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits - 1)  # (max + half a spacing)
+        beyond = _format_overflow_threshold(fmt)[0]  # (max plus half a spacing)
         must_overflow = finite_value & ((low >= beyond) | (high <= -beyond))
         may_overflow = finite_value & ((high >= beyond) | (low <= -beyond))
     return _kinds(agree, must_overflow | (written_overflow & may_overflow & ~sign),  # (-max for max: sign)
@@ -910,7 +927,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     Outputs agree when within tolerance; NaN where the reference is NaN, the same Inf where it is
     Inf; and the Inf of its sign where the reference, within tolerance, reaches the output type's
     overflow threshold (max plus half a spacing), or the accumulator's where that is lower (a float16
-    sum overflows past 65520; with ``promote_every`` the sum ends in float32). The classes of the
+    sum overflows past 65520; with ``promote_every`` the sum ends in float32); and any Inf or NaN
+    where a running sum may overflow the accumulator's format (``sum_k |a b|`` reaches its
+    threshold, even where the reference does not: Inf - Inf is NaN). The classes of the
     others, first match wins: ``overflow`` (the reference is beyond the output's range and the
     kernel did not give that Inf, or the kernel gave an Inf near it of the other sign), ``NaN/Inf``
     (the reference or the output is NaN or Inf, otherwise), ``sign`` (the output is the negated
@@ -923,7 +942,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     epilogue (cuBLASLt with an FP8 D, TransformerEngine) writes ``encode(float32(v * output_scale))``
     of its float32 result v, unseen (the scale multiplies before the cast, which rounds to nearest
     even and saturates or not). v lies within T, the float32 output's tolerance above, of the
-    reference R (or is Inf where ``|R| + T`` reaches float32's overflow threshold), so its product
+    reference R (or is Inf where ``|R| + T`` reaches the overflow threshold of the format its sum
+    ends in: the declared accumulator's, or float32's with ``promote_every``), so its product
     rounded to float32 lies in [lo, hi]: ``(R -+ T) * output_scale``, widened by ``2**-24`` of their
     magnitude plus ``2**-150`` (the product's float32 rounding: unit roundoff, half the smallest
     subnormal spacing). The cast is monotone (in value order, an overflow's Inf or NaN code beyond
@@ -939,10 +959,11 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     value and the codes allowed, the worst first (the most values beyond them). Of the hints below,
     only K = 0's and the output of zeros' are given. What the rule assumes: one fused epilogue, the
     float32 result times ``output_scale`` then cast (a pipeline that first writes the result as
-    bfloat16 or float16, then casts it, rounds twice: check its 16-bit result instead); the result
-    is Inf only where the format its sum ends in overflows (the declared accumulator's, or float32's
-    with ``promote_every``); and no product of scales that involves ``output_scale`` (a folded
-    ``scale_a * scale_b * output_scale``) overflows float32 or underflows into its subnormals.
+    bfloat16 or float16, then casts it, rounds twice: check its 16-bit result instead), and no
+    product of scales that involves ``output_scale`` (a folded ``scale_a * scale_b * output_scale``)
+    overflows float32 or underflows into its subnormals. Where a running sum may overflow the
+    accumulator's format (``sum_k |a b|`` reaches its threshold, though R need not), the cast of an
+    Inf of either sign or of NaN agrees too, as an Inf or NaN output does for an IEEE output type.
 
     Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
     ``2**26`` and something disagrees): the output matches the product with a scale array applied
@@ -1025,11 +1046,12 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     reference = _reference(a.values, b.values)
     carried = _carried_underflow(a, b, model)
     allowed, codes = None, np.zeros((0, 0), np.uint8)
+    running = model.running_sum_may_overflow(reference.magnitude, inner)  # (an Inf or NaN is correct there)
     if isinstance(output_type, str):
         got = _output_values(actual, (rows, columns), output_type)
         tolerance = _tolerance(reference, inner, model, output_type, carried)
-        kinds = _judge(got, reference.value, tolerance, output_type, model)
-        zeros_agree = _judge(np.zeros_like(got), reference.value, tolerance, output_type, model) == _AGREE
+        kinds = _judge(got, reference.value, tolerance, output_type, model, running)
+        zeros_agree = _judge(np.zeros_like(got), reference.value, tolerance, output_type, model, running) == _AGREE
         scaled, row_tolerance = reference.value, tolerance
     else:
         assert cast is not None  # (an output of codes has its cast)
@@ -1037,8 +1059,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
         got = cast.fmt.values()[codes]
         tolerance = _tolerance(reference, inner, model, "float32", carried)
         allowed = _allowed_codes(reference.value, tolerance, cast, model)
-        kinds = _judge_codes(codes, reference.value, allowed, cast)
-        zeros_agree = _judge_codes(np.zeros_like(codes), reference.value, allowed, cast) == _AGREE
+        kinds = _judge_codes(codes, reference.value, allowed, cast, running)
+        zeros_agree = _judge_codes(np.zeros_like(codes), reference.value, allowed, cast, running) == _AGREE
         zeros_agree &= ~np.isnan(reference.value)  # (a NaN reference of a format without NaN: any code agrees)
         with np.errstate(invalid="ignore", over="ignore"):
             scaled = reference.value * cast.scale  # (what the cast rounds: the rows show it)
@@ -1180,8 +1202,10 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                      output_type: str = output) -> np.ndarray:
         """For candidates stacked on a leading axis ``(count, M, N)``: whether the output matches each."""
         tolerance = _tolerance(candidates, inner, accumulator, output_type, carried)
-        agree = _judge(got, candidates.value, tolerance, output_type, accumulator) == _AGREE
-        zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type, accumulator)[:, mismatched]
+        running = accumulator.running_sum_may_overflow(candidates.magnitude, inner)
+        agree = _judge(got, candidates.value, tolerance, output_type, accumulator, running) == _AGREE
+        zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type, accumulator, running)
+        zeros = zeros[:, mismatched]
         return agree.reshape(len(agree), -1).all(axis=1) & (zeros != _AGREE).any(axis=1)
 
     def matches(candidate: MatmulReference, accumulator: _Accumulator = model, carried=carried,
