@@ -196,3 +196,16 @@ def test_mypy_flags_each_misuse_of_the_api(mypy_run, tmp_path):
     expected = [(number, line.rpartition("# ")[2]) for number, line in enumerate(MISUSES.splitlines(), 1)
                 if number >= 5]
     assert status == 1 and flagged == expected, f"expected errors {expected}, mypy said:\n{report}"
+
+
+def test_mypy_sees_the_modules_as_attributes_of_a_bare_import(mypy_run, tmp_path):
+    """The final review's find: `minifp8.gemm` after a bare `import minifp8` (PEP 562) was typed as a
+    ModuleType, so every name below it was Any and no misuse was flagged."""
+    code = ('import numpy as np\nimport minifp8\nx = np.zeros(4, np.float32)\n'
+            'minifp8.gemm.compare_matmul(x, x, x, x, x, a_format="E4M3", b_format="E4M3").hints[0] + 1\n'
+            'minifp8.mx.quantize(x, "MXFP8_E4M3", block_size="32")\nminifp8.gemm.compare_matmull\nminifp8.formatz\n')
+    path = tmp_path / "bare_import.py"
+    path.write_text(code, encoding="utf-8")
+    report, status = mypy_run("--follow-imports=silent", str(path))
+    flagged = sorted(int(line.split(":")[1]) for line in report.splitlines() if ": error:" in line)
+    assert status == 1 and flagged == [4, 5, 6, 7], report
