@@ -1177,6 +1177,9 @@ def _output_codes(actual, shape: tuple, fmt: FloatFormat) -> np.ndarray:
                         f"'float16'")
     if array.shape != shape:
         raise ValueError(f"actual has shape {array.shape}, but the product is {shape[0]} x {shape[1]}")
+    if array.dtype.kind in "iu" and array.dtype.itemsize > 1:  # (_codes_of's message offers values too)
+        raise TypeError(f"actual must be the kernel's {fmt.name} codes as uint8 (or its ml_dtypes array), got dtype "
+                        f"{array.dtype}: a Python int or list of ints becomes int64; convert with .astype(np.uint8)")
     return _codes_of(array, fmt, shape, "actual")
 
 

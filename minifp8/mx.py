@@ -202,10 +202,13 @@ def _element_and_block_size(elem, block_size) -> tuple[FloatFormat, int]:
     elif isinstance(elem, (str, FloatFormat)):
         try:
             element, default_block_size = formats.get(elem), 32
-        except ValueError as error:  # (a mistyped name: the MX names are accepted too)
+        except ValueError as error:  # (a mistyped name: say which element and MX names are taken)
             if not isinstance(elem, str):
                 raise
-            raise ValueError(f"{error}; or an MX format: {', '.join(FORMATS)}") from None
+            if formats._block_format_hint(elem):  # (NVFP4: its own advice)
+                raise ValueError(f"{error}; or an MX format: {', '.join(FORMATS)}") from None
+            raise ValueError(f"unknown format {elem!r}; MX elements: {', '.join(ELEMENT_FORMATS)} (or another of "
+                             f"their names, e.g. 'float8_e4m3fn'); or an MX format: {', '.join(FORMATS)}") from None
     else:
         raise TypeError(f"elem must be an MXFormat, a FloatFormat or a format name (str), got "
                         f"{_described(elem)}")

@@ -399,7 +399,8 @@ class Sequential(Module):
                 yield name, value
 
     def __getitem__(self, i: int | slice) -> Module:
-        """The layer at ``i``; a slice is a Sequential of those layers (shared, as torch's)."""
+        """The layer at ``i``; a slice is a Sequential of those layers (the same objects, renumbered
+        from 0 in its ``state_dict``, where torch's keeps their numbers)."""
         if isinstance(i, slice):
             return Sequential(*self.layers[i])
         return self.layers[i]

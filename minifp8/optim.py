@@ -315,8 +315,9 @@ class AdamW(Optimizer):
 
     In the paper's Alg. 2 (line 12) the decay is ``eta_t * lambda * p``, scaled by the schedule
     multiplier eta_t alone; torch (and we) scale it by the learning rate lr = alpha * eta_t, which
-    is the same when wd = lambda / alpha (the base rate alpha folded into the weight decay). Computed in the parameter's dtype (float32), in place. As in torch, the decay
-    factor ``1 - lr * wd`` is rounded to that dtype, so in float32 a decay of ``lr * wd <= 2**-25``
+    is the same when wd = lambda / alpha (the base rate alpha folded into the weight decay).
+    Computed in the parameter's dtype (float32), in place. As in torch, the decay factor
+    ``1 - lr * wd`` is rounded to that dtype, so in float32 a decay of ``lr * wd <= 2**-25``
     (about 3e-8, e.g. at the tail of a cosine schedule) rounds to 1 and does nothing. ``eps = 0``
     is allowed, as in torch, but then ``m_hat / sqrt(v_hat)`` is 0/0 = NaN wherever ``v`` is still 0:
     a parameter whose gradient has been exactly 0 at every step so far, such as the embedding row

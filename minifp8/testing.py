@@ -1291,6 +1291,8 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
         try:
             mx._element_and_block_size(elem, None)
         except ValueError as error:  # (a mistyped name: say that NVFP4 is accepted too)
+            if not str(error).startswith("unknown"):
+                raise ValueError(f"compare_mx: {error}") from None
             raise ValueError(f"compare_mx: {error}; or 'NVFP4'") from None
     _check_options(quantize_options, mx.quantize_nvfp4 if is_nvfp4 else mx.quantize,
                    "compare_mx" + (" (NVFP4)" if is_nvfp4 else ""))

@@ -1786,8 +1786,9 @@ def blas_threads() -> int | None:
 
 
 def environment() -> dict:
-    """What decides a run's bits besides the seed: the code (minifp8's version, a coarse mark: the
-    CHANGELOG.md lists, within a version, what changed a run's numbers), NumPy's version, the BLAS kernels (`blas_kernels`) and the number of BLAS threads
+    """What decides a run's bits besides the seed: the code (minifp8's version, a coarse mark:
+    CHANGELOG.md lists what changed a run's numbers, under the version after the one whose number the
+    code carried), NumPy's version, the BLAS kernels (`blas_kernels`) and the number of BLAS threads
     (`blas_threads`), as ``metrics.json`` records them."""
     return {"minifp8": __version__, "numpy": np.__version__, "blas_kernels": blas_kernels(),
             "blas_threads": blas_threads()}

@@ -552,7 +552,8 @@ def test_assert_matmul_close_warns_where_zeros_would_pass():
     (dict(actual=np.full((4, 8), 0x10, np.uint8), output="E2M1"), ValueError,
      r"E2M1 codes lie in \[0, 16\), got 16 in actual \(32 codes out of range"),
     (dict(actual=np.full((4, 8), 0x40, np.uint8), output="E3M2"), ValueError, r"E3M2 codes lie in \[0, 64\)"),
-    (dict(actual=np.zeros((4, 8), np.int64)), TypeError, r"astype\(np.uint8\)"),
+    (dict(actual=np.zeros((4, 8), np.int64)), TypeError, r"^actual must be the kernel's E4M3 codes as uint8 \(or its "
+                                                         r"ml_dtypes array\), got dtype int64: .*astype\(np.uint8\)$"),
     (dict(actual=np.zeros((4, 8), bool)), TypeError, "actual must be uint8 codes"),
 ])
 def test_bad_input_gets_a_clear_error(change, error, message):

@@ -1682,6 +1682,10 @@ def test_compare_mx_names_every_kind_of_format_it_takes_for_a_mistyped_name():
         with pytest.raises(ValueError, match=rf"^compare_mx: unknown (MX )?format '{name}'") as info:
             testing.compare_mx(scales, codes, x, name)
         assert "MXFP8_E4M3" in str(info.value) and str(info.value).endswith("; or 'NVFP4'")
-    with pytest.raises(ValueError, match=r"unknown format 'fp12'; known: e2m1, .*; or an MX format: MXFP8_E4M3, "):
+    # (the final review: it listed every format, e8m0 and the FNUZ ones too, which mx then refuses)
+    with pytest.raises(ValueError, match=r"^unknown format 'fp12'; MX elements: E4M3, E5M2, E3M2, E2M3, E2M1 "
+                                         r"\(or another of their names, e.g. 'float8_e4m3fn'\); or an MX format: "):
         mx.quantize(x, "fp12")
+    with pytest.raises(ValueError, match=r"^compare_mx: MX elements must be one of .*, got E8M0$"):
+        testing.compare_mx(scales, codes, x, "E8M0")  # (no "or 'NVFP4'" after an error that is not a typo)
     assert not testing.compare_mx(scales, codes, x, "e4m3").ok  # a known name still reaches the comparison

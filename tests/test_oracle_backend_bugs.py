@@ -819,8 +819,8 @@ def test_bytes_of_words_in_the_other_byte_order_are_named():
 
 def test_compare_mx_names_nvfp4_elements_scaled_in_another_float32_order():
     """Steps 5-6 of NVFP4 (TransformerEngine, minifp8: x * min(1 / (s_block * S_dec), FLT_MAX), clipped
-    to +-6) in another float32 order (torchao divides, x / (s_block * S_dec)) give other E2M1 codes where
-    the scaled value lies within float32 rounding of a midpoint between E2M1 values; only step 4's
+    to +-6) in another float32 order (torchao divides, x / (s_block * (global_amax / 2688))) give other
+    E2M1 codes where the scaled value lies within float32 rounding of a midpoint between E2M1 values; only step 4's
     orders were tried (a left-alone item of stop 66). Inputs a few float32 ulps either side of those
     midpoints, times each block's dequantisation scale; the backend is simulated from each order's
     formula. Where the scales agree and the codes follow an order, the note names it, and only then."""

@@ -457,6 +457,7 @@ def test_gap_curves_checks_only_the_fp32_losses_it_divides_by():
     np.testing.assert_allclose(drawn[0].get_ydata(), [0.25])
     assert [len(line.get_xdata()) for line in axes[1].get_lines() if line.get_label() == "stopped"] == [0]
 
+
 def _scales(step, value, gradient, **more):
     return {"step": step, "forward_std": {"residual": value, **more}, "backward_mean_abs": {"residual": gradient},
             "backward_std": {"residual": None if gradient is None else 2 * gradient}}
