@@ -9,6 +9,7 @@ dependency, and dependency floors that were checked by installing them.
 - The floors in ``pyproject.toml`` are no lower than the lowest versions that work (see there).
 - pyproject's ``filterwarnings`` makes a warning raised in our own code an error, and not one raised in
   another library's.
+- An sdist holds every file at the checkout's root that the tests (which it ships) read.
 - ``-m slow``: a wheel built from the sources holds every module and data file, and runs from a
   folder outside the checkout (needs PyPI for the build backend, unless setuptools >= 77 is here).
 """
@@ -239,6 +240,26 @@ def test_the_changelog_says_what_changed_in_this_version():
     assert "](CHANGELOG.md)" in section
     summarised = re.findall(r"^- \*\*(\d+\.\d+\.\d+)\*\*", section, re.M)
     assert summarised and summarised[0] == minifp8.__version__, summarised
+
+
+def test_an_sdist_holds_every_root_file_the_shipped_tests_read():
+    """MANIFEST.in grafts tests/, so an unpacked sdist runs them: a file at the checkout's root that a
+    test reads (CHANGELOG.md, mkdocs.yml) must be in the sdist too, by an ``include`` line or as one
+    setuptools adds itself (pyproject.toml, MANIFEST.in, the readme, the license files). Without
+    ``include CHANGELOG.md`` the changelog's tests raised FileNotFoundError there. No build: the
+    file is read."""
+    project = pyproject()["project"]
+    readme = project.get("readme")
+    added = {"pyproject.toml", "MANIFEST.in", *project.get("license-files", []),
+             *([readme.get("file")] if isinstance(readme, dict) else [readme] if readme else [])}
+    included = {name for line in (ROOT / "MANIFEST.in").read_text(encoding="utf-8").splitlines()
+                if line.split()[:1] == ["include"] for name in line.split()[1:]}
+    read = {name for path in (ROOT / "tests").glob("*.py")
+            for name in re.findall(r'ROOT\s*/\s*"([^"/]+)"', path.read_text(encoding="utf-8"))
+            if (ROOT / name).is_file()}
+    assert "CHANGELOG.md" in read, sorted(read)  # (the finder still sees what it was written for)
+    missing = sorted(read - included - added)
+    assert not missing, f"tests read {missing}, which MANIFEST.in does not include: an sdist lacks them"
 
 
 def test_every_module_is_an_attribute_of_the_package_imported_on_first_use():
