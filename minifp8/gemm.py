@@ -423,12 +423,34 @@ class _Accumulator:
         where groups are promoted into float32."""
         return (2.0 - 2.0**-24) * 2.0**127 if self.promote_every is not None else self.format_overflow_threshold
 
-    def running_sum_may_overflow(self, magnitude: np.ndarray, inner: int) -> np.ndarray:
-        """Where a running sum may overflow the accumulator's format, though the final sum need not:
-        every partial sum of ``sum_k a_k b_k`` is at most ``magnitude = sum_k |a_k b_k|`` (times the
-        rounding's growth), so an Inf of either sign, or NaN (Inf - Inf), is a correct result there."""
+    def running_overflows(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where a running sum of the products ``a[m, k] b[k, n]`` (dequantised, float64) may overflow the
+        accumulator's format to +Inf, and where to -Inf, though the final sum need not (a NaN needs both:
+        Inf - Inf). A partial sum lies between -N and P, the sums of the negative and of the positive
+        products (times the rounding's growth); with ``promote_every``, a narrow one spans one group of
+        that many products (groups from k = 0), and the float32 sum of the groups spans all of them."""
+        inner = a.shape[1]
+        if inner == 0:  # (no products: nothing to overflow)
+            nowhere = np.zeros((a.shape[0], b.shape[1]), dtype=bool)
+            return nowhere, nowhere
+        positive_a, negative_a = np.maximum(a, 0), np.maximum(-a, 0)
+        positive_b, negative_b = np.maximum(b, 0), np.maximum(-b, 0)
+        growth = 1 + self.relative_bound(inner)
+        narrow, wide = self.format_overflow_threshold * (1 - 2.0**-40), (2.0 - 2.0**-24) * 2.0**127 * (1 - 2.0**-40)
+        group = inner if self.promote_every is None else min(self.promote_every, inner)
+        starts = np.arange(0, inner, group)
+        reaches = []
         with np.errstate(invalid="ignore", over="ignore"):
-            return magnitude * (1 + self.relative_bound(inner)) >= self.format_overflow_threshold * (1 - 2.0**-40)
+            for left, right in ((positive_a, positive_b), (negative_a, negative_b)), \
+                               ((positive_a, negative_b), (negative_a, positive_b)):
+                total = left[0] @ left[1] + right[0] @ right[1]  # (P or N over all of K)
+                if self.promote_every is not None and group < inner:
+                    per_group = np.stack([left[0][:, k:k + group] @ left[1][k:k + group]
+                                          + right[0][:, k:k + group] @ right[1][k:k + group] for k in starts])
+                    reaches.append((per_group.max(axis=0) * growth >= narrow) | (total * growth >= wide))
+                else:
+                    reaches.append(total * growth >= (narrow if self.promote_every is None else min(narrow, wide)))
+        return reaches[0], reaches[1]
 
 
 def _accumulator(accumulator, promote_every) -> _Accumulator:
@@ -594,10 +616,12 @@ _AGREE = 255
 
 
 def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output: str,
-           model: _Accumulator, running: np.ndarray) -> np.ndarray:
+           model: _Accumulator, running: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Per output: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees. An output overflows
     where the output type does, or the format the kernel's sum ends in (``model``'s), if sooner; where
-    ``running`` (`_Accumulator.running_sum_may_overflow`), any Inf or NaN agrees too."""
+    ``running`` (`_Accumulator.running_overflows`: +Inf, -Inf) says a running sum may overflow, that
+    Inf agrees too, and NaN where both may."""
+    plus, minus = running
     threshold = min(_overflow_threshold(output), model.overflow_threshold)
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs(actual - value)
@@ -606,7 +630,8 @@ def _judge(actual: np.ndarray, value: np.ndarray, tolerance: np.ndarray, output:
         may_overflow = finite_value & (np.abs(value) + tolerance >= threshold)
         agree = ((finite_value & finite_actual & (error <= tolerance))
                  | (np.isinf(actual) & may_overflow & (np.sign(actual) == np.sign(value)))
-                 | (finite_value & ~finite_actual & running)
+                 | (finite_value & (((actual == np.inf) & plus) | ((actual == -np.inf) & minus)
+                                   | (np.isnan(actual) & plus & minus)))
                  | (~finite_value & ((actual == value) | (np.isnan(actual) & np.isnan(value)))))
         sign = finite_value & finite_actual & (np.abs(actual + value) <= tolerance) & (np.abs(value) > tolerance)
     return _kinds(agree, must_overflow | (np.isinf(actual) & may_overflow), ~finite_value | ~finite_actual, sign)
@@ -670,9 +695,11 @@ def _allowed_codes(value: np.ndarray, tolerance: np.ndarray, cast: _Cast, model:
 
 
 def _judge_codes(codes: np.ndarray, value: np.ndarray, allowed: _Allowed, cast: _Cast,
-                 running: np.ndarray) -> np.ndarray:
+                 running: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Per output written as codes: `_AGREE`, or the index in `MATMUL_CLASSES` of why it disagrees
-    (where ``running``, the cast of an Inf of either sign, or of NaN, agrees too)."""
+    (where ``running`` says a running sum may overflow, the cast of that Inf agrees too, and NaN's
+    where both may)."""
+    plus, minus = running
     fmt = cast.fmt
     got = fmt.values()[codes]
     (low, high), (low_key, high_key) = allowed.bounds, allowed.keys
@@ -682,7 +709,9 @@ def _judge_codes(codes: np.ndarray, value: np.ndarray, allowed: _Allowed, cast: 
         overflow_nan = cast.overflow_is_nan & got_nan & ((high_key == np.inf) | (low_key == -np.inf))
         written_overflow = np.isin(codes, cast.overflow_codes) | (cast.overflow_is_nan & got_nan)
         agree = np.where(np.isnan(value), got_nan | (not fmt.has_nan),
-                         inside | overflow_nan | (finite_value & running & (written_overflow | got_nan)))
+                         inside | overflow_nan | (finite_value & ((codes == cast.overflow_codes[0]) & plus
+                                                                  | (codes == cast.overflow_codes[1]) & minus
+                                                                  | got_nan & plus & minus)))
         sign = (finite_value & np.isfinite(got) & (low_key <= -got) & (-got <= high_key)
                 & ((low_key > 0) | (high_key < 0)))
         beyond = _format_overflow_threshold(fmt)[0]  # (max plus half a spacing)
@@ -792,8 +821,13 @@ class MatmulReport:
         (Keyword-only.) For an output written as codes, 2 x M x N uint8: the lowest and the
         highest code a correct kernel may write at each output, in value order (a NaN reference's:
         the NaN code twice, or -max and max for a format without NaN, where any code agrees; where
-        the range reaches an overflow to NaN, a NaN code of either sign agrees too); None for an
-        IEEE output.
+        the range reaches an overflow to NaN, a NaN code of either sign agrees too; where a running
+        sum may overflow, the cast of that Inf, or NaN's, agrees too, outside this range); None for
+        an IEEE output.
+    overflow_would_pass : int
+        (Keyword-only.) How many outputs with a finite reference would agree as an Inf or NaN,
+        since a running sum may overflow the accumulator's format there (a narrow accumulator and
+        large products): the check cannot tell a kernel that overflowed there. `head` names them.
     """
 
     title: str
@@ -808,6 +842,7 @@ class MatmulReport:
     tolerance: np.ndarray = field(kw_only=True)
     zero_would_pass: int = field(default=0, kw_only=True)
     allowed_codes: np.ndarray | None = field(default=None, kw_only=True)
+    overflow_would_pass: int = field(default=0, kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -833,6 +868,9 @@ class MatmulReport:
         if self.zero_would_pass and self.allowed_codes is not None:  # (codes: 0 is among the allowed ones)
             loose = (f"; at {self.zero_would_pass} of the {self.total} the allowed codes include 0 (the scaled "
                      f"product rounds to 0 in {self.options['output']}, or the tolerance reaches it)")
+        if self.overflow_would_pass:
+            loose += (f"; at {self.overflow_would_pass} of the {self.total} a running sum may overflow the accumulator "
+                      f"(its Inf would agree there)")
         median = self.median_relative_tolerance
         if median >= LOOSE_RELATIVE_TOLERANCE:
             loose += (f"; the median tolerance is {100 * median:.3g}% of |reference| (a loose check: a smaller K, "
@@ -919,18 +957,22 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     values are tiny: an intermediate product (a dequantised value, a product of scales, a block's sum
     times one scale) that rounds into the subnormals errs by up to ``s_acc / 2``, and the rest of its
     term multiplies that error (`_carried_underflow` derives it). The bound assumes the kernel's
-    intermediates do not overflow its accumulator: a dequantised value or scale product beyond
-    float32's range (E8M0 scale ``2**127`` times 448) gives Inf or NaN in a float32 kernel that forms it,
-    and such an output is reported. ``u_out`` is the output type's unit
+    products do not overflow: a dequantised value or scale product beyond float32's range (E8M0
+    scale ``2**127`` times 448) gives Inf or NaN in a float32 kernel that forms it, and such an
+    output is reported. A running sum may overflow (below); it is judged on the dequantised
+    products, so a kernel that sums unscaled codes and scales later overflows elsewhere (not
+    modelled). ``u_out`` is the output type's unit
     roundoff (``2**-24``, ``2**-8`` for bfloat16, ``2**-11`` for float16), ``s_out`` its subnormal spacing.
 
     Outputs agree when within tolerance; NaN where the reference is NaN, the same Inf where it is
     Inf; and the Inf of its sign where the reference, within tolerance, reaches the output type's
     overflow threshold (max plus half a spacing), or the accumulator's where that is lower (a float16
-    sum overflows past 65520; with ``promote_every`` the sum ends in float32); and any Inf or NaN
-    where a running sum may overflow the accumulator's format (``sum_k |a b|`` reaches its
-    threshold, even where the reference does not: Inf - Inf is NaN). The classes of the
-    others, first match wins: ``overflow`` (the reference is beyond the output's range and the
+    sum overflows past 65520; with ``promote_every`` the sum ends in float32); and +Inf (-Inf) where
+    a running sum may overflow the accumulator's format that way, even where the reference does not:
+    a partial sum lies between -N and P, the sums of the negative and of the positive dequantised
+    products (of one group's, with ``promote_every``), and NaN (Inf - Inf) where both may
+    (``MatmulReport.overflow_would_pass`` counts those outputs, and the first line names them). The
+    classes of the others, first match wins: ``overflow`` (the reference is beyond the output's range and the
     kernel did not give that Inf, or the kernel gave an Inf near it of the other sign), ``NaN/Inf``
     (the reference or the output is NaN or Inf, otherwise), ``sign`` (the output is the negated
     reference), ``other``. Where a
@@ -962,8 +1004,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     bfloat16 or float16, then casts it, rounds twice: check its 16-bit result instead), and no
     product of scales that involves ``output_scale`` (a folded ``scale_a * scale_b * output_scale``)
     overflows float32 or underflows into its subnormals. Where a running sum may overflow the
-    accumulator's format (``sum_k |a b|`` reaches its threshold, though R need not), the cast of an
-    Inf of either sign or of NaN agrees too, as an Inf or NaN output does for an IEEE output type.
+    accumulator's format (above), the cast of that Inf (or of NaN) agrees too, as that Inf or NaN
+    does for an IEEE output type, outside ``allowed_codes``.
 
     Hints, each verified by recomputing the product with the same tolerance (when M * K * N <=
     ``2**26`` and something disagrees): the output matches the product with a scale array applied
@@ -1046,7 +1088,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     reference = _reference(a.values, b.values)
     carried = _carried_underflow(a, b, model)
     allowed, codes = None, np.zeros((0, 0), np.uint8)
-    running = model.running_sum_may_overflow(reference.magnitude, inner)  # (an Inf or NaN is correct there)
+    running = model.running_overflows(a.values, b.values)  # (an Inf, or NaN, is correct there)
     if isinstance(output_type, str):
         got = _output_values(actual, (rows, columns), output_type)
         tolerance = _tolerance(reference, inner, model, output_type, carried)
@@ -1067,6 +1109,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
             row_tolerance = np.maximum(np.where(got >= scaled, allowed.keys[1] - scaled, scaled - allowed.keys[0]), 0.0)
     where = np.flatnonzero(kinds.reshape(-1) != _AGREE)
     zero_would_pass = int(np.count_nonzero(zeros_agree & (reference.value != 0)))
+    overflow_would_pass = int(np.count_nonzero((running[0] | running[1]) & np.isfinite(reference.value)))
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs(got - scaled)
         ratio = np.where(np.isfinite(got) & np.isfinite(scaled), _tolerance_ratio(error, row_tolerance), np.inf)
@@ -1106,7 +1149,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
                         int(rows * columns), int(where.size),
                         {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)},
                         [row_of(flat) for flat in where[:max_rows]], worst, hints, reference=reference,
-                        tolerance=tolerance, zero_would_pass=zero_would_pass,
+                        tolerance=tolerance, zero_would_pass=zero_would_pass, overflow_would_pass=overflow_would_pass,
                         allowed_codes=None if allowed is None else allowed.codes)
 
 
@@ -1177,7 +1220,8 @@ def _output_codes(actual, shape: tuple, fmt: FloatFormat) -> np.ndarray:
                         f"'float16'")
     if array.shape != shape:
         raise ValueError(f"actual has shape {array.shape}, but the product is {shape[0]} x {shape[1]}")
-    if array.dtype.kind in "iu" and array.dtype.itemsize > 1:  # (_codes_of's message offers values too)
+    if (array.dtype.kind in "iu" and array.dtype.itemsize > 1 and array.size
+            and 0 <= array.min() and array.max() < 1 << fmt.bits):  # (_codes_of's message offers values too)
         raise TypeError(f"actual must be the kernel's {fmt.name} codes as uint8 (or its ml_dtypes array), got dtype "
                         f"{array.dtype}: a Python int or list of ints becomes int64; convert with .astype(np.uint8)")
     return _codes_of(array, fmt, shape, "actual")
@@ -1200,12 +1244,12 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     output of zeros would not match as well: a cause with a negligible product explains nothing)."""
     (rows, inner), columns = a.values.shape, b.values.shape[1]
     mismatched = kinds != _AGREE
+    running = model.running_overflows(a.values, b.values)  # (the operands' own, for every candidate)
 
     def matches_each(candidates: MatmulReference, accumulator: _Accumulator = model, carried=carried,
                      output_type: str = output) -> np.ndarray:
         """For candidates stacked on a leading axis ``(count, M, N)``: whether the output matches each."""
         tolerance = _tolerance(candidates, inner, accumulator, output_type, carried)
-        running = accumulator.running_sum_may_overflow(candidates.magnitude, inner)
         agree = _judge(got, candidates.value, tolerance, output_type, accumulator, running) == _AGREE
         zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type, accumulator, running)
         zeros = zeros[:, mismatched]
