@@ -445,9 +445,16 @@ class _Accumulator:
                                ((positive_a, negative_b), (negative_a, positive_b)):
                 total = left[0] @ left[1] + right[0] @ right[1]  # (P or N over all of K)
                 if self.promote_every is not None and group < inner:
-                    per_group = np.stack([left[0][:, k:k + group] @ left[1][k:k + group]
-                                          + right[0][:, k:k + group] @ right[1][k:k + group] for k in starts])
-                    reaches.append((per_group.max(axis=0) * growth >= narrow) | (total * growth >= wide))
+                    if starts.size <= 64:  # the largest group's sum, kept as the groups go (O(M N) memory)
+                        largest = np.zeros_like(total)
+                        for k in starts:
+                            np.maximum(largest, left[0][:, k:k + group] @ left[1][k:k + group]
+                                       + right[0][:, k:k + group] @ right[1][k:k + group], out=largest)
+                    else:  # (many small groups: a bound, group times the largest product, at most the total)
+                        largest = np.minimum(total, group * np.maximum(
+                            np.outer(left[0].max(axis=1), left[1].max(axis=0)),
+                            np.outer(right[0].max(axis=1), right[1].max(axis=0))))
+                    reaches.append((largest * growth >= narrow) | (total * growth >= wide))
                 else:
                     reaches.append(total * growth >= (narrow if self.promote_every is None else min(narrow, wide)))
         return reaches[0], reaches[1]

@@ -711,3 +711,17 @@ def test_wide_int_codes_out_of_range_are_not_told_to_cast():
     wide[0, 0] = 300
     with pytest.raises(ValueError, match=r"holds 300 .*\.astype\(np.uint8\) would hide that"):
         gemm.compare_matmul(wide, **options)
+
+
+def test_many_promotion_groups_are_bounded_without_a_loop_over_them():
+    """With more than 64 groups (promote_every=1 over K = 100) the largest group's sum is bounded by the
+    group size times the largest product, not computed group by group (K matrix products, or K x M x N
+    floats stacked, as a first version did): still an Inf only where a group can reach the threshold."""
+    options = dict(a_format="E4M3", b_format="E4M3", accumulator="float16", promote_every=1)
+    inf = np.array([[np.inf]], np.float32)
+    a = codec.encode(np.full((1, 100), 448.0), "E4M3")
+    fits = codec.encode(np.full((100, 1), 96.0), "E4M3")  # 43008 a product, 4300800 in float32
+    assert not gemm.compare_matmul(inf, a, 1.0, fits, 1.0, **options).ok
+    one_overflows = fits.copy()
+    one_overflows[37, 0] = codec.encode(np.array([448.0]), "E4M3")[0]  # 448 * 448 = 200704: Inf in float16
+    assert gemm.compare_matmul(inf, a, 1.0, one_overflows, 1.0, **options).ok
