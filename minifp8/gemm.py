@@ -427,16 +427,19 @@ class _Accumulator:
         """Where a running sum of the products ``a[m, k] b[k, n]`` (dequantised, float64) may overflow the
         accumulator's format to +Inf, and where to -Inf, though the final sum need not (a NaN needs both:
         Inf - Inf). A partial sum lies between -N and P, the sums of the negative and of the positive
-        products (times the rounding's growth); with ``promote_every``, a narrow one spans one group of
-        that many products (groups from k = 0), and the float32 sum of the groups spans all of them."""
+        products (times the rounding's growth); with ``promote_every`` = n, a narrow one spans n
+        consecutive products, wherever the kernel's groups start (a split-K kernel restarts them): at
+        most two adjacent groups of n from k = 0, or n times the largest product, and the float32 sum of
+        the groups spans all of them."""
         inner = a.shape[1]
-        if inner == 0:  # (no products: nothing to overflow)
-            nowhere = np.zeros((a.shape[0], b.shape[1]), dtype=bool)
-            return nowhere, nowhere
+        nowhere = np.zeros((a.shape[0], b.shape[1]), dtype=bool)
+        growth = 1 + self.relative_bound(inner) if inner else 1.0
+        narrow, wide = self.format_overflow_threshold * (1 - 2.0**-40), (2.0 - 2.0**-24) * 2.0**127 * (1 - 2.0**-40)
+        with np.errstate(invalid="ignore", over="ignore"):  # (no partial sum can reach the threshold: the usual case)
+            if inner == 0 or not (np.abs(a) @ np.abs(b) * growth >= min(narrow, wide)).any():
+                return nowhere, nowhere
         positive_a, negative_a = np.maximum(a, 0), np.maximum(-a, 0)
         positive_b, negative_b = np.maximum(b, 0), np.maximum(-b, 0)
-        growth = 1 + self.relative_bound(inner)
-        narrow, wide = self.format_overflow_threshold * (1 - 2.0**-40), (2.0 - 2.0**-24) * 2.0**127 * (1 - 2.0**-40)
         group = inner if self.promote_every is None else min(self.promote_every, inner)
         starts = np.arange(0, inner, group)
         reaches = []
@@ -445,12 +448,14 @@ class _Accumulator:
                                ((positive_a, negative_b), (negative_a, positive_b)):
                 total = left[0] @ left[1] + right[0] @ right[1]  # (P or N over all of K)
                 if self.promote_every is not None and group < inner:
-                    if starts.size <= 64:  # the largest group's sum, kept as the groups go (O(M N) memory)
-                        largest = np.zeros_like(total)
+                    if 1 < group and starts.size <= 256:  # the largest sum of two adjacent groups, as they go
+                        largest, previous = np.zeros_like(total), np.zeros_like(total)
                         for k in starts:
-                            np.maximum(largest, left[0][:, k:k + group] @ left[1][k:k + group]
-                                       + right[0][:, k:k + group] @ right[1][k:k + group], out=largest)
-                    else:  # (many small groups: a bound, group times the largest product, at most the total)
+                            current = (left[0][:, k:k + group] @ left[1][k:k + group]
+                                       + right[0][:, k:k + group] @ right[1][k:k + group])
+                            np.maximum(largest, previous + current, out=largest)
+                            previous = current
+                    else:  # (single products, or many small groups: group times the largest product)
                         largest = np.minimum(total, group * np.maximum(
                             np.outer(left[0].max(axis=1), left[1].max(axis=0)),
                             np.outer(right[0].max(axis=1), right[1].max(axis=0))))
@@ -966,7 +971,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     term multiplies that error (`_carried_underflow` derives it). The bound assumes the kernel's
     products do not overflow: a dequantised value or scale product beyond float32's range (E8M0
     scale ``2**127`` times 448) gives Inf or NaN in a float32 kernel that forms it, and such an
-    output is reported. A running sum may overflow (below); it is judged on the dequantised
+    output is reported (so is one beyond a float16 accumulator's range, where a kernel forms the
+    dequantised value in float16). A running sum may overflow (below); it is judged on the dequantised
     products, so a kernel that sums unscaled codes and scales later overflows elsewhere (not
     modelled). ``u_out`` is the output type's unit
     roundoff (``2**-24``, ``2**-8`` for bfloat16, ``2**-11`` for float16), ``s_out`` its subnormal spacing.
@@ -977,7 +983,8 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     sum overflows past 65520; with ``promote_every`` the sum ends in float32); and +Inf (-Inf) where
     a running sum may overflow the accumulator's format that way, even where the reference does not:
     a partial sum lies between -N and P, the sums of the negative and of the positive dequantised
-    products (of one group's, with ``promote_every``), and NaN (Inf - Inf) where both may
+    products (with ``promote_every``, of two adjacent groups from k = 0, where a kernel's groups may
+    start anywhere, or of n times the largest product), and NaN (Inf - Inf) where both may
     (``MatmulReport.overflow_would_pass`` counts those outputs, and the first line names them). The
     classes of the others, first match wins: ``overflow`` (the reference is beyond the output's range and the
     kernel did not give that Inf, or the kernel gave an Inf near it of the other sign), ``NaN/Inf``
@@ -1057,7 +1064,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
         ``promote_every``) bounds nothing, and is a ValueError.
     promote_every : int, optional
         Products summed in the accumulator before each group is added into a float32 accumulator
-        (128 in DeepSeek-V3). None: no promotion.
+        (128 in DeepSeek-V3). None: no promotion. Overflow is judged on the dequantised products: a
+        kernel that sums a group's unscaled codes in float16 and scales the group's sum can overflow
+        where this check does not expect it (not modelled).
     output : str or FloatFormat
         The type the kernel wrote its output in, ``"float32"``, ``"bfloat16"`` or ``"float16"``;
         or, for an output written as codes, their format: a signed `FloatFormat` or its name
@@ -1116,7 +1125,9 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
             row_tolerance = np.maximum(np.where(got >= scaled, allowed.keys[1] - scaled, scaled - allowed.keys[0]), 0.0)
     where = np.flatnonzero(kinds.reshape(-1) != _AGREE)
     zero_would_pass = int(np.count_nonzero(zeros_agree & (reference.value != 0)))
-    overflow_would_pass = int(np.count_nonzero((running[0] | running[1]) & np.isfinite(reference.value)))
+    with np.errstate(invalid="ignore"):  # (outputs whose Inf is not already required)
+        overflow_would_pass = int(np.count_nonzero((running[0] | running[1]) & np.isfinite(reference.value)
+                                                   & (np.abs(reference.value) < model.overflow_threshold)))
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs(got - scaled)
         ratio = np.where(np.isfinite(got) & np.isfinite(scaled), _tolerance_ratio(error, row_tolerance), np.inf)
@@ -1251,12 +1262,15 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     output of zeros would not match as well: a cause with a negligible product explains nothing)."""
     (rows, inner), columns = a.values.shape, b.values.shape[1]
     mismatched = kinds != _AGREE
-    running = model.running_overflows(a.values, b.values)  # (the operands' own, for every candidate)
 
     def matches_each(candidates: MatmulReference, accumulator: _Accumulator = model, carried=carried,
                      output_type: str = output) -> np.ndarray:
         """For candidates stacked on a leading axis ``(count, M, N)``: whether the output matches each."""
         tolerance = _tolerance(candidates, inner, accumulator, output_type, carried)
+        with np.errstate(invalid="ignore", over="ignore"):  # (each candidate's own, either sign: a hint, not a verdict)
+            reach = (candidates.magnitude * (1 + accumulator.relative_bound(inner))
+                     >= accumulator.format_overflow_threshold * (1 - 2.0**-40))
+        running = (reach, reach)
         agree = _judge(got, candidates.value, tolerance, output_type, accumulator, running) == _AGREE
         zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type, accumulator, running)
         zeros = zeros[:, mismatched]

@@ -714,7 +714,7 @@ def test_wide_int_codes_out_of_range_are_not_told_to_cast():
 
 
 def test_many_promotion_groups_are_bounded_without_a_loop_over_them():
-    """With more than 64 groups (promote_every=1 over K = 100) the largest group's sum is bounded by the
+    """With groups of one product (promote_every=1; also over 256 groups) a group's sum is bounded by the
     group size times the largest product, not computed group by group (K matrix products, or K x M x N
     floats stacked, as a first version did): still an Inf only where a group can reach the threshold."""
     options = dict(a_format="E4M3", b_format="E4M3", accumulator="float16", promote_every=1)
@@ -725,3 +725,17 @@ def test_many_promotion_groups_are_bounded_without_a_loop_over_them():
     one_overflows = fits.copy()
     one_overflows[37, 0] = codec.encode(np.array([448.0]), "E4M3")[0]  # 448 * 448 = 200704: Inf in float16
     assert gemm.compare_matmul(inf, a, 1.0, one_overflows, 1.0, **options).ok
+
+
+def test_promotion_groups_that_do_not_start_at_zero_are_allowed_their_overflow():
+    """A review's find: a split-K kernel restarts its promotion groups at the split (here k = 192 of
+    384, groups of 128), so a group [192, 320) of 128 products of 768 sums to 98304, Inf in float16,
+    where the groups from k = 0 sum to at most 49152: the correct kernel failed. Any window of n
+    products lies in two adjacent groups from k = 0, and those pairs are what count now."""
+    a = np.full((1, 384), 0.0)
+    b = np.full((384, 1), 0.0)
+    a[0, 192:320], b[192:320, 0] = 32.0, 24.0
+    a, b = codec.encode(a, "E4M3"), codec.encode(b, "E4M3")
+    options = dict(a_format="E4M3", b_format="E4M3", accumulator="float16", promote_every=128)
+    assert gemm.compare_matmul(np.array([[np.inf]], np.float32), a, 1.0, b, 1.0, **options).ok
+    assert not gemm.compare_matmul(np.array([[-np.inf]], np.float32), a, 1.0, b, 1.0, **options).ok
