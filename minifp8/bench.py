@@ -545,9 +545,9 @@ def machine_line() -> str:
     shared 2-core machine, a busy second core slows the multithreaded fp32 GEMMs more than the
     single-threaded FP8 casts), so a quoted ratio should come with this line. It names the
     processor, minifp8's and NumPy's versions, the BLAS kernels and threads
-    (`train_tiny.environment_line`) and, where
-    it can be imported, ml_dtypes' version: the codec section's ratios are against its ``astype``,
-    whose speed changed between its versions (`bench_codec`)."""
+    (`train_tiny.environment_line`) and, where it can be imported, ml_dtypes' version: the codec
+    section's ratios are against its ``astype``, whose speed changed between its versions
+    (`bench_codec`)."""
     from .train_tiny import environment, environment_line
 
     cpu = cpu_name()

@@ -30,6 +30,7 @@ Sections:
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -421,23 +422,32 @@ class _Accumulator:
     def overflow_threshold(self) -> float:
         """The smallest magnitude the kernel's final sum rounds to Inf: the accumulator's, or float32's
         where groups are promoted into float32."""
-        return (2.0 - 2.0**-24) * 2.0**127 if self.promote_every is not None else self.format_overflow_threshold
+        return _overflow_threshold("float32") if self.promote_every is not None else self.format_overflow_threshold
 
-    def running_overflows(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def may_reach_overflow(self, magnitude: np.ndarray, inner: int) -> np.ndarray:
+        """Where ``magnitude`` (``sum_k |a b|``, the most a partial sum of ``inner`` products can be) may
+        reach, with the rounding's growth, the overflow threshold of the accumulator's format (or
+        float32's, if lower): where a running sum may overflow one way or the other."""
+        threshold = min(self.format_overflow_threshold, _overflow_threshold("float32")) * (1 - 2.0**-40)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return magnitude * (1 + self.relative_bound(inner)) >= threshold
+
+    def running_overflows(self, a: np.ndarray, b: np.ndarray, magnitude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where a running sum of the products ``a[m, k] b[k, n]`` (dequantised, float64) may overflow the
         accumulator's format to +Inf, and where to -Inf, though the final sum need not (a NaN needs both:
         Inf - Inf). A partial sum lies between -N and P, the sums of the negative and of the positive
-        products (times the rounding's growth); with ``promote_every`` = n, a narrow one spans n
+        products (times the rounding's growth: ``magnitude``, their sum, bounds both); with
+        ``promote_every`` = n, a narrow one spans n
         consecutive products, wherever the kernel's groups start (a split-K kernel restarts them): at
         most two adjacent groups of n from k = 0, or n times the largest product, and the float32 sum of
         the groups spans all of them."""
         inner = a.shape[1]
-        nowhere = np.zeros((a.shape[0], b.shape[1]), dtype=bool)
-        growth = 1 + self.relative_bound(inner) if inner else 1.0
-        narrow, wide = self.format_overflow_threshold * (1 - 2.0**-40), (2.0 - 2.0**-24) * 2.0**127 * (1 - 2.0**-40)
-        with np.errstate(invalid="ignore", over="ignore"):  # (no partial sum can reach the threshold: the usual case)
-            if inner == 0 or not (np.abs(a) @ np.abs(b) * growth >= min(narrow, wide)).any():
-                return nowhere, nowhere
+        if inner == 0 or not self.may_reach_overflow(magnitude, inner).any():  # (no partial sum can: the usual case)
+            nowhere = np.zeros(magnitude.shape, dtype=bool)
+            return nowhere, nowhere
+        growth = 1 + self.relative_bound(inner)
+        narrow, wide = (threshold * (1 - 2.0**-40) for threshold in (self.format_overflow_threshold,
+                                                                     _overflow_threshold("float32")))
         positive_a, negative_a = np.maximum(a, 0), np.maximum(-a, 0)
         positive_b, negative_b = np.maximum(b, 0), np.maximum(-b, 0)
         group = inner if self.promote_every is None else min(self.promote_every, inner)
@@ -505,12 +515,12 @@ class _Cast:
     scale: float
     saturate: bool
 
-    @property
+    @functools.cached_property  # (a frozen dataclass's __dict__ takes it: read for every output judged)
     def overflow_codes(self) -> np.ndarray:
         """The codes of +Inf and -Inf under this cast: where a finite overflow goes too (nearest rounding)."""
         return codec.encode(np.array([np.inf, -np.inf]), self.fmt, saturate=self.saturate)
 
-    @property
+    @functools.cached_property
     def overflow_is_nan(self) -> bool:
         """Whether an overflow gives a NaN code (E4M3 and the FNUZ formats without saturation)."""
         return bool(np.isnan(self.fmt.values()[self.overflow_codes]).any())
@@ -1104,7 +1114,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
     reference = _reference(a.values, b.values)
     carried = _carried_underflow(a, b, model)
     allowed, codes = None, np.zeros((0, 0), np.uint8)
-    running = model.running_overflows(a.values, b.values)  # (an Inf, or NaN, is correct there)
+    running = model.running_overflows(a.values, b.values, reference.magnitude)  # (an Inf, or NaN, is correct there)
     if isinstance(output_type, str):
         got = _output_values(actual, (rows, columns), output_type)
         tolerance = _tolerance(reference, inner, model, output_type, carried)
@@ -1267,10 +1277,8 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
                      output_type: str = output) -> np.ndarray:
         """For candidates stacked on a leading axis ``(count, M, N)``: whether the output matches each."""
         tolerance = _tolerance(candidates, inner, accumulator, output_type, carried)
-        with np.errstate(invalid="ignore", over="ignore"):  # (each candidate's own, either sign: a hint, not a verdict)
-            reach = (candidates.magnitude * (1 + accumulator.relative_bound(inner))
-                     >= accumulator.format_overflow_threshold * (1 - 2.0**-40))
-        running = (reach, reach)
+        reach = accumulator.may_reach_overflow(candidates.magnitude, inner)  # (each candidate's own, either sign:
+        running = (reach, reach)                                             # a hint, not a verdict)
         agree = _judge(got, candidates.value, tolerance, output_type, accumulator, running) == _AGREE
         zeros = _judge(np.zeros_like(got), candidates.value, tolerance, output_type, accumulator, running)
         zeros = zeros[:, mismatched]
