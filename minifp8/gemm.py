@@ -850,6 +850,9 @@ class MatmulReport:
         (Keyword-only.) How many outputs with a finite reference would agree as an Inf or NaN,
         since a running sum may overflow the accumulator's format there (a narrow accumulator and
         large products): the check cannot tell a kernel that overflowed there. `head` names them.
+    overflow_passed : int
+        (Keyword-only.) How many of those the kernel did write as an Inf or NaN (or, for codes, its
+        cast), agreeing only by that allowance: `head` names them, and `assert_matmul_close` warns.
     """
 
     title: str
@@ -865,6 +868,7 @@ class MatmulReport:
     zero_would_pass: int = field(default=0, kw_only=True)
     allowed_codes: np.ndarray | None = field(default=None, kw_only=True)
     overflow_would_pass: int = field(default=0, kw_only=True)
+    overflow_passed: int = field(default=0, kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -892,7 +896,8 @@ class MatmulReport:
                      f"product rounds to 0 in {self.options['output']}, or the tolerance reaches it)")
         if self.overflow_would_pass:
             loose += (f"; at {self.overflow_would_pass} of the {self.total} a running sum may overflow the accumulator "
-                      f"(its Inf would agree there)")
+                      f"(its Inf would agree there" + (f"; the kernel wrote one at {self.overflow_passed}"
+                                                       if self.overflow_passed else "") + ")")
         median = self.median_relative_tolerance
         if median >= LOOSE_RELATIVE_TOLERANCE:
             loose += (f"; the median tolerance is {100 * median:.3g}% of |reference| (a loose check: a smaller K, "
@@ -1134,6 +1139,15 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
             scaled = reference.value * cast.scale  # (what the cast rounds: the rows show it)
             row_tolerance = np.maximum(np.where(got >= scaled, allowed.keys[1] - scaled, scaled - allowed.keys[0]), 0.0)
     where = np.flatnonzero(kinds.reshape(-1) != _AGREE)
+    overflow_passed = 0
+    if running[0].any() or running[1].any():  # (outputs that agree by the running-overflow allowance alone)
+        nowhere = np.zeros_like(running[0])
+        if isinstance(output_type, str):
+            unallowed = _judge(got, reference.value, tolerance, output_type, model, (nowhere, nowhere))
+        else:
+            assert allowed is not None and cast is not None  # (an output of codes)
+            unallowed = _judge_codes(codes, reference.value, allowed, cast, (nowhere, nowhere))
+        overflow_passed = int(np.count_nonzero((kinds == _AGREE) & (unallowed != _AGREE)))
     zero_would_pass = int(np.count_nonzero(zeros_agree & (reference.value != 0)))
     with np.errstate(invalid="ignore"):  # (outputs whose Inf is not already required)
         overflow_would_pass = int(np.count_nonzero((running[0] | running[1]) & np.isfinite(reference.value)
@@ -1178,7 +1192,7 @@ def compare_matmul(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b
                         {kind: int(n) for kind, n in zip(MATMUL_CLASSES, counts)},
                         [row_of(flat) for flat in where[:max_rows]], worst, hints, reference=reference,
                         tolerance=tolerance, zero_would_pass=zero_would_pass, overflow_would_pass=overflow_would_pass,
-                        allowed_codes=None if allowed is None else allowed.codes)
+                        overflow_passed=overflow_passed, allowed_codes=None if allowed is None else allowed.codes)
 
 
 def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLike, b_codes: ArrayLike,
@@ -1192,7 +1206,9 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
     Warns (UserWarning) when the outputs pass but at more than half of those with a finite nonzero
     reference the tolerance reaches ``|reference|`` (``MatmulReport.zero_would_pass``): an output
     of zeros would have passed too, so the assertion checked little (a narrow accumulator, or a
-    large K whose signs cancel; a smaller K checks more).
+    large K whose signs cancel; a smaller K checks more). Warns too when an output passed as an
+    Inf or NaN only because a running sum may overflow the accumulator there
+    (``MatmulReport.overflow_passed``): the check cannot tell that from a kernel that overflowed.
     """
     report = compare_matmul(actual, a_codes, a_scales, b_codes, b_scales, a_format=a_format, b_format=b_format,
                             accumulator=accumulator, promote_every=promote_every, output=output,
@@ -1204,6 +1220,12 @@ def assert_matmul_close(actual: ArrayLike, a_codes: ArrayLike, a_scales: ArrayLi
         remedy = "a larger output_scale, or a smaller K" if report.allowed_codes is not None else "a smaller K"
         warnings.warn(f"assert_matmul_close checked little: {report.head()}; an output of zeros would pass at "
                       f"{report.zero_would_pass} of them (test {remedy})", stacklevel=2)
+    if report.overflow_passed:
+        warnings.warn(f"assert_matmul_close passed {report.overflow_passed} outputs as an overflowed running sum (an "
+                      f"Inf or NaN, or its cast) where the exact product is finite: a running sum may overflow the "
+                      f"{report.options['accumulator']} accumulator there, and the check cannot tell a kernel that "
+                      f"overflowed: {report.head()} (smaller operands, or a wider accumulator, check them)",
+                      stacklevel=2)
 
 
 def _output_values(actual, shape: tuple, output: str) -> np.ndarray:

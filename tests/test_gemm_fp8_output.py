@@ -703,6 +703,33 @@ def test_the_report_counts_the_outputs_where_an_overflow_would_pass():
     assert plain.overflow_would_pass == 0 and "running sum" not in plain.head()
 
 
+def test_an_inf_that_passes_by_the_running_overflow_allowance_is_counted_and_warned_about():
+    """An Inf where the exact product is finite agrees where a running sum may overflow the accumulator,
+    but assert_matmul_close passed it silently: the report counts those (overflow_passed), the first
+    line says so, and the assertion warns, in the float path and the code path."""
+    a = codec.encode(np.ones((2, 3)), "E5M2")
+    b = codec.encode(np.array([[57344.0, 1.0], [57344.0, 1.0], [-57344.0, 1.0]]), "E5M2")
+    options = dict(a_format="E5M2", b_format="E5M2", accumulator="float16")
+    reference = gemm.reference_matmul(a, 1.0, b, 1.0, a_format="E5M2", b_format="E5M2").value
+    overflowed = reference.astype(np.float32)
+    overflowed[0, 0] = np.inf
+    report = gemm.compare_matmul(overflowed, a, 1.0, b, 1.0, **options)
+    assert report.ok and report.overflow_would_pass == 2 and report.overflow_passed == 1
+    assert "(its Inf would agree there; the kernel wrote one at 1)" in report.head()
+    with pytest.warns(UserWarning, match=r"passed 1 outputs as an overflowed .* where the exact product is finite"):
+        gemm.assert_matmul_close(overflowed, a, 1.0, b, 1.0, **options)
+    exact = gemm.compare_matmul(reference.astype(np.float32), a, 1.0, b, 1.0, **options)
+    assert exact.overflow_passed == 0 and "the kernel wrote" not in exact.head()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gemm.assert_matmul_close(reference.astype(np.float32), a, 1.0, b, 1.0, **options)
+    coded = dict(options, output="E4M3", output_scale=2.0**-10)
+    codes = codec.encode(np.where(np.isinf(overflowed), np.inf, reference * 2.0**-10), "E4M3", saturate=True)
+    assert gemm.compare_matmul(codes, a, 1.0, b, 1.0, **coded).overflow_passed == 1
+    with pytest.warns(UserWarning, match=r"passed 1 outputs as an overflowed running sum"):
+        gemm.assert_matmul_close(codes, a, 1.0, b, 1.0, **coded)
+
+
 def test_wide_int_codes_out_of_range_are_not_told_to_cast():
     """The int message added for codes said .astype(np.uint8) even for values it would wrap (300 -> 44):
     out-of-range values get the range error, as testing.compare gives (a later review's find)."""
