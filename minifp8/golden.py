@@ -575,8 +575,9 @@ def _random_rows(rng: np.random.Generator, rows: int, length: int, low: int, hig
 def nvfp4_cap_inputs() -> dict[str, np.ndarray]:
     """Two small float32 tensors for the caps of the "nvfp4" note, which the other inputs never meet.
 
-    ``"tiny"`` (4 x 32): random values from ``2**-127`` to ``2**-118`` (float32 subnormals among them),
-    so ``2688 / max |x|`` exceeds FLT_MAX and S_enc is FLT_MAX. ``"zero_scale"`` (1 x 32): 6.0,
+    ``"tiny"`` (4 x 32): random magnitudes in ``[2**-127, 2**-118)`` (float32 subnormals among them;
+    the largest drawn is below ``2**-119``), so ``2688 / max |x|`` exceeds FLT_MAX and S_enc is
+    FLT_MAX. ``"zero_scale"`` (1 x 32): 6.0,
     so S_enc = 448, and a block of amax ``2**-17``, whose scale ``2**-17 * 74.67`` rounds to E4M3's 0:
     its encode scale is ``1 / 0``, so FLT_MAX, which takes ``2**-17`` to 6, ``2**-127`` to 2 and keeps
     zeros (an encode scale of 0 or Inf would not).

@@ -832,8 +832,8 @@ def quantize_nvfp4(x: ArrayLike, *, axis: int = -1, global_amax: float | np.floa
     Parameters
     ----------
     x : array_like
-        float16/32/64 or integer values, or ml_dtypes floats and integers (exactly, as in
-        `minifp8.codec.encode`), converted to float32 first (TransformerEngine reads its inputs in
+        float16/32/64 or integer values (|int| <= 2**53), or ml_dtypes floats and integers (exactly,
+        as in `minifp8.codec.encode`), converted to float32 first (TransformerEngine reads its inputs in
         float32). At least 1-d. NaN and Inf raise ``ValueError``: E2M1 has neither, and
         TransformerEngine's kernel and reference disagree on them.
     axis : int

@@ -18,7 +18,8 @@ do (NaN stays NaN in E4M3 and E5M2; a NaN cast to a format without one, such as 
 ValueError). Inputs are converted to float32 first (float64 is
 rounded once to float32), as TransformerEngine computes in float32; a finite float64 beyond
 float32's range, which would become Inf there, is a ValueError. Inputs are float16/32/64 or
-integer arrays, or ml_dtypes floats (bfloat16, float8_*, ...) and integers (int4, ...), which
+integer arrays (an integer beyond ``2**53``, which float64 cannot hold exactly, is a
+ValueError), or ml_dtypes floats (bfloat16, float8_*, ...) and integers (int4, ...), which
 convert exactly: a bfloat16 ``x`` gives what ``x.astype(np.float32)`` gives.
 
 The recipes differ only in where ``scale`` comes from:
@@ -75,7 +76,8 @@ class ScaledTensor:
     fmt : FloatFormat
     granularity : {"tensor", "row", "block"}
     axis : int or None
-        The axis rows run along / the axis of the 128-long side of the tiles.
+        The axis rows run along / the axis of the 128-long side of the tiles (a negative axis is
+        stored as the non-negative one it names, as in `minifp8.mx.MXArray`).
     block_shape : (int, int) or None
         ``(rows, columns)`` of a tile, the columns running along ``axis``.
     """
@@ -129,9 +131,11 @@ class ScaledTensor:
                                  f"block_shape={self.block_shape!r}")
             return ()
         axis = self.axis
-        if axis is None or not _is_int(axis) or not 0 <= axis < len(shape):
-            raise ValueError(f"{self.granularity} scaling needs axis, an int in [0, {len(shape)}) for codes of "
-                             f"shape {shape}, got {self.axis!r}")
+        if axis is None or not _is_int(axis) or not -len(shape) <= axis < len(shape):
+            raise ValueError(f"{self.granularity} scaling needs axis, an int in [{-len(shape)}, {len(shape)}) for "
+                             f"codes of shape {shape}, got {self.axis!r}")
+        axis = int(axis) % len(shape)
+        object.__setattr__(self, "axis", axis)  # stored non-negative, as MXArray's (frozen dataclass)
         if self.granularity == "row":
             if self.block_shape is not None:
                 raise ValueError(f"per-row scaling has no block_shape, got {self.block_shape!r}")

@@ -573,6 +573,20 @@ def test_scaled_tensors_from_every_recipe_pass_their_own_checks():
         assert np.array_equal(rebuilt.dequantize(), scaled.dequantize(), equal_nan=True)
 
 
+def test_scaled_tensor_stores_a_negative_axis_non_negative_as_mx_arrays_do():
+    """Found in a review: ScaledTensor refused axis=-1 (which every quantize_* function takes) while
+    MXArray and NVFP4Array normalise it; now it is stored as the non-negative axis it names."""
+    x = np.random.default_rng(1).standard_normal((3, 260)).astype(np.float32)
+    for scaled in (scaling.quantize_rowwise(x, axis=-1), scaling.quantize_blockwise(x, axis=-1),
+                   scaling.quantize_blockwise(x, axis=-2, block_shape=(128, 128))):
+        negative = scaled.axis - x.ndim
+        rebuilt = scaling.ScaledTensor(**{**_fields(scaled), "axis": negative})
+        assert rebuilt.axis == scaled.axis and type(rebuilt.axis) is int
+        assert np.array_equal(rebuilt.dequantize(), scaled.dequantize())
+    rebuilt = scaling.ScaledTensor(**{**_fields(scaling.quantize_rowwise(x, axis=0)), "axis": np.int64(-2)})
+    assert rebuilt.axis == 0 and type(rebuilt.axis) is int
+
+
 def _fields(scaled):
     return dict(codes=scaled.codes, scale=scaled.scale, scale_inv=scaled.scale_inv, amax=scaled.amax,
                 fmt=scaled.fmt, granularity=scaled.granularity, axis=scaled.axis, block_shape=scaled.block_shape)
@@ -585,12 +599,13 @@ def _fields(scaled):
      r"scale_inv has shape \(5, 1\), expected \(4, 1\) for codes of shape \(4, 8\) with row scaling along axis 1"),
     ("block", dict(scale_inv=np.ones((4, 5), np.float32)), ValueError,
      r"scale_inv has shape \(4, 5\), expected \(4, 2\) .* in tiles of \(1, 4\)"),
-    ("block", dict(axis=None), ValueError, r"block scaling needs axis, an int in \[0, 2\) .* got None"),
+    ("block", dict(axis=None), ValueError, r"block scaling needs axis, an int in \[-2, 2\) .* got None"),
     ("block", dict(block_shape=(0, 4)), ValueError, "block_shape entries must be positive ints"),
-    ("row", dict(axis=2), ValueError, r"an int in \[0, 2\)"),
+    ("row", dict(axis=2), ValueError, r"an int in \[-2, 2\)"),
+    ("block", dict(axis=-3), ValueError, r"an int in \[-2, 2\) .* got -3$"),
     # an axis that is not an int is refused, True (== 1, so that it would pass) and 1.0 alike
-    ("row", dict(axis=True), ValueError, r"row scaling needs axis, an int in \[0, 2\) .* got True$"),
-    ("block", dict(axis=1.0), ValueError, r"block scaling needs axis, an int in \[0, 2\) .* got 1\.0$"),
+    ("row", dict(axis=True), ValueError, r"row scaling needs axis, an int in \[-2, 2\) .* got True$"),
+    ("block", dict(axis=1.0), ValueError, r"block scaling needs axis, an int in \[-2, 2\) .* got 1\.0$"),
     ("row", dict(block_shape=(1, 4)), ValueError, "per-row scaling has no block_shape"),
     ("tensor", dict(axis=0), ValueError, "per-tensor scaling has no axis"),
     ("tensor", dict(scale=np.ones(1, np.float32)), ValueError, r"scale has shape \(1,\), expected \(\)"),
