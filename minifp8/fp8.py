@@ -650,7 +650,9 @@ class FP8Linear:
             if t is not None and t.data.dtype.kind != "f":
                 raise TypeError(f"FP8 gemm {self.point.name!r}: {name} must be a floating tensor, got dtype {t.dtype}")
         state, point = self.state, self.point
-        dtype = x.data.dtype
+        # the dtype functional.linear's x @ weight.T + bias promotes to (float64 weights and a float32 x
+        # gave float32 here, float64 there)
+        dtype = np.result_type(*(t.data.dtype for t in (x, weight, bias) if t is not None))
         per_tensor = state.recipe in PER_TENSOR_RECIPES
         x2 = x.data.reshape(math.prod(x.shape[:-1]), in_features)  # (-1 cannot size a 0-feature reshape)
         # Which GEMMs run on FP8 copies: all but those left in float32 ("module:wgrad"); a float32
@@ -679,7 +681,7 @@ class FP8Linear:
             assert x_q is not None and w_q is not None  # (both cast above whenever fprop runs in FP8)
             out = x_q.astype(dtype, copy=False) @ w_q.astype(dtype, copy=False).T
         else:
-            out = x2 @ weight.data.T
+            out = (x2 @ weight.data.T).astype(dtype, copy=False)
         if bias is not None:
             out += bias.data
         out = out.reshape(x.shape[:-1] + (out_features,))
@@ -1107,11 +1109,11 @@ def track(name: str, x: _Tracked) -> _Tracked | Tensor:
     Outside a `ScaleTracker` context (of this thread) it returns ``x`` itself and builds nothing;
     inside one, a Tensor (``x`` itself, or a new one holding it or tracking its gradient).
     """
+    if not isinstance(name, str):  # (outside a tracker too: the same call must not pass or fail by context)
+        raise TypeError(f"track: name must be a str, got {type(name).__name__}")
     trackers = _active.trackers
     if not trackers:
         return x
-    if not isinstance(name, str):
-        raise TypeError(f"track: name must be a str, got {type(name).__name__}")
     tensor = as_tensor(x)
     if tensor.data.dtype.kind != "f":
         raise TypeError(f"track: {name!r} must be a floating tensor, got dtype {tensor.dtype}")

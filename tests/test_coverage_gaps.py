@@ -210,6 +210,9 @@ def test_a_model_that_is_itself_castable_is_excluded_by_its_point_name():
 def test_track_checks_and_an_empty_tensor():
     """The std, mean |x| and shared share of no elements are undefined: NaN, with no numpy warning,
     also where the features axis is the empty one; a NaN or an Inf gives NaN or Inf, quietly too."""
+    # outside a tracker too (found in a review: the same call passed there and failed inside one)
+    with pytest.raises(TypeError, match="track: name must be a str, got int"):
+        fp8.track(3, Tensor(np.zeros(3, np.float32)))
     with fp8.ScaleTracker() as tracker:
         with pytest.raises(TypeError, match="track: name must be a str, got int"):
             fp8.track(3, Tensor(np.zeros(3, np.float32)))

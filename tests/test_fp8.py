@@ -429,6 +429,34 @@ def test_fp32_is_the_identity():
 # ================================================================================================
 # The FP8 GEMM: forward and both gradients are float32 GEMMs of the fake-quantised copies.
 # ================================================================================================
+@pytest.mark.parametrize("dtypes", [("float32", "float64", "float32"), ("float64", "float32", "float32"),
+                                    ("float32", "float32", "float64"), ("float64", "float64", "float64")])
+@pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS + ("fp32",))
+def test_fp8_gemm_output_dtype_is_the_one_functional_linear_promotes_to(recipe, dtypes):
+    """Found in a review: the FP8 GEMM's output took x's dtype alone, so a float32 x through float64
+    weights (a model built under default_dtype(np.float64)) came out float32, where F.linear, and the
+    same layer without a recipe, gives float64. Each operand's gradient keeps its own dtype."""
+    rng = np.random.default_rng(5)
+    x_dtype, weight_dtype, bias_dtype = map(np.dtype, dtypes)
+    layer = nn.Linear(40, 24, rng=rng)
+    with default_dtype(weight_dtype):  # (a tensor's floating data takes the default dtype)
+        layer.weight.data = rng.standard_normal((24, 40))
+    with default_dtype(bias_dtype):
+        layer.bias.data = rng.standard_normal(24)
+    for fprop in ("fp8", "float32"):  # (the GEMM left in float32 too)
+        fp8.apply_recipe(layer, recipe, exclude=("Linear:fprop",) if fprop == "float32" and recipe != "fp32" else ())
+        with default_dtype(x_dtype):
+            x = Tensor(rng.standard_normal((3, 40)), requires_grad=True)
+        expected = F.linear(x, layer.weight, layer.bias).dtype
+        assert expected == np.result_type(x_dtype, weight_dtype, bias_dtype)
+        layer.zero_grad()
+        y = layer(x)
+        assert y.dtype == expected, (fprop, y.dtype, expected)
+        y.backward(np.ones(y.shape, y.dtype))
+        assert (x.grad.dtype, layer.weight.grad.dtype, layer.bias.grad.dtype) == (x_dtype, weight_dtype, bias_dtype)
+        fp8.apply_recipe(layer, "fp32")
+
+
 @pytest.mark.parametrize("needs_grad", ["x weight bias", "x weight", "x", "weight bias"])
 @pytest.mark.parametrize("recipe", RECIPES_WITH_CASTS)
 def test_fp8_gemm_equals_gemm_of_quantized_operands(recipe, needs_grad):
