@@ -1565,9 +1565,10 @@ def scaled_gemm_errors(seed: int = 2) -> Figure:
 
     The GEMM is tutorial 8's: 16x512 activations (standard normal) times 512x256 weights (normal,
     standard deviation 0.05, the last 128 columns times 10), cast to E4M3 in DeepSeek-V3's 1x128
-    and 128x128 blocks (`minifp8.scaling.quantize_blockwise`, float32 scales amax / 448). Left: those
-    operands; right: their absolute values, where no rounding error cancels another. The kernels
-    (tutorial 8 defines three of them):
+    and 128x128 blocks (`minifp8.scaling.quantize_blockwise`, ``power_of_2=False``: float32 scales
+    ``448 / amax``, whose float32 inverses the kernels multiply by; DeepGEMM stores ``amax / 448``,
+    one ulp off in a quarter to a third of tiles). Left: those operands; right: their absolute
+    values, where no rounding error cancels another. The kernels (tutorial 8 defines three of them):
 
     * float32 accumulator: each block of 128 products summed in float32, times the two blocks'
       scales, added into a float32 output;
