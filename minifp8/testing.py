@@ -338,7 +338,8 @@ class Report:
     rounding, the other saturation, another format of the same width, the input rounded to a
     narrower float first, or the inputs times 2 or 1/2: an exponent bias off by one), which it
     names. Sorted inputs can make a rule look like codes shifted by one element: where both fit,
-    the hint names both.
+    the hint names both. Under ``nan="exact"``, where every code that differs is a NaN where another
+    NaN is expected, some with another payload, the hint says so first and suggests ``nan="class"``.
     ``str(report)`` is a table for a failing test's message, with the hint under its first line.
     Its inputs print with the digits that give their bits back: ``repr`` (up to 17 significant
     digits) for float64, 9 significant digits for float32 and float16.
@@ -520,7 +521,26 @@ def compare(actual: ArrayLike, x: ArrayLike, fmt: str | FloatFormat, *, nan: str
                       f"an offset from a rule apart (shuffled inputs can)")
         elif rule:
             layout = rule
+    payloads = _nan_payload_note(expected, got, fmt) if nan == "exact" else ""
+    if payloads:  # (first: the likeliest reading of NaNs that differ, and another hint after it)
+        layout = payloads + (f"; or {layout}" if layout else "")
     return Report(fmt.name, options, int(x.size), int(len(where)), by_class, rows, nan, x.dtype.name, layout, fmt)
+
+
+def _nan_payload_note(expected: np.ndarray, actual: np.ndarray, fmt) -> str:
+    """`compare`'s hint, under ``nan="exact"``, where every code that differs (``expected`` and ``actual``,
+    one per mismatch) is a NaN where another NaN is expected, and some differ in the payload, not the
+    sign alone (a lost NaN sign may be a sign bug: its rows show it), else ""."""
+    nan_codes = np.isnan(fmt.values())
+    if not expected.size or not (nan_codes[expected] & nan_codes[actual]).all():
+        return ""
+    sign = np.uint8(fmt.sign_mask)
+    if not ((expected ^ actual) & ~sign).any():  # (the signs alone differ)
+        return ""
+    signs = bool(((expected ^ actual) & sign).any())
+    return (f"every code that differs is a NaN where another NaN is expected (another payload"
+            f"{' or sign' if signs else ''}): pass nan='class' if NaN payloads{' and signs' if signs else ''} are "
+            f"not part of the contract")
 
 
 def _gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -697,17 +717,21 @@ def _rule_note(actual: np.ndarray, x: np.ndarray, fmt, where: np.ndarray, nan: s
 
 
 def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem, options: dict,
-                     expected_scales: np.ndarray) -> str:
+                     expected_scales: np.ndarray, cause: tuple[str, str] = ("", "")) -> tuple[str, bool]:
     """A hint when a backend's MX scales and codes (which differ from `mx.quantize`'s, whose scales are
     ``expected_scales``) are, in every block, what `mx.quantize` gives under another scale mode or
     rounding, else "". The codes of a block whose scale is NaN under either rule are don't-care, as in
-    the comparison (the blocks whose expected scale is NaN have had their codes set to 0 by `compare_mx`)."""
+    the comparison (the blocks whose expected scale is NaN have had their codes set to 0 by `compare_mx`).
+    ``cause``: a bug `_one_code_cause` found to give the scales that differ, and the rows of
+    `minifp8.golden.mx_inputs` that tell it from a scale mode; where the rule changes the scale mode
+    alone, that bug gives the same scales and codes, and the hint names both. Also returns whether it
+    named ``cause``."""
     from . import mx
 
     unread = expected_scales == mx.E8M0_NAN
     mode, rounding = options.get("scale_mode", "floor"), options.get("rounding", "nearest_even")
     if rounding == "stochastic":  # (another rule would need other random bits)
-        return ""
+        return "", False
     for other_mode in mx.SCALE_MODES:
         for other_rounding in (r for r in codec.ROUNDING_MODES if r != "stochastic"):
             if (other_mode, other_rounding) == (mode, rounding):
@@ -732,47 +756,94 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
             caveat = "" if shift.size != 1 or not shift[0] else (
                 f", or every scale {int(shift[0]):+d} (below): these inputs cannot tell them apart "
                 f"(golden.mx_inputs' boundary rows can)")
+            named = bool(cause[0]) and other_rounding == rounding  # (the bug computes the codes as the rule)
+            if named:
+                caveat += f"; or {cause[0]}; these inputs cannot tell them apart (golden.mx_inputs' {cause[1]} can)"
             return (f"scales and codes equal mx.quantize(x, {shown}) in every block: the backend uses "
-                    f"{' and '.join(changes)}{caveat}")
-    return ""
+                    f"{' and '.join(changes)}{caveat}"), named
+    return "", False
 
 
-def _one_code_cause(step: int, differs: np.ndarray, expected_scales: np.ndarray, amax: np.ndarray,
-                    blocks: np.ndarray, per_block: Callable[[np.ndarray], np.ndarray], elem, scale_mode: str) -> str:
+def _flushed_subnormals(x: np.ndarray, scales: np.ndarray, codes: np.ndarray,
+                        quantize: Callable[[np.ndarray], Any]) -> bool:
+    """Whether ``x`` holds nonzero float32 subnormals (|x| < 2**-126, float64 inputs too) and ``quantize``
+    (`compare_mx`'s) of x with them flushed to zero, their signs kept, gives the backend's ``scales`` and
+    ``codes`` (those of MX's NaN-scale blocks already set to 0, as `mx.quantize` writes them)."""
+    with np.errstate(invalid="ignore"):
+        subnormal = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+    if not subnormal.any():
+        return False
+    flushed = quantize(np.where(subnormal, np.copysign(np.zeros((), x.dtype), x), x))
+    return np.array_equal(flushed.scales, scales) and np.array_equal(flushed.codes, codes)
+
+
+def _one_code_cause(step: int, differs: np.ndarray, scales: np.ndarray, expected_scales: np.ndarray,
+                    amax: np.ndarray, blocks: np.ndarray, per_block: Callable[[np.ndarray], np.ndarray], elem,
+                    scale_mode: str) -> tuple[str, str]:
     """The cause of MX scales one E8M0 code off (``step`` +1 or -1) in some blocks, where one is
-    checked to give every such block's scale; else "" (a cause is never a guess). ``blocks``: x's
-    blocks as rows; ``per_block`` lays a value per row out as the scales.
+    checked to give every such block's scale, and the rows of `minifp8.golden.mx_inputs` that tell it
+    from a scale mode; else ("", "") (a cause is never a guess). ``scales``: the backend's;
+    ``blocks``: x's blocks as rows; ``per_block`` lays a value per row out as the scales.
 
+    - -1: the block amax is max(x), not max(|x|) (`_signed_amax_cause`);
     - +1, every expected scale code 0 (2^-127): the scale kept a normal float32, 2^-126 (a clamp,
       as torchao's, or ``exp2f`` under flush-to-zero);
     - +1 under ``floor``: amax just below a power of two, whose float32 ``log2`` rounds up to it;
     - -1 under ``ceil``: amax just above a power of two, whose float32 ``log2`` rounds down to it;
-    - -1 under ``floor``: the block's second largest magnitude, taken as its amax, gives the scale.
+    - -1 under ``floor``: the block's second largest magnitude, taken as its amax, gives the scale
+      (one fit among others: an amax over part of the block, or one that skipped an element).
     """
     from . import mx
 
+    signed = _signed_amax_cause(differs, scales, amax, blocks, per_block, elem, scale_mode) if step == -1 else ""
+    if signed:
+        return signed, "boundary rows"
     if step == 1 and (expected_scales[differs] == 0).all():
         return ("the scale kept at 2^-126, float32's smallest normal, where it should be 2^-127: a clamp, "
-                "or exp2f under flush-to-zero")
+                "or exp2f under flush-to-zero"), "rows of scale 2**-127"
     block_amax = amax[differs].astype(np.float64)
     if not (np.isfinite(block_amax) & (block_amax > 0)).all():
-        return ""
+        return "", ""
     exponent = np.frexp(block_amax)[1] - 1  # floor(log2(amax)), exactly
     power_of_two = block_amax == np.ldexp(1.0, exponent)
     with np.errstate(all="ignore"):
         float32_log2 = np.log2(block_amax.astype(np.float32)).astype(np.float64)
     if step == 1 and scale_mode == "floor" and (~power_of_two & (float32_log2 == exponent + 1)).all():
-        return "each block's amax lies just below a power of two, and its float32 log2 rounds up to it"
+        return ("each block's amax lies just below a power of two, and its float32 log2 rounds up to it",
+                "boundary rows")
     if step == -1 and scale_mode == "ceil" and (~power_of_two & (float32_log2 == exponent)).all():
-        return "each block's amax lies just above a power of two, and its float32 log2 rounds down to it"
+        return ("each block's amax lies just above a power of two, and its float32 log2 rounds down to it",
+                "boundary rows")
     if step == -1 and scale_mode == "floor" and blocks.shape[1] > 1:
         with np.errstate(invalid="ignore"):
             second = per_block(np.partition(np.abs(blocks), -2, axis=1)[:, -2])
         codes, _ = mx.shared_exponents(second[differs], elem, scale_mode)
         if np.array_equal(codes.astype(np.int64), expected_scales[differs].astype(np.int64) + step):
-            return ("each block's second largest magnitude, taken as its amax, gives that scale: an amax that "
-                    "missed the block's largest element, such as one over part of the block")
-    return ""
+            return ("each block's second largest magnitude, taken as its amax, gives that scale: the amax may "
+                    "miss the block's largest element, as one over part of the block would"), "boundary rows"
+    return "", ""
+
+
+def _signed_amax_cause(differs: np.ndarray, scales: np.ndarray, amax: np.ndarray, blocks: np.ndarray,
+                       per_block: Callable[[np.ndarray], np.ndarray], elem, scale_mode: str) -> str:
+    """Where a backend's MX scales (``scales``; ``differs`` where they differ from the expected ones)
+    are those of each block's max(x), not max |x| (``amax``), the cause, else "": checked that the
+    largest magnitude of every block that differs is a negative element alone, and that the shared
+    exponent of max(x) is the backend's scale in every block whose max(x) is finite and >= 0 (of a
+    block of negative numbers, a kernel's log2 is anyone's guess). ``blocks`` and ``per_block`` as in
+    `_one_code_cause`."""
+    from . import mx
+
+    with np.errstate(invalid="ignore"):  # (a NaN in a block)
+        top, bottom = per_block(np.max(blocks, axis=1)), per_block(np.min(blocks, axis=1))
+        taken = np.isfinite(top) & (top >= 0)
+        negative = (-bottom == amax) & (top < amax)  # (the largest magnitude is a negative element alone)
+    if not (taken & negative)[differs].all():
+        return ""
+    codes, _ = mx.shared_exponents(top[taken], elem, scale_mode)
+    if not np.array_equal(codes, scales[taken]):
+        return ""
+    return "the block amax is max(x), not max(|x|): a negative element was the largest"
 
 
 # Other float32 orders of NVFP4's block scale (step 4 of `minifp8.mx.quantize_nvfp4`, before its E4M3
@@ -1158,11 +1229,16 @@ class BlockReport:
     its block meaningless) and is not MX's NaN scale 0xFF (whose block decodes to NaN whatever its
     codes). They are classified as `compare` does, on the value the element encoder saw:
     ``x * 2**-shared_exp`` for MX, ``clamp(x * (1 / (S_dec_b * S_dec)), -6, 6)`` for NVFP4 (the
-    product rounded to float32 first, as `mx.quantize_nvfp4` does). Each element row
+    product rounded to float32 first, as `mx.quantize_nvfp4` does); but an element whose input is a
+    nonzero float32 subnormal (|x| < 2**-126) and whose code came back +-0, where a nonzero one is
+    expected, is ``subnormal`` whatever its scaled value (a backend that flushed its inputs). Each element row
     shows the input as given and that scaled value (``Mismatch.scaled_input``). ``layout`` holds
-    hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and (MX)
+    hints, as `Report.layout`, for scales and codes that are the expected ones rearranged, and
+    scales and codes that are those of x with its float32 subnormals flushed to zero (DAZ/FTZ); (MX)
     names the scale mode and rounding under which `mx.quantize` gives the backend's scales and codes
-    in every block, where one does, or scales that are the unbiased shared exponents; (NVFP4) another
+    in every block, where one does (and, where a bug checked to give the scales that differ, such as a
+    float32 log2, gives them too, both), or scales that are the unbiased shared exponents, or one code
+    off in some blocks, with such a bug (a block amax of max(x), not max |x|, ...) where one fits; (NVFP4) another
     float32 order of the block scale (step 4) or of the elements' scaling (steps 5-6) that gives the
     backend's scales and codes, where one does; where most block scales differ, the tensor amax they
     imply, if it is far from the one minifp8 used,
@@ -1296,7 +1372,14 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
             raise ValueError(f"compare_mx: {error}; or 'NVFP4'") from None
     _check_options(quantize_options, mx.quantize_nvfp4 if is_nvfp4 else mx.quantize,
                    "compare_mx" + (" (NVFP4)" if is_nvfp4 else ""))
-    expected = mx.quantize_nvfp4(x, **quantize_options) if is_nvfp4 else mx.quantize(x, elem, **quantize_options)
+
+    def quantize(values: np.ndarray) -> mx.MXArray | mx.NVFP4Array:
+        """`mx.quantize` or `mx.quantize_nvfp4` of ``values``, with the caller's options."""
+        if is_nvfp4:
+            return mx.quantize_nvfp4(values, **quantize_options)
+        return mx.quantize(values, elem, **quantize_options)
+
+    expected = quantize(x)
     scale_format = formats.E4M3 if is_nvfp4 else formats.E8M0
     element_format = expected.elem if isinstance(expected, mx.MXArray) else formats.E2M1
     axis, block_size = expected.axis, expected.block_size
@@ -1369,10 +1452,25 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     element_report = compare(codes.reshape(-1)[positions], seen, element_format, nan=nan,
                              max_rows=max_rows, saturate=True, **element_options)
     element_report.total = int(np.count_nonzero(same_scale))
+    # A float32 subnormal input whose code came back zero, where a nonzero code is expected, was flushed
+    # before scaling (DAZ/FTZ), whatever class its scaled value gives (a kernel's flushes read "other")
+    element_table = element_format.values()
+    got, want = codes.reshape(-1)[positions], expected.codes.reshape(-1)[positions]
+    with np.errstate(invalid="ignore"):
+        magnitude = np.abs(inputs[positions])
+    flushed = ((magnitude > 0) & (magnitude < np.finfo(np.float32).tiny) & (element_table[got] == 0)
+               & (element_table[want] != 0))
+    if flushed.any():
+        before = np.bincount(_classify(seen[flushed].astype(np.float64), want[flushed], got[flushed], element_format),
+                             minlength=len(MISMATCH_CLASSES))
+        for kind, count in zip(MISMATCH_CLASSES, before):
+            element_report.by_class[kind] -= int(count)
+        element_report.by_class["subnormal"] += int(np.count_nonzero(flushed))
     originals = inputs[positions[[row.index[0] for row in element_report.mismatches]]]
     element_report.mismatches = [
         replace(row, index=tuple(int(i) for i in np.unravel_index(positions[row.index[0]], x.shape)),
-                input=float(original), input_bits=bits, scaled_input=row.input, scaled_bits=row.input_bits)
+                input=float(original), input_bits=bits, scaled_input=row.input, scaled_bits=row.input_bits,
+                kind="subnormal" if flushed[row.index[0]] else row.kind)
         for row, original, bits in zip(element_report.mismatches, originals, _bits_texts(originals))]
     element_report.input_dtype = x.dtype.name
     # Layout hints from the whole arrays (an element report sees only the blocks whose scale agrees);
@@ -1389,28 +1487,51 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     notes = [_layout_note(got, want, name, fmt) for name, got, want, fmt in (
                  ("scales", scales, expected.scales, scale_format), ("codes", codes, expected.codes, element_format))
              if np.count_nonzero(got != want) > 1]
-    if not is_nvfp4 and (scale_differs.any() or element_report.count):
-        notes.insert(0, _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales))
-    if element_rule and not any(notes):  # (a block rule, which names scales and codes, comes first)
-        notes.append(f"in the blocks whose scale agrees, the element codes, where x is each input as the element "
-                     f"cast sees it (divided by its block's scale): {element_rule}")
+    flush = ""
+    if (scale_differs.any() or element_report.count) and _flushed_subnormals(x, scales, codes, quantize):
+        flush = ("scales and codes equal those of x with its float32 subnormals flushed to zero (signs kept): the "
+                 "backend flushes float32 subnormal inputs to zero (DAZ/FTZ)")
+    # The scales that differ by one code (or, of a signed amax, by any), and a bug checked to give them
+    scale_note, cause, wrote_exponent = "", ("", ""), False
     if not is_nvfp4 and scale_differs.any():
+        scale_mode = quantize_options.get("scale_mode", "floor")
         offset = (scales[scale_differs].astype(np.int64) - expected.scales[scale_differs]) % 256
-        if (offset == 256 - mx.E8M0_BIAS).all():  # (int8 shared_exp read as a byte: code - 127 mod 256)
-            notes.insert(0, f"every scale that differs is the expected code minus {mx.E8M0_BIAS} (mod 256): the "
-                            f"backend wrote the shared exponent itself, not E8M0's code (shared_exp + {mx.E8M0_BIAS})")
+        wrote_exponent = bool((offset == 256 - mx.E8M0_BIAS).all())  # (int8 shared_exp read as a byte)
         for step, sign, size, bias in ((1, "plus", "large", mx.E8M0_BIAS + 1), (255, "minus", "small", mx.E8M0_BIAS - 1)):
             if not (offset == step).all():
                 continue
             if np.array_equal(scale_differs, expected.scales != mx.E8M0_NAN):  # every block's scale
-                note = (f"every scale is the expected code {sign} 1: an E8M0 bias of {bias}, not {mx.E8M0_BIAS}, or "
-                        f"a shared exponent one too {size} in every block")
+                scale_note = (f"every scale is the expected code {sign} 1: an E8M0 bias of {bias}, not "
+                              f"{mx.E8M0_BIAS}, or a shared exponent one too {size} in every block")
+                if step != 1:  # (the one cause checked there: it may lower every block's exponent)
+                    signed = _signed_amax_cause(scale_differs, scales, amax, blocks, per_block, element_format,
+                                                scale_mode)
+                    if signed:
+                        cause = signed, "boundary rows"
             else:
-                cause = _one_code_cause(1 if step == 1 else -1, scale_differs, expected.scales, amax, blocks,
-                                        per_block, element_format, quantize_options.get("scale_mode", "floor"))
-                note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too {size} "
-                        f"in those blocks" + (f" ({cause})" if cause else ""))
-            notes.insert(1, note)  # (after a scale-mode rule, which names the cause where one fits)
+                cause = _one_code_cause(1 if step == 1 else -1, scale_differs, scales, expected.scales, amax, blocks,
+                                        per_block, element_format, scale_mode)
+                scale_note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too "
+                              f"{size} in those blocks")
+        if not scale_note and not wrote_exponent:
+            signed = _signed_amax_cause(scale_differs, scales, amax, blocks, per_block, element_format, scale_mode)
+            if signed:
+                cause = signed, "boundary rows"
+                scale_note = ("every scale that differs is below the expected code: the shared exponent too small in "
+                              "those blocks")
+    if not is_nvfp4 and (scale_differs.any() or element_report.count):
+        rule, named = _block_rule_note(scales, codes, x, elem, quantize_options, expected.scales, cause)
+        notes.insert(0, rule)
+        if named:  # (the rule's note names the cause, as the other reading)
+            cause = ("", "")
+    if element_rule and not any(notes) and not flush:  # (a block rule, which names scales and codes, comes first)
+        notes.append(f"in the blocks whose scale agrees, the element codes, where x is each input as the element "
+                     f"cast sees it (divided by its block's scale): {element_rule}")
+    if wrote_exponent:
+        notes.insert(0, f"every scale that differs is the expected code minus {mx.E8M0_BIAS} (mod 256): the "
+                        f"backend wrote the shared exponent itself, not E8M0's code (shared_exp + {mx.E8M0_BIAS})")
+    if scale_note:
+        notes.insert(1, scale_note + (f" ({cause[0]})" if cause[0] else ""))  # (after a scale-mode rule)
     zero_scale = same_scale & (element_scale_codes == 0)  # (elements of the blocks whose scale 0x00 agrees)
     if not is_nvfp4:
         notes.append(_zero_scale_note(codes, x, zero_scale, expected.codes, element_format, quantize_options))
@@ -1440,6 +1561,7 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                          f"dequantise to zeros whatever their codes: minifp8 encodes them as TransformerEngine does "
                          f"(encode = min(1 / 0, FLT_MAX): inputs of |x| >= 6 / FLT_MAX saturate to +-6); other codes "
                          f"there change no dequantised value")
+    notes.insert(0, flush)
     return BlockReport(name, options, int(scales.size), int(scale_differs.sum()), scale_rows, element_report,
                        "\n".join(note for note in notes if note), tensor_scale)
 

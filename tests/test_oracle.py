@@ -54,6 +54,25 @@ def test_sign_of_zero_and_nan_payload_handling():
     assert testing.compare(actual, x, "E5M2", nan="class").count == 1
 
 
+def test_a_backend_whose_only_mismatches_are_nan_payloads_is_told_of_nan_class():
+    """A review's find: a backend that writes another NaN code (E5M2 has three of each sign; minifp8
+    writes 0x7e and 0xfe) got "NaN/Inf" rows and no word of nan="class". By hand: E5M2 1.0 is 0x3c,
+    2.0 is 0x40; 0x7d, 0x7f, 0xfd and 0xff are NaNs."""
+    x = np.array([np.nan, -np.nan, 1.0, 2.0], np.float32)
+    payload = "every code that differs is a NaN where another NaN is expected (another payload"
+    for actual, hint in (([0x7D, 0xFF, 0x3C, 0x40], "): pass nan='class' if NaN payloads are not part of the "
+                                                    "contract"),
+                         ([0x7F, 0x7F, 0x3C, 0x40], " or sign): pass nan='class' if NaN payloads and signs are not "
+                                                    "part of the contract")):
+        report = testing.compare(np.array(actual, np.uint8), x, "E5M2")
+        assert report.count == report.by_class["NaN/Inf"] == 2 and report.layout == payload + hint
+        assert str(report).splitlines()[1] == report.layout
+        assert testing.compare(np.array(actual, np.uint8), x, "E5M2", nan="class").ok
+    # no hint where a NaN's sign alone differs (E4M3's one NaN of each sign), or a number differs too
+    assert testing.compare(np.array([0x7F, 0x7F, 0x38, 0x40], np.uint8), x, "E4M3").layout == ""
+    assert testing.compare(np.array([0x7D, 0xFE, 0x3C, 0x44], np.uint8), x, "E5M2").layout == ""
+
+
 def test_nan_class_still_reports_nan_against_a_number():
     # nan="class" forgives a different NaN payload only: a NaN where a number belongs, or a number
     # where a NaN belongs, is still a mismatch. E5M2: 1.0 = 0x3C, 2.0 = 0x40; 0x7D and 0xFF are NaNs.
@@ -1634,7 +1653,8 @@ def test_a_scale_one_code_off_in_some_blocks_gets_a_cause_only_where_one_is_chec
     backend_scales = mx.shared_exponents(second_largest, "E4M3")[0]
     assert (backend_scales != exact.scales).sum() == 1 and backend_scales[1, 1] == exact.scales[1, 1] - 1
     layout = testing.compare_mx(backend_scales, exact.codes, x, "MXFP8_E4M3").layout
-    assert "one too small in those blocks (each block's second largest magnitude, taken as its amax" in layout
+    assert ("one too small in those blocks (each block's second largest magnitude, taken as its amax, gives that "
+            "scale: the amax may miss the block's largest element, as one over part of the block would)") in layout
     # ceil from a float32 log2, just above 2^20 (where it rounds down to 20)
     x[1, 37] = np.nextafter(np.float32(2.0**20), np.float32(np.inf))
     exact = mx.quantize(x, "MXFP8_E4M3", scale_mode="ceil")

@@ -713,6 +713,95 @@ def test_compare_mx_names_a_cause_of_one_code_off_only_where_every_differing_blo
     assert "just below a power of two" not in reports["both"] and "just below a power of two" in reports["alone"]
 
 
+def _log2_mx_backend(x, scale_mode="floor", clamp=False):
+    """MXFP8 E4M3, 32-blocks on the last axis (a multiple of 32), with a shared exponent from a float32
+    log2 of the amax (tutorial 8's bug), or (``clamp``) the library's scale clamped to 2^-126 (code 1)."""
+    blocks = x.reshape(-1, 32)
+    if clamp:
+        scales = np.maximum(mx.quantize(blocks, "MXFP8_E4M3", scale_mode=scale_mode).scales.reshape(-1), 1)
+    else:
+        with np.errstate(divide="ignore"):
+            log2 = np.log2(np.abs(blocks).max(axis=1))  # BUG: float32 log2
+        exponent = np.floor(log2) if scale_mode == "floor" else np.ceil(log2)
+        scales = np.clip(np.where(np.isfinite(exponent), exponent, -200) - 8 + 127, 0, 254)
+    shared = scales.astype(np.int64) - mx.E8M0_BIAS
+    codes = codec.encode(np.ldexp(blocks.astype(np.float64), -shared[:, None]), "E4M3", saturate=True)
+    return scales.astype(np.uint8).reshape(x.shape[0], -1), codes.reshape(x.shape)
+
+
+def test_compare_mx_names_a_scale_mode_and_a_bug_that_give_the_same_result_as_alternatives():
+    """A review's find: where a scale mode gave every scale and code of a backend whose scales are one
+    code off for a checked cause (a float32 log2, a clamp to 2^-126), the first line said "the backend
+    uses scale_mode='even'" as fact, and the next named the cause, as fact too. Both are now named as
+    alternatives on the first line; golden.mx_inputs' rows tell them apart, and there the cause stands
+    alone. By hand, as in the test above: amaxes 2**20 - 2**-4 (float32 log2 20), 3 and 2 give 138, 120
+    and 120 under floor, and 139, 120, 120 under even (the significand rounded to 3 bits carries to 2);
+    amax 1.5 * 2**-119 gives 0 under floor, 1 under ceil, and 2 gives 120 under both."""
+    below = np.nextafter(np.float32(2.0**20), np.float32(0))
+    x = np.concatenate([np.full(32, below), np.full(32, 3.0), np.full(32, 2.0)]).astype(np.float32)[None, :]
+    scales, codes = _log2_mx_backend(x)
+    assert scales.tolist() == [[139, 120, 120]] and mx.quantize(x, "MXFP8_E4M3", scale_mode="even").scales.tolist() \
+        == [[139, 120, 120]]
+    assert testing.compare_mx(scales, codes, x, "MXFP8_E4M3").layout.splitlines() == [
+        "scales and codes equal mx.quantize(x, 'MXFP8_E4M3', scale_mode='even', rounding='nearest_even') in every "
+        "block: the backend uses scale_mode='even'; or each block's amax lies just below a power of two, and its "
+        "float32 log2 rounds up to it; these inputs cannot tell them apart (golden.mx_inputs' boundary rows can)",
+        "every scale that differs is the expected code plus 1: the shared exponent one too large in those blocks"]
+    x = np.concatenate([np.full(32, 1.5 * 2.0**-119), np.full(32, 2.0)]).astype(np.float32)[None, :]
+    scales, codes = _log2_mx_backend(x, clamp=True)
+    assert scales.tolist() == [[1, 120]] == mx.quantize(x, "MXFP8_E4M3", scale_mode="ceil").scales.tolist()
+    assert testing.compare_mx(scales, codes, x, "MXFP8_E4M3").layout.splitlines()[0].endswith(
+        "the backend uses scale_mode='ceil'; or the scale kept at 2^-126, float32's smallest normal, where it should "
+        "be 2^-127: a clamp, or exp2f under flush-to-zero; these inputs cannot tell them apart (golden.mx_inputs' "
+        "rows of scale 2**-127 can)")
+    # golden.mx_inputs (padded to whole blocks; its rows of NaN and Inf left out) tell them apart: the cause alone
+    wide = np.pad(golden.mx_inputs("MXFP8_E4M3"), ((0, 0), (0, 16)))
+    wide = wide[np.isfinite(wide).all(axis=1)]
+    for clamp, cause in ((False, "(each block's amax lies just below a power of two"), (True, "(the scale kept at")):
+        layout = testing.compare_mx(*_log2_mx_backend(wide, clamp=clamp), wide, "MXFP8_E4M3").layout
+        assert "scale_mode=" not in layout and cause in layout.splitlines()[0]
+    # a rule that changes the rounding too is no alternative: the bug rounds as the oracle does
+    scales, codes = _log2_mx_backend(x, clamp=True)
+    layout = testing.compare_mx(scales, codes, x, "MXFP8_E4M3", rounding="toward_zero").layout
+    assert "cannot tell them apart" not in layout
+
+
+def _signed_max_mx_backend(x):
+    """MXFP8 E4M3, 32-blocks on the last axis, whose block amax is max(x), not max(|x|) (the bug): the
+    library's scale rule (OCP floor) applied to each block's signed maximum, and the codes scaled by it."""
+    blocks = x.reshape(-1, 32)
+    scales, shared = mx.shared_exponents(blocks.max(axis=1), "E4M3")  # BUG: max(x)
+    codes = codec.encode(np.ldexp(blocks.astype(np.float64), -shared[:, None].astype(np.int64)), "E4M3",
+                         saturate=True)
+    return scales.reshape(x.shape[0], -1), codes.reshape(x.shape)
+
+
+def test_compare_mx_names_a_block_amax_taken_as_max_x_not_max_abs_x():
+    """A review's find: a backend whose block amax is the signed max(x) got a scale one code low blamed on
+    "an amax that missed the block's largest element, such as one over part of the block" (the second
+    largest magnitude lay in the binade of max(x)), and, two codes low, no cause at all. By hand: blocks
+    of values in (-0.99, 0.99) whose max(x) lies in [0.5, 1) (exponent -1) have the OCP scale 2**(-1 - 8),
+    code 118; led by -3.0 (exponent 1) the expected code is 120, led by -1.5 (exponent 0) 119; led by
+    +3.0 the backend's max(x) is the amax, and its scale agrees."""
+    x = np.random.default_rng(0).uniform(-0.99, 0.99, (4, 64)).astype(np.float32)
+    x[:, 32] = 3.0
+    for lead, note in ((-3.0, "every scale that differs is below the expected code: the shared exponent too small "
+                               "in those blocks"),
+                       (-1.5, "every scale that differs is the expected code minus 1: the shared exponent one too "
+                              "small in those blocks")):
+        x[:, 0] = lead
+        scales, codes = _signed_max_mx_backend(x)
+        expected = mx.quantize(x, "MXFP8_E4M3")
+        assert scales[:, 0].tolist() == [118] * 4 and expected.scales[:, 0].tolist() == [120 if lead == -3 else 119] * 4
+        assert np.array_equal(scales[:, 1], expected.scales[:, 1])
+        report = testing.compare_mx(scales, codes, x, "MXFP8_E4M3")
+        assert report.scale_count == 4 and report.elements.ok
+        assert report.layout == f"{note} (the block amax is max(x), not max(|x|): a negative element was the largest)"
+    # checked, not guessed: a block led by a negative element whose backend scale is the max |x| one
+    x[0, 32] = -3.0  # (block (0, 1): max(x) gives 118, the scale given stays 120)
+    assert "max(x)" not in testing.compare_mx(scales, codes, x, "MXFP8_E4M3").layout
+
+
 def test_a_rearrangement_on_inputs_that_hold_each_code_once_is_also_named_a_per_code_bug():
     """Found by a review: on round-trip inputs (each code once, in code order: ``decode(arange)``, as the
     golden decode files hold), a bug that maps codes to codes gives the same arrays as a rearrangement,
@@ -746,6 +835,42 @@ def test_a_rearrangement_on_inputs_that_hold_each_code_once_is_also_named_a_per_
     assert layout.startswith("actual equals encode(x, 'E4M3', rounding='toward_zero') at every element: the backend "
                              "rounds toward zero, not nearest even; or actual holds the expected codes shifted by one")
     assert both in layout
+
+
+@pytest.mark.parametrize("elem", ["MXFP8_E4M3", "NVFP4"])
+def test_a_block_kernel_that_flushes_float32_subnormal_inputs_is_named_a_flush(elem):
+    """A review's find: a kernel that flushes float32 subnormal inputs to zero before scaling (DAZ/FTZ)
+    had its element mismatches classed "other", with no hint: after block scaling a subnormal is a
+    normal element value. By hand: MX, a block of amax 2**-119 (normal) has the scale 2**-127, so
+    2**-133 * k (k = 1 to 8, float32 subnormals) scales to k * 2**-6, E4M3 normals (codes 0x08 to 0x20),
+    which flushed inputs make 0x00. NVFP4: a global amax of 2**-116 gives S_enc = 2688 * 2**116, and a
+    block of amax 2**-126 the block scale 0.4375 (code 0x2e), so 2**-129 * k (k = 2 to 7) and -2**-128
+    scale to about 0.75 * k and -1 (E2M1 codes 0x03 to 0x05 and 0x0a, 0x02 for k = 2), flushed to +-0."""
+    x = np.zeros((2, 32), np.float32)
+    if elem == "NVFP4":
+        x[0, 0], x[1, 0] = 2.0**-116, 2.0**-126
+        x[1, 1:7] = 2.0**-129 * np.arange(2, 8)
+        x[1, 7] = -2.0**-128
+    else:
+        x[:, 0] = 2.0**-119
+        x[1, 1:9] = 2.0**-133 * np.arange(1, 9)
+    x[0, 8:] = np.linspace(-1, 1, 24) * x[0, 0]  # (normal inputs: no flush)
+    flushed = np.where(np.abs(x) < 2.0**-126, np.copysign(np.float32(0), x), x).astype(np.float32)
+    backend = mx.quantize_nvfp4(flushed) if elem == "NVFP4" else mx.quantize(flushed, elem)
+    expected = mx.quantize_nvfp4(x) if elem == "NVFP4" else mx.quantize(x, elem)
+    assert np.array_equal(backend.scales, expected.scales)
+    assert (expected.codes[1, 1:8] != 0).all() and (backend.codes[1, 1:8] & 7 == 0).all()
+    report = testing.compare_mx(backend.scales, backend.codes, x, elem)
+    assert report.elements.count == report.elements.by_class["subnormal"] == (8 if elem != "NVFP4" else 7)
+    assert {row.kind for row in report.elements.mismatches} == {"subnormal"}
+    assert report.layout.splitlines()[0] == (
+        "scales and codes equal those of x with its float32 subnormals flushed to zero (signs kept): the backend "
+        "flushes float32 subnormal inputs to zero (DAZ/FTZ)")
+    # a zero code for a normal input is no flush, and the flush alone no longer gives every code
+    codes = backend.codes.copy()
+    codes[0, 8] = 0
+    report = testing.compare_mx(backend.scales, codes, x, elem)
+    assert report.elements.by_class["subnormal"] == report.elements.count - 1 and "DAZ" not in report.layout
 
 
 def test_compare_mx_names_an_nvfp4_block_scale_rounded_in_another_float32_order():
