@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import minifp8.functional as F
+from minifp8 import unit
 from minifp8.autograd import Tensor, default_dtype
 from minifp8.testing import gradcheck
 
@@ -158,6 +159,54 @@ def test_linear_skips_gradients_not_needed():
     F.linear(x, w).sum().backward()
     assert x.grad is None and w.grad.shape == (4, 3)
     np.testing.assert_array_equal(w.grad, np.full((4, 3), 2.0))
+
+
+def _float32_values(rng, *shape, low=None):
+    """float64 values that float32 holds exactly (so a float32 copy is the same number)."""
+    values = rng.standard_normal(shape) if low is None else low + rng.random(shape)
+    return values.astype(np.float32).astype(np.float64)
+
+
+_MIXED_CASES = {
+    # name: (function, each operand's shape, the operand drawn from [0.5, 1.5) (a divisor or a base))
+    "mul": (lambda a, b: a * b, [(2, 3), (3,)], None),
+    "div": (lambda a, b: a / b, [(2, 3), (3,)], 1),
+    "rdiv": (lambda a, b: b / a, [(2, 3), (3,)], 0),
+    "pow": (lambda a, b: a ** b, [(2, 3), (3,)], 0),
+    "matmul": (lambda a, b: a @ b, [(2, 3, 4), (4, 2)], None),
+    "linear": (lambda x, w, b: F.linear(x, w, b), [(3, 4), (2, 4), (2,)], None),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, w, b), [(3, 5), (5,), (5,)], None),
+    "attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
+                  [(2, 3, 4), (2, 3, 4), (2, 3, 2)], None),
+    "concat": (lambda a, b: F.concat([a, b], axis=0), [(2, 3), (1, 3)], None),
+    "unit linear": (lambda x, w, b: unit.linear(x, w, b, constraint=None), [(3, 4), (2, 4), (2,)], None),
+}
+
+
+@pytest.mark.parametrize("name", list(_MIXED_CASES))
+def test_gradients_of_mixed_float32_and_float64_operands_match_the_float64_ones(name):
+    """An audit's gap: mixed-precision graphs were checked for their gradients' dtypes only. Every mix
+    of float32 and float64 operands (values that float32 holds exactly) gives the all-float64 graph's
+    gradients to float32's accuracy, each in its operand's dtype."""
+    fn, shapes, positive = _MIXED_CASES[name]
+    rng = np.random.default_rng(3)
+    arrays = [_float32_values(rng, *shape, low=0.5 if i == positive else None) for i, shape in enumerate(shapes)]
+    with default_dtype(np.float64):
+        reference = [Tensor(a, requires_grad=True) for a in arrays]
+        out = fn(*reference)
+    weights = rng.standard_normal(out.shape)
+    out.backward(weights)
+    for mask in range(1, 2 ** len(arrays) - 1):  # operand i float32 where bit i is set
+        operands = []
+        for i, array in enumerate(arrays):
+            with default_dtype(np.float32 if mask >> i & 1 else np.float64):
+                operands.append(Tensor(array, requires_grad=True))
+        out = fn(*operands)
+        assert out.dtype == np.float64  # (some operand is float64)
+        out.backward(weights)
+        for mixed, exact in zip(operands, reference):
+            assert mixed.grad.dtype == mixed.dtype
+            np.testing.assert_allclose(mixed.grad, exact.grad, rtol=1e-5, atol=1e-5 * np.abs(exact.grad).max())
 
 
 @pytest.mark.parametrize("needs_grad, with_bias", [
