@@ -1,4 +1,5 @@
-"""What every ``python -m minifp8...`` command does alike: stop quietly when its reader goes away.
+"""What every ``python -m minifp8...`` command does alike: parse flags with one-line errors (`Parser`),
+and stop quietly when its reader goes away.
 
 ``python -m minifp8.bench | head -3`` closes the pipe after three lines. A process that writes to
 it then gets SIGPIPE and ends with status 128 + 13 = 141, silently; Python ignores SIGPIPE, so the
@@ -12,10 +13,11 @@ for a failure to write a file the command was asked to write.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable, NoReturn
 
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE (13): how a shell reports a process that SIGPIPE ended
 STDOUT_ERROR_STATUS = 2  # stdout could not be written (as a results file that cannot be written)
@@ -147,3 +149,40 @@ def exit_status_of(main: Callable[[], int]) -> int:
         spec = getattr(main, "__globals__", {}).get("__spec__")  # (run with -m, __module__ is "__main__")
         module = spec.name if spec is not None else main.__module__
         return report_stdout_error(f"python -m {module.removesuffix('.__main__')}", error)
+
+
+class _StoreOnce(argparse.Action):
+    """argparse's ``store`` action, which refuses an option given twice: argparse keeps the last value
+    without a word (``--recipe fp32 --recipe fp8`` trained fp8 alone)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = getattr(parser, "_given", None)  # (set by Parser.parse_known_args; positionals are read once)
+        if option_string is not None and given is not None:
+            if self.dest in given:
+                lists = "comma-separated" in (self.help or "")
+                parser.error(f"{option_string} is given twice ({given[self.dest]!r}, then {values!r}); give it once"
+                             + (", with a comma-separated list" if lists else ""))
+            given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (not the many-line usage), exiting with status 2,
+    and which refuses a value option given twice (`_StoreOnce`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self._given: dict[str, Any] | None = None
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._given = {}
+        try:
+            return super().parse_known_args(args, namespace)
+        finally:
+            self._given = None
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")

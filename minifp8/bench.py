@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._cli import exit_status_of, one_line
+from ._cli import Parser, exit_status_of, one_line
 from .formats import _check_int
 
 _Section = Callable[[argparse.Namespace], None]  # a section: runs with the parsed command line
@@ -622,12 +622,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line: the sections, with what each times, and every flag with its default; the
     epilog gives the ``--json`` document (`JSON_LAYOUT`) and the exit statuses."""
     from .mx import SCALE_MODES
-    from .train_tiny import TrainConfig, _Parser
+    from .train_tiny import TrainConfig
 
     default = TrainConfig()
     sections = "\n".join(textwrap.fill(f"{name}: {_summary(function)}", 100, subsequent_indent="    ")
                           for name, function in SECTIONS.items())
-    parser = _Parser(  # one-line errors, as train_tiny's
+    parser = Parser(  # one-line errors, a flag given twice refused
         prog="python -m minifp8.bench",
         description="Time minifp8 against baselines measured in the same run (medians; quote the ratios).",
         epilog=f"Sections (all of them by default):\n{sections}\n\n{JSON_LAYOUT}\n\n" + textwrap.fill(

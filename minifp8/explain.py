@@ -54,7 +54,6 @@ From Python: ``from minifp8.explain import explain, describe_code``.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
@@ -62,12 +61,11 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import NoReturn
 
 import numpy as np
 
 from . import formats
-from ._cli import exit_status_of, one_line
+from ._cli import Parser, exit_status_of
 from .codec import ROUNDING_MODES, _as_numeric_array, _check_scalar_rounding, _floor_log2, encode_scalar
 from .formats import FloatFormat
 
@@ -779,14 +777,6 @@ def _looks_negative_number(token: str) -> bool:
     return re.match(r"-(\d|\.|inf|nan)", token, re.IGNORECASE) is not None
 
 
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (not the many-line usage) and exit with status 2,
-    as train_tiny's and golden's (which this module, below them, does not import)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
-
-
 _FLOAT_BITS: dict[int, np.dtype] = {4: np.dtype(np.float16), 8: np.dtype(np.float32),  # hex digits -> float
                                     16: np.dtype(np.float64)}
 
@@ -794,7 +784,7 @@ _FLOAT_BITS: dict[int, np.dtype] = {4: np.dtype(np.float16), 8: np.dtype(np.floa
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status 0 (explained). Bad input or flags print a one-line
     error and raise ``SystemExit(2)``, as argparse does; ``-h`` raises ``SystemExit(0)``."""
-    parser = _Parser(
+    parser = Parser(
         prog="python -m minifp8.explain",
         description="Explain how one number encodes in a format (or, with --code, what one code means): the "
                     "binade, the two representable neighbours, the rounding decision and the code's bit fields.",

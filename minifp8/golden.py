@@ -133,7 +133,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import __version__, codec, formats, mx
-from ._cli import exit_status_of, one_line
+from ._cli import Parser, exit_status_of, one_line
 from .formats import FloatFormat, _check_int, _described
 from .mx import MXFormat
 from .testing import _magnitudes, _midpoints, edge_cases
@@ -1049,9 +1049,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (0 written, 1 the folder cannot be written or the CPU
     flushes subnormals or rounds other than to nearest). Bad flags print a one-line error and raise
     ``SystemExit(2)``, as argparse does; ``-h`` raises ``SystemExit(0)``."""
-    from .train_tiny import _Parser
-
-    parser = _Parser(  # one-line errors, as train_tiny's
+    parser = Parser(  # one-line errors, a flag given twice refused
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
         epilog=("File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]

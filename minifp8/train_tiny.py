@@ -190,8 +190,8 @@ import numpy as np
 
 from . import data as data_module
 from . import __version__, codec, fp8, fp8lm, mx, scaling
-from ._cli import (SIGPIPE_STATUS, StdoutError, brief, escape_unencodable_stdout, flush_stdout, guarded_stdout,
-                   line_buffered_stdout, one_line, report_stdout_error, silence_stdout)
+from ._cli import (SIGPIPE_STATUS, Parser, StdoutError, brief, escape_unencodable_stdout, flush_stdout,
+                   guarded_stdout, line_buffered_stdout, one_line, report_stdout_error, silence_stdout)
 from .autograd import no_grad
 from .formats import _check_bool, _check_int, _described, _is_int, _is_real
 from .model import FAMILIES, GPT, GPTConfig
@@ -422,13 +422,6 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (not the many-line usage) and exit with status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see -h)\n")
-
-
 _EPILOG = ("With --out DIR: DIR/config.json, metrics.json, loss.png, scales.png (with --track-scales), "
            "<experiment>.json (with --experiment) and checkpoints/ (one per run, for --resume DIR; a new run into "
            "DIR replaces them). Exit status: 0 done, 1 a run diverged, 2 bad flags or data (or an --out or stdout "
@@ -438,7 +431,7 @@ _EPILOG = ("With --out DIR: DIR/config.json, metrics.json, loss.png, scales.png 
 
 def build_parser(argument_default: Any = None) -> argparse.ArgumentParser:
     """The command line, one flag per `TrainConfig` field, with its default in the help."""
-    parser = _Parser(prog="python -m minifp8.train_tiny", argument_default=argument_default,
+    parser = Parser(prog="python -m minifp8.train_tiny", argument_default=argument_default,
                      formatter_class=_HelpFormatter,
                      description="Train a mini-GPT in simulated FP8 on 2 CPU cores (see the module docstring).",
                      epilog=_EPILOG)

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from minifp8 import bench, golden
+from minifp8 import bench, explain, golden, train_tiny
 from minifp8.train_tiny import TrainConfig
 
 
@@ -160,6 +160,29 @@ def test_bench_quotes_an_unknown_section_name(capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1
     assert "unknown section(s) ''; choose from codec, block, mx, fp8, train" in err
+
+
+@pytest.mark.parametrize("main, argv, message", [
+    (train_tiny.main, ["--recipe", "fp32", "--recipe", "fp8"],
+     "--recipe is given twice ('fp32', then 'fp8'); give it once, with a comma-separated list"),
+    (train_tiny.main, ["--steps", "20", "--rec", "unit", "--steps=30"],
+     "--steps is given twice (20, then 30); give it once"),
+    (golden.main, ["--out", "{tmp}", "--formats", "E4M3", "--formats", "E5M2"],
+     "--formats is given twice ('E4M3', then 'E5M2'); give it once, with a comma-separated list"),
+    (bench.main, ["train", "--steps", "3", "--steps", "4"], "--steps is given twice (3, then 4); give it once"),
+    (explain.main, ["1.5", "E4M3", "--rounding", "toward_zero", "--rounding", "nearest_even"],
+     "--rounding is given twice ('toward_zero', then 'nearest_even'); give it once"),
+])
+def test_every_command_refuses_a_value_flag_given_twice(main, argv, message, tmp_path, capsys):
+    """argparse keeps the last value of a flag given twice without a word: ``--recipe fp32 --recipe fp8``
+    trained fp8 alone, and golden's ``--formats E4M3 --formats E5M2`` wrote E5M2's files alone."""
+    try:  # (train_tiny.main returns its status; the others raise SystemExit, as argparse does)
+        status = main([token.format(tmp=tmp_path / "out") for token in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def test_python_m_minifp8_lists_commands_that_exist():
