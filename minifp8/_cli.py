@@ -151,30 +151,29 @@ def exit_status_of(main: Callable[[], int]) -> int:
         return report_stdout_error(f"python -m {module.removesuffix('.__main__')}", error)
 
 
-class _StoreOnce(argparse.Action):
-    """argparse's ``store`` action, which refuses an option given twice: argparse keeps the last value
-    without a word (``--recipe fp32 --recipe fp8`` trained fp8 alone)."""
+class ListFlag(argparse.Action):
+    """argparse's ``store`` for a flag that takes a comma-separated list, refusing the flag given
+    twice (with `Parser`): argparse keeps the last value without a word, and ``--recipe fp32
+    --recipe fp8``, which reads as both, trained fp8 alone. Other flags keep argparse's rule, the
+    last one wins, so that a command line can override a flag it holds already (``$BASE --steps 10``)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        given = getattr(parser, "_given", None)  # (set by Parser.parse_known_args; positionals are read once)
-        if option_string is not None and given is not None:
+        given = getattr(parser, "_given", None)  # (set by Parser.parse_known_args)
+        if given is not None:
             if self.dest in given:
-                lists = "comma-separated" in (self.help or "")
-                parser.error(f"{option_string} is given twice ({given[self.dest]!r}, then {values!r}); give it once"
-                             + (", with a comma-separated list" if lists else ""))
+                parser.error(f"{option_string} is given twice ({given[self.dest]!r}, then {values!r}); give one "
+                             f"comma-separated list")
             given[self.dest] = values
         setattr(namespace, self.dest, values)
 
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (not the many-line usage), exiting with status 2,
-    and which refuses a value option given twice (`_StoreOnce`)."""
+    and which refuses a `ListFlag` given twice."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.register("action", None, _StoreOnce)
-        self.register("action", "store", _StoreOnce)
         self._given: dict[str, Any] | None = None
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:

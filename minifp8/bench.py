@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._cli import Parser, exit_status_of, one_line
+from ._cli import ListFlag, Parser, exit_status_of, one_line
 from .formats import _check_int
 
 _Section = Callable[[argparse.Namespace], None]  # a section: runs with the parsed command line
@@ -627,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     default = TrainConfig()
     sections = "\n".join(textwrap.fill(f"{name}: {_summary(function)}", 100, subsequent_indent="    ")
                           for name, function in SECTIONS.items())
-    parser = Parser(  # one-line errors, a flag given twice refused
+    parser = Parser(  # one-line errors, a list flag given twice refused
         prog="python -m minifp8.bench",
         description="Time minifp8 against baselines measured in the same run (medians; quote the ratios).",
         epilog=f"Sections (all of them by default):\n{sections}\n\n{JSON_LAYOUT}\n\n" + textwrap.fill(
@@ -650,7 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"training steps per recipe in the train section, with train_tiny's learning-rate "
                              f"schedule for that many steps (train_tiny --steps N's; below {default.steps}, the "
                              f"first N steps of the default run's) (default: the default run's, {default.steps})")
-    parser.add_argument("--recipes", default=None, metavar="LIST",
+    parser.add_argument("--recipes", default=None, metavar="LIST", action=ListFlag,
                         help="comma-separated FP8 recipes that the train section times, each beside its own fp32 run "
                              "(default: all but fp32)")
     parser.add_argument("--n-embd", type=int, default=None, metavar="N",

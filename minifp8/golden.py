@@ -133,7 +133,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import __version__, codec, formats, mx
-from ._cli import Parser, exit_status_of, one_line
+from ._cli import ListFlag, Parser, exit_status_of, one_line
 from .formats import FloatFormat, _check_int, _described
 from .mx import MXFormat
 from .testing import _magnitudes, _midpoints, edge_cases
@@ -1049,7 +1049,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (0 written, 1 the folder cannot be written or the CPU
     flushes subnormals or rounds other than to nearest). Bad flags print a one-line error and raise
     ``SystemExit(2)``, as argparse does; ``-h`` raises ``SystemExit(0)``."""
-    parser = Parser(  # one-line errors, a flag given twice refused
+    parser = Parser(  # one-line errors, a list flag given twice refused
         prog="python -m minifp8.golden",
         description="Write golden-vector files (.npz + manifest.json) for testing another backend against minifp8.",
         epilog=("File layout (schema version " + __doc__.split("\nFile layout (schema version ", 1)[1]
@@ -1062,7 +1062,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="output folder, created if missing; an existing one is written into: files of the "
                              "names this writes are replaced, other files stay, and manifest.json lists this "
                              "run's files only (required)")
-    parser.add_argument("--formats", default=None,
+    parser.add_argument("--formats", default=None, action=ListFlag,
                         help=f"comma-separated formats of the codec and decode files, in any case, each written once "
                              f"(default: all: {','.join(formats.CATALOGUE)}); the MX, NVFP4 and GEMM files do "
                              f"not depend on it (see --no-blocks)")

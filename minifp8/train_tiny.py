@@ -190,7 +190,7 @@ import numpy as np
 
 from . import data as data_module
 from . import __version__, codec, fp8, fp8lm, mx, scaling
-from ._cli import (SIGPIPE_STATUS, Parser, StdoutError, brief, escape_unencodable_stdout, flush_stdout,
+from ._cli import (SIGPIPE_STATUS, ListFlag, Parser, StdoutError, brief, escape_unencodable_stdout, flush_stdout,
                    guarded_stdout, line_buffered_stdout, one_line, report_stdout_error, silence_stdout)
 from .autograd import no_grad
 from .formats import _check_bool, _check_int, _described, _is_int, _is_real
@@ -224,7 +224,8 @@ class TrainConfig:
     """
 
     recipe: str = field(default="unit", metadata={
-        "help": f"FP8 recipe, or a comma-separated list run one after another: {', '.join(fp8.RECIPES)}"})
+        "help": f"FP8 recipe, or a comma-separated list run one after another: {', '.join(fp8.RECIPES)}",
+        "action": ListFlag})
     family: str = field(default="auto", metadata={
         "help": "model family: standard (nanoGPT), unit (unit-scaled), or auto: unit for the unit recipe, "
                 "standard otherwise", "choices": ("auto",) + FAMILIES})
@@ -260,7 +261,7 @@ class TrainConfig:
                 "cast), or one of a linear's GEMMs, ':fprop', ':dgrad' or ':wgrad' (lm_head:wgrad: the LM head's "
                 "weight gradient from unrounded operands, as TransformerEngine's override_linear_precision), "
                 "':q', ':k', ':v' or ':grad' of an attention core; an unmatched pattern's error lists the "
-                "names; refused where every run is fp32", "metavar": "PATTERNS"})
+                "names; refused where every run is fp32", "metavar": "PATTERNS", "action": ListFlag})
     center_lm_head: bool = field(default=False, metadata={
         "help": "after every optimizer step, subtract the mean of the LM head's weight rows from each row "
                 "(minifp8.model.GPT.center_lm_head): the softmax ignores it and an exact gradient does not push it, "
