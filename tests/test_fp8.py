@@ -257,6 +257,32 @@ def test_block_casts_at_the_edges_of_every_binade(fmt, scale_mode, cast_path, mo
                 assert stats.underflow_count == np.count_nonzero((values == 0) & (x != 0)) > 0
 
 
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2"])
+def test_block_casts_of_a_tensor_whose_largest_magnitude_lies_between_2_pow_100_and_float32_max(fmt):
+    """A mutation audit's gap: no block-cast tensor had its largest magnitude between 2**100 and
+    float32's max, where `fastcast._round_normal`'s Veltkamp split overflows (from about 2**107 for
+    E5M2, 2**108 for E4M3), so raising `fastcast._HUGE` to 2**110 passed every test while such a
+    tensor came out NaN or a step off. Each tensor: normal values and one element of 1.75 * 2**k or
+    -1.3 * 2**k (and one just below 2**100), against mx.quantize and scaling.quantize_blockwise."""
+    rng = rng_for(fmt, "huge")
+    base = rng.standard_normal((64, 256)).astype(np.float32)
+    bigs = [np.nextafter(np.float32(2.0**100), np.float32(0))]
+    bigs += [np.float32(sign * 2.0**k) for k in (100, 104, 107, 108, 109, 110, 116, 122, 127)
+             for sign in (1.75, -1.3)]
+    for big in bigs:
+        x = base.copy()
+        x[rng.integers(64), rng.integers(256)] = big
+        for axis in (-1, 0):
+            for scale_mode in mx.SCALE_MODES:
+                values, stats = fp8.fake_quantize(x, "mxfp8", fmt, axis=axis, scale_mode=scale_mode)
+                quantized = mx.quantize(x, "MXFP8_" + fmt, axis=axis, scale_mode=scale_mode)
+                assert_same(values, quantized.dequantize())
+                assert stats.saturation_count == np.count_nonzero(beyond_max(mx_scaled(x, quantized, axis), fmt))
+            values, stats = fp8.fake_quantize(x, "blockwise", fmt, axis=axis)
+            assert_same(values, reference(x, "blockwise", fmt, axis))
+            assert stats.underflow_count == np.count_nonzero((values == 0) & (x != 0))
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "blockwise"])
 def test_a_tensor_of_float32_subnormals_is_cast_on_the_format_grid(recipe):
     """Every magnitude below 2**-126, so every tile's scale is 2**127: blockwise's 448 / amax
