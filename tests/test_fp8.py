@@ -1482,10 +1482,12 @@ def test_cast_points_reuse_an_output_array_once_no_graph_holds_it():
 
 
 def test_determinism_and_thread_count(monkeypatch):
-    """Same seeds, same bits: across runs, and for any number of cast threads."""
+    """Same seeds, same bits: across runs, and for any number of cast threads (3 and 4 whatever the
+    machine's count: a mutation audit found a slab placement wrong from 3 threads on, which this test
+    missed on 2 cores, where CAST_THREADS is 2)."""
     monkeypatch.setattr(fastcast, "_CHUNK_ELEMENTS", 4096)  # many slices per tensor
     results = []
-    for threads in (fastcast.CAST_THREADS, 1, fastcast.CAST_THREADS):
+    for threads in (fastcast.CAST_THREADS, 1, 3, 4, fastcast.CAST_THREADS):
         previous, fastcast.CAST_THREADS = fastcast.CAST_THREADS, threads
         try:
             rng = np.random.default_rng(12)
