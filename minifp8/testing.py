@@ -732,22 +732,34 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
     mode, rounding = options.get("scale_mode", "floor"), options.get("rounding", "nearest_even")
     if rounding == "stochastic":  # (another rule would need other random bits)
         return "", False
+
+    def fitting(other_mode: str, other_rounding: str):
+        """`mx.quantize` under that rule, where it gives the backend's scales and codes, else None."""
+        result = mx.quantize(x, elem, **{**options, "scale_mode": other_mode, "rounding": other_rounding})
+        if not np.array_equal(scales, result.scales):
+            return None
+        nan_blocks = result.scales == mx.E8M0_NAN
+        blocks, _ = mx._to_blocks(codes, result.axis, result.block_size)
+        want, _ = mx._to_blocks(result.codes, result.axis, result.block_size)
+        cared = ~np.moveaxis(nan_blocks | unread, result.axis, -1).reshape(-1)
+        return result if np.array_equal(blocks[cared], want[cared]) else None
+
     for other_mode in mx.SCALE_MODES:
         for other_rounding in (r for r in codec.ROUNDING_MODES if r != "stochastic"):
             if (other_mode, other_rounding) == (mode, rounding):
                 continue
             rule = {**options, "scale_mode": other_mode, "rounding": other_rounding}
-            result = mx.quantize(x, elem, **rule)
-            if not np.array_equal(scales, result.scales):
+            result = fitting(other_mode, other_rounding)
+            if result is None:
                 continue
             nan_blocks = result.scales == mx.E8M0_NAN
-            blocks, _ = mx._to_blocks(codes, result.axis, result.block_size)
-            want, _ = mx._to_blocks(result.codes, result.axis, result.block_size)
-            cared = ~np.moveaxis(nan_blocks | unread, result.axis, -1).reshape(-1)
-            if not np.array_equal(blocks[cared], want[cared]):
-                continue
             changes = [f"{name}={value!r}" for name, value, given in (
                 ("scale_mode", other_mode, mode), ("rounding", other_rounding, rounding)) if value != given]
+            if other_mode != mode:  # (the later scale modes that fit as well: a review found rceil fitting as even)
+                alike = [m for m in mx.SCALE_MODES[mx.SCALE_MODES.index(other_mode) + 1:]
+                         if m != mode and fitting(m, other_rounding) is not None]
+                if alike:
+                    changes[0] += f" (or {' or '.join(repr(m) for m in alike)}, alike on these inputs)"
             shown = ", ".join([f"'{getattr(elem, 'name', elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
             # (a review's find: on random data ceil is floor + 1 in every block, so a backend whose shared
             # exponent is one too large was said to use ceil)
