@@ -934,6 +934,54 @@ def test_an_inf_output_is_accepted_only_where_the_product_can_round_to_inf():
         assert report.ok == bool(np.isinf(rounded)), value
 
 
+def test_an_inf_of_the_wrong_sign_fails_where_the_product_can_round_to_inf():
+    """A mutation audit's gap: a verdict that took an Inf of either sign where the output can overflow
+    passed every test (the only -Inf tested lay where nothing overflows). A one-term product of 65504
+    may round to float16's +Inf within its tolerance, never to -Inf; 65536, beyond E5M2's 61440
+    without saturation, is E5M2's +Inf code 0x7C, never -Inf's 0xFC."""
+    one = np.array([[0x38]], np.uint8)  # E4M3 1.0
+    options = dict(a_codes=one, b_codes=one, b_scales=1.0, a_format="E4M3", b_format="E4M3")
+    for infinity, ok in ((np.inf, True), (-np.inf, False)):
+        report = gemm.compare_matmul(np.array([[infinity]], np.float16), a_scales=np.float32(65504), output="float16",
+                                     **options)
+        assert report.ok == ok, infinity
+    for code, ok in ((0x7C, True), (0xFC, False)):
+        report = gemm.compare_matmul(np.array([[code]], np.uint8), a_scales=np.float32(65536), output="E5M2",
+                                     saturate=False, **options)
+        assert report.ok == ok, hex(code)
+
+
+@pytest.mark.parametrize("groups", [150, 500])
+def test_a_kernel_promoting_into_a_narrow_register_instead_of_float32_fails(groups):
+    """A mutation audit's gap: every promote_every test passed a correct kernel or failed one far
+    beyond the bound, so a bound whose promoted float32 sum rounded with the narrow accumulator's unit
+    (or was 1.25x looser) passed them all. This kernel promotes every 128 products into a 14-bit
+    register, not float32: 128 * 128 = 2**14 first, then each later group's 1.0 is a tie at 2**14
+    that rounds to even, so it writes 16384 where the product is 16384 + groups. Declared with a
+    14-bit accumulator promoted every 128 (the sum in float32), it fails: at 150 groups its error is
+    just beyond the tolerance (about 1.15 times it when the audit ran), so a looser bound passes it;
+    the exact sum passes."""
+    a = np.zeros((1, 128 * (groups + 1)))
+    a[0, :128], a[0, 128::128] = 128.0, 1.0
+    report = gemm.compare_matmul(np.array([[16384.0]], np.float32), codec.encode(a, "E4M3"), 1.0,
+                                 codec.encode(np.ones((a.shape[1], 1)), "E4M3"), 1.0, a_format="E4M3",
+                                 b_format="E4M3", accumulator=14, promote_every=128)
+    assert not report.ok and report.count == 1
+    assert gemm.compare_matmul(np.array([[16384.0 + groups]], np.float32), codec.encode(a, "E4M3"), 1.0,
+                               codec.encode(np.ones((a.shape[1], 1)), "E4M3"), 1.0, a_format="E4M3",
+                               b_format="E4M3", accumulator=14, promote_every=128).ok
+
+
+def test_an_output_that_a_float16_accumulator_could_not_hold_is_classed_overflow():
+    """A mutation audit's gap: the class of an output beyond what the declared accumulator can hold
+    read "other" under a mutant that took float32's threshold for float16's. 448 * 448 = 200704 is
+    beyond float16's 65520: a float32 output of 65504 is a saturated float16 sum."""
+    a = codec.encode(np.array([[448.0]]), "E4M3")
+    report = gemm.compare_matmul(np.array([[65504.0]], np.float32), a, 1.0, a, 1.0, a_format="E4M3",
+                                 b_format="E4M3", accumulator="float16")
+    assert report.count == 1 and report.by_class["overflow"] == 1
+
+
 # ---- bad input ------------------------------------------------------------------------------------
 def good():
     return problem("rowwise", inner=128, columns=16)

@@ -142,6 +142,19 @@ def test_encode_in_slices_of_16_equals_the_scalar_definition_at_every_size_aroun
                                       err_msg=f"size {size}")
 
 
+@pytest.mark.parametrize("mismatches", [1, 4, 5, 9, 17])
+def test_compare_in_slices_classes_every_mismatch_at_every_count_around_a_slice(mismatches, monkeypatch):
+    """A mutation audit's gap: the slices were tested with 60 mismatches in slices of 16 (a last slice of
+    12), so a loop that left a last slice of one mismatch unclassified (a sign bug shown as another
+    class) passed. Every code's sign flipped: every mismatch is "sign", in slices of 4."""
+    monkeypatch.setattr(testing, "_SLICE_ELEMENTS", 4)
+    x = np.linspace(1.0, 2.0, mismatches, dtype=np.float32) * np.float32(1.0625)
+    flipped = codec.encode(x, "E4M3") ^ np.uint8(0x80)
+    report = testing.compare(flipped, x, "E4M3", max_rows=100)
+    assert report.by_class == {**{kind: 0 for kind in testing.MISMATCH_CLASSES}, "sign": mismatches}
+    assert [row.kind for row in report.mismatches] == ["sign"] * mismatches
+
+
 def test_compare_in_slices_finds_exactly_the_wrong_codes_with_each_elements_own_random_bits(monkeypatch):
     monkeypatch.setattr(testing, "_SLICE_ELEMENTS", 16)
     monkeypatch.setattr(codec, "_EXACT_SLICE_ELEMENTS", 16)
