@@ -320,7 +320,11 @@ class FP8State:
         return point
 
     def step(self) -> None:
-        """End of an optimizer step: advance every delayed-scaling history exactly once."""
+        """End of an optimizer step: advance every delayed-scaling history exactly once.
+
+        A step that loss scaling skips (its gradients overflowed, so the optimizer does not update)
+        advances it too: its casts ran and recorded their amaxes.
+        """
         for point in self.points.values():
             for scaler in point.scalers.values():
                 scaler.update()

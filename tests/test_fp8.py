@@ -428,6 +428,23 @@ def test_a_float64_input_that_float32_rounds_to_zero_underflows(recipe):
     assert stats.underflow_count == 1 and stats.saturation_count == 0
 
 
+@pytest.mark.parametrize("recipe", fp8.RECIPES)
+def test_an_all_zero_tensor_neither_underflows_nor_saturates(recipe):
+    """A mutation audit's gap: an ``underflow_fraction`` that counted a tensor whose amax is 0 as
+    wholly underflowed (1.0, where ``underflow_count`` says 0) passed every test, which checked the
+    counts alone. Underflow is a nonzero input cast to zero (`minifp8.fastcast.CastStats`): an
+    all-zero tensor, of +0 or of -0, comes back bit for bit with both fractions 0, in every recipe
+    and format."""
+    for fmt in ("E4M3", "E5M2"):
+        for zero in (0.0, -0.0):
+            x = np.full((4, 128), zero, np.float32)
+            scaler = scaling.DelayedScaling(fmt) if recipe == "delayed" else None
+            values, stats = fp8.fake_quantize(x, recipe, fmt, scaler=scaler)
+            assert_same(values, x)
+            assert (stats.amax, stats.size, stats.underflow_count, stats.saturation_count) == (0.0, x.size, 0, 0)
+            assert stats.underflow_fraction == 0.0 and stats.saturation_fraction == 0.0, (fmt, zero, stats)
+
+
 def test_fp32_is_the_identity():
     rng = np.random.default_rng(0)
     x = wide_tensor(rng, (16, 32))
