@@ -626,7 +626,8 @@ class FP8Linear:
     Installed by `apply_recipe` as a linear module's ``gemm``. Forward: x and W in E4M3
     along in_features. Backward: dgrad from dy (E5M2) and W, both along out_features; wgrad from
     dy (E5M2) and x, both along the token axis (module docstring). Gradients are straight-through:
-    each is the float32 GEMM of the quantized operands.
+    each is the GEMM of the quantized operands, in the dtype `minifp8.functional.linear` promotes
+    the operands to (float32, or float64 where one of them is).
     """
 
     def __init__(self, state: FP8State, point: CastPoint):

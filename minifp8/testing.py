@@ -744,35 +744,37 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
         cared = ~np.moveaxis(nan_blocks | unread, result.axis, -1).reshape(-1)
         return result if np.array_equal(blocks[cared], want[cared]) else None
 
-    for other_mode in mx.SCALE_MODES:
-        for other_rounding in (r for r in codec.ROUNDING_MODES if r != "stochastic"):
-            if (other_mode, other_rounding) == (mode, rounding):
-                continue
-            rule = {**options, "scale_mode": other_mode, "rounding": other_rounding}
-            result = fitting(other_mode, other_rounding)
-            if result is None:
-                continue
-            nan_blocks = result.scales == mx.E8M0_NAN
-            changes = [f"{name}={value!r}" for name, value, given in (
-                ("scale_mode", other_mode, mode), ("rounding", other_rounding, rounding)) if value != given]
-            if other_mode != mode:  # (the later scale modes that fit as well: a review found rceil fitting as even)
-                alike = [m for m in mx.SCALE_MODES[mx.SCALE_MODES.index(other_mode) + 1:]
-                         if m != mode and fitting(m, other_rounding) is not None]
-                if alike:
-                    changes[0] += f" (or {' or '.join(repr(m) for m in alike)}, alike on these inputs)"
-            shown = ", ".join([f"'{getattr(elem, 'name', elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
-            # (a review's find: on random data ceil is floor + 1 in every block, so a backend whose shared
-            # exponent is one too large was said to use ceil)
-            read = ~unread & ~nan_blocks
-            shift = np.unique(scales[read].astype(np.int64) - expected_scales[read].astype(np.int64))
-            caveat = "" if shift.size != 1 or not shift[0] else (
-                f", or every scale {int(shift[0]):+d} (below): these inputs cannot tell them apart "
-                f"(golden.mx_inputs' boundary rows can)")
-            named = bool(cause[0]) and other_rounding == rounding  # (the bug computes the codes as the rule)
-            if named:
-                caveat += f"; or {cause[0]}; these inputs cannot tell them apart (golden.mx_inputs' {cause[1]} can)"
-            return (f"scales and codes equal mx.quantize(x, {shown}) in every block: the backend uses "
-                    f"{' and '.join(changes)}{caveat}"), named
+    # the rules that change one option before those that change both (a review's find: a backend that
+    # rounds toward zero under the declared rceil was said to use even and toward_zero, which fit too)
+    rules = sorted(((m, r) for m in mx.SCALE_MODES for r in codec.ROUNDING_MODES
+                    if r != "stochastic" and (m, r) != (mode, rounding)),
+                   key=lambda pair: (pair[0] != mode) + (pair[1] != rounding))
+    for other_mode, other_rounding in rules:
+        rule = {**options, "scale_mode": other_mode, "rounding": other_rounding}
+        result = fitting(other_mode, other_rounding)
+        if result is None:
+            continue
+        nan_blocks = result.scales == mx.E8M0_NAN
+        changes = [f"{name}={value!r}" for name, value, given in (
+            ("scale_mode", other_mode, mode), ("rounding", other_rounding, rounding)) if value != given]
+        if other_mode != mode:  # (the later scale modes that fit as well: a review found rceil fitting as even)
+            alike = [m for m in mx.SCALE_MODES[mx.SCALE_MODES.index(other_mode) + 1:]
+                     if m != mode and fitting(m, other_rounding) is not None]
+            if alike:
+                changes[0] += f" (or {' or '.join(repr(m) for m in alike)}, alike on these inputs)"
+        shown = ", ".join([f"'{getattr(elem, 'name', elem)}'"] + [f"{k}={v!r}" for k, v in rule.items()])
+        # (a review's find: on random data ceil is floor + 1 in every block, so a backend whose shared
+        # exponent is one too large was said to use ceil)
+        read = ~unread & ~nan_blocks
+        shift = np.unique(scales[read].astype(np.int64) - expected_scales[read].astype(np.int64))
+        caveat = "" if shift.size != 1 or not shift[0] else (
+            f", or every scale {int(shift[0]):+d} (below): these inputs cannot tell them apart "
+            f"(golden.mx_inputs' boundary rows can)")
+        named = bool(cause[0]) and other_rounding == rounding  # (the bug computes the codes as the rule)
+        if named:
+            caveat += f"; or {cause[0]}; these inputs cannot tell them apart (golden.mx_inputs' {cause[1]} can)"
+        return (f"scales and codes equal mx.quantize(x, {shown}) in every block: the backend uses "
+                f"{' and '.join(changes)}{caveat}"), named
     return "", False
 
 
@@ -787,6 +789,21 @@ def _flushed_subnormals(x: np.ndarray, scales: np.ndarray, codes: np.ndarray,
         return False
     flushed = quantize(np.where(subnormal, np.copysign(np.zeros((), x.dtype), x), x))
     return np.array_equal(flushed.scales, scales) and np.array_equal(flushed.codes, codes)
+
+
+def _flushed_results(expected_codes: np.ndarray, element_format, scales: np.ndarray, expected_scales: np.ndarray,
+                     codes: np.ndarray) -> bool:
+    """Whether the backend's ``scales`` are the expected ones and its ``codes`` the expected codes with
+    every subnormal element value flushed to a zero of its sign (+0 in a format without -0): an element
+    cast without subnormal results, which the flush of `_flushed_subnormals` can look like."""
+    if not np.array_equal(scales, expected_scales):
+        return False
+    table = element_format.values()
+    with np.errstate(invalid="ignore"):
+        subnormal = (table != 0) & (np.abs(table) < element_format.min_normal)
+    sign = 0 if element_format.nan_style == "negative_zero" else element_format.sign_mask
+    zeros = expected_codes & np.asarray(sign, expected_codes.dtype)
+    return np.array_equal(np.where(subnormal[expected_codes], zeros, expected_codes), codes)
 
 
 def _one_code_cause(step: int, differs: np.ndarray, scales: np.ndarray, expected_scales: np.ndarray,
@@ -1503,6 +1520,9 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     if (scale_differs.any() or element_report.count) and _flushed_subnormals(x, scales, codes, quantize):
         flush = ("scales and codes equal those of x with its float32 subnormals flushed to zero (signs kept): the "
                  "backend flushes float32 subnormal inputs to zero (DAZ/FTZ)")
+        if _flushed_results(expected.codes, element_format, scales, expected.scales, codes):  # (a review's find)
+            flush += ("; or its element cast flushes subnormal results to zero: these inputs cannot tell them apart "
+                      "(a float32 subnormal input that its block's scale takes to a normal element value can)")
     # The scales that differ by one code (or, of a signed amax, by any), and a bug checked to give them
     scale_note, cause, wrote_exponent = "", ("", ""), False
     if not is_nvfp4 and scale_differs.any():

@@ -763,10 +763,12 @@ def test_compare_mx_names_a_scale_mode_and_a_bug_that_give_the_same_result_as_al
     for clamp, cause in ((False, "(each block's amax lies just below a power of two"), (True, "(the scale kept at")):
         layout = testing.compare_mx(*_log2_mx_backend(wide, clamp=clamp), wide, "MXFP8_E4M3").layout
         assert "scale_mode=" not in layout and cause in layout.splitlines()[0]
-    # a rule that changes the rounding too is no alternative: the bug rounds as the oracle does
+    # a rule that changes the rounding too is no alternative: the bug rounds as the oracle does (1.45 scales
+    # to 185.6, which rounds to 192, toward zero to 176: the backend's rounding shows)
+    x[0, 33] = 1.45
     scales, codes = _log2_mx_backend(x, clamp=True)
     layout = testing.compare_mx(scales, codes, x, "MXFP8_E4M3", rounding="toward_zero").layout
-    assert "cannot tell them apart" not in layout
+    assert "scale_mode='ceil' and rounding='nearest_even'" in layout and "cannot tell them apart" not in layout
 
 
 def _signed_max_mx_backend(x):
@@ -865,6 +867,7 @@ def test_a_block_kernel_that_flushes_float32_subnormal_inputs_is_named_a_flush(e
     assert (expected.codes[1, 1:8] != 0).all() and (backend.codes[1, 1:8] & 7 == 0).all()
     report = testing.compare_mx(backend.scales, backend.codes, x, elem)
     assert report.elements.count == report.elements.by_class["subnormal"] == (8 if elem != "NVFP4" else 7)
+    assert sum(report.elements.by_class.values()) == report.elements.count  # (moved out of "other", not added)
     assert {row.kind for row in report.elements.mismatches} == {"subnormal"}
     assert report.layout.splitlines()[0] == (
         "scales and codes equal those of x with its float32 subnormals flushed to zero (signs kept): the backend "
@@ -874,6 +877,44 @@ def test_a_block_kernel_that_flushes_float32_subnormal_inputs_is_named_a_flush(e
     codes[0, 8] = 0
     report = testing.compare_mx(backend.scales, codes, x, elem)
     assert report.elements.by_class["subnormal"] == report.elements.count - 1 and "DAZ" not in report.layout
+
+
+def test_a_flush_of_inputs_and_a_flush_of_element_results_that_give_the_same_codes_are_named_alike():
+    """The final review's find: where the flushed float32 subnormal inputs all scale to element
+    subnormals, an element cast without subnormal results (outputs flushed) writes the same codes,
+    and the DAZ hint stated the input flush as fact. By hand: a block of amax 2**-119 has the scale
+    2**-127; 2**-136 * k (k = 1 to 7) scales to k * 2**-9, E4M3's subnormals 0x01 to 0x07, which
+    either flush makes 0x00; 2**-133 scales to 2**-6, E4M3's smallest normal, which only the input
+    flush makes 0x00, and then the hint names the input flush alone."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0], x[0, 1:8] = 2.0**-119, 2.0**-136 * np.arange(1, 8)
+    expected = mx.quantize(x, "MXFP8_E4M3")
+    assert expected.scales.tolist() == [[0]] and expected.codes[0, 1:8].tolist() == list(range(1, 8))
+    codes = expected.codes.copy()
+    codes[0, 1:8] = 0
+    assert testing.compare_mx(expected.scales, codes, x, "MXFP8_E4M3").layout.splitlines()[0] == (
+        "scales and codes equal those of x with its float32 subnormals flushed to zero (signs kept): the backend "
+        "flushes float32 subnormal inputs to zero (DAZ/FTZ); or its element cast flushes subnormal results to "
+        "zero: these inputs cannot tell them apart (a float32 subnormal input that its block's scale takes to a "
+        "normal element value can)")
+    x[0, 8] = 2.0**-133
+    codes = mx.quantize(np.where(np.abs(x) < 2.0**-126, np.float32(0), x), "MXFP8_E4M3").codes
+    assert mx.quantize(x, "MXFP8_E4M3").codes[0, 8] == 0x08 and codes[0, 8] == 0
+    layout = testing.compare_mx(expected.scales, codes, x, "MXFP8_E4M3").layout
+    assert "(DAZ/FTZ)" in layout and "subnormal results" not in layout
+
+
+def test_compare_mx_names_a_wrong_rounding_under_the_declared_scale_mode_before_another_mode():
+    """The final review's find: a backend that rounds toward zero under the declared rceil was said to
+    use scale_mode='even' and rounding='toward_zero' (even gives rceil's scales on random data, and
+    the rules that changed the mode were tried first); the rules that change one option come first."""
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    assert np.array_equal(mx.quantize(x, "MXFP8_E4M3", scale_mode="even").scales,
+                          mx.quantize(x, "MXFP8_E4M3", scale_mode="rceil").scales)
+    backend = mx.quantize(x, "MXFP8_E4M3", scale_mode="rceil", rounding="toward_zero")
+    assert testing.compare_mx(backend.scales, backend.codes, x, "MXFP8_E4M3", scale_mode="rceil").layout == (
+        "scales and codes equal mx.quantize(x, 'MXFP8_E4M3', scale_mode='rceil', rounding='toward_zero') in every "
+        "block: the backend uses rounding='toward_zero'")
 
 
 def test_compare_mx_names_an_nvfp4_block_scale_rounded_in_another_float32_order():
