@@ -778,13 +778,20 @@ def _block_rule_note(scales: np.ndarray, codes: np.ndarray, x: np.ndarray, elem,
     return "", False
 
 
+def _float32_subnormals(values: np.ndarray) -> np.ndarray:
+    """Where ``values`` (of any float dtype) are nonzero and below float32's smallest normal, 2**-126:
+    the inputs a kernel that flushes float32 subnormals (DAZ) reads as zero."""
+    with np.errstate(invalid="ignore"):  # (NaN is none)
+        magnitude = np.abs(values)
+        return (magnitude > 0) & (magnitude < np.finfo(np.float32).tiny)
+
+
 def _flushed_subnormals(x: np.ndarray, scales: np.ndarray, codes: np.ndarray,
                         quantize: Callable[[np.ndarray], Any]) -> bool:
     """Whether ``x`` holds nonzero float32 subnormals (|x| < 2**-126, float64 inputs too) and ``quantize``
     (`compare_mx`'s) of x with them flushed to zero, their signs kept, gives the backend's ``scales`` and
     ``codes`` (those of MX's NaN-scale blocks already set to 0, as `mx.quantize` writes them)."""
-    with np.errstate(invalid="ignore"):
-        subnormal = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+    subnormal = _float32_subnormals(x)
     if not subnormal.any():
         return False
     flushed = quantize(np.where(subnormal, np.copysign(np.zeros((), x.dtype), x), x))
@@ -824,9 +831,9 @@ def _one_code_cause(step: int, differs: np.ndarray, scales: np.ndarray, expected
     """
     from . import mx
 
-    signed = _signed_amax_cause(differs, scales, amax, blocks, per_block, elem, scale_mode) if step == -1 else ""
-    if signed:
-        return signed, "boundary rows"
+    signed = _signed_amax_cause(differs, scales, amax, blocks, per_block, elem, scale_mode) if step == -1 else ("", "")
+    if signed[0]:
+        return signed
     if step == 1 and (expected_scales[differs] == 0).all():
         return ("the scale kept at 2^-126, float32's smallest normal, where it should be 2^-127: a clamp, "
                 "or exp2f under flush-to-zero"), "rows of scale 2**-127"
@@ -854,13 +861,14 @@ def _one_code_cause(step: int, differs: np.ndarray, scales: np.ndarray, expected
 
 
 def _signed_amax_cause(differs: np.ndarray, scales: np.ndarray, amax: np.ndarray, blocks: np.ndarray,
-                       per_block: Callable[[np.ndarray], np.ndarray], elem, scale_mode: str) -> str:
+                       per_block: Callable[[np.ndarray], np.ndarray], elem, scale_mode: str) -> tuple[str, str]:
     """Where a backend's MX scales (``scales``; ``differs`` where they differ from the expected ones)
-    are those of each block's max(x), not max |x| (``amax``), the cause, else "": checked that the
-    largest magnitude of every block that differs is a negative element alone, and that the shared
-    exponent of max(x) is the backend's scale in every block whose max(x) is finite and >= 0 (of a
-    block of negative numbers, a kernel's log2 is anyone's guess). ``blocks`` and ``per_block`` as in
-    `_one_code_cause`."""
+    are those of each block's max(x), not max |x| (``amax``), the cause and the rows of
+    `minifp8.golden.mx_inputs` that tell it from a scale mode, as `_one_code_cause` gives them; else
+    ("", ""). Checked: the largest magnitude of every block that differs is a negative element alone,
+    and the shared exponent of max(x) is the backend's scale in every block whose max(x) is finite
+    and >= 0 (of a block of negative numbers, a kernel's log2 is anyone's guess). ``blocks`` and
+    ``per_block`` as in `_one_code_cause`."""
     from . import mx
 
     with np.errstate(invalid="ignore"):  # (a NaN in a block)
@@ -868,11 +876,11 @@ def _signed_amax_cause(differs: np.ndarray, scales: np.ndarray, amax: np.ndarray
         taken = np.isfinite(top) & (top >= 0)
         negative = (-bottom == amax) & (top < amax)  # (the largest magnitude is a negative element alone)
     if not (taken & negative)[differs].all():
-        return ""
+        return "", ""
     codes, _ = mx.shared_exponents(top[taken], elem, scale_mode)
     if not np.array_equal(codes, scales[taken]):
-        return ""
-    return "the block amax is max(x), not max(|x|): a negative element was the largest"
+        return "", ""
+    return "the block amax is max(x), not max(|x|): a negative element was the largest", "boundary rows"
 
 
 # Other float32 orders of NVFP4's block scale (step 4 of `minifp8.mx.quantize_nvfp4`, before its E4M3
@@ -1132,8 +1140,7 @@ def _classify(x: np.ndarray, expected: np.ndarray, actual: np.ndarray, fmt) -> n
          & (actual == (expected ^ np.uint8(fmt.sign_mask)))),
         # A format without a zero (E8M0) maps 0 to NaN: NaN back for a float32 subnormal input is a
         # backend that flushed the input to zero first (DAZ), not an overflow.
-        ("subnormal", (not np.any(table == 0)) & (magnitude > 0) & (magnitude < np.finfo(np.float32).tiny)
-         & np.isnan(table[actual])),
+        ("subnormal", (not np.any(table == 0)) & _float32_subnormals(magnitude) & np.isnan(table[actual])),
         # FNUZ formats have one zero: a kernel that flushes a negative subnormal to -0 writes 0x80, their NaN.
         ("subnormal", (fmt.nan_style == "negative_zero") & (magnitude < fmt.min_normal) & (actual == fmt.sign_mask)),
         ("overflow", (magnitude >= fmt.max) | ~np.isfinite(table[expected]) | ~np.isfinite(table[actual])),
@@ -1485,10 +1492,7 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
     # before scaling (DAZ/FTZ), whatever class its scaled value gives (a kernel's flushes read "other")
     element_table = element_format.values()
     got, want = codes.reshape(-1)[positions], expected.codes.reshape(-1)[positions]
-    with np.errstate(invalid="ignore"):
-        magnitude = np.abs(inputs[positions])
-    flushed = ((magnitude > 0) & (magnitude < np.finfo(np.float32).tiny) & (element_table[got] == 0)
-               & (element_table[want] != 0))
+    flushed = _float32_subnormals(inputs[positions]) & (element_table[got] == 0) & (element_table[want] != 0)
     if flushed.any():
         before = np.bincount(_classify(seen[flushed].astype(np.float64), want[flushed], got[flushed], element_format),
                              minlength=len(MISMATCH_CLASSES))
@@ -1536,19 +1540,16 @@ def compare_mx(scales: ArrayLike, codes: ArrayLike, x: ArrayLike, elem: str | Fl
                 scale_note = (f"every scale is the expected code {sign} 1: an E8M0 bias of {bias}, not "
                               f"{mx.E8M0_BIAS}, or a shared exponent one too {size} in every block")
                 if step != 1:  # (the one cause checked there: it may lower every block's exponent)
-                    signed = _signed_amax_cause(scale_differs, scales, amax, blocks, per_block, element_format,
-                                                scale_mode)
-                    if signed:
-                        cause = signed, "boundary rows"
+                    cause = _signed_amax_cause(scale_differs, scales, amax, blocks, per_block, element_format,
+                                               scale_mode)
             else:
                 cause = _one_code_cause(1 if step == 1 else -1, scale_differs, scales, expected.scales, amax, blocks,
                                         per_block, element_format, scale_mode)
                 scale_note = (f"every scale that differs is the expected code {sign} 1: the shared exponent one too "
                               f"{size} in those blocks")
         if not scale_note and not wrote_exponent:
-            signed = _signed_amax_cause(scale_differs, scales, amax, blocks, per_block, element_format, scale_mode)
-            if signed:
-                cause = signed, "boundary rows"
+            cause = _signed_amax_cause(scale_differs, scales, amax, blocks, per_block, element_format, scale_mode)
+            if cause[0]:
                 scale_note = ("every scale that differs is below the expected code: the shared exponent too small in "
                               "those blocks")
     if not is_nvfp4 and (scale_differs.any() or element_report.count):

@@ -433,9 +433,9 @@ _EPILOG = ("With --out DIR: DIR/config.json, metrics.json, loss.png, scales.png 
 def build_parser(argument_default: Any = None) -> argparse.ArgumentParser:
     """The command line, one flag per `TrainConfig` field, with its default in the help."""
     parser = Parser(prog="python -m minifp8.train_tiny", argument_default=argument_default,
-                     formatter_class=_HelpFormatter,
-                     description="Train a mini-GPT in simulated FP8 on 2 CPU cores (see the module docstring).",
-                     epilog=_EPILOG)
+                    formatter_class=_HelpFormatter,
+                    description="Train a mini-GPT in simulated FP8 on 2 CPU cores (see the module docstring).",
+                    epilog=_EPILOG)
     for f in fields(TrainConfig):
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
         options = {"help": f.metadata["help"]} if "action" in f.metadata else {"help": f.metadata["help"], "type": kind}

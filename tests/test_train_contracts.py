@@ -203,14 +203,20 @@ def test_each_training_step_advances_every_delayed_scaling_history_once(monkeypa
     records = built(monkeypatch)
     config = parse_args([*SMALL, "--steps", "3", "--eval-interval", "1", "--recipe", "delayed"])[0]
     train_tiny.train(Run("delayed", "standard"), config, corpus, print_fn=quiet)
-    state = records[-1][2]
-    assert state.steps == 3
+    for scaler in assert_every_history_advanced(records[-1][2], 3):
+        assert scaler.scale != 1
+
+
+def assert_every_history_advanced(state, steps):
+    """Assert that ``state`` ended ``steps`` steps and that each amax history holds ``steps`` amaxes
+    at its end and zeros before them; returns the scalers."""
+    assert state.steps == steps
     scalers = [scaler for point in state.points.values() for scaler in point.scalers.values()]
     assert scalers
     for scaler in scalers:
         history = scaler.amax_history
-        assert (history[-3:] > 0).all() and not history[:-3].any(), history[-4:]
-        assert scaler.scale != 1
+        assert (history[-steps:] > 0).all() and not history[:-steps].any(), history[-steps - 1:]
+    return scalers
 
 
 def test_a_step_that_dynamic_loss_scaling_skips_advances_every_delayed_scaling_history_too(monkeypatch, corpus):
@@ -237,13 +243,7 @@ def test_a_step_that_dynamic_loss_scaling_skips_advances_every_delayed_scaling_h
     assert len(calls) == 4 and len(result["train_loss"]) == 4
     # (step 1 skipped; a lagging delayed scale may overflow a later step too, which ends the same way)
     assert result["skipped_steps"] >= 1 and result["loss_scale"][0] == {"step": 1, "scale": 2.0**15, "skipped": 1}
-    state = records[-1][2]
-    assert state.steps == 4
-    scalers = [scaler for point in state.points.values() for scaler in point.scalers.values()]
-    assert scalers
-    for scaler in scalers:
-        history = scaler.amax_history
-        assert (history[-4:] > 0).all() and not history[:-4].any(), history[-5:]
+    assert_every_history_advanced(records[-1][2], 4)
 
 
 # ---- progress lines, evaluations, summary --------------------------------------------------------
