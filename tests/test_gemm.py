@@ -1242,6 +1242,48 @@ def test_operands_rounded_before_the_product_are_named_as_such_not_as_a_narrower
     assert len(hints) == 1 and "accumulation narrower than declared?" in hints[0]
 
 
+def test_a_narrow_accumulator_promoted_every_128_products_is_named_as_hopper_s_model():
+    """Same-sign products summed at 14 bits and added into float32 every 128 products (DeepSeek-V3's
+    model of Hopper's FP8 tensor cores, section 3.3.2, which cuBLAS's FP8 GEMM passed on an H200),
+    checked as float32: the hint names a narrower accumulator and says the errors fit
+    ``accumulator=14, promote_every=128`` too. A kernel that truncates a 14-bit running sum of all
+    1024 products (as Hopper's fast accumulation errs: 1.5% of the sum at K = 1024) also fits a
+    narrower accumulator, and is told nothing of that model: its errors exceed it."""
+    rng = np.random.default_rng(5)
+    a = codec.encode(rng.uniform(16, 448, (16, 1024)), "E4M3")
+    b = codec.encode(rng.uniform(16, 448, (1024, 32)), "E4M3")
+    a_values, b_values = codec.decode(a, "E4M3"), codec.decode(b, "E4M3")
+
+    def kernel(promote_every, to_14_bits):
+        out = np.zeros((16, 32))
+        for start in range(0, 1024, promote_every):
+            partial = np.zeros_like(out)
+            for k in range(start, start + promote_every):
+                partial = to_14_bits(partial + a_values[:, k, None] * b_values[k])
+            out += partial
+        return out.astype(np.float32)
+
+    def nearest(x):
+        mantissa, exponent = np.frexp(x)
+        return np.ldexp(np.round(np.ldexp(mantissa, 14)), exponent - 14)
+
+    def toward_zero(x):
+        mantissa, exponent = np.frexp(x)
+        return np.ldexp(np.trunc(np.ldexp(mantissa, 14)), exponent - 14)
+
+    operands = dict(a_codes=a, a_scales=1.0, b_codes=b, b_scales=1.0, a_format="E4M3", b_format="E4M3")
+    promoted = gemm.compare_matmul(kernel(128, nearest), **operands)
+    assert not promoted.ok and len(promoted.hints) == 1
+    assert "narrower than declared?" in promoted.hints[0]
+    assert promoted.hints[0].endswith("they also fit 14-bit sums promoted to float32 every 128 products "
+                                      "(accumulator=14, promote_every=128), which cuBLAS's FP8 GEMM passed on an H200")
+    assert gemm.compare_matmul(kernel(128, nearest), **operands, accumulator=14, promote_every=128).ok
+    fast = gemm.compare_matmul(kernel(1024, toward_zero), **operands)
+    assert len(fast.hints) == 1 and "narrower than declared?" in fast.hints[0]
+    assert "promote_every" not in fast.hints[0]
+    assert not gemm.compare_matmul(kernel(1024, toward_zero), **operands, accumulator=14, promote_every=128).ok
+
+
 def test_an_output_rounded_in_one_direction_is_named_as_rounding_not_as_a_scale():
     """A review's find: a kernel that truncates its float32 sums to bfloat16 (drops the low 16 bits)
     was told "the reference times 0.9941...: a wrong scale, or an epilogue's alpha?", and declared
