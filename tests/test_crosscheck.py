@@ -28,7 +28,8 @@ an example, and asserted so that a change in the backend is noticed:
   quirk above) and rounds float64 once to FP8 and E2M1; from float64 it casts E8M0 values below
   2**-127 to NaN; from float16 and bfloat16 it casts every NaN to E5M2 0x7F, dropping the sign it
   keeps from float32. It has no FP6 casts; JAX 0.11.2 has (on the CPU), and casts every input
-  from the overflow threshold on, Inf and NaN included, to zero of its sign (minifp8: max).
+  from the overflow threshold on, Inf and NaN included, to zero of its sign (minifp8: max, and a
+  ValueError for NaN).
 - XLA on a GPU (JAX 0.11.2, H200) agrees with minifp8 from float32, float16 and bfloat16 (but for
   the E8M0 quirk), casting E4M3 and E5M2 NaNs of either sign to 0x7F; under ``jax.jit`` it
   simplifies ``x.astype(fp8).astype(float32)`` to ``x``. Its FP6 casts were wrong on most inputs
@@ -332,8 +333,8 @@ def test_jax_fp6_casts_raise_or_flush_overflow_to_zero(name):
     """JAX 0.10.2 has the FP6 dtypes, but XLA cannot cast to them ("Invalid XLA PrimitiveType").
     JAX 0.11.2 can, on the CPU: every code the oracle's below the overflow threshold (max plus half
     a spacing: 30 for E3M2, 7.75 for E2M3), and zero of the input's sign from there on, for Inf
-    and NaN too (OCP MX v1.0 section 5.3.2 leaves an FP6 overflow to the implementation; minifp8
-    and ml_dtypes give max, as ONNX's saturating casts do)."""
+    and NaN too (minifp8 and ml_dtypes give max, clamped as in OCP MX v1.0 section 6.3; minifp8
+    refuses NaN, which FP6 cannot hold)."""
     jax = _jax(ML_DTYPES_NAMES[name])
     fmt = formats.get(name)
     x = np.concatenate([_inputs(name), np.array([np.inf, -np.inf, np.nan, -np.nan], np.float32)])
