@@ -464,6 +464,9 @@ def test_cli_prints_the_narrative_and_describes_codes(capsys):
     (["300", "E4M3", "--code"], r"--code: E4M3 codes lie in \[0, 256\)"),
     (["0.5", "E4M3", "--code"], "--code: VALUE must be an integer code"),
     (["7", "E4M3", "--code", "--saturate"], "--code describes a code"),
+    (["7", "E4M3", "--code", "--rounding", "toward_zero"], "--code describes a code"),
+    (["7", "E4M3", "--code", "--random-bits", "3"], "--code describes a code"),
+    (["7", "E4M3", "--code", "--random-bit-count", "4"], "--code describes a code"),
     (["nan", "E2M1"], "NaN cannot be encoded in E2M1"),
     (["1", "E4M3", "--rounding", "up"], "argument --rounding: invalid choice"),
 ])
@@ -745,3 +748,104 @@ def test_the_help_says_a_decimal_value_is_read_as_float64(capsys):
     assert "read as a float64 (a Python float; beyond its range, exactly; a kernel's float32 constant may be" in shown
     assert module.explain(1.0625000001, "E4M3").code == 0x39
     assert module.explain(np.float32(1.0625000001), "E4M3").code == 0x38
+
+
+# ---- found by a second mutation audit of minifp8/explain.py: each test fails on a mutant that passed the rest ----
+def test_each_special_rule_cites_its_source_and_says_when_a_sign_is_dropped():
+    # E8M0 is unsigned (OCP MX v1.0 section 5.4.1): a negative NaN gives its one NaN, 0xFF, without its sign
+    why = explain(-math.nan, "E8M0")
+    assert (why.code, why.case) == (0xFF, "nan") and why.rule.endswith("; its sign is not kept")
+    assert "sign" not in explain(math.nan, "E8M0").rule
+    # the FNUZ formats have no -0 (ONNX Cast-19: its pattern is the NaN): -0.0 gives +0 and says so; +0.0, and
+    # -0.0 in E4M3 (which has -0), need no rule
+    why = explain(-0.0, "E4M3FNUZ")
+    assert (why.code, why.case, why.rule) == (0x00, "zero", "E4M3FNUZ has no -0 (its pattern is NaN): +0")
+    assert explain(0.0, "E4M3FNUZ").rule == "" and explain(-0.0, "E4M3").rule == ""
+    # E8M0's smallest value is 2^(0 - 127), written as the power of two it is
+    assert "every mode gives its smallest value, 2^-127 = " in explain(2.0**-130, "E8M0").rule
+    # OFP8 section 5 defines saturation for E5M2 as for E4M3
+    assert explain(1e6, "E5M2", saturate=True).rule.endswith("(OCP OFP8 rev 1.0 section 5)")
+    # without saturation and without Inf, an overflow is NaN: by MX section 5.4.1 for E8M0, OFP8 section 5 for E4M3
+    for x in (1e39, math.inf):
+        assert explain(x, "E8M0").rule.endswith("NaN (OCP MX v1.0 section 5.4.1)")
+    assert explain(1e6, "E4M3").rule.endswith("NaN (OCP OFP8 rev 1.0 section 5)")
+    # OFP8 section 5: E5M2's NaNs are S.11111.{01,10,11} (a non-zero mantissa), E4M3's only S.1111.111
+    assert "all-ones exponent and a non-zero mantissa" in explain(math.nan, "E5M2").rule
+    assert "S.1111.111" in explain(math.nan, "E4M3").rule
+
+
+@pytest.mark.parametrize("name, x, max_code", [("E4M3", 480, 0x7E), ("E5M2", 65536, 0x7B)])
+def test_max_plus_spacing_overflows_in_every_mode(name, x, max_code):
+    """480 = 448 + 32 (E4M3's max 1.75 x 2^8 plus its binade's spacing 2^(8-3)); 65536 = 57344 + 8192 (E5M2:
+    1.75 x 2^15 plus 2^(15-2)). Rounded with an unbounded exponent such a number is itself, beyond max: every
+    mode overflows (toward_zero to max, IEEE 754-2019 section 7.4), with no upper neighbour and no position
+    (the docstring's "from max + spacing on"); it was a "round" to max under toward_zero, at position 1."""
+    for rounding in NEAREST_AND_TRUNCATION:
+        why = explain(x, name, rounding=rounding)
+        assert (why.case, why.upper, why.position, why.rounded) == ("overflow", None, None, None), rounding
+    assert explain(x, name, rounding="toward_zero").code == max_code
+
+
+def test_a_halfway_point_is_a_tie_under_nearest_away_too():
+    # 1.0625 lies halfway between 1 (0x38) and 1.125 (0x39); -1.1875 between -1.125 and -1.25 (0 0111 010 with the
+    # sign: 0xBA); nearest_away takes the one away from zero, and the case is a tie as under nearest_even
+    for x, code in ((1.0625, 0x39), (-1.1875, 0xBA)):
+        why = explain(x, "E4M3", rounding="nearest_away")
+        assert (why.case, why.code) == ("tie", code) and "case tie" in str(why).splitlines()[0]
+    assert explain(1.0625, "E4M3", rounding="toward_zero").case == "round"  # (truncation has no ties)
+
+
+def test_describe_code_shows_minus_zero_an_unsigned_header_a_subnormal_significand_and_inf():
+    # 0x80 = 1 0000 000 in E4M3 is -0 (OFP8 section 5 has both zeros); explain(-0.0) ends on that code line
+    assert describe_code(0x80, "E4M3").endswith("-2^(1-7) x (0 + 0/8) = -0")
+    assert str(explain(-0.0, "E4M3")).endswith("-2^(1-7) x (0 + 0/8) = -0")
+    assert describe_code(0x00, "E4M3").endswith("+2^(1-7) x (0 + 0/8) = 0")
+    # E8M0 (MX section 5.4.1): 8 exponent bits, no sign bit, no mantissa; 127 = 0b01111111
+    assert describe_code(127, "E8M0").splitlines()[0] == "E8M0 code 0x7F: exponent 01111111, no mantissa (unsigned)"
+    assert "unsigned" not in describe_code(127, "E4M3")
+    # a subnormal's significand is 0.m, a normal's 1.m (OFP8 section 5): 0x01 = 0 0000 001, 0x39 = 0 0111 001
+    assert "  mantissa  001 = 1: significand 0 + 1/8" in describe_code(0x01, "E4M3").splitlines()
+    assert "  mantissa  001 = 1: significand 1 + 1/8" in describe_code(0x39, "E4M3").splitlines()
+    # E5M2's +Inf is 0 11111 00: all-ones exponent, zero mantissa
+    assert describe_code(0x7C, "E5M2").splitlines()[-1].endswith("+Inf: all-ones exponent, zero mantissa "
+                                                                 "(OCP OFP8 rev 1.0 section 5)")
+
+
+def test_the_narrative_names_saturate_the_subnormal_range_the_zero_rule_a_neighbour_beyond_max_and_an_exact_code():
+    assert str(explain(1000.0, "E4M3", saturate=True)).startswith("E4M3 encoding of 1000.0 (nearest_even, saturate):")
+    # E4M3's smallest normal is 2^(1-7) = 2^-6, its subnormal spacing 2^-6 / 8 = 2^-9
+    assert "  binade      subnormal range (0, 2^-6): spacing 2^-9" in str(explain(3 * 2.0**-11, "E4M3"))
+    # an underflow's rule is the zero it gives (FNUZ: +0, there being no -0)
+    lines = str(explain(-(2.0**-12), "E4M3FNUZ")).splitlines()
+    assert "  zero        E4M3FNUZ has no -0 (its pattern is NaN): +0" in lines
+    # 470 lies (470 - 448) / 32 = 0.6875 of a spacing above 448: up, to 480, which is beyond max
+    assert "past the midpoint, up to 480 > max" in str(explain(470, "E4M3"))
+    # 1 = 0 0111 000 (0x38): the neighbour's code is the magnitude's, whatever the sign of x
+    for x in (1.0, -1.0):
+        assert "  neighbours  none needed: 1 is a value of E4M3 (0x38)" in str(explain(x, "E4M3")).splitlines()
+
+
+@pytest.mark.parametrize("argv, first_line", [
+    (["-nan", "E5M2"], "E5M2 encoding of -nan (nearest_even): 0xFE, case nan"),  # a negative VALUE, with no "--"
+    # an upper-case hex float: 1.5 x 2^-3 = 0.1875, exponent field -3 + 7 = 0100, mantissa 100
+    (["0X1.8P-3", "E4M3"], "E4M3 encoding of 0.1875 (nearest_even): 0x24, case exact"),
+    # a decimal exponent of 100,000 is not beyond +-100,000: read exactly (10^-100000 lies between 2^-332193 and
+    # 2^-332192, as 100000 x log2(10) = 332192.8...)
+    (["1e-100000", "E4M3"], "E4M3 encoding of ~2^-332193 (nearest_even): 0x00, case underflow"),
+    (["1e100000", "E4M3", "--rounding", "toward_zero"],
+     "E4M3 encoding of ~2^332192 (toward_zero): 0x7E, case overflow"),
+])
+def test_cli_reads_a_minus_nan_an_upper_case_hex_float_and_a_decimal_exponent_at_the_limit(argv, first_line, capsys):
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[0] == first_line
+
+
+def test_cli_refuses_an_integer_longer_than_python_reads_as_a_value_error(capsys):
+    limit = sys.get_int_max_str_digits()
+    if limit == 0:
+        pytest.skip("this interpreter reads integers of any length")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["1" * (limit + 1), "E4M3"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("python -m minifp8.explain: error: VALUE: "), err
