@@ -204,6 +204,22 @@ def test_all_reduce_of_three_workers_rounds_every_partial_sum_in_worker_order():
     assert result.saturation_count == 1 and result.workers == 3
 
 
+def test_all_reduce_of_two_workers_in_e5m2_sums_in_e5m2():
+    """A mutation audit's gap: only one-worker E5M2 reductions were tested, so partial sums rounded to E4M3
+    passed. Two workers, E5M2 (max 57344, 2 mantissa bits), mu = 1; both amaxes are 1, so every
+    s_i = 2**floor(log2(57344 / 1)) = 2**15 = s_g.
+      element 0: 1.0 and 1.0 -> q_i = 32768 each; 65536 saturates to 57344 (E4M3 would give 448).
+      element 1: 0.625 and 0.5 -> 20480 (1.25 * 2**14) and 16384, both exact; 36864 = 1.125 * 2**15 lies
+        halfway between 32768 and 40960 (spacing 8192 in [2**15, 2**16)): the even mantissa, 32768.
+    s = 2 * 2**15 = 2**16, so the mean is [57344, 32768] / 65536 = [0.875, 0.5] (exact)."""
+    workers = [np.array([1.0, 0.625], np.float32), np.array([1.0, 0.5], np.float32)]
+    result = fp8lm.fp8_all_reduce(workers, "E5M2")
+    assert list(result.worker_scales) == [2.0 ** 15] * 2 and result.scale == 2.0 ** 16
+    assert result.fmt.name == "E5M2" and list(codec.decode(result.codes, "E5M2")) == [57344.0, 32768.0]
+    assert list(result.gradient) == [0.875, 0.5]
+    assert result.saturation_count == 1
+
+
 def test_all_reduce_of_identical_workers_is_their_local_cast():
     # q + q = 2q exactly and s = 2 s_g, so two identical workers give back the local cast
     # (mu = 1/2 keeps every |q| <= 224, hence the sum <= 448, unsaturated).
@@ -346,6 +362,21 @@ def test_the_report_keeps_its_gradient_when_p_grad_is_clipped_in_place():
     np.testing.assert_array_equal(result.gradient, codec.decode(result.codes, "E4M3") * np.float32(1 / result.scale))
 
 
+def test_collect_is_a_snapshot_of_each_gradient():
+    """A mutation audit's gap: collect() returning the p.grad arrays themselves passed every test. A
+    backward without zero_grad adds into p.grad in place, which must not change a worker's collected share."""
+    model = tiny_model()
+    x, y = data()
+    store = fp8lm.FP8Gradients(model.named_parameters())
+    mse(model, x, y).backward()
+    first = {name: p.grad.copy() for name, p in model.named_parameters()}
+    collected = store.collect()
+    mse(model, x, y).backward()  # accumulates: p.grad becomes twice the first gradient, in place
+    assert any(not np.array_equal(p.grad, first[name]) for name, p in model.named_parameters())
+    assert set(collected) == set(first)
+    assert all(bits_equal(collected[name], first[name]) for name in first)
+
+
 def test_gradient_report_pools_its_tensors():
     # Two tensors with error norms 3 and 4 against reference norms 4 and 3: pooled, the error is
     # sqrt(3**2 + 4**2) = 5 against sqrt(4**2 + 3**2) = 5, a relative error of 1 (the mean of the two
@@ -374,6 +405,26 @@ def test_fp8_gradients_pass_non_finite_gradients_through_in_fp32():
     assert np.isinf(params["0.weight"].grad[0, 0])
     assert store.auto_scales["0.weight"].exponent == 0  # mu untouched
     assert "3.weight" in report.results
+
+
+def test_a_tensor_reduced_in_fp32_leaves_the_fp8_store():
+    """A mutation audit's gap: codes and scales kept from an earlier step (updated, not replaced) passed
+    every test. After a step where 0.weight holds Inf (FP32 all-reduce), the store holds FP8 codes and a
+    scale for 3.weight only, so measure_memory counts 0.weight's float32 p.grad, 4 bytes per element."""
+    model = tiny_model()
+    store = fp8lm.FP8Gradients(model.named_parameters())
+    per_worker = worker_gradients(model, *data(), workers=2)
+    store.reduce(per_worker)
+    assert set(store.codes) == set(store.scales) == {"0.weight", "3.weight"}
+    per_worker[0]["0.weight"][1, 2] = np.inf
+    report = store.reduce(per_worker)
+    assert report.nonfinite == ("0.weight",)
+    assert set(store.codes) == set(store.scales) == {"3.weight"}
+    optimizer = optim.AdamW(model.parameters())
+    optimizer.step()
+    row = fp8lm.measure_memory(model, optimizer, store)
+    # 0.weight (16 x 8) and the 4 vectors (52 elements) in float32; 3.weight (4 x 16) as codes + a scale
+    assert row.bytes["gradients"] == 128 * 4 + 52 * 4 + 64 + 4
 
 
 def test_fp8_gradients_state_round_trip_and_errors():
@@ -518,6 +569,28 @@ def test_fp8_adamw_o3_keeps_fp16_master_weights_with_a_tensor_scale():
         assert 32752.0 <= np.abs(master.astype(np.float64)).max() <= 65504.0  # the range is used
         # The model computes with exactly the master's value.
         assert bits_equal(p.data, master.astype(np.float32) * (np.float32(1) / scale))
+
+
+def test_fp8_adamw_o3_steps_the_fp16_master_with_weight_decay():
+    """A mutation audit's gap: an O3 step from the float32 p.data instead of the FP16 master, and one
+    without weight decay, passed every test. By hand: the master is w0 * s0 in float16 (s0 the power of two
+    2**floor(log2(65504 / amax))) read back times 1 / s0; float32 AdamW steps that value, decay included; the
+    result is stored in float16 with its own scale s1, and p.data is what it reads back."""
+    lr, weight_decay = 1e-2, 0.5  # decay moves each weight by lr * weight_decay = 0.5 %, 10 FP16 spacings
+    w0 = rng(12).standard_normal((6, 5)).astype(np.float32)
+    g = rng(13).standard_normal((6, 5)).astype(np.float32)
+    p = Tensor(w0.copy(), requires_grad=True)
+    p.grad = g.copy()
+    fp8lm.FP8AdamW([p], lr=lr, weight_decay=weight_decay, master_weights="float16").step()
+    s0 = np.float32(power_of_two_scale(np.abs(w0).max(), 65504.0))
+    master0 = (w0 * s0).astype(np.float16).astype(np.float32) * (np.float32(1) / s0)
+    assert not np.array_equal(master0, w0)  # the FP16 master differs from the float32 weights
+    q = Tensor(master0.copy(), requires_grad=True)
+    q.grad = g.copy()
+    optim.AdamW([q], lr=lr, weight_decay=weight_decay).step()
+    s1 = np.float32(power_of_two_scale(np.abs(q.data).max(), 65504.0))
+    expected = (q.data * s1).astype(np.float16).astype(np.float32) * (np.float32(1) / s1)
+    assert bits_equal(p.data, expected)
 
 
 @pytest.mark.parametrize("precision", [{}, {"master_weights": "float16"}, {"second_moment": "E4M3"}])
@@ -692,6 +765,18 @@ def test_memory_rows_count_the_bytes_of_every_combination():
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_memory_rows_use_the_gradient_format_and_selection_given():
+    """A mutation audit's gap: memory_rows building its FP8Gradients with the default format, or the
+    default selection (2-D weights), passed every test. Selecting all 6 tensors in E5M2: 1 byte per
+    element of the 244 plus a 4-byte scale per tensor, held as E5M2 codes."""
+    rows = {row.configuration: row for row in fp8lm.memory_rows(tiny_model(), fmt="E5M2", select=lambda *_: True)}
+    for configuration, fp8_grads, _ in fp8lm.MEMORY_CONFIGURATIONS:
+        row = rows[configuration]
+        assert row.bytes["gradients"] == (244 + 6 * 4 if fp8_grads else 244 * 4), configuration
+        dtypes = "uint8 (E5M2 codes) + float32 scale" if fp8_grads else "float32"
+        assert row.dtypes["gradients"] == dtypes, configuration
+
+
 def test_measure_memory_matches_the_arrays_actually_held():
     model = tiny_model()
     named = list(model.named_parameters())
@@ -738,6 +823,26 @@ def test_format_memory_table_prints_every_row_against_16_bytes():
     assert "FP32 AdamW = 16" in text
 
 
+def test_format_memory_table_puts_each_number_in_its_column():
+    """A mutation audit's gap: the table's 'persist.' column printing the total, and the two moment
+    columns swapped, passed every test (the FP32 line, all 4s and 16s, was the only one read). The O2 and
+    O3 lines against the bytes of test_memory_rows_count_the_bytes_of_every_combination, per parameter."""
+    n, fp8_grad_bytes = 244, 192 + 2 * 4 + 52 * 4
+    held = {"FP8 gradients + FP8 optimizer (O2)": [4 * n, 0, fp8_grad_bytes, n + 24, 2 * n + 24],
+            "FP8 gradients + FP8 optimizer + FP16 master (O3)": [4 * n, 2 * n + 24, fp8_grad_bytes, n + 24, 2 * n + 24]}
+    text = fp8lm.format_memory_table(fp8lm.memory_rows(tiny_model()))
+    header = next(line for line in text.splitlines() if line.startswith("configuration"))
+    assert header.split()[1:] == ["weights", "master", "grads", "1st", "mom", "2nd", "mom", "total", "vs", "16", "B",
+                                  "persist."]
+    for configuration, components in held.items():
+        line = next(line for line in text.splitlines() if line.startswith(configuration + " "))
+        per_parameter = [b / n for b in components]
+        total = sum(per_parameter)
+        persistent = total - 4.0 if components[1] else total  # O3 leaves out the float32 copy of the master
+        expected = [f"{x:.3f}" for x in [*per_parameter, total]] + [f"{total / 16:.1%}", f"{persistent:.3f}"]
+        assert line[len(configuration):].split() == expected, configuration
+
+
 def test_store_scaled_round_trips_every_kind():
     x = (rng(8).standard_normal(50) * 1e-4).astype(np.float32)
     for kind, tolerance in (("E4M3", 2.0 ** -4), ("E5M2", 2.0 ** -3), ("float16", 2.0 ** -11), ("float32", 0.0)):
@@ -750,6 +855,17 @@ def test_store_scaled_round_trips_every_kind():
         fp8lm.store_scaled(x, "bfloat16")
     with pytest.raises(TypeError, match="load_scaled: kind must be a str"):
         fp8lm.load_scaled(np.zeros(3, np.uint8), 1.0, 8)
+
+
+def test_store_scaled_returns_arrays_of_its_own():
+    """A mutation audit's gap: the float32 kind returning x itself (no copy) passed every test; an
+    in-place change of x then changed what was stored. Every kind stores a copy."""
+    for kind in fp8lm.STORAGE_KINDS:
+        x = np.array([0.5, -0.25, 3.0], np.float32)
+        array, scale = fp8lm.store_scaled(x, kind)
+        before = array.copy()
+        x[...] = 7.0
+        assert not np.shares_memory(array, x) and bits_equal(array, before), kind
 
 
 @pytest.mark.parametrize("spelling", ["e4m3", "float8_e4m3fn", "fp8_e4m3", formats.E4M3])
