@@ -508,9 +508,16 @@ def test_mhsa_takes_nested_lists_like_the_other_layers():
     (lambda: uu.Linear(4, 4, rng=None), TypeError, "Generator"),
     (lambda: uu.Linear(0, 4, rng=rng()), ValueError, "in_features"),
     (lambda: uu.Embedding(10, 4, rng=1), TypeError, "Generator"),
+    # each layer names itself (without its own check, the first Linear inside it raised, naming Linear)
+    (lambda: uu.MHSA(12, 3, rng=None), TypeError, "^MHSA needs rng=np.random.Generator"),
+    (lambda: uu.MLP(8, rng=None), TypeError, "^MLP needs rng=np.random.Generator"),
+    (lambda: uu.TransformerLayer(8, 2, rng=None, tau_attn=0.5, tau_mlp=0.5), TypeError,
+     "^TransformerLayer needs rng=np.random.Generator"),
     (lambda: uu.MHSA(10, 3, rng=rng()), ValueError, "multiple of heads"),
     (lambda: uu.MHSA(12, 3, rng=rng(), mult=0.0), ValueError, "mult"),
     (lambda: uu.MHSA(12, 3, rng=rng())(Tensor(np.zeros((2, 12), np.float32))), ValueError, "batch, seq"),
+    (lambda: uu.MHSA(12, 3, rng=rng())(Tensor(np.zeros((2, 5, 8), np.float32))), ValueError,
+     r"MHSA: x must have shape \(batch, seq, 12\), got \(2, 5, 8\)"),
     (lambda: uu.TransformerLayer(8, 2, rng=rng(), tau_attn=0.0, tau_mlp=0.5), ValueError, "tau_attn"),
     (lambda: uu.TransformerLayer(8, 2, rng=rng(), tau_attn=0.5, tau_mlp=-1.0), ValueError, "tau_mlp"),
     (lambda: uu.TransformerLayer(8, 2, rng=rng(), tau_attn=0.5, tau_mlp=0.5, dropout="0.1"), TypeError,
@@ -518,8 +525,12 @@ def test_mhsa_takes_nested_lists_like_the_other_layers():
     (lambda: uu.MHSA(12, 3, rng=rng(), dropout=None), TypeError, "MHSA: dropout must be a real number, got NoneType"),
     (lambda: uu.LayerNorm(4, eps="1e-5"), TypeError, "LayerNorm: eps must be a real number, got str"),
     (lambda: uu.residual_taus(0), ValueError, "n_layer"),
-    (lambda: uu.residual_taus(2, residual_mult=0.0), ValueError, "residual_mult"),
-    (lambda: uu.residual_taus(2, residual_attn_ratio=-1.0), ValueError, "residual_attn_ratio"),
+    # (refused up front, naming the argument: the branch-weight check below also refused them, vaguely)
+    (lambda: uu.residual_taus(2, residual_mult=0.0), ValueError,
+     r"residual_taus: residual_mult must be a finite number > 0, got 0\.0"),
+    (lambda: uu.residual_taus(2, residual_attn_ratio=-1.0), ValueError,
+     r"residual_taus: residual_attn_ratio must be a finite number > 0, got -1\.0"),
+    (lambda: uu.residual_taus(2, residual_mult="1"), TypeError, "residual_taus: residual_mult must be a real number"),
     # (a bare OverflowError from Python's float ** before)
     (lambda: uu.residual_taus(2, residual_mult=1e200), ValueError,
      "residual_mult 1e\\+200 and residual_attn_ratio 1 are too large for its float64 arithmetic"),
@@ -551,6 +562,20 @@ def test_mult_outside_its_range_is_a_clear_error():
                 call(mult)
     with pytest.raises(ValueError, match="lower and upper must be > 0"):
         U.logarithmic_interpolation(0.5, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_layer_norm_uses_its_eps(affine):
+    """A mutation audit: uu.LayerNorm passing U.layer_norm its default eps for its own passed
+    every test (each used the default eps, or checked only the attribute). eps = 0.5 against
+    variances ~0.25 moves every output far from the default eps's."""
+    norm = uu.LayerNorm(5, eps=0.5, elementwise_affine=affine)
+    x = Tensor(0.5 * normal(9, 3, 5))
+    expected = layer_norm_numpy(as64(x), eps=0.5)
+    if affine:
+        norm.weight.data, norm.bias.data = normal(10, 5), normal(11, 5)
+        expected = expected * as64(norm.weight) + as64(norm.bias)
+    np.testing.assert_allclose(norm(x).data, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_transformer_layer_passes_eps_to_both_norms_and_layer_norm_starts_as_the_identity_affine():
