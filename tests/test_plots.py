@@ -1237,3 +1237,289 @@ def test_no_two_series_differ_in_colour_alone():
     assert len(set(many.values())) == 100
     # a recipe looks the same in every figure: its speed line as its headline run
     assert all(speed[recipe] == (headline[recipe][0], headline[recipe][1], "-") for recipe in speed if recipe in headline)
+
+
+# ---- a mutation audit of plots.py: the data each figure draws, read back from its artists -------------
+def _ticks_by_row(axis) -> dict[str, list[float]]:
+    """value_grid's top panel: format name (its row's y label) -> the x of every tick drawn on that row."""
+    rows = {label.get_text(): y for y, label in zip(axis.get_yticks(), axis.get_yticklabels())}
+    drawn: dict[float, list[float]] = {}
+    for collection in axis.collections:
+        for (x, y0), (_, y1) in collection.get_segments():
+            drawn.setdefault((y0 + y1) / 2, []).append(float(x))
+    return {name: sorted(drawn.get(y, [])) for name, y in rows.items()}
+
+
+def test_value_grid_draws_each_formats_values_gaps_and_landmarks_on_its_own_row():
+    """Each row (by its label) holds its format's values, with its smallest subnormal, smallest normal
+    and largest value labelled there; the bottom panel's staircase is the gap to the next value over
+    the value, which E2M1 (0.5, 1, 1.5, 2, 3, 4, 6) gives by hand; the title counts the values
+    (E4M3: 128 codes of sign 0 less zero and NaN; E5M2: less zero, three NaNs and Inf)."""
+    names = ("E4M3", "E5M2", "E2M1")
+    figure = plots.value_grid(names)
+    grid_axis, gap_axis = figure.axes
+    rows = _ticks_by_row(grid_axis)
+    for name in names:
+        values = formats.get(name).values()
+        assert rows[name] == sorted(float(v) for v in values if np.isfinite(v) and v > 0), name
+    assert grid_axis.get_title() == ("The 126 positive finite values of E4M3 and 123 of E5M2 and 7 of E2M1 "
+                                     "(subnormals in orange)")
+    row_of = {label.get_text(): y for y, label in zip(grid_axis.get_yticks(), grid_axis.get_yticklabels())}
+    landmarks = {(text.get_text(), float(text.xy[0]), float(text.xy[1])) for text in grid_axis.texts
+                 if isinstance(text, matplotlib.text.Annotation)}
+    assert landmarks == {("$2^{-9}$", 2.0**-9, row_of["E4M3"] + 0.3), ("$2^{-6}$", 2.0**-6, row_of["E4M3"] + 0.3),
+                         ("448", 448.0, row_of["E4M3"] + 0.3),
+                         ("$2^{-16}$", 2.0**-16, row_of["E5M2"] + 0.3), ("$2^{-14}$", 2.0**-14, row_of["E5M2"] + 0.3),
+                         ("57344", 57344.0, row_of["E5M2"] + 0.3),
+                         ("$2^{-1}$", 0.5, row_of["E2M1"] + 0.3), ("$2^{0}$", 1.0, row_of["E2M1"] + 0.3),
+                         ("6", 6.0, row_of["E2M1"] + 0.3)}
+    normal = {line.get_label(): line for line in gap_axis.get_lines() if not line.get_label().startswith("_")}
+    np.testing.assert_array_equal(normal["E2M1"].get_xdata(), [1, 1.5, 2, 3, 4, 6])
+    np.testing.assert_allclose(normal["E2M1"].get_ydata(), [1 / 2, 1 / 3, 1 / 2, 1 / 3, 1 / 2, 1 / 2])  # (last: again)
+    subnormal = [line for line in gap_axis.get_lines() if line.get_label().startswith("_")
+                 and line.get_color() == plots.SUBNORMAL_COLOR]
+    assert [(list(line.get_xdata()), list(line.get_ydata())) for line in subnormal][-1] == ([0.5, 1.0], [1.0, 0.5])
+    e4m3 = dict(zip(normal["E4M3"].get_xdata(), normal["E4M3"].get_ydata()))
+    assert min(e4m3) == 2.0**-6 and e4m3[1.0] == 0.125 and e4m3[416.0] == e4m3[448.0] == 32 / 416
+
+
+def test_rounding_error_draws_the_relative_error_and_names_each_formats_bound_and_overflow():
+    """One panel per format, in order, titled with its name: the line is |q(x) - x| / x, its dashed
+    bound labelled 2**-(M+1) (E4M3: M=3, E5M2: M=2, E2M1: M=1), and the overflow band named after
+    what quantize gives far beyond the max (E4M3: NaN, E5M2: Inf though it has NaNs too, E2M1: its max)."""
+    names = ("E4M3", "E5M2", "E2M1")
+    figure = plots.rounding_error(names, low_exponent=-4, high_exponent=20, points=300)
+    bounds = {"E4M3": "$2^{-4}$ = 6.25%", "E5M2": "$2^{-3}$ = 12.5%", "E2M1": "$2^{-2}$ = 25%"}
+    for axis, name in zip(figure.axes, names):
+        assert axis.get_title().startswith(f"{name}: ")
+        error = axis.get_lines()[0]
+        x = np.asarray(error.get_xdata())
+        with np.errstate(invalid="ignore", over="ignore"):
+            expected = np.abs(quantize(x, name).astype(np.float64) - x) / x
+        np.testing.assert_array_equal(error.get_ydata(), expected)
+        texts = [text.get_text() for text in axis.texts]
+        assert bounds[name] in texts
+        far = float(quantize(np.array([2.0**20]), name)[0])
+        overflow = "NaN" if np.isnan(far) else "Inf" if np.isinf(far) else f"saturates to {far:g}"
+        assert f"overflow: {overflow}" in texts
+
+
+def test_rounding_modes_draws_the_tutorials_number_line_by_default():
+    """The defaults are tutorial 2's figure: E4M3's values 1 to 1.5 as ticks, and 8 random bits, whose
+    256 patterns split each tie 128 to 128, 1.28 (f = 0.03 / 0.125 = 0.24 of its gap: 61.44) 195 to 61
+    and 1.45 (f = 0.6: 153.6) 102 to 154."""
+    figure = plots.rounding_modes()
+    ticks = sorted(float(x) for collection in figure.axes[0].collections for (x, _), _ in collection.get_segments())
+    assert ticks == [1.0, 1.125, 1.25, 1.375, 1.5]
+    stochastic = figure.axes[-1]
+    counts = sorted(text.get_text() for text in stochastic.texts if not isinstance(text, matplotlib.text.Annotation))
+    assert counts == sorted(["128/256"] * 4 + ["195/256", "61/256", "102/256", "154/256"])
+    assert "(8 random bits)" in stochastic.get_title(loc="left")
+
+
+def test_rounding_modes_draws_up_to_forty_ticks():
+    """E4M3 has 8 values per binade: from 1.0 (the first) 30.0 is the 40th, drawn, and 32.0 the 41st, refused."""
+    ticks = [x for collection in plots.rounding_modes("E4M3", (1.0, 30.0)).axes[0].collections
+             for (x, _), _ in collection.get_segments()]
+    assert len(ticks) == 40 and min(ticks) == 1.0 and max(ticks) == 30.0
+    with pytest.raises(ValueError, match="these span 41 of them, more than 40"):
+        plots.rounding_modes("E4M3", (1.0, 32.0))
+
+
+def test_stochastic_rounding_bias_draws_nearest_and_the_seeded_mean_in_both_panels():
+    """Top: x, nearest_even(x) (quantize's own) and the mean of the stochastic roundings; the bias panel
+    draws the same mean, in gaps (0.125 in [1, 2)). The seed decides the random bits: the same seed
+    draws the same means, another seed others."""
+    def drawn(seed):
+        value_axis, bias_axis = plots.stochastic_rounding_bias("E4M3", 1.0, 1.5, points=9, samples=4,
+                                                               seed=seed).axes
+        return ({line.get_label(): np.asarray(line.get_ydata()) for line in value_axis.get_lines()},
+                {line.get_label(): np.asarray(line.get_ydata()) for line in bias_axis.get_lines()})
+
+    x = np.linspace(1.0, 1.5, 9)
+    values, biases = drawn(0)
+    np.testing.assert_array_equal(values["x (no rounding)"], x)
+    np.testing.assert_array_equal(values["nearest_even(x)"], quantize(x, "E4M3").astype(np.float64))
+    mean = values["mean of 4 stochastic roundings"]
+    np.testing.assert_allclose(biases["stochastic (mean)"], (mean - x) / 0.125, atol=1e-12)
+    assert np.all((mean >= np.floor(x / 0.125) * 0.125) & (mean <= np.ceil(x / 0.125) * 0.125))  # the neighbours
+    again, other = drawn(0)[0]["mean of 4 stochastic roundings"], drawn(1)[0]["mean of 4 stochastic roundings"]
+    np.testing.assert_array_equal(again, mean)
+    assert not np.array_equal(other, mean)
+
+
+def test_delayed_scaling_outlier_shades_the_steps_whose_history_holds_the_outlier_and_labels_each_bar():
+    """The green window covers exactly the history_len steps after the outlier (whose delayed scale
+    comes from it), in every panel; each clipped count is written on its own bar; the outlier's note
+    points at that step's amax, even where it is a dip (spike_factor < 1) rather than the largest."""
+    steps, spike, history = 20, 6, 4
+    for factor in (8.0, 0.25):
+        figure = plots.delayed_scaling_outlier(steps=steps, spike_step=spike, spike_factor=factor,
+                                               history_len=history, size=256, seed=1)
+        for axis in figure.axes:
+            (window,) = [patch for patch in axis.patches if patch.get_width() != 0.7]  # (the bars are 0.7 wide)
+            covered = [step for step in range(steps) if window.get_x() < step < window.get_x() + window.get_width()]
+            assert covered == list(range(spike + 1, spike + history + 1))
+        amax_axis, _, clip_axis = figure.axes
+        amax = amax_axis.get_lines()[0].get_ydata()
+        (note,) = [text for text in amax_axis.texts if text.get_text().startswith("outlier step")]
+        assert tuple(note.xy) == (spike, amax[spike])
+        (bars,) = clip_axis.containers
+        heights = {bar.get_x() + bar.get_width() / 2: bar.get_height() for bar in bars
+                   if np.isfinite(bar.get_height())}
+        labels = {float(text.xy[0]): (text.get_text(), float(text.xy[1])) for text in clip_axis.texts
+                  if isinstance(text, matplotlib.text.Annotation)}
+        assert labels == {step: (f"{int(height)}", height) for step, height in heights.items()}
+        assert factor < 1 or heights  # (the outlier clips)
+
+
+def test_block_scaling_snr_draws_each_recipes_snr_and_its_bits_per_value():
+    """Each line is its recipe's SNR per row, from the package's own casts (per-tensor E4M3, the three
+    MX formats, NVFP4), labelled with its bits per value: an element's bits plus its block's share of
+    the scale (MX: 8 bits per 32 elements, NVFP4: an E4M3 scale per 16)."""
+    from minifp8 import mx
+    from minifp8.scaling import quantize_current
+
+    rows, columns, low = 5, 64, -20
+    axis = plots.block_scaling_snr(rows=rows, columns=columns, low_exponent=low, seed=1).axes[0]
+    exponents, x = plots._rows_at_scales(rows, columns, low, 1)
+    np.testing.assert_array_equal(exponents, np.linspace(low, 0, rows))
+    casts = {"E4M3 per tensor": (quantize_current(x, "E4M3").dequantize(), 8),
+             "NVFP4": (mx.quantize_nvfp4(x).dequantize(),
+                       formats.get("E2M1").bits + formats.get("E4M3").bits / mx.NVFP4_BLOCK_SIZE)}
+    for name in ("MXFP8_E4M3", "MXFP6_E2M3", "MXFP4_E2M1"):
+        casts[name] = (mx.quantize(x, name).dequantize(), mx.get(name).elem.bits + 8 / mx.get(name).block_size)
+    drawn = {line.get_label(): line for line in axis.get_lines() if not line.get_label().startswith("_")}
+    x64 = x.astype(np.float64)
+    assert set(drawn) == {f"{name} ({bits:g} bits/value)" for name, (_, bits) in casts.items()}
+    for name, (values, bits) in casts.items():
+        line = drawn[f"{name} ({bits:g} bits/value)"]
+        noise = np.sum((values.astype(np.float64) - x64) ** 2, axis=1)
+        np.testing.assert_array_equal(line.get_xdata(), exponents)
+        np.testing.assert_allclose(line.get_ydata(), 10 * np.log10(np.sum(x64**2, axis=1) / noise), rtol=1e-12)
+
+
+def test_scale_plot_draws_each_scale_in_its_half_row_against_its_formats_ranges():
+    """Each row's upper half shades E4M3's range (normals 2**-6 to 448, subnormals from 2**-9) and holds
+    the value's marker; its lower half E5M2's (normals 2**-14 to 57344, subnormals from 2**-16) and the
+    gradient's. The markers sit at the chosen statistic, and the axis shows both ranges whole and
+    every scale, a 2**20 one included."""
+    from matplotlib.colors import to_rgba
+
+    records = [fp8.ScaleRecord("small", (4,), 2.0**-12, 2.0**-11, 2.0**-20, 2.0**-19),
+               fp8.ScaleRecord("large", (4,), 2.0**20, 2.0**19, 3.0, 2.0)]
+    ranges = {"E4M3": (2.0**-9, 2.0**-6, 448.0), "E5M2": (2.0**-16, 2.0**-14, 57344.0)}
+    halves = {"E4M3": (-0.45, 0.0), "E5M2": (0.0, 0.45)}  # (the y axis runs down: row 0 at the top)
+    for statistic in ("std", "mean_abs"):
+        ax = plots.scale_plot(records, statistic=statistic).axes[0]
+        bands = set()
+        for collection in ax.collections:
+            vertices = collection.get_paths()[0].vertices
+            name = next(name for name in ranges if to_rgba(plots.FORMAT_COLORS[name])[:3]
+                        == tuple(collection.get_facecolor()[0][:3]))
+            bands.add((name, bool(collection.get_hatch()), float(vertices[:, 0].min()), float(vertices[:, 0].max()),
+                       round(float(vertices[:, 1].min()), 9), round(float(vertices[:, 1].max()), 9)))
+        expected = set()
+        for name, (smallest, normal, largest) in ranges.items():
+            for row in range(len(records)):
+                y = (round(row + halves[name][0], 9), round(row + halves[name][1], 9))
+                expected |= {(name, False, normal, largest, *y), (name, True, smallest, normal, *y)}
+        assert bands == expected, statistic
+        markers = {line.get_label(): line for line in ax.get_lines()}
+        for label, name, field in (("value (forward)", "E4M3", "forward"), ("gradient (backward)", "E5M2", "backward")):
+            line = markers[f"{label}: {statistic}"]
+            assert list(line.get_xdata()) == [getattr(r, f"{field}_{statistic}") for r in records]
+            assert all(row + halves[name][0] < y < row + halves[name][1] for row, y in enumerate(line.get_ydata()))
+        low, high = ax.get_xlim()
+        shown = [x for line in ax.get_lines() for x in line.get_xdata()]
+        assert low < min([2.0**-16, *shown]) and max([57344.0, *shown]) < high
+    low, high = plots.scale_plot([fp8.ScaleRecord("unit", (4,), 1.0, 1.0, 1.0, 1.0)]).axes[0].get_xlim()
+    assert low < 2.0**-16 and 57344 < high  # (both ranges whole where every scale lies inside them)
+
+
+def test_gpt_cast_scales_records_each_casts_input_and_output_gradient():
+    """Checked against the model's own track calls in a plain ScaleTracker: lm_head reads ln_f's output
+    and its output gradient is the logits'; an attention core's forward is q, k and v together (equal
+    sizes: its mean |x| is the mean of theirs) and its gradient is the attention output's; the MLP's
+    first linear's output gradient is mlp_hidden's, and the attention's c_proj reads the attention output."""
+    from minifp8 import data
+    from minifp8.model import GPT, GPTConfig
+
+    config = GPTConfig(vocab_size=14, block_size=8, n_layer=1, n_head=2, n_embd=16)
+    records = {r.name: r for r in plots.gpt_cast_scales(config, batch_size=2, seed=0)}
+    assert list(records) == ["blocks.0.attn.c_attn", "blocks.0.attn", "blocks.0.attn.c_proj", "blocks.0.mlp.c_fc",
+                             "blocks.0.mlp.c_proj", "lm_head"]  # (the order the forward pass reaches them)
+    model = GPT(config, rng=np.random.default_rng(0))
+    ids, targets = data.load_dataset(seed=0).get_batch("train", 2, 8, np.random.default_rng(0))
+    with fp8.ScaleTracker() as tracker:
+        model(ids, targets)[1].backward()
+    tracked = tracker.records
+    close = lambda a, b: math.isclose(a, b, rel_tol=1e-6)  # noqa: E731
+    head = records["lm_head"]
+    assert close(head.forward_std, tracked["ln_f"].forward_std)
+    assert close(head.forward_mean_abs, tracked["ln_f"].forward_mean_abs)
+    assert close(head.backward_std, tracked["logits"].backward_std)
+    assert close(head.backward_mean_abs, tracked["logits"].backward_mean_abs)
+    core = records["blocks.0.attn"]
+    assert core.shape == (3, *tracked["q"].shape)
+    assert close(core.forward_mean_abs, np.mean([tracked[name].forward_mean_abs for name in "qkv"]))
+    assert close(core.backward_std, tracked["attention"].backward_std)
+    assert close(records["blocks.0.attn.c_proj"].forward_std, tracked["attention"].forward_std)
+    assert close(records["blocks.0.mlp.c_fc"].backward_mean_abs, tracked["mlp_hidden"].backward_mean_abs)
+
+
+def test_loss_figures_label_each_floor_on_its_own_line():
+    """The entropy rate is the dotted line and its label sits on it; the window floor the dash-dotted one."""
+    results = {"loss_floor": 1.0, "window_loss_floor": 1.25,
+               "runs": {"fp32": run("fp32", val=_evaluations(0.0, 0.5))}}
+    for figure in (plots.training_curves, plots.validation_curves):
+        axis = figure(results).axes[0]
+        lines = {line.get_ydata()[0]: line.get_linestyle() for line in axis.get_lines() if line.get_color() == "grey"}
+        labels = {text.get_text(): text.get_position()[1] for text in axis.texts}
+        assert lines == {1.0: ":", 1.25: "-."}
+        assert labels["entropy rate of the corpus (whole lines)"] == 1.0
+        assert labels["floor of the loss over the run's windows"] == 1.25
+
+
+def test_scale_curves_shades_e5m2s_normals_and_subnormals_where_they_lie():
+    results = {"runs": {"fp8": {"recipe": "fp8", "scales": [_scales(50, 1.0, 1e-4)]}}}
+    gradient_axis = plots.scale_curves(results, tensor="residual").axes[-1]
+    spans = sorted((patch.get_y(), patch.get_y() + patch.get_height()) for patch in gradient_axis.patches)
+    assert spans == [(2.0**-16, 2.0**-14), (2.0**-14, 57344.0)]  # subnormals, then normals
+
+
+def test_fp8lm_options_marks_fp32_adamws_sixteen_bytes():
+    """FP32 AdamW holds 4 bytes each of weights, gradients and both moments: the line at 16 B."""
+    axis = plots.fp8lm_options({"runs": {"fp8": run()}}).axes[2]
+    (line,) = axis.get_lines()
+    assert list(line.get_xdata()) == [16, 16]
+    assert [text.get_position()[0] for text in axis.texts if text.get_text() == "FP32 AdamW: 16 B"] == [16.25]
+
+
+def test_train_speed_draws_each_target_at_its_ratio_in_its_recipes_colour():
+    """A target of one recipe in its colour, one that several share in grey, each at its ratio."""
+    results = speed_results(target=1.5)
+    results["recipes"].update({"current": {"ratio": 1.2, "window_ratios": [1.2, 1.3], "target": 1.5},
+                               "mxfp8": {"ratio": 1.8, "window_ratios": [1.7, 1.9], "target": 2.0}})
+    axis = plots.train_speed(results).axes[0]
+    targets = {line.get_label(): (line.get_ydata()[0], line.get_color()) for line in axis.get_lines()
+               if "target" in line.get_label()}
+    assert targets == {"target 1.5x": (1.5, "grey"), "mxfp8 target 2x": (2.0, plots.RUN_STYLES["mxfp8"][0])}
+
+
+def test_fp8_linear_gemms_names_each_gemms_output_beside_it():
+    """fprop gives Y, dgrad dX and wgrad dW, each written right of its GEMM's box, on its row."""
+    texts = plots.fp8_linear_gemms().axes[0].texts
+    boxes = {text.get_text().split("\n")[0]: text.get_position() for text in texts
+             if text.get_text().split("\n")[0] in fp8.GEMMS}
+    for gemm, output in (("fprop", "Y"), ("dgrad", "dX"), ("wgrad", "dW")):
+        (beside,) = [text for text in texts if text.get_position()[1] == boxes[gemm][1]
+                     and text.get_position()[0] > boxes[gemm][0] and not isinstance(text, matplotlib.text.Annotation)]
+        assert beside.get_text() == output, gemm
+
+
+def test_gap_curves_draws_each_arm_in_a_colour_and_marker_of_its_own():
+    fp32 = [{"step": 0, "loss": 2.0}]
+    axis = plots.gap_curves({label: {"0": (fp32, fp32)} for label in ("a", "b", "c")}).axes[0]
+    lines = [line for line in axis.get_lines() if not line.get_label().startswith("_")]
+    assert len({line.get_color() for line in lines}) == len({line.get_marker() for line in lines}) == 3
