@@ -1,12 +1,15 @@
 """``python -m minifp8.bench`` runs: smoke tests of every section (their lines, and ratios that
 are positive finite numbers consistent with the times printed beside them; no speed is asserted
 here, speed is read from the benchmark's own output)."""
+import argparse
 import contextlib
+import inspect
 import io
 import math
 import os
 import re
 
+import numpy as np
 import pytest
 
 from minifp8 import bench, fp8
@@ -378,9 +381,11 @@ def test_mx_scale_mode_sets_the_block_scales_of_the_mxfp8_runs(capsys, tmp_path,
     from minifp8 import fp8 as fp8_module
     applied, apply_recipe = [], fp8_module.apply_recipe
     monkeypatch.setattr(fp8_module, "apply_recipe",
-                        lambda model, recipe, **options: applied.append((recipe, options)) or apply_recipe(model, recipe, **options))
+                        lambda model, recipe, **options: applied.append((recipe, options))
+                        or apply_recipe(model, recipe, **options))
     path = tmp_path / "speed.json"
-    assert bench.main(["--steps", "3", "--recipes", "mxfp8", "--mx-scale-mode", "rceil", "--json", str(path), "train"]) == 0
+    assert bench.main(["--steps", "3", "--recipes", "mxfp8", "--mx-scale-mode", "rceil", "--json", str(path),
+                       "train"]) == 0
     printed = capsys.readouterr().out
     assert "train step under mxfp8 (rceil scales) " in printed and "target" not in printed  # (stated for floor)
     document = bench.load_speed_results(path)
@@ -561,3 +566,366 @@ def test_fp8_section_steps_each_recipes_state_as_training_does(short_run):
     delayed = dict(applied)["delayed"]
     scalers = [scaler for point in delayed.points.values() for scaler in point.scalers.values()]
     assert scalers and all(scaler.scale != 1 and math.isfinite(scaler.scale) for scaler in scalers)
+
+
+# ---- a mutation audit's finds: the arithmetic of the reports with injected times, and each step's work ----------
+
+class _Clock:
+    """A fake ``time.perf_counter`` that `tick` advances by ``seconds`` a call."""
+
+    def __init__(self, seconds: float):
+        self.now, self.seconds, self.calls = 0.0, seconds, 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def tick(self) -> None:
+        self.calls += 1
+        self.now += self.seconds
+
+
+def test_alternating_rounds_eta_is_the_time_per_round_so_far_times_the_rounds_left(monkeypatch, capsys):
+    """Two entries of 1 s a call, each a warmup and a timed call a round: 4 s a round. After round 1
+    of 3, 4 s x 2 rounds left = 8 s; after round 2, 8 s / 2 rounds x 1 left = 4 s (found by mutation
+    testing: an eta of the time per round times all 3 rounds passed)."""
+    clock = _Clock(1.0)
+    monkeypatch.setattr(bench.time, "perf_counter", clock.perf_counter)
+    bench.alternating_rounds({"fp32": clock.tick, "fp8": clock.tick}, rounds=3, repeats=1)
+    assert capsys.readouterr().err.splitlines() == ["  ... round 1/3 done, eta 8s", "  ... round 2/3 done, eta 4s"]
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_alternating_rounds_passes_its_warmup_on(monkeypatch, capsys, warmup):
+    """2 rounds of 3 timed calls, after ``warmup`` untimed ones each round: 2 x (3 + warmup) calls
+    (found by mutation testing: a warmup left at median_seconds' default of 1 passed)."""
+    clock = _Clock(1.0)
+    monkeypatch.setattr(bench.time, "perf_counter", clock.perf_counter)
+    assert bench.alternating_rounds({"fp32": clock.tick}, rounds=2, repeats=3, warmup=warmup) == {"fp32": [1.0, 1.0]}
+    assert clock.calls == 2 * (3 + warmup)
+
+
+def test_report_ratios_of_one_round_print_no_range(capsys):
+    """``--rounds 1``: a 3 ms step against a 2 ms fp32 step is x1.50, with no range over one round
+    (found by mutation testing: a "(1.50-1.50 over 1 rounds)" passed)."""
+    bench.report_ratios({"fp32": [0.002], "fp8": [0.003]}, "step under", targets={"fp8": 1.5})
+    fp32, fp8_line = capsys.readouterr().out.splitlines()
+    assert fp32 == "  " + "step under fp32".ljust(44) + "      2.00 ms   x 1.00 fp32 step"
+    assert fp8_line == "  " + "step under fp8".ljust(44) + "      3.00 ms   x 1.50 fp32 step (target <= 1.5)"
+
+
+@pytest.fixture
+def stepped_once(monkeypatch):
+    """Replaces `bench.best_of_rounds`: each step is called once (its result kept) and the given
+    ``seconds`` of its name are returned, so that a section's lines can be checked against times
+    chosen by hand. Returns ``(times, calls)``: fill ``times`` before the run; ``calls`` gets one
+    ``{name: result}`` per call, and ``encoded[name]`` the arrays each step passed to codec.encode."""
+    from minifp8 import codec
+
+    times, calls, seen = {}, [], [[]]  # seen[0]: where codec.encode's input goes (the step being called's list)
+    real_encode = codec.encode
+
+    def fake_best_of_rounds(steps, repeats, rounds=3):
+        results, encoded = {}, {}
+        for name, step in steps.items():
+            seen[0] = encoded[name] = []
+            results[name] = step()
+        seen[0] = []
+        calls.append({"results": results, "encoded": encoded})
+        return {name: times[name] for name in steps}
+
+    def recording_encode(x, *args, **kwargs):
+        seen[0].append(x)
+        return real_encode(x, *args, **kwargs)
+
+    monkeypatch.setattr(codec, "encode", recording_encode)
+    monkeypatch.setattr(bench, "best_of_rounds", fake_best_of_rounds)
+    return times, calls
+
+
+def test_codec_section_times_each_formats_casts_and_the_layouts_it_names(stepped_once, monkeypatch, capsys):
+    """With times set by hand (encode 4 ms against ml_dtypes' 5, decode 2 ms against its 1; the C
+    square 4 ms, its transposed view 5 and its big-endian copy 10) on 2^16 values, every line's
+    Melem/s and speed ratio are these times' (2^16 / 4 ms = 16.4 Melem/s; x 5 / 4 = 1.25). Each
+    format's steps cast in that format, ml_dtypes' to and from its dtype of the same name; the
+    layouts are the C square, a transposed view of it and a big-endian copy (found by mutation
+    testing: the E5M2 decode of E4M3, ml_dtypes' dtypes swapped, an astype to float16, an
+    untransposed "transposed view", a little-endian "big-endian copy", the layouts encoded to E5M2
+    and E5M2's decode step given E4M3 codes passed)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from minifp8 import codec
+
+    times, calls = stepped_once
+    times.update({"encode": 0.004, "decode": 0.002, "astype encode": 0.005, "astype decode": 0.001,
+                  "a C-contiguous square": 0.004, "its transposed view": 0.005, "its big-endian copy": 0.010})
+    monkeypatch.setattr(bench, "CODEC_SIDE", 1 << 8)
+    bench.bench_codec(argparse.Namespace(repeats=1))
+    expected = {}
+    for name in ("E4M3", "E5M2"):
+        expected.update({f"ml_dtypes astype float32 -> {name}": (5.0, 13.1, None),
+                         f"ml_dtypes astype {name} -> float32": (1.0, 65.5, None),
+                         f"minifp8 encode {name}": (4.0, 16.4, 1.25), f"minifp8 decode {name}": (2.0, 32.8, 0.5)})
+    expected.update({"minifp8 encode E4M3, a C-contiguous square": (4.0, 16.4, None),
+                     "minifp8 encode E4M3, its transposed view": (5.0, 13.1, 0.8),
+                     "minifp8 encode E4M3, its big-endian copy": (10.0, 6.6, 0.4)})
+    assert report_lines(capsys.readouterr().out.splitlines()) == expected
+    assert len(calls) == 3
+    for call, name, dtype in zip(calls, ("E4M3", "E5M2"), (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)):
+        results = call["results"]
+        (values,) = call["encoded"]["encode"]
+        assert values.shape == ((1 << 8) ** 2,) and values.dtype == np.float32
+        np.testing.assert_array_equal(results["encode"], codec.encode(values, name))
+        np.testing.assert_array_equal(results["decode"], codec.decode(results["encode"], name))
+        assert results["astype encode"].dtype == dtype and results["astype decode"].dtype == np.float32
+        # (|values| < 448: no overflow, where ml_dtypes' E4M3 gives NaN and minifp8 saturates)
+        np.testing.assert_array_equal(results["astype encode"].view(np.uint8), results["encode"])
+        np.testing.assert_array_equal(results["astype decode"], results["decode"])
+    layouts = {label: arrays[0] for label, arrays in calls[2]["encoded"].items()}
+    square, transposed, big_endian = (layouts[label] for label in
+                                      ("a C-contiguous square", "its transposed view", "its big-endian copy"))
+    assert square.shape == (1 << 8, 1 << 8) and square.flags.c_contiguous and square.dtype == np.float32
+    np.testing.assert_array_equal(square.reshape(-1), calls[0]["encoded"]["encode"][0])
+    assert transposed.flags.f_contiguous and not transposed.flags.c_contiguous and np.shares_memory(transposed, square)
+    np.testing.assert_array_equal(transposed, square.T)
+    assert big_endian.dtype == np.dtype(">f4") and not np.shares_memory(big_endian, square)
+    np.testing.assert_array_equal(big_endian, square)
+    layout_codes = calls[2]["results"]  # (E4M3, as the lines say)
+    for label, values in (("a C-contiguous square", square), ("its transposed view", square.T),
+                         ("its big-endian copy", square)):
+        np.testing.assert_array_equal(layout_codes[label], codec.encode(values, "E4M3"), err_msg=label)
+
+
+def test_mx_section_quantizes_to_mxfp8_e4m3_against_the_e4m3_codec(stepped_once, monkeypatch, capsys):
+    """With times set by hand on a 128 x 128 array (encode 2 ms, quantize 3, decode 1, dequantize
+    4): quantize runs at x 2 / 3 = 0.67 the speed of the encode, 1.50 times its time, dequantize
+    x 0.25, 4.00 times the decode's. The quantize is MXFP8_E4M3 of the array encoded, the decode
+    of its E4M3 codes, the dequantize of its MXFP8_E4M3 quantization (found by mutation testing:
+    a quantize to MXFP8_E5M2 and a decode of E5M2 passed)."""
+    from minifp8 import codec, mx
+
+    times, calls = stepped_once
+    times.update({"encode": 0.002, "quantize": 0.003, "decode": 0.001, "dequantize": 0.004})
+    monkeypatch.setattr(bench, "MX_SIDE", 128)
+    bench.bench_mx(argparse.Namespace(repeats=1))
+    lines = capsys.readouterr().out.splitlines()
+    assert report_lines(lines[:4]) == {"codec.encode E4M3 (baseline of quantize)": (2.0, 8.2, None),
+                                       "mx.quantize MXFP8_E4M3": (3.0, 5.5, 0.67),
+                                       "codec.decode E4M3 (baseline of dequantize)": (1.0, 16.4, None),
+                                       "MXArray.dequantize MXFP8_E4M3": (4.0, 4.1, 0.25)}
+    assert lines[4:] == ["  ratio quantize / encode: 1.50 (target <= 1.5); dequantize / decode: 4.00"]
+    (call,) = calls
+    results, (values,) = call["results"], call["encoded"]["encode"]
+    assert values.shape == (128, 128) and values.dtype == np.float32
+    np.testing.assert_array_equal(results["encode"], codec.encode(values, "E4M3"))
+    np.testing.assert_array_equal(results["decode"], codec.decode(results["encode"], "E4M3"))
+    quantized = mx.quantize(values, mx.MXFP8_E4M3)
+    assert results["quantize"].elem == quantized.elem and results["quantize"].block_size == quantized.block_size
+    np.testing.assert_array_equal(results["quantize"].codes, quantized.codes)
+    np.testing.assert_array_equal(results["quantize"].scales, quantized.scales)
+    np.testing.assert_array_equal(results["dequantize"], quantized.dequantize())
+
+
+class _CountedGemms(np.ndarray):
+    """An array whose matmuls add their multiply-adds (2 flops each) to `flops`."""
+
+    flops: list = []
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [item.view(np.ndarray) if isinstance(item, _CountedGemms) else item for item in inputs]
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if ufunc is np.matmul:
+            _CountedGemms.flops.append(2 * result.size * plain[0].shape[-1])
+        return result
+
+
+def test_block_section_times_the_gemms_of_the_block_against_its_step(stepped_once, monkeypatch, capsys):
+    """The baseline does the block's GEMMs, counted by hand for batch b, seq s, width d (any number
+    of heads): four linears of d -> 3d, d -> d, d -> 4d and 4d -> d, each a forward, an input
+    gradient and a weight gradient, 3 x 2 b s (3 + 1 + 4 + 4) d^2 flops; attention's scores,
+    output and the gradients of v, probs, q and k, 6 x 2 b s^2 d. With the step 5 ms and the GEMMs
+    2 ms (times set by hand), the ratio is 2.50 (found by mutation testing: a baseline without the
+    gradient of q passed)."""
+    times, calls = stepped_once
+    times.update({"matmuls": 0.002, "step": 0.005})
+    batch, seq, d, heads = 2, 8, 16, 2
+    monkeypatch.setattr(bench, "BLOCK_SHAPE", (batch, seq, d, heads))
+    stepped = []
+    monkeypatch.setattr(bench, "_gpt_block", lambda *shape: (None, lambda: stepped.append(shape)))
+    real_rng = np.random.default_rng
+
+    class CountingRng:  # (the section's only generator draws the baseline's operands)
+        def __init__(self, seed):
+            self.rng = real_rng(seed)
+
+        def standard_normal(self, shape):
+            return self.rng.standard_normal(shape).view(_CountedGemms)
+
+    monkeypatch.setattr(np.random, "default_rng", CountingRng)
+    monkeypatch.setattr(_CountedGemms, "flops", [])
+    bench.bench_block(argparse.Namespace(repeats=1))
+    assert stepped == [(batch, seq, d, heads)]
+    assert len(_CountedGemms.flops) == 4 * 3 + 6
+    assert sum(_CountedGemms.flops) == 3 * 2 * batch * seq * 12 * d ** 2 + 6 * 2 * batch * seq ** 2 * d
+    lines = capsys.readouterr().out.splitlines()
+    assert report_lines(lines[:2]) == {"block forward+backward (autograd)": (5.0, None, None),
+                                       "the same GEMMs alone (NumPy)": (2.0, None, None)}
+    assert lines[2:] == ["  ratio step / matmul: 2.50 (target <= 2)"]
+
+
+def test_gpt_block_is_causal_with_a_4x_mlp_and_steps_from_zero_gradients():
+    """The block's parameters, counted by hand: two layer norms (2d each), linears d -> 3d, d -> d,
+    d -> 4d and 4d -> d with biases: 12 d^2 + 13 d. A later position does not change an earlier
+    one's output (causal). Every step starts from no gradients, the input's included, so that a
+    second step leaves the gradients of the first (found by mutation testing: attention that is not
+    causal, a 2x MLP, and the input's gradient summed over the steps passed)."""
+    from minifp8.autograd import Tensor
+
+    batch, seq, d, heads = 2, 6, 16, 2
+    block, step = bench._gpt_block(batch, seq, d, heads)
+    assert sum(p.data.size for p in block.parameters()) == 12 * d ** 2 + 13 * d
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((batch, seq, d))
+    later = x.copy()
+    later[:, -1] += rng.standard_normal((batch, d))  # (not a constant, which the layer norm takes away)
+    out, out_later = block(Tensor(x)).data, block(Tensor(later)).data
+    np.testing.assert_allclose(out_later[:, :-1], out[:, :-1], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(out_later[:, -1], out[:, -1])
+    block_input = inspect.getclosurevars(step).nonlocals["x"]  # (the fixed input step() differentiates)
+    assert block_input.requires_grad  # (a middle block)
+    step()
+    first = [p.grad.copy() for p in block.parameters() + [block_input]]
+    step()
+    for before, p in zip(first, block.parameters() + [block_input]):
+        np.testing.assert_array_equal(p.grad, before)
+
+
+class _FakeTrainer:
+    """train_tiny's model, optimizer and FP8 state for the train section, whose every forward pass
+    advances `clock` by 1 s: each timed step takes 1 s."""
+
+    def __init__(self, clock: _Clock):
+        self.clock = clock
+
+    def __call__(self, x, y):
+        self.clock.tick()
+        return None, self
+
+    def backward(self):
+        pass
+
+    def parameters(self):
+        return []
+
+    def zero_grad(self):
+        pass
+
+    def step(self):
+        pass
+
+
+@pytest.fixture
+def fake_train_steps(monkeypatch):
+    """The train section with `_FakeTrainer`'s steps (1 s unless ``clock.seconds`` is changed) and no
+    data; returns ``(built, clock)``: the (recipe, family) of every build call, and the clock."""
+    import types
+
+    from minifp8 import data, train_tiny
+
+    clock, built = _Clock(1.0), []
+    monkeypatch.setattr(bench.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(bench, "machine_line", lambda: "machine: test")
+    monkeypatch.setattr(train_tiny, "_set_lr", lambda *args: None)
+    monkeypatch.setattr(data, "load_dataset", lambda: types.SimpleNamespace(vocab_size=14,
+                                                                            get_batch=lambda *args: (None, None)))
+
+    def build(run, config, vocab_size):
+        built.append((run.recipe, run.family))
+        trainer = _FakeTrainer(clock)
+        return trainer, None, trainer, trainer, None, None
+
+    monkeypatch.setattr(train_tiny, "_build", build)
+    return built, clock
+
+
+def test_train_section_reports_progress_between_the_pairs_on_stderr(fake_train_steps, capsys):
+    """Three pairs of 2 steps of 1 s a model: 4 s a pair. After pair 1 of 3, 4 s x 2 pairs left =
+    8 s; after pair 2, 8 s / 2 pairs x 1 left = 4 s; none after the last, and none on stdout, which
+    holds the measurements (found by mutation testing: the progress on stdout, after the last pair
+    too, or with an eta of the pairs done passed)."""
+    assert bench.main(["--steps", "2", "--recipes", "fp8,delayed,unit", "train"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["  ... fp8 done, eta 8s", "  ... delayed done, eta 4s"]
+    # stdout: the machine line, "[train]", the config line, a line a pair and fp32's
+    assert "..." not in captured.out and len(captured.out.splitlines()) == 1 + 1 + 1 + 3 + 1
+
+
+def test_json_of_family_auto_says_so_and_names_each_pairs_family(fake_train_steps, tmp_path, capsys):
+    """``--family auto``: the document's model family is auto, and each recipe's pair is in train_tiny's
+    family for it, standard for fp8, unit-scaled for unit (found by mutation testing: a document
+    that said unit passed)."""
+    path = tmp_path / "speed.json"
+    assert bench.main(["--steps", "2", "--recipes", "fp8,unit", "--family", "auto", "--json", str(path), "train"]) == 0
+    assert fake_train_steps[0] == [("fp32", "standard"), ("fp8", "standard"), ("fp32", "unit"), ("unit", "unit")]
+    document = bench.load_speed_results(path)
+    assert document["model"]["family"] == "auto"
+    assert {recipe: measured["family"] for recipe, measured in document["recipes"].items()} == {"fp8": "standard",
+                                                                                               "unit": "unit"}
+    assert document["recipes"]["fp8"]["ratio"] == 1.0 and document["fp32"]["step_ms"] == 1000.0  # (1 s steps)
+
+
+def test_json_rounds_every_float_to_4_decimals(fake_train_steps, tmp_path, capsys):
+    """As the layout in -h says: steps of 1/3 s are 333.3333 ms in the file (found by mutation
+    testing: 6 decimals passed)."""
+    fake_train_steps[1].seconds = 1 / 3
+    path = tmp_path / "speed.json"
+    assert bench.main(["--steps", "2", "--recipes", "fp8", "--json", str(path), "train"]) == 0
+    document = bench.load_speed_results(path)
+    measured = document["recipes"]["fp8"]
+    assert measured["step_ms"] == measured["fp32_step_ms"] == document["fp32"]["step_ms"] == 333.3333
+    assert measured["ratio"] == 1.0 and measured["window_ratios"] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("available, refused", [(2 * 1000 + 2 * 8 * 10 - 1, True), (2 * 1000 + 2 * 8 * 10, False)])
+def test_train_section_needs_the_memory_of_two_trainers_and_their_step_times(fake_train_steps, monkeypatch, capsys,
+                                                                             available, refused):
+    """A trainer said to need 1000 bytes: a pair of them and 10 steps of two float64 times need
+    2 x 1000 + 10 x 2 x 8 = 2160 bytes, refused on a machine of 2159, run on one of 2160 (found by
+    mutation testing: a bound of one trainer passed)."""
+    from minifp8 import train_tiny
+
+    monkeypatch.setattr(train_tiny, "_memory_needed", lambda *args: {"model": 600, "optimizer": 400})
+    monkeypatch.setattr(train_tiny, "_physical_memory", lambda: available)
+    if not refused:
+        assert bench.main(["--steps", "10", "--recipes", "fp8", "train"]) == 0
+        return
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--steps", "10", "--recipes", "fp8", "train"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(
+        "python -m minifp8.bench: error: --steps 10: the train section needs at least 2.11 KiB of memory, more than "
+        "this machine's 2.11 KiB; use smaller values")  # (2160 and 2159 bytes / 1024, to 3 digits)
+
+
+def test_help_gives_only_the_first_paragraph_of_each_sections_docstring():
+    """A docstring of two paragraphs gives its first on one line, without reST's double backquotes;
+    the help lists no section's second paragraph (found by mutation testing: the whole docstring,
+    which holds the first paragraph, passed)."""
+
+    def documented():
+        """Times ``this``
+        over two lines.
+
+        The details, which -h leaves out."""
+
+    assert bench._summary(documented) == "Times this over two lines."
+    help_text = " ".join(bench.build_parser().format_help().split())
+    assert "The details" not in help_text
+    # (the codec section's second paragraph: the ratios against ml_dtypes move with its version)
+    assert "move with its version" not in help_text and "The ratios against ml_dtypes" in bench.bench_codec.__doc__
+
+
+def test_machine_line_gives_the_load_average_over_the_last_minute(monkeypatch):
+    """os.getloadavg() gives the 1-, 5- and 15-minute averages; the line quotes the first (found by
+    mutation testing: the 15-minute average passed)."""
+    monkeypatch.setattr(bench, "cpu_name", lambda: None)
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (1.5, 2.25, 3.125), raising=False)
+    assert bench.machine_line().endswith(", load average 1.50 over the last minute before the run")
