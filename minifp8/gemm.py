@@ -1385,26 +1385,24 @@ def _hints(got, a: _Operand, b: _Operand, reference: MatmulReference, kinds, mod
     hit_rows, hit_columns = (np.unique(where).size for where in np.nonzero(mismatched))
     spread = (rows == 1 or hit_rows > 1) and (columns == 1 or hit_columns > 1)
     if not hints and spread and (kinds[mismatched] == MATMUL_CLASSES.index("other")).all():  # finite errors
-        fitting_bits = None
         for bits in range(model.bits - 1, 7, -1):  # bfloat16's 8 bits are the narrowest accumulator named
             narrower = _Accumulator(bits, None, 2.0 ** (-125 - bits))
             if narrower.relative_bound(inner) > 1 / 8:
                 break
             if matches(reference, narrower, _carried_underflow(a, b, narrower)):
-                fitting_bits = bits
+                # DeepSeek-V3's model of Hopper's FP8 tensor cores, which cuBLAS's FP8 GEMM (fast accumulation
+                # off) passed on an H200 where float32's bound failed (tests/test_crosscheck_gemm.py); its bound
+                # lies within a narrower unpromoted one's, so only errors that fit one can fit it
+                hopper = _Accumulator(14, 128, 2.0 ** (-125 - 14))
+                hopper_fits = (model.promote_every is None and model.bits > 14 and inner > 128
+                               and matches(reference, hopper, _carried_underflow(a, b, hopper)))
+                hints.append(f"the errors are within the bound of an accumulator of {bits} significand bits (or "
+                             f"fewer), not of {model.describe()}: accumulation narrower than declared? (float16 has "
+                             f"11 bits, bfloat16 8, Hopper's FP8 tensor cores about 14 without promotion: DeepSeek-V3, "
+                             f"arXiv:2412.19437, section 3.3.2)"
+                             + ("; they also fit 14-bit sums promoted to float32 every 128 products (accumulator=14, "
+                                "promote_every=128), which cuBLAS's FP8 GEMM passed on an H200" if hopper_fits else ""))
                 break
-        # DeepSeek-V3's model of Hopper's FP8 tensor cores, which cuBLAS's FP8 GEMM (fast accumulation off)
-        # passed on an H200 where a float32 accumulator's bound failed (tests/test_crosscheck_gemm.py).
-        hopper = _Accumulator(14, 128, 2.0 ** (-125 - 14))
-        hopper_fits = (fitting_bits is not None and model.promote_every is None and model.bits > 14 and inner > 128
-                       and matches(reference, hopper, _carried_underflow(a, b, hopper)))
-        if fitting_bits is not None:  # (the promoted model's bound lies within a narrower one's, which it fits too)
-            hints.append(f"the errors are within the bound of an accumulator of {fitting_bits} significand bits (or "
-                         f"fewer), not of {model.describe()}: accumulation narrower than declared? (float16 has "
-                         f"11 bits, bfloat16 8, Hopper's FP8 tensor cores about 14 without promotion: DeepSeek-V3, "
-                         f"arXiv:2412.19437, section 3.3.2)"
-                         + ("; they also fit 14-bit sums promoted to float32 every 128 products (accumulator=14, "
-                            "promote_every=128), which cuBLAS's FP8 GEMM passed on an H200" if hopper_fits else ""))
     return hints
 
 

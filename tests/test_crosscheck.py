@@ -257,11 +257,15 @@ def test_torch_e8m0_takes_magnitudes_and_maps_zero_to_the_smallest_scale(device)
 
 
 # ---- JAX (XLA on the CPU) -----------------------------------------------------------------------
-def _jax(*dtype_names):
+def _jax(*dtype_names, backend="cpu"):
+    """JAX, where it is installed, its default backend is ``backend`` ("cpu" or "gpu") and it has
+    every one of ``dtype_names``; otherwise a skip."""
     jax = pytest.importorskip("jax")
     pytest.importorskip("ml_dtypes")  # JAX's narrow dtypes are ml_dtypes', and so are its arrays' bytes
-    if jax.default_backend() != "cpu":
-        pytest.skip("these tests state what XLA's CPU casts do; JAX's default backend here is not the CPU")
+    if jax.default_backend() != backend:
+        where = "the CPU" if backend == "cpu" else "a GPU"
+        pytest.skip(f"these tests state what XLA's {backend.upper()} casts do; JAX's default backend here is not "
+                    f"{where}")
     missing = [name for name in dtype_names if not hasattr(jax.numpy, name)]
     if missing:
         pytest.skip(f"this JAX has no {', '.join(missing)}")
@@ -423,17 +427,6 @@ def test_jax_arrays_go_into_the_oracle_as_they_are():
 
 
 # ---- JAX (XLA on a GPU) -------------------------------------------------------------------------
-def _jax_gpu(*dtype_names):
-    jax = pytest.importorskip("jax")
-    pytest.importorskip("ml_dtypes")
-    if jax.default_backend() != "gpu":
-        pytest.skip("these tests state what XLA's GPU casts do; JAX's default backend here is not a GPU")
-    missing = [name for name in dtype_names if not hasattr(jax.numpy, name)]
-    if missing:
-        pytest.skip(f"this JAX has no {', '.join(missing)}")
-    return jax
-
-
 def _assert_gpu_codes(theirs, x, name):
     """XLA's GPU casts (JAX 0.11.2, H200) against the oracle: every code equal, but that E4M3 and
     E5M2 NaNs of either sign come out as 0x7F (the CPU keeps the sign, and E5M2's 0x7E), and the
@@ -453,7 +446,7 @@ def _assert_gpu_codes(theirs, x, name):
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("name", list(JAX_NAMES))
 def test_jax_gpu_casts_match_the_oracle_on_float32(name, jit):
-    jax = _jax_gpu(JAX_NAMES[name])
+    jax = _jax(JAX_NAMES[name], backend="gpu")
     x = _inputs(name)
     if not formats.get(name).has_nan:
         x = x[np.isfinite(x)]
@@ -463,7 +456,7 @@ def test_jax_gpu_casts_match_the_oracle_on_float32(name, jit):
 @pytest.mark.parametrize("source", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", list(JAX_NAMES))
 def test_jax_gpu_casts_every_16_bit_float(name, source):
-    jax = _jax_gpu(JAX_NAMES[name])
+    jax = _jax(JAX_NAMES[name], backend="gpu")
     import ml_dtypes
 
     dtype = np.dtype(np.float16) if source == "float16" else np.dtype(ml_dtypes.bfloat16)
@@ -480,7 +473,7 @@ def test_jax_gpu_compiles_a_round_trip_away(name):
     openxla/xla issue 41605 reports it for 16-bit types). Eagerly, each cast runs on its own and
     the round trip is the oracle's; ``jax.lax.optimization_barrier`` between the casts keeps them
     under ``jit`` too."""
-    jax = _jax_gpu(JAX_NAMES[name])
+    jax = _jax(JAX_NAMES[name], backend="gpu")
     x = next(testing.sweep(kind="structured"))
     if not formats.get(name).has_nan:
         x = x[np.isfinite(x)]
